@@ -1,0 +1,167 @@
+use gguf::GgmlType;
+use kernels::ThreadPool;
+use kv::{KvConfig, KvPool, SeqKv};
+use model::{HParams, Model, Row, Scratch};
+
+use crate::{Error, Result};
+
+/// Rows of logits computed per output-head call; bounds the logits buffer.
+pub const LOGIT_ROWS: usize = 32;
+
+/// What a context is sized for. Everything is allocated in `Context::new`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContextConfig {
+    /// KV positions over all sequences.
+    pub n_ctx: usize,
+    /// Rows per forward pass (llama.cpp's physical batch, -ub).
+    pub n_ubatch: usize,
+    pub n_threads: usize,
+    pub kv_type: GgmlType,
+}
+
+impl Default for ContextConfig {
+    fn default() -> Self {
+        ContextConfig {
+            n_ctx: 4096,
+            n_ubatch: 512,
+            n_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            kv_type: GgmlType::F16,
+        }
+    }
+}
+
+impl ContextConfig {
+    pub fn kv_config(&self, hp: &HParams) -> KvConfig {
+        KvConfig {
+            n_layer: hp.n_layer,
+            n_head_kv: hp.n_head_kv,
+            head_dim: hp.head_dim,
+            ty: self.kv_type,
+            n_positions: self.n_ctx,
+        }
+    }
+}
+
+/// Which rows of an evaluation produce logits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outputs {
+    /// The last token of the evaluation.
+    Last,
+    /// Every token.
+    All,
+    /// Token indices `i..` of the evaluation.
+    From(usize),
+}
+
+/// A model with its KV pool, scratch buffers and threads.
+pub struct Context<'m> {
+    pub model: &'m Model,
+    pub config: ContextConfig,
+    kv: KvPool,
+    scratch: Scratch,
+    pool: ThreadPool,
+    /// `[n_ubatch, n_embd]`.
+    hidden: Vec<f32>,
+    /// `[LOGIT_ROWS, n_embd]` rows picked for the output head.
+    picked: Vec<f32>,
+    /// `[LOGIT_ROWS, n_vocab]`.
+    logits: Vec<f32>,
+}
+
+impl<'m> Context<'m> {
+    pub fn new(model: &'m Model, config: ContextConfig) -> Result<Self> {
+        if config.n_ubatch == 0 || config.n_ctx == 0 {
+            return Err(Error::Config(
+                "context size and ubatch must be positive".into(),
+            ));
+        }
+        let hp = &model.hparams;
+        Ok(Context {
+            model,
+            config,
+            kv: KvPool::new(config.kv_config(hp))?,
+            scratch: Scratch::new(hp, config.n_ubatch),
+            pool: ThreadPool::new(config.n_threads),
+            hidden: vec![0.0; config.n_ubatch * hp.n_embd],
+            picked: vec![0.0; LOGIT_ROWS * hp.n_embd],
+            logits: vec![0.0; LOGIT_ROWS * hp.n_vocab],
+        })
+    }
+
+    /// Returns the sequence's KV blocks to the pool.
+    pub fn release(&mut self, seq: &mut SeqKv) {
+        self.kv.release(seq);
+    }
+
+    /// Forgets positions `len..` of `seq`.
+    pub fn truncate(&mut self, seq: &mut SeqKv, len: usize) {
+        self.kv.truncate(seq, len);
+    }
+
+    /// Evaluates `tokens` as positions `seq.len()..` of `seq`, `n_ubatch` rows per forward,
+    /// and calls `on_logits(i, logits)` for each token index `i` that `outputs` selects
+    /// (`logits` is `[n_vocab]`).
+    pub fn eval(
+        &mut self,
+        seq: &mut SeqKv,
+        tokens: &[u32],
+        outputs: Outputs,
+        on_logits: &mut dyn FnMut(usize, &[f32]),
+    ) -> Result<()> {
+        let needed = seq.len() + tokens.len();
+        if needed > self.config.n_ctx {
+            return Err(Error::ContextFull {
+                needed,
+                n_ctx: self.config.n_ctx,
+            });
+        }
+        self.kv.reserve(seq, needed)?;
+        let hp = &self.model.hparams;
+        let (e, nv) = (hp.n_embd, hp.n_vocab);
+        let mut done = 0;
+        for chunk in tokens.chunks(self.config.n_ubatch) {
+            let n = chunk.len();
+            let start = seq.len();
+            let rows: Vec<Row> = (0..n)
+                .map(|i| Row {
+                    pos: start + i,
+                    seq: 0,
+                })
+                .collect();
+            let hidden = &mut self.hidden[..n * e];
+            self.model.embed(chunk, hidden)?;
+            self.model.forward_layers(
+                0..hp.n_layer,
+                hidden,
+                &rows,
+                &[&*seq],
+                &mut self.kv,
+                &mut self.scratch,
+                &self.pool,
+            );
+            self.kv.commit(seq, start + n);
+            let wanted: Vec<usize> = match outputs {
+                Outputs::All => (0..n).collect(),
+                Outputs::From(first) => (first.saturating_sub(done).min(n)..n).collect(),
+                Outputs::Last if done + n == tokens.len() => vec![n - 1],
+                Outputs::Last => vec![],
+            };
+            for group in wanted.chunks(LOGIT_ROWS) {
+                for (j, &r) in group.iter().enumerate() {
+                    self.picked[j * e..(j + 1) * e].copy_from_slice(&hidden[r * e..(r + 1) * e]);
+                }
+                let g = group.len();
+                self.model.output(
+                    &mut self.picked[..g * e],
+                    &mut self.logits[..g * nv],
+                    &self.pool,
+                );
+                for (j, &r) in group.iter().enumerate() {
+                    on_logits(done + r, &self.logits[j * nv..(j + 1) * nv]);
+                }
+            }
+            done += n;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,56 @@
+use std::fmt;
+
+use model::{Model, Scratch};
+
+use crate::context::{ContextConfig, LOGIT_ROWS};
+
+/// Memory planned before anything is allocated: weights (mapped), KV pool, scratch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryPlan {
+    pub weights: u64,
+    pub kv: u64,
+    pub scratch: u64,
+}
+
+/// Weight rows a matmul tile dequantizes at once, per thread (see kernels::matmul).
+const MATMUL_TILE_ROWS: u64 = 16;
+
+impl MemoryPlan {
+    pub fn new(model: &Model, cfg: &ContextConfig) -> MemoryPlan {
+        let hp = &model.hparams;
+        let rows = cfg.n_ubatch;
+        let widest = hp.n_embd.max(hp.n_ff).max(hp.q_dim()) as u64;
+        let threads = cfg.n_threads.max(1) as u64;
+        let scratch = Scratch::bytes(hp, rows)
+            + (rows * hp.n_embd * 4) as u64
+            + (LOGIT_ROWS * (hp.n_vocab + hp.n_embd) * 4) as u64
+            + threads * MATMUL_TILE_ROWS * widest * 4
+            + threads * ((cfg.n_ctx * hp.n_head / hp.n_head_kv + hp.head_dim) * 4) as u64;
+        MemoryPlan {
+            weights: model.weight_bytes(),
+            kv: cfg.kv_config(hp).total_bytes(),
+            scratch,
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.weights + self.kv + self.scratch
+    }
+}
+
+fn mib(b: u64) -> f64 {
+    b as f64 / (1024.0 * 1024.0)
+}
+
+impl fmt::Display for MemoryPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "weights {:.1} MiB + KV {:.1} MiB + scratch {:.1} MiB = total {:.1} MiB",
+            mib(self.weights),
+            mib(self.kv),
+            mib(self.scratch),
+            mib(self.total())
+        )
+    }
+}

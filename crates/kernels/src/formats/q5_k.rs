@@ -1,0 +1,48 @@
+//! Q5_K: 256 elements in 176 bytes, 8 sub-blocks of 32 with 6-bit scales and mins.
+//!
+//! | bytes   | meaning                                                              |
+//! |---------|----------------------------------------------------------------------|
+//! | 0..2    | `d`, f16 super-block scale                                           |
+//! | 2..4    | `dmin`, f16 super-block min scale                                    |
+//! | 4..16   | `scales`: 8 6-bit scales and mins, packed as in Q4_K ([`super::q4_k::scale_min`]) |
+//! | 16..48  | `qh`: bit `j` of `qh[l]` is bit 4 of element `32j + l`               |
+//! | 48..176 | `qs`: low 4 bits of element `64c + l` are the low nibble of `qs[32c + l]`, of element `64c + 32 + l` the high nibble |
+//!
+//! Element value, with `j` its sub-block (`element / 32`):
+//! `(d * sc[j]) * q - (dmin * m[j])`, each product rounded, then the difference.
+
+use super::q4_k::scale_min;
+use super::{blocks_to_values, f16_at, QK_K};
+
+/// Elements per block.
+pub const BLOCK_SIZE: usize = QK_K;
+/// Bytes per block.
+pub const TYPE_SIZE: usize = 176;
+
+/// Dequantizes whole blocks. Panics unless `src` is exactly `dst.len() / 256` blocks.
+pub fn dequantize(src: &[u8], dst: &mut [f32]) {
+    let (blocks, out) = blocks_to_values::<TYPE_SIZE, BLOCK_SIZE>(src, dst);
+    for (b, o) in blocks.iter().zip(out) {
+        let d = f16_at(b, 0);
+        let dmin = f16_at(b, 2);
+        let scales = &b[4..16];
+        let qh = &b[16..48];
+        let qs = &b[48..176];
+        for (c, (pair, q32)) in o.chunks_exact_mut(64).zip(qs.chunks_exact(32)).enumerate() {
+            let (sc0, m0) = scale_min(scales, 2 * c);
+            let (sc1, m1) = scale_min(scales, 2 * c + 1);
+            let d0 = d * sc0 as f32;
+            let m0 = dmin * m0 as f32;
+            let d1 = d * sc1 as f32;
+            let m1 = dmin * m1 as f32;
+            let (bit0, bit1) = (1u8 << (2 * c), 1u8 << (2 * c + 1));
+            let (lo, hi) = pair.split_at_mut(32);
+            for (((l, h), &q), &hb) in lo.iter_mut().zip(hi.iter_mut()).zip(q32).zip(qh) {
+                let ql = (q & 0x0F) | if hb & bit0 != 0 { 16 } else { 0 };
+                let qu = (q >> 4) | if hb & bit1 != 0 { 16 } else { 0 };
+                *l = d0 * ql as f32 - m0;
+                *h = d1 * qu as f32 - m1;
+            }
+        }
+    }
+}

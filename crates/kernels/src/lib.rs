@@ -1,0 +1,14 @@
+//! Numeric kernels. Every kernel reduces in one fixed order per output element, so a
+//! row's result never depends on the other rows of its batch or on the thread count.
+
+pub mod attention;
+pub mod dot;
+mod error;
+pub mod formats;
+pub mod matmul;
+pub mod ops;
+pub mod pool;
+
+pub use error::{Error, Result};
+pub use matmul::{matmul, QMatrix};
+pub use pool::ThreadPool;

@@ -1,0 +1,199 @@
+//! Matmul of a stored (possibly quantized) weight matrix with M activation rows.
+//!
+//! Threads split the weight rows (output columns); each output element is one `dot` of
+//! fixed order, so a row's result is the same whatever M, the tiling or the thread count.
+
+use std::cell::RefCell;
+
+use gguf::GgmlType;
+
+use crate::dot::{dot, dot4, Isa};
+use crate::formats::dequantize_row;
+use crate::pool::ThreadPool;
+use crate::{Error, Result};
+
+/// Weight rows dequantized together and applied to every activation row.
+const TILE_ROWS: usize = 16;
+
+/// A weight matrix as GGUF stores it: `n_rows` rows of `n_cols` elements of `ty`,
+/// row-major (ggml dims `[n_cols, n_rows]`).
+#[derive(Clone, Copy, Debug)]
+pub struct QMatrix<'a> {
+    pub ty: GgmlType,
+    pub data: &'a [u8],
+    pub n_rows: usize,
+    pub n_cols: usize,
+}
+
+impl<'a> QMatrix<'a> {
+    /// Checks that `data` holds exactly `n_rows` rows of `n_cols` elements of `ty`.
+    pub fn new(ty: GgmlType, data: &'a [u8], n_rows: usize, n_cols: usize) -> Result<Self> {
+        if !crate::formats::is_supported(ty) {
+            return Err(Error::UnsupportedType(ty));
+        }
+        let row = ty.row_bytes(n_cols as u64).ok_or(Error::LengthMismatch {
+            what: "matrix row (not a whole number of blocks)",
+            expected: ty.block_size() as usize,
+            got: n_cols,
+        })? as usize;
+        if data.len() != row * n_rows {
+            return Err(Error::LengthMismatch {
+                what: "matrix bytes",
+                expected: row * n_rows,
+                got: data.len(),
+            });
+        }
+        Ok(QMatrix {
+            ty,
+            data,
+            n_rows,
+            n_cols,
+        })
+    }
+
+    pub fn row_bytes(&self) -> usize {
+        self.data.len() / self.n_rows.max(1)
+    }
+
+    /// Dequantizes row `i` into `out` (`[n_cols]`).
+    pub fn dequantize_row(&self, i: usize, out: &mut [f32]) {
+        let rb = self.row_bytes();
+        dequantize_row(self.ty, &self.data[i * rb..(i + 1) * rb], out)
+            .expect("validated in QMatrix::new");
+    }
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: threads write disjoint elements through it (split by weight rows).
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+
+/// `y[m, n] = sum_k x[m, k] * w[n, k]`.
+///
+/// Shapes: `x` is `[m, w.n_cols]`, `y` is `[m, w.n_rows]`; `m` is `x.len() / w.n_cols`.
+pub fn matmul(pool: &ThreadPool, w: &QMatrix, x: &[f32], y: &mut [f32]) {
+    let (k, n) = (w.n_cols, w.n_rows);
+    assert_eq!(x.len() % k, 0, "x is not [m, {k}]");
+    let m = x.len() / k;
+    assert_eq!(y.len(), m * n, "y is not [{m}, {n}]");
+    let isa = Isa::detect();
+    let out = SendPtr(y.as_mut_ptr());
+    let n_tiles = n.div_ceil(TILE_ROWS);
+    pool.for_ranges(n_tiles, &|tiles| {
+        let out = out;
+        SCRATCH.with(|s| {
+            let mut scratch = s.borrow_mut();
+            scratch.resize(TILE_ROWS * k, 0.0);
+            for tile in tiles {
+                let r0 = tile * TILE_ROWS;
+                let rows = TILE_ROWS.min(n - r0);
+                for r in 0..rows {
+                    w.dequantize_row(r0 + r, &mut scratch[r * k..(r + 1) * k]);
+                }
+                let wrow = |r: usize| &scratch[r * k..(r + 1) * k];
+                for mi in 0..m {
+                    let xm = &x[mi * k..(mi + 1) * k];
+                    // SAFETY: this thread alone writes columns r0..r0+rows of every row.
+                    let ym =
+                        unsafe { std::slice::from_raw_parts_mut(out.0.add(mi * n + r0), rows) };
+                    let mut r = 0;
+                    while r + 4 <= rows {
+                        let v = dot4(isa, xm, [wrow(r), wrow(r + 1), wrow(r + 2), wrow(r + 3)]);
+                        ym[r..r + 4].copy_from_slice(&v);
+                        r += 4;
+                    }
+                    for (rr, yv) in ym.iter_mut().enumerate().skip(r) {
+                        *yv = dot(isa, xm, wrow(rr));
+                    }
+                }
+            }
+        });
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::formats::quantize_row;
+
+    fn data(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn quantized(ty: GgmlType, n: usize, k: usize) -> Vec<u8> {
+        let w = data(n * k, 7);
+        let rb = ty.row_bytes(k as u64).unwrap() as usize;
+        let mut bytes = vec![0u8; rb * n];
+        for r in 0..n {
+            quantize_row(ty, &w[r * k..(r + 1) * k], &mut bytes[r * rb..(r + 1) * rb]).unwrap();
+        }
+        bytes
+    }
+
+    #[test]
+    fn rows_are_identical_across_batch_sizes_and_threads() {
+        let (n, k) = (37, 256);
+        for ty in [GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_K] {
+            let bytes = quantized(ty, n, k);
+            let w = QMatrix::new(ty, &bytes, n, k).unwrap();
+            let x = data(64 * k, 11);
+            let mut reference = vec![0f32; 64 * n];
+            matmul(&ThreadPool::new(1), &w, &x, &mut reference);
+            for threads in [1, 2, 3] {
+                let pool = ThreadPool::new(threads);
+                for m in [1, 2, 5, 64] {
+                    for start in [0, 64 - m] {
+                        let mut y = vec![0f32; m * n];
+                        matmul(&pool, &w, &x[start * k..(start + m) * k], &mut y);
+                        let want = &reference[start * n..(start + m) * n];
+                        assert!(
+                            y.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{ty} m={m} threads={threads}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn matches_dequantized_reference() {
+        let (n, k) = (9, 64);
+        let bytes = quantized(GgmlType::Q8_0, n, k);
+        let w = QMatrix::new(GgmlType::Q8_0, &bytes, n, k).unwrap();
+        let x = data(3 * k, 5);
+        let mut y = vec![0f32; 3 * n];
+        matmul(&ThreadPool::new(2), &w, &x, &mut y);
+        let mut row = vec![0f32; k];
+        for r in 0..n {
+            w.dequantize_row(r, &mut row);
+            for m in 0..3 {
+                let exact: f64 = row
+                    .iter()
+                    .zip(&x[m * k..])
+                    .map(|(a, b)| *a as f64 * *b as f64)
+                    .sum();
+                assert!((y[m * n + r] as f64 - exact).abs() < 1e-4);
+            }
+        }
+    }
+
+    #[test]
+    fn bad_shapes_are_errors() {
+        assert!(QMatrix::new(GgmlType::Q8_0, &[0u8; 33], 1, 32).is_err());
+        assert!(QMatrix::new(GgmlType::Q8_0, &[0u8; 34], 1, 31).is_err());
+    }
+}

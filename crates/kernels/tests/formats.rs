@@ -1,0 +1,216 @@
+//! Round trips, error bounds and error cases of `kernels::formats`.
+
+use gguf::GgmlType;
+use kernels::formats::{dequantize_row, is_quantize_supported, is_supported, quantize_row};
+use kernels::Error;
+
+/// Deterministic test values: normal-ish noise with a per-block magnitude spread
+/// over five decades, plus one large outlier every 97 elements.
+fn test_values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 40) as f32 / (1u64 << 24) as f32
+    };
+    (0..n)
+        .map(|i| {
+            let mag = 10f32.powf(-2.0 + 5.0 * ((i / 256) % 7) as f32 / 6.0);
+            let v = (next() + next() + next() - 1.5) * 2.0 * mag;
+            if i % 97 == 13 {
+                v * 8.0
+            } else {
+                v
+            }
+        })
+        .collect()
+}
+
+fn round_trip(ty: GgmlType, x: &[f32]) -> Vec<f32> {
+    let bytes = ty.row_bytes(x.len() as u64).unwrap() as usize;
+    let mut q = vec![0u8; bytes];
+    quantize_row(ty, x, &mut q).unwrap();
+    let mut y = vec![0f32; x.len()];
+    dequantize_row(ty, &q, &mut y).unwrap();
+    y
+}
+
+/// Largest |error| in a block divided by the block's largest |value|, over all blocks
+/// (blocks of `group` elements; K-quants are judged per super-block).
+fn worst_relative_error(x: &[f32], y: &[f32], group: usize) -> f32 {
+    x.chunks(group)
+        .zip(y.chunks(group))
+        .map(|(a, b)| {
+            let amax = a.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let err = a.iter().zip(b).fold(0f32, |m, (p, q)| m.max((p - q).abs()));
+            if amax == 0.0 {
+                assert_eq!(err, 0.0);
+                0.0
+            } else {
+                err / amax
+            }
+        })
+        .fold(0f32, f32::max)
+}
+
+#[test]
+fn quantize_round_trip_error_bounds() {
+    use GgmlType::*;
+    // Bounds: half a quantization step of the block's range (plus f16 rounding of the
+    // scales), and a full step where the reference quantizer clamps the extreme level.
+    let cases: [(GgmlType, f32); 7] = [
+        (Q8_0, 0.5 / 127.0 + 1e-3),
+        (Q4_0, 1.0 / 8.0 + 1e-3),
+        (Q4_1, 1.0 / 15.0 + 1e-3),
+        (Q5_0, 1.0 / 16.0 + 1e-3),
+        (Q5_1, 1.0 / 31.0 + 1e-3),
+        (Q4_K, 0.1),
+        (Q6_K, 1.0 / 32.0 + 1e-3),
+    ];
+    let x = test_values(256 * 40, 7);
+    for (ty, bound) in cases {
+        assert!(is_quantize_supported(ty));
+        let y = round_trip(ty, &x);
+        let worst = worst_relative_error(&x, &y, ty.block_size() as usize);
+        assert!(
+            worst <= bound,
+            "{ty}: worst relative error {worst} > {bound}"
+        );
+    }
+}
+
+#[test]
+fn quantize_special_blocks() {
+    use GgmlType::*;
+    for ty in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K] {
+        let n = ty.block_size() as usize * 2;
+        let zeros = vec![0f32; n];
+        assert_eq!(round_trip(ty, &zeros), zeros, "{ty}: zeros");
+        let constant = vec![-0.75f32; n];
+        let y = round_trip(ty, &constant);
+        for v in y {
+            assert!(
+                (v + 0.75).abs() <= 0.75 / 64.0,
+                "{ty}: constant block gave {v}"
+            );
+        }
+    }
+}
+
+#[test]
+fn f16_and_bf16_round_trip() {
+    let exact_f16 = [
+        0.0f32,
+        -0.0,
+        1.0,
+        -2.5,
+        65504.0,
+        6.1035156e-5,
+        5.9604645e-8,
+        1023.5,
+    ];
+    assert_eq!(round_trip(GgmlType::F16, &exact_f16), exact_f16);
+    let exact_bf16 = [
+        0.0f32,
+        -0.0,
+        1.0,
+        -2.5,
+        3.3895314e38,
+        1.1754944e-38,
+        256.0,
+        -0.0078125,
+    ];
+    assert_eq!(round_trip(GgmlType::BF16, &exact_bf16), exact_bf16);
+    let x = test_values(4096, 3);
+    for (ty, rel) in [(GgmlType::F16, 1.0 / 2048.0), (GgmlType::BF16, 1.0 / 256.0)] {
+        for (a, b) in x.iter().zip(round_trip(ty, &x)) {
+            let tol = a.abs() * rel + if ty == GgmlType::F16 { 3e-8 } else { 0.0 };
+            assert!((a - b).abs() <= tol, "{ty}: {a} -> {b}");
+        }
+    }
+    assert_eq!(
+        round_trip(GgmlType::F16, &[1e6, -1e6]),
+        [f32::INFINITY, f32::NEG_INFINITY]
+    );
+    assert!(round_trip(GgmlType::BF16, &[f32::NAN])[0].is_nan());
+    let f32_bits = [f32::NAN, f32::INFINITY, -0.0, 1e-45, 3.0];
+    let back = round_trip(GgmlType::F32, &f32_bits);
+    for (a, b) in f32_bits.iter().zip(back) {
+        assert_eq!(a.to_bits(), b.to_bits());
+    }
+}
+
+#[test]
+fn unsupported_types_are_errors() {
+    use GgmlType::*;
+    for ty in [
+        Q8_1, Q8_K, IQ2_XXS, IQ4_NL, IQ4_XS, I8, I32, F64, TQ1_0, MXFP4,
+    ] {
+        assert!(!is_supported(ty));
+        let bytes = vec![0u8; ty.type_size() as usize];
+        let mut out = vec![0f32; ty.block_size() as usize];
+        assert!(
+            matches!(dequantize_row(ty, &bytes, &mut out), Err(Error::UnsupportedType(t)) if t == ty)
+        );
+        let mut bytes = bytes;
+        assert!(
+            matches!(quantize_row(ty, &out, &mut bytes), Err(Error::UnsupportedType(t)) if t == ty)
+        );
+    }
+    for ty in [Q2_K, Q3_K, Q5_K] {
+        let mut bytes = vec![0u8; ty.type_size() as usize];
+        let x = vec![0f32; ty.block_size() as usize];
+        assert!(matches!(
+            quantize_row(ty, &x, &mut bytes),
+            Err(Error::UnsupportedType(_))
+        ));
+    }
+}
+
+#[test]
+fn length_errors_are_errors() {
+    use GgmlType::*;
+    for ty in [
+        F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+    ] {
+        let (bs, ts) = (ty.block_size() as usize, ty.type_size() as usize);
+        let mut out = vec![0f32; 2 * bs];
+        for bad in [0, ts, 2 * ts - 1, 2 * ts + 1, 3 * ts] {
+            let src = vec![0u8; bad];
+            let r = dequantize_row(ty, &src, &mut out);
+            assert!(
+                matches!(r, Err(Error::LengthMismatch { .. })),
+                "{ty}: {bad} bytes"
+            );
+        }
+        if bs > 1 {
+            let src = vec![0u8; 2 * ts];
+            let mut odd = vec![0f32; 2 * bs - 1];
+            let r = dequantize_row(ty, &src, &mut odd);
+            assert!(
+                matches!(r, Err(Error::LengthMismatch { .. })),
+                "{ty}: odd values"
+            );
+            if is_quantize_supported(ty) {
+                let mut dst = vec![0u8; 2 * ts];
+                let r = quantize_row(ty, &odd, &mut dst);
+                assert!(
+                    matches!(r, Err(Error::LengthMismatch { .. })),
+                    "{ty}: odd quantize"
+                );
+            }
+        }
+        if is_quantize_supported(ty) {
+            let x = vec![0f32; 2 * bs];
+            let mut dst = vec![0u8; 2 * ts + 1];
+            let r = quantize_row(ty, &x, &mut dst);
+            assert!(
+                matches!(r, Err(Error::LengthMismatch { .. })),
+                "{ty}: quantize bytes"
+            );
+        }
+        let mut empty: [f32; 0] = [];
+        dequantize_row(ty, &[], &mut empty).unwrap();
+    }
+}

@@ -1,0 +1,275 @@
+//! The paged KV cache: one pool of fixed-size blocks per layer, allocated once at start,
+//! and a block table per sequence.
+//!
+//! Each block holds `block_size` positions of `[n_head_kv, head_dim]` keys (and the same
+//! of values) in the pool's element type (F16, BF16 or Q8_0).
+
+use gguf::GgmlType;
+use kernels::attention::KvView;
+use kernels::formats::quantize_row;
+
+/// Positions per block.
+pub const BLOCK_SIZE: usize = 16;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("KV cache type {0} is not supported (use f16, bf16 or q8_0)")]
+    UnsupportedType(GgmlType),
+    #[error("KV cache type {ty} needs head_dim to be a multiple of {block}, got {head_dim}")]
+    HeadDim {
+        ty: GgmlType,
+        block: u64,
+        head_dim: usize,
+    },
+    #[error("the KV cache is full: {needed} more blocks of {BLOCK_SIZE} positions needed, {free} free (raise -c)")]
+    OutOfBlocks { needed: usize, free: usize },
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// The shape of a KV pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvConfig {
+    pub n_layer: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    pub ty: GgmlType,
+    /// Total positions the pool holds, over all sequences (rounded up to whole blocks).
+    pub n_positions: usize,
+}
+
+impl KvConfig {
+    pub fn n_blocks(&self) -> usize {
+        self.n_positions.div_ceil(BLOCK_SIZE)
+    }
+
+    /// Bytes of one position of one layer's keys (or values).
+    pub fn position_bytes(&self) -> usize {
+        self.ty
+            .row_bytes((self.n_head_kv * self.head_dim) as u64)
+            .unwrap_or(0) as usize
+    }
+
+    fn block_bytes(&self) -> usize {
+        BLOCK_SIZE * self.position_bytes()
+    }
+
+    /// Bytes the pool allocates: keys and values of every layer.
+    pub fn total_bytes(&self) -> u64 {
+        2 * self.n_layer as u64 * self.n_blocks() as u64 * self.block_bytes() as u64
+    }
+
+    fn validate(&self) -> Result<()> {
+        match self.ty {
+            GgmlType::F16 | GgmlType::BF16 | GgmlType::F32 | GgmlType::Q8_0 => {}
+            ty => return Err(Error::UnsupportedType(ty)),
+        }
+        if self.head_dim as u64 % self.ty.block_size() != 0 {
+            return Err(Error::HeadDim {
+                ty: self.ty,
+                block: self.ty.block_size(),
+                head_dim: self.head_dim,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// One sequence's cached positions: `len` positions held in `blocks`, in order.
+#[derive(Debug, Default, Clone)]
+pub struct SeqKv {
+    blocks: Vec<u32>,
+    len: usize,
+}
+
+impl SeqKv {
+    /// Positions whose keys and values are cached.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Positions the sequence can hold without new blocks.
+    pub fn capacity(&self) -> usize {
+        self.blocks.len() * BLOCK_SIZE
+    }
+}
+
+/// The pool. Block storage is allocated and touched once, in `new`.
+pub struct KvPool {
+    cfg: KvConfig,
+    keys: Vec<Vec<u8>>,
+    values: Vec<Vec<u8>>,
+    free: Vec<u32>,
+}
+
+fn touched(n: usize) -> Vec<u8> {
+    let mut v = vec![0u8; n];
+    for i in (0..n).step_by(4096) {
+        // SAFETY: in bounds; the volatile write makes the kernel back the page now, so
+        // the memory plan is what the process really holds.
+        unsafe { std::ptr::write_volatile(v.as_mut_ptr().add(i), 0) };
+    }
+    v
+}
+
+impl KvPool {
+    pub fn new(cfg: KvConfig) -> Result<Self> {
+        cfg.validate()?;
+        let layer_bytes = cfg.n_blocks() * cfg.block_bytes();
+        Ok(KvPool {
+            cfg,
+            keys: (0..cfg.n_layer).map(|_| touched(layer_bytes)).collect(),
+            values: (0..cfg.n_layer).map(|_| touched(layer_bytes)).collect(),
+            free: (0..cfg.n_blocks() as u32).rev().collect(),
+        })
+    }
+
+    pub fn config(&self) -> &KvConfig {
+        &self.cfg
+    }
+
+    pub fn free_blocks(&self) -> usize {
+        self.free.len()
+    }
+
+    /// Makes room in `seq` for `n_positions` positions in all, taking blocks from the pool.
+    /// On failure nothing is taken.
+    pub fn reserve(&mut self, seq: &mut SeqKv, n_positions: usize) -> Result<()> {
+        let needed = n_positions
+            .div_ceil(BLOCK_SIZE)
+            .saturating_sub(seq.blocks.len());
+        if needed > self.free.len() {
+            return Err(Error::OutOfBlocks {
+                needed,
+                free: self.free.len(),
+            });
+        }
+        let at = self.free.len() - needed;
+        seq.blocks.extend(self.free.drain(at..).rev());
+        Ok(())
+    }
+
+    /// Forgets positions `len..` of `seq` and returns the blocks no longer needed.
+    pub fn truncate(&mut self, seq: &mut SeqKv, len: usize) {
+        seq.len = seq.len.min(len);
+        let keep = len.div_ceil(BLOCK_SIZE);
+        while seq.blocks.len() > keep {
+            self.free.push(seq.blocks.pop().expect("len > keep"));
+        }
+    }
+
+    /// Returns all of `seq`'s blocks to the pool.
+    pub fn release(&mut self, seq: &mut SeqKv) {
+        self.truncate(seq, 0);
+    }
+
+    /// Stores the keys and values of position `pos` of `seq` for `layer`.
+    /// `k` and `v` are `[n_head_kv, head_dim]`; the position must be reserved, and
+    /// positions are cached in order (`pos <= seq.len()`).
+    pub fn write(&mut self, layer: usize, seq: &SeqKv, pos: usize, k: &[f32], v: &[f32]) {
+        assert!(pos < seq.capacity(), "position {pos} not reserved");
+        let pb = self.cfg.position_bytes();
+        let at = seq.blocks[pos / BLOCK_SIZE] as usize * self.cfg.block_bytes()
+            + (pos % BLOCK_SIZE) * pb;
+        quantize_row(self.cfg.ty, k, &mut self.keys[layer][at..at + pb])
+            .expect("validated KV type");
+        quantize_row(self.cfg.ty, v, &mut self.values[layer][at..at + pb])
+            .expect("validated KV type");
+    }
+
+    /// Marks positions up to `len` of `seq` as cached (after every layer has written them).
+    pub fn commit(&self, seq: &mut SeqKv, len: usize) {
+        assert!(len <= seq.capacity());
+        seq.len = len;
+    }
+
+    /// Block slices of `seq` for `layer`: (keys, values).
+    pub fn blocks<'a>(&'a self, layer: usize, seq: &SeqKv) -> (Vec<&'a [u8]>, Vec<&'a [u8]>) {
+        let bb = self.cfg.block_bytes();
+        let slice = |store: &'a [u8], b: u32| &store[b as usize * bb..(b as usize + 1) * bb];
+        (
+            seq.blocks
+                .iter()
+                .map(|&b| slice(&self.keys[layer], b))
+                .collect(),
+            seq.blocks
+                .iter()
+                .map(|&b| slice(&self.values[layer], b))
+                .collect(),
+        )
+    }
+
+    /// A view over block slices from `blocks`, for the attention kernel.
+    pub fn view<'a>(&self, blocks: &'a [&'a [u8]]) -> KvView<'a> {
+        KvView {
+            ty: self.cfg.ty,
+            blocks,
+            block_size: BLOCK_SIZE,
+            n_head_kv: self.cfg.n_head_kv,
+            head_dim: self.cfg.head_dim,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(n_positions: usize) -> KvConfig {
+        KvConfig {
+            n_layer: 2,
+            n_head_kv: 2,
+            head_dim: 32,
+            ty: GgmlType::F16,
+            n_positions,
+        }
+    }
+
+    #[test]
+    fn reserve_truncate_release() {
+        let mut pool = KvPool::new(cfg(64)).unwrap();
+        assert_eq!(pool.free_blocks(), 4);
+        let mut a = SeqKv::default();
+        pool.reserve(&mut a, 17).unwrap();
+        assert_eq!(a.capacity(), 32);
+        let mut b = SeqKv::default();
+        let e = pool.reserve(&mut b, 49).unwrap_err();
+        assert!(matches!(e, Error::OutOfBlocks { needed: 4, free: 2 }));
+        assert_eq!(pool.free_blocks(), 2);
+        pool.commit(&mut a, 17);
+        pool.truncate(&mut a, 5);
+        assert_eq!((a.len(), a.capacity(), pool.free_blocks()), (5, 16, 3));
+        pool.release(&mut a);
+        assert_eq!(pool.free_blocks(), 4);
+    }
+
+    #[test]
+    fn written_rows_read_back() {
+        let mut pool = KvPool::new(cfg(64)).unwrap();
+        let mut s = SeqKv::default();
+        pool.reserve(&mut s, 20).unwrap();
+        let k: Vec<f32> = (0..64).map(|i| i as f32).collect();
+        let v: Vec<f32> = (0..64).map(|i| -(i as f32)).collect();
+        pool.write(1, &s, 18, &k, &v);
+        let (kb, _) = pool.blocks(1, &s);
+        let view = pool.view(&kb);
+        let bytes = &view.blocks[1][2 * 128..3 * 128];
+        let mut back = vec![0f32; 64];
+        kernels::formats::dequantize_row(GgmlType::F16, bytes, &mut back).unwrap();
+        assert_eq!(back, k);
+    }
+
+    #[test]
+    fn q8_0_needs_whole_blocks() {
+        let mut c = cfg(16);
+        c.ty = GgmlType::Q8_0;
+        c.head_dim = 48;
+        assert!(matches!(KvPool::new(c), Err(Error::HeadDim { .. })));
+        c.ty = GgmlType::Q4_K;
+        assert!(matches!(KvPool::new(c), Err(Error::UnsupportedType(_))));
+    }
+}

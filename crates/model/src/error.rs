@@ -1,0 +1,27 @@
+use gguf::GgmlType;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Gguf(#[from] gguf::Error),
+    #[error("unknown architecture '{0}' (supported: llama, qwen2, qwen3)")]
+    UnknownArch(String),
+    #[error("model hyper-parameter {key}: {problem}")]
+    BadHParam { key: String, problem: String },
+    #[error("tensor '{0}' is missing from the model file")]
+    MissingTensor(String),
+    #[error("tensor '{tensor}' has shape {got:?}, expected {expected:?}")]
+    TensorShape {
+        tensor: String,
+        expected: Vec<u64>,
+        got: Vec<u64>,
+    },
+    #[error("tensor '{tensor}' has type {ty}, which tandem cannot compute with yet")]
+    UnsupportedType { tensor: String, ty: GgmlType },
+    #[error("token id {id} is out of range (vocabulary has {n_vocab} tokens)")]
+    TokenOutOfRange { id: u32, n_vocab: usize },
+    #[error(transparent)]
+    Kv(#[from] kv::Error),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,122 @@
+use std::cell::RefCell;
+
+use kernels::attention::{attend, AttentionScratch};
+use kernels::ops::{add_inplace, rms_norm, rms_norm_inplace, rope, rope_angles};
+use kernels::{matmul, ThreadPool};
+use kv::{KvPool, SeqKv};
+
+use crate::forward::{Row, Scratch};
+use crate::weights::LayerWeights;
+use crate::Model;
+
+thread_local! {
+    static ATTN: RefCell<AttentionScratch> = RefCell::new(AttentionScratch::default());
+}
+
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: each attention unit writes only its own heads of its own row.
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+
+fn add_bias(rows: &mut [f32], bias: &Option<Vec<f32>>) {
+    if let Some(b) = bias {
+        for r in rows.chunks_exact_mut(b.len()) {
+            add_inplace(r, b);
+        }
+    }
+}
+
+/// Self-attention block of layer `il`: `hidden += attn_output(attention(x))` with
+/// `x = rms_norm(hidden)`; each row's keys and values are stored in `kv` before any row
+/// attends, and a row at `pos` attends positions `0..=pos` of its own sequence.
+#[allow(clippy::too_many_arguments)]
+pub fn block(
+    model: &Model,
+    il: usize,
+    lw: &LayerWeights,
+    hidden: &mut [f32],
+    rows: &[Row],
+    seqs: &[&SeqKv],
+    kv: &mut KvPool,
+    s: &mut Scratch,
+    pool: &ThreadPool,
+) {
+    let hp = &model.hparams;
+    let n = rows.len();
+    let (e, qd, kvd, hd) = (hp.n_embd, hp.q_dim(), hp.kv_dim(), hp.head_dim);
+    let x = &mut s.x[..n * e];
+    for (h, xr) in hidden.chunks_exact(e).zip(x.chunks_exact_mut(e)) {
+        rms_norm(h, &lw.attn_norm, hp.rms_eps, xr);
+    }
+    let (q, k, v) = (&mut s.q[..n * qd], &mut s.k[..n * kvd], &mut s.v[..n * kvd]);
+    matmul(pool, &lw.attn_q.view(&model.file), x, q); // [n, n_head * head_dim]
+    matmul(pool, &lw.attn_k.view(&model.file), x, k); // [n, n_head_kv * head_dim]
+    matmul(pool, &lw.attn_v.view(&model.file), x, v); // [n, n_head_kv * head_dim]
+    add_bias(q, &lw.attn_q_bias);
+    add_bias(k, &lw.attn_k_bias);
+    add_bias(v, &lw.attn_v_bias);
+    if let (Some(qn), Some(kn)) = (&lw.attn_q_norm, &lw.attn_k_norm) {
+        q.chunks_exact_mut(hd)
+            .for_each(|h| rms_norm_inplace(h, qn, hp.rms_eps));
+        k.chunks_exact_mut(hd)
+            .for_each(|h| rms_norm_inplace(h, kn, hp.rms_eps));
+    }
+    let mode = hp.arch.spec().rope_mode;
+    let mut cos_sin = vec![(0f32, 0f32); hp.n_rot / 2];
+    for (r, row) in rows.iter().enumerate() {
+        rope_angles(row.pos, hp.n_rot, hp.rope_freq_base, &mut cos_sin);
+        rope(&mut q[r * qd..(r + 1) * qd], hd, mode, &cos_sin);
+        rope(&mut k[r * kvd..(r + 1) * kvd], hd, mode, &cos_sin);
+        kv.write(
+            il,
+            seqs[row.seq],
+            row.pos,
+            &k[r * kvd..(r + 1) * kvd],
+            &v[r * kvd..(r + 1) * kvd],
+        );
+    }
+
+    let blocks: Vec<_> = seqs.iter().map(|sq| kv.blocks(il, sq)).collect();
+    let views: Vec<_> = blocks
+        .iter()
+        .map(|(kb, vb)| (kv.view(kb), kv.view(vb)))
+        .collect();
+    let group = hp.n_head / hp.n_head_kv;
+    let scale = 1.0 / (hd as f32).sqrt();
+    let attn = SendPtr(s.attn.as_mut_ptr());
+    let q = &*q;
+    pool.for_ranges(n * hp.n_head_kv, &|units| {
+        let attn = attn;
+        ATTN.with(|a| {
+            let mut a = a.borrow_mut();
+            for unit in units {
+                let (r, g) = (unit / hp.n_head_kv, unit % hp.n_head_kv);
+                let (keys, values) = &views[rows[r].seq];
+                // SAFETY: unit (r, g) alone writes heads g*group..(g+1)*group of row r.
+                let out = unsafe { std::slice::from_raw_parts_mut(attn.0.add(r * qd), qd) };
+                let q_row = &q[r * qd..(r + 1) * qd];
+                let heads = g * group..(g + 1) * group;
+                attend(
+                    q_row,
+                    keys,
+                    values,
+                    g,
+                    heads,
+                    rows[r].pos + 1,
+                    scale,
+                    &mut a,
+                    out,
+                );
+            }
+        });
+    });
+    let proj = &mut s.proj[..n * e];
+    matmul(
+        pool,
+        &lw.attn_output.view(&model.file),
+        &s.attn[..n * qd],
+        proj,
+    );
+    add_inplace(hidden, proj);
+}

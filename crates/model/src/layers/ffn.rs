@@ -1,0 +1,31 @@
+use kernels::ops::{add_inplace, rms_norm, swiglu_inplace};
+use kernels::{matmul, ThreadPool};
+
+use crate::forward::Scratch;
+use crate::weights::LayerWeights;
+use crate::Model;
+
+/// `hidden += ffn_down(silu(ffn_gate(x)) * ffn_up(x))` with `x = rms_norm(hidden)`.
+/// `hidden` is `[n, n_embd]`.
+pub fn block(
+    model: &Model,
+    lw: &LayerWeights,
+    hidden: &mut [f32],
+    n: usize,
+    s: &mut Scratch,
+    pool: &ThreadPool,
+) {
+    let hp = &model.hparams;
+    let (e, ff) = (hp.n_embd, hp.n_ff);
+    let x = &mut s.x[..n * e];
+    for (h, xr) in hidden.chunks_exact(e).zip(x.chunks_exact_mut(e)) {
+        rms_norm(h, &lw.ffn_norm, hp.rms_eps, xr);
+    }
+    let (gate, up) = (&mut s.gate[..n * ff], &mut s.up[..n * ff]);
+    matmul(pool, &lw.ffn_gate.view(&model.file), x, gate);
+    matmul(pool, &lw.ffn_up.view(&model.file), x, up);
+    swiglu_inplace(gate, up);
+    let proj = &mut s.proj[..n * e];
+    matmul(pool, &lw.ffn_down.view(&model.file), gate, proj);
+    add_inplace(hidden, proj);
+}

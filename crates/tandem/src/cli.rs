@@ -1,0 +1,188 @@
+//! Command-line arguments, llama.cpp-compatible where a flag exists there.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use gguf::GgmlType;
+
+use crate::pull::{self, DEFAULT_MODEL};
+use crate::CliError;
+
+#[derive(Parser)]
+#[command(
+    name = "tandem",
+    version,
+    about = "Local LLM inference: run GGUF models for several users, fast."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Fetch a known model into the cache and print its path.
+    Pull(PullArgs),
+    /// Generate text from a prompt.
+    Run(RunArgs),
+    /// Show a model's architecture, tensors and memory plan.
+    Info(InfoArgs),
+    /// Perplexity over a text file, with llama-perplexity's protocol.
+    Perplexity(PerplexityArgs),
+}
+
+/// llama.cpp's multi-letter short flags, which clap cannot express, and their long forms.
+const SHORT_ALIASES: &[(&str, &str)] = &[
+    ("-ub", "--ubatch-size"),
+    ("-np", "--parallel"),
+    ("-ctk", "--cache-type-k"),
+];
+
+/// Rewrites llama.cpp's multi-letter short flags (`-ub 1`) into their long forms.
+pub fn expand_short_aliases(args: impl Iterator<Item = String>) -> Vec<String> {
+    args.map(|a| {
+        SHORT_ALIASES
+            .iter()
+            .find(|(short, _)| *short == a)
+            .map_or(a, |(_, long)| long.to_string())
+    })
+    .collect()
+}
+
+#[derive(Args)]
+pub struct PullArgs {
+    /// smollm2-135m, qwen2.5-coder-0.5b or qwen2.5-coder-1.5b.
+    pub name: String,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+}
+
+impl PullArgs {
+    pub fn execute(self) -> Result<(), CliError> {
+        let m = pull::known(&self.name).ok_or_else(|| {
+            CliError::Usage(format!(
+                "unknown model '{}' (known: {})",
+                self.name,
+                pull::MODELS
+                    .iter()
+                    .map(|m| m.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+        let path = pull::pull(m, self.cache.dir.as_deref())?;
+        println!("{}", path.display());
+        Ok(())
+    }
+}
+
+#[derive(Args, Clone)]
+pub struct CacheArgs {
+    /// Model cache directory (default: $TANDEM_MODELS or the user cache dir).
+    #[arg(long, global = true)]
+    pub dir: Option<PathBuf>,
+}
+
+/// The model and how it is evaluated.
+#[derive(Args, Clone)]
+pub struct ModelArgs {
+    /// A GGUF path or a known model name (pulled if missing).
+    #[arg(short = 'm', long = "model", default_value = DEFAULT_MODEL)]
+    pub model: String,
+    /// Threads (default: all cores).
+    #[arg(short = 't', long = "threads")]
+    pub threads: Option<usize>,
+    /// Context size in tokens.
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 4096)]
+    pub ctx_size: usize,
+    /// Physical batch: rows per forward pass.
+    #[arg(long = "ubatch-size", default_value_t = 512)]
+    pub ubatch: usize,
+    /// KV cache type: f16, bf16 or q8_0.
+    #[arg(long = "cache-type-k", default_value = "f16", value_parser = parse_kv_type)]
+    pub cache_type: GgmlType,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+}
+
+fn parse_kv_type(s: &str) -> Result<GgmlType, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "f16" => Ok(GgmlType::F16),
+        "bf16" => Ok(GgmlType::BF16),
+        "q8_0" => Ok(GgmlType::Q8_0),
+        "f32" => Ok(GgmlType::F32),
+        _ => Err(format!(
+            "'{s}' is not a KV cache type (f16, bf16, q8_0, f32)"
+        )),
+    }
+}
+
+impl ModelArgs {
+    pub fn path(&self) -> Result<PathBuf, CliError> {
+        pull::resolve(&self.model, self.cache.dir.as_deref())
+    }
+
+    pub fn context_config(&self) -> engine::ContextConfig {
+        let d = engine::ContextConfig::default();
+        engine::ContextConfig {
+            n_ctx: self.ctx_size,
+            n_ubatch: self.ubatch.min(self.ctx_size).max(1),
+            n_threads: self.threads.unwrap_or(d.n_threads),
+            kv_type: self.cache_type,
+        }
+    }
+}
+
+#[derive(Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The prompt.
+    #[arg(short = 'p', long = "prompt")]
+    pub prompt: String,
+    /// Tokens to generate.
+    #[arg(short = 'n', long = "n-predict", default_value_t = 128)]
+    pub n_predict: usize,
+    /// Temperature; 0 is greedy.
+    #[arg(long = "temp", default_value_t = 0.8)]
+    pub temp: f32,
+    #[arg(long = "top-k", default_value_t = 40)]
+    pub top_k: usize,
+    #[arg(long = "top-p", default_value_t = 0.95)]
+    pub top_p: f32,
+    #[arg(long = "min-p", default_value_t = 0.05)]
+    pub min_p: f32,
+    /// RNG seed (default: random).
+    #[arg(short = 's', long = "seed")]
+    pub seed: Option<u64>,
+    /// Wrap the prompt as a user message in the model's chat template.
+    #[arg(long)]
+    pub chat: bool,
+    /// Print one JSON object (text, tokens, timings) instead of streaming text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct InfoArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Parallel sequences the context is shared by.
+    #[arg(long = "parallel", default_value_t = 1)]
+    pub parallel: usize,
+}
+
+#[derive(Args)]
+pub struct PerplexityArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Text file to score.
+    #[arg(short = 'f', long = "file")]
+    pub file: PathBuf,
+    /// Chunks to score (default: all).
+    #[arg(long = "chunks")]
+    pub chunks: Option<usize>,
+    /// Print one JSON object with `ppl`.
+    #[arg(long)]
+    pub json: bool,
+}

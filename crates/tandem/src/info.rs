@@ -1,0 +1,50 @@
+//! `tandem info`: what a model is and what running it will take.
+
+use std::collections::BTreeMap;
+
+use engine::MemoryPlan;
+use model::Model;
+
+use crate::cli::InfoArgs;
+use crate::CliError;
+
+pub fn execute(a: InfoArgs) -> Result<(), CliError> {
+    let path = a.model.path()?;
+    let model = Model::load(&path)?;
+    let hp = &model.hparams;
+    let md = &model.file.header.metadata;
+    println!("file:          {}", path.display());
+    if let Some(name) = md.opt_str("general.name")? {
+        println!("name:          {name}");
+    }
+    println!("architecture:  {}", hp.arch.name());
+    println!(
+        "n_vocab {}  n_embd {}  n_layer {}  n_head {}  n_head_kv {}  head_dim {}  n_ff {}",
+        hp.n_vocab, hp.n_embd, hp.n_layer, hp.n_head, hp.n_head_kv, hp.head_dim, hp.n_ff
+    );
+    println!(
+        "n_rot {}  rope_freq_base {}  rms_eps {:e}  n_ctx_train {}",
+        hp.n_rot, hp.rope_freq_base, hp.rms_eps, hp.n_ctx_train
+    );
+    let mut by_type: BTreeMap<String, (usize, u64)> = BTreeMap::new();
+    for t in &model.file.header.tensors {
+        let e = by_type.entry(t.ggml_type.to_string()).or_default();
+        e.0 += 1;
+        e.1 += t.n_bytes;
+    }
+    println!("tensors:       {}", model.file.header.tensors.len());
+    for (ty, (n, bytes)) in by_type {
+        println!(
+            "  {ty:<6} {n:>4} tensors  {:>9.1} MiB",
+            bytes as f64 / 1048576.0
+        );
+    }
+    let cfg = a.model.context_config();
+    let plan = MemoryPlan::new(&model, &cfg);
+    println!(
+        "context:       {} positions over {} sequence(s), ubatch {}, KV {}, {} threads",
+        cfg.n_ctx, a.parallel, cfg.n_ubatch, cfg.kv_type, cfg.n_threads
+    );
+    println!("memory plan:   {plan}");
+    Ok(())
+}

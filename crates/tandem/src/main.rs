@@ -1,0 +1,56 @@
+//! tandem: run GGUF models on this machine. `tandem --help` lists the commands.
+
+mod cli;
+mod info;
+mod perplexity;
+mod pull;
+mod run;
+
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+
+/// Errors a command reports as one line on stderr with a non-zero exit.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("{0}")]
+    Usage(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("pull: {0}")]
+    Pull(String),
+    #[error(transparent)]
+    Model(#[from] model::Error),
+    #[error(transparent)]
+    Engine(#[from] engine::Error),
+    #[error(transparent)]
+    Text(#[from] text::Error),
+    #[error(transparent)]
+    Gguf(#[from] gguf::Error),
+}
+
+impl CliError {
+    pub fn io(path: &Path, source: std::io::Error) -> Self {
+        CliError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+fn main() {
+    let cli = cli::Cli::parse_from(cli::expand_short_aliases(std::env::args()));
+    let result = match cli.command {
+        cli::Command::Pull(a) => a.execute(),
+        cli::Command::Run(a) => run::execute(a),
+        cli::Command::Info(a) => info::execute(a),
+        cli::Command::Perplexity(a) => perplexity::execute(a),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
