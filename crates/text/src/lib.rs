@@ -1,0 +1,19 @@
+//! Text in and out of a model: the tokenizer built from GGUF metadata (on the `tokenizers`
+//! crate, giving llama.cpp's ids), chat templates rendered with `minijinja`, and an incremental
+//! detokenizer that never splits a UTF-8 character.
+
+mod byte_level;
+mod detok;
+mod error;
+mod jinja_fns;
+mod pretokenize;
+mod special;
+mod template;
+mod tokenizer;
+
+pub use detok::Detokenizer;
+pub use error::{Error, Result};
+pub use pretokenize::PreTokenizer;
+pub use special::TokenKind;
+pub use template::{ChatMessage, ChatTemplate, RenderOptions};
+pub use tokenizer::{ControlTokens, Tokenizer};
