@@ -13,8 +13,12 @@ const TOLERANCE: f64 = 1e-3;
 
 fn check(index: usize) {
     let (stem, file, name) = MODELS[index];
-    let path = format!("{}/tests/golden/{stem}.reference.json", env!("CARGO_MANIFEST_DIR"));
-    let reference: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let path = format!(
+        "{}/tests/golden/{stem}.reference.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let reference: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let model = Model::load(model_path(file, name)).unwrap();
     // An f32 KV cache, so that the only differences are f32 against f64 arithmetic.
     let config = ContextConfig {
@@ -31,15 +35,28 @@ fn check(index: usize) {
         input.extend_from_slice(&forced[..forced.len() - 1]);
         let mut rows = Vec::new();
         let mut seq = kv::SeqKv::default();
-        ctx.eval(&mut seq, &input, Outputs::From(prompt.len() - 1), &mut |_, l| rows.push(log_softmax(l)))
-            .unwrap();
+        ctx.eval(
+            &mut seq,
+            &input,
+            Outputs::From(prompt.len() - 1),
+            &mut |_, l| rows.push(log_softmax(l)),
+        )
+        .unwrap();
         ctx.release(&mut seq);
-        for (pos, (lp, top5)) in rows.iter().zip(case["top5"].as_array().unwrap()).enumerate() {
+        for (pos, (lp, top5)) in rows
+            .iter()
+            .zip(case["top5"].as_array().unwrap())
+            .enumerate()
+        {
             for alt in top5.as_array().unwrap() {
                 let (id, want) = (alt[0].as_u64().unwrap() as usize, alt[1].as_f64().unwrap());
                 let diff = (lp[id] - want).abs();
                 worst = worst.max(diff);
-                assert!(diff < TOLERANCE, "{name} position {pos}: token {id} logprob {} vs reference {want}", lp[id]);
+                assert!(
+                    diff < TOLERANCE,
+                    "{name} position {pos}: token {id} logprob {} vs reference {want}",
+                    lp[id]
+                );
             }
         }
     }

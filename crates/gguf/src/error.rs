@@ -44,7 +44,7 @@ pub enum Error {
     UnknownTensorType { tensor: String, id: u32 },
     #[error("tensor '{tensor}': {problem}")]
     BadTensor { tensor: String, problem: String },
-    #[error("tensor '{tensor}' (bytes {start}..{end} of the data section) lies past the end of the file (data section is {data_len} bytes)")]
+    #[error("truncated GGUF: tensor '{tensor}' needs bytes {start}..{end} of the data section, which has only {data_len}")]
     TensorOutOfBounds {
         tensor: String,
         start: u64,

@@ -41,6 +41,11 @@ impl GgufFile {
         Ok((info, self.tensor_bytes(info)))
     }
 
+    /// The whole mapped file.
+    pub fn bytes(&self) -> &[u8] {
+        &self.mmap
+    }
+
     /// Size of the whole file in bytes.
     pub fn file_len(&self) -> u64 {
         self.mmap.len() as u64

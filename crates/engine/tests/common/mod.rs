@@ -8,23 +8,48 @@ pub fn model_path(file: &str, name: &str) -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| dirs::cache_dir().unwrap().join("tandem").join("models"));
     let p = dir.join(file);
-    assert!(p.is_file(), "{} missing: run `tandem pull {name}`", p.display());
+    assert!(
+        p.is_file(),
+        "{} missing: run `tandem pull {name}`",
+        p.display()
+    );
     p
 }
 
 pub fn log_softmax(logits: &[f32]) -> Vec<f64> {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let lse = logits.iter().map(|&v| (v as f64 - max).exp()).sum::<f64>().ln() + max;
+    let lse = logits
+        .iter()
+        .map(|&v| (v as f64 - max).exp())
+        .sum::<f64>()
+        .ln()
+        + max;
     logits.iter().map(|&v| v as f64 - lse).collect()
 }
 
 pub fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap() as u32)
+        .collect()
 }
 
 /// `(file name, pull name)` of the three real models, by golden-file stem.
 pub const MODELS: [(&str, &str, &str); 3] = [
-    ("smollm2-135m-instruct-q4_1", "SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2-135m"),
-    ("qwen2.5-coder-0.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-0.5b"),
-    ("qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-1.5b"),
+    (
+        "smollm2-135m-instruct-q4_1",
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "smollm2-135m",
+    ),
+    (
+        "qwen2.5-coder-0.5b-instruct-q4_k_m",
+        "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        "qwen2.5-coder-0.5b",
+    ),
+    (
+        "qwen2.5-coder-1.5b-instruct-q4_k_m",
+        "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        "qwen2.5-coder-1.5b",
+    ),
 ];

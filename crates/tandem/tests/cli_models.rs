@@ -1,0 +1,90 @@
+//! `tandem run` and `tandem perplexity` on the real SmolLM2 model (pulled if missing).
+
+use std::process::Command;
+
+fn tandem(args: &[&str]) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "tandem {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
+}
+
+#[test]
+fn greedy_text_is_identical_across_ubatch_and_threads() {
+    let prompt = "Write a Python function that checks whether a number is prime.";
+    let base = [
+        "run",
+        "-m",
+        "smollm2-135m",
+        "--chat",
+        "-p",
+        prompt,
+        "-n",
+        "64",
+        "--temp",
+        "0",
+        "--json",
+    ];
+    let with = |extra: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend_from_slice(extra);
+        tandem(&args)
+    };
+    let reference = with(&["-t", "2"]);
+    assert_eq!(reference["tokens"].as_array().unwrap().len(), 64);
+    assert!(!reference["text"].as_str().unwrap().is_empty());
+    for extra in [
+        &["-t", "2", "-ub", "1"][..],
+        &["-t", "1"][..],
+        &["-t", "1", "-ub", "7"][..],
+    ] {
+        let other = with(extra);
+        assert_eq!(
+            other["tokens"], reference["tokens"],
+            "tokens differ with {extra:?}"
+        );
+        assert_eq!(
+            other["text"], reference["text"],
+            "text differs with {extra:?}"
+        );
+    }
+}
+
+/// llama.cpp's figures on this machine (`llama-perplexity -c 512 --chunks 16`).
+#[test]
+fn smollm2_perplexity_within_one_percent_of_llama_cpp() {
+    let data = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/data/");
+    for (file, llama_cpp) in [("eval-prose.txt", 18.3914), ("eval-code.txt", 5.3766)] {
+        let path = format!("{data}{file}");
+        let out = tandem(&[
+            "perplexity",
+            "-m",
+            "smollm2-135m",
+            "-f",
+            &path,
+            "-c",
+            "512",
+            "--chunks",
+            "16",
+            "--json",
+        ]);
+        let ppl = out["ppl"].as_f64().unwrap();
+        let rel = (ppl - llama_cpp) / llama_cpp;
+        eprintln!(
+            "{file}: tandem {ppl:.4}, llama.cpp {llama_cpp}, {:+.2}%",
+            rel * 100.0
+        );
+        assert!(
+            rel.abs() < 0.01,
+            "{file}: perplexity {ppl} is {:+.2}% from llama.cpp's {llama_cpp}",
+            rel * 100.0
+        );
+    }
+}
