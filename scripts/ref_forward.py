@@ -19,7 +19,8 @@ import numpy as np
 N_POSITIONS = 16
 
 
-def main(model_path, golden_path, out_path):
+def reference_forward(model_path):
+    """A function mapping a token list to float64 logits `[n_tokens, n_vocab]`."""
     r = gguf.GGUFReader(model_path)
     arch = r.fields["general.architecture"].contents()
     tensors = {t.name: t for t in r.tensors}
@@ -85,6 +86,11 @@ def main(model_path, golden_path, out_path):
         out = weight("output.weight" if "output.weight" in tensors else "token_embd.weight")
         return x @ out.T
 
+    return forward
+
+
+def main(model_path, golden_path, out_path):
+    forward = reference_forward(model_path)
     golden = json.load(open(golden_path))
     cases = []
     for case in golden["greedy"]:

@@ -29,17 +29,35 @@ struct Agreement {
 
 fn check(index: usize) -> Agreement {
     let (stem, file, name) = MODELS[index];
-    let path = format!("{}/tests/golden/{stem}.greedy.json", env!("CARGO_MANIFEST_DIR"));
-    let g: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let path = format!(
+        "{}/tests/golden/{stem}.greedy.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let g: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let model = Model::load(model_path(file, name)).unwrap();
-    let mut ctx = Context::new(&model, ContextConfig { n_ctx: 512, ..Default::default() }).unwrap();
-    let mut a = Agreement { positions: 0, agreed: 0, worst_top1: 0.0 };
+    let mut ctx = Context::new(
+        &model,
+        ContextConfig {
+            n_ctx: 512,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut a = Agreement {
+        positions: 0,
+        agreed: 0,
+        worst_top1: 0.0,
+    };
     for case in g["greedy"].as_array().unwrap() {
         let (prompt, want) = (ids(&case["prompt_tokens"]), ids(&case["tokens"]));
         let top5 = case["top5"].as_array().unwrap();
         let mut seq = kv::SeqKv::default();
         let mut lp = Vec::new();
-        ctx.eval(&mut seq, &prompt, Outputs::Last, &mut |_, l| lp = log_softmax(l)).unwrap();
+        ctx.eval(&mut seq, &prompt, Outputs::Last, &mut |_, l| {
+            lp = log_softmax(l)
+        })
+        .unwrap();
         a.positions += want.len();
         for (i, &w) in want.iter().enumerate() {
             let alts: Vec<(usize, f64)> = top5[i]
@@ -50,8 +68,17 @@ fn check(index: usize) -> Agreement {
                 .collect();
             for (rank, &(id, glp)) in alts.iter().enumerate() {
                 let diff = (lp[id] - glp).abs();
-                let tol = if rank == 0 { TOP1_TOLERANCE } else { TOP5_TOLERANCE };
-                assert!(diff < tol, "{name} {:?} position {i}: token {id} logprob {} vs llama.cpp {glp}", case["user"], lp[id]);
+                let tol = if rank == 0 {
+                    TOP1_TOLERANCE
+                } else {
+                    TOP5_TOLERANCE
+                };
+                assert!(
+                    diff < tol,
+                    "{name} {:?} position {i}: token {id} logprob {} vs llama.cpp {glp}",
+                    case["user"],
+                    lp[id]
+                );
                 if rank == 0 {
                     a.worst_top1 = a.worst_top1.max(diff);
                 }
@@ -59,12 +86,18 @@ fn check(index: usize) -> Agreement {
             let ours = argmax(&lp.iter().map(|&v| v as f32).collect::<Vec<_>>());
             if ours != w {
                 let gap = alts[0].1 - alts[1].1;
-                assert!(gap < TIE_GAP, "{name} position {i}: we chose {ours}, llama.cpp {w} with a top-2 gap of {gap}");
+                assert!(
+                    gap < TIE_GAP,
+                    "{name} position {i}: we chose {ours}, llama.cpp {w} with a top-2 gap of {gap}"
+                );
                 eprintln!("{name}: near-tie at position {i} (llama.cpp top-2 gap {gap:.4}); texts part here");
                 break;
             }
             a.agreed += 1;
-            ctx.eval(&mut seq, &[w], Outputs::Last, &mut |_, l| lp = log_softmax(l)).unwrap();
+            ctx.eval(&mut seq, &[w], Outputs::Last, &mut |_, l| {
+                lp = log_softmax(l)
+            })
+            .unwrap();
         }
         ctx.release(&mut seq);
     }
@@ -78,17 +111,32 @@ fn check(index: usize) -> Agreement {
 #[test]
 fn smollm2_matches_llama_cpp() {
     let a = check(0);
-    assert!(a.agreed >= a.positions / 4, "only {} of {} positions agreed", a.agreed, a.positions);
+    assert!(
+        a.agreed >= a.positions / 4,
+        "only {} of {} positions agreed",
+        a.agreed,
+        a.positions
+    );
 }
 
 #[test]
 fn qwen2_0_5b_matches_llama_cpp() {
     let a = check(1);
-    assert!(a.agreed >= a.positions / 2, "only {} of {} positions agreed", a.agreed, a.positions);
+    assert!(
+        a.agreed >= a.positions / 2,
+        "only {} of {} positions agreed",
+        a.agreed,
+        a.positions
+    );
 }
 
 #[test]
 fn qwen2_1_5b_matches_llama_cpp() {
     let a = check(2);
-    assert!(a.agreed >= a.positions / 2, "only {} of {} positions agreed", a.agreed, a.positions);
+    assert!(
+        a.agreed >= a.positions / 2,
+        "only {} of {} positions agreed",
+        a.agreed,
+        a.positions
+    );
 }

@@ -1,0 +1,198 @@
+//! Tiny random-weight models (scripts/make_synthetic.py) against float64 numpy logits, and
+//! batch invariance: a row's logits are the same bits whatever else shares its batch.
+
+use gguf::GgmlType;
+use kernels::ThreadPool;
+use kv::{KvConfig, KvPool, SeqKv};
+use model::{Model, Row, Scratch};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/");
+
+/// Evaluates `batches` (each a list of `(sequence, token)` rows, positions following each
+/// sequence's cache) and returns every row's logits, keyed by `(sequence, position)`.
+fn run_with(
+    model: &Model,
+    batches: &[Vec<(usize, u32)>],
+    n_seqs: usize,
+    threads: usize,
+    kv_type: GgmlType,
+) -> Vec<((usize, usize), Vec<f32>)> {
+    let hp = &model.hparams;
+    let mut kv = KvPool::new(KvConfig {
+        n_layer: hp.n_layer,
+        n_head_kv: hp.n_head_kv,
+        head_dim: hp.head_dim,
+        ty: kv_type,
+        n_positions: 256,
+    })
+    .unwrap();
+    let pool = ThreadPool::new(threads);
+    let mut scratch = Scratch::new(hp, 64);
+    let mut seqs = vec![SeqKv::default(); n_seqs];
+    let mut out = Vec::new();
+    for batch in batches {
+        let mut rows = Vec::new();
+        let mut next: Vec<usize> = seqs.iter().map(|s| s.len()).collect();
+        for &(s, _) in batch {
+            rows.push(Row {
+                pos: next[s],
+                seq: s,
+            });
+            next[s] += 1;
+        }
+        for (s, seq) in seqs.iter_mut().enumerate() {
+            kv.reserve(seq, next[s]).unwrap();
+        }
+        let tokens: Vec<u32> = batch.iter().map(|&(_, t)| t).collect();
+        let mut hidden = vec![0f32; tokens.len() * hp.n_embd];
+        model.embed(&tokens, &mut hidden).unwrap();
+        let refs: Vec<&SeqKv> = seqs.iter().collect();
+        model.forward_layers(
+            0..hp.n_layer,
+            &mut hidden,
+            &rows,
+            &refs,
+            &mut kv,
+            &mut scratch,
+            &pool,
+        );
+        let mut logits = vec![0f32; tokens.len() * hp.n_vocab];
+        model.output(&mut hidden, &mut logits, &pool);
+        for (s, seq) in seqs.iter_mut().enumerate() {
+            kv.commit(seq, next[s]);
+        }
+        for (row, l) in rows.iter().zip(logits.chunks_exact(hp.n_vocab)) {
+            out.push(((row.seq, row.pos), l.to_vec()));
+        }
+    }
+    out.sort_by_key(|(k, _)| *k);
+    out
+}
+
+fn run(
+    model: &Model,
+    batches: &[Vec<(usize, u32)>],
+    n_seqs: usize,
+    threads: usize,
+) -> Vec<((usize, usize), Vec<f32>)> {
+    run_with(model, batches, n_seqs, threads, GgmlType::F32)
+}
+
+fn reference() -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(format!("{FIXTURES}reference.json")).unwrap())
+        .unwrap()
+}
+
+#[test]
+fn logits_match_the_float64_reference() {
+    for case in reference()["cases"].as_array().unwrap() {
+        let file = case["file"].as_str().unwrap();
+        let model = Model::load(format!("{FIXTURES}{file}")).unwrap();
+        let tokens: Vec<u32> = case["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_u64().unwrap() as u32)
+            .collect();
+        let batch: Vec<(usize, u32)> = tokens.iter().map(|&t| (0, t)).collect();
+        let ours = run(&model, &[batch], 1, 2);
+        let mut worst = 0f64;
+        for ((_, logits), want) in ours.iter().zip(case["logits"].as_array().unwrap()) {
+            let want: Vec<f64> = want
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap())
+                .collect();
+            let scale = want.iter().fold(1f64, |m, v| m.max(v.abs()));
+            for (a, b) in logits.iter().zip(&want) {
+                worst = worst.max((*a as f64 - b).abs() / scale);
+            }
+        }
+        eprintln!("{file}: largest relative logit error {worst:.2e}");
+        assert!(worst < 1e-4, "{file}: relative logit error {worst}");
+    }
+}
+
+#[test]
+fn rows_are_identical_whatever_the_batch() {
+    let a: Vec<u32> = vec![1, 5, 9, 2, 33, 61, 7, 7, 40, 12];
+    let b: Vec<u32> = vec![3, 3, 8, 50, 21, 4];
+    for file in ["llama-tiny.gguf", "qwen2-tiny.gguf", "qwen3-tiny.gguf"] {
+        let model = Model::load(format!("{FIXTURES}{file}")).unwrap();
+        let alone = |toks: &[u32], seq: usize, chunk: usize| {
+            let batches: Vec<Vec<(usize, u32)>> = toks
+                .chunks(chunk)
+                .map(|c| c.iter().map(|&t| (seq, t)).collect())
+                .collect();
+            run(&model, &batches, 2, 1)
+        };
+        let mut reference = alone(&a, 0, a.len());
+        reference.extend(alone(&b, 1, b.len()));
+        reference.sort_by_key(|(k, _)| *k);
+        let one_by_one = {
+            let mut r = alone(&a, 0, 1);
+            r.extend(alone(&b, 1, 1));
+            r.sort_by_key(|(k, _)| *k);
+            r
+        };
+        let interleaved: Vec<(usize, u32)> = (0..a.len().max(b.len()))
+            .flat_map(|i| [a.get(i).map(|&t| (0, t)), b.get(i).map(|&t| (1, t))])
+            .flatten()
+            .collect();
+        let mixed_chunks: Vec<Vec<(usize, u32)>> =
+            interleaved.chunks(3).map(|c| c.to_vec()).collect();
+        for (what, got) in [
+            ("one token per forward", one_by_one),
+            (
+                "two sequences in one batch, 3 threads",
+                run(&model, &[interleaved.clone()], 2, 3),
+            ),
+            (
+                "mixed batches of 3, 2 threads",
+                run(&model, &mixed_chunks, 2, 2),
+            ),
+        ] {
+            assert_eq!(got.len(), reference.len());
+            for ((key, l), (rkey, r)) in got.iter().zip(&reference) {
+                assert_eq!(key, rkey);
+                assert!(
+                    l.iter().zip(r).all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "{file}: row {key:?} differs ({what})"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn reduced_precision_kv_caches_stay_close() {
+    let model = Model::load(format!("{FIXTURES}qwen3-tiny.gguf")).unwrap();
+    let batch: Vec<(usize, u32)> = [1u32, 5, 9, 2, 33, 61, 7, 7]
+        .iter()
+        .map(|&t| (0, t))
+        .collect();
+    let exact = run(&model, &[batch.clone()], 1, 2);
+    let scale = exact
+        .iter()
+        .flat_map(|(_, l)| l.iter())
+        .fold(0f32, |m, v| m.max(v.abs()));
+    // Relative to the largest logit: f16 keeps 11 bits, bf16 8; q8_0 rounds each element
+    // by up to 1/254 of its block maximum, compounded over two layers of attention.
+    for (ty, tol) in [
+        (GgmlType::F16, 1e-3),
+        (GgmlType::BF16, 1e-2),
+        (GgmlType::Q8_0, 2e-2),
+    ] {
+        let got = run_with(&model, &[batch.clone()], 1, 2, ty);
+        let worst = got
+            .iter()
+            .zip(&exact)
+            .flat_map(|((_, a), (_, b))| a.iter().zip(b).map(|(x, y)| (x - y).abs()))
+            .fold(0f32, f32::max)
+            / scale;
+        eprintln!("{ty} KV: largest logit difference {worst:.2e} of the largest logit");
+        assert!(worst < tol, "{ty} KV: logits differ by {worst}");
+        assert!(worst > 0.0, "{ty} KV: no rounding at all is suspicious");
+    }
+}
