@@ -1,7 +1,7 @@
 use gguf::GgmlType;
 use kernels::ThreadPool;
 use kv::{KvConfig, KvPool, SeqKv};
-use model::{HParams, Model, Row, Scratch};
+use model::{Batch, HParams, Model, Row, Scratch};
 
 use crate::{Error, Result};
 
@@ -133,8 +133,10 @@ impl<'m> Context<'m> {
             self.model.forward_layers(
                 0..hp.n_layer,
                 hidden,
-                &rows,
-                &[&*seq],
+                Batch {
+                    rows: &rows,
+                    seqs: &[&*seq],
+                },
                 &mut self.kv,
                 &mut self.scratch,
                 &self.pool,

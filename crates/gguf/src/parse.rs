@@ -117,7 +117,7 @@ impl Gguf {
 
 fn check_layout(tensors: &[TensorInfo], data_len: u64) -> Result<()> {
     for t in tensors {
-        let end = t.offset.checked_add(t.n_bytes).unwrap_or(u64::MAX);
+        let end = t.offset.saturating_add(t.n_bytes);
         if end > data_len {
             return Err(Error::TensorOutOfBounds {
                 tensor: t.name.clone(),

@@ -73,6 +73,13 @@ struct SendPtr(*mut f32);
 unsafe impl Send for SendPtr {}
 unsafe impl Sync for SendPtr {}
 
+impl SendPtr {
+    fn at(&self, offset: usize) -> *mut f32 {
+        // SAFETY: callers stay inside the buffer the pointer was taken from.
+        unsafe { self.0.add(offset) }
+    }
+}
+
 /// `y[m, n] = sum_k x[m, k] * w[n, k]`.
 ///
 /// Shapes: `x` is `[m, w.n_cols]`, `y` is `[m, w.n_rows]`; `m` is `x.len() / w.n_cols`.
@@ -85,7 +92,6 @@ pub fn matmul(pool: &ThreadPool, w: &QMatrix, x: &[f32], y: &mut [f32]) {
     let out = SendPtr(y.as_mut_ptr());
     let n_tiles = n.div_ceil(TILE_ROWS);
     pool.for_ranges(n_tiles, &|tiles| {
-        let out = out;
         SCRATCH.with(|s| {
             let mut scratch = s.borrow_mut();
             scratch.resize(TILE_ROWS * k, 0.0);
@@ -99,8 +105,7 @@ pub fn matmul(pool: &ThreadPool, w: &QMatrix, x: &[f32], y: &mut [f32]) {
                 for mi in 0..m {
                     let xm = &x[mi * k..(mi + 1) * k];
                     // SAFETY: this thread alone writes columns r0..r0+rows of every row.
-                    let ym =
-                        unsafe { std::slice::from_raw_parts_mut(out.0.add(mi * n + r0), rows) };
+                    let ym = unsafe { std::slice::from_raw_parts_mut(out.at(mi * n + r0), rows) };
                     let mut r = 0;
                     while r + 4 <= rows {
                         let v = dot4(isa, xm, [wrow(r), wrow(r + 1), wrow(r + 2), wrow(r + 3)]);

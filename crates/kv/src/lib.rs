@@ -64,7 +64,7 @@ impl KvConfig {
             GgmlType::F16 | GgmlType::BF16 | GgmlType::F32 | GgmlType::Q8_0 => {}
             ty => return Err(Error::UnsupportedType(ty)),
         }
-        if self.head_dim as u64 % self.ty.block_size() != 0 {
+        if !(self.head_dim as u64).is_multiple_of(self.ty.block_size()) {
             return Err(Error::HeadDim {
                 ty: self.ty,
                 block: self.ty.block_size(),

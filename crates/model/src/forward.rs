@@ -17,6 +17,13 @@ pub struct Row {
     pub seq: usize,
 }
 
+/// The rows of one forward pass and the sequences their `Row::seq` indexes.
+#[derive(Clone, Copy)]
+pub struct Batch<'a> {
+    pub rows: &'a [Row],
+    pub seqs: &'a [&'a SeqKv],
+}
+
 /// Activation buffers for up to `max_rows` rows, allocated once.
 pub struct Scratch {
     pub max_rows: usize,
@@ -67,13 +74,12 @@ impl Model {
         &self,
         layers: Range<usize>,
         hidden: &mut [f32],
-        rows: &[Row],
-        seqs: &[&SeqKv],
+        batch: Batch,
         kv: &mut KvPool,
         scratch: &mut Scratch,
         pool: &ThreadPool,
     ) {
-        let n = rows.len();
+        let n = batch.rows.len();
         assert!(
             n <= scratch.max_rows,
             "{n} rows exceed the scratch of {}",
@@ -82,7 +88,7 @@ impl Model {
         assert_eq!(hidden.len(), n * self.hparams.n_embd);
         for il in layers {
             let lw = &self.weights.layers[il];
-            attention::block(self, il, lw, hidden, rows, seqs, kv, scratch, pool);
+            attention::block(self, il, lw, hidden, batch, kv, scratch, pool);
             ffn::block(self, lw, hidden, n, scratch, pool);
         }
     }

@@ -79,7 +79,7 @@ impl HParams {
                 format!("{n_head_kv} does not divide head_count {n_head}"),
             ));
         }
-        if hp.n_rot > head_dim || hp.n_rot % 2 != 0 {
+        if hp.n_rot > head_dim || !hp.n_rot.is_multiple_of(2) {
             return Err(bad(
                 "rope.dimension_count",
                 format!("{} must be even and at most head_dim {head_dim}", hp.n_rot),

@@ -19,7 +19,7 @@ use kernels::ThreadPool;
 
 pub use arch::{Arch, ArchSpec};
 pub use error::{Error, Result};
-pub use forward::{Row, Scratch};
+pub use forward::{Batch, Row, Scratch};
 pub use hparams::HParams;
 pub use weights::{LayerWeights, Weight, Weights};
 

@@ -4,7 +4,7 @@
 use gguf::GgmlType;
 use kernels::ThreadPool;
 use kv::{KvConfig, KvPool, SeqKv};
-use model::{Model, Row, Scratch};
+use model::{Batch, Model, Row, Scratch};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/");
 
@@ -47,11 +47,14 @@ fn run_with(
         let mut hidden = vec![0f32; tokens.len() * hp.n_embd];
         model.embed(&tokens, &mut hidden).unwrap();
         let refs: Vec<&SeqKv> = seqs.iter().collect();
+        let forward = Batch {
+            rows: &rows,
+            seqs: &refs,
+        };
         model.forward_layers(
             0..hp.n_layer,
             &mut hidden,
-            &rows,
-            &refs,
+            forward,
             &mut kv,
             &mut scratch,
             &pool,
@@ -146,7 +149,7 @@ fn rows_are_identical_whatever_the_batch() {
             ("one token per forward", one_by_one),
             (
                 "two sequences in one batch, 3 threads",
-                run(&model, &[interleaved.clone()], 2, 3),
+                run(&model, std::slice::from_ref(&interleaved), 2, 3),
             ),
             (
                 "mixed batches of 3, 2 threads",
@@ -172,7 +175,7 @@ fn reduced_precision_kv_caches_stay_close() {
         .iter()
         .map(|&t| (0, t))
         .collect();
-    let exact = run(&model, &[batch.clone()], 1, 2);
+    let exact = run(&model, std::slice::from_ref(&batch), 1, 2);
     let scale = exact
         .iter()
         .flat_map(|(_, l)| l.iter())
@@ -184,7 +187,7 @@ fn reduced_precision_kv_caches_stay_close() {
         (GgmlType::BF16, 1e-2),
         (GgmlType::Q8_0, 2e-2),
     ] {
-        let got = run_with(&model, &[batch.clone()], 1, 2, ty);
+        let got = run_with(&model, std::slice::from_ref(&batch), 1, 2, ty);
         let worst = got
             .iter()
             .zip(&exact)

@@ -3,9 +3,9 @@ use std::cell::RefCell;
 use kernels::attention::{attend, AttentionScratch};
 use kernels::ops::{add_inplace, rms_norm, rms_norm_inplace, rope, rope_angles};
 use kernels::{matmul, ThreadPool};
-use kv::{KvPool, SeqKv};
+use kv::KvPool;
 
-use crate::forward::{Row, Scratch};
+use crate::forward::{Batch, Scratch};
 use crate::weights::LayerWeights;
 use crate::Model;
 
@@ -18,6 +18,13 @@ struct SendPtr(*mut f32);
 // SAFETY: each attention unit writes only its own heads of its own row.
 unsafe impl Send for SendPtr {}
 unsafe impl Sync for SendPtr {}
+
+impl SendPtr {
+    fn at(&self, offset: usize) -> *mut f32 {
+        // SAFETY: callers stay inside the buffer the pointer was taken from.
+        unsafe { self.0.add(offset) }
+    }
+}
 
 fn add_bias(rows: &mut [f32], bias: &Option<Vec<f32>>) {
     if let Some(b) = bias {
@@ -36,13 +43,13 @@ pub fn block(
     il: usize,
     lw: &LayerWeights,
     hidden: &mut [f32],
-    rows: &[Row],
-    seqs: &[&SeqKv],
+    batch: Batch,
     kv: &mut KvPool,
     s: &mut Scratch,
     pool: &ThreadPool,
 ) {
     let hp = &model.hparams;
+    let Batch { rows, seqs } = batch;
     let n = rows.len();
     let (e, qd, kvd, hd) = (hp.n_embd, hp.q_dim(), hp.kv_dim(), hp.head_dim);
     let x = &mut s.x[..n * e];
@@ -87,14 +94,13 @@ pub fn block(
     let attn = SendPtr(s.attn.as_mut_ptr());
     let q = &*q;
     pool.for_ranges(n * hp.n_head_kv, &|units| {
-        let attn = attn;
         ATTN.with(|a| {
             let mut a = a.borrow_mut();
             for unit in units {
                 let (r, g) = (unit / hp.n_head_kv, unit % hp.n_head_kv);
                 let (keys, values) = &views[rows[r].seq];
                 // SAFETY: unit (r, g) alone writes heads g*group..(g+1)*group of row r.
-                let out = unsafe { std::slice::from_raw_parts_mut(attn.0.add(r * qd), qd) };
+                let out = unsafe { std::slice::from_raw_parts_mut(attn.at(r * qd), qd) };
                 let q_row = &q[r * qd..(r + 1) * qd];
                 let heads = g * group..(g + 1) * group;
                 attend(
