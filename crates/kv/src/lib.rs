@@ -8,6 +8,9 @@ use gguf::GgmlType;
 use kernels::attention::KvView;
 use kernels::formats::quantize_row;
 
+mod prefix;
+pub use prefix::PrefixCache;
+
 /// Positions per block.
 pub const BLOCK_SIZE: usize = 16;
 
