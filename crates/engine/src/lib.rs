@@ -1,13 +1,20 @@
 //! The engine: evaluation context (KV pool, scratch and threads planned once), the
-//! sampler chain, and the memory plan.
+//! sampler chain, the memory plan, and the multi-user engine thread with its handle.
 
 mod context;
+mod handle;
 mod plan;
+mod request;
 pub mod sampling;
+mod scheduler;
+mod slot;
 
 pub use context::{Context, ContextConfig, Outputs, LOGIT_ROWS};
+pub use handle::{Counters, EngineConfig, EngineHandle, EventStream, SlotState, Snapshot};
 pub use plan::MemoryPlan;
+pub use request::{Event, FinishReason, GenRequest, Summary, TokenLogprob};
 pub use sampling::{Sampler, SamplerConfig};
+pub use scheduler::start;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -21,6 +28,10 @@ pub enum Error {
     ContextFull { needed: usize, n_ctx: usize },
     #[error("{0}")]
     Config(String),
+    #[error("the server is busy: {limit} requests are already waiting; retry later")]
+    QueueFull { limit: usize },
+    #[error("the engine has stopped")]
+    Stopped,
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

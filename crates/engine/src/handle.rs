@@ -1,0 +1,189 @@
+//! The multi-user engine's configuration and the handle through which everything else
+//! talks to the engine thread.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+
+use gguf::GgmlType;
+use kv::BLOCK_SIZE;
+use tokio::sync::{mpsc as tmpsc, oneshot};
+
+use crate::request::{Event, GenRequest};
+use crate::{ContextConfig, Error, Result};
+
+/// How the engine is sized; everything is allocated once from this at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// KV positions over all slots (-c).
+    pub n_ctx: usize,
+    /// Slots: sequences generated at once (-np).
+    pub n_parallel: usize,
+    /// All slots share the whole pool (--kv-unified); otherwise each slot gets an even share.
+    pub kv_unified: bool,
+    /// Tokens computed per engine step over all slots (-b).
+    pub n_batch: usize,
+    /// Rows per forward pass (-ub).
+    pub n_ubatch: usize,
+    pub n_threads: usize,
+    pub kv_type: GgmlType,
+    /// Requests waiting for a slot beyond which new ones are refused.
+    pub queue_limit: usize,
+}
+
+impl EngineConfig {
+    /// Positions one slot may use: the whole pool when unified, else an even share rounded
+    /// down to whole KV blocks.
+    pub fn slot_ctx(&self) -> usize {
+        if self.kv_unified {
+            self.n_ctx
+        } else {
+            self.n_ctx / self.n_parallel.max(1) / BLOCK_SIZE * BLOCK_SIZE
+        }
+    }
+
+    /// Positions the KV pool holds.
+    pub fn pool_positions(&self) -> usize {
+        if self.kv_unified {
+            self.n_ctx
+        } else {
+            self.slot_ctx() * self.n_parallel
+        }
+    }
+
+    /// The evaluation sizes the memory plan is computed from.
+    pub fn context_config(&self) -> ContextConfig {
+        ContextConfig {
+            n_ctx: self.pool_positions(),
+            n_ubatch: self.n_ubatch,
+            n_threads: self.n_threads,
+            kv_type: self.kv_type,
+        }
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::Config(m));
+        if self.n_parallel == 0 || self.n_batch == 0 || self.n_ubatch == 0 {
+            return bad("--parallel, --batch-size and --ubatch-size must be positive".into());
+        }
+        if self.slot_ctx() < BLOCK_SIZE {
+            return bad(format!(
+                "-c {} over {} slots leaves {} positions per slot; give each at least {BLOCK_SIZE} (raise -c or use --kv-unified)",
+                self.n_ctx,
+                self.n_parallel,
+                self.n_ctx / self.n_parallel
+            ));
+        }
+        if self.n_batch < self.n_parallel {
+            return bad(format!(
+                "--batch-size {} is below --parallel {}: every slot needs a row per step",
+                self.n_batch, self.n_parallel
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One slot as the engine last saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotState {
+    pub id: usize,
+    /// The request in the slot; `None` when idle.
+    pub task: Option<u64>,
+    pub n_prompt: usize,
+    pub n_cached: usize,
+    pub n_decoded: usize,
+    /// Positions whose KV is computed.
+    pub n_past: usize,
+}
+
+/// Counters since start (llama.cpp's `/metrics`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Counters {
+    pub prompt_tokens_total: u64,
+    pub prompt_seconds_total: f64,
+    pub tokens_predicted_total: u64,
+    pub predicted_seconds_total: f64,
+    pub cached_tokens_total: u64,
+    /// Forward passes.
+    pub n_decode_total: u64,
+    /// Busy slots summed over forward passes.
+    pub n_busy_slots_total: u64,
+    pub requests_done: u64,
+    pub requests_cancelled: u64,
+    /// Requests whose KV was taken back to make room for older ones.
+    pub preemptions_total: u64,
+}
+
+/// The engine's state between two steps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    pub slots: Vec<SlotState>,
+    pub n_queued: usize,
+    pub kv_blocks_total: usize,
+    pub kv_blocks_free: usize,
+    /// Blocks held by the prefix cache (reusable, evictable).
+    pub kv_blocks_cached: usize,
+    pub counters: Counters,
+}
+
+pub(crate) enum Command {
+    Submit {
+        task: u64,
+        req: GenRequest,
+        out: tmpsc::UnboundedSender<Event>,
+    },
+    Snapshot(oneshot::Sender<Snapshot>),
+}
+
+/// The events of one request. Dropping it cancels the request: the engine frees its slot
+/// within one step.
+pub type EventStream = tmpsc::UnboundedReceiver<Event>;
+
+/// A cheap, clonable way to reach the engine thread. The engine stops when every handle
+/// is dropped.
+#[derive(Clone)]
+pub struct EngineHandle {
+    pub(crate) tx: mpsc::Sender<Command>,
+    pub(crate) queued: Arc<AtomicUsize>,
+    pub(crate) next_task: Arc<AtomicU64>,
+    pub(crate) config: EngineConfig,
+}
+
+impl EngineHandle {
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Queues `req` and returns its task id and event stream; `Error::QueueFull` when
+    /// `queue_limit` requests already wait for a slot.
+    pub fn submit(&self, req: GenRequest) -> Result<(u64, EventStream)> {
+        let limit = self.config.queue_limit;
+        if self.queued.fetch_add(1, Ordering::AcqRel) >= limit {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            return Err(Error::QueueFull { limit });
+        }
+        let task = self.next_task.fetch_add(1, Ordering::Relaxed);
+        let (out, events) = tmpsc::unbounded_channel();
+        self.tx
+            .send(Command::Submit { task, req, out })
+            .map_err(|_| {
+                self.queued.fetch_sub(1, Ordering::AcqRel);
+                Error::Stopped
+            })?;
+        Ok((task, events))
+    }
+
+    /// The engine's slots, queue and counters, as of the end of its current step.
+    pub async fn snapshot(&self) -> Result<Snapshot> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(Command::Snapshot(tx))
+            .map_err(|_| Error::Stopped)?;
+        rx.await.map_err(|_| Error::Stopped)
+    }
+
+    /// Requests waiting for a slot.
+    pub fn n_queued(&self) -> usize {
+        self.queued.load(Ordering::Acquire)
+    }
+}

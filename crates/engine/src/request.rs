@@ -1,0 +1,90 @@
+//! What the engine is asked for and what it answers, per request.
+
+use crate::SamplerConfig;
+
+/// A generation request the edge has validated: the engine trusts every field.
+///
+/// Contract (checked by the server before submitting): `prompt` is non-empty, every id is
+/// below the vocabulary size, and `prompt.len() + max_tokens.unwrap_or(1) <= slot_ctx`.
+#[derive(Debug, Clone)]
+pub struct GenRequest {
+    pub prompt: Vec<u32>,
+    pub sampling: SamplerConfig,
+    /// Tokens to generate at most; `None`: until an end token, a stop string or the
+    /// slot's context is full.
+    pub max_tokens: Option<usize>,
+    /// Generation ends where any of these appears in the text; it is not part of the answer.
+    pub stop: Vec<String>,
+    /// End-of-generation tokens are never sampled.
+    pub ignore_eos: bool,
+    /// Report each token's log-probability and this many top alternatives.
+    pub logprobs: Option<usize>,
+    /// Reuse cached KV blocks of an earlier request with the same prefix.
+    pub cache_prompt: bool,
+}
+
+/// One generated token with its log-probability under the model (temperature 1, no
+/// truncation) and the most likely alternatives, best first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    pub id: u32,
+    pub logprob: f32,
+    pub top: Vec<(u32, f32)>,
+}
+
+/// Why generation ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An end-of-generation token.
+    Eos,
+    /// A stop string, which is not part of the text.
+    StopWord(String),
+    /// `max_tokens` generated.
+    MaxTokens,
+    /// The slot's context is full.
+    ContextFull,
+}
+
+impl FinishReason {
+    /// OpenAI's `finish_reason`.
+    pub fn openai(&self) -> &'static str {
+        match self {
+            FinishReason::Eos | FinishReason::StopWord(_) => "stop",
+            FinishReason::MaxTokens | FinishReason::ContextFull => "length",
+        }
+    }
+}
+
+/// The end of a request: counts and timings (llama.cpp's `timings` fields).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    pub finish: FinishReason,
+    /// Prompt tokens.
+    pub prompt_n: usize,
+    /// Prompt tokens whose KV came from the prefix cache.
+    pub cache_n: usize,
+    /// Tokens generated.
+    pub predicted_n: usize,
+    /// From the start of prompt processing to the first token.
+    pub prompt_ms: f64,
+    /// From the first token to the last.
+    pub predicted_ms: f64,
+    pub draft_n: usize,
+    pub draft_n_accepted: usize,
+}
+
+/// What the engine sends back on a request's channel: deltas, then exactly one `Done` or
+/// `Failed`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// Text completed since the last delta (whole UTF-8 characters; a possible start of a
+    /// stop string is held back), the tokens generated since then, and their
+    /// log-probabilities when the request asked for them.
+    Delta {
+        text: String,
+        tokens: Vec<u32>,
+        logprobs: Vec<TokenLogprob>,
+    },
+    Done(Summary),
+    Failed(String),
+}

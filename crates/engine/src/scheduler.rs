@@ -1,0 +1,414 @@
+//! The engine thread: slots, a queue, and one step loop with continuous batching.
+//!
+//! Each step builds one batch under the token budget `n_batch`: every slot computes the
+//! tokens it has not computed yet, oldest request first; a slot past its prompt has one
+//! (the token sampled last), a slot in its prompt has a chunk of it. Chunks are cut so that
+//! every slot later in the order still gets its row. The batch runs in forwards of at most
+//! `n_ubatch` rows; a slot whose last token was computed samples its next one.
+//!
+//! KV blocks are taken as they are needed. When the pool runs short, the prefix cache is
+//! evicted first; then the youngest request not yet in this step's batch is preempted: its
+//! blocks go to the prefix cache and it resumes later from what is still cached, or by
+//! recomputing (which gives the same KV, since the forward is batch-invariant).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use kernels::ThreadPool;
+use kv::{KvPool, PrefixCache, BLOCK_SIZE};
+use model::{Batch, Model, Row, Scratch};
+use text::Tokenizer;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::handle::{Command, Counters, EngineConfig, EngineHandle, SlotState, Snapshot};
+use crate::request::{Event, GenRequest, Summary};
+use crate::slot::Sequence;
+use crate::{Result, LOGIT_ROWS};
+
+struct Queued {
+    task: u64,
+    req: GenRequest,
+    out: UnboundedSender<Event>,
+}
+
+/// A sequence admitted to a slot, with its admission order (smaller is older).
+struct Active {
+    order: u64,
+    /// Preempted at least once: its prompt is looked up in the cache whatever it asked.
+    resumed: bool,
+    seq: Sequence,
+}
+
+/// Positions `from..from + n` of slot `slot` in this step.
+#[derive(Debug, Clone, Copy)]
+struct Planned {
+    slot: usize,
+    from: usize,
+    n: usize,
+}
+
+/// The state the engine thread owns: the model, the KV pool and every sequence.
+pub struct Engine {
+    model: Model,
+    tok: Arc<Tokenizer>,
+    cfg: EngineConfig,
+    kv: KvPool,
+    cache: PrefixCache,
+    scratch: Scratch,
+    pool: ThreadPool,
+    /// `[n_ubatch, n_embd]`.
+    hidden: Vec<f32>,
+    /// `[LOGIT_ROWS, n_embd]`.
+    picked: Vec<f32>,
+    /// `[LOGIT_ROWS, n_vocab]`.
+    logits: Vec<f32>,
+    slots: Vec<Option<Active>>,
+    queue: VecDeque<Queued>,
+    rx: mpsc::Receiver<Command>,
+    queued: Arc<AtomicUsize>,
+    next_order: u64,
+    counters: Counters,
+}
+
+/// Allocates everything `cfg` asks for and starts the engine thread.
+pub fn start(model: Model, tok: Arc<Tokenizer>, cfg: EngineConfig) -> Result<EngineHandle> {
+    cfg.validate()?;
+    let hp = &model.hparams;
+    let (e, nv) = (hp.n_embd, hp.n_vocab);
+    let mut kv_cfg = cfg.context_config().kv_config(hp);
+    kv_cfg.n_positions = cfg.pool_positions();
+    let kv = KvPool::new(kv_cfg)?;
+    let (tx, rx) = mpsc::channel();
+    let queued = Arc::new(AtomicUsize::new(0));
+    let engine = Engine {
+        scratch: Scratch::new(hp, cfg.n_ubatch),
+        pool: ThreadPool::new(cfg.n_threads),
+        hidden: vec![0.0; cfg.n_ubatch * e],
+        picked: vec![0.0; LOGIT_ROWS * e],
+        logits: vec![0.0; LOGIT_ROWS * nv],
+        model,
+        tok,
+        cfg,
+        kv,
+        cache: PrefixCache::new(),
+        slots: (0..cfg.n_parallel).map(|_| None).collect(),
+        queue: VecDeque::new(),
+        rx,
+        queued: queued.clone(),
+        next_order: 0,
+        counters: Counters::default(),
+    };
+    std::thread::Builder::new()
+        .name("tandem-engine".into())
+        .spawn(move || engine.run())
+        .map_err(|e| crate::Error::Config(format!("cannot start the engine thread: {e}")))?;
+    Ok(EngineHandle {
+        tx,
+        queued,
+        next_task: Arc::new(AtomicU64::new(0)),
+        config: cfg,
+    })
+}
+
+impl Engine {
+    fn run(mut self) {
+        loop {
+            if self.is_idle() {
+                match self.rx.recv() {
+                    Ok(c) => self.command(c),
+                    Err(_) => return,
+                }
+            }
+            while let Ok(c) = self.rx.try_recv() {
+                self.command(c);
+            }
+            self.drop_cancelled();
+            self.admit();
+            let plan = self.plan();
+            if plan.is_empty() {
+                if let Ok(c) = self.rx.recv_timeout(Duration::from_millis(10)) {
+                    self.command(c);
+                }
+                continue;
+            }
+            self.step(&plan);
+        }
+    }
+
+    fn is_idle(&self) -> bool {
+        self.queue.is_empty() && self.slots.iter().all(Option::is_none)
+    }
+
+    fn command(&mut self, c: Command) {
+        match c {
+            Command::Submit { task, req, out } => self.queue.push_back(Queued { task, req, out }),
+            Command::Snapshot(reply) => {
+                let _ = reply.send(self.snapshot());
+            }
+        }
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let slots = self
+            .slots
+            .iter()
+            .enumerate()
+            .map(|(id, a)| match a {
+                Some(Active { seq, .. }) => SlotState {
+                    id,
+                    task: Some(seq.task),
+                    n_prompt: seq.n_prompt,
+                    n_cached: seq.n_cached,
+                    n_decoded: seq.n_generated,
+                    n_past: seq.kv.len(),
+                },
+                None => SlotState {
+                    id,
+                    task: None,
+                    n_prompt: 0,
+                    n_cached: 0,
+                    n_decoded: 0,
+                    n_past: 0,
+                },
+            })
+            .collect();
+        Snapshot {
+            slots,
+            n_queued: self.queue.len(),
+            kv_blocks_total: self.kv.config().n_blocks(),
+            kv_blocks_free: self.kv.free_blocks(),
+            kv_blocks_cached: self.cache.n_blocks(),
+            counters: self.counters.clone(),
+        }
+    }
+
+    /// Frees the slots and queue entries of clients that went away.
+    fn drop_cancelled(&mut self) {
+        for i in 0..self.slots.len() {
+            if self.slots[i].as_ref().is_some_and(|a| a.seq.is_cancelled()) {
+                self.counters.requests_cancelled += 1;
+                self.free_slot(i);
+            }
+        }
+        let before = self.queue.len();
+        self.queue.retain(|q| !q.out.is_closed());
+        let dropped = before - self.queue.len();
+        self.counters.requests_cancelled += dropped as u64;
+        self.queued.fetch_sub(dropped, Ordering::AcqRel);
+    }
+
+    /// Moves queued requests into free slots, in arrival order.
+    fn admit(&mut self) {
+        let slot_ctx = self.cfg.slot_ctx();
+        let n_vocab = self.model.hparams.n_vocab;
+        while let Some(free) = self.slots.iter().position(Option::is_none) {
+            let Some(q) = self.queue.pop_front() else {
+                break;
+            };
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            let needed = q.req.prompt.len() + q.req.max_tokens.unwrap_or(1);
+            if q.req.prompt.is_empty() || needed > slot_ctx {
+                let _ = q.out.send(Event::Failed(format!(
+                    "the prompt ({} tokens) and max_tokens need {needed} positions but a slot holds {slot_ctx}",
+                    q.req.prompt.len()
+                )));
+                continue;
+            }
+            if let Some(&bad) = q.req.prompt.iter().find(|&&t| t as usize >= n_vocab) {
+                let _ = q.out.send(Event::Failed(format!(
+                    "token id {bad} is outside the vocabulary of {n_vocab}"
+                )));
+                continue;
+            }
+            self.slots[free] = Some(Active {
+                order: self.next_order,
+                resumed: false,
+                seq: Sequence::new(q.task, q.req, q.out, slot_ctx),
+            });
+            self.next_order += 1;
+        }
+    }
+
+    /// Returns the slot's blocks to the prefix cache and empties it.
+    fn free_slot(&mut self, slot: usize) {
+        if let Some(mut a) = self.slots[slot].take() {
+            self.cache.give(&mut self.kv, &mut a.seq.kv, &a.seq.tokens);
+        }
+    }
+
+    /// This step's batch: which positions of which slots, oldest request first, within the
+    /// token budget, with KV room reserved for all of them.
+    fn plan(&mut self) -> Vec<Planned> {
+        let mut order: Vec<(u64, usize)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, a)| a.as_ref().map(|a| (a.order, i)))
+            .collect();
+        order.sort_unstable();
+        let mut plan: Vec<Planned> = Vec::new();
+        let mut budget = self.cfg.n_batch;
+        for (k, &(_, slot)) in order.iter().enumerate() {
+            let decoders_after = order[k + 1..]
+                .iter()
+                .filter(|&&(_, s)| self.active(s).seq.pending() == 1)
+                .count();
+            self.lookup_prefix(slot);
+            let a = self.active(slot);
+            let n = a.seq.pending().min(budget.saturating_sub(decoders_after));
+            if n == 0 {
+                continue;
+            }
+            let from = a.seq.kv.len();
+            if self.make_room(slot, from + n, &plan) {
+                budget -= n;
+                plan.push(Planned { slot, from, n });
+            }
+        }
+        plan
+    }
+
+    fn active(&self, slot: usize) -> &Active {
+        self.slots[slot].as_ref().expect("slot is active")
+    }
+
+    /// A sequence with no KV takes the cached blocks of its longest cached prefix.
+    fn lookup_prefix(&mut self, slot: usize) {
+        let a = self.slots[slot].as_mut().expect("slot is active");
+        if !a.seq.kv.is_empty() || !(a.seq.cache_prompt || a.resumed) {
+            return;
+        }
+        let n = self
+            .cache
+            .take(&mut a.seq.kv, &a.seq.tokens, a.seq.tokens.len() - 1);
+        if !a.resumed {
+            a.seq.n_cached = n;
+            self.counters.cached_tokens_total += n as u64;
+        }
+    }
+
+    /// Reserves KV for `positions` positions of `slot`, evicting the prefix cache and then
+    /// preempting younger requests outside `plan`. False when there is no room.
+    fn make_room(&mut self, slot: usize, positions: usize, plan: &[Planned]) -> bool {
+        loop {
+            let a = self.slots[slot].as_mut().expect("slot is active");
+            if self.kv.reserve(&mut a.seq.kv, positions).is_ok() {
+                return true;
+            }
+            let needed = positions.div_ceil(BLOCK_SIZE) - a.seq.kv.capacity() / BLOCK_SIZE;
+            let order = a.order;
+            if self.cache.evict(&mut self.kv, needed) {
+                continue;
+            }
+            let victim = self
+                .slots
+                .iter()
+                .enumerate()
+                .filter_map(|(i, v)| v.as_ref().map(|v| (v.order, i, v.seq.kv.capacity())))
+                .filter(|&(o, i, cap)| {
+                    o > order && cap > 0 && !plan.iter().any(|p| p.slot == i)
+                })
+                .max();
+            let Some((_, victim, _)) = victim else {
+                return false;
+            };
+            let v = self.slots[victim].as_mut().expect("victim is active");
+            v.resumed = true;
+            self.counters.preemptions_total += 1;
+            self.cache.give(&mut self.kv, &mut v.seq.kv, &v.seq.tokens);
+        }
+    }
+
+    /// Runs the planned rows through the model in forwards of `n_ubatch` rows and samples
+    /// the next token of every slot whose last token was computed.
+    fn step(&mut self, plan: &[Planned]) {
+        // (slot, position) per row, in plan order: a slot's rows are contiguous and ascending.
+        let rows: Vec<(usize, usize)> = plan
+            .iter()
+            .flat_map(|p| (p.from..p.from + p.n).map(move |pos| (p.slot, pos)))
+            .collect();
+        let hp = &self.model.hparams;
+        let (e, nv) = (hp.n_embd, hp.n_vocab);
+        let mut finished: Vec<(usize, Summary)> = Vec::new();
+        for chunk in rows.chunks(self.cfg.n_ubatch) {
+            let mut seq_slots: Vec<usize> = Vec::new();
+            let mut batch_rows = Vec::with_capacity(chunk.len());
+            let mut tokens = Vec::with_capacity(chunk.len());
+            for &(slot, pos) in chunk {
+                if seq_slots.last() != Some(&slot) {
+                    seq_slots.push(slot);
+                }
+                batch_rows.push(Row {
+                    pos,
+                    seq: seq_slots.len() - 1,
+                });
+                tokens.push(self.active(slot).seq.tokens[pos]);
+            }
+            let n = chunk.len();
+            let hidden = &mut self.hidden[..n * e];
+            self.model
+                .embed(&tokens, hidden)
+                .expect("prompt tokens are checked at admission, sampled ones are in range");
+            let seqs: Vec<&kv::SeqKv> = seq_slots
+                .iter()
+                .map(|&s| &self.slots[s].as_ref().expect("planned").seq.kv)
+                .collect();
+            self.model.forward_layers(
+                0..hp.n_layer,
+                hidden,
+                Batch {
+                    rows: &batch_rows,
+                    seqs: &seqs,
+                },
+                &mut self.kv,
+                &mut self.scratch,
+                &self.pool,
+            );
+            self.counters.n_decode_total += 1;
+            self.counters.n_busy_slots_total += self.slots.iter().flatten().count() as u64;
+            // The last row of each slot in this chunk sets its computed length.
+            let mut wanted: Vec<(usize, usize)> = Vec::new();
+            for (r, &(slot, pos)) in chunk.iter().enumerate() {
+                let seq = &mut self.slots[slot].as_mut().expect("planned").seq;
+                if pos < seq.n_prompt {
+                    self.counters.prompt_tokens_total += 1;
+                }
+                if chunk.get(r + 1).is_some_and(|next| next.0 == slot) {
+                    continue;
+                }
+                self.kv.commit(&mut seq.kv, pos + 1);
+                if pos + 1 == seq.tokens.len() {
+                    wanted.push((r, slot));
+                }
+            }
+            for group in wanted.chunks(LOGIT_ROWS) {
+                for (j, &(r, _)) in group.iter().enumerate() {
+                    self.picked[j * e..(j + 1) * e].copy_from_slice(&hidden[r * e..(r + 1) * e]);
+                }
+                let g = group.len();
+                self.model.output(
+                    &mut self.picked[..g * e],
+                    &mut self.logits[..g * nv],
+                    &self.pool,
+                );
+                for (j, &(_, slot)) in group.iter().enumerate() {
+                    let seq = &mut self.slots[slot].as_mut().expect("planned").seq;
+                    let logits = &mut self.logits[j * nv..(j + 1) * nv];
+                    if let Some(summary) = seq.accept(logits, &self.tok) {
+                        finished.push((slot, summary));
+                    }
+                }
+            }
+        }
+        for (slot, s) in finished {
+            let c = &mut self.counters;
+            c.requests_done += 1;
+            c.tokens_predicted_total += s.predicted_n as u64;
+            c.prompt_seconds_total += s.prompt_ms / 1e3;
+            c.predicted_seconds_total += s.predicted_ms / 1e3;
+            self.free_slot(slot);
+        }
+    }
+}

@@ -1,0 +1,210 @@
+//! One request being served: its tokens, KV blocks, sampler, and the text going back.
+
+use std::time::Instant;
+
+use kv::SeqKv;
+use text::{Detokenizer, Tokenizer};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::request::{Event, FinishReason, GenRequest, Summary, TokenLogprob};
+use crate::Sampler;
+
+/// A sequence in a slot. Its tokens are the prompt then the generated tokens; positions
+/// `0..kv.len()` are computed, the rest (`pending`) still to run through the model. After
+/// the prompt, `pending` is 1: the token sampled last.
+pub(crate) struct Sequence {
+    pub task: u64,
+    pub tokens: Vec<u32>,
+    pub n_prompt: usize,
+    pub kv: SeqKv,
+    /// Prompt positions reused from the prefix cache.
+    pub n_cached: usize,
+    /// Whether to look the prompt up in the prefix cache when the KV is empty.
+    pub cache_prompt: bool,
+    pub n_generated: usize,
+    max_tokens: Option<usize>,
+    slot_ctx: usize,
+    stop: Vec<String>,
+    ignore_eos: bool,
+    logprobs: Option<usize>,
+    sampler: Sampler,
+    detok: Detokenizer,
+    /// Text not yet sent: it may be the start of a stop string.
+    held: String,
+    out_tokens: Vec<u32>,
+    out_logprobs: Vec<TokenLogprob>,
+    out: UnboundedSender<Event>,
+    t_start: Instant,
+    t_first: Option<Instant>,
+}
+
+impl Sequence {
+    pub fn new(task: u64, req: GenRequest, out: UnboundedSender<Event>, slot_ctx: usize) -> Self {
+        Sequence {
+            task,
+            n_prompt: req.prompt.len(),
+            tokens: req.prompt,
+            kv: SeqKv::default(),
+            n_cached: 0,
+            cache_prompt: req.cache_prompt,
+            n_generated: 0,
+            max_tokens: req.max_tokens,
+            slot_ctx,
+            stop: req.stop,
+            ignore_eos: req.ignore_eos,
+            logprobs: req.logprobs,
+            sampler: Sampler::new(req.sampling),
+            detok: Detokenizer::new(),
+            held: String::new(),
+            out_tokens: Vec::new(),
+            out_logprobs: Vec::new(),
+            out,
+            t_start: Instant::now(),
+            t_first: None,
+        }
+    }
+
+    /// Tokens not yet computed.
+    pub fn pending(&self) -> usize {
+        self.tokens.len() - self.kv.len()
+    }
+
+    /// The client went away.
+    pub fn is_cancelled(&self) -> bool {
+        self.out.is_closed()
+    }
+
+    /// Samples the next token from `logits` (`[n_vocab]`, modified in place), streams its
+    /// text, and returns the summary when generation has ended.
+    pub fn accept(&mut self, logits: &mut [f32], tok: &Tokenizer) -> Option<Summary> {
+        if self.ignore_eos {
+            for &id in tok.eog_ids() {
+                if let Some(l) = logits.get_mut(id as usize) {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+        }
+        let id = self.sampler.sample(logits);
+        if let Some(n_top) = self.logprobs {
+            self.out_logprobs.push(token_logprob(logits, id, n_top));
+        }
+        self.t_first.get_or_insert_with(Instant::now);
+        self.n_generated += 1;
+        self.out_tokens.push(id);
+        if !self.ignore_eos && tok.is_eog(id) {
+            return Some(self.finish(FinishReason::Eos));
+        }
+        self.tokens.push(id);
+        let piece = self.detok.push(tok, id);
+        self.held.push_str(&piece);
+        if let Some((at, word)) = self.find_stop() {
+            self.held.truncate(at);
+            return Some(self.finish(FinishReason::StopWord(word)));
+        }
+        if self.max_tokens.is_some_and(|m| self.n_generated >= m) {
+            return Some(self.finish(FinishReason::MaxTokens));
+        }
+        if self.tokens.len() >= self.slot_ctx {
+            return Some(self.finish(FinishReason::ContextFull));
+        }
+        let keep = self.stop_prefix_len();
+        let text = self.held.split_off(self.held.len() - keep);
+        let text = std::mem::replace(&mut self.held, text);
+        self.send_delta(text);
+        None
+    }
+
+    /// Ends the request: sends what is held back and the summary.
+    fn finish(&mut self, finish: FinishReason) -> Summary {
+        let mut text = std::mem::take(&mut self.held);
+        if !matches!(finish, FinishReason::StopWord(_)) {
+            text.push_str(&self.detok.finish());
+        }
+        self.send_delta(text);
+        let now = Instant::now();
+        let t_first = self.t_first.unwrap_or(now);
+        let summary = Summary {
+            finish,
+            prompt_n: self.n_prompt,
+            cache_n: self.n_cached,
+            predicted_n: self.n_generated,
+            prompt_ms: (t_first - self.t_start).as_secs_f64() * 1e3,
+            predicted_ms: (now - t_first).as_secs_f64() * 1e3,
+            draft_n: 0,
+            draft_n_accepted: 0,
+        };
+        let _ = self.out.send(Event::Done(summary.clone()));
+        summary
+    }
+
+    fn send_delta(&mut self, text: String) {
+        if text.is_empty() && self.out_tokens.is_empty() {
+            return;
+        }
+        let _ = self.out.send(Event::Delta {
+            text,
+            tokens: std::mem::take(&mut self.out_tokens),
+            logprobs: std::mem::take(&mut self.out_logprobs),
+        });
+    }
+
+    /// The first stop string in the held text: (byte offset, the string).
+    fn find_stop(&self) -> Option<(usize, String)> {
+        self.stop
+            .iter()
+            .filter_map(|s| self.held.find(s.as_str()).map(|at| (at, s.clone())))
+            .min_by_key(|(at, _)| *at)
+    }
+
+    /// Bytes at the end of the held text that could begin a stop string.
+    fn stop_prefix_len(&self) -> usize {
+        let h = &self.held;
+        self.stop
+            .iter()
+            .flat_map(|s| {
+                (1..s.len().min(h.len() + 1))
+                    .rev()
+                    .filter(|&n| h.is_char_boundary(h.len() - n) && s.is_char_boundary(n))
+                    .find(|&n| h.ends_with(&s[..n]))
+            })
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// The log-probability of `id` under `softmax(logits)` and the `n_top` most likely tokens.
+/// Masked logits (−∞) get −∞.
+fn token_logprob(logits: &[f32], id: u32, n_top: usize) -> TokenLogprob {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&l| ((l - max) as f64).exp()).sum();
+    let lse = max as f64 + sum.ln();
+    let lp = |l: f32| (l as f64 - lse) as f32;
+    let mut top: Vec<(u32, f32)> = Vec::with_capacity(n_top + 1);
+    for (i, &l) in logits.iter().enumerate() {
+        if top.len() < n_top || top.last().is_some_and(|&(_, w)| l > w) {
+            let at = top.partition_point(|&(_, w)| w >= l);
+            top.insert(at, (i as u32, l));
+            top.truncate(n_top);
+        }
+    }
+    TokenLogprob {
+        id,
+        logprob: lp(logits[id as usize]),
+        top: top.into_iter().map(|(t, l)| (t, lp(l))).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logprobs_are_normalized_and_sorted() {
+        let logits = [1.0f32, 3.0, 2.0, 3.0];
+        let t = token_logprob(&logits, 2, 3);
+        assert_eq!(t.top.iter().map(|x| x.0).collect::<Vec<_>>(), vec![1, 3, 2]);
+        let total: f32 = logits.iter().map(|&l| token_logprob(&logits, 0, 0).logprob - logits[0] + l).map(f32::exp).sum();
+        assert!((total - 1.0).abs() < 1e-5);
+        assert!((t.logprob - t.top[2].1).abs() < 1e-7);
+    }
+}

@@ -1,0 +1,211 @@
+//! The multi-user engine on SmolLM2-135M: continuous batching, preemption and the prefix
+//! cache give the same greedy tokens as one sequence evaluated alone.
+
+#[allow(dead_code)]
+mod common;
+
+use std::sync::Arc;
+
+use common::{model_path, MODELS};
+use engine::{
+    Context, ContextConfig, EngineConfig, EngineHandle, Event, FinishReason, GenRequest, Outputs,
+    Sampler, SamplerConfig, Summary,
+};
+use gguf::GgmlType;
+use model::Model;
+use text::Tokenizer;
+
+const PROMPTS: [&str; 8] = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, in a small village,",
+    "The three laws of thermodynamics are",
+    "SELECT name FROM users WHERE",
+    "A haiku about the sea:",
+    "To make bread, you need",
+    "In 1969, the first humans",
+];
+
+fn load() -> (Model, Arc<Tokenizer>) {
+    let (_, file, name) = MODELS[0];
+    let model = Model::load(model_path(file, name)).unwrap();
+    let tok = Tokenizer::from_gguf(&model.file.header.metadata).unwrap();
+    (model, Arc::new(tok))
+}
+
+fn config(n_ctx: usize, n_parallel: usize) -> EngineConfig {
+    EngineConfig {
+        n_ctx,
+        n_parallel,
+        kv_unified: true,
+        n_batch: 64,
+        n_ubatch: 32,
+        n_threads: 2,
+        kv_type: GgmlType::F16,
+        queue_limit: 64,
+    }
+}
+
+fn greedy(prompt: Vec<u32>, max_tokens: usize) -> GenRequest {
+    GenRequest {
+        prompt,
+        sampling: SamplerConfig::greedy(),
+        max_tokens: Some(max_tokens),
+        stop: vec![],
+        ignore_eos: true,
+        logprobs: None,
+        cache_prompt: true,
+    }
+}
+
+/// Collects a request's tokens, text and summary.
+fn collect(mut events: engine::EventStream) -> (Vec<u32>, String, Summary) {
+    let (mut tokens, mut text) = (Vec::new(), String::new());
+    loop {
+        match events.blocking_recv().expect("engine answers") {
+            Event::Delta {
+                text: t, tokens: ids, ..
+            } => {
+                tokens.extend(ids);
+                text.push_str(&t);
+            }
+            Event::Done(s) => return (tokens, text, s),
+            Event::Failed(m) => panic!("request failed: {m}"),
+        }
+    }
+}
+
+/// Greedy tokens of one sequence through the single-sequence context.
+fn reference(model: &Model, prompt: &[u32], n: usize) -> Vec<u32> {
+    let mut ctx = Context::new(
+        model,
+        ContextConfig {
+            n_ctx: 512,
+            n_ubatch: 32,
+            n_threads: 2,
+            kv_type: GgmlType::F16,
+        },
+    )
+    .unwrap();
+    let mut seq = kv::SeqKv::default();
+    let mut sampler = Sampler::new(SamplerConfig::greedy());
+    let mut next = 0;
+    let mut out = Vec::new();
+    ctx.eval(&mut seq, prompt, Outputs::Last, &mut |_, l| {
+        next = sampler.sample(l)
+    })
+    .unwrap();
+    for _ in 0..n {
+        out.push(next);
+        ctx.eval(&mut seq, &[next], Outputs::Last, &mut |_, l| {
+            next = sampler.sample(l)
+        })
+        .unwrap();
+    }
+    out
+}
+
+fn run_all(handle: &EngineHandle, prompts: &[Vec<u32>], n: usize) -> Vec<(Vec<u32>, Summary)> {
+    let streams: Vec<_> = prompts
+        .iter()
+        .map(|p| handle.submit(greedy(p.clone(), n)).unwrap().1)
+        .collect();
+    streams
+        .into_iter()
+        .map(|s| {
+            let (t, _, sum) = collect(s);
+            (t, sum)
+        })
+        .collect()
+}
+
+fn snapshot(handle: &EngineHandle) -> engine::Snapshot {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(handle.snapshot())
+        .unwrap()
+}
+
+#[test]
+fn batched_greedy_equals_alone_and_single_context() {
+    let (model, tok) = load();
+    let prompts: Vec<Vec<u32>> = PROMPTS
+        .iter()
+        .map(|p| tok.encode(p, true, false).unwrap())
+        .collect();
+    let want: Vec<Vec<u32>> = prompts.iter().map(|p| reference(&model, p, 24)).collect();
+    let handle = engine::start(model, tok, config(2048, 8)).unwrap();
+    for (p, w) in prompts.iter().zip(&want).take(2) {
+        assert_eq!(&run_all(&handle, std::slice::from_ref(p), 24)[0].0, w);
+    }
+    let together = run_all(&handle, &prompts, 24);
+    for ((got, summary), w) in together.iter().zip(&want) {
+        assert_eq!(got, w);
+        assert_eq!(summary.finish, FinishReason::MaxTokens);
+        assert_eq!(summary.predicted_n, 24);
+    }
+}
+
+#[test]
+fn preemption_under_a_small_pool_keeps_the_tokens() {
+    let (model, tok) = load();
+    let prompts: Vec<Vec<u32>> = PROMPTS[..4]
+        .iter()
+        .map(|p| tok.encode(p, true, false).unwrap())
+        .collect();
+    let want: Vec<Vec<u32>> = prompts.iter().map(|p| reference(&model, p, 40)).collect();
+    // 96 positions for 4 sequences of ~50: they cannot all be resident at once.
+    let handle = engine::start(model, tok, config(96, 4)).unwrap();
+    let got = run_all(&handle, &prompts, 40);
+    for ((g, _), w) in got.iter().zip(&want) {
+        assert_eq!(g, w);
+    }
+    assert!(snapshot(&handle).counters.preemptions_total > 0);
+}
+
+#[test]
+fn prefix_cache_reuses_a_resumed_conversation() {
+    let (model, tok) = load();
+    let text = PROMPTS.join(" ").repeat(3);
+    let prompt = tok.encode(&text, true, false).unwrap();
+    let handle = engine::start(model, tok.clone(), config(1024, 2)).unwrap();
+    let (first, cold) = run_all(&handle, std::slice::from_ref(&prompt), 8).remove(0);
+    assert_eq!(cold.cache_n, 0);
+    let mut turn2 = prompt.clone();
+    turn2.extend(&first);
+    turn2.extend(tok.encode(" And then", false, false).unwrap());
+    let (_, warm) = run_all(&handle, std::slice::from_ref(&turn2), 8).remove(0);
+    let full_blocks = (prompt.len() + first.len() - 1) / 16 * 16;
+    assert_eq!(warm.cache_n, full_blocks);
+    let (again, _) = run_all(&handle, std::slice::from_ref(&prompt), 8).remove(0);
+    assert_eq!(again, first, "reused KV gives the same tokens");
+}
+
+#[test]
+fn stop_strings_end_the_text_and_dropped_requests_free_their_slot() {
+    let (model, tok) = load();
+    let prompt = tok.encode(PROMPTS[2], true, false).unwrap();
+    let handle = engine::start(model, tok, config(1024, 2)).unwrap();
+    let (_, full, _) = collect(handle.submit(greedy(prompt.clone(), 30)).unwrap().1);
+    let cut = full.char_indices().nth(full.chars().count() / 2).unwrap().0;
+    let word: String = full[cut..].chars().take(3).collect();
+    let mut req = greedy(prompt.clone(), 30);
+    req.stop = vec![word.clone()];
+    let (_, text, s) = collect(handle.submit(req).unwrap().1);
+    assert_eq!(s.finish, FinishReason::StopWord(word.clone()));
+    assert_eq!(text, full[..full.find(&word).unwrap()]);
+
+    let (_, events) = handle.submit(greedy(prompt, 200)).unwrap();
+    drop(events);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        let snap = snapshot(&handle);
+        if snap.slots.iter().all(|s| s.task.is_none()) && snap.n_queued == 0 {
+            assert_eq!(snap.counters.requests_cancelled, 1);
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "slot still busy");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
