@@ -307,9 +307,7 @@ impl Engine {
                 .iter()
                 .enumerate()
                 .filter_map(|(i, v)| v.as_ref().map(|v| (v.order, i, v.seq.kv.capacity())))
-                .filter(|&(o, i, cap)| {
-                    o > order && cap > 0 && !plan.iter().any(|p| p.slot == i)
-                })
+                .filter(|&(o, i, cap)| o > order && cap > 0 && !plan.iter().any(|p| p.slot == i))
                 .max();
             let Some((_, victim, _)) = victim else {
                 return false;

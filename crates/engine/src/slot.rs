@@ -203,7 +203,11 @@ mod tests {
         let logits = [1.0f32, 3.0, 2.0, 3.0];
         let t = token_logprob(&logits, 2, 3);
         assert_eq!(t.top.iter().map(|x| x.0).collect::<Vec<_>>(), vec![1, 3, 2]);
-        let total: f32 = logits.iter().map(|&l| token_logprob(&logits, 0, 0).logprob - logits[0] + l).map(f32::exp).sum();
+        let total: f32 = logits
+            .iter()
+            .map(|&l| token_logprob(&logits, 0, 0).logprob - logits[0] + l)
+            .map(f32::exp)
+            .sum();
         assert!((total - 1.0).abs() < 1e-5);
         assert!((t.logprob - t.top[2].1).abs() < 1e-7);
     }

@@ -64,7 +64,9 @@ fn collect(mut events: engine::EventStream) -> (Vec<u32>, String, Summary) {
     loop {
         match events.blocking_recv().expect("engine answers") {
             Event::Delta {
-                text: t, tokens: ids, ..
+                text: t,
+                tokens: ids,
+                ..
             } => {
                 tokens.extend(ids);
                 text.push_str(&t);

@@ -209,7 +209,11 @@ mod tests {
         assert_eq!(pool.free_blocks(), 0);
         assert!(cache.evict(&mut pool, 1));
         let mut t = SeqKv::default();
-        assert_eq!(cache.take(&mut t, &a, 32), 16, "a's deeper block went first");
+        assert_eq!(
+            cache.take(&mut t, &a, 32),
+            16,
+            "a's deeper block went first"
+        );
         pool.release(&mut t);
         assert!(cache.evict(&mut pool, 4));
         assert!(!cache.evict(&mut pool, 5));

@@ -29,6 +29,8 @@ pub enum Command {
     Info(InfoArgs),
     /// Perplexity over a text file, with llama-perplexity's protocol.
     Perplexity(PerplexityArgs),
+    /// An OpenAI-compatible, llama-server-compatible HTTP server for many users at once.
+    Serve(Box<crate::serve::ServeArgs>),
 }
 
 /// llama.cpp's multi-letter short flags, which clap cannot express, and their long forms.
@@ -36,6 +38,13 @@ const SHORT_ALIASES: &[(&str, &str)] = &[
     ("-ub", "--ubatch-size"),
     ("-np", "--parallel"),
     ("-ctk", "--cache-type-k"),
+    ("-ctv", "--cache-type-v"),
+    ("-md", "--model-draft"),
+    ("-tb", "--threads-batch"),
+    ("-ngl", "--n-gpu-layers"),
+    ("-fa", "--flash-attn"),
+    ("-kvu", "--kv-unified"),
+    ("-cb", "--cont-batching"),
 ];
 
 /// Rewrites llama.cpp's multi-letter short flags (`-ub 1`) into their long forms.
@@ -105,7 +114,7 @@ pub struct ModelArgs {
     pub cache: CacheArgs,
 }
 
-fn parse_kv_type(s: &str) -> Result<GgmlType, String> {
+pub fn parse_kv_type(s: &str) -> Result<GgmlType, String> {
     match s.to_ascii_lowercase().as_str() {
         "f16" => Ok(GgmlType::F16),
         "bf16" => Ok(GgmlType::BF16),

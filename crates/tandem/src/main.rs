@@ -5,6 +5,7 @@ mod info;
 mod perplexity;
 mod pull;
 mod run;
+mod serve;
 
 use std::path::{Path, PathBuf};
 
@@ -30,6 +31,8 @@ pub enum CliError {
     Text(#[from] text::Error),
     #[error(transparent)]
     Gguf(#[from] gguf::Error),
+    #[error(transparent)]
+    Server(#[from] server::Error),
 }
 
 impl CliError {
@@ -48,6 +51,7 @@ fn main() {
         cli::Command::Run(a) => run::execute(a),
         cli::Command::Info(a) => info::execute(a),
         cli::Command::Perplexity(a) => perplexity::execute(a),
+        cli::Command::Serve(a) => serve::execute(*a),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

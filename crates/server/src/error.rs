@@ -1,0 +1,143 @@
+//! Errors: the crate's own (start-up) and the OpenAI-style error bodies of the HTTP API.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// Why the server could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Model(#[from] model::Error),
+    #[error(transparent)]
+    Text(#[from] text::Error),
+    #[error(transparent)]
+    Engine(#[from] engine::Error),
+    #[error(
+        "the memory plan ({plan}) exceeds the {limit_mib:.1} MiB {source_of_limit}; shrink -c (context), -np (parallel), -ub (ubatch) or use -ctk q8_0"
+    )]
+    OverMemory {
+        plan: engine::MemoryPlan,
+        limit_mib: f64,
+        source_of_limit: &'static str,
+    },
+    #[error("server: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// An error answered to a client: `{"error":{"message","type","param","code"}}`.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    pub kind: &'static str,
+    /// The request field at fault.
+    pub param: Option<String>,
+    pub retry_after: Option<u32>,
+}
+
+impl ApiError {
+    /// 400: an invalid field.
+    pub fn invalid(param: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param: Some(param.into()).filter(|p: &String| !p.is_empty()),
+            retry_after: None,
+        }
+    }
+
+    /// 400 not about one field (bad JSON, a template failure).
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        ApiError {
+            param: None,
+            ..Self::invalid("", message)
+        }
+    }
+
+    pub fn unauthorized() -> Self {
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            message: "Invalid API Key".into(),
+            kind: "authentication_error",
+            param: None,
+            retry_after: None,
+        }
+    }
+
+    pub fn too_large(limit: usize) -> Self {
+        ApiError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            message: format!("the request body exceeds the limit of {limit} bytes"),
+            kind: "invalid_request_error",
+            param: None,
+            retry_after: None,
+        }
+    }
+
+    pub fn unavailable(message: impl Into<String>, retry_after: u32) -> Self {
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: message.into(),
+            kind: "unavailable_error",
+            param: None,
+            retry_after: Some(retry_after),
+        }
+    }
+
+    pub fn not_supported(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::NOT_IMPLEMENTED,
+            message: message.into(),
+            kind: "not_supported_error",
+            param: None,
+            retry_after: None,
+        }
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: message.into(),
+            kind: "server_error",
+            param: None,
+            retry_after: None,
+        }
+    }
+
+    /// The JSON body (also sent as an SSE event when a stream fails).
+    pub fn body(&self) -> serde_json::Value {
+        json!({"error": {
+            "message": self.message,
+            "type": self.kind,
+            "param": self.param,
+            "code": self.status.as_u16(),
+        }})
+    }
+}
+
+impl From<engine::Error> for ApiError {
+    fn from(e: engine::Error) -> Self {
+        match e {
+            engine::Error::QueueFull { .. } => ApiError::unavailable(e.to_string(), 1),
+            e => ApiError::internal(e.to_string()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut r = (self.status, axum::Json(self.body())).into_response();
+        if let Some(s) = self.retry_after {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        r
+    }
+}

@@ -1,0 +1,340 @@
+//! Response bodies: OpenAI's chat and completion objects and chunks, llama.cpp's
+//! `/completion` objects, usage, timings and log-probabilities.
+
+use std::sync::Arc;
+
+use engine::{FinishReason, Summary, TokenLogprob};
+use serde_json::{json, Value};
+use text::Tokenizer;
+
+use crate::validate::Route;
+
+/// llama.cpp's `timings`. `prompt_n` counts the prompt tokens computed, not those reused.
+pub fn timings(s: &Summary) -> Value {
+    let computed = s.prompt_n - s.cache_n;
+    let per_s = |n: usize, ms: f64| if ms > 0.0 { n as f64 * 1e3 / ms } else { 0.0 };
+    let per_tok = |n: usize, ms: f64| if n > 0 { ms / n as f64 } else { 0.0 };
+    json!({
+        "cache_n": s.cache_n,
+        "prompt_n": computed,
+        "prompt_ms": s.prompt_ms,
+        "prompt_per_token_ms": per_tok(computed, s.prompt_ms),
+        "prompt_per_second": per_s(computed, s.prompt_ms),
+        "predicted_n": s.predicted_n,
+        "predicted_ms": s.predicted_ms,
+        "predicted_per_token_ms": per_tok(s.predicted_n, s.predicted_ms),
+        "predicted_per_second": per_s(s.predicted_n, s.predicted_ms),
+        "draft_n": s.draft_n,
+        "draft_n_accepted": s.draft_n_accepted,
+    })
+}
+
+pub fn usage(s: &Summary) -> Value {
+    json!({
+        "prompt_tokens": s.prompt_n,
+        "completion_tokens": s.predicted_n,
+        "total_tokens": s.prompt_n + s.predicted_n,
+        "prompt_tokens_details": {"cached_tokens": s.cache_n},
+    })
+}
+
+/// Builds the bodies of one request's answer, streamed or whole.
+pub struct Reply {
+    pub route: Route,
+    pub task: u64,
+    pub created: u64,
+    pub model: String,
+    pub include_usage: bool,
+    pub tok: Arc<Tokenizer>,
+    /// `/completion` echoes the prompt text.
+    pub prompt_text: String,
+    /// Bytes of text sent so far (completions' `text_offset`).
+    offset: usize,
+}
+
+impl Reply {
+    pub fn new(
+        route: Route,
+        task: u64,
+        model: String,
+        include_usage: bool,
+        tok: Arc<Tokenizer>,
+        prompt_text: String,
+    ) -> Self {
+        let created = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        Reply {
+            route,
+            task,
+            created,
+            model,
+            include_usage,
+            tok,
+            prompt_text,
+            offset: 0,
+        }
+    }
+
+    fn id(&self) -> String {
+        match self.route {
+            Route::Chat => format!("chatcmpl-{}", self.task),
+            _ => format!("cmpl-{}", self.task),
+        }
+    }
+
+    fn piece(&self, id: u32) -> (String, Vec<u8>) {
+        let b = self.tok.token_to_piece(id).to_vec();
+        (String::from_utf8_lossy(&b).into_owned(), b)
+    }
+
+    /// Log-probabilities in the route's shape; `Value::Null` when none were asked.
+    fn logprobs(&mut self, lps: &[TokenLogprob], asked: bool) -> Value {
+        if !asked {
+            return Value::Null;
+        }
+        match self.route {
+            Route::Chat => {
+                let content: Vec<Value> = lps
+                    .iter()
+                    .map(|t| {
+                        let (token, bytes) = self.piece(t.id);
+                        let top: Vec<Value> = t
+                            .top
+                            .iter()
+                            .map(|&(id, lp)| {
+                                let (token, bytes) = self.piece(id);
+                                json!({"token": token, "logprob": lp, "bytes": bytes})
+                            })
+                            .collect();
+                        json!({"token": token, "logprob": t.logprob, "bytes": bytes, "top_logprobs": top})
+                    })
+                    .collect();
+                json!({"content": content})
+            }
+            Route::Completions => {
+                let (mut tokens, mut lp, mut top, mut offsets) = (vec![], vec![], vec![], vec![]);
+                for t in lps {
+                    let (token, _) = self.piece(t.id);
+                    offsets.push(self.offset);
+                    self.offset += token.len();
+                    tokens.push(token);
+                    lp.push(t.logprob);
+                    let alts: serde_json::Map<String, Value> = t
+                        .top
+                        .iter()
+                        .map(|&(id, l)| (self.piece(id).0, json!(l)))
+                        .collect();
+                    top.push(Value::Object(alts));
+                }
+                json!({"tokens": tokens, "token_logprobs": lp, "top_logprobs": top, "text_offset": offsets})
+            }
+            Route::Native => Value::Array(
+                lps.iter()
+                    .map(|t| {
+                        let (token, bytes) = self.piece(t.id);
+                        let top: Vec<Value> = t
+                            .top
+                            .iter()
+                            .map(|&(id, lp)| {
+                                let (token, bytes) = self.piece(id);
+                                json!({"id": id, "token": token, "bytes": bytes, "logprob": lp})
+                            })
+                            .collect();
+                        json!({"id": t.id, "token": token, "bytes": bytes, "logprob": t.logprob, "top_logprobs": top})
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
+    fn chunk(&self, choice: Value) -> Value {
+        let object = match self.route {
+            Route::Chat => "chat.completion.chunk",
+            _ => "text_completion",
+        };
+        let mut c = json!({
+            "id": self.id(),
+            "object": object,
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": fingerprint(),
+            "choices": [choice],
+        });
+        if self.include_usage {
+            c["usage"] = Value::Null;
+        }
+        c
+    }
+
+    /// What a stream starts with: the assistant role chunk for chat.
+    pub fn opening(&self) -> Vec<Value> {
+        match self.route {
+            Route::Chat => vec![self.chunk(json!({
+                "index": 0,
+                "delta": {"role": "assistant", "content": ""},
+                "logprobs": null,
+                "finish_reason": null,
+            }))],
+            _ => vec![],
+        }
+    }
+
+    /// One streamed delta; `None` when it carries nothing to show.
+    pub fn delta(
+        &mut self,
+        text: &str,
+        tokens: &[u32],
+        lps: &[TokenLogprob],
+        asked: bool,
+    ) -> Option<Value> {
+        if text.is_empty() && (lps.is_empty() || !asked) {
+            return None;
+        }
+        let logprobs = self.logprobs(lps, asked);
+        Some(match self.route {
+            Route::Chat => self.chunk(json!({
+                "index": 0,
+                "delta": {"content": text},
+                "logprobs": logprobs,
+                "finish_reason": null,
+            })),
+            Route::Completions => self.chunk(json!({
+                "index": 0,
+                "text": text,
+                "logprobs": logprobs,
+                "finish_reason": null,
+            })),
+            Route::Native => {
+                let mut v = json!({
+                    "index": 0,
+                    "content": text,
+                    "tokens": tokens,
+                    "stop": false,
+                    "id_slot": -1,
+                    "tokens_predicted": 0,
+                    "tokens_evaluated": 0,
+                });
+                if asked {
+                    v["completion_probabilities"] = logprobs;
+                }
+                v
+            }
+        })
+    }
+
+    /// The closing bodies of a stream (the `[DONE]` marker is added by the caller).
+    pub fn closing(&self, s: &Summary) -> Vec<Value> {
+        match self.route {
+            Route::Chat | Route::Completions => {
+                let choice = match self.route {
+                    Route::Chat => json!({
+                        "index": 0, "delta": {}, "logprobs": null,
+                        "finish_reason": s.finish.openai(),
+                    }),
+                    _ => json!({
+                        "index": 0, "text": "", "logprobs": null,
+                        "finish_reason": s.finish.openai(),
+                    }),
+                };
+                let mut last = self.chunk(choice);
+                last["timings"] = timings(s);
+                let mut out = vec![last];
+                if self.include_usage {
+                    let mut u = self.chunk(Value::Null);
+                    u["choices"] = json!([]);
+                    u["usage"] = usage(s);
+                    out.push(u);
+                }
+                out
+            }
+            Route::Native => {
+                let mut v = self.native_summary(s);
+                v["content"] = json!("");
+                vec![v]
+            }
+        }
+    }
+
+    fn native_summary(&self, s: &Summary) -> Value {
+        let (stop_type, word) = match &s.finish {
+            FinishReason::Eos => ("eos", String::new()),
+            FinishReason::StopWord(w) => ("word", w.clone()),
+            FinishReason::MaxTokens | FinishReason::ContextFull => ("limit", String::new()),
+        };
+        json!({
+            "index": 0,
+            "id_slot": -1,
+            "stop": true,
+            "model": self.model,
+            "tokens_predicted": s.predicted_n,
+            "tokens_evaluated": s.prompt_n,
+            "tokens_cached": s.cache_n,
+            "prompt": self.prompt_text,
+            "truncated": false,
+            "stop_type": stop_type,
+            "stopped_eos": stop_type == "eos",
+            "stopped_word": stop_type == "word",
+            "stopped_limit": stop_type == "limit",
+            "stopping_word": word,
+            "timings": timings(s),
+        })
+    }
+
+    /// The whole answer of a request that did not stream.
+    pub fn complete(
+        &mut self,
+        text: String,
+        tokens: Vec<u32>,
+        lps: &[TokenLogprob],
+        asked: bool,
+        s: &Summary,
+    ) -> Value {
+        let logprobs = self.logprobs(lps, asked);
+        match self.route {
+            Route::Chat => json!({
+                "id": self.id(),
+                "object": "chat.completion",
+                "created": self.created,
+                "model": self.model,
+                "system_fingerprint": fingerprint(),
+                "choices": [{
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "logprobs": logprobs,
+                    "finish_reason": s.finish.openai(),
+                }],
+                "usage": usage(s),
+                "timings": timings(s),
+            }),
+            Route::Completions => json!({
+                "id": self.id(),
+                "object": "text_completion",
+                "created": self.created,
+                "model": self.model,
+                "system_fingerprint": fingerprint(),
+                "choices": [{
+                    "index": 0,
+                    "text": text,
+                    "logprobs": logprobs,
+                    "finish_reason": s.finish.openai(),
+                }],
+                "usage": usage(s),
+                "timings": timings(s),
+            }),
+            Route::Native => {
+                let mut v = self.native_summary(s);
+                v["content"] = json!(text);
+                v["tokens"] = json!(tokens);
+                if asked {
+                    v["completion_probabilities"] = logprobs;
+                }
+                v
+            }
+        }
+    }
+}
+
+pub fn fingerprint() -> String {
+    format!("tandem-{}", env!("CARGO_PKG_VERSION"))
+}

@@ -1,0 +1,317 @@
+//! Routes that do not generate: health, models, props, slots, metrics, tokenize,
+//! detokenize, apply-template.
+
+use std::fmt::Write;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::error::ApiError;
+use crate::state::Shared;
+use crate::validate::{parse, render_chat, RawMessage};
+use crate::{body, ready};
+
+pub async fn health(State(s): State<Shared>) -> Result<Json<Value>, ApiError> {
+    ready(&s)?;
+    Ok(Json(json!({"status": "ok"})))
+}
+
+pub async fn models(State(s): State<Shared>) -> Result<Json<Value>, ApiError> {
+    let r = ready(&s)?;
+    Ok(Json(json!({
+        "object": "list",
+        "data": [{
+            "id": r.model_id,
+            "object": "model",
+            "created": s.created,
+            "owned_by": "tandem",
+            "meta": {
+                "n_vocab": r.n_vocab,
+                "n_ctx_train": r.n_ctx_train,
+                "n_params": r.n_params,
+                "size": r.model_bytes,
+            },
+        }],
+    })))
+}
+
+pub async fn props(State(s): State<Shared>) -> Result<Json<Value>, ApiError> {
+    let r = ready(&s)?;
+    let c = r.engine.config();
+    let d = &r.defaults;
+    Ok(Json(json!({
+        "default_generation_settings": {
+            "n_ctx": c.slot_ctx(),
+            "params": {
+                "temperature": d.sampling.temperature,
+                "top_k": d.sampling.top_k,
+                "top_p": d.sampling.top_p,
+                "min_p": d.sampling.min_p,
+                "n_predict": d.n_predict.map_or(-1, |n| n as i64),
+                "seed": d.seed.unwrap_or(-1),
+            },
+        },
+        "total_slots": c.n_parallel,
+        "model_path": s.config.model_path,
+        "model_alias": r.model_id,
+        "chat_template": r.template_source,
+        "modalities": {"vision": false, "audio": false},
+        "build_info": crate::format::fingerprint(),
+        "memory_plan": {
+            "weights": r.plan.weights,
+            "kv": r.plan.kv,
+            "scratch": r.plan.scratch,
+            "total": r.plan.total(),
+        },
+    })))
+}
+
+pub async fn slots(State(s): State<Shared>) -> Result<Json<Value>, ApiError> {
+    if !s.config.slots {
+        return Err(ApiError::not_supported(
+            "This server does not support slots endpoint (start it without --no-slots)",
+        ));
+    }
+    let r = ready(&s)?;
+    let snap = r.engine.snapshot().await?;
+    let n_ctx = r.engine.config().slot_ctx();
+    let slots: Vec<Value> = snap
+        .slots
+        .iter()
+        .map(|sl| {
+            json!({
+                "id": sl.id,
+                "id_task": sl.task.map_or(-1, |t| t as i64),
+                "n_ctx": n_ctx,
+                "is_processing": sl.task.is_some(),
+                "n_prompt_tokens": sl.n_prompt,
+                "n_cached": sl.n_cached,
+                "n_decoded": sl.n_decoded,
+                "n_past": sl.n_past,
+            })
+        })
+        .collect();
+    Ok(Json(Value::Array(slots)))
+}
+
+/// Prometheus text: llama.cpp's metric names and vLLM's speculative-decoding counters.
+pub async fn metrics(State(s): State<Shared>) -> Result<Response, ApiError> {
+    if !s.config.metrics {
+        return Err(ApiError::not_supported(
+            "This server does not support metrics endpoint (start it with --metrics)",
+        ));
+    }
+    let r = ready(&s)?;
+    let snap = r.engine.snapshot().await?;
+    let c = &snap.counters;
+    let busy = snap.slots.iter().filter(|s| s.task.is_some()).count();
+    let rate = |n: u64, secs: f64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
+    let used = snap.kv_blocks_total - snap.kv_blocks_free - snap.kv_blocks_cached;
+    let kv_tokens: usize = snap.slots.iter().map(|s| s.n_past).sum();
+    let metrics: [(&str, &str, &str, f64); 15] = [
+        (
+            "llamacpp:prompt_tokens_total",
+            "counter",
+            "Number of prompt tokens processed.",
+            c.prompt_tokens_total as f64,
+        ),
+        (
+            "llamacpp:prompt_seconds_total",
+            "counter",
+            "Prompt process time",
+            c.prompt_seconds_total,
+        ),
+        (
+            "llamacpp:tokens_predicted_total",
+            "counter",
+            "Number of generation tokens processed.",
+            c.tokens_predicted_total as f64,
+        ),
+        (
+            "llamacpp:tokens_predicted_seconds_total",
+            "counter",
+            "Predict process time",
+            c.predicted_seconds_total,
+        ),
+        (
+            "llamacpp:n_decode_total",
+            "counter",
+            "Total number of llama_decode() calls",
+            c.n_decode_total as f64,
+        ),
+        (
+            "llamacpp:n_busy_slots_per_decode",
+            "counter",
+            "Average number of busy slots per llama_decode() call",
+            if c.n_decode_total > 0 {
+                c.n_busy_slots_total as f64 / c.n_decode_total as f64
+            } else {
+                0.0
+            },
+        ),
+        (
+            "llamacpp:prompt_tokens_seconds",
+            "gauge",
+            "Average prompt throughput in tokens/s.",
+            rate(c.prompt_tokens_total, c.prompt_seconds_total),
+        ),
+        (
+            "llamacpp:predicted_tokens_seconds",
+            "gauge",
+            "Average generation throughput in tokens/s.",
+            rate(c.tokens_predicted_total, c.predicted_seconds_total),
+        ),
+        (
+            "llamacpp:kv_cache_usage_ratio",
+            "gauge",
+            "KV-cache usage. 1 means 100 percent usage.",
+            used as f64 / snap.kv_blocks_total.max(1) as f64,
+        ),
+        (
+            "llamacpp:kv_cache_tokens",
+            "gauge",
+            "KV-cache tokens.",
+            kv_tokens as f64,
+        ),
+        (
+            "llamacpp:requests_processing",
+            "gauge",
+            "Number of requests processing.",
+            busy as f64,
+        ),
+        (
+            "llamacpp:requests_deferred",
+            "gauge",
+            "Number of requests deferred.",
+            snap.n_queued as f64,
+        ),
+        (
+            "vllm:spec_decode_num_drafts",
+            "counter",
+            "Number of spec decoding drafts.",
+            0.0,
+        ),
+        (
+            "vllm:spec_decode_num_draft_tokens",
+            "counter",
+            "Number of draft tokens.",
+            0.0,
+        ),
+        (
+            "vllm:spec_decode_num_accepted_tokens",
+            "counter",
+            "Number of accepted tokens.",
+            0.0,
+        ),
+    ];
+    let mut out = String::new();
+    for (name, kind, help, v) in metrics {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP tandem:prefix_cache_hit_tokens_total Prompt tokens reused from the prefix cache.\n# TYPE tandem:prefix_cache_hit_tokens_total counter\ntandem:prefix_cache_hit_tokens_total {}",
+        c.cached_tokens_total
+    );
+    let _ = writeln!(
+        out,
+        "# HELP tandem:preemptions_total Requests whose KV was taken back for older ones.\n# TYPE tandem:preemptions_total counter\ntandem:preemptions_total {}",
+        c.preemptions_total
+    );
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
+}
+
+#[derive(Deserialize)]
+struct TokenizeReq {
+    content: String,
+    #[serde(default)]
+    add_special: bool,
+    #[serde(default = "yes")]
+    parse_special: bool,
+    #[serde(default)]
+    with_pieces: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+pub async fn tokenize(
+    State(s): State<Shared>,
+    b: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let bytes = body(&s, b)?;
+    let r = ready(&s)?;
+    let q: TokenizeReq = parse(&bytes)?;
+    let ids = r
+        .tok
+        .encode(&q.content, q.add_special, q.parse_special)
+        .map_err(|e| ApiError::invalid("content", e.to_string()))?;
+    let tokens: Vec<Value> = if q.with_pieces {
+        ids.iter()
+            .map(|&id| {
+                let b = r.tok.token_to_piece(id);
+                let piece = match std::str::from_utf8(b) {
+                    Ok(s) => json!(s),
+                    Err(_) => json!(b),
+                };
+                json!({"id": id, "piece": piece})
+            })
+            .collect()
+    } else {
+        ids.iter().map(|&id| json!(id)).collect()
+    };
+    Ok(Json(json!({"tokens": tokens})))
+}
+
+#[derive(Deserialize)]
+struct DetokenizeReq {
+    tokens: Vec<u32>,
+}
+
+pub async fn detokenize(
+    State(s): State<Shared>,
+    b: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let bytes = body(&s, b)?;
+    let r = ready(&s)?;
+    let q: DetokenizeReq = parse(&bytes)?;
+    if let Some((i, &bad)) = q
+        .tokens
+        .iter()
+        .enumerate()
+        .find(|(_, &t)| t as usize >= r.n_vocab)
+    {
+        return Err(ApiError::invalid(
+            format!("tokens[{i}]"),
+            format!("token id {bad} is outside the vocabulary of {}", r.n_vocab),
+        ));
+    }
+    Ok(Json(json!({"content": r.tok.decode(&q.tokens)})))
+}
+
+#[derive(Deserialize)]
+struct TemplateReq {
+    messages: Vec<RawMessage>,
+}
+
+pub async fn apply_template(
+    State(s): State<Shared>,
+    b: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let bytes = body(&s, b)?;
+    let r = ready(&s)?;
+    let q: TemplateReq = parse(&bytes)?;
+    Ok(Json(
+        json!({"prompt": render_chat(r, q.messages, None, None)?}),
+    ))
+}

@@ -1,0 +1,176 @@
+//! The HTTP server: OpenAI-compatible and llama-server-compatible routes over the engine.
+//!
+//! The listener is bound first and answers `/health` with 503 while the model loads; the
+//! engine thread is started once the memory plan has been checked. Every route but
+//! `/health` and `/v1/models` needs the API key when one is set.
+
+mod error;
+mod format;
+mod generate;
+mod info;
+mod state;
+mod validate;
+
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+
+pub use error::{ApiError, Error};
+pub use state::{Defaults, ServerConfig};
+
+use state::{AppState, Ready, Shared};
+
+/// Routes reachable without the API key.
+const PUBLIC: &[&str] = &["/health", "/v1/health", "/models", "/v1/models"];
+
+/// The loaded state, or 503 while loading.
+fn ready(s: &AppState) -> Result<&Ready, ApiError> {
+    s.ready
+        .get()
+        .ok_or_else(|| ApiError::unavailable("Loading model", 1))
+}
+
+/// The request body, or 413 over the limit.
+fn body(s: &AppState, b: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    b.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::too_large(s.config.body_limit)
+        } else {
+            ApiError::bad_request(e.body_text())
+        }
+    })
+}
+
+async fn auth(State(s): State<Shared>, req: Request, next: Next) -> Result<Response, ApiError> {
+    if s.config.api_keys.is_empty() || PUBLIC.contains(&req.uri().path()) {
+        return Ok(next.run(req).await);
+    }
+    let h = req.headers();
+    let bearer = h
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let x_key = h.get("x-api-key").and_then(|v| v.to_str().ok());
+    let given = bearer.or(x_key).map(str::trim);
+    if given.is_some_and(|k| s.config.api_keys.iter().any(|a| a == k)) {
+        Ok(next.run(req).await)
+    } else {
+        Err(ApiError::unauthorized())
+    }
+}
+
+async fn not_found() -> ApiError {
+    ApiError {
+        status: StatusCode::NOT_FOUND,
+        message: "File Not Found".into(),
+        kind: "not_found_error",
+        param: None,
+        retry_after: None,
+    }
+}
+
+/// The router over `state`.
+pub fn router(state: Shared) -> Router {
+    let limit = state.config.body_limit;
+    Router::new()
+        .route("/health", get(info::health))
+        .route("/v1/health", get(info::health))
+        .route("/models", get(info::models))
+        .route("/v1/models", get(info::models))
+        .route("/props", get(info::props))
+        .route("/slots", get(info::slots))
+        .route("/metrics", get(info::metrics))
+        .route("/tokenize", post(info::tokenize))
+        .route("/detokenize", post(info::detokenize))
+        .route("/apply-template", post(info::apply_template))
+        .route("/v1/chat/completions", post(generate::chat))
+        .route("/chat/completions", post(generate::chat))
+        .route("/v1/completions", post(generate::completions))
+        .route("/completions", post(generate::completions))
+        .route("/completion", post(generate::native))
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), auth))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing a SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+/// Serves until SIGINT or SIGTERM. Binds first, then loads the model on a blocking thread;
+/// a load or memory-plan failure stops the server with that error.
+pub fn run(config: ServerConfig) -> Result<(), Error> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(serve(config))
+}
+
+async fn serve(config: ServerConfig) -> Result<(), Error> {
+    let addr = format!("{}:{}", config.host, config.port);
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .map_err(|source| Error::Bind {
+            addr: addr.clone(),
+            source,
+        })?;
+    let local = listener.local_addr()?;
+    let state = Arc::new(AppState {
+        config,
+        ready: OnceLock::new(),
+        started: Instant::now(),
+        created: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    });
+    eprintln!(
+        "tandem serve: listening on http://{local} (loading {})",
+        state.config.model_path.display()
+    );
+    let loader = {
+        let state = state.clone();
+        tokio::task::spawn_blocking(move || {
+            let r = state::load(&state.config)?;
+            eprintln!(
+                "tandem serve: model '{}' ready in {:.1} s",
+                r.model_id,
+                state.started.elapsed().as_secs_f64()
+            );
+            let _ = state.ready.set(r);
+            Ok::<(), Error>(())
+        })
+    };
+    let server = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown_signal());
+    let failed_load = async {
+        match loader.await {
+            Ok(Ok(())) => std::future::pending().await,
+            Ok(Err(e)) => e,
+            Err(join) => Error::Io(std::io::Error::other(join.to_string())),
+        }
+    };
+    tokio::select! {
+        r = server => Ok(r?),
+        e = failed_load => Err(e),
+    }
+}

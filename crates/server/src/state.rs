@@ -1,0 +1,154 @@
+//! Server configuration, loading, and the state routes share.
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use engine::{EngineConfig, EngineHandle, MemoryPlan, SamplerConfig};
+use model::Model;
+use text::{ChatTemplate, Tokenizer};
+
+use crate::error::Error;
+
+/// Request defaults from the command line (llama-server's sampling flags).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Defaults {
+    /// `seed` is unused here: see `seed`.
+    pub sampling: SamplerConfig,
+    /// Seed for requests without one; `None` or negative: random per request.
+    pub seed: Option<i64>,
+    /// `max_tokens` for requests without one; `None`: until the context is full.
+    pub n_predict: Option<usize>,
+}
+
+/// Everything `tandem serve` was told.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub model_path: PathBuf,
+    /// The model id clients see (`--alias`); default: the file name without `.gguf`.
+    pub alias: Option<String>,
+    pub host: String,
+    pub port: u16,
+    /// Engine sizes; `n_ctx` 0 means the model's training context.
+    pub engine: EngineConfig,
+    /// Accepted keys; empty: no authentication.
+    pub api_keys: Vec<String>,
+    pub defaults: Defaults,
+    /// A Jinja chat template that replaces the model's.
+    pub chat_template: Option<String>,
+    pub metrics: bool,
+    pub slots: bool,
+    /// Memory the plan must fit in (bytes); `None`: the memory available now.
+    pub mem_limit: Option<u64>,
+    /// Largest request body accepted.
+    pub body_limit: usize,
+}
+
+/// What exists once the model is loaded.
+pub struct Ready {
+    pub engine: EngineHandle,
+    pub tok: Arc<Tokenizer>,
+    pub template: Option<ChatTemplate>,
+    pub template_source: Option<String>,
+    pub model_id: String,
+    pub defaults: Defaults,
+    pub n_ctx_train: usize,
+    pub n_vocab: usize,
+    pub n_params: u64,
+    pub model_bytes: u64,
+    pub plan: MemoryPlan,
+}
+
+/// Shared by every route. `ready` is set once, when loading has finished.
+pub struct AppState {
+    pub config: ServerConfig,
+    pub ready: OnceLock<Ready>,
+    pub started: Instant,
+    pub created: u64,
+}
+
+pub type Shared = Arc<AppState>;
+
+fn available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Loads the model, checks the memory plan against the limit, and starts the engine.
+pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
+    let model = Model::load(&config.model_path)?;
+    let hp = &model.hparams;
+    let md = &model.file.header.metadata;
+    let tok = Arc::new(Tokenizer::from_gguf(md)?);
+    let template_source = match &config.chat_template {
+        Some(s) => Some(s.clone()),
+        None => md
+            .opt_str("tokenizer.chat_template")
+            .map_err(text::Error::from)?
+            .map(str::to_string),
+    };
+    let template = match &template_source {
+        Some(src) => {
+            let base = ChatTemplate::from_gguf(md).ok();
+            let (bos, eos) = base
+                .as_ref()
+                .map_or(("", ""), |t| (t.bos_token(), t.eos_token()));
+            Some(ChatTemplate::new(src, bos, eos)?)
+        }
+        None => None,
+    };
+    let mut ecfg = config.engine;
+    if ecfg.n_ctx == 0 {
+        ecfg.n_ctx = hp.n_ctx_train;
+    }
+    ecfg.validate()?;
+    let plan = MemoryPlan::new(&model, &ecfg.context_config());
+    let (limit, source_of_limit) = match config.mem_limit {
+        Some(l) => (Some(l), "--mem-limit"),
+        None => (available_memory(), "memory available"),
+    };
+    eprintln!(
+        "memory plan: {plan} (context {} over {} slots, {} per slot{})",
+        ecfg.pool_positions(),
+        ecfg.n_parallel,
+        ecfg.slot_ctx(),
+        if ecfg.kv_unified { ", unified" } else { "" }
+    );
+    if let Some(limit) = limit.filter(|&l| plan.total() > l) {
+        return Err(Error::OverMemory {
+            plan,
+            limit_mib: limit as f64 / 1048576.0,
+            source_of_limit,
+        });
+    }
+    let model_id = config.alias.clone().unwrap_or_else(|| {
+        config
+            .model_path
+            .file_stem()
+            .map_or("model".into(), |s| s.to_string_lossy().into_owned())
+    });
+    let n_params = model
+        .file
+        .header
+        .tensors
+        .iter()
+        .map(|t| t.n_elements())
+        .sum();
+    let (n_ctx_train, n_vocab, model_bytes) = (hp.n_ctx_train, hp.n_vocab, model.weight_bytes());
+    let engine = engine::start(model, tok.clone(), ecfg)?;
+    Ok(Ready {
+        engine,
+        tok,
+        template,
+        template_source,
+        model_id,
+        defaults: config.defaults.clone(),
+        n_ctx_train,
+        n_vocab,
+        n_params,
+        model_bytes,
+        plan,
+    })
+}

@@ -1,0 +1,410 @@
+//! The edge: raw JSON bodies become valid requests, or a 400 that names the field.
+
+use axum::body::Bytes;
+use engine::{GenRequest, SamplerConfig};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use text::RenderOptions;
+
+use crate::error::ApiError;
+use crate::state::Ready;
+
+/// Parses a JSON body into `T`; a type error names the field's path (`messages[0].role`).
+pub fn parse<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
+    let de = &mut serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if inner.is_syntax() || inner.is_eof() {
+            ApiError::bad_request(format!("invalid JSON: {inner}"))
+        } else if path == "." {
+            ApiError::bad_request(format!("invalid request: {inner}"))
+        } else {
+            ApiError::invalid(path.clone(), format!("{path}: {inner}"))
+        }
+    })
+}
+
+/// `stop`: one string or a list.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// A prompt: text, token ids, or a list holding one of those.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Prompt {
+    Text(String),
+    Tokens(Vec<u32>),
+    Texts(Vec<String>),
+    TokenLists(Vec<Vec<u32>>),
+}
+
+/// `logprobs`: a bool (chat) or a count (completions).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Logprobs {
+    Flag(bool),
+    Count(i64),
+}
+
+#[derive(Debug, Deserialize, Default)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// One chat message as sent: `content` is a string, a list of parts, or null.
+#[derive(Debug, Deserialize)]
+pub struct RawMessage {
+    pub role: String,
+    #[serde(default)]
+    pub content: Option<Content>,
+    #[serde(flatten)]
+    pub rest: Map<String, Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<Part>),
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Part {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+/// Every field the generation routes read; each route uses its own subset.
+#[derive(Debug, Deserialize, Default)]
+#[serde(default)]
+pub struct RawRequest {
+    pub model: Option<String>,
+    pub messages: Option<Vec<RawMessage>>,
+    pub prompt: Option<Prompt>,
+    pub max_tokens: Option<i64>,
+    pub max_completion_tokens: Option<i64>,
+    pub n_predict: Option<i64>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub top_k: Option<i64>,
+    pub min_p: Option<f64>,
+    pub seed: Option<i64>,
+    pub stop: Option<Stop>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+    pub logprobs: Option<Logprobs>,
+    pub top_logprobs: Option<i64>,
+    pub n_probs: Option<i64>,
+    pub n: Option<i64>,
+    pub ignore_eos: Option<bool>,
+    pub cache_prompt: Option<bool>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    pub echo: Option<bool>,
+    pub tools: Option<Value>,
+    pub chat_template_kwargs: Option<Map<String, Value>>,
+}
+
+/// Which route a request came through: it decides defaults and field names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    Chat,
+    Completions,
+    Native,
+}
+
+/// How token log-probabilities are reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogprobsSpec {
+    pub n_top: usize,
+}
+
+/// A generation request that passed validation.
+#[derive(Debug)]
+pub struct ValidGen {
+    pub req: GenRequest,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub logprobs: Option<LogprobsSpec>,
+    /// The prompt text as rendered (chat) or given, for `/completion`'s `prompt` field.
+    pub prompt_text: String,
+}
+
+fn range(name: &str, v: Option<f64>, lo: f64, hi: f64) -> Result<Option<f64>, ApiError> {
+    match v {
+        Some(x) if !(x.is_finite() && (lo..=hi).contains(&x)) => Err(ApiError::invalid(
+            name,
+            format!("{name} must be between {lo} and {hi}, got {x}"),
+        )),
+        v => Ok(v),
+    }
+}
+
+fn content_text(c: Option<Content>, at: usize) -> Result<Value, ApiError> {
+    match c {
+        None => Ok(Value::Null),
+        Some(Content::Text(s)) => Ok(Value::String(s)),
+        Some(Content::Parts(parts)) => {
+            let mut s = String::new();
+            for (j, p) in parts.into_iter().enumerate() {
+                match (p.kind.as_str(), p.text) {
+                    ("text", Some(t)) => s.push_str(&t),
+                    (kind, _) => {
+                        return Err(ApiError::invalid(
+                            format!("messages[{at}].content[{j}]"),
+                            format!("content part of type '{kind}' is not supported (text only, with a 'text' field)"),
+                        ))
+                    }
+                }
+            }
+            Ok(Value::String(s))
+        }
+    }
+}
+
+/// Renders chat messages with the model's template into the prompt text.
+pub fn render_chat(
+    ready: &Ready,
+    messages: Vec<RawMessage>,
+    tools: Option<Value>,
+    kwargs: Option<Map<String, Value>>,
+) -> Result<String, ApiError> {
+    if messages.is_empty() {
+        return Err(ApiError::invalid("messages", "messages must not be empty"));
+    }
+    let template = ready.template.as_ref().ok_or_else(|| {
+        ApiError::bad_request(
+            "this model has no chat template; pass --chat-template or use /v1/completions",
+        )
+    })?;
+    let msgs = messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let mut obj = m.rest;
+            obj.insert("role".into(), Value::String(m.role));
+            obj.insert("content".into(), content_text(m.content, i)?);
+            Ok(Value::Object(obj))
+        })
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    let options = RenderOptions {
+        add_generation_prompt: true,
+        tools,
+        extra: kwargs.unwrap_or_default().into_iter().collect(),
+    };
+    template
+        .render_with(&msgs, &options)
+        .map_err(|e| ApiError::invalid("messages", format!("the chat template failed: {e}")))
+}
+
+impl RawRequest {
+    /// Validates a request of `route` into a [`ValidGen`].
+    pub fn validate(self, route: Route, ready: &Ready) -> Result<ValidGen, ApiError> {
+        let d = &ready.defaults;
+        if let Some(n) = self.n.filter(|&n| n != 1) {
+            return Err(ApiError::invalid(
+                "n",
+                format!("only n=1 is supported, got {n}"),
+            ));
+        }
+        for (name, v) in [
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+        ] {
+            if v.is_some_and(|x| x != 0.0) {
+                return Err(ApiError::invalid(
+                    name,
+                    format!("{name} is not supported (only 0)"),
+                ));
+            }
+        }
+        if self.echo == Some(true) {
+            return Err(ApiError::invalid("echo", "echo is not supported"));
+        }
+        let temperature = range("temperature", self.temperature, 0.0, 2.0)?;
+        let top_p = range("top_p", self.top_p, 0.0, 1.0)?;
+        let min_p = range("min_p", self.min_p, 0.0, 1.0)?;
+        let top_k = match self.top_k {
+            Some(k) if k < 0 => {
+                return Err(ApiError::invalid(
+                    "top_k",
+                    format!("top_k must be 0 (off) or positive, got {k}"),
+                ))
+            }
+            k => k.map(|k| k as usize),
+        };
+        let seed = match self.seed.or(d.seed) {
+            Some(s) if s >= 0 => s as u64,
+            _ => rand_seed(),
+        };
+        let sampling = SamplerConfig {
+            temperature: temperature.map_or(d.sampling.temperature, |t| t as f32),
+            top_k: top_k.unwrap_or(d.sampling.top_k),
+            top_p: top_p.map_or(d.sampling.top_p, |p| p as f32),
+            min_p: min_p.map_or(d.sampling.min_p, |p| p as f32),
+            seed,
+        };
+
+        let (max_name, max) = match route {
+            Route::Native => ("n_predict", self.n_predict.or(self.max_tokens)),
+            _ if self.max_completion_tokens.is_some() => {
+                ("max_completion_tokens", self.max_completion_tokens)
+            }
+            _ => ("max_tokens", self.max_tokens),
+        };
+        let max_tokens = match max {
+            None => d.n_predict,
+            Some(-1) if route == Route::Native => None,
+            Some(n) if n >= 1 => Some(n as usize),
+            Some(n) => {
+                return Err(ApiError::invalid(
+                    max_name,
+                    format!("{max_name} must be at least 1, got {n}"),
+                ))
+            }
+        };
+
+        let stop = match self.stop {
+            None => vec![],
+            Some(Stop::One(s)) => vec![s],
+            Some(Stop::Many(v)) => v,
+        };
+        if stop.len() > 16 || stop.iter().any(String::is_empty) {
+            return Err(ApiError::invalid(
+                "stop",
+                "stop takes at most 16 non-empty strings",
+            ));
+        }
+
+        let logprobs = match (route, self.logprobs, self.top_logprobs, self.n_probs) {
+            (Route::Native, _, _, Some(n)) => count("n_probs", n)?.filter(|&n| n > 0),
+            (Route::Chat, Some(Logprobs::Flag(true)), top, _) => Some(
+                top.map_or(Ok(Some(0)), |t| count("top_logprobs", t))?
+                    .unwrap_or(0),
+            ),
+            (Route::Chat, None | Some(Logprobs::Flag(false)), Some(_), _) => {
+                return Err(ApiError::invalid(
+                    "top_logprobs",
+                    "top_logprobs needs logprobs: true",
+                ))
+            }
+            (Route::Chat, Some(Logprobs::Count(_)), _, _) => {
+                return Err(ApiError::invalid("logprobs", "logprobs must be a boolean"))
+            }
+            (Route::Completions, Some(Logprobs::Count(n)), _, _) => count("logprobs", n)?,
+            (Route::Completions, Some(Logprobs::Flag(_)), _, _) => {
+                return Err(ApiError::invalid("logprobs", "logprobs must be an integer"))
+            }
+            _ => None,
+        }
+        .map(|n_top| LogprobsSpec { n_top });
+
+        let tok = &ready.tok;
+        let (prompt_text, prompt) = match route {
+            Route::Chat => {
+                let messages = self
+                    .messages
+                    .ok_or_else(|| ApiError::invalid("messages", "messages is required"))?;
+                let text = render_chat(ready, messages, self.tools, self.chat_template_kwargs)?;
+                let ids = encode(ready, &text)?;
+                (text, ids)
+            }
+            Route::Completions | Route::Native => match self.prompt {
+                None => return Err(ApiError::invalid("prompt", "prompt is required")),
+                Some(Prompt::Text(t)) => (encode(ready, &t).map(|ids| (t, ids)))?,
+                Some(Prompt::Tokens(ids)) => (tok.decode(&ids), ids),
+                Some(Prompt::Texts(mut v)) if v.len() == 1 => {
+                    let t = v.remove(0);
+                    (encode(ready, &t).map(|ids| (t, ids)))?
+                }
+                Some(Prompt::TokenLists(mut v)) if v.len() == 1 => {
+                    let ids = v.remove(0);
+                    (tok.decode(&ids), ids)
+                }
+                Some(_) => {
+                    return Err(ApiError::invalid(
+                        "prompt",
+                        "only one prompt per request is supported",
+                    ))
+                }
+            },
+        };
+        if prompt.is_empty() {
+            return Err(ApiError::invalid("prompt", "the prompt is empty"));
+        }
+        let n_vocab = tok.n_vocab();
+        if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(ApiError::invalid(
+                "prompt",
+                format!("token id {bad} is outside the vocabulary of {n_vocab}"),
+            ));
+        }
+        let slot_ctx = ready.engine.config().slot_ctx();
+        let needed = prompt.len() + max_tokens.unwrap_or(1);
+        if needed > slot_ctx {
+            let field = if route == Route::Chat {
+                "messages"
+            } else {
+                "prompt"
+            };
+            return Err(ApiError::invalid(
+                if max.is_some() { max_name } else { field },
+                format!(
+                    "the prompt ({} tokens) plus {max_name} ({}) need {needed} positions but the context holds {slot_ctx} per request",
+                    prompt.len(),
+                    max_tokens.map_or("1".into(), |m| m.to_string()),
+                ),
+            ));
+        }
+        Ok(ValidGen {
+            req: GenRequest {
+                prompt,
+                sampling,
+                max_tokens,
+                stop,
+                ignore_eos: self.ignore_eos.unwrap_or(false),
+                logprobs: logprobs.map(|l| l.n_top),
+                cache_prompt: self.cache_prompt.unwrap_or(true),
+            },
+            stream: self.stream.unwrap_or(false),
+            include_usage: self.stream_options.is_some_and(|o| o.include_usage),
+            logprobs,
+            prompt_text,
+        })
+    }
+}
+
+fn count(name: &str, n: i64) -> Result<Option<usize>, ApiError> {
+    if (0..=20).contains(&n) {
+        Ok(Some(n as usize))
+    } else {
+        Err(ApiError::invalid(
+            name,
+            format!("{name} must be between 0 and 20, got {n}"),
+        ))
+    }
+}
+
+fn encode(ready: &Ready, text: &str) -> Result<Vec<u32>, ApiError> {
+    ready
+        .tok
+        .encode(text, true, true)
+        .map_err(|e| ApiError::invalid("prompt", format!("cannot tokenize the prompt: {e}")))
+}
+
+/// A seed for requests that give none: the clock, mixed.
+pub fn rand_seed() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    t.wrapping_mul(0x9E3779B97F4A7C15) >> 1
+}

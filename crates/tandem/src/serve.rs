@@ -1,0 +1,257 @@
+//! `tandem serve`: llama-server's command line over tandem's server.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use gguf::GgmlType;
+
+use crate::cli::{parse_kv_type, ModelArgs};
+use crate::CliError;
+
+/// llama-server's flags. Flags that do nothing on this backend are accepted and named in
+/// one warning each at start.
+#[derive(Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Draft model for speculative decoding (-md).
+    #[arg(long = "model-draft")]
+    pub model_draft: Option<String>,
+    /// Slots: requests generated at once (-np).
+    #[arg(long = "parallel", default_value_t = 4)]
+    pub parallel: usize,
+    /// All slots share the whole KV pool (-kvu); otherwise each gets -c / -np.
+    #[arg(long = "kv-unified")]
+    pub kv_unified: bool,
+    /// Logical batch: tokens computed per engine step over all slots.
+    #[arg(short = 'b', long = "batch-size", default_value_t = 2048)]
+    pub batch: usize,
+    /// KV cache type for values (-ctv); this backend stores K and V in one type.
+    #[arg(long = "cache-type-v", value_parser = parse_kv_type)]
+    pub cache_type_v: Option<GgmlType>,
+    /// Threads for batches (-tb); this backend uses -t for all work.
+    #[arg(long = "threads-batch")]
+    pub threads_batch: Option<usize>,
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// 0 picks a free port (printed at start).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// API key(s), comma-separated or repeated; clients send `Authorization: Bearer KEY`
+    /// or `X-Api-Key: KEY`.
+    #[arg(long = "api-key", value_delimiter = ',')]
+    pub api_key: Vec<String>,
+    /// Chat templates are always rendered with Jinja.
+    #[arg(long)]
+    pub jinja: bool,
+    #[arg(long = "no-jinja")]
+    pub no_jinja: bool,
+    /// A Jinja chat template replacing the model's.
+    #[arg(long = "chat-template")]
+    pub chat_template: Option<String>,
+    #[arg(long = "chat-template-file")]
+    pub chat_template_file: Option<PathBuf>,
+    /// on, off or auto.
+    #[arg(long = "reasoning", value_parser = ["on", "off", "auto"])]
+    pub reasoning: Option<String>,
+    /// Default max tokens per request; -1: until the context is full.
+    #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true)]
+    pub n_predict: i64,
+    #[arg(long = "temp", default_value_t = 0.8)]
+    pub temp: f32,
+    #[arg(long = "top-k", default_value_t = 40)]
+    pub top_k: usize,
+    #[arg(long = "top-p", default_value_t = 0.95)]
+    pub top_p: f32,
+    #[arg(long = "min-p", default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Default seed; -1: random per request.
+    #[arg(short = 's', long = "seed", default_value_t = -1, allow_negative_numbers = true)]
+    pub seed: i64,
+    /// Serve Prometheus metrics at /metrics.
+    #[arg(long)]
+    pub metrics: bool,
+    #[arg(long)]
+    pub slots: bool,
+    /// Hide /slots.
+    #[arg(long = "no-slots")]
+    pub no_slots: bool,
+    /// Model id shown to clients.
+    #[arg(short = 'a', long = "alias")]
+    pub alias: Option<String>,
+    /// This server never shifts the context (requests are bounded by it).
+    #[arg(long = "no-context-shift")]
+    pub no_context_shift: bool,
+    #[arg(long = "context-shift")]
+    pub context_shift: bool,
+    /// Continuous batching is always on.
+    #[arg(long = "cont-batching")]
+    pub cont_batching: bool,
+    #[arg(long = "flash-attn", num_args = 0..=1, default_missing_value = "on")]
+    pub flash_attn: Option<String>,
+    #[arg(
+        long = "n-gpu-layers",
+        alias = "gpu-layers",
+        allow_hyphen_values = true
+    )]
+    pub n_gpu_layers: Option<String>,
+    #[arg(long)]
+    pub mlock: bool,
+    #[arg(long = "no-mmap")]
+    pub no_mmap: bool,
+    #[arg(long = "spec-type")]
+    pub spec_type: Option<String>,
+    #[arg(long = "spec-draft-n-max")]
+    pub spec_draft_n_max: Option<usize>,
+    #[arg(long = "spec-draft-n-min")]
+    pub spec_draft_n_min: Option<usize>,
+    #[arg(long = "spec-draft-p-min")]
+    pub spec_draft_p_min: Option<f32>,
+    /// Refuse to start when the memory plan exceeds this (e.g. 8G, 512M); default: the
+    /// memory available.
+    #[arg(long = "mem-limit", value_parser = parse_bytes)]
+    pub mem_limit: Option<u64>,
+    /// Requests that may wait for a slot; more get 503 with Retry-After.
+    #[arg(long = "queue-limit", default_value_t = 256)]
+    pub queue_limit: usize,
+    /// Largest request body in bytes; larger ones get 413.
+    #[arg(long = "body-limit", default_value_t = 32 << 20)]
+    pub body_limit: usize,
+}
+
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
+        Some('K') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('M') => (&t[..t.len() - 1], 1 << 20),
+        Some('G') => (&t[..t.len() - 1], 1 << 30),
+        Some('T') => (&t[..t.len() - 1], 1 << 40),
+        _ => (t, 1),
+    };
+    num.parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .map(|v| (v * mult as f64) as u64)
+        .ok_or_else(|| format!("'{s}' is not a size (e.g. 8G, 512M, 1048576)"))
+}
+
+impl ServeArgs {
+    /// One line per accepted flag that does nothing here.
+    fn warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        let mut say = |cond: bool, msg: &str| {
+            if cond {
+                w.push(msg.to_string());
+            }
+        };
+        say(
+            self.n_gpu_layers.is_some(),
+            "-ngl: this backend runs on the CPU; the flag does nothing",
+        );
+        say(self.flash_attn.is_some(), "--flash-attn: attention is always computed block by block on the CPU; the flag does nothing");
+        say(
+            self.mlock,
+            "--mlock: weights are not locked in memory; the flag does nothing",
+        );
+        say(
+            self.no_mmap,
+            "--no-mmap: weights are always memory-mapped; the flag does nothing",
+        );
+        say(
+            self.no_jinja,
+            "--no-jinja: chat templates are always rendered with Jinja",
+        );
+        say(
+            self.context_shift,
+            "--context-shift: the context is never shifted; requests are bounded by it",
+        );
+        say(
+            self.threads_batch
+                .is_some_and(|tb| Some(tb) != self.model.threads),
+            "-tb: this backend uses the -t threads for prompts and generation alike",
+        );
+        say(
+            self.model_draft.is_some(),
+            "-md: speculative decoding is not available yet; the draft model is not loaded",
+        );
+        say(
+            self.spec_type.is_some()
+                || self.spec_draft_n_max.is_some()
+                || self.spec_draft_n_min.is_some()
+                || self.spec_draft_p_min.is_some(),
+            "--spec-*: speculative decoding is not available yet; these flags do nothing",
+        );
+        say(
+            self.reasoning.as_deref() == Some("on"),
+            "--reasoning on: reasoning is not split out of the content yet",
+        );
+        w
+    }
+
+    fn config(self) -> Result<server::ServerConfig, CliError> {
+        if let Some(v) = self.cache_type_v.filter(|&v| v != self.model.cache_type) {
+            return Err(CliError::Usage(format!(
+                "-ctv {v} differs from -ctk {}: this backend stores keys and values in one type; give both the same",
+                self.model.cache_type
+            )));
+        }
+        if self.slots && self.no_slots {
+            return Err(CliError::Usage(
+                "--slots and --no-slots contradict each other".into(),
+            ));
+        }
+        let chat_template = match (&self.chat_template, &self.chat_template_file) {
+            (Some(_), Some(_)) => {
+                return Err(CliError::Usage(
+                    "give --chat-template or --chat-template-file, not both".into(),
+                ))
+            }
+            (Some(t), None) => Some(t.clone()),
+            (None, Some(p)) => Some(std::fs::read_to_string(p).map_err(|e| CliError::io(p, e))?),
+            (None, None) => None,
+        };
+        let ctx = self.model.context_config();
+        let model_path = self.model.path()?;
+        Ok(server::ServerConfig {
+            model_path,
+            alias: self.alias,
+            host: self.host,
+            port: self.port,
+            engine: engine::EngineConfig {
+                n_ctx: self.model.ctx_size,
+                n_parallel: self.parallel,
+                kv_unified: self.kv_unified,
+                n_batch: self.batch.max(self.parallel),
+                n_ubatch: self.model.ubatch.clamp(1, self.batch.max(1)),
+                n_threads: ctx.n_threads,
+                kv_type: ctx.kv_type,
+                queue_limit: self.queue_limit,
+            },
+            api_keys: self.api_key.into_iter().filter(|k| !k.is_empty()).collect(),
+            defaults: server::Defaults {
+                sampling: engine::SamplerConfig {
+                    temperature: self.temp,
+                    top_k: self.top_k,
+                    top_p: self.top_p,
+                    min_p: self.min_p,
+                    seed: 0,
+                },
+                seed: Some(self.seed).filter(|&s| s >= 0),
+                n_predict: usize::try_from(self.n_predict).ok().filter(|&n| n > 0),
+            },
+            chat_template,
+            metrics: self.metrics,
+            slots: !self.no_slots,
+            mem_limit: self.mem_limit,
+            body_limit: self.body_limit,
+        })
+    }
+}
+
+pub fn execute(a: ServeArgs) -> Result<(), CliError> {
+    for w in a.warnings() {
+        eprintln!("warning: {w}");
+    }
+    server::run(a.config()?)?;
+    Ok(())
+}
