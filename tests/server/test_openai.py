@@ -1,0 +1,138 @@
+"""The official `openai` client against a real `tandem serve` on SmolLM2-135M."""
+
+import httpx
+import openai
+import pytest
+
+QUESTION = [{"role": "user", "content": "Name three colors of the rainbow."}]
+
+
+def chat(client, model_id, messages=QUESTION, **kw):
+    kw.setdefault("temperature", 0)
+    kw.setdefault("max_tokens", 24)
+    return client.chat.completions.create(model=model_id, messages=messages, **kw)
+
+
+def test_chat(client, model_id):
+    r = chat(client, model_id)
+    choice = r.choices[0]
+    assert r.object == "chat.completion"
+    assert choice.message.role == "assistant"
+    assert choice.message.content.strip()
+    assert choice.finish_reason in ("stop", "length")
+    assert r.usage.prompt_tokens > 0
+    assert r.usage.completion_tokens > 0
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+
+
+def test_completions(client, model_id):
+    r = client.completions.create(model=model_id, prompt="The capital of France is", max_tokens=8, temperature=0)
+    assert r.object == "text_completion"
+    assert r.choices[0].text
+    assert r.usage.completion_tokens <= 8
+
+
+def test_max_tokens(client, model_id):
+    r = chat(client, model_id, max_tokens=5, extra_body={"ignore_eos": True})
+    assert r.usage.completion_tokens == 5
+    assert r.choices[0].finish_reason == "length"
+
+
+def test_streaming_with_usage_matches_whole_answer(client, model_id):
+    whole = chat(client, model_id, max_tokens=32).choices[0].message.content
+    chunks = list(chat(client, model_id, max_tokens=32, stream=True, stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole
+    finals = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert len(finals) == 1
+    usage = chunks[-1].usage
+    assert chunks[-1].choices == [] and usage is not None
+    assert usage.completion_tokens > 0 and usage.prompt_tokens > 0
+    assert all(c.usage is None for c in chunks[:-1])
+
+
+def test_streamed_completions(client, model_id):
+    whole = client.completions.create(model=model_id, prompt="Once upon a time", max_tokens=16, temperature=0)
+    stream = client.completions.create(
+        model=model_id, prompt="Once upon a time", max_tokens=16, temperature=0, stream=True
+    )
+    assert "".join(c.choices[0].text for c in stream if c.choices) == whole.choices[0].text
+
+
+def test_stop_strings_are_held_back_across_chunks(client, model_id):
+    full = chat(client, model_id, max_tokens=40, extra_body={"ignore_eos": True}).choices[0].message.content
+    words = full.split()
+    assert len(words) > 4, full
+    # A stop string of two words spans several tokens, so several stream chunks.
+    stop = " ".join(words[2:4])
+    want = full[: full.index(stop)]
+    r = chat(client, model_id, max_tokens=40, stop=[stop, "@@never@@"])
+    assert r.choices[0].message.content == want
+    assert r.choices[0].finish_reason == "stop"
+    streamed = chat(client, model_id, max_tokens=40, stop=stop, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == want
+
+
+def test_logprobs(client, model_id):
+    r = chat(client, model_id, max_tokens=6, logprobs=True, top_logprobs=3, extra_body={"ignore_eos": True})
+    content = r.choices[0].logprobs.content
+    assert len(content) == 6
+    for t in content:
+        assert t.logprob <= 0
+        assert len(t.top_logprobs) == 3
+        # Greedy: the chosen token is the most likely one.
+        assert t.top_logprobs[0].logprob == pytest.approx(t.logprob, abs=1e-6)
+        assert t.top_logprobs[0].logprob >= t.top_logprobs[1].logprob >= t.top_logprobs[2].logprob
+    assert "".join(t.token for t in content) == r.choices[0].message.content
+    c = client.completions.create(model=model_id, prompt="1, 2, 3,", max_tokens=4, temperature=0, logprobs=2)
+    lp = c.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 4
+    assert all(len(alts) == 2 for alts in lp.top_logprobs)
+
+
+def test_invalid_request_names_the_field(client, model_id):
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(client, model_id, temperature=-1)
+    assert e.value.status_code == 400
+    assert e.value.param == "temperature"
+    assert "temperature" in e.value.message
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=model_id, messages=[{"role": "user"}], max_tokens=3, extra_body={"top_k": "many"})
+    assert e.value.param == "top_k"
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(client, model_id, messages=[{"content": "no role"}])
+    assert e.value.param == "messages[0]"
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(client, model_id, max_tokens=100_000)
+    assert e.value.param == "max_tokens"
+    assert "100000" in e.value.message and "8192" in e.value.message
+
+
+def test_bad_json_is_a_400_with_an_openai_error_body(server):
+    r = httpx.post(
+        server.url + "/v1/chat/completions",
+        content=b"{not json",
+        headers={"Authorization": "Bearer test-key-123", "Content-Type": "application/json"},
+    )
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert err["type"] == "invalid_request_error"
+
+
+def test_wrong_or_missing_api_key_is_401(server, model_id):
+    with pytest.raises(openai.AuthenticationError) as e:
+        chat(server.client(api_key="wrong"), model_id)
+    assert e.value.status_code == 401
+    r = httpx.post(server.url + "/v1/completions", json={"prompt": "hi", "max_tokens": 1})
+    assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+    r = httpx.post(
+        server.url + "/v1/completions", json={"prompt": "hi", "max_tokens": 1}, headers={"X-Api-Key": "test-key-123"}
+    )
+    assert r.status_code == 200
+    assert httpx.get(server.url + "/health").json() == {"status": "ok"}
+
+
+def test_models(client, model_id):
+    assert model_id == "SmolLM2-135M-Instruct.Q4_1"
