@@ -191,8 +191,9 @@ impl ServeArgs {
     fn config(self) -> Result<server::ServerConfig, CliError> {
         if let Some(v) = self.cache_type_v.filter(|&v| v != self.model.cache_type) {
             return Err(CliError::Usage(format!(
-                "-ctv {v} differs from -ctk {}: this backend stores keys and values in one type; give both the same",
-                self.model.cache_type
+                "-ctv {} differs from -ctk {}: this backend stores keys and values in one type; give both the same",
+                v.to_string().to_lowercase(),
+                self.model.cache_type.to_string().to_lowercase()
             )));
         }
         if self.slots && self.no_slots {

@@ -1,0 +1,76 @@
+//! `tandem serve`'s start-up: llama-server's flags, refusals before anything is allocated.
+
+use std::process::Command;
+
+fn serve(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .arg("serve")
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_plan_over_the_memory_limit_is_refused_naming_what_to_shrink() {
+    let (ok, err) = serve(&[
+        "-m",
+        "smollm2-135m",
+        "--port",
+        "0",
+        "-c",
+        "8192",
+        "--mem-limit",
+        "64M",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("memory plan: weights"), "{err}");
+    let last = err.trim_end().lines().last().unwrap();
+    assert!(last.starts_with("error: the memory plan"), "{err}");
+    assert!(
+        last.contains("64.0 MiB --mem-limit") && last.contains("shrink -c"),
+        "{last}"
+    );
+}
+
+#[test]
+fn differing_key_and_value_cache_types_are_an_error() {
+    let (ok, err) = serve(&["-m", "smollm2-135m", "-ctk", "bf16", "-ctv", "q8_0"]);
+    assert!(!ok);
+    assert!(err.contains("-ctv q8_0 differs from -ctk bf16"), "{err}");
+}
+
+#[test]
+fn unknown_flags_are_an_error_and_no_op_flags_a_warning() {
+    let (ok, err) = serve(&["-m", "smollm2-135m", "--no-such-flag"]);
+    assert!(!ok);
+    assert!(err.contains("--no-such-flag"), "{err}");
+    let (ok, err) = serve(&[
+        "-m",
+        "smollm2-135m",
+        "-ngl",
+        "-1",
+        "--flash-attn",
+        "on",
+        "--port",
+        "0",
+        "--mem-limit",
+        "1M",
+    ]);
+    assert!(!ok);
+    assert_eq!(err.matches("warning: -ngl").count(), 1, "{err}");
+    assert_eq!(err.matches("warning: --flash-attn").count(), 1, "{err}");
+}
+
+#[test]
+fn too_small_a_context_per_slot_is_an_error() {
+    let (ok, err) = serve(&["-m", "smollm2-135m", "-c", "64", "-np", "8", "--port", "0"]);
+    assert!(!ok);
+    assert!(
+        err.contains("per slot") && err.contains("--kv-unified"),
+        "{err}"
+    );
+}
