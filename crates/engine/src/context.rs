@@ -1,5 +1,5 @@
 use gguf::GgmlType;
-use kernels::ThreadPool;
+use kernels::{Precision, ThreadPool};
 use kv::{KvConfig, KvPool, SeqKv};
 use model::{Batch, HParams, Model, Row, Scratch};
 
@@ -17,6 +17,7 @@ pub struct ContextConfig {
     pub n_ubatch: usize,
     pub n_threads: usize,
     pub kv_type: GgmlType,
+    pub precision: Precision,
 }
 
 impl Default for ContextConfig {
@@ -26,6 +27,7 @@ impl Default for ContextConfig {
             n_ubatch: 512,
             n_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             kv_type: GgmlType::F16,
+            precision: Precision::Int8,
         }
     }
 }
@@ -80,7 +82,7 @@ impl<'m> Context<'m> {
             model,
             config,
             kv: KvPool::new(config.kv_config(hp))?,
-            scratch: Scratch::new(hp, config.n_ubatch),
+            scratch: Scratch::new(hp, config.n_ubatch).with_precision(config.precision),
             pool: ThreadPool::new(config.n_threads),
             hidden: vec![0.0; config.n_ubatch * hp.n_embd],
             picked: vec![0.0; LOGIT_ROWS * hp.n_embd],
@@ -157,6 +159,7 @@ impl<'m> Context<'m> {
                     &mut self.picked[..g * e],
                     &mut self.logits[..g * nv],
                     &self.pool,
+                    self.config.precision,
                 );
                 for (j, &r) in group.iter().enumerate() {
                     on_logits(done + r, &self.logits[j * nv..(j + 1) * nv]);

@@ -20,10 +20,12 @@ fn check(index: usize) {
     let reference: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let model = Model::load(model_path(file, name)).unwrap();
-    // An f32 KV cache, so that the only differences are f32 against f64 arithmetic.
+    // f32 activations and KV cache, so that the only differences are f32 against f64
+    // arithmetic; the 8-bit activation path is checked against its scalar twin in kernels.
     let config = ContextConfig {
         n_ctx: 256,
         kv_type: gguf::GgmlType::F32,
+        precision: kernels::Precision::F32,
         ..Default::default()
     };
     let mut ctx = Context::new(&model, config).unwrap();

@@ -8,7 +8,8 @@ pub mod formats;
 pub mod matmul;
 pub mod ops;
 pub mod pool;
+pub mod qmatmul;
 
 pub use error::{Error, Result};
-pub use matmul::{matmul, QMatrix};
+pub use matmul::{matmul, Precision, QMatrix};
 pub use pool::ThreadPool;

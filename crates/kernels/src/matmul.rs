@@ -1,6 +1,7 @@
 //! Matmul of a stored (possibly quantized) weight matrix with M activation rows.
 //!
-//! Threads split the weight rows (output columns); each output element is one `dot` of
+//! Quantized weights go through [`crate::qmatmul`] (8-bit activations, integer dots);
+//! float weights (F32, F16, BF16) through the f32 path here. Threads split the weight rows (output columns); each output element is one `dot` of
 //! fixed order, so a row's result is the same whatever M, the tiling or the thread count.
 
 use std::cell::RefCell;
@@ -10,6 +11,8 @@ use gguf::GgmlType;
 use crate::dot::{dot, dot4, Isa};
 use crate::formats::dequantize_row;
 use crate::pool::ThreadPool;
+use crate::qmatmul::decode::Scheme;
+use crate::qmatmul::QIsa;
 use crate::{Error, Result};
 
 /// Weight rows dequantized together and applied to every activation row.
@@ -80,14 +83,36 @@ impl SendPtr {
     }
 }
 
+/// How activations meet quantized weights.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Precision {
+    /// Activations quantized to 8 bits per block, integer dot products (llama.cpp's
+    /// arithmetic; fast).
+    #[default]
+    Int8,
+    /// Weights dequantized to f32 and f32 dot products (exact to f32 rounding; slow).
+    /// Used to check a model against a float64 reference.
+    F32,
+}
+
 /// `y[m, n] = sum_k x[m, k] * w[n, k]`.
 ///
 /// Shapes: `x` is `[m, w.n_cols]`, `y` is `[m, w.n_rows]`; `m` is `x.len() / w.n_cols`.
-pub fn matmul(pool: &ThreadPool, w: &QMatrix, x: &[f32], y: &mut [f32]) {
+pub fn matmul(pool: &ThreadPool, w: &QMatrix, x: &[f32], y: &mut [f32], precision: Precision) {
     let (k, n) = (w.n_cols, w.n_rows);
     assert_eq!(x.len() % k, 0, "x is not [m, {k}]");
     let m = x.len() / k;
     assert_eq!(y.len(), m * n, "y is not [{m}, {n}]");
+    if let (Some(scheme), Precision::Int8) = (Scheme::of(w.ty), precision) {
+        return crate::qmatmul::matmul(pool, QIsa::detect(), scheme, w, x, y);
+    }
+    matmul_f32(pool, w, x, y);
+}
+
+/// The float path (F32, F16, BF16 weights): rows dequantized to f32, fixed-order f32 dots.
+fn matmul_f32(pool: &ThreadPool, w: &QMatrix, x: &[f32], y: &mut [f32]) {
+    let (k, n) = (w.n_cols, w.n_rows);
+    let m = x.len() / k;
     let isa = Isa::detect();
     let out = SendPtr(y.as_mut_ptr());
     let n_tiles = n.div_ceil(TILE_ROWS);
@@ -151,18 +176,30 @@ mod tests {
     #[test]
     fn rows_are_identical_across_batch_sizes_and_threads() {
         let (n, k) = (37, 256);
-        for ty in [GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_K] {
+        for ty in [
+            GgmlType::F32,
+            GgmlType::F16,
+            GgmlType::BF16,
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+        ] {
             let bytes = quantized(ty, n, k);
             let w = QMatrix::new(ty, &bytes, n, k).unwrap();
             let x = data(64 * k, 11);
             let mut reference = vec![0f32; 64 * n];
-            matmul(&ThreadPool::new(1), &w, &x, &mut reference);
+            matmul(&ThreadPool::new(1), &w, &x, &mut reference, Precision::Int8);
             for threads in [1, 2, 3] {
                 let pool = ThreadPool::new(threads);
                 for m in [1, 2, 5, 64] {
                     for start in [0, 64 - m] {
                         let mut y = vec![0f32; m * n];
-                        matmul(&pool, &w, &x[start * k..(start + m) * k], &mut y);
+                        matmul(
+                            &pool,
+                            &w,
+                            &x[start * k..(start + m) * k],
+                            &mut y,
+                            Precision::Int8,
+                        );
                         let want = &reference[start * n..(start + m) * n];
                         assert!(
                             y.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()),
@@ -175,13 +212,13 @@ mod tests {
     }
 
     #[test]
-    fn matches_dequantized_reference() {
+    fn float_path_matches_dequantized_reference() {
         let (n, k) = (9, 64);
-        let bytes = quantized(GgmlType::Q8_0, n, k);
-        let w = QMatrix::new(GgmlType::Q8_0, &bytes, n, k).unwrap();
+        let bytes = quantized(GgmlType::F16, n, k);
+        let w = QMatrix::new(GgmlType::F16, &bytes, n, k).unwrap();
         let x = data(3 * k, 5);
         let mut y = vec![0f32; 3 * n];
-        matmul(&ThreadPool::new(2), &w, &x, &mut y);
+        matmul(&ThreadPool::new(2), &w, &x, &mut y, Precision::F32);
         let mut row = vec![0f32; k];
         for r in 0..n {
             w.dequantize_row(r, &mut row);

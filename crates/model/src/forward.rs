@@ -1,6 +1,6 @@
 use std::ops::Range;
 
-use kernels::ThreadPool;
+use kernels::{Precision, ThreadPool};
 use kv::{KvPool, SeqKv};
 
 use crate::hparams::HParams;
@@ -27,6 +27,8 @@ pub struct Batch<'a> {
 /// Activation buffers for up to `max_rows` rows, allocated once.
 pub struct Scratch {
     pub max_rows: usize,
+    /// How matmuls treat activations (default: 8-bit).
+    pub precision: Precision,
     /// `[rows, n_embd]` normalized input of a block.
     pub(crate) x: Vec<f32>,
     /// `[rows, q_dim]`.
@@ -48,6 +50,7 @@ impl Scratch {
         let z = |w: usize| vec![0f32; max_rows * w];
         Scratch {
             max_rows,
+            precision: Precision::default(),
             x: z(hp.n_embd),
             q: z(hp.q_dim()),
             k: z(hp.kv_dim()),
@@ -57,6 +60,11 @@ impl Scratch {
             gate: z(hp.n_ff),
             up: z(hp.n_ff),
         }
+    }
+
+    pub fn with_precision(mut self, precision: Precision) -> Scratch {
+        self.precision = precision;
+        self
     }
 
     /// Bytes `Scratch::new(hp, max_rows)` allocates.

@@ -15,7 +15,7 @@ mod weights;
 use std::path::Path;
 
 use gguf::GgufFile;
-use kernels::ThreadPool;
+use kernels::{Precision, ThreadPool};
 
 pub use arch::{Arch, ArchSpec};
 pub use error::{Error, Result};
@@ -67,11 +67,23 @@ impl Model {
 
     /// Final norm and output head: `logits` (`[n, n_vocab]`) for `hidden` (`[n, n_embd]`).
     /// `hidden` is normalized in place.
-    pub fn output(&self, hidden: &mut [f32], logits: &mut [f32], pool: &ThreadPool) {
+    pub fn output(
+        &self,
+        hidden: &mut [f32],
+        logits: &mut [f32],
+        pool: &ThreadPool,
+        precision: Precision,
+    ) {
         let hp = &self.hparams;
         for row in hidden.chunks_exact_mut(hp.n_embd) {
             kernels::ops::rms_norm_inplace(row, &self.weights.output_norm, hp.rms_eps);
         }
-        kernels::matmul(pool, &self.weights.output.view(&self.file), hidden, logits);
+        kernels::matmul(
+            pool,
+            &self.weights.output.view(&self.file),
+            hidden,
+            logits,
+            precision,
+        );
     }
 }

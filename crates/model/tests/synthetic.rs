@@ -2,7 +2,7 @@
 //! batch invariance: a row's logits are the same bits whatever else shares its batch.
 
 use gguf::GgmlType;
-use kernels::ThreadPool;
+use kernels::{Precision, ThreadPool};
 use kv::{KvConfig, KvPool, SeqKv};
 use model::{Batch, Model, Row, Scratch};
 
@@ -16,6 +16,7 @@ fn run_with(
     n_seqs: usize,
     threads: usize,
     kv_type: GgmlType,
+    precision: Precision,
 ) -> Vec<((usize, usize), Vec<f32>)> {
     let hp = &model.hparams;
     let mut kv = KvPool::new(KvConfig {
@@ -28,6 +29,7 @@ fn run_with(
     .unwrap();
     let pool = ThreadPool::new(threads);
     let mut scratch = Scratch::new(hp, 64);
+    scratch.precision = precision;
     let mut seqs = vec![SeqKv::default(); n_seqs];
     let mut out = Vec::new();
     for batch in batches {
@@ -60,7 +62,7 @@ fn run_with(
             &pool,
         );
         let mut logits = vec![0f32; tokens.len() * hp.n_vocab];
-        model.output(&mut hidden, &mut logits, &pool);
+        model.output(&mut hidden, &mut logits, &pool, precision);
         for (s, seq) in seqs.iter_mut().enumerate() {
             kv.commit(seq, next[s]);
         }
@@ -78,7 +80,14 @@ fn run(
     n_seqs: usize,
     threads: usize,
 ) -> Vec<((usize, usize), Vec<f32>)> {
-    run_with(model, batches, n_seqs, threads, GgmlType::F32)
+    run_with(
+        model,
+        batches,
+        n_seqs,
+        threads,
+        GgmlType::F32,
+        Precision::F32,
+    )
 }
 
 fn reference() -> serde_json::Value {
@@ -119,6 +128,12 @@ fn logits_match_the_float64_reference() {
 
 #[test]
 fn rows_are_identical_whatever_the_batch() {
+    for precision in [Precision::Int8, Precision::F32] {
+        rows_identical(precision);
+    }
+}
+
+fn rows_identical(precision: Precision) {
     let a: Vec<u32> = vec![1, 5, 9, 2, 33, 61, 7, 7, 40, 12];
     let b: Vec<u32> = vec![3, 3, 8, 50, 21, 4];
     for file in ["llama-tiny.gguf", "qwen2-tiny.gguf", "qwen3-tiny.gguf"] {
@@ -128,7 +143,7 @@ fn rows_are_identical_whatever_the_batch() {
                 .chunks(chunk)
                 .map(|c| c.iter().map(|&t| (seq, t)).collect())
                 .collect();
-            run(&model, &batches, 2, 1)
+            run_with(&model, &batches, 2, 1, GgmlType::F16, precision)
         };
         let mut reference = alone(&a, 0, a.len());
         reference.extend(alone(&b, 1, b.len()));
@@ -149,11 +164,18 @@ fn rows_are_identical_whatever_the_batch() {
             ("one token per forward", one_by_one),
             (
                 "two sequences in one batch, 3 threads",
-                run(&model, std::slice::from_ref(&interleaved), 2, 3),
+                run_with(
+                    &model,
+                    std::slice::from_ref(&interleaved),
+                    2,
+                    3,
+                    GgmlType::F16,
+                    precision,
+                ),
             ),
             (
                 "mixed batches of 3, 2 threads",
-                run(&model, &mixed_chunks, 2, 2),
+                run_with(&model, &mixed_chunks, 2, 2, GgmlType::F16, precision),
             ),
         ] {
             assert_eq!(got.len(), reference.len());
@@ -161,7 +183,7 @@ fn rows_are_identical_whatever_the_batch() {
                 assert_eq!(key, rkey);
                 assert!(
                     l.iter().zip(r).all(|(x, y)| x.to_bits() == y.to_bits()),
-                    "{file}: row {key:?} differs ({what})"
+                    "{file}: row {key:?} differs ({what}, {precision:?})"
                 );
             }
         }
@@ -187,7 +209,14 @@ fn reduced_precision_kv_caches_stay_close() {
         (GgmlType::BF16, 1e-2),
         (GgmlType::Q8_0, 2e-2),
     ] {
-        let got = run_with(&model, std::slice::from_ref(&batch), 1, 2, ty);
+        let got = run_with(
+            &model,
+            std::slice::from_ref(&batch),
+            1,
+            2,
+            ty,
+            Precision::F32,
+        );
         let worst = got
             .iter()
             .zip(&exact)

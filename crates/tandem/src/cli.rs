@@ -138,6 +138,7 @@ impl ModelArgs {
             n_ubatch: self.ubatch.min(self.ctx_size).max(1),
             n_threads: self.threads.unwrap_or(d.n_threads),
             kv_type: self.cache_type,
+            precision: kernels::Precision::Int8,
         }
     }
 }

@@ -57,9 +57,9 @@ pub fn block(
         rms_norm(h, &lw.attn_norm, hp.rms_eps, xr);
     }
     let (q, k, v) = (&mut s.q[..n * qd], &mut s.k[..n * kvd], &mut s.v[..n * kvd]);
-    matmul(pool, &lw.attn_q.view(&model.file), x, q); // [n, n_head * head_dim]
-    matmul(pool, &lw.attn_k.view(&model.file), x, k); // [n, n_head_kv * head_dim]
-    matmul(pool, &lw.attn_v.view(&model.file), x, v); // [n, n_head_kv * head_dim]
+    matmul(pool, &lw.attn_q.view(&model.file), x, q, s.precision); // [n, n_head * head_dim]
+    matmul(pool, &lw.attn_k.view(&model.file), x, k, s.precision); // [n, n_head_kv * head_dim]
+    matmul(pool, &lw.attn_v.view(&model.file), x, v, s.precision); // [n, n_head_kv * head_dim]
     add_bias(q, &lw.attn_q_bias);
     add_bias(k, &lw.attn_k_bias);
     add_bias(v, &lw.attn_v_bias);
@@ -123,6 +123,7 @@ pub fn block(
         &lw.attn_output.view(&model.file),
         &s.attn[..n * qd],
         proj,
+        s.precision,
     );
     add_inplace(hidden, proj);
 }

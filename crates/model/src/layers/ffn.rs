@@ -22,10 +22,16 @@ pub fn block(
         rms_norm(h, &lw.ffn_norm, hp.rms_eps, xr);
     }
     let (gate, up) = (&mut s.gate[..n * ff], &mut s.up[..n * ff]);
-    matmul(pool, &lw.ffn_gate.view(&model.file), x, gate);
-    matmul(pool, &lw.ffn_up.view(&model.file), x, up);
+    matmul(pool, &lw.ffn_gate.view(&model.file), x, gate, s.precision);
+    matmul(pool, &lw.ffn_up.view(&model.file), x, up, s.precision);
     swiglu_inplace(gate, up);
     let proj = &mut s.proj[..n * e];
-    matmul(pool, &lw.ffn_down.view(&model.file), gate, proj);
+    matmul(
+        pool,
+        &lw.ffn_down.view(&model.file),
+        gate,
+        proj,
+        s.precision,
+    );
     add_inplace(hidden, proj);
 }

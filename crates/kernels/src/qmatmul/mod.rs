@@ -1,0 +1,327 @@
+//! Quantized matmul: activations quantized per row to 8 bits, integer dot products
+//! against weight rows decoded once per call, four weight rows per activation load.
+//!
+//! Each output element is one [`scalar::dot`] sequence whatever M, the tiling, the thread
+//! count or the instruction set, so rows are batch-invariant and the SIMD path gives the
+//! scalar twin's bits.
+
+pub mod act;
+pub mod decode;
+#[cfg(target_arch = "x86_64")]
+mod fused;
+pub mod scalar;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use std::cell::RefCell;
+
+use act::{ActRow, QActs};
+use decode::{DecodedRow, Scheme};
+
+use crate::matmul::QMatrix;
+use crate::pool::ThreadPool;
+
+/// Which implementation computes the dot products.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QIsa {
+    Scalar,
+    /// AVX2, FMA and F16C.
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+}
+
+impl QIsa {
+    pub fn detect() -> QIsa {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("f16c")
+        {
+            return QIsa::Avx2;
+        }
+        QIsa::Scalar
+    }
+}
+
+/// Up to this many activation rows, kernels that read stored blocks directly beat
+/// decoding each weight row once.
+const FUSED_MAX_ROWS: usize = 8;
+
+/// Four dot products of `w[r]` with `x`.
+pub fn dot4(isa: QIsa, scheme: Scheme, w: [&DecodedRow; 4], x: ActRow) -> [f32; 4] {
+    match isa {
+        QIsa::Scalar => w.map(|r| scalar::dot(scheme, r, x)),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Avx2 is only detected on CPUs with AVX2 and FMA.
+        QIsa::Avx2 => unsafe { x86::dot4(scheme, w, x) },
+    }
+}
+
+thread_local! {
+    static ACTS: RefCell<QActs> = RefCell::new(QActs::default());
+    static ROWS: RefCell<[DecodedRow; 4]> = RefCell::new(Default::default());
+}
+
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: threads write disjoint output columns through it.
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+
+impl SendPtr {
+    fn at(&self, offset: usize) -> *mut f32 {
+        // SAFETY: callers stay inside the output buffer.
+        unsafe { self.0.add(offset) }
+    }
+}
+
+/// `y[m, n] = Σ_k x[m, k] · w[n, k]` for a quantized `w` (`scheme` is its format's).
+/// `x` is `[m, w.n_cols]`, `y` is `[m, w.n_rows]`.
+pub fn matmul(pool: &ThreadPool, isa: QIsa, scheme: Scheme, w: &QMatrix, x: &[f32], y: &mut [f32]) {
+    let (k, n) = (w.n_cols, w.n_rows);
+    ACTS.with(|a| {
+        let mut acts = a.borrow_mut();
+        acts.quantize(x, k, scheme.layout);
+        let acts = &*acts;
+        let m = acts.m;
+        let out = SendPtr(y.as_mut_ptr());
+        let rb = w.row_bytes();
+        #[cfg(target_arch = "x86_64")]
+        if isa == QIsa::Avx2 && m <= FUSED_MAX_ROWS && fused::supports(w.ty) {
+            pool.for_ranges(n.div_ceil(4), &|tiles| {
+                for tile in tiles {
+                    let r0 = 4 * tile;
+                    let live = 4.min(n - r0);
+                    let pick = [0, 1, 2, 3].map(|i| {
+                        let r = r0 + i.min(live - 1);
+                        &w.data[r * rb..(r + 1) * rb]
+                    });
+                    for mi in 0..m {
+                        // SAFETY: Avx2 is only detected with AVX2, FMA and F16C.
+                        let v = unsafe { fused::dot4(w.ty, pick, acts.row(mi)) };
+                        // SAFETY: this thread alone writes columns r0..r0+live.
+                        let ym =
+                            unsafe { std::slice::from_raw_parts_mut(out.at(mi * n + r0), live) };
+                        ym.copy_from_slice(&v[..live]);
+                    }
+                }
+            });
+            return;
+        }
+        pool.for_ranges(n.div_ceil(4), &|tiles| {
+            ROWS.with(|rows| {
+                let mut rows = rows.borrow_mut();
+                for tile in tiles {
+                    let r0 = 4 * tile;
+                    let live = 4.min(n - r0);
+                    for (i, row) in rows.iter_mut().enumerate().take(live) {
+                        row.decode(w.ty, &w.data[(r0 + i) * rb..(r0 + i + 1) * rb], k);
+                    }
+                    let rows = &*rows;
+                    let pick = [0, 1, 2, 3].map(|i| &rows[i.min(live - 1)]);
+                    for mi in 0..m {
+                        let v = dot4(isa, scheme, pick, acts.row(mi));
+                        // SAFETY: this thread alone writes columns r0..r0+live.
+                        let ym =
+                            unsafe { std::slice::from_raw_parts_mut(out.at(mi * n + r0), live) };
+                        ym.copy_from_slice(&v[..live]);
+                    }
+                }
+            });
+        });
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::formats::{dequantize_row, quantize_row};
+    use gguf::GgmlType;
+
+    fn data(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// Random bytes with finite f16 scales: valid blocks of every format.
+    fn random_blocks(ty: GgmlType, n_rows: usize, k: usize, seed: u64) -> Vec<u8> {
+        let rb = ty.row_bytes(k as u64).unwrap() as usize;
+        if crate::formats::is_quantize_supported(ty) {
+            let v = data(n_rows * k, seed);
+            let mut out = vec![0u8; rb * n_rows];
+            for r in 0..n_rows {
+                quantize_row(ty, &v[r * k..(r + 1) * k], &mut out[r * rb..(r + 1) * rb]).unwrap();
+            }
+            return out;
+        }
+        let mut s = seed | 1;
+        let mut bytes: Vec<u8> = (0..rb * n_rows)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                s as u8
+            })
+            .collect();
+        // d (and dmin) of Q2_K/Q3_K/Q5_K: small finite f16 values.
+        let ts = ty.type_size() as usize;
+        let scale_at: &[usize] = match ty {
+            GgmlType::Q2_K => &[80, 82],
+            GgmlType::Q3_K => &[108],
+            GgmlType::Q5_K => &[0, 2],
+            _ => &[],
+        };
+        for blk in bytes.chunks_exact_mut(ts) {
+            for &at in scale_at {
+                blk[at..at + 2].copy_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes());
+            }
+        }
+        bytes
+    }
+
+    const TYPES: [GgmlType; 10] = [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+    ];
+
+    #[test]
+    fn decoded_rows_reproduce_dequantization() {
+        let k = 512;
+        for ty in TYPES {
+            let bytes = random_blocks(ty, 1, k, 3);
+            let scheme = Scheme::of(ty).unwrap();
+            let mut row = DecodedRow::default();
+            row.decode(ty, &bytes, k);
+            let mut want = vec![0f32; k];
+            dequantize_row(ty, &bytes, &mut want).unwrap();
+            for i in 0..k {
+                let q = if scheme.signed {
+                    row.q[i] as i8 as i32
+                } else {
+                    row.q[i] as i32
+                } - scheme.offset;
+                let got = match scheme.layout {
+                    act::ActLayout::B32 => {
+                        let b = i / 32;
+                        row.d[b] * q as f32 + if scheme.has_min { row.m[b] } else { 0.0 }
+                    }
+                    act::ActLayout::B256 => {
+                        let (s, j) = (i / 256, i / 16);
+                        let mn = if scheme.has_min {
+                            row.m[s] * row.mn[j] as f32
+                        } else {
+                            0.0
+                        };
+                        row.d[s] * row.sc16[j] as f32 * q as f32 - mn
+                    }
+                };
+                assert!(
+                    (got - want[i]).abs() <= 1e-5 * want[i].abs().max(1.0),
+                    "{ty} element {i}: {got} vs {}",
+                    want[i]
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn simd_matches_scalar_twin_and_reference() {
+        let (n, k) = (6, 512);
+        let isa = QIsa::detect();
+        for ty in TYPES {
+            let bytes = random_blocks(ty, n, k, 5);
+            let w = QMatrix::new(ty, &bytes, n, k).unwrap();
+            let scheme = Scheme::of(ty).unwrap();
+            let x = data(3 * k, 9);
+            let mut acts = QActs::default();
+            acts.quantize(&x, k, scheme.layout);
+            let mut rows: Vec<DecodedRow> = vec![DecodedRow::default(); n];
+            for (r, row) in rows.iter_mut().enumerate() {
+                row.decode(ty, &bytes[r * w.row_bytes()..(r + 1) * w.row_bytes()], k);
+            }
+            let mut deq = vec![0f32; k];
+            for m in 0..3 {
+                #[cfg(target_arch = "x86_64")]
+                if isa == QIsa::Avx2 && fused::supports(ty) {
+                    let rb = w.row_bytes();
+                    let raw = [0, 1, 2, 5].map(|r| &bytes[r * rb..(r + 1) * rb]);
+                    // SAFETY: Avx2 detected.
+                    let got = unsafe { fused::dot4(ty, raw, acts.row(m)) };
+                    for (i, &r) in [0, 1, 2, 5].iter().enumerate() {
+                        let twin = scalar::dot(scheme, &rows[r], acts.row(m));
+                        assert_eq!(got[i].to_bits(), twin.to_bits(), "{ty} fused row {r}");
+                    }
+                }
+                let got = dot4(
+                    isa,
+                    scheme,
+                    [&rows[0], &rows[1], &rows[2], &rows[5]],
+                    acts.row(m),
+                );
+                for (i, &r) in [0, 1, 2, 5].iter().enumerate() {
+                    let twin = scalar::dot(scheme, &rows[r], acts.row(m));
+                    assert_eq!(got[i].to_bits(), twin.to_bits(), "{ty} row {r}");
+                    w.dequantize_row(r, &mut deq);
+                    let exact: f64 = deq
+                        .iter()
+                        .zip(&x[m * k..])
+                        .map(|(a, b)| *a as f64 * *b as f64)
+                        .sum();
+                    let norm: f64 = deq.iter().map(|a| (*a as f64).abs()).sum::<f64>() / 100.0;
+                    assert!(
+                        (twin as f64 - exact).abs() < norm.max(1e-3),
+                        "{ty}: {twin} vs {exact}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn rows_are_identical_across_batch_sizes_and_threads() {
+        let (n, k) = (13, 256);
+        for ty in TYPES {
+            let bytes = random_blocks(ty, n, k, 7);
+            let w = QMatrix::new(ty, &bytes, n, k).unwrap();
+            let scheme = Scheme::of(ty).unwrap();
+            let x = data(64 * k, 11);
+            let mut reference = vec![0f32; 64 * n];
+            matmul(
+                &ThreadPool::new(1),
+                QIsa::Scalar,
+                scheme,
+                &w,
+                &x,
+                &mut reference,
+            );
+            for threads in [1, 2] {
+                let pool = ThreadPool::new(threads);
+                for m in [1, 8, 64] {
+                    let start = 64 - m;
+                    let mut y = vec![0f32; m * n];
+                    matmul(&pool, QIsa::detect(), scheme, &w, &x[start * k..], &mut y);
+                    let want = &reference[start * n..];
+                    assert!(
+                        y.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{ty} m={m} threads={threads}"
+                    );
+                }
+            }
+        }
+    }
+}
