@@ -70,9 +70,9 @@ class Server:
     def get(self, path, **kw):
         return httpx.get(self.url + path, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=60, **kw)
 
-    def post(self, path, json=None, **kw):
+    def post(self, path, json=None, timeout=120, **kw):
         return httpx.post(
-            self.url + path, json=json, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=120, **kw
+            self.url + path, json=json, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=timeout, **kw
         )
 
 

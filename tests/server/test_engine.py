@@ -184,3 +184,34 @@ def test_full_queue_is_503_with_retry_after_and_big_bodies_413():
         assert r.status_code == 413 and "error" in r.json()
     finally:
         s.stop()
+
+
+def test_dropped_non_streaming_request_frees_its_slot(server, model_id):
+    body = {"model": model_id, "prompt": "Count: 1, 2,", "max_tokens": 1500, "ignore_eos": True}
+    try:
+        server.post("/v1/completions", body, timeout=0.5)
+        raise AssertionError("a 1500-token answer came back in 0.5 s")
+    except httpx.TimeoutException:
+        pass
+    t0 = time.monotonic()
+    while not idle(server)[0]:
+        assert time.monotonic() - t0 < 1.0, f"slot still busy after 1 s: {idle(server)[1]}"
+        time.sleep(0.02)
+
+
+def test_reasoning_is_split_out_when_the_template_marks_it():
+    template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}<think>"
+    s = Server("-c", "1024", "-np", "1", "--chat-template", template, "--reasoning", "on")
+    try:
+        c = s.client(api_key="unused")
+        msgs = [{"role": "user", "content": "Think about the sea."}]
+        r = c.chat.completions.create(model="m", messages=msgs, max_tokens=12, temperature=0)
+        m = r.choices[0].message
+        assert m.content == "" and m.model_extra["reasoning_content"]
+        chunks = list(c.chat.completions.create(model="m", messages=msgs, max_tokens=12, temperature=0, stream=True))
+        streamed = "".join(
+            (ch.choices[0].delta.model_extra or {}).get("reasoning_content") or "" for ch in chunks if ch.choices
+        )
+        assert streamed == m.model_extra["reasoning_content"]
+    finally:
+        s.stop()

@@ -7,6 +7,7 @@ use engine::{FinishReason, Summary, TokenLogprob};
 use serde_json::{json, Value};
 use text::Tokenizer;
 
+use crate::reasoning::Splitter;
 use crate::validate::Route;
 
 /// llama.cpp's `timings`. `prompt_n` counts the prompt tokens computed, not those reused.
@@ -50,6 +51,8 @@ pub struct Reply {
     pub prompt_text: String,
     /// Bytes of text sent so far (completions' `text_offset`).
     offset: usize,
+    /// Splits reasoning out of chat answers when the template marks it.
+    splitter: Option<Splitter>,
 }
 
 impl Reply {
@@ -60,7 +63,10 @@ impl Reply {
         include_usage: bool,
         tok: Arc<Tokenizer>,
         prompt_text: String,
+        reasoning: bool,
     ) -> Self {
+        let splitter = (reasoning && route == Route::Chat)
+            .then(|| Splitter::new(prompt_text.trim_end().ends_with("<think>")));
         let created = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -73,6 +79,7 @@ impl Reply {
             tok,
             prompt_text,
             offset: 0,
+            splitter,
         }
     }
 
@@ -188,14 +195,18 @@ impl Reply {
         lps: &[TokenLogprob],
         asked: bool,
     ) -> Option<Value> {
-        if text.is_empty() && (lps.is_empty() || !asked) {
+        let (reasoning, text) = match &mut self.splitter {
+            Some(sp) => sp.push(text),
+            None => (String::new(), text.to_string()),
+        };
+        if text.is_empty() && reasoning.is_empty() && (lps.is_empty() || !asked) {
             return None;
         }
         let logprobs = self.logprobs(lps, asked);
         Some(match self.route {
             Route::Chat => self.chunk(json!({
                 "index": 0,
-                "delta": {"content": text},
+                "delta": chat_delta(reasoning, text),
                 "logprobs": logprobs,
                 "finish_reason": null,
             })),
@@ -224,7 +235,23 @@ impl Reply {
     }
 
     /// The closing bodies of a stream (the `[DONE]` marker is added by the caller).
-    pub fn closing(&self, s: &Summary) -> Vec<Value> {
+    pub fn closing(&mut self, s: &Summary) -> Vec<Value> {
+        let mut out = Vec::new();
+        if let Some((reasoning, text)) = self.splitter.as_mut().map(Splitter::finish) {
+            if !(reasoning.is_empty() && text.is_empty()) {
+                out.push(self.chunk(json!({
+                    "index": 0,
+                    "delta": chat_delta(reasoning, text),
+                    "logprobs": null,
+                    "finish_reason": null,
+                })));
+            }
+        }
+        out.extend(self.closing_chunks(s));
+        out
+    }
+
+    fn closing_chunks(&self, s: &Summary) -> Vec<Value> {
         match self.route {
             Route::Chat | Route::Completions => {
                 let choice = match self.route {
@@ -291,6 +318,17 @@ impl Reply {
         s: &Summary,
     ) -> Value {
         let logprobs = self.logprobs(lps, asked);
+        let mut message = json!({"role": "assistant", "content": text});
+        if let Some(sp) = &mut self.splitter {
+            let (mut reasoning, mut content) = sp.push(&text);
+            let (r, c) = sp.finish();
+            reasoning.push_str(&r);
+            content.push_str(&c);
+            message["content"] = json!(content);
+            if !reasoning.is_empty() {
+                message["reasoning_content"] = json!(reasoning);
+            }
+        }
         match self.route {
             Route::Chat => json!({
                 "id": self.id(),
@@ -300,7 +338,7 @@ impl Reply {
                 "system_fingerprint": fingerprint(),
                 "choices": [{
                     "index": 0,
-                    "message": {"role": "assistant", "content": text},
+                    "message": message,
                     "logprobs": logprobs,
                     "finish_reason": s.finish.openai(),
                 }],
@@ -333,6 +371,18 @@ impl Reply {
             }
         }
     }
+}
+
+/// A chat delta with whichever of reasoning and content it has.
+fn chat_delta(reasoning: String, text: String) -> Value {
+    let mut d = serde_json::Map::new();
+    if !reasoning.is_empty() {
+        d.insert("reasoning_content".into(), json!(reasoning));
+    }
+    if !text.is_empty() || reasoning.is_empty() {
+        d.insert("content".into(), json!(text));
+    }
+    Value::Object(d)
 }
 
 pub fn fingerprint() -> String {

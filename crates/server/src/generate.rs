@@ -61,6 +61,7 @@ async fn run(
         v.include_usage,
         ready.tok.clone(),
         v.prompt_text,
+        ready.reasoning,
     );
     let asked = v.logprobs.is_some();
     if v.stream {

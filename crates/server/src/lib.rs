@@ -8,6 +8,7 @@ mod error;
 mod format;
 mod generate;
 mod info;
+mod reasoning;
 mod state;
 mod validate;
 
@@ -24,7 +25,7 @@ use axum::routing::{get, post};
 use axum::Router;
 
 pub use error::{ApiError, Error};
-pub use state::{Defaults, ServerConfig};
+pub use state::{Defaults, Reasoning, ServerConfig};
 
 use state::{AppState, Ready, Shared};
 

@@ -21,6 +21,15 @@ pub struct Defaults {
     pub n_predict: Option<usize>,
 }
 
+/// Whether reasoning (`<think>…</think>`) is split out of chat answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reasoning {
+    On,
+    Off,
+    /// On when the chat template marks reasoning.
+    Auto,
+}
+
 /// Everything `tandem serve` was told.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -36,6 +45,7 @@ pub struct ServerConfig {
     pub defaults: Defaults,
     /// A Jinja chat template that replaces the model's.
     pub chat_template: Option<String>,
+    pub reasoning: Reasoning,
     pub metrics: bool,
     pub slots: bool,
     /// Memory the plan must fit in (bytes); `None`: the memory available now.
@@ -50,6 +60,8 @@ pub struct Ready {
     pub tok: Arc<Tokenizer>,
     pub template: Option<ChatTemplate>,
     pub template_source: Option<String>,
+    /// Chat answers carry `reasoning_content`.
+    pub reasoning: bool,
     pub model_id: String,
     pub defaults: Defaults,
     pub n_ctx_train: usize,
@@ -99,6 +111,13 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         }
         None => None,
     };
+    let marks_reasoning = template_source
+        .as_deref()
+        .is_some_and(|t| t.contains("<think>"));
+    if config.reasoning == Reasoning::On && !marks_reasoning {
+        eprintln!("warning: --reasoning on: the chat template does not mark reasoning with <think>; answers stay whole");
+    }
+    let reasoning = config.reasoning != Reasoning::Off && marks_reasoning;
     let mut ecfg = config.engine;
     if ecfg.n_ctx == 0 {
         ecfg.n_ctx = hp.n_ctx_train;
@@ -143,6 +162,7 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         tok,
         template,
         template_source,
+        reasoning,
         model_id,
         defaults: config.defaults.clone(),
         n_ctx_train,

@@ -181,10 +181,6 @@ impl ServeArgs {
                 || self.spec_draft_p_min.is_some(),
             "--spec-*: speculative decoding is not available yet; these flags do nothing",
         );
-        say(
-            self.reasoning.as_deref() == Some("on"),
-            "--reasoning on: reasoning is not split out of the content yet",
-        );
         w
     }
 
@@ -241,6 +237,11 @@ impl ServeArgs {
                 n_predict: usize::try_from(self.n_predict).ok().filter(|&n| n > 0),
             },
             chat_template,
+            reasoning: match self.reasoning.as_deref() {
+                Some("on") => server::Reasoning::On,
+                Some("off") => server::Reasoning::Off,
+                _ => server::Reasoning::Auto,
+            },
             metrics: self.metrics,
             slots: !self.no_slots,
             mem_limit: self.mem_limit,
