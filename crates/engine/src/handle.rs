@@ -57,6 +57,7 @@ impl EngineConfig {
             n_ubatch: self.n_ubatch,
             n_threads: self.n_threads,
             kv_type: self.kv_type,
+            ..ContextConfig::default()
         }
     }
 

@@ -82,8 +82,9 @@ pub fn start(model: Model, tok: Arc<Tokenizer>, cfg: EngineConfig) -> Result<Eng
     let kv = KvPool::new(kv_cfg)?;
     let (tx, rx) = mpsc::channel();
     let queued = Arc::new(AtomicUsize::new(0));
+    let precision = cfg.context_config().precision;
     let engine = Engine {
-        scratch: Scratch::new(hp, cfg.n_ubatch),
+        scratch: Scratch::new(hp, cfg.n_ubatch).with_precision(precision),
         pool: ThreadPool::new(cfg.n_threads),
         hidden: vec![0.0; cfg.n_ubatch * e],
         picked: vec![0.0; LOGIT_ROWS * e],
@@ -390,6 +391,7 @@ impl Engine {
                     &mut self.picked[..g * e],
                     &mut self.logits[..g * nv],
                     &self.pool,
+                    self.scratch.precision,
                 );
                 for (j, &(_, slot)) in group.iter().enumerate() {
                     let seq = &mut self.slots[slot].as_mut().expect("planned").seq;

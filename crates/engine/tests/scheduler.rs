@@ -86,6 +86,7 @@ fn reference(model: &Model, prompt: &[u32], n: usize) -> Vec<u32> {
             n_ubatch: 32,
             n_threads: 2,
             kv_type: GgmlType::F16,
+            ..ContextConfig::default()
         },
     )
     .unwrap();
