@@ -12,8 +12,7 @@ mod reasoning;
 mod state;
 mod validate;
 
-use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -27,7 +26,8 @@ use axum::Router;
 pub use error::{ApiError, Error};
 pub use state::{Defaults, Reasoning, ServerConfig};
 
-use state::{AppState, Ready, Shared};
+pub use state::AppState;
+use state::{Ready, Shared};
 
 /// Routes reachable without the API key.
 const PUBLIC: &[&str] = &["/health", "/v1/health", "/models", "/v1/models"];
@@ -137,14 +137,7 @@ async fn serve(config: ServerConfig) -> Result<(), Error> {
             source,
         })?;
     let local = listener.local_addr()?;
-    let state = Arc::new(AppState {
-        config,
-        ready: OnceLock::new(),
-        started: Instant::now(),
-        created: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
-    });
+    let state = Arc::new(AppState::new(config));
     eprintln!(
         "tandem serve: listening on http://{local} (loading {})",
         state.config.model_path.display()

@@ -79,6 +79,20 @@ pub struct AppState {
     pub created: u64,
 }
 
+impl AppState {
+    /// The state of a server whose model is still loading.
+    pub fn new(config: ServerConfig) -> Self {
+        AppState {
+            config,
+            ready: OnceLock::new(),
+            started: Instant::now(),
+            created: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        }
+    }
+}
+
 pub type Shared = Arc<AppState>;
 
 fn available_memory() -> Option<u64> {
