@@ -110,62 +110,98 @@ impl<'m> Context<'m> {
         outputs: Outputs,
         on_logits: &mut dyn FnMut(usize, &[f32]),
     ) -> Result<()> {
-        let needed = seq.len() + tokens.len();
-        if needed > self.config.n_ctx {
-            return Err(Error::ContextFull {
-                needed,
-                n_ctx: self.config.n_ctx,
-            });
-        }
-        self.kv.reserve(seq, needed)?;
-        let hp = &self.model.hparams;
-        let (e, nv) = (hp.n_embd, hp.n_vocab);
         let mut done = 0;
+        let seqs = std::slice::from_mut(seq);
         for chunk in tokens.chunks(self.config.n_ubatch) {
             let n = chunk.len();
-            let start = seq.len();
-            let rows: Vec<Row> = (0..n)
-                .map(|i| Row {
-                    pos: start + i,
-                    seq: 0,
-                })
-                .collect();
-            let hidden = &mut self.hidden[..n * e];
-            self.model.embed(chunk, hidden)?;
-            self.model.forward_layers(
-                0..hp.n_layer,
-                hidden,
-                Batch {
-                    rows: &rows,
-                    seqs: &[&*seq],
-                },
-                &mut self.kv,
-                &mut self.scratch,
-                &self.pool,
-            );
-            self.kv.commit(seq, start + n);
+            let rows: Vec<(usize, u32)> = chunk.iter().map(|&t| (0, t)).collect();
             let wanted: Vec<usize> = match outputs {
                 Outputs::All => (0..n).collect(),
                 Outputs::From(first) => (first.saturating_sub(done).min(n)..n).collect(),
                 Outputs::Last if done + n == tokens.len() => vec![n - 1],
                 Outputs::Last => vec![],
             };
-            for group in wanted.chunks(LOGIT_ROWS) {
-                for (j, &r) in group.iter().enumerate() {
-                    self.picked[j * e..(j + 1) * e].copy_from_slice(&hidden[r * e..(r + 1) * e]);
-                }
-                let g = group.len();
-                self.model.output(
-                    &mut self.picked[..g * e],
-                    &mut self.logits[..g * nv],
-                    &self.pool,
-                    self.config.precision,
-                );
-                for (j, &r) in group.iter().enumerate() {
-                    on_logits(done + r, &self.logits[j * nv..(j + 1) * nv]);
-                }
-            }
+            self.forward(seqs, &rows, &wanted, &mut |r, logits| {
+                on_logits(done + r, logits)
+            })?;
             done += n;
+        }
+        Ok(())
+    }
+
+    /// One forward over rows of several sequences: row `i = (s, token)` appends `token`
+    /// to `seqs[s]` (rows of one sequence in order). Calls `on_logits(i, logits)` for each
+    /// row index in `outputs`. At most `n_ubatch` rows.
+    pub fn forward(
+        &mut self,
+        seqs: &mut [SeqKv],
+        rows: &[(usize, u32)],
+        outputs: &[usize],
+        on_logits: &mut dyn FnMut(usize, &[f32]),
+    ) -> Result<()> {
+        let n = rows.len();
+        if n > self.config.n_ubatch {
+            return Err(Error::Config(format!(
+                "{n} rows exceed the ubatch of {}",
+                self.config.n_ubatch
+            )));
+        }
+        let mut next: Vec<usize> = seqs.iter().map(|s| s.len()).collect();
+        let batch_rows: Vec<Row> = rows
+            .iter()
+            .map(|&(s, _)| {
+                next[s] += 1;
+                Row {
+                    pos: next[s] - 1,
+                    seq: s,
+                }
+            })
+            .collect();
+        let needed: usize = next.iter().sum();
+        if needed > self.config.n_ctx {
+            return Err(Error::ContextFull {
+                needed,
+                n_ctx: self.config.n_ctx,
+            });
+        }
+        for (seq, &len) in seqs.iter_mut().zip(&next) {
+            self.kv.reserve(seq, len)?;
+        }
+        let hp = &self.model.hparams;
+        let (e, nv) = (hp.n_embd, hp.n_vocab);
+        let tokens: Vec<u32> = rows.iter().map(|&(_, t)| t).collect();
+        let hidden = &mut self.hidden[..n * e];
+        self.model.embed(&tokens, hidden)?;
+        let refs: Vec<&SeqKv> = seqs.iter().collect();
+        let batch = Batch {
+            rows: &batch_rows,
+            seqs: &refs,
+        };
+        self.model.forward_layers(
+            0..hp.n_layer,
+            hidden,
+            batch,
+            &mut self.kv,
+            &mut self.scratch,
+            &self.pool,
+        );
+        for (seq, &len) in seqs.iter_mut().zip(&next) {
+            self.kv.commit(seq, len);
+        }
+        for group in outputs.chunks(LOGIT_ROWS) {
+            for (j, &r) in group.iter().enumerate() {
+                self.picked[j * e..(j + 1) * e].copy_from_slice(&hidden[r * e..(r + 1) * e]);
+            }
+            let g = group.len();
+            self.model.output(
+                &mut self.picked[..g * e],
+                &mut self.logits[..g * nv],
+                &self.pool,
+                self.config.precision,
+            );
+            for (j, &r) in group.iter().enumerate() {
+                on_logits(r, &self.logits[j * nv..(j + 1) * nv]);
+            }
         }
         Ok(())
     }

@@ -4,29 +4,38 @@
 //! have finished. Work is split by the closure itself, by output rows or columns, so the
 //! pool never changes a reduction order.
 
+use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
 type Job = dyn Fn(usize, usize) + Sync;
 
-struct State {
-    generation: u64,
-    /// Erased-lifetime pointer to the caller's closure; valid while `remaining > 0`.
-    job: Option<*const Job>,
-    remaining: usize,
-    panicked: bool,
-    shutdown: bool,
-}
-
-// SAFETY: the raw job pointer is only dereferenced while `run` keeps the closure alive.
-unsafe impl Send for State {}
+/// Spins before a waiting thread parks: long enough to bridge the gap between the many
+/// small operations of one token, short enough not to burn a core when idle.
+const SPINS: u32 = 200_000;
 
 struct Shared {
-    state: Mutex<State>,
-    work: Condvar,
-    done: Condvar,
+    /// Bumped once per `run`; workers start the job when they see a new value.
+    generation: AtomicU64,
+    /// The current job, written before `generation` is bumped (Release) and read after
+    /// it is seen (Acquire). Its lifetime is erased; `run` outlives every use.
+    job: UnsafeCell<Option<*const Job>>,
+    /// Workers still running the current job.
+    remaining: AtomicUsize,
+    panicked: AtomicBool,
+    shutdown: AtomicBool,
+    /// Workers parked on `wake`, so `run` knows to notify.
+    sleepers: AtomicUsize,
+    lock: Mutex<()>,
+    wake: Condvar,
 }
+
+// SAFETY: `job` is only written by `run` while no worker reads it (all finished the
+// previous generation) and read by workers only between the bump and their decrement.
+unsafe impl Sync for Shared {}
+unsafe impl Send for Shared {}
 
 pub struct ThreadPool {
     n_threads: usize,
@@ -39,15 +48,14 @@ impl ThreadPool {
     pub fn new(n_threads: usize) -> Self {
         let n_threads = n_threads.max(1);
         let shared = Arc::new(Shared {
-            state: Mutex::new(State {
-                generation: 0,
-                job: None,
-                remaining: 0,
-                panicked: false,
-                shutdown: false,
-            }),
-            work: Condvar::new(),
-            done: Condvar::new(),
+            generation: AtomicU64::new(0),
+            job: UnsafeCell::new(None),
+            remaining: AtomicUsize::new(0),
+            panicked: AtomicBool::new(false),
+            shutdown: AtomicBool::new(false),
+            sleepers: AtomicUsize::new(0),
+            lock: Mutex::new(()),
+            wake: Condvar::new(),
         });
         let workers = (1..n_threads)
             .map(|index| {
@@ -76,30 +84,41 @@ impl ThreadPool {
             f(0, 1);
             return;
         }
-        {
-            let mut s = self.shared.state.lock().unwrap();
-            // SAFETY: the pointer's lifetime is erased; we wait below until every worker
-            // is done with it before returning, so it never outlives `f`.
-            let short: *const (dyn Fn(usize, usize) + Sync + '_) = f;
-            let ptr: *const Job = unsafe { std::mem::transmute(short) };
-            s.job = Some(ptr);
-            s.remaining = self.n_threads - 1;
-            s.panicked = false;
-            s.generation += 1;
-            self.shared.work.notify_all();
+        let sh = &*self.shared;
+        let short: *const (dyn Fn(usize, usize) + Sync + '_) = f;
+        // SAFETY: the lifetime is erased; we wait below until every worker is done with
+        // the pointer before returning, so it never outlives `f`. No worker reads `job`
+        // now: all finished the previous generation.
+        unsafe {
+            *sh.job.get() = Some(std::mem::transmute::<
+                *const (dyn Fn(usize, usize) + Sync + '_),
+                *const Job,
+            >(short))
+        };
+        sh.panicked.store(false, Ordering::Relaxed);
+        sh.remaining.store(self.n_threads - 1, Ordering::Relaxed);
+        sh.generation.fetch_add(1, Ordering::SeqCst);
+        if sh.sleepers.load(Ordering::SeqCst) > 0 {
+            let _guard = sh.lock.lock().unwrap();
+            sh.wake.notify_all();
         }
         let mine = catch_unwind(AssertUnwindSafe(|| f(0, self.n_threads)));
-        let mut s = self.shared.state.lock().unwrap();
-        while s.remaining > 0 {
-            s = self.shared.done.wait(s).unwrap();
+        let mut spins = 0u32;
+        while sh.remaining.load(Ordering::Acquire) > 0 {
+            spins += 1;
+            if spins < SPINS {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
         }
-        s.job = None;
-        let theirs = s.panicked;
-        drop(s);
         if let Err(p) = mine {
             std::panic::resume_unwind(p);
         }
-        assert!(!theirs, "a worker thread panicked");
+        assert!(
+            !sh.panicked.load(Ordering::Relaxed),
+            "a worker thread panicked"
+        );
     }
 
     /// Splits `0..n` into one contiguous range per thread and calls `f(range)` for each
@@ -122,35 +141,53 @@ pub fn split_range(n: usize, t: usize, nt: usize) -> std::ops::Range<usize> {
     start..start + base + usize::from(t < extra)
 }
 
-fn worker(shared: Arc<Shared>, index: usize, n_threads: usize) {
-    let mut seen = 0u64;
-    loop {
-        let job = {
-            let mut s = shared.state.lock().unwrap();
-            while s.generation == seen && !s.shutdown {
-                s = shared.work.wait(s).unwrap();
-            }
-            if s.shutdown {
-                return;
-            }
-            seen = s.generation;
-            s.job.expect("a job accompanies every generation")
-        };
-        // SAFETY: `run` keeps the closure alive until `remaining` reaches zero.
-        let result = catch_unwind(AssertUnwindSafe(|| unsafe { (*job)(index, n_threads) }));
-        let mut s = shared.state.lock().unwrap();
-        s.panicked |= result.is_err();
-        s.remaining -= 1;
-        if s.remaining == 0 {
-            shared.done.notify_one();
+/// Waits for a generation other than `seen`: spins, then parks. `None` at shutdown.
+fn next_generation(sh: &Shared, seen: u64) -> Option<u64> {
+    for _ in 0..SPINS {
+        let g = sh.generation.load(Ordering::Acquire);
+        if g != seen {
+            return Some(g);
         }
+        if sh.shutdown.load(Ordering::Relaxed) {
+            return None;
+        }
+        std::hint::spin_loop();
+    }
+    let mut guard = sh.lock.lock().unwrap();
+    sh.sleepers.fetch_add(1, Ordering::SeqCst);
+    loop {
+        let g = sh.generation.load(Ordering::SeqCst);
+        if g != seen || sh.shutdown.load(Ordering::SeqCst) {
+            sh.sleepers.fetch_sub(1, Ordering::SeqCst);
+            return (g != seen).then_some(g);
+        }
+        guard = sh.wake.wait(guard).unwrap();
+    }
+}
+
+fn worker(shared: Arc<Shared>, index: usize, n_threads: usize) {
+    let sh = &*shared;
+    let mut seen = 0u64;
+    while let Some(g) = next_generation(sh, seen) {
+        seen = g;
+        // SAFETY: `run` published the job before bumping the generation and keeps it
+        // alive until `remaining` reaches zero.
+        let job = unsafe { (*sh.job.get()).expect("a job accompanies every generation") };
+        let result = catch_unwind(AssertUnwindSafe(|| unsafe { (*job)(index, n_threads) }));
+        if result.is_err() {
+            sh.panicked.store(true, Ordering::Relaxed);
+        }
+        sh.remaining.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
 impl Drop for ThreadPool {
     fn drop(&mut self) {
-        self.shared.state.lock().unwrap().shutdown = true;
-        self.shared.work.notify_all();
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        {
+            let _guard = self.shared.lock.lock().unwrap();
+            self.shared.wake.notify_all();
+        }
         for w in self.workers.drain(..) {
             let _ = w.join();
         }

@@ -31,6 +31,8 @@ pub enum Command {
     Perplexity(PerplexityArgs),
     /// An OpenAI-compatible, llama-server-compatible HTTP server for many users at once.
     Serve(Box<crate::serve::ServeArgs>),
+    /// Benchmarks with ratios against a peer measured in the same run.
+    Bench(crate::bench::BenchArgs),
 }
 
 /// llama.cpp's multi-letter short flags, which clap cannot express, and their long forms.

@@ -1,5 +1,6 @@
 //! tandem: run GGUF models on this machine. `tandem --help` lists the commands.
 
+mod bench;
 mod cli;
 mod info;
 mod perplexity;
@@ -52,6 +53,7 @@ fn main() {
         cli::Command::Info(a) => info::execute(a),
         cli::Command::Perplexity(a) => perplexity::execute(a),
         cli::Command::Serve(a) => serve::execute(*a),
+        cli::Command::Bench(a) => bench::execute(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

@@ -33,7 +33,11 @@ pub unsafe fn dot4(ty: GgmlType, w: [&[u8]; 4], x: ActRow) -> [f32; 4] {
     let acc = match ty {
         GgmlType::Q4_K => q4_k(w, x),
         GgmlType::Q6_K => q6_k(w, x),
-        _ => b32(ty, w, x),
+        GgmlType::Q4_0 => b32::<18, 2, 8, false, false, false>(w, x),
+        GgmlType::Q4_1 => b32::<20, 4, 0, true, false, false>(w, x),
+        GgmlType::Q5_0 => b32::<22, 6, 16, false, true, false>(w, x),
+        GgmlType::Q8_0 => b32::<34, 2, 0, false, false, true>(w, x),
+        other => unreachable!("no fused kernel for {other}"),
     };
     let mut out = [0f32; 4];
     _mm_storeu_ps(out.as_mut_ptr(), acc);
@@ -86,51 +90,53 @@ unsafe fn bit4_bytes(bits: u32) -> __m256i {
     _mm256_and_si256(set, _mm256_set1_epi8(0x10))
 }
 
+/// The 32-element formats: `TS` bytes per block, quants at `QS`, values `q - OFFSET`,
+/// an f16 min at byte 2 when `MIN`, a fifth bit from the u32 at byte 2 when `FIVE`,
+/// signed bytes (Q8_0) when `Q8`.
 #[inline(always)]
-unsafe fn b32(ty: GgmlType, w: [&[u8]; 4], x: ActRow) -> __m128 {
-    let ts = ty.type_size() as usize;
-    let (offset, has_min) = match ty {
-        GgmlType::Q4_0 => (8, false),
-        GgmlType::Q4_1 => (0, true),
-        GgmlType::Q5_0 => (16, false),
-        _ => (0, false),
-    };
+unsafe fn b32<
+    const TS: usize,
+    const QS: usize,
+    const OFFSET: i32,
+    const MIN: bool,
+    const FIVE: bool,
+    const Q8: bool,
+>(
+    w: [&[u8]; 4],
+    x: ActRow,
+) -> __m128 {
     let ones = _mm256_set1_epi16(1);
     let low = _mm256_set1_epi8(0x0F);
     let mut acc = _mm_setzero_ps();
-    for b in 0..x.d.len() {
-        let blk = [0, 1, 2, 3].map(|r| &w[r][b * ts..(b + 1) * ts]);
+    let nb = x.d.len();
+    for r in 0..4 {
+        assert!(w[r].len() >= nb * TS);
+    }
+    let base = [w[0].as_ptr(), w[1].as_ptr(), w[2].as_ptr(), w[3].as_ptr()];
+    for b in 0..nb {
+        let blk = [0, 1, 2, 3].map(|r| std::slice::from_raw_parts(base[r].add(b * TS), TS));
         let xv = load32(x.q.as_ptr().add(32 * b) as *const u8);
         let mut p = [_mm256_setzero_si256(); 4];
         for r in 0..4 {
-            let pairs = match ty {
-                GgmlType::Q8_0 => {
-                    let wv = load32(blk[r].as_ptr().add(2));
-                    _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv))
+            let at = base[r].add(b * TS);
+            let pairs = if Q8 {
+                let wv = load32(at.add(QS));
+                _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv))
+            } else {
+                let v = _mm_loadu_si128(at.add(QS) as *const __m128i);
+                let mut q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16::<4>(v), v), low);
+                if FIVE {
+                    q = _mm256_or_si256(q, bit4_bytes((at.add(2) as *const u32).read_unaligned()));
                 }
-                _ => {
-                    let qs_at = match ty {
-                        GgmlType::Q4_0 => 2,
-                        GgmlType::Q4_1 => 4,
-                        _ => 6,
-                    };
-                    let v = _mm_loadu_si128(blk[r].as_ptr().add(qs_at) as *const __m128i);
-                    let both = _mm256_set_m128i(_mm_srli_epi16::<4>(v), v);
-                    let mut q = _mm256_and_si256(both, low);
-                    if ty == GgmlType::Q5_0 {
-                        let qh = u32::from_le_bytes(blk[r][2..6].try_into().unwrap());
-                        q = _mm256_or_si256(q, bit4_bytes(qh));
-                    }
-                    _mm256_maddubs_epi16(q, xv)
-                }
+                _mm256_maddubs_epi16(q, xv)
             };
             p[r] = _mm256_madd_epi16(pairs, ones);
         }
-        let isum = _mm_sub_epi32(hsum4(p), _mm_set1_epi32(offset * x.sums[b]));
-        let scale = _mm_mul_ps(f16x4(blk, 0), _mm_set1_ps(x.d[b]));
+        let isum = _mm_sub_epi32(hsum4(p), _mm_set1_epi32(OFFSET * *x.sums.get_unchecked(b)));
+        let scale = _mm_mul_ps(f16x4(blk, 0), _mm_set1_ps(*x.d.get_unchecked(b)));
         acc = _mm_fmadd_ps(scale, _mm_cvtepi32_ps(isum), acc);
-        if has_min {
-            acc = _mm_fmadd_ps(f16x4(blk, 2), _mm_set1_ps(x.ds[b]), acc);
+        if MIN {
+            acc = _mm_fmadd_ps(f16x4(blk, 2), _mm_set1_ps(*x.ds.get_unchecked(b)), acc);
         }
     }
     acc

@@ -1,0 +1,205 @@
+//! `tandem bench model`: prompt processing, generation, batched decode and the cost of
+//! verifying k tokens in one forward, like llama-bench and llama-batched-bench.
+
+use std::time::Instant;
+
+use engine::{Context, ContextConfig, Outputs};
+use kv::SeqKv;
+use model::Model;
+use serde::Serialize;
+
+use crate::{Machine, Result};
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct ModelBenchConfig {
+    /// Prompt length for the prompt-processing test (0: skip).
+    pub pp: usize,
+    /// Tokens generated one at a time (0: skip).
+    pub tg: usize,
+    /// Sequences decoding together, one row each per forward.
+    pub batch: Vec<usize>,
+    /// New tokens of one sequence in one forward.
+    pub verify: Vec<usize>,
+    pub reps: usize,
+    pub context: ContextConfig,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BatchedPoint {
+    pub batch: usize,
+    /// Tokens per second over all sequences.
+    pub tok_s: f64,
+    /// `tok_s` over batch 1's.
+    pub ratio: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct VerifyPoint {
+    pub k: usize,
+    /// Milliseconds of one forward over `k` new tokens.
+    pub ms: f64,
+    /// Over k = 1's.
+    pub ratio: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelBenchReport {
+    pub model: String,
+    pub pp: usize,
+    pub tg: usize,
+    pub pp_tok_s: f64,
+    pub tg_tok_s: f64,
+    pub batched: Vec<BatchedPoint>,
+    pub verify: Vec<VerifyPoint>,
+    pub machine: Machine,
+}
+
+/// Context before the measured tokens of the batched and verify tests.
+pub const PRIOR: usize = 128;
+/// Decode steps per batched measurement.
+pub const BATCH_STEPS: usize = 32;
+
+/// Deterministic token ids spread over the vocabulary (llama-bench also uses arbitrary ids).
+fn tokens(n: usize, n_vocab: usize, seed: u64) -> Vec<u32> {
+    let mut s = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % n_vocab as u64) as u32
+        })
+        .collect()
+}
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len().max(1) as f64
+}
+
+/// The context a configuration needs.
+pub fn context_for(cfg: &ModelBenchConfig, base: ContextConfig) -> ContextConfig {
+    let max_batch = cfg.batch.iter().copied().max().unwrap_or(1);
+    let max_k = cfg.verify.iter().copied().max().unwrap_or(1);
+    ContextConfig {
+        n_ctx: (cfg.pp + 1)
+            .max(cfg.tg + 1)
+            .max(max_batch * (PRIOR + BATCH_STEPS + 1))
+            .max(PRIOR + max_k + 1),
+        n_ubatch: cfg.pp.max(max_batch).max(max_k).max(PRIOR),
+        ..base
+    }
+}
+
+pub fn run(model: &Model, name: &str, cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
+    let nv = model.hparams.n_vocab;
+    let mut ctx = Context::new(model, cfg.context)?;
+    let reps = cfg.reps.max(1);
+    let mut ignore = |_: usize, _: &[f32]| {};
+
+    let warm = tokens(8, nv, 99);
+    let mut s = SeqKv::default();
+    ctx.eval(&mut s, &warm, Outputs::Last, &mut ignore)?;
+    ctx.release(&mut s);
+
+    let mut pp = Vec::new();
+    for r in 0..reps.min(if cfg.pp > 0 { reps } else { 0 }) {
+        let prompt = tokens(cfg.pp, nv, r as u64 + 1);
+        let mut s = SeqKv::default();
+        let t = Instant::now();
+        ctx.eval(&mut s, &prompt, Outputs::Last, &mut ignore)?;
+        pp.push(cfg.pp as f64 / t.elapsed().as_secs_f64());
+        ctx.release(&mut s);
+    }
+
+    let mut tg = Vec::new();
+    for r in 0..reps.min(if cfg.tg > 0 { reps } else { 0 }) {
+        let gen = tokens(cfg.tg, nv, r as u64 + 100);
+        let mut s = SeqKv::default();
+        ctx.eval(&mut s, &gen[..1], Outputs::Last, &mut ignore)?;
+        let t = Instant::now();
+        for &tok in &gen[1..] {
+            ctx.eval(&mut s, &[tok], Outputs::Last, &mut ignore)?;
+        }
+        tg.push((cfg.tg - 1) as f64 / t.elapsed().as_secs_f64());
+        ctx.release(&mut s);
+    }
+
+    let mut batched: Vec<BatchedPoint> = Vec::new();
+    for &b in &cfg.batch {
+        let mut speeds = Vec::new();
+        for r in 0..reps {
+            let mut seqs = vec![SeqKv::default(); b];
+            for (i, seq) in seqs.iter_mut().enumerate() {
+                ctx.eval(
+                    seq,
+                    &tokens(PRIOR, nv, (1000 * r + i) as u64),
+                    Outputs::Last,
+                    &mut ignore,
+                )?;
+            }
+            let steps = tokens(BATCH_STEPS * b, nv, 7 + r as u64);
+            let all: Vec<usize> = (0..b).collect();
+            let t = Instant::now();
+            for step in steps.chunks(b) {
+                let rows: Vec<(usize, u32)> =
+                    step.iter().enumerate().map(|(i, &t)| (i, t)).collect();
+                ctx.forward(&mut seqs, &rows, &all, &mut ignore)?;
+            }
+            speeds.push((BATCH_STEPS * b) as f64 / t.elapsed().as_secs_f64());
+            for seq in seqs.iter_mut() {
+                ctx.release(seq);
+            }
+        }
+        let tok_s = mean(&speeds);
+        let base = batched.first().map_or(tok_s, |p| p.tok_s);
+        batched.push(BatchedPoint {
+            batch: b,
+            tok_s,
+            ratio: tok_s / base,
+        });
+    }
+
+    let mut verify: Vec<VerifyPoint> = Vec::new();
+    if !cfg.verify.is_empty() {
+        let mut seqs = vec![SeqKv::default()];
+        ctx.eval(
+            &mut seqs[0],
+            &tokens(PRIOR, nv, 5),
+            Outputs::Last,
+            &mut ignore,
+        )?;
+        for &k in &cfg.verify {
+            let mut times = Vec::new();
+            for r in 0..reps.max(3) {
+                let rows: Vec<(usize, u32)> = tokens(k, nv, 50 + r as u64)
+                    .into_iter()
+                    .map(|t| (0, t))
+                    .collect();
+                let all: Vec<usize> = (0..k).collect();
+                let t = Instant::now();
+                ctx.forward(&mut seqs, &rows, &all, &mut ignore)?;
+                times.push(t.elapsed().as_secs_f64() * 1000.0);
+                ctx.truncate(&mut seqs[0], PRIOR);
+            }
+            let ms = mean(&times);
+            let base = verify.first().map_or(ms, |p| p.ms);
+            verify.push(VerifyPoint {
+                k,
+                ms,
+                ratio: ms / base,
+            });
+        }
+    }
+
+    Ok(ModelBenchReport {
+        model: name.to_string(),
+        pp: cfg.pp,
+        tg: cfg.tg,
+        pp_tok_s: mean(&pp),
+        tg_tok_s: mean(&tg),
+        batched,
+        verify,
+        machine: Machine::here(cfg.context.n_threads),
+    })
+}
