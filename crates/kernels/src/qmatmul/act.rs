@@ -43,8 +43,8 @@ pub struct QActs {
     pub q: Vec<i8>,
     /// `[m, k / block]` scales.
     pub d: Vec<f32>,
-    /// `[m, k / sum_group]` sums of `q`.
-    pub sums: Vec<i32>,
+    /// `[m, k / sum_group]` sums of `q` (at most 32 · 127 in size, so i16).
+    pub sums: Vec<i16>,
     /// `[m, k / 32]`, B32 only: `d · sum` as f32 (the min term of Q4_1 and Q5_1).
     pub ds: Vec<f32>,
 }
@@ -84,7 +84,7 @@ impl QActs {
             let g = layout.sum_group();
             let per_block = layout.block() / g;
             for (j, qg) in qb.chunks_exact(g).enumerate() {
-                self.sums[bi * per_block + j] = qg.iter().map(|&q| q as i32).sum();
+                self.sums[bi * per_block + j] = qg.iter().map(|&q| q as i16).sum();
             }
             if layout == ActLayout::B32 {
                 self.ds[bi] = d * self.sums[bi] as f32;
@@ -113,7 +113,7 @@ impl QActs {
 pub struct ActRow<'a> {
     pub q: &'a [i8],
     pub d: &'a [f32],
-    pub sums: &'a [i32],
+    pub sums: &'a [i16],
     pub ds: &'a [f32],
 }
 
@@ -139,7 +139,7 @@ mod tests {
                 for (j, &s) in row.sums.iter().enumerate() {
                     let g = layout.sum_group();
                     assert_eq!(
-                        s,
+                        s as i32,
                         row.q[j * g..(j + 1) * g]
                             .iter()
                             .map(|&q| q as i32)

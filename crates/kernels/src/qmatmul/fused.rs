@@ -9,7 +9,6 @@ use std::arch::x86_64::*;
 use gguf::GgmlType;
 
 use super::act::ActRow;
-use crate::formats::q4_k::scale_min;
 
 /// Whether `dot4` has a kernel for `ty`.
 pub fn supports(ty: GgmlType) -> bool {
@@ -132,7 +131,10 @@ unsafe fn b32<
             };
             p[r] = _mm256_madd_epi16(pairs, ones);
         }
-        let isum = _mm_sub_epi32(hsum4(p), _mm_set1_epi32(OFFSET * *x.sums.get_unchecked(b)));
+        let isum = _mm_sub_epi32(
+            hsum4(p),
+            _mm_set1_epi32(OFFSET * *x.sums.get_unchecked(b) as i32),
+        );
         let scale = _mm_mul_ps(f16x4(blk, 0), _mm_set1_ps(*x.d.get_unchecked(b)));
         acc = _mm_fmadd_ps(scale, _mm_cvtepi32_ps(isum), acc);
         if MIN {
@@ -142,46 +144,62 @@ unsafe fn b32<
     acc
 }
 
+/// The 8 scales and 8 mins of a Q4_K super-block as four little-endian words:
+/// `(sc0..3, sc4..7, m0..3, m4..7)`, one byte each (see `formats::q4_k::scale_min`).
+#[inline(always)]
+fn q4_k_scales(b: &[u8]) -> [u32; 4] {
+    let w = |i: usize| u32::from_le_bytes([b[4 + 4 * i], b[5 + 4 * i], b[6 + 4 * i], b[7 + 4 * i]]);
+    let (w0, w1, w2) = (w(0), w(1), w(2));
+    [
+        w0 & 0x3f3f3f3f,
+        (w2 & 0x0f0f0f0f) | (((w0 >> 6) & 0x03030303) << 4),
+        w1 & 0x3f3f3f3f,
+        ((w2 >> 4) & 0x0f0f0f0f) | (((w1 >> 6) & 0x03030303) << 4),
+    ]
+}
+
 #[inline(always)]
 unsafe fn q4_k(w: [&[u8]; 4], x: ActRow) -> __m128 {
     let low = _mm256_set1_epi8(0x0F);
+    let ones = _mm256_set1_epi16(1);
     let sign = _mm_set1_ps(-0.0);
     let mut acc = _mm_setzero_ps();
     for s in 0..x.d.len() {
         let blk = [0, 1, 2, 3].map(|r| &w[r][s * 144..(s + 1) * 144]);
         let xq = x.q.as_ptr().add(256 * s) as *const u8;
-        let xs = &x.sums[16 * s..16 * (s + 1)];
+        // Activation sums per sub-block of 32: [8] i32.
+        let xs32 = _mm256_madd_epi16(
+            _mm256_loadu_si256(x.sums.as_ptr().add(16 * s) as *const __m256i),
+            ones,
+        );
         let mut p = [_mm256_setzero_si256(); 4];
-        let mut minsum = [0i32; 4];
+        let mut mins = [_mm256_setzero_si256(); 4];
         for r in 0..4 {
-            let scales = &blk[r][4..16];
+            let sm = q4_k_scales(blk[r]);
+            let m8 = _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, sm[3] as i32, sm[2] as i32));
+            mins[r] = _mm256_mullo_epi32(m8, xs32);
             let qs = blk[r].as_ptr().add(16);
             for c in 0..4 {
                 let v = load32(qs.add(32 * c));
-                let (sc_lo, m_lo) = scale_min(scales, 2 * c);
-                let (sc_hi, m_hi) = scale_min(scales, 2 * c + 1);
+                let word = sm[c / 2] >> (16 * (c % 2));
+                let (sc_lo, sc_hi) = ((word & 0xff) as i16, ((word >> 8) & 0xff) as i16);
                 let lo = _mm256_maddubs_epi16(_mm256_and_si256(v, low), load32(xq.add(64 * c)));
                 let hi = _mm256_maddubs_epi16(
                     _mm256_and_si256(_mm256_srli_epi16::<4>(v), low),
                     load32(xq.add(64 * c + 32)),
                 );
-                p[r] =
-                    _mm256_add_epi32(p[r], _mm256_madd_epi16(lo, _mm256_set1_epi16(sc_lo as i16)));
-                p[r] =
-                    _mm256_add_epi32(p[r], _mm256_madd_epi16(hi, _mm256_set1_epi16(sc_hi as i16)));
-                minsum[r] += m_lo as i32 * (xs[4 * c] + xs[4 * c + 1])
-                    + m_hi as i32 * (xs[4 * c + 2] + xs[4 * c + 3]);
+                p[r] = _mm256_add_epi32(p[r], _mm256_madd_epi16(lo, _mm256_set1_epi16(sc_lo)));
+                p[r] = _mm256_add_epi32(p[r], _mm256_madd_epi16(hi, _mm256_set1_epi16(sc_hi)));
             }
         }
-        let dx = _mm_set1_ps(x.d[s]);
+        let dx = _mm_set1_ps(*x.d.get_unchecked(s));
         acc = _mm_fmadd_ps(
             _mm_mul_ps(f16x4(blk, 0), dx),
             _mm_cvtepi32_ps(hsum4(p)),
             acc,
         );
         let scale = _mm_xor_ps(_mm_mul_ps(f16x4(blk, 2), dx), sign);
-        let mins = _mm_cvtepi32_ps(_mm_loadu_si128(minsum.as_ptr() as *const __m128i));
-        acc = _mm_fmadd_ps(scale, mins, acc);
+        acc = _mm_fmadd_ps(scale, _mm_cvtepi32_ps(hsum4(mins)), acc);
     }
     acc
 }
@@ -194,12 +212,14 @@ unsafe fn q6_k(w: [&[u8]; 4], x: ActRow) -> __m128 {
     for s in 0..x.d.len() {
         let blk = [0, 1, 2, 3].map(|r| &w[r][s * 210..(s + 1) * 210]);
         let xq = x.q.as_ptr().add(256 * s) as *const u8;
-        let xs = &x.sums[16 * s..16 * (s + 1)];
+        let xs = _mm256_loadu_si256(x.sums.as_ptr().add(16 * s) as *const __m256i);
         let mut p = [_mm256_setzero_si256(); 4];
-        let mut corr = [0i32; 4];
         for r in 0..4 {
             let b = blk[r].as_ptr();
-            let sc = &blk[r][192..208];
+            let sc = std::slice::from_raw_parts(b.add(192) as *const i8, 16);
+            let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(b.add(192) as *const __m128i));
+            // The offset of 32: Σ_j sc_j · xs_j · 32, folded into the exact sum.
+            p[r] = _mm256_sub_epi32(p[r], _mm256_slli_epi32::<5>(_mm256_madd_epi16(sc16, xs)));
             for h in 0..2 {
                 let ql0 = load32(b.add(64 * h));
                 let ql1 = load32(b.add(64 * h + 32));
@@ -221,22 +241,19 @@ unsafe fn q6_k(w: [&[u8]; 4], x: ActRow) -> __m128 {
                     let j = 8 * h + 2 * t;
                     let pairs = _mm256_maddubs_epi16(q, load32(xq.add(128 * h + 32 * t)));
                     let scv = _mm256_set_m128i(
-                        _mm_set1_epi16(sc[j + 1] as i8 as i16),
-                        _mm_set1_epi16(sc[j] as i8 as i16),
+                        _mm_set1_epi16(sc[j + 1] as i16),
+                        _mm_set1_epi16(sc[j] as i16),
                     );
                     p[r] = _mm256_add_epi32(p[r], _mm256_madd_epi16(pairs, scv));
                 }
             }
-            corr[r] = sc
-                .iter()
-                .zip(xs)
-                .map(|(&a, &b)| a as i8 as i32 * b)
-                .sum::<i32>()
-                * 32;
         }
-        let total = _mm_sub_epi32(hsum4(p), _mm_loadu_si128(corr.as_ptr() as *const __m128i));
-        let dx = _mm_set1_ps(x.d[s]);
-        acc = _mm_fmadd_ps(_mm_mul_ps(f16x4(blk, 208), dx), _mm_cvtepi32_ps(total), acc);
+        let dx = _mm_set1_ps(*x.d.get_unchecked(s));
+        acc = _mm_fmadd_ps(
+            _mm_mul_ps(f16x4(blk, 208), dx),
+            _mm_cvtepi32_ps(hsum4(p)),
+            acc,
+        );
     }
     acc
 }

@@ -29,7 +29,7 @@ fn dot_b32(scheme: Scheme, w: &DecodedRow, x: ActRow) -> f32 {
         } else {
             qw.iter().zip(qx).map(|(&a, &b)| a as i32 * b as i32).sum()
         };
-        let isum = raw - scheme.offset * x.sums[b];
+        let isum = raw - scheme.offset * x.sums[b] as i32;
         acc = (w.d[b] * x.d[b]).mul_add(isum as f32, acc);
         if scheme.has_min {
             acc = w.m[b].mul_add(x.ds[b], acc);
@@ -49,7 +49,7 @@ fn dot_k(scheme: Scheme, w: &DecodedRow, x: ActRow) -> f32 {
                 .map(|(&a, &b)| a as i32 * b as i32)
                 .sum();
             let sc = w.sc16[16 * s + j] as i32;
-            let xs = x.sums[16 * s + j];
+            let xs = x.sums[16 * s + j] as i32;
             isum += sc * dot16;
             corr += sc * xs;
             if scheme.has_min {

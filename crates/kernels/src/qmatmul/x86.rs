@@ -62,7 +62,7 @@ unsafe fn dot4_b32(scheme: Scheme, w: [&DecodedRow; 4], x: ActRow) -> __m128 {
             };
             p[r] = _mm256_madd_epi16(pairs, ones);
         }
-        let isum = _mm_sub_epi32(hsum4(p), _mm_set1_epi32(scheme.offset * x.sums[b]));
+        let isum = _mm_sub_epi32(hsum4(p), _mm_set1_epi32(scheme.offset * x.sums[b] as i32));
         let scale = _mm_mul_ps(lanes4(d, b), _mm_set1_ps(x.d[b]));
         acc = _mm_fmadd_ps(scale, _mm_cvtepi32_ps(isum), acc);
         if scheme.has_min {
@@ -90,30 +90,26 @@ unsafe fn dot4_k(scheme: Scheme, w: [&DecodedRow; 4], x: ActRow) -> __m128 {
                 p[r] = _mm256_add_epi32(p[r], _mm256_madd_epi16(pairs, sc));
             }
         }
-        let xs = &x.sums[16 * s..16 * (s + 1)];
-        let (mut corr, mut minsum) = ([0i32; 4], [0i32; 4]);
+        // Σ_j sc_j · xs_j (times the offset) and Σ_j mn_j · xs_j, folded into the exact
+        // integer sums: lanes differ from the scalar twin's order, the totals do not.
+        let xs = _mm256_loadu_si256(x.sums.as_ptr().add(16 * s) as *const __m256i);
+        let mut mins = [_mm256_setzero_si256(); 4];
         for r in 0..4 {
-            let sc = &w[r].sc16[16 * s..16 * (s + 1)];
-            corr[r] = sc.iter().zip(xs).map(|(&a, &b)| a as i32 * b).sum();
+            let sc = _mm256_loadu_si256(w[r].sc16.as_ptr().add(16 * s) as *const __m256i);
+            let corr =
+                _mm256_mullo_epi32(_mm256_madd_epi16(sc, xs), _mm256_set1_epi32(scheme.offset));
+            p[r] = _mm256_sub_epi32(p[r], corr);
             if scheme.has_min {
-                minsum[r] = w[r].mn[16 * s..16 * (s + 1)]
-                    .iter()
-                    .zip(xs)
-                    .map(|(&a, &b)| a as i32 * b)
-                    .sum();
+                let mn = _mm256_loadu_si256(w[r].mn.as_ptr().add(16 * s) as *const __m256i);
+                mins[r] = _mm256_madd_epi16(mn, xs);
             }
         }
-        let corr = _mm_mullo_epi32(
-            _mm_loadu_si128(corr.as_ptr() as *const __m128i),
-            _mm_set1_epi32(scheme.offset),
-        );
-        let total = _mm_sub_epi32(hsum4(p), corr);
+        let total = hsum4(p);
         let dx = _mm_set1_ps(x.d[s]);
         acc = _mm_fmadd_ps(_mm_mul_ps(lanes4(d, s), dx), _mm_cvtepi32_ps(total), acc);
         if scheme.has_min {
             let scale = _mm_xor_ps(_mm_mul_ps(lanes4(m, s), dx), sign);
-            let mins = _mm_cvtepi32_ps(_mm_loadu_si128(minsum.as_ptr() as *const __m128i));
-            acc = _mm_fmadd_ps(scale, mins, acc);
+            acc = _mm_fmadd_ps(scale, _mm_cvtepi32_ps(hsum4(mins)), acc);
         }
     }
     acc
