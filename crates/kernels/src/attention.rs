@@ -38,8 +38,8 @@ pub struct AttentionScratch {
 /// Grouped-query attention for the query heads `heads` (all mapped to `kv_head`) of one row
 /// over positions `0..n_kv` of its sequence.
 ///
-/// `q` is the row's `[n_head, head_dim]`; `out` is the row's `[n_head, head_dim]` and only
-/// the chosen heads are written. Scores are `scale · q·k`, softmax over positions in order,
+/// `q` is the row's `[n_head, head_dim]`; `out` is `[heads.len(), head_dim]`, the chosen
+/// heads' outputs. Scores are `scale · q·k`, softmax over positions in order,
 /// then `out = Σ_t p_t v_t` accumulated in position order.
 #[allow(clippy::too_many_arguments)]
 pub fn attend(
@@ -69,13 +69,15 @@ pub fn attend(
         crate::ops::softmax_inplace(&mut scores[g * n_kv..(g + 1) * n_kv]);
     }
     for h in heads.clone() {
-        out[h * hd..(h + 1) * hd].fill(0.0);
+        let o = h - heads.start;
+        out[o * hd..(o + 1) * hd].fill(0.0);
     }
     for t in 0..n_kv {
         dequantize_row(values.ty, values.vector(t, kv_head), vec).expect("KV type is supported");
         for (g, h) in heads.clone().enumerate() {
             let p = scores[g * n_kv + t];
-            for (o, &v) in out[h * hd..(h + 1) * hd].iter_mut().zip(vec.iter()) {
+            let o = h - heads.start;
+            for (o, &v) in out[o * hd..(o + 1) * hd].iter_mut().zip(vec.iter()) {
                 *o += p * v;
             }
         }

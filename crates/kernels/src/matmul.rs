@@ -10,7 +10,7 @@ use gguf::GgmlType;
 
 use crate::dot::{dot, dot4, Isa};
 use crate::formats::dequantize_row;
-use crate::pool::ThreadPool;
+use crate::pool::{SharedOut, ThreadPool};
 use crate::qmatmul::decode::Scheme;
 use crate::qmatmul::QIsa;
 use crate::{Error, Result};
@@ -70,19 +70,6 @@ thread_local! {
     static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-#[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
-// SAFETY: threads write disjoint elements through it (split by weight rows).
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
-
-impl SendPtr {
-    fn at(&self, offset: usize) -> *mut f32 {
-        // SAFETY: callers stay inside the buffer the pointer was taken from.
-        unsafe { self.0.add(offset) }
-    }
-}
-
 /// How activations meet quantized weights.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Precision {
@@ -114,7 +101,7 @@ fn matmul_f32(pool: &ThreadPool, w: &QMatrix, x: &[f32], y: &mut [f32]) {
     let (k, n) = (w.n_cols, w.n_rows);
     let m = x.len() / k;
     let isa = Isa::detect();
-    let out = SendPtr(y.as_mut_ptr());
+    let out = SharedOut::new(y);
     let n_tiles = n.div_ceil(TILE_ROWS);
     pool.for_ranges(n_tiles, &|tiles| {
         SCRATCH.with(|s| {
@@ -130,7 +117,7 @@ fn matmul_f32(pool: &ThreadPool, w: &QMatrix, x: &[f32], y: &mut [f32]) {
                 for mi in 0..m {
                     let xm = &x[mi * k..(mi + 1) * k];
                     // SAFETY: this thread alone writes columns r0..r0+rows of every row.
-                    let ym = unsafe { std::slice::from_raw_parts_mut(out.at(mi * n + r0), rows) };
+                    let ym = unsafe { out.slice(mi * n + r0, rows) };
                     let mut r = 0;
                     while r + 4 <= rows {
                         let v = dot4(isa, xm, [wrow(r), wrow(r + 1), wrow(r + 2), wrow(r + 3)]);

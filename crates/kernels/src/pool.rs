@@ -133,6 +133,37 @@ impl ThreadPool {
     }
 }
 
+/// An output buffer that the threads of one `run` write disjoint parts of.
+#[derive(Clone, Copy)]
+pub struct SharedOut {
+    ptr: *mut f32,
+    len: usize,
+}
+
+// SAFETY: `slice` callers guarantee that threads touch disjoint elements.
+unsafe impl Send for SharedOut {}
+unsafe impl Sync for SharedOut {}
+
+impl SharedOut {
+    pub fn new(buf: &mut [f32]) -> SharedOut {
+        SharedOut {
+            ptr: buf.as_mut_ptr(),
+            len: buf.len(),
+        }
+    }
+
+    /// Elements `offset..offset + len` of the buffer.
+    ///
+    /// # Safety
+    /// No other thread may access these elements while the slice lives, and the buffer
+    /// must outlive it (it does for the duration of the `run` it was made for).
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn slice(&self, offset: usize, len: usize) -> &mut [f32] {
+        assert!(offset + len <= self.len, "{offset}+{len} past {}", self.len);
+        std::slice::from_raw_parts_mut(self.ptr.add(offset), len)
+    }
+}
+
 /// The `t`-th of `nt` near-equal contiguous parts of `0..n`.
 pub fn split_range(n: usize, t: usize, nt: usize) -> std::ops::Range<usize> {
     let base = n / nt;

@@ -19,7 +19,7 @@ use act::{ActRow, QActs};
 use decode::{DecodedRow, Scheme};
 
 use crate::matmul::QMatrix;
-use crate::pool::ThreadPool;
+use crate::pool::{SharedOut, ThreadPool};
 
 /// Which implementation computes the dot products.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,19 +62,6 @@ thread_local! {
     static ROWS: RefCell<[DecodedRow; 4]> = RefCell::new(Default::default());
 }
 
-#[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
-// SAFETY: threads write disjoint output columns through it.
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
-
-impl SendPtr {
-    fn at(&self, offset: usize) -> *mut f32 {
-        // SAFETY: callers stay inside the output buffer.
-        unsafe { self.0.add(offset) }
-    }
-}
-
 /// How many tiles of four weight rows ahead the fused path prefetches.
 const PREFETCH_TILES: usize = 1;
 
@@ -102,7 +89,7 @@ pub fn matmul(pool: &ThreadPool, isa: QIsa, scheme: Scheme, w: &QMatrix, x: &[f3
         acts.quantize(x, k, scheme.layout);
         let acts = &*acts;
         let m = acts.m;
-        let out = SendPtr(y.as_mut_ptr());
+        let out = SharedOut::new(y);
         let rb = w.row_bytes();
         #[cfg(target_arch = "x86_64")]
         if isa == QIsa::Avx2 && m <= FUSED_MAX_ROWS && fused::supports(w.ty) {
@@ -122,8 +109,7 @@ pub fn matmul(pool: &ThreadPool, isa: QIsa, scheme: Scheme, w: &QMatrix, x: &[f3
                         // SAFETY: Avx2 is only detected with AVX2, FMA and F16C.
                         let v = unsafe { fused::dot4(w.ty, pick, acts.row(mi)) };
                         // SAFETY: this thread alone writes columns r0..r0+live.
-                        let ym =
-                            unsafe { std::slice::from_raw_parts_mut(out.at(mi * n + r0), live) };
+                        let ym = unsafe { out.slice(mi * n + r0, live) };
                         ym.copy_from_slice(&v[..live]);
                     }
                 }
@@ -144,8 +130,7 @@ pub fn matmul(pool: &ThreadPool, isa: QIsa, scheme: Scheme, w: &QMatrix, x: &[f3
                     for mi in 0..m {
                         let v = dot4(isa, scheme, pick, acts.row(mi));
                         // SAFETY: this thread alone writes columns r0..r0+live.
-                        let ym =
-                            unsafe { std::slice::from_raw_parts_mut(out.at(mi * n + r0), live) };
+                        let ym = unsafe { out.slice(mi * n + r0, live) };
                         ym.copy_from_slice(&v[..live]);
                     }
                 }

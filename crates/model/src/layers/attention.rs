@@ -2,6 +2,7 @@ use std::cell::RefCell;
 
 use kernels::attention::{attend, AttentionScratch};
 use kernels::ops::{add_inplace, rms_norm, rms_norm_inplace, rope, rope_angles};
+use kernels::pool::SharedOut;
 use kernels::{matmul, ThreadPool};
 use kv::KvPool;
 
@@ -11,19 +12,6 @@ use crate::Model;
 
 thread_local! {
     static ATTN: RefCell<AttentionScratch> = RefCell::new(AttentionScratch::default());
-}
-
-#[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
-// SAFETY: each attention unit writes only its own heads of its own row.
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
-
-impl SendPtr {
-    fn at(&self, offset: usize) -> *mut f32 {
-        // SAFETY: callers stay inside the buffer the pointer was taken from.
-        unsafe { self.0.add(offset) }
-    }
 }
 
 fn add_bias(rows: &mut [f32], bias: &Option<Vec<f32>>) {
@@ -91,7 +79,7 @@ pub fn block(
         .collect();
     let group = hp.n_head / hp.n_head_kv;
     let scale = 1.0 / (hd as f32).sqrt();
-    let attn = SendPtr(s.attn.as_mut_ptr());
+    let attn = SharedOut::new(&mut s.attn);
     let q = &*q;
     pool.for_ranges(n * hp.n_head_kv, &|units| {
         ATTN.with(|a| {
@@ -100,7 +88,7 @@ pub fn block(
                 let (r, g) = (unit / hp.n_head_kv, unit % hp.n_head_kv);
                 let (keys, values) = &views[rows[r].seq];
                 // SAFETY: unit (r, g) alone writes heads g*group..(g+1)*group of row r.
-                let out = unsafe { std::slice::from_raw_parts_mut(attn.at(r * qd), qd) };
+                let out = unsafe { attn.slice(r * qd + g * group * hd, group * hd) };
                 let q_row = &q[r * qd..(r + 1) * qd];
                 let heads = g * group..(g + 1) * group;
                 attend(
