@@ -9,6 +9,8 @@ pub mod matmul;
 pub mod ops;
 pub mod pool;
 pub mod qmatmul;
+#[cfg(test)]
+mod testing;
 
 pub use error::{Error, Result};
 pub use matmul::{matmul, Precision, QMatrix};

@@ -137,18 +137,7 @@ fn matmul_f32(pool: &ThreadPool, w: &QMatrix, x: &[f32], y: &mut [f32]) {
 mod tests {
     use super::*;
     use crate::formats::quantize_row;
-
-    fn data(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
-    }
+    use crate::testing::data;
 
     fn quantized(ty: GgmlType, n: usize, k: usize) -> Vec<u8> {
         let w = data(n * k, 7);

@@ -143,19 +143,8 @@ pub fn matmul(pool: &ThreadPool, isa: QIsa, scheme: Scheme, w: &QMatrix, x: &[f3
 mod tests {
     use super::*;
     use crate::formats::{dequantize_row, quantize_row};
+    use crate::testing::data;
     use gguf::GgmlType;
-
-    fn data(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
-    }
 
     /// Random bytes with finite f16 scales: valid blocks of every format.
     fn random_blocks(ty: GgmlType, n_rows: usize, k: usize, seed: u64) -> Vec<u8> {
