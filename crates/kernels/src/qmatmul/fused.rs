@@ -108,8 +108,8 @@ unsafe fn b32<
     let low = _mm256_set1_epi8(0x0F);
     let mut acc = _mm_setzero_ps();
     let nb = x.d.len();
-    for r in 0..4 {
-        assert!(w[r].len() >= nb * TS);
+    for row in &w {
+        assert!(row.len() >= nb * TS);
     }
     let base = [w[0].as_ptr(), w[1].as_ptr(), w[2].as_ptr(), w[3].as_ptr()];
     for b in 0..nb {

@@ -205,6 +205,7 @@ mod tests {
             row.decode(ty, &bytes, k);
             let mut want = vec![0f32; k];
             dequantize_row(ty, &bytes, &mut want).unwrap();
+            #[allow(clippy::needless_range_loop)]
             for i in 0..k {
                 let q = if scheme.signed {
                     row.q[i] as i8 as i32
