@@ -168,7 +168,7 @@ impl<'m> Context<'m> {
             self.kv.reserve(seq, len)?;
         }
         let hp = &self.model.hparams;
-        let (e, nv) = (hp.n_embd, hp.n_vocab);
+        let e = hp.n_embd;
         let tokens: Vec<u32> = rows.iter().map(|&(_, t)| t).collect();
         let hidden = &mut self.hidden[..n * e];
         self.model.embed(&tokens, hidden)?;
@@ -188,21 +188,15 @@ impl<'m> Context<'m> {
         for (seq, &len) in seqs.iter_mut().zip(&next) {
             self.kv.commit(seq, len);
         }
-        for group in outputs.chunks(LOGIT_ROWS) {
-            for (j, &r) in group.iter().enumerate() {
-                self.picked[j * e..(j + 1) * e].copy_from_slice(&hidden[r * e..(r + 1) * e]);
-            }
-            let g = group.len();
-            self.model.output(
-                &mut self.picked[..g * e],
-                &mut self.logits[..g * nv],
-                &self.pool,
-                self.config.precision,
-            );
-            for (j, &r) in group.iter().enumerate() {
-                on_logits(r, &self.logits[j * nv..(j + 1) * nv]);
-            }
-        }
+        self.model.output_rows(
+            hidden,
+            outputs,
+            &mut self.picked,
+            &mut self.logits,
+            &self.pool,
+            self.config.precision,
+            &mut |i, logits| on_logits(outputs[i], logits),
+        );
         Ok(())
     }
 }

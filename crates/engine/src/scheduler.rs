@@ -329,7 +329,7 @@ impl Engine {
             .flat_map(|p| (p.from..p.from + p.n).map(move |pos| (p.slot, pos)))
             .collect();
         let hp = &self.model.hparams;
-        let (e, nv) = (hp.n_embd, hp.n_vocab);
+        let e = hp.n_embd;
         let mut finished: Vec<(usize, Summary)> = Vec::new();
         for chunk in rows.chunks(self.cfg.n_ubatch) {
             let mut seq_slots: Vec<usize> = Vec::new();
@@ -382,25 +382,23 @@ impl Engine {
                     wanted.push((r, slot));
                 }
             }
-            for group in wanted.chunks(LOGIT_ROWS) {
-                for (j, &(r, _)) in group.iter().enumerate() {
-                    self.picked[j * e..(j + 1) * e].copy_from_slice(&hidden[r * e..(r + 1) * e]);
-                }
-                let g = group.len();
-                self.model.output(
-                    &mut self.picked[..g * e],
-                    &mut self.logits[..g * nv],
-                    &self.pool,
-                    self.scratch.precision,
-                );
-                for (j, &(_, slot)) in group.iter().enumerate() {
-                    let seq = &mut self.slots[slot].as_mut().expect("planned").seq;
-                    let logits = &mut self.logits[j * nv..(j + 1) * nv];
-                    if let Some(summary) = seq.accept(logits, &self.tok) {
+            let rows: Vec<usize> = wanted.iter().map(|&(r, _)| r).collect();
+            let (slots, tok) = (&mut self.slots, &self.tok);
+            self.model.output_rows(
+                hidden,
+                &rows,
+                &mut self.picked,
+                &mut self.logits,
+                &self.pool,
+                self.scratch.precision,
+                &mut |i, logits| {
+                    let slot = wanted[i].1;
+                    let seq = &mut slots[slot].as_mut().expect("planned").seq;
+                    if let Some(summary) = seq.accept(logits, tok) {
                         finished.push((slot, summary));
                     }
-                }
-            }
+                },
+            );
         }
         for (slot, s) in finished {
             let c = &mut self.counters;

@@ -65,6 +65,34 @@ impl Model {
         Ok(())
     }
 
+    /// Logits of the rows `rows` of `hidden` (`[n, n_embd]`), computed `picked.len() /
+    /// n_embd` rows at a time through the `picked` (`[g, n_embd]`) and `logits`
+    /// (`[g, n_vocab]`) buffers; `on_logits(i, logits)` gets the logits of `rows[i]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn output_rows(
+        &self,
+        hidden: &[f32],
+        rows: &[usize],
+        picked: &mut [f32],
+        logits: &mut [f32],
+        pool: &ThreadPool,
+        precision: Precision,
+        on_logits: &mut dyn FnMut(usize, &mut [f32]),
+    ) {
+        let (e, nv) = (self.hparams.n_embd, self.hparams.n_vocab);
+        let group_rows = (picked.len() / e).min(logits.len() / nv).max(1);
+        for (gi, group) in rows.chunks(group_rows).enumerate() {
+            for (j, &r) in group.iter().enumerate() {
+                picked[j * e..(j + 1) * e].copy_from_slice(&hidden[r * e..(r + 1) * e]);
+            }
+            let g = group.len();
+            self.output(&mut picked[..g * e], &mut logits[..g * nv], pool, precision);
+            for j in 0..g {
+                on_logits(gi * group_rows + j, &mut logits[j * nv..(j + 1) * nv]);
+            }
+        }
+    }
+
     /// Final norm and output head: `logits` (`[n, n_vocab]`) for `hidden` (`[n, n_embd]`).
     /// `hidden` is normalized in place.
     pub fn output(
