@@ -51,6 +51,21 @@ impl GgufFile {
         self.mmap.len() as u64
     }
 
+    /// Drops the pages of `range` from this process's resident set (the data stays in the
+    /// file; a later read maps it back in). For tensors copied elsewhere at load.
+    pub fn release(&self, range: std::ops::Range<usize>) {
+        #[cfg(unix)]
+        // SAFETY: the map is private and read-only, so dropping its pages loses nothing:
+        // they are read back from the file if touched again.
+        let _ = unsafe {
+            self.mmap.unchecked_advise_range(
+                memmap2::UncheckedAdvice::DontNeed,
+                range.start,
+                range.len(),
+            )
+        };
+    }
+
     /// Hints the kernel to read the tensor data ahead (sequential access at load).
     pub fn advise_willneed(&self) {
         #[cfg(unix)]

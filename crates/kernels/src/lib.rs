@@ -14,4 +14,5 @@ mod testing;
 
 pub use error::{Error, Result};
 pub use matmul::{matmul, Precision, QMatrix};
+pub use qmatmul::packed::{PackedIsa, PackedMatrix};
 pub use pool::ThreadPool;

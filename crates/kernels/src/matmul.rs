@@ -12,6 +12,7 @@ use crate::dot::{dot, dot4, Isa};
 use crate::formats::dequantize_row;
 use crate::pool::{SharedOut, ThreadPool};
 use crate::qmatmul::decode::Scheme;
+use crate::qmatmul::packed::PackedMatrix;
 use crate::qmatmul::QIsa;
 use crate::{Error, Result};
 
@@ -26,6 +27,8 @@ pub struct QMatrix<'a> {
     pub data: &'a [u8],
     pub n_rows: usize,
     pub n_cols: usize,
+    /// The same matrix repacked for the tiled kernels, when the model made one.
+    pub packed: Option<&'a PackedMatrix>,
 }
 
 impl<'a> QMatrix<'a> {
@@ -51,7 +54,19 @@ impl<'a> QMatrix<'a> {
             data,
             n_rows,
             n_cols,
+            packed: None,
         })
+    }
+
+    /// This matrix with its packed form (which must be of the same matrix).
+    pub fn with_packed(self, packed: Option<&'a PackedMatrix>) -> Self {
+        if let Some(p) = packed {
+            assert_eq!(
+                (p.ty, p.n_rows, p.n_cols),
+                (self.ty, self.n_rows, self.n_cols)
+            );
+        }
+        QMatrix { packed, ..self }
     }
 
     pub fn row_bytes(&self) -> usize {

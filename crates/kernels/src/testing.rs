@@ -1,5 +1,9 @@
 //! Helpers for the crate's unit tests.
 
+use gguf::GgmlType;
+
+use crate::formats::quantize_row;
+
 /// `n` pseudo-random values in [-1, 1) from `seed` (xorshift; the same on every platform).
 pub fn data(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
@@ -11,4 +15,48 @@ pub fn data(n: usize, seed: u64) -> Vec<f32> {
             ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
         })
         .collect()
+}
+
+/// Random bytes with finite f16 scales: valid blocks of every format.
+pub fn random_blocks(ty: GgmlType, n_rows: usize, k: usize, seed: u64) -> Vec<u8> {
+    let rb = ty.row_bytes(k as u64).unwrap() as usize;
+    if crate::formats::is_quantize_supported(ty) {
+        let v = data(n_rows * k, seed);
+        let mut out = vec![0u8; rb * n_rows];
+        for r in 0..n_rows {
+            quantize_row(ty, &v[r * k..(r + 1) * k], &mut out[r * rb..(r + 1) * rb]).unwrap();
+        }
+        return out;
+    }
+    noise_blocks(ty, n_rows, k, seed)
+}
+
+/// Random bytes in every field but the f16 scales, which get small finite values: blocks
+/// with every bit pattern of the quants.
+pub fn noise_blocks(ty: GgmlType, n_rows: usize, k: usize, seed: u64) -> Vec<u8> {
+    let rb = ty.row_bytes(k as u64).unwrap() as usize;
+    let mut s = seed | 1;
+    let mut bytes: Vec<u8> = (0..rb * n_rows)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s as u8
+        })
+        .collect();
+    let ts = ty.type_size() as usize;
+    let scale_at: &[usize] = match ty {
+        GgmlType::Q2_K => &[80, 82],
+        GgmlType::Q3_K => &[108],
+        GgmlType::Q6_K => &[208],
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        _ => &[0],
+    };
+    for (i, blk) in bytes.chunks_exact_mut(ts).enumerate() {
+        let d = half::f16::from_f32(0.01 + 0.001 * (i % 13) as f32);
+        for &at in scale_at {
+            blk[at..at + 2].copy_from_slice(&d.to_bits().to_le_bytes());
+        }
+    }
+    bytes
 }

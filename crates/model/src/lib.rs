@@ -21,7 +21,7 @@ pub use arch::{Arch, ArchSpec};
 pub use error::{Error, Result};
 pub use forward::{Batch, Row, Scratch};
 pub use hparams::HParams;
-pub use weights::{LayerWeights, Weight, Weights};
+pub use weights::{LayerWeights, Repack, Weight, Weights};
 
 /// A loaded model. Weights stay in the memory map.
 pub struct Model {
@@ -31,11 +31,21 @@ pub struct Model {
 }
 
 impl Model {
-    /// Maps the file and checks every tensor the architecture needs by name, shape and type.
+    /// Maps the file, checks every tensor the architecture needs by name, shape and type,
+    /// and repacks the matrices for the tiled kernels ([`Repack::Auto`]).
     pub fn load(path: impl AsRef<Path>) -> Result<Model> {
+        Self::load_with(path, Repack::Auto)
+    }
+
+    /// [`Model::load`] with the choice of repacking.
+    pub fn load_with(path: impl AsRef<Path>, repack: Repack) -> Result<Model> {
         let file = GgufFile::open(path)?;
         let hparams = HParams::from_metadata(&file.header.metadata)?;
-        let weights = weights::Loader { file: &file }.load(&hparams)?;
+        let mut weights = weights::Loader { file: &file }.load(&hparams)?;
+        if repack == Repack::Auto {
+            let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+            weights.repack(&file, threads);
+        }
         Ok(Model {
             file,
             hparams,
@@ -43,9 +53,17 @@ impl Model {
         })
     }
 
-    /// Bytes of tensor data the model maps (all tensors of the file).
+    /// Bytes of weights the model holds once loaded with [`Repack::Auto`]: every tensor
+    /// of the file, repacked matrices counted at their packed size (a tied output head,
+    /// which is not a tensor of its own, on top). Loaded with [`Repack::Off`] it holds less.
     pub fn weight_bytes(&self) -> u64 {
-        self.file.header.tensors.iter().map(|t| t.n_bytes).sum()
+        let file: u64 = self.file.header.tensors.iter().map(|t| t.n_bytes).sum();
+        let tied = self.file.header.tensor("output.weight").is_none();
+        let matrices = self.weights.matrices();
+        matrices.iter().enumerate().fold(file, |total, (i, m)| {
+            let own = if i == 0 && tied { 0 } else { m.range.len() };
+            total + m.planned_bytes() as u64 - own as u64
+        })
     }
 
     /// Embedding rows for `tokens` into `hidden` (`[tokens.len(), n_embd]`).

@@ -1,8 +1,10 @@
 //! Weights: references into the memory-mapped GGUF file, checked by name, shape and type
 //! at load. Only norms and biases (small, f32) are copied.
 
+use std::sync::Arc;
+
 use gguf::{GgmlType, GgufFile};
-use kernels::QMatrix;
+use kernels::{PackedMatrix, QMatrix};
 
 use crate::hparams::HParams;
 use crate::{Error, Result};
@@ -17,10 +19,12 @@ pub struct Weight {
     pub range: std::ops::Range<usize>,
     pub n_rows: usize,
     pub n_cols: usize,
+    /// The matrix repacked for the tiled kernels (see [`Repack`]).
+    pub packed: Option<Arc<PackedMatrix>>,
 }
 
 impl Weight {
-    pub fn view<'a>(&self, file: &'a GgufFile) -> QMatrix<'a> {
+    pub fn view<'a>(&'a self, file: &'a GgufFile) -> QMatrix<'a> {
         QMatrix::new(
             self.ty,
             &file.bytes()[self.range.clone()],
@@ -28,7 +32,28 @@ impl Weight {
             self.n_cols,
         )
         .expect("checked at load")
+        .with_packed(self.packed.as_deref())
     }
+
+    /// Bytes this weight holds in memory once loaded with [`Repack::Auto`].
+    pub fn planned_bytes(&self) -> usize {
+        match kernels::PackedIsa::detect() {
+            Some(_) => PackedMatrix::planned_bytes(self.ty, self.n_rows, self.n_cols)
+                .map(|b| b.next_multiple_of(64))
+                .unwrap_or(self.range.len()),
+            None => self.range.len(),
+        }
+    }
+}
+
+/// Whether the matrices are copied at load into the packed layout of the tiled kernels
+/// (then the mapped pages are released), or computed from the mapped file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Repack {
+    /// Repack every matrix whose type has a packed layout, when the CPU runs the kernels.
+    Auto,
+    /// Keep every matrix in the map (for inspection without computing, or for comparison).
+    Off,
 }
 
 /// The weights of one transformer block; names mirror GGUF (`blk.N.<name>.weight`).
@@ -103,6 +128,7 @@ impl Loader<'_> {
             range: start..start + info.n_bytes as usize,
             n_rows,
             n_cols,
+            packed: None,
         })
     }
 
@@ -168,5 +194,72 @@ impl Loader<'_> {
             output_norm: self.vector("output_norm.weight", e)?,
             output,
         })
+    }
+}
+
+impl Weights {
+    /// The matrices the forward pass multiplies with, the output head first (not the
+    /// embedding table, which is only read by rows).
+    pub fn matrices(&self) -> Vec<&Weight> {
+        let mut all = vec![&self.output];
+        for l in &self.layers {
+            all.extend([
+                &l.attn_q,
+                &l.attn_k,
+                &l.attn_v,
+                &l.attn_output,
+                &l.ffn_gate,
+                &l.ffn_up,
+                &l.ffn_down,
+            ]);
+        }
+        all
+    }
+
+    /// [`Weights::matrices`], mutable.
+    pub fn matrices_mut(&mut self) -> Vec<&mut Weight> {
+        let mut all = vec![&mut self.output];
+        for l in &mut self.layers {
+            all.extend([
+                &mut l.attn_q,
+                &mut l.attn_k,
+                &mut l.attn_v,
+                &mut l.attn_output,
+                &mut l.ffn_gate,
+                &mut l.ffn_up,
+                &mut l.ffn_down,
+            ]);
+        }
+        all
+    }
+
+    /// Repacks every matrix that has a packed layout, `n_threads` at a time, and releases
+    /// the mapped pages it was copied from. Does nothing when the CPU has no packed kernels.
+    pub fn repack(&mut self, file: &GgufFile, n_threads: usize) {
+        if kernels::PackedIsa::detect().is_none() {
+            return;
+        }
+        let mut todo: Vec<&mut Weight> = self
+            .matrices_mut()
+            .into_iter()
+            .filter(|w| PackedMatrix::supports(w.ty))
+            .collect();
+        todo.sort_by_key(|w| std::cmp::Reverse(w.range.len()));
+        let mut shares: Vec<Vec<&mut Weight>> = (0..n_threads.max(1)).map(|_| Vec::new()).collect();
+        let n = shares.len();
+        for (i, w) in todo.into_iter().enumerate() {
+            shares[i % n].push(w);
+        }
+        std::thread::scope(|s| {
+            for share in shares {
+                s.spawn(move || {
+                    for w in share {
+                        let packed = PackedMatrix::pack(&w.view(file)).expect("a packed type");
+                        w.packed = Some(Arc::new(packed));
+                        file.release(w.range.clone());
+                    }
+                });
+            }
+        });
     }
 }

@@ -47,6 +47,8 @@ pub struct QActs {
     pub sums: Vec<i16>,
     /// `[m, k / 32]`, B32 only: `d · sum` as f32 (the min term of Q4_1 and Q5_1).
     pub ds: Vec<f32>,
+    /// `[m, k / 32]`, B256 only: sums per 32 (pairs of `sums`).
+    pub sums32: Vec<i16>,
 }
 
 impl QActs {
@@ -69,6 +71,8 @@ impl QActs {
         self.sums.resize(m * ns, 0);
         self.ds
             .resize(if layout == ActLayout::B32 { m * nb } else { 0 }, 0.0);
+        self.sums32
+            .resize(if layout == ActLayout::B256 { m * k / 32 } else { 0 }, 0);
         for (bi, (xb, qb)) in x
             .chunks_exact(layout.block())
             .zip(self.q.chunks_exact_mut(layout.block()))
@@ -88,6 +92,11 @@ impl QActs {
             }
             if layout == ActLayout::B32 {
                 self.ds[bi] = d * self.sums[bi] as f32;
+            } else {
+                for j in 0..8 {
+                    let s = &self.sums[16 * bi + 2 * j..];
+                    self.sums32[8 * bi + j] = s[0] + s[1];
+                }
             }
         }
     }
@@ -104,6 +113,11 @@ impl QActs {
             } else {
                 &self.ds[i * nb..(i + 1) * nb]
             },
+            sums32: if self.sums32.is_empty() {
+                &[]
+            } else {
+                &self.sums32[i * self.k / 32..(i + 1) * self.k / 32]
+            },
         }
     }
 }
@@ -115,6 +129,7 @@ pub struct ActRow<'a> {
     pub d: &'a [f32],
     pub sums: &'a [i16],
     pub ds: &'a [f32],
+    pub sums32: &'a [i16],
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ pub mod act;
 pub mod decode;
 #[cfg(target_arch = "x86_64")]
 mod fused;
+pub mod packed;
 pub mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -17,6 +18,7 @@ use std::cell::RefCell;
 
 use act::{ActRow, QActs};
 use decode::{DecodedRow, Scheme};
+use packed::PackedIsa;
 
 use crate::matmul::QMatrix;
 use crate::pool::{SharedOut, ThreadPool};
@@ -89,6 +91,9 @@ pub fn matmul(pool: &ThreadPool, isa: QIsa, scheme: Scheme, w: &QMatrix, x: &[f3
         acts.quantize(x, k, scheme.layout);
         let acts = &*acts;
         let m = acts.m;
+        if let (Some(p), Some(pisa), false) = (w.packed, PackedIsa::detect(), isa == QIsa::Scalar) {
+            return packed::matmul(pool, pisa, p, acts, y);
+        }
         let out = SharedOut::new(y);
         let rb = w.row_bytes();
         #[cfg(target_arch = "x86_64")]
@@ -142,47 +147,11 @@ pub fn matmul(pool: &ThreadPool, isa: QIsa, scheme: Scheme, w: &QMatrix, x: &[f3
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::formats::{dequantize_row, quantize_row};
-    use crate::testing::data;
+    use crate::formats::dequantize_row;
+    use crate::testing::{data, random_blocks};
     use gguf::GgmlType;
 
-    /// Random bytes with finite f16 scales: valid blocks of every format.
-    fn random_blocks(ty: GgmlType, n_rows: usize, k: usize, seed: u64) -> Vec<u8> {
-        let rb = ty.row_bytes(k as u64).unwrap() as usize;
-        if crate::formats::is_quantize_supported(ty) {
-            let v = data(n_rows * k, seed);
-            let mut out = vec![0u8; rb * n_rows];
-            for r in 0..n_rows {
-                quantize_row(ty, &v[r * k..(r + 1) * k], &mut out[r * rb..(r + 1) * rb]).unwrap();
-            }
-            return out;
-        }
-        let mut s = seed | 1;
-        let mut bytes: Vec<u8> = (0..rb * n_rows)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                s as u8
-            })
-            .collect();
-        // d (and dmin) of Q2_K/Q3_K/Q5_K: small finite f16 values.
-        let ts = ty.type_size() as usize;
-        let scale_at: &[usize] = match ty {
-            GgmlType::Q2_K => &[80, 82],
-            GgmlType::Q3_K => &[108],
-            GgmlType::Q5_K => &[0, 2],
-            _ => &[],
-        };
-        for blk in bytes.chunks_exact_mut(ts) {
-            for &at in scale_at {
-                blk[at..at + 2].copy_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes());
-            }
-        }
-        bytes
-    }
-
-    const TYPES: [GgmlType; 10] = [
+    pub(crate) const TYPES: [GgmlType; 10] = [
         GgmlType::Q4_0,
         GgmlType::Q4_1,
         GgmlType::Q5_0,

@@ -1,0 +1,206 @@
+//! The packed tile kernels, written once over [`Lanes`]: one tile (half) of weight rows,
+//! one lane per row, against `MR` activation rows held in registers. Each weight vector is
+//! unpacked once and applied to all `MR` rows; no horizontal sums.
+//!
+//! Per output element they perform the scalar twin's sequence (`scalar::dot`): exact
+//! integer sums per block, then the same float operations in block order.
+
+use super::layout::{b32_at, Q4K, Q6K};
+use super::simd::Lanes;
+
+/// One quantized activation row as raw pointers (lengths checked by the caller).
+#[derive(Clone, Copy)]
+pub struct XRow {
+    pub q: *const i8,
+    pub d: *const f32,
+    /// Sums per 32 (B32 layout) or per 16 (K layout).
+    pub sums: *const i16,
+    /// K layout: sums per 32.
+    pub sums32: *const i16,
+    /// B32 layout: `d · sum` per block.
+    pub ds: *const f32,
+}
+
+#[inline(always)]
+unsafe fn prefetch(rec: *const u8, len: usize) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    const AHEAD: usize = 2048;
+    let mut at = 0;
+    while at < len {
+        _mm_prefetch::<_MM_HINT_T0>(rec.wrapping_add(AHEAD + at) as *const i8);
+        at += 64;
+    }
+}
+
+/// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: `nb` blocks of 32 from `tile`, half `h`; `out[i]`
+/// gets the `A::LANES` outputs of activation row `x[i]`.
+#[inline(always)]
+pub unsafe fn b32<A: Lanes, const MR: usize, const FIVE: bool, const MIN: bool, const Q8: bool>(
+    tile: *const u8,
+    nb: usize,
+    h: usize,
+    x: &[XRow; MR],
+    offset: i32,
+    out: &mut [*mut f32; MR],
+) {
+    let at = b32_at(FIVE, MIN, Q8);
+    let (f16_h, chunk_h, bits_h) = (h * 2 * A::LANES, h * 4 * A::LANES, h * A::LANES / 2);
+    let mut acc = [A::fzero(); MR];
+    for b in 0..nb {
+        let rec = tile.add(b * at.rec);
+        prefetch(rec, at.rec);
+        let mut is = [A::izero(); MR];
+        if Q8 {
+            for g in 0..8 {
+                let w = A::load(rec.add(at.qs + 64 * g + chunk_h));
+                for i in 0..MR {
+                    is[i] = A::dot_q8(is[i], w, x[i].q.add(32 * b + 4 * g));
+                }
+            }
+        } else {
+            for c in 0..4 {
+                let (mut lo, mut hi) = A::nibbles(A::load(rec.add(at.qs + 64 * c + chunk_h)));
+                if FIVE {
+                    lo = A::fifth_bit(lo, rec.add(at.qh + 8 * c + bits_h));
+                    hi = A::fifth_bit(hi, rec.add(at.qh + 8 * (c + 4) + bits_h));
+                }
+                for i in 0..MR {
+                    let xq = x[i].q.add(32 * b + 4 * c);
+                    is[i] = A::dot(A::dot(is[i], lo, xq), hi, xq.add(16));
+                }
+            }
+        }
+        let d = A::f16(rec.add(f16_h));
+        let m = if MIN {
+            A::f16(rec.add(at.m + f16_h))
+        } else {
+            A::fzero()
+        };
+        for i in 0..MR {
+            let isum = A::sub(is[i], A::splat(offset * *x[i].sums.add(b) as i32));
+            acc[i] = A::fma(A::scale(d, *x[i].d.add(b)), A::cvt(isum), acc[i]);
+            if MIN {
+                acc[i] = A::fma(m, A::splat_f(*x[i].ds.add(b)), acc[i]);
+            }
+        }
+    }
+    for i in 0..MR {
+        A::store(acc[i], out[i]);
+    }
+}
+
+/// Q4_K: `ns` super-blocks of 256 from `tile`, half `h`.
+#[inline(always)]
+pub unsafe fn q4_k<A: Lanes, const MR: usize>(
+    tile: *const u8,
+    ns: usize,
+    h: usize,
+    x: &[XRow; MR],
+    out: &mut [*mut f32; MR],
+) {
+    let (f16_h, chunk_h) = (h * 2 * A::LANES, h * 4 * A::LANES);
+    let mut acc = [A::fzero(); MR];
+    for s in 0..ns {
+        let rec = tile.add(s * Q4K::REC);
+        prefetch(rec, Q4K::REC);
+        let mut tot = [A::izero(); MR];
+        for p in 0..4 {
+            let scp = A::pairs::<false>(rec.add(Q4K::SC + 32 * p + f16_h));
+            for e in 0..2 {
+                let sc = if e == 0 {
+                    A::half::<false, false>(scp)
+                } else {
+                    A::half::<false, true>(scp)
+                };
+                let j = 2 * p + e;
+                let mut is = [A::izero(); MR];
+                for c in 0..4 {
+                    let v = A::load(rec.add(Q4K::QS + 256 * j + 64 * c + chunk_h));
+                    let (lo, hi) = A::nibbles(v);
+                    for i in 0..MR {
+                        let xq = x[i].q.add(256 * s + 32 * j + 4 * c);
+                        is[i] = A::dot(A::dot(is[i], lo, xq), hi, xq.add(16));
+                    }
+                }
+                for i in 0..MR {
+                    tot[i] = A::add(tot[i], A::mullo(is[i], sc));
+                }
+            }
+        }
+        let d = A::f16(rec.add(f16_h));
+        let dmin = A::f16(rec.add(Q4K::DMIN + f16_h));
+        for i in 0..MR {
+            let mut mins = A::izero();
+            for p in 0..4 {
+                let mn = A::pairs::<false>(rec.add(Q4K::MN + 32 * p + f16_h));
+                mins = A::madd_pairs(mins, mn, x[i].sums32.add(8 * s + 2 * p));
+            }
+            let dx = *x[i].d.add(s);
+            acc[i] = A::fma(A::scale(d, dx), A::cvt(tot[i]), acc[i]);
+            acc[i] = A::fma(A::neg(A::scale(dmin, dx)), A::cvt(mins), acc[i]);
+        }
+    }
+    for i in 0..MR {
+        A::store(acc[i], out[i]);
+    }
+}
+
+/// Q6_K: `ns` super-blocks of 256 from `tile`, half `h`.
+#[inline(always)]
+pub unsafe fn q6_k<A: Lanes, const MR: usize>(
+    tile: *const u8,
+    ns: usize,
+    h: usize,
+    x: &[XRow; MR],
+    out: &mut [*mut f32; MR],
+) {
+    let (f16_h, chunk_h) = (h * 2 * A::LANES, h * 4 * A::LANES);
+    let mut acc = [A::fzero(); MR];
+    for s in 0..ns {
+        let rec = tile.add(s * Q6K::REC);
+        prefetch(rec, Q6K::REC);
+        let mut tot = [A::izero(); MR];
+        for p in 0..8 {
+            let scp = A::pairs::<true>(rec.add(Q6K::SC + 32 * p + f16_h));
+            for e in 0..2 {
+                let sc = if e == 0 {
+                    A::half::<true, false>(scp)
+                } else {
+                    A::half::<true, true>(scp)
+                };
+                let j = 2 * p + e;
+                let sub = rec.add(Q6K::QS + Q6K::SUB * j + chunk_h);
+                let (l0, h0) = A::nibbles(A::load(sub));
+                let (l1, h1) = A::nibbles(A::load(sub.add(64)));
+                let qh = A::load(sub.add(128));
+                let g = [
+                    A::or(l0, A::q6_high(qh, 0)),
+                    A::or(l1, A::q6_high(qh, 1)),
+                    A::or(h0, A::q6_high(qh, 2)),
+                    A::or(h1, A::q6_high(qh, 3)),
+                ];
+                for i in 0..MR {
+                    let xq = x[i].q.add(256 * s + 16 * j);
+                    let mut is = A::izero();
+                    for (t, gt) in g.iter().enumerate() {
+                        is = A::dot(is, *gt, xq.add(4 * t));
+                    }
+                    tot[i] = A::add(tot[i], A::mullo(is, sc));
+                }
+            }
+        }
+        let d = A::f16(rec.add(f16_h));
+        for i in 0..MR {
+            let mut corr = A::izero();
+            for p in 0..8 {
+                let scp = A::pairs::<true>(rec.add(Q6K::SC + 32 * p + f16_h));
+                corr = A::madd_pairs(corr, scp, x[i].sums.add(16 * s + 2 * p));
+            }
+            let total = A::sub(tot[i], A::mullo(corr, A::splat(Q6K::OFFSET)));
+            acc[i] = A::fma(A::scale(d, *x[i].d.add(s)), A::cvt(total), acc[i]);
+        }
+    }
+    for i in 0..MR {
+        A::store(acc[i], out[i]);
+    }
+}

@@ -1,0 +1,203 @@
+//! The packed layout: weight rows regrouped in tiles of [`TILE`] rows so that one vector
+//! load gives the same four consecutive values of every row of the tile, and a dot
+//! instruction against four broadcast activation bytes gives each row its partial sum in
+//! its own lane.
+//!
+//! A tile is its rows' blocks in order, one record per block (32 values, or 256 for the
+//! K-quants). In a record every per-row array is in row order ("lanes"): `[16] f16` scales,
+//! `[16][2]` byte pairs, and 64-byte chunks `[16 rows][4 values]`. A chunk of 4-bit values
+//! holds two groups of four values: group `c` in the low nibbles, a later group in the high
+//! ones. An AVX2 half-tile reads the first or second half of each array.
+//!
+//! Worked example, Q4_0 (record of 288 bytes for 16 rows × 32 values):
+//! bytes 0..32 are the 16 scales `d` (f16); chunk `c` (0..4) at `32 + 64c` holds, at
+//! `4r + j`, value `4c + j` of row `r` in its low nibble and value `16 + 4c + j` in its
+//! high nibble. Row `r`'s partial sum for chunk `c` is lane `r` of
+//! `dot(low nibbles, x[4c..4c+4]) + dot(high nibbles, x[16+4c..16+4c+4])`.
+
+use gguf::GgmlType;
+
+use crate::qmatmul::decode::DecodedRow;
+
+/// Weight rows per tile: one per lane of a 512-bit register of i32.
+pub const TILE: usize = 16;
+
+/// Byte offsets inside a record of a 32-element format.
+#[derive(Clone, Copy)]
+pub struct B32At {
+    /// `[16] f16` mins (Q4_1, Q5_1).
+    pub m: usize,
+    /// `[8 groups] u64`: bit `4r + j` is bit 4 of value `4g + j` of row `r` (Q5_0, Q5_1).
+    pub qh: usize,
+    /// Four chunks of nibbles (low: values `4c..`, high: `16 + 4c..`), or for Q8_0 eight
+    /// chunks of bytes `q + 128` (chunk `g`: values `4g..4g+4`).
+    pub qs: usize,
+    pub rec: usize,
+}
+
+pub const fn b32_at(five: bool, min: bool, q8: bool) -> B32At {
+    let m = 32;
+    let qh = m + if min { 32 } else { 0 };
+    let qs = qh + if five { 64 } else { 0 };
+    B32At {
+        m,
+        qh,
+        qs,
+        rec: qs + if q8 { 512 } else { 256 },
+    }
+}
+
+/// Q4_K record (256 values): `d`, `dmin`, scale pairs and min pairs of the eight
+/// sub-blocks of 32 (`[4 pairs][16 rows][2]` u8), then per sub-block `j` four chunks of
+/// nibbles (low: values `32j + 4c..`, high: `32j + 16 + 4c..`).
+pub struct Q4K;
+impl Q4K {
+    pub const DMIN: usize = 32;
+    pub const SC: usize = 64;
+    pub const MN: usize = 192;
+    pub const QS: usize = 320;
+    pub const REC: usize = 320 + 8 * 256;
+}
+
+/// Q6_K record (256 values): `d`, scale pairs of the sixteen sub-blocks of 16
+/// (`[8 pairs][16 rows][2]` i8), then per sub-block `j` ([`Q6K::SUB`] bytes): two chunks of
+/// the low 4 bits (low nibbles: values `16j + 4c..`, high: `16j + 8 + 4c..`) and one chunk
+/// of the high 2 bits (bits `2t..2t+2` of byte `4r + e`: value `16j + 4t + e`).
+pub struct Q6K;
+impl Q6K {
+    pub const SC: usize = 32;
+    pub const QS: usize = 288;
+    pub const SUB: usize = 192;
+    pub const REC: usize = 288 + 16 * 192;
+    pub const OFFSET: i32 = 32;
+}
+
+/// The formats with a packed layout.
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    Q8_0,
+    Q4_K,
+    Q6_K,
+}
+
+impl Format {
+    pub fn of(ty: GgmlType) -> Option<Format> {
+        Some(match ty {
+            GgmlType::Q4_0 => Format::Q4_0,
+            GgmlType::Q4_1 => Format::Q4_1,
+            GgmlType::Q5_0 => Format::Q5_0,
+            GgmlType::Q5_1 => Format::Q5_1,
+            GgmlType::Q8_0 => Format::Q8_0,
+            GgmlType::Q4_K => Format::Q4_K,
+            GgmlType::Q6_K => Format::Q6_K,
+            _ => return None,
+        })
+    }
+
+    /// Values per block.
+    pub fn block(self) -> usize {
+        match self {
+            Format::Q4_K | Format::Q6_K => 256,
+            _ => 32,
+        }
+    }
+
+    /// `(five, min, q8)` of a 32-element format.
+    pub fn b32_flags(self) -> (bool, bool, bool) {
+        match self {
+            Format::Q4_0 => (false, false, false),
+            Format::Q4_1 => (false, true, false),
+            Format::Q5_0 => (true, false, false),
+            Format::Q5_1 => (true, true, false),
+            Format::Q8_0 => (false, false, true),
+            Format::Q4_K | Format::Q6_K => unreachable!("not a 32-element format"),
+        }
+    }
+
+    /// Bytes of one block record (all rows of a tile).
+    pub fn rec(self) -> usize {
+        match self {
+            Format::Q4_K => Q4K::REC,
+            Format::Q6_K => Q6K::REC,
+            _ => {
+                let (five, min, q8) = self.b32_flags();
+                b32_at(five, min, q8).rec
+            }
+        }
+    }
+
+    /// Writes row `r` (of the tile) of block `b` of `row` into `rec`.
+    pub fn write(self, row: &DecodedRow, b: usize, r: usize, rec: &mut [u8]) {
+        let f16 = |rec: &mut [u8], at: usize, v: f32| {
+            let bits = half::f16::from_f32(v).to_bits().to_le_bytes();
+            rec[at + 2 * r..at + 2 * r + 2].copy_from_slice(&bits);
+        };
+        f16(rec, 0, row.d[b]);
+        match self {
+            Format::Q4_K => {
+                f16(rec, Q4K::DMIN, row.m[b]);
+                let q = &row.q[256 * b..256 * (b + 1)];
+                for j in 0..8 {
+                    let pair = 32 * (j / 2) + 2 * r + j % 2;
+                    rec[Q4K::SC + pair] = row.sc16[16 * b + 2 * j] as u8;
+                    rec[Q4K::MN + pair] = row.mn[16 * b + 2 * j] as u8;
+                    for c in 0..4 {
+                        for e in 0..4 {
+                            let v = 32 * j + 4 * c + e;
+                            rec[Q4K::QS + 256 * j + 64 * c + 4 * r + e] = q[v] | (q[v + 16] << 4);
+                        }
+                    }
+                }
+            }
+            Format::Q6_K => {
+                let q = &row.q[256 * b..256 * (b + 1)];
+                for j in 0..16 {
+                    rec[Q6K::SC + 32 * (j / 2) + 2 * r + j % 2] = row.sc16[16 * b + j] as i8 as u8;
+                    let sub = Q6K::QS + Q6K::SUB * j;
+                    for e in 0..4 {
+                        for c in 0..2 {
+                            let v = 16 * j + 4 * c + e;
+                            rec[sub + 64 * c + 4 * r + e] = (q[v] & 15) | ((q[v + 8] & 15) << 4);
+                        }
+                        rec[sub + 128 + 4 * r + e] = (0..4)
+                            .map(|t| ((q[16 * j + 4 * t + e] >> 4) & 3) << (2 * t))
+                            .sum();
+                    }
+                }
+            }
+            _ => {
+                let (five, min, q8) = self.b32_flags();
+                let at = b32_at(five, min, q8);
+                let q = &row.q[32 * b..32 * (b + 1)];
+                if min {
+                    f16(rec, at.m, row.m[b]);
+                }
+                for g in 0..8 {
+                    for j in 0..4 {
+                        let v = q[4 * g + j];
+                        if q8 {
+                            rec[at.qs + 64 * g + 4 * r + j] = v ^ 0x80;
+                        }
+                        if five && v & 16 != 0 {
+                            let bit = 4 * r + j;
+                            rec[at.qh + 8 * g + bit / 8] |= 1 << (bit % 8);
+                        }
+                    }
+                }
+                if !q8 {
+                    for c in 0..4 {
+                        for j in 0..4 {
+                            let (lo, hi) = (q[4 * c + j] & 15, q[16 + 4 * c + j] & 15);
+                            rec[at.qs + 64 * c + 4 * r + j] = lo | (hi << 4);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,257 @@
+//! Weights repacked at load into tiles of 16 rows ([`layout`]) and the matmul over them:
+//! each weight vector is loaded and unpacked once per group of up to 8 activation rows,
+//! and a dot instruction gives 16 (AVX-512 VNNI) or 8 (AVX2) rows their partial sums at
+//! once. Decode streams the weights once; verification and batched decode reuse each
+//! loaded vector for every row; prefill runs the same kernel over groups of 8 rows.
+//!
+//! Every output element is the scalar twin's sequence ([`super::scalar::dot`]), so a row's
+//! bits do not depend on M, on its group, on the thread count or on the instruction set.
+
+#[cfg(target_arch = "x86_64")]
+mod kernels;
+mod layout;
+#[cfg(target_arch = "x86_64")]
+mod simd;
+
+use std::ops::Range;
+
+use gguf::GgmlType;
+
+#[cfg(target_arch = "x86_64")]
+use self::kernels::XRow;
+use self::layout::{Format, TILE};
+#[cfg(target_arch = "x86_64")]
+use self::simd::{Avx2, Avx512, Lanes};
+use super::act::{ActLayout, QActs};
+use super::decode::DecodedRow;
+use crate::matmul::QMatrix;
+use crate::pool::{SharedOut, ThreadPool};
+
+/// Which instruction set runs the packed kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PackedIsa {
+    /// AVX-512 F/BW with VNNI (16 rows per register).
+    Avx512Vnni,
+    /// AVX2, FMA, F16C (8 rows per register).
+    Avx2,
+}
+
+impl PackedIsa {
+    #[cfg(not(target_arch = "x86_64"))]
+    pub fn detect() -> Option<PackedIsa> {
+        None
+    }
+
+    /// The best the CPU supports, or `None` (then the unpacked path runs).
+    #[cfg(target_arch = "x86_64")]
+    pub fn detect() -> Option<PackedIsa> {
+        use std::arch::is_x86_feature_detected as has;
+        if has!("avx512f") && has!("avx512bw") && has!("avx512vnni") && has!("f16c") {
+            return Some(PackedIsa::Avx512Vnni);
+        }
+        if has!("avx2") && has!("fma") && has!("f16c") {
+            return Some(PackedIsa::Avx2);
+        }
+        None
+    }
+}
+
+/// 64 bytes, 64-aligned: the unit the packed buffer is allocated in.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+/// A quantized matrix in the packed layout: `n_rows` rows (padded with zero rows to a
+/// whole number of tiles) of `n_cols` values.
+pub struct PackedMatrix {
+    pub ty: GgmlType,
+    pub n_rows: usize,
+    pub n_cols: usize,
+    format: Format,
+    lines: Vec<Line>,
+}
+
+impl std::fmt::Debug for PackedMatrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "PackedMatrix({} [{}, {}])",
+            self.ty, self.n_rows, self.n_cols
+        )
+    }
+}
+
+impl PackedMatrix {
+    /// Whether `ty` has a packed layout.
+    pub fn supports(ty: GgmlType) -> bool {
+        Format::of(ty).is_some()
+    }
+
+    /// Bytes the packed form of `n_rows × n_cols` of `ty` takes, or `None` without a layout.
+    pub fn planned_bytes(ty: GgmlType, n_rows: usize, n_cols: usize) -> Option<usize> {
+        let f = Format::of(ty)?;
+        Some(n_rows.div_ceil(TILE) * (n_cols / f.block()) * f.rec())
+    }
+
+    /// Repacks `w`, or `None` when its type has no packed layout.
+    pub fn pack(w: &QMatrix) -> Option<PackedMatrix> {
+        let format = Format::of(w.ty)?;
+        let bytes = Self::planned_bytes(w.ty, w.n_rows, w.n_cols)?;
+        let mut lines = vec![Line([0; 64]); bytes.div_ceil(64)];
+        // SAFETY: `Line` is 64 plain bytes; the slice covers the allocation.
+        let buf = unsafe {
+            std::slice::from_raw_parts_mut(lines.as_mut_ptr() as *mut u8, lines.len() * 64)
+        };
+        let (nb, rec) = (w.n_cols / format.block(), format.rec());
+        let mut row = DecodedRow::default();
+        let rb = w.row_bytes();
+        for n in 0..w.n_rows {
+            row.decode(w.ty, &w.data[n * rb..(n + 1) * rb], w.n_cols);
+            let tile = &mut buf[(n / TILE) * nb * rec..][..nb * rec];
+            for (b, record) in tile.chunks_exact_mut(rec).enumerate() {
+                format.write(&row, b, n % TILE, record);
+            }
+        }
+        Some(PackedMatrix {
+            ty: w.ty,
+            n_rows: w.n_rows,
+            n_cols: w.n_cols,
+            format,
+            lines,
+        })
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.lines.len() * 64
+    }
+
+    fn tile_bytes(&self) -> usize {
+        self.n_cols / self.format.block() * self.format.rec()
+    }
+
+    fn tile(&self, t: usize) -> *const u8 {
+        // SAFETY: `t` is below the tile count, whose records the allocation holds.
+        unsafe { (self.lines.as_ptr() as *const u8).add(t * self.tile_bytes()) }
+    }
+}
+
+/// `y[m, n] = Σ_k x[m, k] · w[n, k]` with `x` already quantized in `acts` (in the layout of
+/// `w`'s format); `y` is `[acts.m, w.n_rows]`.
+pub fn matmul(pool: &ThreadPool, isa: PackedIsa, w: &PackedMatrix, acts: &QActs, y: &mut [f32]) {
+    let want = if w.format.block() == 256 {
+        ActLayout::B256
+    } else {
+        ActLayout::B32
+    };
+    assert_eq!(acts.layout, Some(want), "activations in the wrong layout");
+    assert_eq!(acts.k, w.n_cols, "activations of the wrong length");
+    assert_eq!(y.len(), acts.m * w.n_rows, "y is not [m, n_rows]");
+    let out = SharedOut::new(y);
+    #[cfg(target_arch = "x86_64")]
+    pool.for_ranges(w.n_rows.div_ceil(TILE), &|tiles| match isa {
+        // SAFETY: the ISA was detected on this CPU.
+        PackedIsa::Avx512Vnni => unsafe { run_avx512(w, tiles, acts, &out) },
+        PackedIsa::Avx2 => unsafe { run_avx2(w, tiles, acts, &out) },
+    });
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (pool, out);
+        unreachable!("{isa:?} is not an instruction set of this architecture");
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+unsafe fn run_avx512(w: &PackedMatrix, tiles: Range<usize>, acts: &QActs, out: &SharedOut) {
+    run::<Avx512>(w, tiles, acts, out, 8)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn run_avx2(w: &PackedMatrix, tiles: Range<usize>, acts: &QActs, out: &SharedOut) {
+    run::<Avx2>(w, tiles, acts, out, 4)
+}
+
+#[cfg(target_arch = "x86_64")]
+/// Every tile of `tiles` against every activation row, rows taken `max_group` at a time
+/// (then 4, 2, 1 for the rest).
+#[inline(always)]
+unsafe fn run<A: Lanes>(
+    w: &PackedMatrix,
+    tiles: Range<usize>,
+    acts: &QActs,
+    out: &SharedOut,
+    max_group: usize,
+) {
+    let rows: Vec<XRow> = (0..acts.m).map(|i| xrow(acts, i)).collect();
+    for t in tiles {
+        let mut m0 = 0;
+        while m0 < acts.m {
+            let left = acts.m - m0;
+            let take = [8, 4, 2, 1]
+                .into_iter()
+                .find(|&g| g <= left && g <= max_group)
+                .unwrap_or(1);
+            match take {
+                8 => group::<A, 8>(w, t, &rows[m0..m0 + 8], m0, out),
+                4 => group::<A, 4>(w, t, &rows[m0..m0 + 4], m0, out),
+                2 => group::<A, 2>(w, t, &rows[m0..m0 + 2], m0, out),
+                _ => group::<A, 1>(w, t, &rows[m0..m0 + 1], m0, out),
+            }
+            m0 += take;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn xrow(acts: &QActs, i: usize) -> XRow {
+    let r = acts.row(i);
+    XRow {
+        q: r.q.as_ptr(),
+        d: r.d.as_ptr(),
+        sums: r.sums.as_ptr(),
+        sums32: r.sums32.as_ptr(),
+        ds: r.ds.as_ptr(),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+/// Tile `t` against activation rows `m0..m0 + MR`.
+#[inline(always)]
+unsafe fn group<A: Lanes, const MR: usize>(
+    w: &PackedMatrix,
+    t: usize,
+    rows: &[XRow],
+    m0: usize,
+    out: &SharedOut,
+) {
+    let x: [XRow; MR] = std::array::from_fn(|i| rows[i]);
+    let mut buf = [[0f32; TILE]; MR];
+    let tile = w.tile(t);
+    let nb = w.n_cols / w.format.block();
+    for h in 0..TILE / A::LANES {
+        let mut o: [*mut f32; MR] = std::array::from_fn(|i| buf[i].as_mut_ptr().add(h * A::LANES));
+        match w.format {
+            Format::Q4_K => kernels::q4_k::<A, MR>(tile, nb, h, &x, &mut o),
+            Format::Q6_K => kernels::q6_k::<A, MR>(tile, nb, h, &x, &mut o),
+            Format::Q4_0 => kernels::b32::<A, MR, false, false, false>(tile, nb, h, &x, 8, &mut o),
+            Format::Q4_1 => kernels::b32::<A, MR, false, true, false>(tile, nb, h, &x, 0, &mut o),
+            Format::Q5_0 => kernels::b32::<A, MR, true, false, false>(tile, nb, h, &x, 16, &mut o),
+            Format::Q5_1 => kernels::b32::<A, MR, true, true, false>(tile, nb, h, &x, 0, &mut o),
+            Format::Q8_0 => {
+                kernels::b32::<A, MR, false, false, true>(tile, nb, h, &x, A::Q8_BIAS, &mut o)
+            }
+        }
+    }
+    let (n, r0) = (w.n_rows, t * TILE);
+    let live = TILE.min(n - r0);
+    for (i, vals) in buf.iter().enumerate() {
+        // SAFETY: this thread alone writes columns r0..r0 + live (tiles split by thread).
+        let ym = out.slice((m0 + i) * n + r0, live);
+        ym.copy_from_slice(&vals[..live]);
+    }
+}
+
+#[cfg(test)]
+mod tests;

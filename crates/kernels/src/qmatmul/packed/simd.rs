@@ -1,0 +1,332 @@
+//! The vector operations the packed kernels are written in, once for AVX-512 (16 lanes,
+//! one per weight row of a tile) and once for AVX2 (8 lanes: a tile in two halves).
+//!
+//! Every integer operation is exact and every float operation is the one the scalar
+//! twin performs, so both give the same bits.
+
+use std::arch::x86_64::*;
+
+/// One instruction set: `I` holds `LANES` i32, `F` holds `LANES` f32, lane `r` belonging
+/// to weight row `r` of the tile (half).
+///
+/// # Safety
+/// Every method needs the CPU features of its implementation, and each pointer must be
+/// valid for the bytes it reads (stated per method in lanes).
+pub trait Lanes: Copy {
+    type I: Copy;
+    type F: Copy;
+    const LANES: usize;
+    /// How much the weight bytes of a Q8_0 tile are biased: `dot` computes
+    /// `Σ w·x` on bytes that hold `q + Q8_BIAS`.
+    const Q8_BIAS: i32;
+
+    unsafe fn izero() -> Self::I;
+    unsafe fn fzero() -> Self::F;
+    /// `4 · LANES` bytes.
+    unsafe fn load(p: *const u8) -> Self::I;
+    /// The low and high nibbles of every byte.
+    unsafe fn nibbles(v: Self::I) -> (Self::I, Self::I);
+    /// `acc + Σ_{j<4} w[4l + j] · x[j]` per lane `l`: `w` unsigned bytes below 64,
+    /// `x` four signed bytes (read at `x`).
+    unsafe fn dot(acc: Self::I, w: Self::I, x: *const i8) -> Self::I;
+    /// `dot` for Q8_0 bytes (`q + Q8_BIAS`, any value).
+    unsafe fn dot_q8(acc: Self::I, w: Self::I, x: *const i8) -> Self::I;
+    /// Sets bit 4 of byte `i` where bit `i` of the `4 · LANES`-bit mask at `bits` is set.
+    unsafe fn fifth_bit(v: Self::I, bits: *const u8) -> Self::I;
+    /// `(v >> 2t) & 3) << 4` per byte, `t` in 0..4.
+    unsafe fn q6_high(v: Self::I, t: usize) -> Self::I;
+    unsafe fn or(a: Self::I, b: Self::I) -> Self::I;
+    unsafe fn add(a: Self::I, b: Self::I) -> Self::I;
+    unsafe fn sub(a: Self::I, b: Self::I) -> Self::I;
+    unsafe fn mullo(a: Self::I, b: Self::I) -> Self::I;
+    unsafe fn splat(v: i32) -> Self::I;
+    /// `2 · LANES` bytes widened to i16 (`SIGNED`: sign-extended), lane `l` holding the
+    /// pair of bytes `2l, 2l + 1`.
+    unsafe fn pairs<const SIGNED: bool>(p: *const u8) -> Self::I;
+    /// The first (`HIGH` false) or second i16 of each lane's pair, as i32.
+    unsafe fn half<const SIGNED: bool, const HIGH: bool>(v: Self::I) -> Self::I;
+    /// `acc + a.0 · b.0 + a.1 · b.1` per lane, `a` a lane of i16 pairs, `b` two i16 at `b`.
+    unsafe fn madd_pairs(acc: Self::I, a: Self::I, b: *const i16) -> Self::I;
+    /// `LANES` f16 at `p`.
+    unsafe fn f16(p: *const u8) -> Self::F;
+    unsafe fn cvt(v: Self::I) -> Self::F;
+    /// `v · s` per lane.
+    unsafe fn scale(v: Self::F, s: f32) -> Self::F;
+    unsafe fn splat_f(v: f32) -> Self::F;
+    unsafe fn neg(v: Self::F) -> Self::F;
+    /// `a · b + c` with one rounding.
+    unsafe fn fma(a: Self::F, b: Self::F, c: Self::F) -> Self::F;
+    /// `LANES` f32 to `out`.
+    unsafe fn store(v: Self::F, out: *mut f32);
+}
+
+/// AVX-512 F/BW with VNNI: a whole tile in one register.
+#[derive(Clone, Copy)]
+pub struct Avx512;
+
+impl Lanes for Avx512 {
+    type I = __m512i;
+    type F = __m512;
+    const LANES: usize = 16;
+    const Q8_BIAS: i32 = 128;
+
+    #[inline(always)]
+    unsafe fn izero() -> __m512i {
+        _mm512_setzero_si512()
+    }
+    #[inline(always)]
+    unsafe fn fzero() -> __m512 {
+        _mm512_setzero_ps()
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const u8) -> __m512i {
+        _mm512_loadu_si512(p as *const _)
+    }
+    #[inline(always)]
+    unsafe fn nibbles(v: __m512i) -> (__m512i, __m512i) {
+        let low = _mm512_set1_epi8(0x0F);
+        (
+            _mm512_and_si512(v, low),
+            _mm512_and_si512(_mm512_srli_epi16::<4>(v), low),
+        )
+    }
+    #[inline(always)]
+    unsafe fn dot(acc: __m512i, w: __m512i, x: *const i8) -> __m512i {
+        _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32((x as *const i32).read_unaligned()))
+    }
+    #[inline(always)]
+    unsafe fn dot_q8(acc: __m512i, w: __m512i, x: *const i8) -> __m512i {
+        Self::dot(acc, w, x)
+    }
+    #[inline(always)]
+    unsafe fn fifth_bit(v: __m512i, bits: *const u8) -> __m512i {
+        let k = (bits as *const u64).read_unaligned();
+        _mm512_or_si512(v, _mm512_maskz_mov_epi8(k, _mm512_set1_epi8(0x10)))
+    }
+    #[inline(always)]
+    unsafe fn q6_high(v: __m512i, t: usize) -> __m512i {
+        let three = _mm512_set1_epi8(3);
+        let s = match t {
+            0 => v,
+            1 => _mm512_srli_epi16::<2>(v),
+            2 => _mm512_srli_epi16::<4>(v),
+            _ => _mm512_srli_epi16::<6>(v),
+        };
+        _mm512_slli_epi16::<4>(_mm512_and_si512(s, three))
+    }
+    #[inline(always)]
+    unsafe fn or(a: __m512i, b: __m512i) -> __m512i {
+        _mm512_or_si512(a, b)
+    }
+    #[inline(always)]
+    unsafe fn add(a: __m512i, b: __m512i) -> __m512i {
+        _mm512_add_epi32(a, b)
+    }
+    #[inline(always)]
+    unsafe fn sub(a: __m512i, b: __m512i) -> __m512i {
+        _mm512_sub_epi32(a, b)
+    }
+    #[inline(always)]
+    unsafe fn mullo(a: __m512i, b: __m512i) -> __m512i {
+        _mm512_mullo_epi32(a, b)
+    }
+    #[inline(always)]
+    unsafe fn splat(v: i32) -> __m512i {
+        _mm512_set1_epi32(v)
+    }
+    #[inline(always)]
+    unsafe fn pairs<const SIGNED: bool>(p: *const u8) -> __m512i {
+        let v = _mm256_loadu_si256(p as *const __m256i);
+        if SIGNED {
+            _mm512_cvtepi8_epi16(v)
+        } else {
+            _mm512_cvtepu8_epi16(v)
+        }
+    }
+    #[inline(always)]
+    unsafe fn half<const SIGNED: bool, const HIGH: bool>(v: __m512i) -> __m512i {
+        match (SIGNED, HIGH) {
+            (_, false) => _mm512_srai_epi32::<16>(_mm512_slli_epi32::<16>(v)),
+            (true, true) => _mm512_srai_epi32::<16>(v),
+            (false, true) => _mm512_srli_epi32::<16>(v),
+        }
+    }
+    #[inline(always)]
+    unsafe fn madd_pairs(acc: __m512i, a: __m512i, b: *const i16) -> __m512i {
+        let bv = _mm512_set1_epi32((b as *const i32).read_unaligned());
+        _mm512_dpwssd_epi32(acc, a, bv)
+    }
+    #[inline(always)]
+    unsafe fn f16(p: *const u8) -> __m512 {
+        _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
+    }
+    #[inline(always)]
+    unsafe fn cvt(v: __m512i) -> __m512 {
+        _mm512_cvtepi32_ps(v)
+    }
+    #[inline(always)]
+    unsafe fn scale(v: __m512, s: f32) -> __m512 {
+        _mm512_mul_ps(v, _mm512_set1_ps(s))
+    }
+    #[inline(always)]
+    unsafe fn splat_f(v: f32) -> __m512 {
+        _mm512_set1_ps(v)
+    }
+    #[inline(always)]
+    unsafe fn neg(v: __m512) -> __m512 {
+        _mm512_castsi512_ps(_mm512_xor_si512(
+            _mm512_castps_si512(v),
+            _mm512_set1_epi32(i32::MIN),
+        ))
+    }
+    #[inline(always)]
+    unsafe fn fma(a: __m512, b: __m512, c: __m512) -> __m512 {
+        _mm512_fmadd_ps(a, b, c)
+    }
+    #[inline(always)]
+    unsafe fn store(v: __m512, out: *mut f32) {
+        _mm512_storeu_ps(out, v)
+    }
+}
+
+/// AVX2 with FMA and F16C: half a tile per register, `maddubs` for the byte products.
+#[derive(Clone, Copy)]
+pub struct Avx2;
+
+impl Lanes for Avx2 {
+    type I = __m256i;
+    type F = __m256;
+    const LANES: usize = 8;
+    const Q8_BIAS: i32 = 0;
+
+    #[inline(always)]
+    unsafe fn izero() -> __m256i {
+        _mm256_setzero_si256()
+    }
+    #[inline(always)]
+    unsafe fn fzero() -> __m256 {
+        _mm256_setzero_ps()
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const u8) -> __m256i {
+        _mm256_loadu_si256(p as *const __m256i)
+    }
+    #[inline(always)]
+    unsafe fn nibbles(v: __m256i) -> (__m256i, __m256i) {
+        let low = _mm256_set1_epi8(0x0F);
+        (
+            _mm256_and_si256(v, low),
+            _mm256_and_si256(_mm256_srli_epi16::<4>(v), low),
+        )
+    }
+    #[inline(always)]
+    unsafe fn dot(acc: __m256i, w: __m256i, x: *const i8) -> __m256i {
+        let xv = _mm256_set1_epi32((x as *const i32).read_unaligned());
+        let pairs = _mm256_maddubs_epi16(w, xv);
+        _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+    }
+    /// The bytes hold `q + 128`; flipping the top bit gives `q` as i8, and the sign
+    /// trick keeps `maddubs` from saturating.
+    #[inline(always)]
+    unsafe fn dot_q8(acc: __m256i, w: __m256i, x: *const i8) -> __m256i {
+        let q = _mm256_xor_si256(w, _mm256_set1_epi8(i8::MIN));
+        let xv = _mm256_set1_epi32((x as *const i32).read_unaligned());
+        let pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(xv, q));
+        _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+    }
+    #[inline(always)]
+    unsafe fn fifth_bit(v: __m256i, bits: *const u8) -> __m256i {
+        let bits = (bits as *const u32).read_unaligned();
+        let shuffle = _mm256_set_epi64x(
+            0x0303030303030303,
+            0x0202020202020202,
+            0x0101010101010101,
+            0,
+        );
+        let spread = _mm256_shuffle_epi8(_mm256_set1_epi32(bits as i32), shuffle);
+        let mask = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe_u64 as i64);
+        let set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, mask), _mm256_set1_epi64x(-1));
+        _mm256_or_si256(v, _mm256_and_si256(set, _mm256_set1_epi8(0x10)))
+    }
+    #[inline(always)]
+    unsafe fn q6_high(v: __m256i, t: usize) -> __m256i {
+        let three = _mm256_set1_epi8(3);
+        let s = match t {
+            0 => v,
+            1 => _mm256_srli_epi16::<2>(v),
+            2 => _mm256_srli_epi16::<4>(v),
+            _ => _mm256_srli_epi16::<6>(v),
+        };
+        _mm256_slli_epi16::<4>(_mm256_and_si256(s, three))
+    }
+    #[inline(always)]
+    unsafe fn or(a: __m256i, b: __m256i) -> __m256i {
+        _mm256_or_si256(a, b)
+    }
+    #[inline(always)]
+    unsafe fn add(a: __m256i, b: __m256i) -> __m256i {
+        _mm256_add_epi32(a, b)
+    }
+    #[inline(always)]
+    unsafe fn sub(a: __m256i, b: __m256i) -> __m256i {
+        _mm256_sub_epi32(a, b)
+    }
+    #[inline(always)]
+    unsafe fn mullo(a: __m256i, b: __m256i) -> __m256i {
+        _mm256_mullo_epi32(a, b)
+    }
+    #[inline(always)]
+    unsafe fn splat(v: i32) -> __m256i {
+        _mm256_set1_epi32(v)
+    }
+    #[inline(always)]
+    unsafe fn pairs<const SIGNED: bool>(p: *const u8) -> __m256i {
+        let v = _mm_loadu_si128(p as *const __m128i);
+        if SIGNED {
+            _mm256_cvtepi8_epi16(v)
+        } else {
+            _mm256_cvtepu8_epi16(v)
+        }
+    }
+    #[inline(always)]
+    unsafe fn half<const SIGNED: bool, const HIGH: bool>(v: __m256i) -> __m256i {
+        match (SIGNED, HIGH) {
+            (_, false) => _mm256_srai_epi32::<16>(_mm256_slli_epi32::<16>(v)),
+            (true, true) => _mm256_srai_epi32::<16>(v),
+            (false, true) => _mm256_srli_epi32::<16>(v),
+        }
+    }
+    #[inline(always)]
+    unsafe fn madd_pairs(acc: __m256i, a: __m256i, b: *const i16) -> __m256i {
+        let bv = _mm256_set1_epi32((b as *const i32).read_unaligned());
+        _mm256_add_epi32(acc, _mm256_madd_epi16(a, bv))
+    }
+    #[inline(always)]
+    unsafe fn f16(p: *const u8) -> __m256 {
+        _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
+    }
+    #[inline(always)]
+    unsafe fn cvt(v: __m256i) -> __m256 {
+        _mm256_cvtepi32_ps(v)
+    }
+    #[inline(always)]
+    unsafe fn scale(v: __m256, s: f32) -> __m256 {
+        _mm256_mul_ps(v, _mm256_set1_ps(s))
+    }
+    #[inline(always)]
+    unsafe fn splat_f(v: f32) -> __m256 {
+        _mm256_set1_ps(v)
+    }
+    #[inline(always)]
+    unsafe fn neg(v: __m256) -> __m256 {
+        _mm256_xor_ps(v, _mm256_set1_ps(-0.0))
+    }
+    #[inline(always)]
+    unsafe fn fma(a: __m256, b: __m256, c: __m256) -> __m256 {
+        _mm256_fmadd_ps(a, b, c)
+    }
+    #[inline(always)]
+    unsafe fn store(v: __m256, out: *mut f32) {
+        _mm256_storeu_ps(out, v)
+    }
+}
