@@ -13,6 +13,6 @@ pub mod qmatmul;
 mod testing;
 
 pub use error::{Error, Result};
-pub use matmul::{matmul, Precision, QMatrix};
-pub use qmatmul::packed::{PackedIsa, PackedMatrix};
+pub use matmul::{matmul, matmul_many, Precision, QMatrix};
 pub use pool::ThreadPool;
+pub use qmatmul::packed::{PackedIsa, PackedMatrix};

@@ -12,7 +12,7 @@ use crate::dot::{dot, dot4, Isa};
 use crate::formats::dequantize_row;
 use crate::pool::{SharedOut, ThreadPool};
 use crate::qmatmul::decode::Scheme;
-use crate::qmatmul::packed::PackedMatrix;
+use crate::qmatmul::packed::{PackedIsa, PackedMatrix};
 use crate::qmatmul::QIsa;
 use crate::{Error, Result};
 
@@ -109,6 +109,37 @@ pub fn matmul(pool: &ThreadPool, w: &QMatrix, x: &[f32], y: &mut [f32], precisio
         return crate::qmatmul::matmul(pool, QIsa::detect(), scheme, w, x, y);
     }
     matmul_f32(pool, w, x, y);
+}
+
+/// `ys[i][m, n] = Σ_k x[m, k] · ws[i][n, k]` for matrices of the same row length (the
+/// projections of one input): one quantization of `x` and one dispatch of the pool when
+/// all are packed, otherwise one [`matmul`] each. Results are those of [`matmul`].
+pub fn matmul_many(
+    pool: &ThreadPool,
+    ws: &[QMatrix],
+    x: &[f32],
+    ys: &mut [&mut [f32]],
+    precision: Precision,
+) {
+    assert_eq!(ws.len(), ys.len());
+    let packed: Option<Vec<&PackedMatrix>> = ws.iter().map(|w| w.packed).collect();
+    if let (Precision::Int8, Some(packed), Some(isa)) = (precision, packed, PackedIsa::detect()) {
+        let k = ws[0].n_cols;
+        assert!(ws.iter().all(|w| w.n_cols == k), "row lengths differ");
+        assert_eq!(x.len() % k, 0, "x is not [m, {k}]");
+        for (w, y) in ws.iter().zip(ys.iter()) {
+            assert_eq!(
+                y.len(),
+                x.len() / k * w.n_rows,
+                "y is not [m, {}]",
+                w.n_rows
+            );
+        }
+        return crate::qmatmul::matmul_packed(pool, isa, &packed, x, ys);
+    }
+    for (w, y) in ws.iter().zip(ys.iter_mut()) {
+        matmul(pool, w, x, y, precision);
+    }
 }
 
 /// The float path (F32, F16, BF16 weights): rows dequantized to f32, fixed-order f32 dots.

@@ -71,8 +71,14 @@ impl QActs {
         self.sums.resize(m * ns, 0);
         self.ds
             .resize(if layout == ActLayout::B32 { m * nb } else { 0 }, 0.0);
-        self.sums32
-            .resize(if layout == ActLayout::B256 { m * k / 32 } else { 0 }, 0);
+        self.sums32.resize(
+            if layout == ActLayout::B256 {
+                m * k / 32
+            } else {
+                0
+            },
+            0,
+        );
         for (bi, (xb, qb)) in x
             .chunks_exact(layout.block())
             .zip(self.q.chunks_exact_mut(layout.block()))

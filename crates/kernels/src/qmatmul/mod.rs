@@ -16,7 +16,7 @@ mod x86;
 
 use std::cell::RefCell;
 
-use act::{ActRow, QActs};
+use act::{ActLayout, ActRow, QActs};
 use decode::{DecodedRow, Scheme};
 use packed::PackedIsa;
 
@@ -61,6 +61,8 @@ pub fn dot4(isa: QIsa, scheme: Scheme, w: [&DecodedRow; 4], x: ActRow) -> [f32; 
 
 thread_local! {
     static ACTS: RefCell<QActs> = RefCell::new(QActs::default());
+    /// The K-quant layout of the same activations, for [`matmul_packed`] with mixed formats.
+    static ACTS_K: RefCell<QActs> = RefCell::new(QActs::default());
     static ROWS: RefCell<[DecodedRow; 4]> = RefCell::new(Default::default());
 }
 
@@ -80,6 +82,42 @@ fn prefetch(bytes: &[u8]) {
             )
         };
     }
+}
+
+/// `ys[i] = x · ws[i]ᵀ` for packed matrices of the same row length, in one dispatch of the
+/// pool; `x` is quantized once per activation layout.
+pub fn matmul_packed(
+    pool: &ThreadPool,
+    isa: PackedIsa,
+    ws: &[&packed::PackedMatrix],
+    x: &[f32],
+    ys: &mut [&mut [f32]],
+) {
+    let layout_of = |w: &packed::PackedMatrix| Scheme::of(w.ty).expect("quantized").layout;
+    let k = ws[0].n_cols;
+    ACTS.with(|a| {
+        ACTS_K.with(|ak| {
+            let (mut a32, mut a256) = (a.borrow_mut(), ak.borrow_mut());
+            if ws.iter().any(|w| layout_of(w) == ActLayout::B32) {
+                a32.quantize(x, k, ActLayout::B32);
+            }
+            if ws.iter().any(|w| layout_of(w) == ActLayout::B256) {
+                a256.quantize(x, k, ActLayout::B256);
+            }
+            let mut jobs: Vec<_> = ws
+                .iter()
+                .zip(ys.iter_mut())
+                .map(|(w, y)| {
+                    let acts = match layout_of(w) {
+                        ActLayout::B32 => &*a32,
+                        ActLayout::B256 => &*a256,
+                    };
+                    (*w, acts, &mut **y)
+                })
+                .collect();
+            packed::matmul_many(pool, isa, &mut jobs);
+        })
+    });
 }
 
 /// `y[m, n] = Σ_k x[m, k] · w[n, k]` for a quantized `w` (`scheme` is its format's).

@@ -3,7 +3,7 @@ use std::cell::RefCell;
 use kernels::attention::{attend, AttentionScratch};
 use kernels::ops::{add_inplace, rms_norm, rms_norm_inplace, rope, rope_angles};
 use kernels::pool::SharedOut;
-use kernels::{matmul, ThreadPool};
+use kernels::{matmul, matmul_many, ThreadPool};
 use kv::KvPool;
 
 use crate::forward::{Batch, Scratch};
@@ -45,9 +45,10 @@ pub fn block(
         rms_norm(h, &lw.attn_norm, hp.rms_eps, xr);
     }
     let (q, k, v) = (&mut s.q[..n * qd], &mut s.k[..n * kvd], &mut s.v[..n * kvd]);
-    matmul(pool, &lw.attn_q.view(&model.file), x, q, s.precision); // [n, n_head * head_dim]
-    matmul(pool, &lw.attn_k.view(&model.file), x, k, s.precision); // [n, n_head_kv * head_dim]
-    matmul(pool, &lw.attn_v.view(&model.file), x, v, s.precision); // [n, n_head_kv * head_dim]
+    // q: [n, n_head * head_dim], k and v: [n, n_head_kv * head_dim]
+    let f = &model.file;
+    let qkv = [lw.attn_q.view(f), lw.attn_k.view(f), lw.attn_v.view(f)];
+    matmul_many(pool, &qkv, x, &mut [&mut *q, &mut *k, &mut *v], s.precision);
     add_bias(q, &lw.attn_q_bias);
     add_bias(k, &lw.attn_k_bias);
     add_bias(v, &lw.attn_v_bias);

@@ -1,5 +1,5 @@
 use kernels::ops::{add_inplace, rms_norm, swiglu_inplace};
-use kernels::{matmul, ThreadPool};
+use kernels::{matmul, matmul_many, ThreadPool};
 
 use crate::forward::Scratch;
 use crate::weights::LayerWeights;
@@ -22,8 +22,9 @@ pub fn block(
         rms_norm(h, &lw.ffn_norm, hp.rms_eps, xr);
     }
     let (gate, up) = (&mut s.gate[..n * ff], &mut s.up[..n * ff]);
-    matmul(pool, &lw.ffn_gate.view(&model.file), x, gate, s.precision);
-    matmul(pool, &lw.ffn_up.view(&model.file), x, up, s.precision);
+    let f = &model.file;
+    let gate_up = [lw.ffn_gate.view(f), lw.ffn_up.view(f)];
+    matmul_many(pool, &gate_up, x, &mut [&mut *gate, &mut *up], s.precision);
     swiglu_inplace(gate, up);
     let proj = &mut s.proj[..n * e];
     matmul(

@@ -139,24 +139,55 @@ impl PackedMatrix {
 /// `y[m, n] = Σ_k x[m, k] · w[n, k]` with `x` already quantized in `acts` (in the layout of
 /// `w`'s format); `y` is `[acts.m, w.n_rows]`.
 pub fn matmul(pool: &ThreadPool, isa: PackedIsa, w: &PackedMatrix, acts: &QActs, y: &mut [f32]) {
-    let want = if w.format.block() == 256 {
-        ActLayout::B256
-    } else {
-        ActLayout::B32
-    };
-    assert_eq!(acts.layout, Some(want), "activations in the wrong layout");
-    assert_eq!(acts.k, w.n_cols, "activations of the wrong length");
-    assert_eq!(y.len(), acts.m * w.n_rows, "y is not [m, n_rows]");
-    let out = SharedOut::new(y);
+    matmul_many(pool, isa, &mut [(w, acts, y)]);
+}
+
+/// Several [`matmul`]s in one dispatch of the pool (say the q, k and v projections of one
+/// input). Threads take contiguous runs of tiles of near-equal weight bytes.
+pub fn matmul_many(
+    pool: &ThreadPool,
+    isa: PackedIsa,
+    jobs: &mut [(&PackedMatrix, &QActs, &mut [f32])],
+) {
+    let mut work = Vec::with_capacity(jobs.len());
+    for (w, acts, y) in jobs.iter_mut() {
+        let want = if w.format.block() == 256 {
+            ActLayout::B256
+        } else {
+            ActLayout::B32
+        };
+        assert_eq!(acts.layout, Some(want), "activations in the wrong layout");
+        assert_eq!(acts.k, w.n_cols, "activations of the wrong length");
+        assert_eq!(y.len(), acts.m * w.n_rows, "y is not [m, n_rows]");
+        work.push((*w, *acts, SharedOut::new(y)));
+    }
+    let cost: Vec<usize> = work.iter().map(|(w, _, _)| w.tile_bytes()).collect();
+    let total: usize = work
+        .iter()
+        .map(|(w, _, _)| w.n_rows.div_ceil(TILE) * w.tile_bytes())
+        .sum();
     #[cfg(target_arch = "x86_64")]
-    pool.for_ranges(w.n_rows.div_ceil(TILE), &|tiles| match isa {
-        // SAFETY: the ISA was detected on this CPU.
-        PackedIsa::Avx512Vnni => unsafe { run_avx512(w, tiles, acts, &out) },
-        PackedIsa::Avx2 => unsafe { run_avx2(w, tiles, acts, &out) },
+    pool.run(&|t, nt| {
+        let (from, to) = (total * t / nt, total * (t + 1) / nt);
+        let mut start = 0;
+        for (i, (w, acts, out)) in work.iter().enumerate() {
+            let n_tiles = w.n_rows.div_ceil(TILE);
+            // Tiles whose first byte falls in [from, to) of the concatenated matrices.
+            let first = from.saturating_sub(start).div_ceil(cost[i]).min(n_tiles);
+            let last = to.saturating_sub(start).div_ceil(cost[i]).min(n_tiles);
+            start += n_tiles * cost[i];
+            if first < last {
+                // SAFETY: the ISA was detected on this CPU.
+                match isa {
+                    PackedIsa::Avx512Vnni => unsafe { run_avx512(w, first..last, acts, out) },
+                    PackedIsa::Avx2 => unsafe { run_avx2(w, first..last, acts, out) },
+                }
+            }
+        }
     });
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (pool, out);
+        let _ = (pool, cost, total);
         unreachable!("{isa:?} is not an instruction set of this architecture");
     }
 }

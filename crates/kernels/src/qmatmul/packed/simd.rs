@@ -92,7 +92,11 @@ impl Lanes for Avx512 {
     }
     #[inline(always)]
     unsafe fn dot(acc: __m512i, w: __m512i, x: *const i8) -> __m512i {
-        _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32((x as *const i32).read_unaligned()))
+        _mm512_dpbusd_epi32(
+            acc,
+            w,
+            _mm512_set1_epi32((x as *const i32).read_unaligned()),
+        )
     }
     #[inline(always)]
     unsafe fn dot_q8(acc: __m512i, w: __m512i, x: *const i8) -> __m512i {

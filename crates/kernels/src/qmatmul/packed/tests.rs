@@ -1,8 +1,8 @@
 use gguf::GgmlType;
 
 use super::*;
-use crate::qmatmul::scalar;
 use crate::qmatmul::decode::Scheme;
+use crate::qmatmul::scalar;
 use crate::testing::{data, noise_blocks, random_blocks};
 
 const PACKED: [GgmlType; 7] = [
@@ -38,7 +38,10 @@ fn packed_kernels_give_the_scalar_twins_bits() {
         ] {
             let w = QMatrix::new(ty, &bytes, n, k).unwrap();
             let packed = PackedMatrix::pack(&w).unwrap();
-            assert_eq!(Some(packed.bytes()), PackedMatrix::planned_bytes(ty, n, k).map(|b| b.next_multiple_of(64)));
+            assert_eq!(
+                Some(packed.bytes()),
+                PackedMatrix::planned_bytes(ty, n, k).map(|b| b.next_multiple_of(64))
+            );
             let scheme = Scheme::of(ty).unwrap();
             let mut acts = QActs::default();
             acts.quantize(&x, k, scheme.layout);
