@@ -60,12 +60,99 @@ pub fn rope(x: &mut [f32], head_dim: usize, mode: RopeMode, cos_sin: &[(f32, f32
     }
 }
 
-/// `gate[i] = silu(gate[i]) * up[i]` with `silu(v) = v / (1 + e^-v)`.
+/// `gate[i] = silu(gate[i]) * up[i]` with `silu(v) = v / (1 + e^-v)` and `e^x` from
+/// [`exp`] (the SIMD version gives the same bits).
 pub fn swiglu_inplace(gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len());
-    for (g, &u) in gate.iter_mut().zip(up) {
-        *g = *g / (1.0 + (-*g).exp()) * u;
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: AVX-512 F was detected; the lengths are equal.
+        return unsafe { swiglu_avx512(gate, up) };
     }
+    swiglu_scalar(gate, up);
+}
+
+fn swiglu_scalar(gate: &mut [f32], up: &[f32]) {
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = *g / (1.0 + exp(-*g)) * u;
+    }
+}
+
+/// `e^x` within 2 ulp for `x` in [-87.3, 88.3] (clamped there): `2^n · p(r)` with
+/// `n = round(x · log2 e)`, `r = x - n · ln 2` in two parts, `p` Cephes' polynomial.
+/// Every step is one IEEE operation, so [`exp_avx512`] computes the same bits.
+pub fn exp(x: f32) -> f32 {
+    let x = x.clamp(EXP_LO, EXP_HI);
+    let n = (x * LOG2E).round_ties_even();
+    let r = n.mul_add(-LN2_HI, x);
+    let r = n.mul_add(-LN2_LO, r);
+    let mut p = EXP_POLY[0];
+    for c in &EXP_POLY[1..] {
+        p = p.mul_add(r, *c);
+    }
+    let y = p.mul_add(r * r, r) + 1.0;
+    y * f32::from_bits(((n as i32 + 127) as u32) << 23)
+}
+
+const EXP_LO: f32 = -87.3;
+const EXP_HI: f32 = 88.3;
+const LOG2E: f32 = std::f32::consts::LOG2_E;
+const LN2_HI: f32 = 0.693_359_4;
+const LN2_LO: f32 = -2.121_944_4e-4;
+const EXP_POLY: [f32; 6] = [
+    1.987_569_1e-4,
+    1.398_2e-3,
+    8.333_452e-3,
+    4.166_579_6e-2,
+    1.666_666_5e-1,
+    5.000_000_1e-1,
+];
+
+/// [`exp`] on 16 lanes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn exp_avx512(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    let x = _mm512_min_ps(
+        _mm512_max_ps(x, _mm512_set1_ps(EXP_LO)),
+        _mm512_set1_ps(EXP_HI),
+    );
+    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+        _mm512_mul_ps(x, _mm512_set1_ps(LOG2E)),
+    );
+    let r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_HI), x);
+    let r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_LO), r);
+    let mut p = _mm512_set1_ps(EXP_POLY[0]);
+    for c in &EXP_POLY[1..] {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(*c));
+    }
+    let y = _mm512_add_ps(
+        _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r),
+        _mm512_set1_ps(1.0),
+    );
+    let bits = _mm512_slli_epi32::<23>(_mm512_add_epi32(
+        _mm512_cvtps_epi32(n),
+        _mm512_set1_epi32(127),
+    ));
+    _mm512_mul_ps(y, _mm512_castsi512_ps(bits))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn swiglu_avx512(gate: &mut [f32], up: &[f32]) {
+    use std::arch::x86_64::*;
+    let n16 = gate.len() / 16 * 16;
+    let one = _mm512_set1_ps(1.0);
+    for (g, u) in gate[..n16].chunks_exact_mut(16).zip(up.chunks_exact(16)) {
+        let gv = _mm512_loadu_ps(g.as_ptr());
+        let e = exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), gv));
+        let s = _mm512_div_ps(gv, _mm512_add_ps(one, e));
+        _mm512_storeu_ps(
+            g.as_mut_ptr(),
+            _mm512_mul_ps(s, _mm512_loadu_ps(u.as_ptr())),
+        );
+    }
+    swiglu_scalar(&mut gate[n16..], &up[n16..]);
 }
 
 /// `x[i] += y[i]`.
@@ -93,6 +180,27 @@ pub fn softmax_inplace(x: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exp_is_close_to_libm_and_simd_swiglu_gives_the_scalar_bits() {
+        let x: Vec<f32> = (0..4000).map(|i| (i as f32 - 2000.0) * 0.043).collect();
+        for &v in &x {
+            let (got, want) = (exp(v), (v as f64).exp());
+            assert!(
+                ((got as f64 - want) / want).abs() < 3e-7,
+                "exp({v}) = {got}, not {want}"
+            );
+        }
+        let up = crate::testing::data(x.len() + 5, 3);
+        let mut gate = x.clone();
+        gate.extend([0.0, -0.0, 1e-30, -200.0, 200.0]);
+        let mut twin = gate.clone();
+        swiglu_inplace(&mut gate, &up);
+        swiglu_scalar(&mut twin, &up);
+        for (i, (a, b)) in gate.iter().zip(&twin).enumerate() {
+            assert_eq!(a.to_bits(), b.to_bits(), "element {i}");
+        }
+    }
 
     #[test]
     fn rms_norm_of_constant_row_is_weight() {

@@ -84,12 +84,7 @@ impl QActs {
             .zip(self.q.chunks_exact_mut(layout.block()))
             .enumerate()
         {
-            let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
-            let d = amax / 127.0;
-            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-            for (q, &v) in qb.iter_mut().zip(xb) {
-                *q = round_away(v * id).clamp(-127, 127) as i8;
-            }
+            let d = quantize_block(xb, qb);
             self.d[bi] = d;
             let g = layout.sum_group();
             let per_block = layout.block() / g;
@@ -128,6 +123,57 @@ impl QActs {
     }
 }
 
+/// Quantizes one block: returns `d = amax / 127` and sets `q = round_away(x · (1/d))`
+/// clamped to ±127 (the SIMD version gives the same bytes).
+fn quantize_block(x: &[f32], q: &mut [i8]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if x.len() % 16 == 0 && std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: AVX-512 F was detected; lengths are equal multiples of 16.
+        return unsafe { quantize_block_avx512(x, q) };
+    }
+    quantize_block_scalar(x, q)
+}
+
+fn quantize_block_scalar(x: &[f32], q: &mut [i8]) -> f32 {
+    let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+    for (q, &v) in q.iter_mut().zip(x) {
+        *q = round_away(v * id).clamp(-127, 127) as i8;
+    }
+    d
+}
+
+/// [`quantize_block_scalar`] 16 values at a time. Rounding half away from zero is
+/// `t + sign(y)` where `|y - t| ≥ 0.5` for `t = trunc(y)` (the difference is exact).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn quantize_block_avx512(x: &[f32], q: &mut [i8]) -> f32 {
+    use std::arch::x86_64::*;
+    assert_eq!(x.len(), q.len());
+    let abs = |v: __m512| _mm512_abs_ps(v);
+    let mut m = _mm512_setzero_ps();
+    for c in x.chunks_exact(16) {
+        m = _mm512_max_ps(m, abs(_mm512_loadu_ps(c.as_ptr())));
+    }
+    let amax = _mm512_reduce_max_ps(m);
+    let d = amax / 127.0;
+    let id = _mm512_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
+    let (half, one) = (_mm512_set1_ps(0.5), _mm512_set1_ps(1.0));
+    let sign = _mm512_set1_ps(-0.0);
+    let (lo, hi) = (_mm512_set1_epi32(-127), _mm512_set1_epi32(127));
+    for (c, out) in x.chunks_exact(16).zip(q.chunks_exact_mut(16)) {
+        let y = _mm512_mul_ps(_mm512_loadu_ps(c.as_ptr()), id);
+        let t = _mm512_roundscale_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(y);
+        let away = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(abs(_mm512_sub_ps(y, t)), half);
+        let step = _mm512_or_ps(one, _mm512_and_ps(y, sign));
+        let r = _mm512_mask_add_ps(t, away, t, step);
+        let i = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvttps_epi32(r), lo), hi);
+        _mm_storeu_si128(out.as_mut_ptr() as *mut __m128i, _mm512_cvtepi32_epi8(i));
+    }
+    d
+}
+
 /// One quantized activation row.
 #[derive(Clone, Copy)]
 pub struct ActRow<'a> {
@@ -141,6 +187,29 @@ pub struct ActRow<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn simd_quantization_gives_the_scalar_bytes() {
+        let mut x = crate::testing::data(4096, 5);
+        for (i, v) in x.iter_mut().enumerate() {
+            *v *= [1.0, 1e-3, 100.0, 0.0][i / 1024];
+        }
+        // Exact halves after scaling: amax 127 makes d = 1.
+        x[..32].copy_from_slice(&std::array::from_fn::<f32, 32, _>(|i| i as f32 * 0.5 - 8.0));
+        x[31] = 127.0;
+        for block in [32, 256] {
+            for (xb, n) in x.chunks_exact(block).zip(0..) {
+                let (mut a, mut b) = (vec![0i8; block], vec![0i8; block]);
+                let da = quantize_block_scalar(xb, &mut a);
+                let db = quantize_block(xb, &mut b);
+                assert_eq!(
+                    (da.to_bits(), &a),
+                    (db.to_bits(), &b),
+                    "block {n} of {block}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn quantization_is_close_and_sums_are_exact() {
