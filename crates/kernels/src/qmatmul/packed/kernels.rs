@@ -21,13 +21,16 @@ pub struct XRow {
     pub ds: *const f32,
 }
 
+/// Asks for the record `AHEAD` bytes on into L2, so that streaming the weights (decode)
+/// is bound by bandwidth rather than by one core's outstanding misses. 8 KiB into L2
+/// measured ahead of 2 KiB into L1 and of no prefetch (then 15% slower) on the 1.5B.
 #[inline(always)]
 unsafe fn prefetch(rec: *const u8, len: usize) {
-    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-    const AHEAD: usize = 2048;
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+    const AHEAD: usize = 8192;
     let mut at = 0;
     while at < len {
-        _mm_prefetch::<_MM_HINT_T0>(rec.wrapping_add(AHEAD + at) as *const i8);
+        _mm_prefetch::<_MM_HINT_T1>(rec.wrapping_add(AHEAD + at) as *const i8);
         at += 64;
     }
 }

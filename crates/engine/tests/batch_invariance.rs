@@ -1,0 +1,109 @@
+//! Batch invariance of the whole model (DESIGN.md invariant 1) on SmolLM2-135M: a row's
+//! logits have the same bits whether it is computed alone (M = 1), inside a forward of 8
+//! or of 64 rows, beside rows of another sequence, and with 1 or 2 threads.
+
+#[allow(dead_code)]
+mod common;
+
+use common::{model_path, MODELS};
+use engine::{Context, ContextConfig, Outputs};
+use kv::SeqKv;
+use model::Model;
+
+const N: usize = 64;
+
+fn prompt(n: usize, seed: u32) -> Vec<u32> {
+    (0..n as u32)
+        .map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed) >> 8) % 40_000 + 100)
+        .collect()
+}
+
+fn context(model: &Model, n_ubatch: usize, n_threads: usize) -> Context<'_> {
+    Context::new(
+        model,
+        ContextConfig {
+            n_ctx: 256,
+            n_ubatch,
+            n_threads,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+/// Logits of every token of `tokens`, evaluated `n_ubatch` rows per forward.
+fn all_logits(model: &Model, tokens: &[u32], n_ubatch: usize, n_threads: usize) -> Vec<Vec<f32>> {
+    let mut ctx = context(model, n_ubatch, n_threads);
+    let mut out = vec![Vec::new(); tokens.len()];
+    let mut seq = SeqKv::default();
+    ctx.eval(&mut seq, tokens, Outputs::All, &mut |i, l| {
+        out[i] = l.to_vec()
+    })
+    .unwrap();
+    out
+}
+
+fn assert_same_bits(a: &[f32], b: &[f32], what: &str) {
+    assert_eq!(a.len(), b.len());
+    let first = a
+        .iter()
+        .zip(b)
+        .position(|(x, y)| x.to_bits() != y.to_bits());
+    assert!(first.is_none(), "{what}: logit {} differs", first.unwrap());
+}
+
+#[test]
+fn rows_have_the_same_bits_at_any_batch_size_and_thread_count() {
+    let (_, file, name) = MODELS[0];
+    let model = Model::load(model_path(file, name)).unwrap();
+    let tokens = prompt(N, 7);
+    let reference = all_logits(&model, &tokens, N, 2);
+    for (n_ubatch, n_threads) in [(1, 1), (1, 2), (8, 2), (8, 1), (64, 1)] {
+        let got = all_logits(&model, &tokens, n_ubatch, n_threads);
+        for (i, (g, r)) in got.iter().zip(&reference).enumerate() {
+            assert_same_bits(g, r, &format!("row {i} at M={n_ubatch}, t={n_threads}"));
+        }
+    }
+
+    // Rows 0..8 of the prompt inside one forward of 64 rows, after 56 rows of another
+    // sequence, and rows 8..16 inside a forward of 8 rows mixed with 4 of the other.
+    let mut ctx = context(&model, N, 2);
+    let mut seqs = vec![SeqKv::default(), SeqKv::default()];
+    let other = prompt(N, 99);
+    let mut rows: Vec<(usize, u32)> = other[..56].iter().map(|&t| (1, t)).collect();
+    rows.extend(tokens[..8].iter().map(|&t| (0, t)));
+    let wanted: Vec<usize> = (56..64).collect();
+    let mut got = vec![Vec::new(); 8];
+    ctx.forward(&mut seqs, &rows, &wanted, &mut |i, l| {
+        got[i - 56] = l.to_vec()
+    })
+    .unwrap();
+    for (i, g) in got.iter().enumerate() {
+        assert_same_bits(
+            g,
+            &reference[i],
+            &format!("row {i} inside M=64 beside another sequence"),
+        );
+    }
+    let rows: Vec<(usize, u32)> = (0..8)
+        .map(|i| {
+            if i % 2 == 0 {
+                (0, tokens[8 + i / 2])
+            } else {
+                (1, other[56 + i / 2])
+            }
+        })
+        .chain((4..8).map(|i| (0, tokens[8 + i])))
+        .collect();
+    let wanted: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].0 == 0).collect();
+    let mut got = Vec::new();
+    ctx.forward(&mut seqs, &rows, &wanted, &mut |_, l| got.push(l.to_vec()))
+        .unwrap();
+    for (j, g) in got.iter().enumerate() {
+        assert_same_bits(
+            g,
+            &reference[8 + j],
+            &format!("row {} interleaved in M=12", 8 + j),
+        );
+    }
+}
