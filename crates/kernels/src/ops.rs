@@ -163,12 +163,12 @@ pub fn add_inplace(x: &mut [f32], y: &[f32]) {
     }
 }
 
-/// In-place softmax; the sum is taken in index order.
+/// In-place softmax with [`exp`]; the sum is taken in index order.
 pub fn softmax_inplace(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0f32;
     for v in x.iter_mut() {
-        *v = (*v - max).exp();
+        *v = exp(*v - max);
         sum += *v;
     }
     let inv = 1.0 / sum;

@@ -82,10 +82,12 @@ pub fn block(
     let scale = 1.0 / (hd as f32).sqrt();
     let attn = SharedOut::new(&mut s.attn);
     let q = &*q;
-    pool.for_ranges(n * hp.n_head_kv, &|units| {
+    // Units interleaved over threads: a row's cost grows with its position, so contiguous
+    // ranges would leave the thread with the early rows of a prompt idle.
+    pool.run(&|t, nt| {
         ATTN.with(|a| {
             let mut a = a.borrow_mut();
-            for unit in units {
+            for unit in (t..n * hp.n_head_kv).step_by(nt) {
                 let (r, g) = (unit / hp.n_head_kv, unit % hp.n_head_kv);
                 let (keys, values) = &views[rows[r].seq];
                 // SAFETY: unit (r, g) alone writes heads g*group..(g+1)*group of row r.
