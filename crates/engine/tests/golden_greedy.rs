@@ -99,10 +99,12 @@ fn check(index: usize, logprobs: bool) -> Agreement {
             let ours = argmax(&lp.iter().map(|&v| v as f32).collect::<Vec<_>>());
             if ours != w {
                 let gap = alts[0].1 - alts[1].1;
+                // A near-tie may be between more than two tokens: ours must be one that
+                // llama.cpp rates within TIE_GAP of its own choice.
+                let rated = alts.iter().find(|(id, _)| *id == ours as usize);
                 assert!(
-                    tie && ours as usize == alts[1].0,
-                    "{name} position {i}: we chose {ours}, llama.cpp {w} (its top-2 gap {gap}, second {})",
-                    alts[1].0
+                    rated.is_some_and(|(_, glp)| alts[0].1 - glp < TIE_GAP),
+                    "{name} position {i}: we chose {ours}, llama.cpp {w} (its top-5 {alts:?})"
                 );
                 eprintln!("{name}: near-tie at position {i} (llama.cpp top-2 gap {gap:.4}); texts part here");
                 break;
