@@ -14,6 +14,7 @@ mod layout;
 mod simd;
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use gguf::GgmlType;
 
@@ -143,7 +144,9 @@ pub fn matmul(pool: &ThreadPool, isa: PackedIsa, w: &PackedMatrix, acts: &QActs,
 }
 
 /// Several [`matmul`]s in one dispatch of the pool (say the q, k and v projections of one
-/// input). Threads take contiguous runs of tiles of near-equal weight bytes.
+/// input). Threads claim runs of tiles of near-equal weight bytes in turn until none is
+/// left, so a core slowed by a neighbour does not hold the other one up; each tile is
+/// computed whole by one thread, so the results do not depend on who claimed what.
 pub fn matmul_many(
     pool: &ThreadPool,
     isa: PackedIsa,
@@ -161,35 +164,50 @@ pub fn matmul_many(
         assert_eq!(y.len(), acts.m * w.n_rows, "y is not [m, n_rows]");
         work.push((*w, *acts, SharedOut::new(y)));
     }
-    let cost: Vec<usize> = work.iter().map(|(w, _, _)| w.tile_bytes()).collect();
-    let total: usize = work
-        .iter()
-        .map(|(w, _, _)| w.n_rows.div_ceil(TILE) * w.tile_bytes())
-        .sum();
+    let chunks = chunks(
+        &work.iter().map(|(w, _, _)| w).collect::<Vec<_>>(),
+        pool.n_threads() * CHUNKS_PER_THREAD,
+    );
+    let next = AtomicUsize::new(0);
     #[cfg(target_arch = "x86_64")]
-    pool.run(&|t, nt| {
-        let (from, to) = (total * t / nt, total * (t + 1) / nt);
-        let mut start = 0;
-        for (i, (w, acts, out)) in work.iter().enumerate() {
-            let n_tiles = w.n_rows.div_ceil(TILE);
-            // Tiles whose first byte falls in [from, to) of the concatenated matrices.
-            let first = from.saturating_sub(start).div_ceil(cost[i]).min(n_tiles);
-            let last = to.saturating_sub(start).div_ceil(cost[i]).min(n_tiles);
-            start += n_tiles * cost[i];
-            if first < last {
-                // SAFETY: the ISA was detected on this CPU.
-                match isa {
-                    PackedIsa::Avx512Vnni => unsafe { run_avx512(w, first..last, acts, out) },
-                    PackedIsa::Avx2 => unsafe { run_avx2(w, first..last, acts, out) },
-                }
-            }
+    pool.run(&|_, _| loop {
+        let Some((i, tiles)) = chunks.get(next.fetch_add(1, Ordering::Relaxed)) else {
+            break;
+        };
+        let (w, acts, out) = &work[*i];
+        // SAFETY: the ISA was detected on this CPU.
+        match isa {
+            PackedIsa::Avx512Vnni => unsafe { run_avx512(w, tiles.clone(), acts, out) },
+            PackedIsa::Avx2 => unsafe { run_avx2(w, tiles.clone(), acts, out) },
         }
     });
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (pool, cost, total);
+        let _ = (pool, chunks, next);
         unreachable!("{isa:?} is not an instruction set of this architecture");
     }
+}
+
+/// Runs of tiles per thread and dispatch: enough to even out cores running at different
+/// speeds, few enough that each run is a long sequential stream.
+const CHUNKS_PER_THREAD: usize = 4;
+
+/// The tiles of `ws`, in order, cut into about `n` runs `(matrix index, tiles)` of near-equal
+/// bytes (a run never spans two matrices).
+fn chunks(ws: &[&&PackedMatrix], n: usize) -> Vec<(usize, Range<usize>)> {
+    let total: usize = ws.iter().map(|w| w.n_rows.div_ceil(TILE) * w.tile_bytes()).sum();
+    let target = total.div_ceil(n.max(1)).max(1);
+    let mut out = Vec::new();
+    for (i, w) in ws.iter().enumerate() {
+        let n_tiles = w.n_rows.div_ceil(TILE);
+        let per = (target / w.tile_bytes()).max(1);
+        let mut t = 0;
+        while t < n_tiles {
+            out.push((i, t..(t + per).min(n_tiles)));
+            t += per;
+        }
+    }
+    out
 }
 
 #[cfg(target_arch = "x86_64")]
