@@ -22,7 +22,13 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
 fn bench(c: &mut Criterion) {
     let (n, k) = (1536, 1536);
     let pool = ThreadPool::new(1);
-    for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_1] {
+    for ty in [
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4_1,
+    ] {
         let rb = ty.row_bytes(k as u64).unwrap() as usize;
         let w = values(n * k, 3);
         let mut bytes = vec![0u8; rb * n];

@@ -78,11 +78,16 @@ fn swiglu_scalar(gate: &mut [f32], up: &[f32]) {
     }
 }
 
-/// `e^x` within 2 ulp for `x` in [-87.3, 88.3] (clamped there): `2^n · p(r)` with
-/// `n = round(x · log2 e)`, `r = x - n · ln 2` in two parts, `p` Cephes' polynomial.
+/// `e^x` within 2 ulp for `x` in [-87.3, 88.3], 0 below and infinity above: `2^n · p(r)`
+/// with `n = round(x · log2 e)`, `r = x - n · ln 2` in two parts, `p` Cephes' polynomial.
 /// Every step is one IEEE operation, so [`exp_avx512`] computes the same bits.
 pub fn exp(x: f32) -> f32 {
-    let x = x.clamp(EXP_LO, EXP_HI);
+    if x < EXP_LO {
+        return 0.0;
+    }
+    if x > EXP_HI {
+        return f32::INFINITY;
+    }
     let n = (x * LOG2E).round_ties_even();
     let r = n.mul_add(-LN2_HI, x);
     let r = n.mul_add(-LN2_LO, r);
@@ -113,10 +118,10 @@ const EXP_POLY: [f32; 6] = [
 #[target_feature(enable = "avx512f")]
 unsafe fn exp_avx512(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
     use std::arch::x86_64::*;
-    let x = _mm512_min_ps(
-        _mm512_max_ps(x, _mm512_set1_ps(EXP_LO)),
-        _mm512_set1_ps(EXP_HI),
-    );
+    let (lo, hi) = (_mm512_set1_ps(EXP_LO), _mm512_set1_ps(EXP_HI));
+    let under = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, lo);
+    let over = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, hi);
+    let x = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
     let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
         _mm512_mul_ps(x, _mm512_set1_ps(LOG2E)),
     );
@@ -134,7 +139,9 @@ unsafe fn exp_avx512(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 
         _mm512_cvtps_epi32(n),
         _mm512_set1_epi32(127),
     ));
-    _mm512_mul_ps(y, _mm512_castsi512_ps(bits))
+    let e = _mm512_mul_ps(y, _mm512_castsi512_ps(bits));
+    let e = _mm512_mask_mov_ps(e, under, _mm512_setzero_ps());
+    _mm512_mask_mov_ps(e, over, _mm512_set1_ps(f32::INFINITY))
 }
 
 #[cfg(target_arch = "x86_64")]

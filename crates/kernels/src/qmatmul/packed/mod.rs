@@ -195,7 +195,10 @@ const CHUNKS_PER_THREAD: usize = 4;
 /// The tiles of `ws`, in order, cut into about `n` runs `(matrix index, tiles)` of near-equal
 /// bytes (a run never spans two matrices).
 fn chunks(ws: &[&&PackedMatrix], n: usize) -> Vec<(usize, Range<usize>)> {
-    let total: usize = ws.iter().map(|w| w.n_rows.div_ceil(TILE) * w.tile_bytes()).sum();
+    let total: usize = ws
+        .iter()
+        .map(|w| w.n_rows.div_ceil(TILE) * w.tile_bytes())
+        .sum();
     let target = total.div_ceil(n.max(1)).max(1);
     let mut out = Vec::new();
     for (i, w) in ws.iter().enumerate() {
@@ -224,7 +227,7 @@ unsafe fn run_avx2(w: &PackedMatrix, tiles: Range<usize>, acts: &QActs, out: &Sh
 
 #[cfg(target_arch = "x86_64")]
 /// Every tile of `tiles` against every activation row, rows taken `max_group` at a time
-/// (then 4, 2, 1 for the rest).
+/// (the rest in one group), so that each weight vector is unpacked once per group.
 #[inline(always)]
 unsafe fn run<A: Lanes>(
     w: &PackedMatrix,
@@ -238,15 +241,17 @@ unsafe fn run<A: Lanes>(
         let mut m0 = 0;
         while m0 < acts.m {
             let left = acts.m - m0;
-            let take = [8, 4, 2, 1]
-                .into_iter()
-                .find(|&g| g <= left && g <= max_group)
-                .unwrap_or(1);
+            let take = left.min(max_group);
+            let group_rows = &rows[m0..m0 + take];
             match take {
-                8 => group::<A, 8>(w, t, &rows[m0..m0 + 8], m0, out),
-                4 => group::<A, 4>(w, t, &rows[m0..m0 + 4], m0, out),
-                2 => group::<A, 2>(w, t, &rows[m0..m0 + 2], m0, out),
-                _ => group::<A, 1>(w, t, &rows[m0..m0 + 1], m0, out),
+                8 => group::<A, 8>(w, t, group_rows, m0, out),
+                7 => group::<A, 7>(w, t, group_rows, m0, out),
+                6 => group::<A, 6>(w, t, group_rows, m0, out),
+                5 => group::<A, 5>(w, t, group_rows, m0, out),
+                4 => group::<A, 4>(w, t, group_rows, m0, out),
+                3 => group::<A, 3>(w, t, group_rows, m0, out),
+                2 => group::<A, 2>(w, t, group_rows, m0, out),
+                _ => group::<A, 1>(w, t, group_rows, m0, out),
             }
             m0 += take;
         }
