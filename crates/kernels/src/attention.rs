@@ -4,7 +4,7 @@ use gguf::GgmlType;
 
 use crate::dot::{dot, Isa};
 use crate::formats::dequantize_row;
-use crate::ops::exp;
+use crate::ops::{exp, exp_shifted};
 
 /// Cached keys or values of one sequence for one layer, stored in blocks of
 /// `block_size` positions, each `[block_size, n_head_kv, head_dim]` elements of `ty`.
@@ -90,11 +90,8 @@ pub fn attend(
             let s = &mut scores[g * KV_CHUNK..g * KV_CHUNK + len];
             let m = s.iter().copied().fold(max[g], f32::max);
             let rescale = exp(max[g] - m);
-            let mut l = sum[g] * rescale;
-            for v in s.iter_mut() {
-                *v = exp(*v - m);
-                l += *v;
-            }
+            exp_shifted(s, m);
+            let l = s.iter().fold(sum[g] * rescale, |l, v| l + v);
             for o in &mut out[g * hd..(g + 1) * hd] {
                 *o *= rescale;
             }
@@ -106,7 +103,7 @@ pub fn attend(
             for g in 0..n_group {
                 let p = scores[g * KV_CHUNK + t];
                 for (o, &v) in out[g * hd..(g + 1) * hd].iter_mut().zip(vec.iter()) {
-                    *o = p.mul_add(v, *o);
+                    *o += p * v;
                 }
             }
         }
