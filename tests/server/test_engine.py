@@ -215,3 +215,27 @@ def test_reasoning_is_split_out_when_the_template_marks_it():
         assert streamed == m.model_extra["reasoning_content"]
     finally:
         s.stop()
+
+
+# The llama-server command line of a published benchmark, with our model as target and
+# draft and the context sized to this machine (host as in every test: loopback).
+PUBLISHED_FLAGS = (
+    "--model-draft smollm2-135m --spec-type draft-dspark --spec-draft-n-max 7 --parallel 8 "
+    "--kv-unified -c 8192 -b 2048 -ub 512 -ctk bf16 -ctv bf16 -ngl -1 --flash-attn on "
+    "--no-context-shift --jinja --reasoning on --temp 1.0 --top-p 1.0 --min-p 0.0 --top-k 0 "
+    "--host 127.0.0.1"
+).split()
+
+
+def test_published_llama_server_command_line_starts_and_serves_a_chat():
+    s = Server(*PUBLISHED_FLAGS)
+    try:
+        r = s.client(api_key="none").chat.completions.create(
+            model="any", messages=[{"role": "user", "content": "Say hello."}], max_tokens=8
+        )
+        assert r.choices[0].message.content
+        assert r.usage.completion_tokens > 0
+        log = s.output()
+        assert log.count("-ngl") == 1, log
+    finally:
+        s.stop()
