@@ -21,7 +21,7 @@ pub use arch::{Arch, ArchSpec};
 pub use error::{Error, Result};
 pub use forward::{Batch, Row, Scratch};
 pub use hparams::HParams;
-pub use weights::{LayerWeights, Repack, Weight, Weights};
+pub use weights::{LayerWeights, Progress, Repack, Weight, Weights};
 
 /// A loaded model. Weights stay in the memory map.
 pub struct Model {
@@ -34,17 +34,21 @@ impl Model {
     /// Maps the file, checks every tensor the architecture needs by name, shape and type,
     /// and repacks the matrices for the tiled kernels ([`Repack::Auto`]).
     pub fn load(path: impl AsRef<Path>) -> Result<Model> {
-        Self::load_with(path, Repack::Auto)
+        Self::load_with(path, Repack::Auto, &|_, _| {})
     }
 
-    /// [`Model::load`] with the choice of repacking.
-    pub fn load_with(path: impl AsRef<Path>, repack: Repack) -> Result<Model> {
+    /// [`Model::load`] with the choice of repacking, telling `progress` how far it is.
+    pub fn load_with(
+        path: impl AsRef<Path>,
+        repack: Repack,
+        progress: &Progress<'_>,
+    ) -> Result<Model> {
         let file = GgufFile::open(path)?;
         let hparams = HParams::from_metadata(&file.header.metadata)?;
         let mut weights = weights::Loader { file: &file }.load(&hparams)?;
         if repack == Repack::Auto {
             let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-            weights.repack(&file, threads);
+            weights.repack(&file, threads, progress);
         }
         Ok(Model {
             file,

@@ -1,6 +1,7 @@
 //! Weights: references into the memory-mapped GGUF file, checked by name, shape and type
 //! at load. Only norms and biases (small, f32) are copied.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use gguf::{GgmlType, GgufFile};
@@ -45,6 +46,9 @@ impl Weight {
         }
     }
 }
+
+/// Told `(done, total)` bytes as the load proceeds; called from several threads.
+pub type Progress<'a> = dyn Fn(usize, usize) + Sync + 'a;
 
 /// Whether the matrices are copied at load into the packed layout of the tiled kernels
 /// (then the mapped pages are released), or computed from the mapped file.
@@ -234,8 +238,9 @@ impl Weights {
     }
 
     /// Repacks every matrix that has a packed layout, `n_threads` at a time, and releases
-    /// the mapped pages it was copied from. Does nothing when the CPU has no packed kernels.
-    pub fn repack(&mut self, file: &GgufFile, n_threads: usize) {
+    /// the mapped pages it was copied from; `progress(done, total)` (in bytes of the file)
+    /// after each matrix. Does nothing when the CPU has no packed kernels.
+    pub fn repack(&mut self, file: &GgufFile, n_threads: usize, progress: &Progress<'_>) {
         if kernels::PackedIsa::detect().is_none() {
             return;
         }
@@ -245,11 +250,14 @@ impl Weights {
             .filter(|w| PackedMatrix::supports(w.ty))
             .collect();
         todo.sort_by_key(|w| std::cmp::Reverse(w.range.len()));
+        let total: usize = todo.iter().map(|w| w.range.len()).sum();
+        let done = AtomicUsize::new(0);
         let mut shares: Vec<Vec<&mut Weight>> = (0..n_threads.max(1)).map(|_| Vec::new()).collect();
         let n = shares.len();
         for (i, w) in todo.into_iter().enumerate() {
             shares[i % n].push(w);
         }
+        let done = &done;
         std::thread::scope(|s| {
             for share in shares {
                 s.spawn(move || {
@@ -257,6 +265,8 @@ impl Weights {
                         let packed = PackedMatrix::pack(&w.view(file)).expect("a packed type");
                         w.packed = Some(Arc::new(packed));
                         file.release(w.range.clone());
+                        let now = done.fetch_add(w.range.len(), Ordering::Relaxed) + w.range.len();
+                        progress(now, total);
                     }
                 });
             }

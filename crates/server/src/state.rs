@@ -5,7 +5,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use engine::{EngineConfig, EngineHandle, MemoryPlan, SamplerConfig};
-use model::Model;
+use model::{Model, Repack};
 use text::{ChatTemplate, Tokenizer};
 
 use crate::error::Error;
@@ -102,9 +102,28 @@ fn available_memory() -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// Loads the model, with a progress bar of the repacking when stderr is a terminal (the
+/// server prints one line when the model is ready either way).
+fn load_model(path: &std::path::Path) -> Result<Model, model::Error> {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return Model::load(path);
+    }
+    let bar = indicatif::ProgressBar::new(0).with_style(
+        indicatif::ProgressStyle::with_template("loading {bar:40} {bytes}/{total_bytes}")
+            .expect("a valid template"),
+    );
+    let model = Model::load_with(path, Repack::Auto, &|done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    });
+    bar.finish_and_clear();
+    model
+}
+
 /// Loads the model, checks the memory plan against the limit, and starts the engine.
 pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
-    let model = Model::load(&config.model_path)?;
+    let model = load_model(&config.model_path)?;
     let hp = &model.hparams;
     let md = &model.file.header.metadata;
     let tok = Arc::new(Tokenizer::from_gguf(md)?);

@@ -10,7 +10,7 @@ use crate::CliError;
 
 pub fn execute(a: InfoArgs) -> Result<(), CliError> {
     let path = a.model.path()?;
-    let model = Model::load_with(&path, model::Repack::Off)?;
+    let model = Model::load_with(&path, model::Repack::Off, &|_, _| {})?;
     let hp = &model.hparams;
     let md = &model.file.header.metadata;
     println!("file:          {}", path.display());

@@ -170,15 +170,14 @@ pub fn matmul_many(
     );
     let next = AtomicUsize::new(0);
     #[cfg(target_arch = "x86_64")]
-    pool.run(&|_, _| loop {
-        let Some((i, tiles)) = chunks.get(next.fetch_add(1, Ordering::Relaxed)) else {
-            break;
-        };
-        let (w, acts, out) = &work[*i];
-        // SAFETY: the ISA was detected on this CPU.
-        match isa {
-            PackedIsa::Avx512Vnni => unsafe { run_avx512(w, tiles.clone(), acts, out) },
-            PackedIsa::Avx2 => unsafe { run_avx2(w, tiles.clone(), acts, out) },
+    pool.run(&|_, _| {
+        while let Some((i, tiles)) = chunks.get(next.fetch_add(1, Ordering::Relaxed)) {
+            let (w, acts, out) = &work[*i];
+            // SAFETY: the ISA was detected on this CPU.
+            match isa {
+                PackedIsa::Avx512Vnni => unsafe { run_avx512(w, tiles.clone(), acts, out) },
+                PackedIsa::Avx2 => unsafe { run_avx2(w, tiles.clone(), acts, out) },
+            }
         }
     });
     #[cfg(not(target_arch = "x86_64"))]
