@@ -2,22 +2,13 @@
 //! against f16 keys and values, at several context lengths.
 //! `cargo bench -p kernels --bench attention`.
 
+mod common;
+
+use common::values;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use gguf::GgmlType;
 use kernels::attention::{attend, AttentionScratch, KvView};
 use kernels::formats::quantize_row;
-
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
-}
 
 fn bench(c: &mut Criterion) {
     let (hd, n_head_kv, group, bs) = (128, 2, 6, 16);

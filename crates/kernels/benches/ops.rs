@@ -1,21 +1,12 @@
 //! Row operations at the sizes of Qwen2.5-Coder-1.5B: RMSNorm and SwiGLU over one row,
 //! activation quantization for the integer matmul. `cargo bench -p kernels --bench ops`.
 
+mod common;
+
+use common::values;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use kernels::ops::{rms_norm, swiglu_inplace};
 use kernels::qmatmul::act::{ActLayout, QActs};
-
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
-}
 
 fn bench(c: &mut Criterion) {
     let (e, ff) = (1536, 8960);

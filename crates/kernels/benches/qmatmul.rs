@@ -2,22 +2,13 @@
 //! models use, at the shapes of Qwen2.5-Coder-1.5B's projections (K = 1536).
 //! `cargo bench -p kernels --bench qmatmul`.
 
+mod common;
+
+use common::values;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use gguf::GgmlType;
 use kernels::formats::quantize_row;
 use kernels::{matmul, PackedMatrix, Precision, QMatrix, ThreadPool};
-
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
-}
 
 fn bench(c: &mut Criterion) {
     let (n, k) = (1536, 1536);

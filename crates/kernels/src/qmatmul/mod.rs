@@ -1,5 +1,6 @@
-//! Quantized matmul: activations quantized per row to 8 bits, integer dot products
-//! against weight rows decoded once per call, four weight rows per activation load.
+//! Quantized matmul: activations quantized per row to 8 bits, integer dot products.
+//! Matrices repacked at load go through [`packed`] (tiles of 16 rows); the others have
+//! their weight rows decoded once per call, four rows per activation load.
 //!
 //! Each output element is one [`scalar::dot`] sequence whatever M, the tiling, the thread
 //! count or the instruction set, so rows are batch-invariant and the SIMD path gives the
@@ -7,8 +8,6 @@
 
 pub mod act;
 pub mod decode;
-#[cfg(target_arch = "x86_64")]
-mod fused;
 pub mod packed;
 pub mod scalar;
 #[cfg(target_arch = "x86_64")]
@@ -45,10 +44,6 @@ impl QIsa {
     }
 }
 
-/// Up to this many activation rows, kernels that read stored blocks directly beat
-/// decoding each weight row once.
-const FUSED_MAX_ROWS: usize = 8;
-
 /// Four dot products of `w[r]` with `x`.
 pub fn dot4(isa: QIsa, scheme: Scheme, w: [&DecodedRow; 4], x: ActRow) -> [f32; 4] {
     match isa {
@@ -64,24 +59,6 @@ thread_local! {
     /// The K-quant layout of the same activations, for [`matmul_packed`] with mixed formats.
     static ACTS_K: RefCell<QActs> = RefCell::new(QActs::default());
     static ROWS: RefCell<[DecodedRow; 4]> = RefCell::new(Default::default());
-}
-
-/// How many tiles of four weight rows ahead the fused path prefetches.
-const PREFETCH_TILES: usize = 1;
-
-/// Asks the memory system for `bytes` ahead of use (into L2), so that streaming the
-/// weights is limited by bandwidth rather than by one core's outstanding misses.
-#[inline]
-fn prefetch(bytes: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    for at in (0..bytes.len()).step_by(64) {
-        // SAFETY: a prefetch of an address inside a live slice has no side effects.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(
-                bytes.as_ptr().add(at) as *const i8,
-            )
-        };
-    }
 }
 
 /// `ys[i] = x · ws[i]ᵀ` for packed matrices of the same row length, in one dispatch of the
@@ -134,31 +111,6 @@ pub fn matmul(pool: &ThreadPool, isa: QIsa, scheme: Scheme, w: &QMatrix, x: &[f3
         }
         let out = SharedOut::new(y);
         let rb = w.row_bytes();
-        #[cfg(target_arch = "x86_64")]
-        if isa == QIsa::Avx2 && m <= FUSED_MAX_ROWS && fused::supports(w.ty) {
-            pool.for_ranges(n.div_ceil(4), &|tiles| {
-                for tile in tiles.clone() {
-                    let r0 = 4 * tile;
-                    let live = 4.min(n - r0);
-                    if tile + PREFETCH_TILES < tiles.end {
-                        let ahead = r0 + 4 * PREFETCH_TILES;
-                        prefetch(&w.data[ahead * rb..(ahead + 4.min(n - ahead)) * rb]);
-                    }
-                    let pick = [0, 1, 2, 3].map(|i| {
-                        let r = r0 + i.min(live - 1);
-                        &w.data[r * rb..(r + 1) * rb]
-                    });
-                    for mi in 0..m {
-                        // SAFETY: Avx2 is only detected with AVX2, FMA and F16C.
-                        let v = unsafe { fused::dot4(w.ty, pick, acts.row(mi)) };
-                        // SAFETY: this thread alone writes columns r0..r0+live.
-                        let ym = unsafe { out.slice(mi * n + r0, live) };
-                        ym.copy_from_slice(&v[..live]);
-                    }
-                }
-            });
-            return;
-        }
         pool.for_ranges(n.div_ceil(4), &|tiles| {
             ROWS.with(|rows| {
                 let mut rows = rows.borrow_mut();
@@ -260,17 +212,6 @@ mod tests {
             }
             let mut deq = vec![0f32; k];
             for m in 0..3 {
-                #[cfg(target_arch = "x86_64")]
-                if isa == QIsa::Avx2 && fused::supports(ty) {
-                    let rb = w.row_bytes();
-                    let raw = [0, 1, 2, 5].map(|r| &bytes[r * rb..(r + 1) * rb]);
-                    // SAFETY: Avx2 detected.
-                    let got = unsafe { fused::dot4(ty, raw, acts.row(m)) };
-                    for (i, &r) in [0, 1, 2, 5].iter().enumerate() {
-                        let twin = scalar::dot(scheme, &rows[r], acts.row(m));
-                        assert_eq!(got[i].to_bits(), twin.to_bits(), "{ty} fused row {r}");
-                    }
-                }
                 let got = dot4(
                     isa,
                     scheme,
