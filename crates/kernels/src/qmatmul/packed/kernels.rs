@@ -92,6 +92,16 @@ pub unsafe fn b32<A: Lanes, const MR: usize, const FIVE: bool, const MIN: bool, 
     }
 }
 
+/// The scale of sub-block `2p + e` (`e` 0 or 1) from the lanes of scale pairs `p`.
+#[inline(always)]
+unsafe fn pair_half<A: Lanes, const SIGNED: bool>(pairs: A::I, e: usize) -> A::I {
+    if e == 0 {
+        A::half::<SIGNED, false>(pairs)
+    } else {
+        A::half::<SIGNED, true>(pairs)
+    }
+}
+
 /// Q4_K: `ns` super-blocks of 256 from `tile`, half `h`.
 #[inline(always)]
 pub unsafe fn q4_k<A: Lanes, const MR: usize>(
@@ -110,11 +120,7 @@ pub unsafe fn q4_k<A: Lanes, const MR: usize>(
         for p in 0..4 {
             let scp = A::pairs::<false>(rec.add(Q4K::SC + 32 * p + f16_h));
             for e in 0..2 {
-                let sc = if e == 0 {
-                    A::half::<false, false>(scp)
-                } else {
-                    A::half::<false, true>(scp)
-                };
+                let sc = pair_half::<A, false>(scp, e);
                 let j = 2 * p + e;
                 let mut is = [A::izero(); MR];
                 for c in 0..4 {
@@ -166,11 +172,7 @@ pub unsafe fn q6_k<A: Lanes, const MR: usize>(
         for p in 0..8 {
             let scp = A::pairs::<true>(rec.add(Q6K::SC + 32 * p + f16_h));
             for e in 0..2 {
-                let sc = if e == 0 {
-                    A::half::<true, false>(scp)
-                } else {
-                    A::half::<true, true>(scp)
-                };
+                let sc = pair_half::<A, true>(scp, e);
                 let j = 2 * p + e;
                 let sub = rec.add(Q6K::QS + Q6K::SUB * j + chunk_h);
                 let (l0, h0) = A::nibbles(A::load(sub));
