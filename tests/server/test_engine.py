@@ -239,3 +239,32 @@ def test_published_llama_server_command_line_starts_and_serves_a_chat():
         assert log.count("-ngl") == 1, log
     finally:
         s.stop()
+
+
+def test_overload_gets_503_with_retry_after_at_once_and_admitted_requests_finish():
+    s = Server("--parallel", "2", "--queue-limit", "4", "-c", "2048")
+    try:
+        def one(i):
+            t = time.monotonic()
+            r = httpx.post(
+                s.url + "/v1/completions",
+                json={"prompt": f"Request {i}: once upon a time", "max_tokens": 32, "temperature": 0},
+                timeout=120,
+            )
+            return r, time.monotonic() - t
+
+        with ThreadPoolExecutor(50) as pool:
+            results = list(pool.map(one, range(50)))
+        ok = [r for r, _ in results if r.status_code == 200]
+        busy = [(r, dt) for r, dt in results if r.status_code == 503]
+        assert len(ok) + len(busy) == 50, [r.status_code for r, _ in results]
+        assert len(ok) >= 6 and busy
+        for r in ok:
+            assert r.json()["usage"]["completion_tokens"] == 32
+        for r, dt in busy:
+            assert int(r.headers["retry-after"]) >= 1
+            assert r.json()["error"]["message"]
+            assert dt < 5.0
+        assert all(not slot["is_processing"] for slot in s.get("/slots").json())
+    finally:
+        s.stop()

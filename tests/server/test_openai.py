@@ -107,18 +107,25 @@ def test_invalid_request_names_the_field(client, model_id):
         chat(client, model_id, max_tokens=100_000)
     assert e.value.param == "max_tokens"
     assert "100000" in e.value.message and "8192" in e.value.message
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(client, model_id, messages=[{"role": "user", "content": "hi"}, {"role": "wizard", "content": "x"}])
+    assert e.value.param == "messages[1].role"
+    assert "wizard" in e.value.message
 
 
-def test_bad_json_is_a_400_with_an_openai_error_body(server):
+@pytest.mark.parametrize("body", [b"{not json", b"[1, 2]", b'"text"', b"42"])
+def test_bad_json_is_a_400_with_an_openai_error_body(server, body):
     r = httpx.post(
         server.url + "/v1/chat/completions",
-        content=b"{not json",
+        content=body,
         headers={"Authorization": "Bearer test-key-123", "Content-Type": "application/json"},
     )
     assert r.status_code == 400
     err = r.json()["error"]
     assert set(err) == {"message", "type", "param", "code"}
     assert err["type"] == "invalid_request_error"
+    if body != b"{not json":
+        assert "JSON object" in err["message"]
 
 
 def test_wrong_or_missing_api_key_is_401(server, model_id):

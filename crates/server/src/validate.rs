@@ -12,6 +12,12 @@ use crate::state::Ready;
 
 /// Parses a JSON body into `T`; a type error names the field's path (`messages[0].role`).
 pub fn parse<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
+    let first = body.iter().find(|b| !b.is_ascii_whitespace());
+    if first.is_some_and(|&b| b != b'{') {
+        return Err(ApiError::bad_request(
+            "the request body must be a JSON object",
+        ));
+    }
     let de = &mut serde_json::Deserializer::from_slice(body);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
@@ -171,6 +177,16 @@ fn content_text(c: Option<Content>, at: usize) -> Result<Value, ApiError> {
     }
 }
 
+/// The message roles of the OpenAI chat API.
+const ROLES: [&str; 6] = [
+    "system",
+    "developer",
+    "user",
+    "assistant",
+    "tool",
+    "function",
+];
+
 /// Renders chat messages with the model's template into the prompt text.
 pub fn render_chat(
     ready: &Ready,
@@ -190,6 +206,16 @@ pub fn render_chat(
         .into_iter()
         .enumerate()
         .map(|(i, m)| {
+            if !ROLES.contains(&m.role.as_str()) {
+                return Err(ApiError::invalid(
+                    format!("messages[{i}].role"),
+                    format!(
+                        "messages[{i}].role: unknown role '{}' (expected one of {})",
+                        m.role,
+                        ROLES.join(", ")
+                    ),
+                ));
+            }
             let mut obj = m.rest;
             obj.insert("role".into(), Value::String(m.role));
             obj.insert("content".into(), content_text(m.content, i)?);
