@@ -68,6 +68,33 @@ async fn auth(State(s): State<Shared>, req: Request, next: Next) -> Result<Respo
     }
 }
 
+/// A body sent with a `Content-Type` must be JSON (a missing header is taken as JSON).
+async fn json_only(req: Request, next: Next) -> Result<Response, ApiError> {
+    let ctype = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .map(|v| v.to_str().unwrap_or("?"));
+    let mime = ctype.map(|c| {
+        c.split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase()
+    });
+    match mime {
+        Some(m) if req.method() == axum::http::Method::POST && m != "application/json" => {
+            Err(ApiError {
+                status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                message: format!("Content-Type must be application/json, not '{m}'"),
+                kind: "invalid_request_error",
+                param: Some("Content-Type".into()),
+                retry_after: None,
+            })
+        }
+        _ => Ok(next.run(req).await),
+    }
+}
+
 async fn not_found() -> ApiError {
     ApiError {
         status: StatusCode::NOT_FOUND,
@@ -98,6 +125,7 @@ pub fn router(state: Shared) -> Router {
         .route("/completions", post(generate::completions))
         .route("/completion", post(generate::native))
         .fallback(not_found)
+        .layer(middleware::from_fn(json_only))
         .layer(middleware::from_fn_with_state(state.clone(), auth))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
