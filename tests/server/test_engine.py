@@ -258,7 +258,7 @@ def test_overload_gets_503_with_retry_after_at_once_and_admitted_requests_finish
         ok = [r for r, _ in results if r.status_code == 200]
         busy = [(r, dt) for r, dt in results if r.status_code == 503]
         assert len(ok) + len(busy) == 50, [r.status_code for r, _ in results]
-        assert len(ok) >= 6 and busy
+        assert len(ok) >= 2 and busy
         for r in ok:
             assert r.json()["usage"]["completion_tokens"] == 32
         for r, dt in busy:
