@@ -138,7 +138,8 @@ impl PackedMatrix {
 }
 
 /// `y[m, n] = Σ_k x[m, k] · w[n, k]` with `x` already quantized in `acts` (in the layout of
-/// `w`'s format); `y` is `[acts.m, w.n_rows]`.
+/// `w`'s format); `y` is `[acts.m, w.n_rows]`. `isa` must be [`PackedIsa::detect`]'s answer
+/// or one it implies (AVX2 on an AVX-512 CPU).
 pub fn matmul(pool: &ThreadPool, isa: PackedIsa, w: &PackedMatrix, acts: &QActs, y: &mut [f32]) {
     matmul_many(pool, isa, &mut [(w, acts, y)]);
 }
