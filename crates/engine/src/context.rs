@@ -1,3 +1,6 @@
+use std::ops::Deref;
+use std::sync::Arc;
+
 use gguf::GgmlType;
 use kernels::{Precision, ThreadPool};
 use kv::{KvConfig, KvPool, SeqKv};
@@ -55,13 +58,14 @@ pub enum Outputs {
     From(usize),
 }
 
-/// A model with its KV pool, scratch buffers and threads.
-pub struct Context<'m> {
-    pub model: &'m Model,
+/// A model (borrowed or owned: `&Model`, `Box<Model>`) with its KV pool, scratch buffers
+/// and threads.
+pub struct Context<M: Deref<Target = Model>> {
+    pub model: M,
     pub config: ContextConfig,
     kv: KvPool,
     scratch: Scratch,
-    pool: ThreadPool,
+    pool: Arc<ThreadPool>,
     /// `[n_ubatch, n_embd]`.
     hidden: Vec<f32>,
     /// `[LOGIT_ROWS, n_embd]` rows picked for the output head.
@@ -70,8 +74,16 @@ pub struct Context<'m> {
     logits: Vec<f32>,
 }
 
-impl<'m> Context<'m> {
-    pub fn new(model: &'m Model, config: ContextConfig) -> Result<Self> {
+impl<M: Deref<Target = Model>> Context<M> {
+    /// A context with a thread pool of its own (`config.n_threads`).
+    pub fn new(model: M, config: ContextConfig) -> Result<Self> {
+        let pool = Arc::new(ThreadPool::new(config.n_threads));
+        Self::with_pool(model, config, pool)
+    }
+
+    /// A context that runs on `pool` (shared with another context used from the same
+    /// thread, so that two pools never spin against each other).
+    pub fn with_pool(model: M, config: ContextConfig, pool: Arc<ThreadPool>) -> Result<Self> {
         if config.n_ubatch == 0 || config.n_ctx == 0 {
             return Err(Error::Config(
                 "context size and ubatch must be positive".into(),
@@ -79,14 +91,14 @@ impl<'m> Context<'m> {
         }
         let hp = &model.hparams;
         Ok(Context {
-            model,
             config,
             kv: KvPool::new(config.kv_config(hp))?,
             scratch: Scratch::new(hp, config.n_ubatch).with_precision(config.precision),
-            pool: ThreadPool::new(config.n_threads),
+            pool,
             hidden: vec![0.0; config.n_ubatch * hp.n_embd],
             picked: vec![0.0; LOGIT_ROWS * hp.n_embd],
             logits: vec![0.0; LOGIT_ROWS * hp.n_vocab],
+            model,
         })
     }
 

@@ -113,6 +113,14 @@ pub struct Counters {
     pub requests_cancelled: u64,
     /// Requests whose KV was taken back to make room for older ones.
     pub preemptions_total: u64,
+    /// Drafts verified (vLLM's `num_drafts`).
+    pub spec_drafts_total: u64,
+    pub spec_draft_tokens_total: u64,
+    pub spec_accepted_tokens_total: u64,
+    /// Per draft position: drafts accepted at that position.
+    pub spec_accepted_per_pos: Vec<u64>,
+    /// Per depth: how often the policy chose it for a slot.
+    pub spec_depth_chosen: Vec<u64>,
 }
 
 /// The engine's state between two steps.

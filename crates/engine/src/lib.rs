@@ -8,11 +8,12 @@ mod request;
 pub mod sampling;
 mod scheduler;
 mod slot;
+pub mod speculative;
 
 pub use context::{Context, ContextConfig, Outputs, LOGIT_ROWS};
 pub use handle::{Counters, EngineConfig, EngineHandle, EventStream, SlotState, Snapshot};
 pub use plan::MemoryPlan;
-pub use request::{Event, FinishReason, GenRequest, Summary, TokenLogprob};
+pub use request::{DraftLimits, Event, FinishReason, GenRequest, Summary, TokenLogprob};
 pub use sampling::{Sampler, SamplerConfig};
 pub use scheduler::start;
 

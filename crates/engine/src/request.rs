@@ -21,6 +21,18 @@ pub struct GenRequest {
     pub logprobs: Option<usize>,
     /// Reuse cached KV blocks of an earlier request with the same prefix.
     pub cache_prompt: bool,
+    /// This request's bounds on draft length (llama-server's `speculative.n_max` /
+    /// `speculative.n_min`), within the server's.
+    pub draft: DraftLimits,
+}
+
+/// Per-request bounds on speculative drafts; `None`: the server's setting.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DraftLimits {
+    /// At most this many draft tokens per step (0: no speculation for this request).
+    pub n_max: Option<usize>,
+    /// Drafts shorter than this are dropped rather than verified.
+    pub n_min: Option<usize>,
 }
 
 /// One generated token with its log-probability under the model (temperature 1, no

@@ -167,16 +167,40 @@ impl Sampler {
         } else {
             0.0
         };
-        let dist = self.distribution(logits);
-        let mut cum = 0f64;
-        for &(t, p) in dist {
-            cum += p as f64;
-            if u < cum {
-                return t;
-            }
-        }
-        dist.last().map_or(0, |d| d.0)
+        self.distribution(logits);
+        pick(&self.candidates, u)
     }
+
+    /// Draws the next token and returns it with the distribution it was drawn from.
+    pub fn sample_with_distribution(&mut self, logits: &[f32]) -> (u32, &[(u32, f32)]) {
+        let t = self.sample(logits);
+        (t, &self.candidates)
+    }
+
+    /// Verifies a draft token against this chain's distribution for `logits`
+    /// (see [`crate::speculative::verify`]); `q` is the drafter's distribution, `None`
+    /// for one-hot.
+    pub fn verify(
+        &mut self,
+        logits: &[f32],
+        draft: u32,
+        q: Option<&[(u32, f32)]>,
+    ) -> crate::speculative::verify::Verdict {
+        self.distribution(logits);
+        crate::speculative::verify::verify(&self.candidates, draft, q, &mut self.rng)
+    }
+}
+
+/// The token at cumulative probability `u` of `dist`.
+fn pick(dist: &[(u32, f32)], u: f64) -> u32 {
+    let mut cum = 0f64;
+    for &(t, p) in dist {
+        cum += p as f64;
+        if u < cum {
+            return t;
+        }
+    }
+    dist.last().map_or(0, |d| d.0)
 }
 
 /// Softmax of `v / temperature` over the candidates' values, in place.

@@ -6,12 +6,14 @@ use kv::SeqKv;
 use text::{Detokenizer, Tokenizer};
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::request::{Event, FinishReason, GenRequest, Summary, TokenLogprob};
+use crate::request::{DraftLimits, Event, FinishReason, GenRequest, Summary, TokenLogprob};
+use crate::speculative::Draft;
 use crate::Sampler;
 
 /// A sequence in a slot. Its tokens are the prompt then the generated tokens; positions
 /// `0..kv.len()` are computed, the rest (`pending`) still to run through the model. After
-/// the prompt, `pending` is 1: the token sampled last.
+/// the prompt, `pending` is 1: the token sampled last, and `draft` may hold tokens
+/// proposed to follow it, computed in the same step and verified row by row.
 pub(crate) struct Sequence {
     pub task: u64,
     pub tokens: Vec<u32>,
@@ -22,6 +24,15 @@ pub(crate) struct Sequence {
     /// Whether to look the prompt up in the prefix cache when the KV is empty.
     pub cache_prompt: bool,
     pub n_generated: usize,
+    pub draft: Draft,
+    pub draft_limits: DraftLimits,
+    /// Draft tokens verified, and accepted, over the request.
+    pub draft_n: usize,
+    pub draft_n_accepted: usize,
+    /// Whether this step's rows still verify (no rejection, the request goes on).
+    verifying: bool,
+    /// Draft tokens accepted in this step.
+    step_accepted: usize,
     max_tokens: Option<usize>,
     slot_ctx: usize,
     stop: Vec<String>,
@@ -48,6 +59,12 @@ impl Sequence {
             n_cached: 0,
             cache_prompt: req.cache_prompt,
             n_generated: 0,
+            draft: Draft::default(),
+            draft_limits: req.draft,
+            draft_n: 0,
+            draft_n_accepted: 0,
+            verifying: false,
+            step_accepted: 0,
             max_tokens: req.max_tokens,
             slot_ctx,
             stop: req.stop,
@@ -74,9 +91,48 @@ impl Sequence {
         self.out.is_closed()
     }
 
-    /// Samples the next token from `logits` (`[n_vocab]`, modified in place), streams its
-    /// text, and returns the summary when generation has ended.
+    pub fn sampling(&self) -> crate::SamplerConfig {
+        self.sampler.config
+    }
+
+    /// Whether the last token is computed and generation goes on.
+    pub fn is_decoding(&self) -> bool {
+        self.n_generated > 0 && self.pending() == 1
+    }
+
+    /// Draft tokens that fit before `max_tokens` or the slot's context ends the request.
+    pub fn draft_room(&self) -> usize {
+        let by_tokens = self
+            .max_tokens
+            .map_or(usize::MAX, |m| m.saturating_sub(self.n_generated + 1));
+        by_tokens.min(self.slot_ctx.saturating_sub(self.tokens.len() + 1))
+    }
+
+    /// The token computed at `pos`: a token of the sequence or, past its end, a draft token.
+    pub fn row_token(&self, pos: usize) -> u32 {
+        let n = self.tokens.len();
+        if pos < n {
+            self.tokens[pos]
+        } else {
+            self.draft.tokens[pos - n]
+        }
+    }
+
+    /// Starts the step's verification of `draft` (possibly empty).
+    pub fn begin_step(&mut self) {
+        self.verifying = true;
+        self.step_accepted = 0;
+        self.draft_n += self.draft.len();
+    }
+
+    /// Takes the logits (`[n_vocab]`, modified in place) of the row after the last
+    /// accepted token: verifies the next draft token against them, or samples when none is
+    /// left, and streams the resulting token. Returns the summary when generation ended.
     pub fn accept(&mut self, logits: &mut [f32], tok: &Tokenizer) -> Option<Summary> {
+        if !self.verifying {
+            return None;
+        }
+        let i = self.step_accepted;
         if self.ignore_eos {
             for &id in tok.eog_ids() {
                 if let Some(l) = logits.get_mut(id as usize) {
@@ -84,7 +140,38 @@ impl Sequence {
                 }
             }
         }
-        let id = self.sampler.sample(logits);
+        let id = if i < self.draft.len() {
+            let v = self
+                .sampler
+                .verify(logits, self.draft.tokens[i], self.draft.q(i));
+            if v.accepted {
+                self.step_accepted += 1;
+                self.draft_n_accepted += 1;
+            } else {
+                self.verifying = false;
+            }
+            v.token
+        } else {
+            self.verifying = false;
+            self.sampler.sample(logits)
+        };
+        let summary = self.emit(logits, id, tok);
+        if summary.is_some() {
+            self.verifying = false;
+        }
+        summary
+    }
+
+    /// Ends the step's verification: returns (drafted, accepted) and clears the draft.
+    pub fn end_step(&mut self) -> (usize, usize) {
+        let drafted = self.draft.len();
+        self.verifying = false;
+        self.draft.clear();
+        (drafted, self.step_accepted)
+    }
+
+    /// Records the sampled or accepted token `id` and streams its text.
+    fn emit(&mut self, logits: &[f32], id: u32, tok: &Tokenizer) -> Option<Summary> {
         if let Some(n_top) = self.logprobs {
             self.out_logprobs.push(token_logprob(logits, id, n_top));
         }
@@ -130,8 +217,8 @@ impl Sequence {
             predicted_n: self.n_generated,
             prompt_ms: (t_first - self.t_start).as_secs_f64() * 1e3,
             predicted_ms: (now - t_first).as_secs_f64() * 1e3,
-            draft_n: 0,
-            draft_n_accepted: 0,
+            draft_n: self.draft_n,
+            draft_n_accepted: self.draft_n_accepted,
         };
         let _ = self.out.send(Event::Done(summary.clone()));
         summary

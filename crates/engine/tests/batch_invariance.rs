@@ -18,7 +18,7 @@ fn prompt(n: usize, seed: u32) -> Vec<u32> {
         .collect()
 }
 
-fn context(model: &Model, n_ubatch: usize, n_threads: usize) -> Context<'_> {
+fn context(model: &Model, n_ubatch: usize, n_threads: usize) -> Context<&Model> {
     Context::new(
         model,
         ContextConfig {

@@ -7,6 +7,7 @@ mod common;
 use std::sync::Arc;
 
 use common::{model_path, MODELS};
+use engine::speculative::{Ngram, PolicyKind, Scripted, SpecConfig, Speculation};
 use engine::{
     Context, ContextConfig, EngineConfig, EngineHandle, Event, FinishReason, GenRequest, Outputs,
     Sampler, SamplerConfig, Summary,
@@ -55,6 +56,7 @@ fn greedy(prompt: Vec<u32>, max_tokens: usize) -> GenRequest {
         ignore_eos: true,
         logprobs: None,
         cache_prompt: true,
+        draft: Default::default(),
     }
 }
 
@@ -138,7 +140,7 @@ fn batched_greedy_equals_alone_and_single_context() {
         .map(|p| tok.encode(p, true, false).unwrap())
         .collect();
     let want: Vec<Vec<u32>> = prompts.iter().map(|p| reference(&model, p, 24)).collect();
-    let handle = engine::start(model, tok, config(2048, 8)).unwrap();
+    let handle = engine::start(model, tok, config(2048, 8), None).unwrap();
     for (p, w) in prompts.iter().zip(&want).take(2) {
         assert_eq!(&run_all(&handle, std::slice::from_ref(p), 24)[0].0, w);
     }
@@ -159,7 +161,7 @@ fn preemption_under_a_small_pool_keeps_the_tokens() {
         .collect();
     let want: Vec<Vec<u32>> = prompts.iter().map(|p| reference(&model, p, 40)).collect();
     // 96 positions for 4 sequences of ~50: they cannot all be resident at once.
-    let handle = engine::start(model, tok, config(96, 4)).unwrap();
+    let handle = engine::start(model, tok, config(96, 4), None).unwrap();
     let got = run_all(&handle, &prompts, 40);
     for ((g, _), w) in got.iter().zip(&want) {
         assert_eq!(g, w);
@@ -172,7 +174,7 @@ fn prefix_cache_reuses_a_resumed_conversation() {
     let (model, tok) = load();
     let text = PROMPTS.join(" ").repeat(3);
     let prompt = tok.encode(&text, true, false).unwrap();
-    let handle = engine::start(model, tok.clone(), config(1024, 2)).unwrap();
+    let handle = engine::start(model, tok.clone(), config(1024, 2), None).unwrap();
     let (first, cold) = run_all(&handle, std::slice::from_ref(&prompt), 8).remove(0);
     assert_eq!(cold.cache_n, 0);
     let mut turn2 = prompt.clone();
@@ -189,7 +191,7 @@ fn prefix_cache_reuses_a_resumed_conversation() {
 fn stop_strings_end_the_text_and_dropped_requests_free_their_slot() {
     let (model, tok) = load();
     let prompt = tok.encode(PROMPTS[2], true, false).unwrap();
-    let handle = engine::start(model, tok, config(1024, 2)).unwrap();
+    let handle = engine::start(model, tok, config(1024, 2), None).unwrap();
     let (_, full, _) = collect(handle.submit(greedy(prompt.clone(), 30)).unwrap().1);
     let cut = full.char_indices().nth(full.chars().count() / 2).unwrap().0;
     let word: String = full[cut..].chars().take(3).collect();
@@ -211,4 +213,105 @@ fn stop_strings_end_the_text_and_dropped_requests_free_their_slot() {
         assert!(std::time::Instant::now() < deadline, "slot still busy");
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
+}
+
+fn spec(n_max: usize, policy: PolicyKind) -> SpecConfig {
+    SpecConfig {
+        n_max,
+        policy,
+        ..SpecConfig::default()
+    }
+}
+
+#[test]
+fn speculation_gives_the_plain_text_alone_and_with_8_users() {
+    let (model, tok) = load();
+    let prompts: Vec<Vec<u32>> = PROMPTS
+        .iter()
+        .map(|p| tok.encode(p, true, false).unwrap())
+        .collect();
+    let n = 40;
+    let plain = engine::start(model, tok.clone(), config(4096, 8), None).unwrap();
+    let want: Vec<Vec<u32>> = run_all(&plain, &prompts, n)
+        .into_iter()
+        .map(|r| r.0)
+        .collect();
+    let (_, stop_text, _) = collect(plain.submit(greedy(prompts[2].clone(), n)).unwrap().1);
+    let word: String = stop_text.chars().skip(20).take(4).collect();
+    let mut stopped = greedy(prompts[2].clone(), n);
+    stopped.stop = vec![word.clone()];
+    let (_, plain_stopped, _) = collect(plain.submit(stopped.clone()).unwrap().1);
+    drop(plain);
+    let scripts: Vec<Vec<u32>> = prompts
+        .iter()
+        .zip(&want)
+        .map(|(p, w)| p.iter().chain(w).copied().collect())
+        .collect();
+    let arms: Vec<(&str, Speculation, bool)> = vec![
+        (
+            "self-draft, fixed",
+            Speculation::draft_model(load().0, spec(4, PolicyKind::Fixed)),
+            true,
+        ),
+        (
+            "self-draft, adaptive",
+            Speculation::draft_model(load().0, spec(6, PolicyKind::Adaptive)),
+            true,
+        ),
+        (
+            "n-gram, fixed",
+            Speculation::with(Ngram::default(), spec(6, PolicyKind::Fixed)),
+            false,
+        ),
+        (
+            "n-gram, adaptive",
+            Speculation::with(Ngram::default(), spec(6, PolicyKind::Adaptive)),
+            false,
+        ),
+        (
+            "scripted, every third position wrong",
+            Speculation::with(
+                Scripted {
+                    scripts: scripts.clone(),
+                    wrong_every: 3,
+                },
+                spec(5, PolicyKind::Fixed),
+            ),
+            false,
+        ),
+    ];
+    for (name, s, all_accepted) in arms {
+        let handle = engine::start(load().0, tok.clone(), config(4096, 8), Some(s)).unwrap();
+        let alone = run_all(&handle, &prompts[..1], n);
+        assert_eq!(alone[0].0, want[0], "{name}: alone");
+        let together = run_all(&handle, &prompts, n);
+        for (i, ((got, summary), w)) in together.iter().zip(&want).enumerate() {
+            assert_eq!(got, w, "{name}: prompt {i} with 8 users");
+            assert_eq!(summary.predicted_n, n);
+            if all_accepted {
+                assert_eq!(summary.draft_n, summary.draft_n_accepted, "{name}");
+            }
+        }
+        let c = snapshot(&handle).counters;
+        assert!(c.spec_draft_tokens_total > 0, "{name}: nothing was drafted");
+        assert_eq!(
+            all_accepted,
+            c.spec_accepted_tokens_total == c.spec_draft_tokens_total,
+            "{name}: {} of {} accepted",
+            c.spec_accepted_tokens_total,
+            c.spec_draft_tokens_total
+        );
+    }
+    let exact = Speculation::with(
+        Scripted {
+            scripts,
+            wrong_every: 0,
+        },
+        spec(8, PolicyKind::Fixed),
+    );
+    let handle = engine::start(load().0, tok, config(4096, 8), Some(exact)).unwrap();
+    let (_, text, s) = collect(handle.submit(stopped).unwrap().1);
+    assert_eq!(s.finish, FinishReason::StopWord(word));
+    assert_eq!(text, plain_stopped, "a stop string inside an accepted run");
+    assert!(s.draft_n_accepted > 0);
 }

@@ -10,11 +10,16 @@
 //! evicted first; then the youngest request not yet in this step's batch is preempted: its
 //! blocks go to the prefix cache and it resumes later from what is still cached, or by
 //! recomputing (which gives the same KV, since the forward is batch-invariant).
+//!
+//! With speculation, each step first asks the policy how deep every decoding slot drafts
+//! and the proposer for those drafts, all slots in one call (`drafting.rs`); the draft
+//! tokens are more rows of the slot in the same forward, verified row by row, and the KV
+//! of rows after the first rejection is rolled back.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kernels::ThreadPool;
 use kv::{KvPool, PrefixCache, BLOCK_SIZE};
@@ -25,7 +30,12 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::handle::{Command, Counters, EngineConfig, EngineHandle, SlotState, Snapshot};
 use crate::request::{Event, GenRequest, Summary};
 use crate::slot::Sequence;
+use crate::speculative::Speculation;
 use crate::{Result, LOGIT_ROWS};
+
+mod drafting;
+
+use drafting::Spec;
 
 struct Queued {
     task: u64,
@@ -57,7 +67,8 @@ pub struct Engine {
     kv: KvPool,
     cache: PrefixCache,
     scratch: Scratch,
-    pool: ThreadPool,
+    pool: Arc<ThreadPool>,
+    spec: Option<Spec>,
     /// `[n_ubatch, n_embd]`.
     hidden: Vec<f32>,
     /// `[LOGIT_ROWS, n_embd]`.
@@ -72,8 +83,15 @@ pub struct Engine {
     counters: Counters,
 }
 
-/// Allocates everything `cfg` asks for and starts the engine thread.
-pub fn start(model: Model, tok: Arc<Tokenizer>, cfg: EngineConfig) -> Result<EngineHandle> {
+/// Allocates everything `cfg` asks for (and the drafter `spec` makes) and starts the
+/// engine thread. With speculation, the thread first measures what forwards and draft
+/// steps cost on this machine before it takes requests.
+pub fn start(
+    model: Model,
+    tok: Arc<Tokenizer>,
+    cfg: EngineConfig,
+    spec: Option<Speculation>,
+) -> Result<EngineHandle> {
     cfg.validate()?;
     let hp = &model.hparams;
     let (e, nv) = (hp.n_embd, hp.n_vocab);
@@ -83,9 +101,14 @@ pub fn start(model: Model, tok: Arc<Tokenizer>, cfg: EngineConfig) -> Result<Eng
     let (tx, rx) = mpsc::channel();
     let queued = Arc::new(AtomicUsize::new(0));
     let precision = cfg.context_config().precision;
-    let engine = Engine {
+    let pool = Arc::new(ThreadPool::new(cfg.n_threads));
+    let spec = spec
+        .map(|s| Spec::new(s, &cfg, pool.clone()))
+        .transpose()?;
+    let mut engine = Engine {
         scratch: Scratch::new(hp, cfg.n_ubatch).with_precision(precision),
-        pool: ThreadPool::new(cfg.n_threads),
+        pool,
+        spec,
         hidden: vec![0.0; cfg.n_ubatch * e],
         picked: vec![0.0; LOGIT_ROWS * e],
         logits: vec![0.0; LOGIT_ROWS * nv],
@@ -103,7 +126,10 @@ pub fn start(model: Model, tok: Arc<Tokenizer>, cfg: EngineConfig) -> Result<Eng
     };
     std::thread::Builder::new()
         .name("tandem-engine".into())
-        .spawn(move || engine.run())
+        .spawn(move || {
+            engine.calibrate();
+            engine.run()
+        })
         .map_err(|e| crate::Error::Config(format!("cannot start the engine thread: {e}")))?;
     Ok(EngineHandle {
         tx,
@@ -127,6 +153,7 @@ impl Engine {
             }
             self.drop_cancelled();
             self.admit();
+            self.draft_all();
             let plan = self.plan();
             if plan.is_empty() {
                 if let Ok(c) = self.rx.recv_timeout(Duration::from_millis(10)) {
@@ -236,6 +263,9 @@ impl Engine {
     fn free_slot(&mut self, slot: usize) {
         if let Some(mut a) = self.slots[slot].take() {
             self.cache.give(&mut self.kv, &mut a.seq.kv, &a.seq.tokens);
+            if let Some(spec) = &mut self.spec {
+                spec.release(slot);
+            }
         }
     }
 
@@ -257,8 +287,11 @@ impl Engine {
                 .filter(|&&(_, s)| self.active(s).seq.pending() == 1)
                 .count();
             self.lookup_prefix(slot);
-            let a = self.active(slot);
-            let n = a.seq.pending().min(budget.saturating_sub(decoders_after));
+            let a = self.slots[slot].as_mut().expect("slot is active");
+            let room = budget.saturating_sub(decoders_after);
+            let pending = a.seq.pending();
+            a.seq.draft.truncate(room.saturating_sub(pending));
+            let n = (pending + a.seq.draft.len()).min(room);
             if n == 0 {
                 continue;
             }
@@ -315,27 +348,44 @@ impl Engine {
             };
             let v = self.slots[victim].as_mut().expect("victim is active");
             v.resumed = true;
+            v.seq.draft.clear();
             self.counters.preemptions_total += 1;
             self.cache.give(&mut self.kv, &mut v.seq.kv, &v.seq.tokens);
         }
     }
 
-    /// Runs the planned rows through the model in forwards of `n_ubatch` rows and samples
-    /// the next token of every slot whose last token was computed.
+    /// Runs the planned rows through the model in forwards of `n_ubatch` rows; every slot
+    /// whose last token was computed samples its next one, or verifies its draft row by
+    /// row. KV of rows past a rejected draft is rolled back.
     fn step(&mut self, plan: &[Planned]) {
-        // (slot, position) per row, in plan order: a slot's rows are contiguous and ascending.
-        let rows: Vec<(usize, usize)> = plan
+        // (slot, position, token) per row, in plan order: a slot's rows are contiguous
+        // and ascending; positions past the sequence are its draft tokens.
+        let rows: Vec<(usize, usize, u32)> = plan
             .iter()
             .flat_map(|p| (p.from..p.from + p.n).map(move |pos| (p.slot, pos)))
+            .map(|(slot, pos)| (slot, pos, self.active(slot).seq.row_token(pos)))
             .collect();
-        let hp = &self.model.hparams;
-        let e = hp.n_embd;
+        // A row's logits are wanted when it computes the last token or a draft token.
+        let wanted: Vec<bool> = rows
+            .iter()
+            .map(|&(slot, pos, _)| pos + 1 >= self.active(slot).seq.tokens.len())
+            .collect();
+        for p in plan {
+            self.slots[p.slot]
+                .as_mut()
+                .expect("planned")
+                .seq
+                .begin_step();
+        }
+        let e = self.model.hparams.n_embd;
+        let n_layer = self.model.hparams.n_layer;
         let mut finished: Vec<(usize, Summary)> = Vec::new();
-        for chunk in rows.chunks(self.cfg.n_ubatch) {
+        let ub = self.cfg.n_ubatch;
+        for (ci, chunk) in rows.chunks(ub).enumerate() {
+            let t0 = Instant::now();
             let mut seq_slots: Vec<usize> = Vec::new();
             let mut batch_rows = Vec::with_capacity(chunk.len());
-            let mut tokens = Vec::with_capacity(chunk.len());
-            for &(slot, pos) in chunk {
+            for &(slot, pos, _) in chunk {
                 if seq_slots.last() != Some(&slot) {
                     seq_slots.push(slot);
                 }
@@ -343,8 +393,8 @@ impl Engine {
                     pos,
                     seq: seq_slots.len() - 1,
                 });
-                tokens.push(self.active(slot).seq.tokens[pos]);
             }
+            let tokens: Vec<u32> = chunk.iter().map(|r| r.2).collect();
             let n = chunk.len();
             let hidden = &mut self.hidden[..n * e];
             self.model
@@ -355,7 +405,7 @@ impl Engine {
                 .map(|&s| &self.slots[s].as_ref().expect("planned").seq.kv)
                 .collect();
             self.model.forward_layers(
-                0..hp.n_layer,
+                0..n_layer,
                 hidden,
                 Batch {
                     rows: &batch_rows,
@@ -367,38 +417,49 @@ impl Engine {
             );
             self.counters.n_decode_total += 1;
             self.counters.n_busy_slots_total += self.slots.iter().flatten().count() as u64;
-            // The last row of each slot in this chunk sets its computed length.
-            let mut wanted: Vec<(usize, usize)> = Vec::new();
-            for (r, &(slot, pos)) in chunk.iter().enumerate() {
+            for (r, &(slot, pos, _)) in chunk.iter().enumerate() {
                 let seq = &mut self.slots[slot].as_mut().expect("planned").seq;
                 if pos < seq.n_prompt {
                     self.counters.prompt_tokens_total += 1;
                 }
-                if chunk.get(r + 1).is_some_and(|next| next.0 == slot) {
-                    continue;
-                }
-                self.kv.commit(&mut seq.kv, pos + 1);
-                if pos + 1 == seq.tokens.len() {
-                    wanted.push((r, slot));
+                if chunk.get(r + 1).is_none_or(|next| next.0 != slot) {
+                    self.kv.commit(&mut seq.kv, pos + 1);
                 }
             }
-            let rows: Vec<usize> = wanted.iter().map(|&(r, _)| r).collect();
+            let out_rows: Vec<usize> = (0..n).filter(|&r| wanted[ci * ub + r]).collect();
             let (slots, tok) = (&mut self.slots, &self.tok);
             self.model.output_rows(
                 hidden,
-                &rows,
+                &out_rows,
                 &mut self.picked,
                 &mut self.logits,
                 &self.pool,
                 self.scratch.precision,
                 &mut |i, logits| {
-                    let slot = wanted[i].1;
+                    let slot = chunk[out_rows[i]].0;
                     let seq = &mut slots[slot].as_mut().expect("planned").seq;
                     if let Some(summary) = seq.accept(logits, tok) {
                         finished.push((slot, summary));
                     }
                 },
             );
+            if let Some(spec) = &mut self.spec {
+                if out_rows.len() == n {
+                    spec.policy.target.observe(n, t0.elapsed());
+                }
+            }
+        }
+        for p in plan {
+            let seq = &mut self.slots[p.slot].as_mut().expect("planned").seq;
+            let (drafted, accepted) = seq.end_step();
+            if drafted == 0 {
+                continue;
+            }
+            let valid = (p.from + p.n - (drafted - accepted)).min(seq.tokens.len());
+            self.kv.truncate(&mut seq.kv, valid);
+            if let Some(spec) = &mut self.spec {
+                spec.observe(p.slot, drafted, accepted, &mut self.counters);
+            }
         }
         for (slot, s) in finished {
             let c = &mut self.counters;

@@ -1,0 +1,258 @@
+//! The engine's side of speculation: choosing depths, drafting for all slots at once,
+//! measuring costs at start, and counting what was accepted.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kernels::ThreadPool;
+use kv::SeqKv;
+use model::{Batch, Row};
+
+use super::Engine;
+use crate::handle::{Counters, EngineConfig};
+use crate::speculative::policy::Candidate;
+use crate::speculative::{
+    CostCurve, Draft, DraftJob, Policy, Proposer, ProposerEnv, SpecConfig, Speculation,
+};
+use crate::Result;
+
+/// Row counts at which a target forward is timed at start.
+const TARGET_POINTS: [usize; 14] = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64];
+/// Draft steps timed per calibration call.
+const CALIBRATION_DEPTH: usize = 4;
+
+/// A drafter, its settings and the policy's state.
+pub(super) struct Spec {
+    proposer: Box<dyn Proposer>,
+    cfg: SpecConfig,
+    pub policy: Policy,
+    /// Whether a drafting error was reported already.
+    warned: bool,
+}
+
+impl Spec {
+    pub fn new(s: Speculation, cfg: &EngineConfig, pool: Arc<ThreadPool>) -> Result<Spec> {
+        let env = ProposerEnv {
+            pool,
+            context: cfg.context_config(),
+            n_slots: cfg.n_parallel,
+        };
+        let max_rows = (cfg.n_parallel * (s.config.n_max + 1)).min(cfg.n_ubatch);
+        Ok(Spec {
+            proposer: (s.make)(&env)?,
+            cfg: s.config,
+            policy: Policy::new(
+                s.config.policy,
+                s.config.n_max,
+                cfg.n_parallel,
+                CostCurve::from_points(&[], max_rows),
+                CostCurve::from_points(&[], cfg.n_parallel),
+            ),
+            warned: false,
+        })
+    }
+
+    pub fn release(&mut self, slot: usize) {
+        self.proposer.release(slot);
+        self.policy.release(slot);
+    }
+
+    /// Folds a verified draft into the policy and the counters.
+    pub fn observe(&mut self, slot: usize, drafted: usize, accepted: usize, c: &mut Counters) {
+        self.policy.observe(slot, drafted, accepted);
+        c.spec_drafts_total += 1;
+        c.spec_draft_tokens_total += drafted as u64;
+        c.spec_accepted_tokens_total += accepted as u64;
+        if c.spec_accepted_per_pos.len() < drafted {
+            c.spec_accepted_per_pos.resize(drafted, 0);
+        }
+        for n in &mut c.spec_accepted_per_pos[..accepted] {
+            *n += 1;
+        }
+    }
+}
+
+impl Engine {
+    /// Chooses every decoding slot's depth and fills its draft, all slots in one
+    /// proposer call.
+    pub(super) fn draft_all(&mut self) {
+        for a in self.slots.iter_mut().flatten() {
+            a.seq.draft.clear();
+        }
+        let Some(spec) = self.spec.as_mut() else {
+            return;
+        };
+        let mut cands = Vec::new();
+        let mut base = 0;
+        for (slot, a) in self.slots.iter().enumerate() {
+            let Some(a) = a else { continue };
+            let seq = &a.seq;
+            base += seq.pending();
+            if !seq.is_decoding() {
+                continue;
+            }
+            let n_max = spec
+                .cfg
+                .n_max
+                .min(seq.draft_limits.n_max.unwrap_or(usize::MAX))
+                .min(seq.draft_room());
+            if n_max > 0 {
+                let n_min = seq.draft_limits.n_min.unwrap_or(spec.cfg.n_min);
+                cands.push(Candidate { slot, n_max, n_min });
+            }
+        }
+        if cands.is_empty() {
+            return;
+        }
+        let depths = spec.policy.choose(base.min(self.cfg.n_batch), &cands);
+        let c = &mut self.counters;
+        for &d in &depths {
+            if c.spec_depth_chosen.len() <= d {
+                c.spec_depth_chosen.resize(d + 1, 0);
+            }
+            c.spec_depth_chosen[d] += 1;
+        }
+        let chosen: Vec<(Candidate, usize)> = cands
+            .into_iter()
+            .zip(depths)
+            .filter(|&(_, d)| d > 0)
+            .collect();
+        if chosen.is_empty() {
+            return;
+        }
+        let jobs: Vec<DraftJob> = chosen
+            .iter()
+            .map(|&(c, d)| {
+                let seq = &self.slots[c.slot].as_ref().expect("candidate").seq;
+                DraftJob {
+                    slot: c.slot,
+                    tokens: &seq.tokens,
+                    n_max: d,
+                    sampling: seq.sampling(),
+                    p_min: spec.cfg.p_min,
+                }
+            })
+            .collect();
+        let mut out = vec![Draft::default(); jobs.len()];
+        let t0 = Instant::now();
+        let result = spec.proposer.propose(&jobs, &mut out);
+        drop(jobs);
+        if let Err(e) = result {
+            if !std::mem::replace(&mut spec.warned, true) {
+                eprintln!(
+                    "warning: the {} drafter failed ({e}); decoding without drafts where it fails",
+                    spec.proposer.name()
+                );
+            }
+            return;
+        }
+        let deepest = out.iter().map(Draft::len).max().unwrap_or(0);
+        if deepest > 0 {
+            let per_step = t0.elapsed() / deepest as u32;
+            spec.policy.draft.observe(chosen.len(), per_step);
+        }
+        for ((c, _), d) in chosen.into_iter().zip(out) {
+            if d.len() >= c.n_min.max(1) {
+                self.slots[c.slot].as_mut().expect("candidate").seq.draft = d;
+            }
+        }
+    }
+
+    /// Measures the cost curves the policy starts from: target forwards (with their output
+    /// head) of 1 to `n_parallel × (n_max + 1)` rows, and draft steps over 1 to
+    /// `n_parallel` slots.
+    pub(super) fn calibrate(&mut self) {
+        let Some(spec) = self.spec.as_ref() else {
+            return;
+        };
+        let max_rows = spec.policy.target.max_rows();
+        let mut target = Vec::new();
+        for r in TARGET_POINTS
+            .into_iter()
+            .filter(|&r| r < max_rows)
+            .chain([max_rows])
+        {
+            let reps = if r <= 8 { 3 } else { 2 };
+            let Some(t) = (0..reps).filter_map(|_| self.time_forward(r)).min() else {
+                break;
+            };
+            target.push((r, t.as_secs_f64()));
+        }
+        let n_slots = self.cfg.n_parallel;
+        let mut draft = Vec::new();
+        for m in [1, 2, 4, 8, 16, 32, 64]
+            .into_iter()
+            .filter(|&m| m < n_slots)
+            .chain([n_slots])
+        {
+            if let Some(t) = self.time_draft(m) {
+                draft.push((m, t.as_secs_f64()));
+            }
+        }
+        let spec = self.spec.as_mut().expect("checked above");
+        spec.policy.target = CostCurve::from_points(&target, max_rows);
+        spec.policy.draft = CostCurve::from_points(&draft, n_slots);
+    }
+
+    /// One target forward of `rows` rows of a scratch sequence, output head included.
+    fn time_forward(&mut self, rows: usize) -> Option<Duration> {
+        let hp = &self.model.hparams;
+        let (e, n_layer, n_vocab) = (hp.n_embd, hp.n_layer, hp.n_vocab);
+        let mut seq = SeqKv::default();
+        self.kv.reserve(&mut seq, rows).ok()?;
+        let tokens: Vec<u32> = (0..rows).map(|i| (i * 7919 % n_vocab) as u32).collect();
+        let batch_rows: Vec<Row> = (0..rows).map(|pos| Row { pos, seq: 0 }).collect();
+        let all: Vec<usize> = (0..rows).collect();
+        let t0 = Instant::now();
+        let hidden = &mut self.hidden[..rows * e];
+        self.model.embed(&tokens, hidden).ok()?;
+        self.model.forward_layers(
+            0..n_layer,
+            hidden,
+            Batch {
+                rows: &batch_rows,
+                seqs: &[&seq],
+            },
+            &mut self.kv,
+            &mut self.scratch,
+            &self.pool,
+        );
+        self.model.output_rows(
+            hidden,
+            &all,
+            &mut self.picked,
+            &mut self.logits,
+            &self.pool,
+            self.scratch.precision,
+            &mut |_, _| {},
+        );
+        let took = t0.elapsed();
+        self.kv.release(&mut seq);
+        Some(took)
+    }
+
+    /// One draft step over `m` slots: the mean of `CALIBRATION_DEPTH` steps.
+    fn time_draft(&mut self, m: usize) -> Option<Duration> {
+        let spec = self.spec.as_mut()?;
+        let tokens: Vec<Vec<u32>> = (0..m).map(|s| vec![(s % 3) as u32]).collect();
+        let jobs: Vec<DraftJob> = tokens
+            .iter()
+            .enumerate()
+            .map(|(slot, t)| DraftJob {
+                slot,
+                tokens: t,
+                n_max: CALIBRATION_DEPTH,
+                sampling: crate::SamplerConfig::greedy(),
+                p_min: 0.0,
+            })
+            .collect();
+        let mut out = vec![Draft::default(); m];
+        let t0 = Instant::now();
+        spec.proposer.propose(&jobs, &mut out).ok()?;
+        let took = t0.elapsed() / CALIBRATION_DEPTH as u32;
+        for slot in 0..m {
+            spec.proposer.release(slot);
+        }
+        Some(took)
+    }
+}

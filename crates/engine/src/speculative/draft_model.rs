@@ -1,0 +1,170 @@
+//! A smaller model of the same vocabulary drafts autoregressively.
+
+use std::sync::Arc;
+
+use kernels::ThreadPool;
+use kv::SeqKv;
+use model::Model;
+
+use super::{Draft, DraftJob, Proposer};
+use crate::sampling::argmax;
+use crate::{Context, ContextConfig, Sampler};
+
+/// A draft model with a KV sequence per slot, planned once like the target's.
+///
+/// Each call first brings every slot's draft KV up to the sequence: it keeps the longest
+/// common prefix of what it computed before and the sequence (so a rejected draft is
+/// rolled back here), computes the rest (the prompt on the first call, then the corrected
+/// or bonus token), and then drafts one token per forward for all slots still drafting,
+/// in one batch. The last drafted token is never computed: the next call sees whether it
+/// was accepted.
+pub struct DraftModel {
+    ctx: Context<Box<Model>>,
+    /// Per slot: the draft's KV and the tokens it holds.
+    seqs: Vec<SeqKv>,
+    seen: Vec<Vec<u32>>,
+    /// Per slot: the request's sampler chain, with the draft's own random stream.
+    samplers: Vec<Option<Sampler>>,
+    /// `[n_vocab]` scratch for the draft's probability of its token.
+    probs: Vec<f32>,
+}
+
+impl DraftModel {
+    /// `config.n_ctx` KV positions for all `n_slots` together; runs on `pool`.
+    pub fn new(
+        model: Model,
+        config: ContextConfig,
+        n_slots: usize,
+        pool: Arc<ThreadPool>,
+    ) -> crate::Result<Self> {
+        let n_vocab = model.hparams.n_vocab;
+        Ok(DraftModel {
+            ctx: Context::with_pool(Box::new(model), config, pool)?,
+            seqs: (0..n_slots).map(|_| SeqKv::default()).collect(),
+            seen: vec![Vec::new(); n_slots],
+            samplers: vec![None; n_slots],
+            probs: vec![0.0; n_vocab],
+        })
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.ctx.model
+    }
+
+    /// Rolls slot `slot` back to the common prefix of its KV and `tokens` minus the last
+    /// token, and returns the tokens still to compute (at least the last one).
+    fn sync<'t>(&mut self, slot: usize, tokens: &'t [u32]) -> &'t [u32] {
+        let seen = &mut self.seen[slot];
+        let common = seen
+            .iter()
+            .zip(tokens)
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(tokens.len() - 1);
+        seen.truncate(common);
+        self.ctx.truncate(&mut self.seqs[slot], common);
+        &tokens[common..]
+    }
+
+    /// Picks the draft token from `logits` for `job` and records it in `d` unless the
+    /// draft gives it less than `p_min`. Returns whether drafting for this slot goes on.
+    fn pick(&mut self, job: &DraftJob, logits: &[f32], d: &mut Draft) -> bool {
+        let sampler = self.samplers[job.slot].get_or_insert_with(|| {
+            let mut cfg = job.sampling;
+            cfg.seed ^= 0x5EED_D5AF;
+            Sampler::new(cfg)
+        });
+        let (token, conf) = if job.sampling.temperature > 0.0 {
+            let (t, q) = sampler.sample_with_distribution(logits);
+            let q = q.to_vec();
+            let conf = q.iter().find(|x| x.0 == t).map_or(0.0, |x| x.1);
+            d.q.push(q);
+            (t, conf)
+        } else {
+            let t = argmax(logits);
+            let p = &mut self.probs;
+            p.copy_from_slice(logits);
+            let max = logits[t as usize];
+            kernels::ops::exp_shifted(p, max);
+            let sum: f32 = p.iter().sum();
+            (t, 1.0 / sum)
+        };
+        if conf < job.p_min {
+            d.q.truncate(d.tokens.len());
+            return false;
+        }
+        d.tokens.push(token);
+        d.confidence.push(conf);
+        d.len() < job.n_max
+    }
+}
+
+impl Proposer for DraftModel {
+    fn name(&self) -> &str {
+        "draft-model"
+    }
+
+    fn propose(&mut self, jobs: &[DraftJob], out: &mut [Draft]) -> crate::Result<()> {
+        let mut rows: Vec<(usize, u32)> = Vec::new();
+        let mut last_row: Vec<usize> = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            let todo = self.sync(job.slot, job.tokens);
+            rows.extend(todo.iter().map(|&t| (job.slot, t)));
+            self.seen[job.slot].extend_from_slice(todo);
+            last_row.push(rows.len() - 1);
+        }
+        let mut active: Vec<usize> = Vec::with_capacity(jobs.len());
+        let n_ubatch = self.ctx.config.n_ubatch;
+        let mut logits_of: Vec<Option<Vec<f32>>> = vec![None; jobs.len()];
+        for (c, chunk) in rows.chunks(n_ubatch).enumerate() {
+            let base = c * n_ubatch;
+            let wanted: Vec<usize> = last_row
+                .iter()
+                .filter(|&&r| r >= base && r < base + chunk.len())
+                .map(|&r| r - base)
+                .collect();
+            self.ctx
+                .forward(&mut self.seqs, chunk, &wanted, &mut |r, logits| {
+                    let j = last_row.iter().position(|&l| l == base + r);
+                    if let Some(j) = j {
+                        logits_of[j] = Some(logits.to_vec());
+                    }
+                })?;
+        }
+        for (j, job) in jobs.iter().enumerate() {
+            let logits = logits_of[j].take().expect("every job's last row has logits");
+            if self.pick(job, &logits, &mut out[j]) {
+                active.push(j);
+            }
+        }
+        while !active.is_empty() {
+            let rows: Vec<(usize, u32)> = active
+                .iter()
+                .map(|&j| (jobs[j].slot, *out[j].tokens.last().expect("drafted")))
+                .collect();
+            for &(slot, t) in &rows {
+                self.seen[slot].push(t);
+            }
+            let wanted: Vec<usize> = (0..rows.len()).collect();
+            let mut picked: Vec<Vec<f32>> = Vec::with_capacity(rows.len());
+            self.ctx
+                .forward(&mut self.seqs, &rows, &wanted, &mut |_, logits| {
+                    picked.push(logits.to_vec())
+                })?;
+            let mut still = Vec::with_capacity(active.len());
+            for (&j, logits) in active.iter().zip(&picked) {
+                if self.pick(&jobs[j], logits, &mut out[j]) {
+                    still.push(j);
+                }
+            }
+            active = still;
+        }
+        Ok(())
+    }
+
+    fn release(&mut self, slot: usize) {
+        self.ctx.release(&mut self.seqs[slot]);
+        self.seen[slot].clear();
+        self.samplers[slot] = None;
+    }
+}

@@ -1,0 +1,158 @@
+//! Speculative decoding: drafters behind one [`Proposer`] trait, exact verification, and
+//! the policy that chooses how deep each slot drafts.
+//!
+//! A step for a slot past its prompt computes the token sampled last plus the draft
+//! tokens: rows `[t, d1, .., dk]` at positions `p..=p+k`. Row `i`'s logits verify `d(i+1)`;
+//! the first rejected draft is replaced by the verifier's own token, and when all `k` are
+//! accepted row `k` gives a bonus token. The KV of rows past the first rejection is rolled
+//! back. Because every kernel is batch-invariant, at temperature 0 the text is
+//! byte-identical to plain decoding.
+
+mod draft_model;
+mod ngram;
+pub mod policy;
+mod scripted;
+pub mod verify;
+
+pub use draft_model::DraftModel;
+pub use ngram::Ngram;
+pub use policy::{CostCurve, Policy, PolicyKind};
+pub use scripted::Scripted;
+
+use std::sync::Arc;
+
+use kernels::ThreadPool;
+use model::Model;
+
+use crate::{ContextConfig, Result, SamplerConfig};
+
+/// One slot's request for drafts in this step.
+#[derive(Debug, Clone, Copy)]
+pub struct DraftJob<'a> {
+    pub slot: usize,
+    /// The sequence so far: prompt, accepted output, and last the token sampled most
+    /// recently (not yet computed by the target).
+    pub tokens: &'a [u32],
+    /// Draft at most this many tokens (at least 1).
+    pub n_max: usize,
+    /// The request's sampler chain; a drafter that samples gives its final distribution.
+    pub sampling: SamplerConfig,
+    /// Stop drafting after a token whose draft probability is below this.
+    pub p_min: f32,
+}
+
+/// Tokens proposed for one slot, with what verification needs to know about each.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Draft {
+    pub tokens: Vec<u32>,
+    /// The drafter's final distribution for each token, as `(token, probability)`; empty
+    /// when the drafter is deterministic (a one-hot distribution on the token).
+    pub q: Vec<Vec<(u32, f32)>>,
+    /// The drafter's probability of each token (1 for a deterministic drafter).
+    pub confidence: Vec<f32>,
+}
+
+impl Draft {
+    pub fn clear(&mut self) {
+        self.tokens.clear();
+        self.q.clear();
+        self.confidence.clear();
+    }
+
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// Keeps the first `n` tokens.
+    pub fn truncate(&mut self, n: usize) {
+        self.tokens.truncate(n);
+        self.q.truncate(n);
+        self.confidence.truncate(n);
+    }
+
+    /// The drafter's distribution for token `i`: `None` for one-hot.
+    pub fn q(&self, i: usize) -> Option<&[(u32, f32)]> {
+        self.q.get(i).map(Vec::as_slice).filter(|q| !q.is_empty())
+    }
+}
+
+/// A source of draft tokens. The engine calls it once per step for all drafting slots
+/// and never asks which kind of drafter it is.
+///
+/// Contract: `propose` fills `out[i]` (cleared by the caller) with at most `jobs[i].n_max`
+/// tokens for `jobs[i]`; it may give fewer, or none. A drafter that keeps per-slot state
+/// (a KV cache) finds its place by comparing `jobs[i].tokens` with what it has seen, so
+/// rejected drafts need no separate rollback call; `release` forgets a slot whose sequence
+/// ended.
+pub trait Proposer: Send {
+    /// A short name for logs and metrics.
+    fn name(&self) -> &str;
+    fn propose(&mut self, jobs: &[DraftJob], out: &mut [Draft]) -> Result<()>;
+    fn release(&mut self, slot: usize);
+}
+
+/// Speculation settings of an engine.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SpecConfig {
+    /// Draft at most this many tokens per slot and step (--spec-draft-n-max).
+    pub n_max: usize,
+    /// Draft at least this many whenever drafting (--spec-draft-n-min).
+    pub n_min: usize,
+    /// Stop a draft at a token the drafter gives less than this probability.
+    pub p_min: f32,
+    pub policy: PolicyKind,
+}
+
+impl Default for SpecConfig {
+    fn default() -> Self {
+        SpecConfig {
+            n_max: 8,
+            n_min: 0,
+            p_min: 0.0,
+            policy: PolicyKind::Adaptive,
+        }
+    }
+}
+
+/// What a drafter is built with, inside the engine at start.
+pub struct ProposerEnv {
+    /// The engine's threads (a drafter runs on them between target forwards).
+    pub pool: Arc<ThreadPool>,
+    /// The target's context sizes: a draft model's KV pool holds as many positions.
+    pub context: ContextConfig,
+    pub n_slots: usize,
+}
+
+/// Builds the drafter once the engine's threads exist.
+pub type MakeProposer = Box<dyn FnOnce(&ProposerEnv) -> Result<Box<dyn Proposer>> + Send>;
+
+/// A drafter with its settings, handed to the engine at start.
+pub struct Speculation {
+    pub make: MakeProposer,
+    pub config: SpecConfig,
+}
+
+impl Speculation {
+    /// A draft model of the target's vocabulary (the caller checks the vocabularies).
+    pub fn draft_model(model: Model, config: SpecConfig) -> Self {
+        Speculation {
+            make: Box::new(move |env: &ProposerEnv| {
+                let p = DraftModel::new(model, env.context, env.n_slots, env.pool.clone())?;
+                Ok(Box::new(p) as Box<dyn Proposer>)
+            }),
+            config,
+        }
+    }
+
+    /// Any drafter built without the engine's threads (n-gram, scripted).
+    pub fn with(proposer: impl Proposer + 'static, config: SpecConfig) -> Self {
+        Speculation {
+            make: Box::new(move |_: &ProposerEnv| Ok(Box::new(proposer) as Box<dyn Proposer>)),
+            config,
+        }
+    }
+}
