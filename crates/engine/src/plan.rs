@@ -33,6 +33,15 @@ impl MemoryPlan {
         }
     }
 
+    /// This plan and `other` (a draft model's) together.
+    pub fn with(self, other: &MemoryPlan) -> MemoryPlan {
+        MemoryPlan {
+            weights: self.weights + other.weights,
+            kv: self.kv + other.kv,
+            scratch: self.scratch + other.scratch,
+        }
+    }
+
     pub fn total(&self) -> u64 {
         self.weights + self.kv + self.scratch
     }

@@ -26,6 +26,8 @@ pub enum Error {
         limit_mib: f64,
         source_of_limit: &'static str,
     },
+    #[error("the draft model {path} cannot draft for this model: {why}")]
+    DraftVocab { path: String, why: String },
     #[error("server: {0}")]
     Io(#[from] std::io::Error),
 }

@@ -195,19 +195,19 @@ pub async fn metrics(State(s): State<Shared>) -> Result<Response, ApiError> {
             "vllm:spec_decode_num_drafts",
             "counter",
             "Number of spec decoding drafts.",
-            0.0,
+            c.spec_drafts_total as f64,
         ),
         (
             "vllm:spec_decode_num_draft_tokens",
             "counter",
             "Number of draft tokens.",
-            0.0,
+            c.spec_draft_tokens_total as f64,
         ),
         (
             "vllm:spec_decode_num_accepted_tokens",
             "counter",
             "Number of accepted tokens.",
-            0.0,
+            c.spec_accepted_tokens_total as f64,
         ),
     ];
     let mut out = String::new();
@@ -215,6 +215,26 @@ pub async fn metrics(State(s): State<Shared>) -> Result<Response, ApiError> {
         let _ = writeln!(
             out,
             "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP vllm:spec_decode_num_accepted_tokens_per_pos Accepted tokens per draft position.\n# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter"
+    );
+    for (pos, n) in c.spec_accepted_per_pos.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "vllm:spec_decode_num_accepted_tokens_per_pos{{position=\"{pos}\"}} {n}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP tandem:spec_depth_chosen_total Slot-steps for which the policy chose each draft depth.\n# TYPE tandem:spec_depth_chosen_total counter"
+    );
+    for (depth, n) in c.spec_depth_chosen.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "tandem:spec_depth_chosen_total{{depth=\"{depth}\"}} {n}"
         );
     }
     let _ = writeln!(

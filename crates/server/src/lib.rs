@@ -24,7 +24,7 @@ use axum::routing::{get, post};
 use axum::Router;
 
 pub use error::{ApiError, Error};
-pub use state::{Defaults, Reasoning, ServerConfig};
+pub use state::{Defaults, Drafter, Reasoning, ServerConfig, SpecSettings};
 
 pub use state::AppState;
 use state::{Ready, Shared};

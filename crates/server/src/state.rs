@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
+use engine::speculative::{Ngram, SpecConfig, Speculation};
 use engine::{EngineConfig, EngineHandle, MemoryPlan, SamplerConfig};
 use model::{Model, Repack};
 use text::{ChatTemplate, Tokenizer};
@@ -30,6 +31,22 @@ pub enum Reasoning {
     Auto,
 }
 
+/// Where draft tokens come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Drafter {
+    /// A smaller model with the same vocabulary (-md).
+    Model(PathBuf),
+    /// Prompt lookup over the request's own tokens.
+    Ngram,
+}
+
+/// Speculative decoding as configured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpecSettings {
+    pub drafter: Drafter,
+    pub config: SpecConfig,
+}
+
 /// Everything `tandem serve` was told.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -52,6 +69,7 @@ pub struct ServerConfig {
     pub mem_limit: Option<u64>,
     /// Largest request body accepted.
     pub body_limit: usize,
+    pub speculation: Option<SpecSettings>,
 }
 
 /// What exists once the model is loaded.
@@ -156,7 +174,23 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         ecfg.n_ctx = hp.n_ctx_train;
     }
     ecfg.validate()?;
-    let plan = MemoryPlan::new(&model, &ecfg.context_config());
+    let (spec, draft_plan) = match &config.speculation {
+        None => (None, None),
+        Some(s) => match &s.drafter {
+            Drafter::Ngram => (Some(Speculation::with(Ngram::default(), s.config)), None),
+            Drafter::Model(path) => {
+                let draft = Model::load(path)?;
+                check_draft_vocab(&tok, &draft, path)?;
+                let plan = MemoryPlan::new(&draft, &ecfg.context_config());
+                (Some(Speculation::draft_model(draft, s.config)), Some(plan))
+            }
+        },
+    };
+    let mut plan = MemoryPlan::new(&model, &ecfg.context_config());
+    if let Some(d) = draft_plan {
+        eprintln!("draft model memory plan: {d}");
+        plan = plan.with(&d);
+    }
     let (limit, source_of_limit) = match config.mem_limit {
         Some(l) => (Some(l), "--mem-limit"),
         None => (available_memory(), "memory available"),
@@ -189,7 +223,7 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         .map(|t| t.n_elements())
         .sum();
     let (n_ctx_train, n_vocab, model_bytes) = (hp.n_ctx_train, hp.n_vocab, model.weight_bytes());
-    let engine = engine::start(model, tok.clone(), ecfg)?;
+    let engine = engine::start(model, tok.clone(), ecfg, spec)?;
     Ok(Ready {
         engine,
         tok,
@@ -204,4 +238,43 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         model_bytes,
         plan,
     })
+}
+
+/// A draft model must tokenize exactly like the target: same vocabulary, same pieces, same
+/// end-of-generation tokens.
+fn check_draft_vocab(tok: &Tokenizer, draft: &Model, path: &std::path::Path) -> Result<(), Error> {
+    let dtok = Tokenizer::from_gguf(&draft.file.header.metadata)?;
+    let bad = |why: String| Error::DraftVocab {
+        path: path.display().to_string(),
+        why,
+    };
+    if dtok.n_vocab() != tok.n_vocab() {
+        return Err(bad(format!(
+            "its vocabulary has {} tokens, the model's {}",
+            dtok.n_vocab(),
+            tok.n_vocab()
+        )));
+    }
+    if let Some(id) = (0..tok.n_vocab() as u32).find(|&i| dtok.token_to_piece(i) != tok.token_to_piece(i)) {
+        return Err(bad(format!(
+            "token {id} is {:?} in the draft and {:?} in the model",
+            String::from_utf8_lossy(dtok.token_to_piece(id)),
+            String::from_utf8_lossy(tok.token_to_piece(id))
+        )));
+    }
+    if dtok.eog_ids() != tok.eog_ids() {
+        return Err(bad(format!(
+            "its end tokens {:?} differ from the model's {:?}",
+            dtok.eog_ids(),
+            tok.eog_ids()
+        )));
+    }
+    if draft.hparams.n_vocab != tok.n_vocab() {
+        return Err(bad(format!(
+            "its output head has {} rows for a vocabulary of {}",
+            draft.hparams.n_vocab,
+            tok.n_vocab()
+        )));
+    }
+    Ok(())
 }

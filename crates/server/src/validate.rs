@@ -1,7 +1,7 @@
 //! The edge: raw JSON bodies become valid requests, or a 400 that names the field.
 
 use axum::body::Bytes;
-use engine::{GenRequest, SamplerConfig};
+use engine::{DraftLimits, GenRequest, SamplerConfig};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -118,6 +118,34 @@ pub struct RawRequest {
     pub echo: Option<bool>,
     pub tools: Option<Value>,
     pub chat_template_kwargs: Option<Map<String, Value>>,
+    /// llama-server's flat keys for per-request draft bounds.
+    #[serde(rename = "speculative.n_max")]
+    pub speculative_n_max: Option<i64>,
+    #[serde(rename = "speculative.n_min")]
+    pub speculative_n_min: Option<i64>,
+    /// The same bounds as an object: `{"n_max": .., "n_min": ..}`.
+    pub speculative: Option<RawSpeculative>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawSpeculative {
+    pub n_max: Option<i64>,
+    pub n_min: Option<i64>,
+}
+
+/// Largest per-request draft bound accepted.
+const MAX_DRAFT: i64 = 256;
+
+fn draft_bound(name: &str, v: Option<i64>) -> Result<Option<usize>, ApiError> {
+    match v {
+        None => Ok(None),
+        Some(n) if (0..=MAX_DRAFT).contains(&n) => Ok(Some(n as usize)),
+        Some(n) => Err(ApiError::invalid(
+            name,
+            format!("{name} must be between 0 and {MAX_DRAFT}, got {n}"),
+        )),
+    }
 }
 
 /// Which route a request came through: it decides defaults and field names.
@@ -391,6 +419,17 @@ impl RawRequest {
                 ),
             ));
         }
+        let nested = self.speculative.unwrap_or_default();
+        let draft = DraftLimits {
+            n_max: draft_bound(
+                "speculative.n_max",
+                self.speculative_n_max.or(nested.n_max),
+            )?,
+            n_min: draft_bound(
+                "speculative.n_min",
+                self.speculative_n_min.or(nested.n_min),
+            )?,
+        };
         Ok(ValidGen {
             req: GenRequest {
                 prompt,
@@ -400,6 +439,7 @@ impl RawRequest {
                 ignore_eos: self.ignore_eos.unwrap_or(false),
                 logprobs: logprobs.map(|l| l.n_top),
                 cache_prompt: self.cache_prompt.unwrap_or(true),
+                draft,
             },
             stream: self.stream.unwrap_or(false),
             include_usage: self.stream_options.is_some_and(|o| o.include_usage),

@@ -39,6 +39,7 @@ fn loading_server(api_keys: &[&str]) -> axum::Router {
         slots: true,
         mem_limit: None,
         body_limit: 1024,
+        speculation: None,
     };
     server::router(Arc::new(AppState::new(config)))
 }

@@ -6,6 +6,7 @@ use clap::Args;
 use gguf::GgmlType;
 
 use crate::cli::{parse_kv_type, ModelArgs};
+use crate::pull;
 use crate::CliError;
 
 /// llama-server's flags. Flags that do nothing on this backend are accepted and named in
@@ -14,7 +15,8 @@ use crate::CliError;
 pub struct ServeArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Draft model for speculative decoding (-md).
+    /// Draft model for speculative decoding (-md): a path or a `tandem pull` name, with
+    /// the same vocabulary as the model.
     #[arg(long = "model-draft")]
     pub model_draft: Option<String>,
     /// Slots: requests generated at once (-np).
@@ -99,14 +101,23 @@ pub struct ServeArgs {
     pub mlock: bool,
     #[arg(long = "no-mmap")]
     pub no_mmap: bool,
+    /// Drafter without a draft model: `ngram` (prompt lookup over the request's tokens;
+    /// llama.cpp's ngram-* names are taken as this).
     #[arg(long = "spec-type")]
     pub spec_type: Option<String>,
-    #[arg(long = "spec-draft-n-max")]
+    /// Draft tokens per slot and step, at most.
+    #[arg(long = "spec-draft-n-max", alias = "draft-max", alias = "draft")]
     pub spec_draft_n_max: Option<usize>,
-    #[arg(long = "spec-draft-n-min")]
+    /// Drafts shorter than this are not verified.
+    #[arg(long = "spec-draft-n-min", alias = "draft-min")]
     pub spec_draft_n_min: Option<usize>,
-    #[arg(long = "spec-draft-p-min")]
+    /// Stop a draft at a token the draft model gives less than this probability.
+    #[arg(long = "spec-draft-p-min", alias = "draft-p-min")]
     pub spec_draft_p_min: Option<f32>,
+    /// `adaptive`: draft as deep as the measured costs and acceptance say pays, per slot
+    /// and step; `fixed`: always --spec-draft-n-max, as llama.cpp does.
+    #[arg(long = "spec-policy", value_parser = ["adaptive", "fixed"], default_value = "adaptive")]
+    pub spec_policy: String,
     /// Refuse to start when the memory plan exceeds this (e.g. 8G, 512M); default: the
     /// memory available.
     #[arg(long = "mem-limit", value_parser = parse_bytes)]
@@ -171,15 +182,12 @@ impl ServeArgs {
             "-tb: this backend uses the -t threads for prompts and generation alike",
         );
         say(
-            self.model_draft.is_some(),
-            "-md: speculative decoding is not available yet; the draft model is not loaded",
-        );
-        say(
-            self.spec_type.is_some()
-                || self.spec_draft_n_max.is_some()
-                || self.spec_draft_n_min.is_some()
-                || self.spec_draft_p_min.is_some(),
-            "--spec-*: speculative decoding is not available yet; these flags do nothing",
+            self.model_draft.is_none()
+                && self.spec_type.is_none()
+                && (self.spec_draft_n_max.is_some()
+                    || self.spec_draft_n_min.is_some()
+                    || self.spec_draft_p_min.is_some()),
+            "--spec-draft-*: no drafter is set (-md or --spec-type ngram); these flags do nothing",
         );
         w
     }
@@ -209,6 +217,7 @@ impl ServeArgs {
         };
         let ctx = self.model.context_config();
         let model_path = self.model.path()?;
+        let speculation = self.speculation()?;
         Ok(server::ServerConfig {
             model_path,
             alias: self.alias,
@@ -246,7 +255,50 @@ impl ServeArgs {
             slots: !self.no_slots,
             mem_limit: self.mem_limit,
             body_limit: self.body_limit,
+            speculation,
         })
+    }
+
+    fn speculation(&self) -> Result<Option<server::SpecSettings>, CliError> {
+        let drafter = match (&self.model_draft, self.spec_type.as_deref()) {
+            (None, None | Some("none")) => return Ok(None),
+            (Some(_), Some(t)) if t != "draft" => {
+                return Err(CliError::Usage(format!(
+                    "-md and --spec-type {t} both name a drafter; give one"
+                )))
+            }
+            (Some(m), _) => server::Drafter::Model(pull::resolve(m, self.model.cache.dir.as_deref())?),
+            (None, Some(t)) if t == "ngram" || t.starts_with("ngram-") => server::Drafter::Ngram,
+            (None, Some(t)) => {
+                return Err(CliError::Usage(format!(
+                    "--spec-type {t}: this server drafts with -md MODEL or --spec-type ngram"
+                )))
+            }
+        };
+        let d = engine::speculative::SpecConfig::default();
+        let config = engine::speculative::SpecConfig {
+            n_max: self.spec_draft_n_max.unwrap_or(d.n_max),
+            n_min: self.spec_draft_n_min.unwrap_or(d.n_min),
+            p_min: self.spec_draft_p_min.unwrap_or(d.p_min),
+            policy: if self.spec_policy == "fixed" {
+                engine::speculative::PolicyKind::Fixed
+            } else {
+                engine::speculative::PolicyKind::Adaptive
+            },
+        };
+        if config.n_max == 0 || config.n_max > 64 {
+            return Err(CliError::Usage(format!(
+                "--spec-draft-n-max {} must be between 1 and 64",
+                config.n_max
+            )));
+        }
+        if !(0.0..=1.0).contains(&config.p_min) {
+            return Err(CliError::Usage(format!(
+                "--spec-draft-p-min {} must be between 0 and 1",
+                config.p_min
+            )));
+        }
+        Ok(Some(server::SpecSettings { drafter, config }))
     }
 }
 

@@ -18,7 +18,7 @@ use crate::Result;
 
 /// Row counts at which a target forward is timed at start.
 const TARGET_POINTS: [usize; 14] = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64];
-/// Draft steps timed per calibration call.
+/// Draft steps per calibration call (the fastest one counts).
 const CALIBRATION_DEPTH: usize = 4;
 
 /// A drafter, its settings and the policy's state.
@@ -134,8 +134,8 @@ impl Engine {
             })
             .collect();
         let mut out = vec![Draft::default(); jobs.len()];
-        let t0 = Instant::now();
-        let result = spec.proposer.propose(&jobs, &mut out);
+        let mut steps = Vec::new();
+        let result = spec.proposer.propose(&jobs, &mut out, &mut steps);
         drop(jobs);
         if let Err(e) = result {
             if !std::mem::replace(&mut spec.warned, true) {
@@ -146,10 +146,8 @@ impl Engine {
             }
             return;
         }
-        let deepest = out.iter().map(Draft::len).max().unwrap_or(0);
-        if deepest > 0 {
-            let per_step = t0.elapsed() / deepest as u32;
-            spec.policy.draft.observe(chosen.len(), per_step);
+        for (rows, took) in steps {
+            spec.policy.draft.observe(rows, took);
         }
         for ((c, _), d) in chosen.into_iter().zip(out) {
             if d.len() >= c.n_min.max(1) {
@@ -192,6 +190,19 @@ impl Engine {
         let spec = self.spec.as_mut().expect("checked above");
         spec.policy.target = CostCurve::from_points(&target, max_rows);
         spec.policy.draft = CostCurve::from_points(&draft, n_slots);
+        let ms = |pts: &[(usize, f64)]| {
+            pts.iter()
+                .map(|(r, t)| format!("{r}:{:.1}", t * 1e3))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        eprintln!(
+            "speculation ({}, {:?} policy): target forward ms by rows {}; draft step ms by slots {}",
+            spec.proposer.name(),
+            spec.policy.kind,
+            ms(&target),
+            ms(&draft)
+        );
     }
 
     /// One target forward of `rows` rows of a scratch sequence, output head included.
@@ -231,7 +242,8 @@ impl Engine {
         Some(took)
     }
 
-    /// One draft step over `m` slots: the mean of `CALIBRATION_DEPTH` steps.
+    /// One draft step over `m` slots: the fastest of `CALIBRATION_DEPTH` (`None` for a
+    /// drafter that reports no steps, whose cost the policy then takes as nothing).
     fn time_draft(&mut self, m: usize) -> Option<Duration> {
         let spec = self.spec.as_mut()?;
         let tokens: Vec<Vec<u32>> = (0..m).map(|s| vec![(s % 3) as u32]).collect();
@@ -247,12 +259,11 @@ impl Engine {
             })
             .collect();
         let mut out = vec![Draft::default(); m];
-        let t0 = Instant::now();
-        spec.proposer.propose(&jobs, &mut out).ok()?;
-        let took = t0.elapsed() / CALIBRATION_DEPTH as u32;
+        let mut steps = Vec::new();
+        spec.proposer.propose(&jobs, &mut out, &mut steps).ok()?;
         for slot in 0..m {
             spec.proposer.release(slot);
         }
-        Some(took)
+        steps.into_iter().map(|s| s.1).min()
     }
 }

@@ -1,6 +1,7 @@
 //! A smaller model of the same vocabulary drafts autoregressively.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use kernels::ThreadPool;
 use kv::SeqKv;
@@ -104,7 +105,12 @@ impl Proposer for DraftModel {
         "draft-model"
     }
 
-    fn propose(&mut self, jobs: &[DraftJob], out: &mut [Draft]) -> crate::Result<()> {
+    fn propose(
+        &mut self,
+        jobs: &[DraftJob],
+        out: &mut [Draft],
+        steps: &mut Vec<(usize, Duration)>,
+    ) -> crate::Result<()> {
         let mut rows: Vec<(usize, u32)> = Vec::new();
         let mut last_row: Vec<usize> = Vec::with_capacity(jobs.len());
         for job in jobs {
@@ -116,6 +122,7 @@ impl Proposer for DraftModel {
         let mut active: Vec<usize> = Vec::with_capacity(jobs.len());
         let n_ubatch = self.ctx.config.n_ubatch;
         let mut logits_of: Vec<Option<Vec<f32>>> = vec![None; jobs.len()];
+        let t0 = Instant::now();
         for (c, chunk) in rows.chunks(n_ubatch).enumerate() {
             let base = c * n_ubatch;
             let wanted: Vec<usize> = last_row
@@ -130,6 +137,9 @@ impl Proposer for DraftModel {
                         logits_of[j] = Some(logits.to_vec());
                     }
                 })?;
+        }
+        if rows.len() == jobs.len() {
+            steps.push((rows.len(), t0.elapsed()));
         }
         for (j, job) in jobs.iter().enumerate() {
             let logits = logits_of[j].take().expect("every job's last row has logits");
@@ -147,10 +157,12 @@ impl Proposer for DraftModel {
             }
             let wanted: Vec<usize> = (0..rows.len()).collect();
             let mut picked: Vec<Vec<f32>> = Vec::with_capacity(rows.len());
+            let t0 = Instant::now();
             self.ctx
                 .forward(&mut self.seqs, &rows, &wanted, &mut |_, logits| {
                     picked.push(logits.to_vec())
                 })?;
+            steps.push((rows.len(), t0.elapsed()));
             let mut still = Vec::with_capacity(active.len());
             for (&j, logits) in active.iter().zip(&picked) {
                 if self.pick(&jobs[j], logits, &mut out[j]) {

@@ -20,6 +20,7 @@ pub use policy::{CostCurve, Policy, PolicyKind};
 pub use scripted::Scripted;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use kernels::ThreadPool;
 use model::Model;
@@ -87,11 +88,18 @@ impl Draft {
 /// tokens for `jobs[i]`; it may give fewer, or none. A drafter that keeps per-slot state
 /// (a KV cache) finds its place by comparing `jobs[i].tokens` with what it has seen, so
 /// rejected drafts need no separate rollback call; `release` forgets a slot whose sequence
-/// ended.
+/// ended. A drafter that runs forwards reports in `steps` the `(slots, time)` of each
+/// forward that computed exactly one row per drafting slot, so that the policy learns what
+/// a draft step costs apart from catching up on tokens the drafter had not seen.
 pub trait Proposer: Send {
     /// A short name for logs and metrics.
     fn name(&self) -> &str;
-    fn propose(&mut self, jobs: &[DraftJob], out: &mut [Draft]) -> Result<()>;
+    fn propose(
+        &mut self,
+        jobs: &[DraftJob],
+        out: &mut [Draft],
+        steps: &mut Vec<(usize, Duration)>,
+    ) -> Result<()>;
     fn release(&mut self, slot: usize);
 }
 

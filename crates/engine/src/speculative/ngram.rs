@@ -42,7 +42,12 @@ impl Proposer for Ngram {
         "ngram"
     }
 
-    fn propose(&mut self, jobs: &[DraftJob], out: &mut [Draft]) -> crate::Result<()> {
+    fn propose(
+        &mut self,
+        jobs: &[DraftJob],
+        out: &mut [Draft],
+        _steps: &mut Vec<(usize, std::time::Duration)>,
+    ) -> crate::Result<()> {
         for (job, d) in jobs.iter().zip(out) {
             let found = self.lookup(job.tokens, job.n_max);
             d.tokens.extend_from_slice(found);

@@ -17,7 +17,12 @@ impl Proposer for Scripted {
         "scripted"
     }
 
-    fn propose(&mut self, jobs: &[DraftJob], out: &mut [Draft]) -> crate::Result<()> {
+    fn propose(
+        &mut self,
+        jobs: &[DraftJob],
+        out: &mut [Draft],
+        _steps: &mut Vec<(usize, std::time::Duration)>,
+    ) -> crate::Result<()> {
         for (job, d) in jobs.iter().zip(out) {
             let len = job.tokens.len();
             let Some(script) = self.scripts.iter().find(|s| s.starts_with(job.tokens)) else {
