@@ -8,6 +8,7 @@
 pub mod arch;
 mod error;
 mod forward;
+mod head;
 mod hparams;
 mod layers;
 mod weights;
@@ -20,6 +21,7 @@ use kernels::{Precision, ThreadPool};
 pub use arch::{Arch, ArchSpec};
 pub use error::{Error, Result};
 pub use forward::{Batch, Row, Scratch};
+pub use head::SubsetHead;
 pub use hparams::HParams;
 pub use weights::{LayerWeights, Progress, Repack, Weight, Weights};
 
@@ -28,6 +30,8 @@ pub struct Model {
     pub file: GgufFile,
     pub hparams: HParams,
     pub weights: Weights,
+    /// The output head restricted to part of the vocabulary ([`Model::restrict_head`]).
+    pub head: Option<SubsetHead>,
 }
 
 impl Model {
@@ -54,6 +58,7 @@ impl Model {
             file,
             hparams,
             weights,
+            head: None,
         })
     }
 
@@ -64,7 +69,8 @@ impl Model {
         let file: u64 = self.file.header.tensors.iter().map(|t| t.n_bytes).sum();
         let tied = self.file.header.tensor("output.weight").is_none();
         let matrices = self.weights.matrices();
-        matrices.iter().enumerate().fold(file, |total, (i, m)| {
+        let head = self.head.as_ref().map_or(0, |h| h.bytes() as u64);
+        matrices.iter().enumerate().fold(file + head, |total, (i, m)| {
             let own = if i == 0 && tied { 0 } else { m.range.len() };
             total + m.planned_bytes() as u64 - own as u64
         })
@@ -101,7 +107,7 @@ impl Model {
         precision: Precision,
         on_logits: &mut dyn FnMut(usize, &mut [f32]),
     ) {
-        let (e, nv) = (self.hparams.n_embd, self.hparams.n_vocab);
+        let (e, nv) = (self.hparams.n_embd, self.n_logits());
         let group_rows = (picked.len() / e).min(logits.len() / nv).max(1);
         for (gi, group) in rows.chunks(group_rows).enumerate() {
             for (j, &r) in group.iter().enumerate() {
@@ -115,7 +121,7 @@ impl Model {
         }
     }
 
-    /// Final norm and output head: `logits` (`[n, n_vocab]`) for `hidden` (`[n, n_embd]`).
+    /// Final norm and output head: `logits` (`[n, n_logits]`) for `hidden` (`[n, n_embd]`).
     /// `hidden` is normalized in place.
     pub fn output(
         &self,
@@ -128,12 +134,10 @@ impl Model {
         for row in hidden.chunks_exact_mut(hp.n_embd) {
             kernels::ops::rms_norm_inplace(row, &self.weights.output_norm, hp.rms_eps);
         }
-        kernels::matmul(
-            pool,
-            &self.weights.output.view(&self.file),
-            hidden,
-            logits,
-            precision,
-        );
+        let head = match &self.head {
+            Some(h) => h.view(),
+            None => self.weights.output.view(&self.file),
+        };
+        kernels::matmul(pool, &head, hidden, logits, precision);
     }
 }

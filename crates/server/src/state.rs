@@ -45,6 +45,8 @@ pub enum Drafter {
 pub struct SpecSettings {
     pub drafter: Drafter,
     pub config: SpecConfig,
+    /// Tokens a draft model's output head keeps (0: the whole vocabulary).
+    pub draft_vocab: usize,
 }
 
 /// Everything `tandem serve` was told.
@@ -179,8 +181,12 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         Some(s) => match &s.drafter {
             Drafter::Ngram => (Some(Speculation::with(Ngram::default(), s.config)), None),
             Drafter::Model(path) => {
-                let draft = Model::load(path)?;
+                let mut draft = Model::load(path)?;
                 check_draft_vocab(&tok, &draft, path)?;
+                if s.draft_vocab > 0 && s.draft_vocab < tok.n_vocab() {
+                    let ids = engine::speculative::vocab::load_or_choose(&tok, path, s.draft_vocab);
+                    draft.restrict_head(&ids)?;
+                }
                 let plan = MemoryPlan::new(&draft, &ecfg.context_config());
                 (Some(Speculation::draft_model(draft, s.config)), Some(plan))
             }

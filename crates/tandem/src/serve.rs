@@ -118,6 +118,10 @@ pub struct ServeArgs {
     /// and step; `fixed`: always --spec-draft-n-max, as llama.cpp does.
     #[arg(long = "spec-policy", value_parser = ["adaptive", "fixed"], default_value = "adaptive")]
     pub spec_policy: String,
+    /// Tokens the draft model's output head keeps, the most frequent ones (chosen once,
+    /// stored beside the draft model); 0: the whole vocabulary. Output stays exact.
+    #[arg(long = "spec-draft-vocab", default_value_t = 32768)]
+    pub spec_draft_vocab: usize,
     /// Refuse to start when the memory plan exceeds this (e.g. 8G, 512M); default: the
     /// memory available.
     #[arg(long = "mem-limit", value_parser = parse_bytes)]
@@ -298,7 +302,11 @@ impl ServeArgs {
                 config.p_min
             )));
         }
-        Ok(Some(server::SpecSettings { drafter, config }))
+        Ok(Some(server::SpecSettings {
+            drafter,
+            config,
+            draft_vocab: self.spec_draft_vocab,
+        }))
     }
 }
 

@@ -11,7 +11,8 @@ use super::{Draft, DraftJob, Proposer};
 use crate::sampling::argmax;
 use crate::{Context, ContextConfig, Sampler};
 
-/// A draft model with a KV sequence per slot, planned once like the target's.
+/// A draft model with a KV sequence per slot, planned once like the target's. Its output
+/// head may be restricted to part of the vocabulary ([`Model::restrict_head`]).
 ///
 /// Each call first brings every slot's draft KV up to the sequence: it keeps the longest
 /// common prefix of what it computed before and the sequence (so a rejected draft is
@@ -75,20 +76,19 @@ impl DraftModel {
             cfg.seed ^= 0x5EED_D5AF;
             Sampler::new(cfg)
         });
+        let model = &self.ctx.model;
         let (token, conf) = if job.sampling.temperature > 0.0 {
-            let (t, q) = sampler.sample_with_distribution(logits);
-            let q = q.to_vec();
-            let conf = q.iter().find(|x| x.0 == t).map_or(0.0, |x| x.1);
-            d.q.push(q);
-            (t, conf)
+            let (i, q) = sampler.sample_with_distribution(logits);
+            let conf = q.iter().find(|x| x.0 == i).map_or(0.0, |x| x.1);
+            d.q.push(q.iter().map(|&(j, p)| (model.logit_token(j), p)).collect());
+            (model.logit_token(i), conf)
         } else {
-            let t = argmax(logits);
-            let p = &mut self.probs;
+            let i = argmax(logits);
+            let p = &mut self.probs[..logits.len()];
             p.copy_from_slice(logits);
-            let max = logits[t as usize];
-            kernels::ops::exp_shifted(p, max);
+            kernels::ops::exp_shifted(p, logits[i as usize]);
             let sum: f32 = p.iter().sum();
-            (t, 1.0 / sum)
+            (model.logit_token(i), 1.0 / sum)
         };
         if conf < job.p_min {
             d.q.truncate(d.tokens.len());

@@ -13,6 +13,7 @@ mod ngram;
 pub mod policy;
 mod scripted;
 pub mod verify;
+pub mod vocab;
 
 pub use draft_model::DraftModel;
 pub use ngram::Ngram;
