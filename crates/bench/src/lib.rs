@@ -2,6 +2,7 @@
 
 pub mod model_bench;
 pub mod peer;
+pub mod spec_bench;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -21,6 +21,46 @@ pub struct BenchArgs {
 pub enum BenchCommand {
     /// Prompt and generation speed, batched decode and verify cost of one model.
     Model(ModelBenchArgs),
+    /// Speculative decoding served: tandem plain, adaptive and fixed drafting, and
+    /// llama-server without and with the same draft model, one server at a time.
+    Spec(SpecBenchArgs),
+}
+
+#[derive(Args)]
+pub struct SpecBenchArgs {
+    /// Target model (a path or a `tandem pull` name).
+    #[arg(short = 'm', long = "model")]
+    pub model: String,
+    /// Draft model.
+    #[arg(long = "model-draft")]
+    pub model_draft: String,
+    #[arg(short = 't', long = "threads", default_value_t = 2)]
+    pub threads: usize,
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 8192)]
+    pub ctx_size: usize,
+    /// Slots of every server.
+    #[arg(long = "parallel", default_value_t = 8)]
+    pub parallel: usize,
+    /// Tokens per answer.
+    #[arg(short = 'n', long = "n-predict", default_value_t = 256)]
+    pub n_predict: usize,
+    /// Users at once for the total-throughput runs.
+    #[arg(long, value_delimiter = ',', default_value = "4,8")]
+    pub users: Vec<usize>,
+    /// Draft length of the fixed arms (tandem --spec-policy fixed, llama-server --draft-max).
+    #[arg(long = "draft-max", default_value_t = 8)]
+    pub draft_max: usize,
+    /// llama.cpp's llama-server binary, for its arms.
+    #[arg(long)]
+    pub peer_llama_server: Option<PathBuf>,
+    #[arg(long, default_value_t = 8391)]
+    pub port: u16,
+    /// Where each server's log goes.
+    #[arg(long, default_value = "/tmp/tandem-bench-spec")]
+    pub log_dir: PathBuf,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args)]
@@ -65,7 +105,82 @@ struct Output {
 pub fn execute(a: BenchArgs) -> Result<(), CliError> {
     match a.command {
         BenchCommand::Model(m) => model(m),
+        BenchCommand::Spec(s) => spec(s),
     }
+}
+
+/// The two prompts of the published llama.cpp run.
+const SPEC_PROMPTS: [(&str, &str); 2] = [
+    ("code", "Write a Python function that parses an ISO-8601 date string into a datetime, with tests"),
+    ("prose", "Write a short essay on the history of the printing press"),
+];
+
+fn spec(a: SpecBenchArgs) -> Result<(), CliError> {
+    use bench::spec_bench::{self, Arm, SpecBenchConfig};
+    let target = crate::pull::resolve(&a.model, None)?;
+    let draft = crate::pull::resolve(&a.model_draft, None)?;
+    let exe = std::env::current_exe().map_err(|e| CliError::Usage(e.to_string()))?;
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
+    let (t, c, np, n) = (
+        a.threads.to_string(),
+        a.ctx_size.to_string(),
+        a.parallel.to_string(),
+        a.draft_max.to_string(),
+    );
+    let (target, draft) = (target.display().to_string(), draft.display().to_string());
+    let common = s(&["-m", &target, "-t", &t, "-c", &c, "-np", &np]);
+    let tandem = |extra: &[&str]| {
+        let mut v = vec![exe.display().to_string(), "serve".into()];
+        v.extend(common.clone());
+        v.extend(s(extra));
+        v
+    };
+    let arm = |name: &str, command: Vec<String>, baseline: Option<&str>| Arm {
+        name: name.into(),
+        command,
+        baseline: baseline.map(str::to_string),
+    };
+    let mut arms = vec![
+        arm("tandem plain", tandem(&[]), None),
+        arm("tandem draft adaptive", tandem(&["-md", &draft, "--spec-draft-n-max", &n]), Some("tandem plain")),
+        arm(
+            "tandem draft fixed",
+            tandem(&["-md", &draft, "--spec-policy", "fixed", "--spec-draft-n-max", &n]),
+            Some("tandem plain"),
+        ),
+    ];
+    if let Some(server) = &a.peer_llama_server {
+        let mut llama = vec![server.display().to_string()];
+        llama.extend(common.clone());
+        let mut llama_spec = llama.clone();
+        llama_spec.extend(s(&["-md", &draft, "--spec-draft-n-max", &n, "--spec-draft-n-min", "0"]));
+        arms.push(arm("llama-server plain", llama, None));
+        arms.push(arm("llama-server draft", llama_spec, Some("llama-server plain")));
+    }
+    std::fs::create_dir_all(&a.log_dir).map_err(|e| CliError::io(&a.log_dir, e))?;
+    let cfg = SpecBenchConfig {
+        prompts: SPEC_PROMPTS
+            .iter()
+            .map(|(l, p)| (l.to_string(), p.to_string()))
+            .collect(),
+        n_predict: a.n_predict,
+        users: a.users.clone(),
+        port: a.port,
+        log_dir: a.log_dir.clone(),
+    };
+    let mut reports = Vec::new();
+    for arm in &arms {
+        eprintln!("bench spec: {}", arm.name);
+        reports.push(spec_bench::run_arm(arm, &cfg).map_err(CliError::Usage)?);
+    }
+    if a.json {
+        let machine = bench::Machine::here(a.threads);
+        let out = serde_json::json!({ "machine": machine, "n_predict": a.n_predict, "arms": reports });
+        println!("{out}");
+    } else {
+        println!("{}", spec_bench::markdown(&reports));
+    }
+    Ok(())
 }
 
 fn ratio(a: f64, b: f64) -> String {

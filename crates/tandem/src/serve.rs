@@ -186,6 +186,14 @@ impl ServeArgs {
             "-tb: this backend uses the -t threads for prompts and generation alike",
         );
         say(
+            self.model_draft.is_some()
+                && self
+                    .spec_type
+                    .as_deref()
+                    .is_some_and(|t| t.starts_with("draft-") && t != "draft-simple"),
+            "--spec-type draft-*: the draft model drafts token by token here (draft-simple); block and multi-token drafters are not available",
+        );
+        say(
             self.model_draft.is_none()
                 && self.spec_type.is_none()
                 && (self.spec_draft_n_max.is_some()
@@ -266,7 +274,7 @@ impl ServeArgs {
     fn speculation(&self) -> Result<Option<server::SpecSettings>, CliError> {
         let drafter = match (&self.model_draft, self.spec_type.as_deref()) {
             (None, None | Some("none")) => return Ok(None),
-            (Some(_), Some(t)) if t != "draft" => {
+            (Some(_), Some(t)) if !t.starts_with("draft") => {
                 return Err(CliError::Usage(format!(
                     "-md and --spec-type {t} both name a drafter; give one"
                 )))

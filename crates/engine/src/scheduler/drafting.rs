@@ -18,6 +18,8 @@ use crate::Result;
 
 /// Row counts at which a target forward is timed at start.
 const TARGET_POINTS: [usize; 14] = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64];
+/// Tokens a drafter catches up on to measure what that costs per token.
+const CATCH_UP_TOKENS: usize = 64;
 /// Draft steps per calibration call (the fastest one counts).
 const CALIBRATION_DEPTH: usize = 4;
 
@@ -98,7 +100,13 @@ impl Engine {
                 .min(seq.draft_room());
             if n_max > 0 {
                 let n_min = seq.draft_limits.n_min.unwrap_or(spec.cfg.n_min);
-                cands.push(Candidate { slot, n_max, n_min });
+                let behind = spec.proposer.behind(slot, &seq.tokens);
+                cands.push(Candidate {
+                    slot,
+                    n_max,
+                    n_min,
+                    behind,
+                });
             }
         }
         if cands.is_empty() {
@@ -170,7 +178,7 @@ impl Engine {
             .filter(|&r| r < max_rows)
             .chain([max_rows])
         {
-            let reps = if r <= 8 { 3 } else { 2 };
+            let reps = if r <= 16 { 3 } else { 2 };
             let Some(t) = (0..reps).filter_map(|_| self.time_forward(r)).min() else {
                 break;
             };
@@ -187,9 +195,11 @@ impl Engine {
                 draft.push((m, t.as_secs_f64()));
             }
         }
+        let catch_up = self.time_catch_up().unwrap_or(0.0);
         let spec = self.spec.as_mut().expect("checked above");
         spec.policy.target = CostCurve::from_points(&target, max_rows);
         spec.policy.draft = CostCurve::from_points(&draft, n_slots);
+        spec.policy.catch_up = catch_up;
         let ms = |pts: &[(usize, f64)]| {
             pts.iter()
                 .map(|(r, t)| format!("{r}:{:.1}", t * 1e3))
@@ -197,11 +207,12 @@ impl Engine {
                 .join(" ")
         };
         eprintln!(
-            "speculation ({}, {:?} policy): target forward ms by rows {}; draft step ms by slots {}",
+            "speculation ({}, {:?} policy): target forward ms by rows {}; draft step ms by slots {}; catching up {:.2} ms per token",
             spec.proposer.name(),
             spec.policy.kind,
             ms(&target),
-            ms(&draft)
+            ms(&draft),
+            catch_up * 1e3
         );
     }
 
@@ -240,6 +251,28 @@ impl Engine {
         let took = t0.elapsed();
         self.kv.release(&mut seq);
         Some(took)
+    }
+
+    /// Seconds per token of a drafter catching up on `CATCH_UP_TOKENS` tokens of one slot.
+    fn time_catch_up(&mut self) -> Option<f64> {
+        let spec = self.spec.as_mut()?;
+        let n_vocab = self.model.hparams.n_vocab;
+        let tokens: Vec<u32> = (0..CATCH_UP_TOKENS)
+            .map(|i| (i * 7919 % n_vocab) as u32)
+            .collect();
+        let job = DraftJob {
+            slot: 0,
+            tokens: &tokens,
+            n_max: 1,
+            sampling: crate::SamplerConfig::greedy(),
+            p_min: 0.0,
+        };
+        let mut out = vec![Draft::default()];
+        let t0 = Instant::now();
+        spec.proposer.propose(&[job], &mut out, &mut Vec::new()).ok()?;
+        let took = t0.elapsed().as_secs_f64();
+        spec.proposer.release(0);
+        Some(took / CATCH_UP_TOKENS as f64)
     }
 
     /// One draft step over `m` slots: the fastest of `CALIBRATION_DEPTH` (`None` for a

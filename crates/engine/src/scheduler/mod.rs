@@ -153,7 +153,9 @@ impl Engine {
             }
             self.drop_cancelled();
             self.admit();
+            let t0 = Instant::now();
             self.draft_all();
+            let drafting = t0.elapsed();
             let plan = self.plan();
             if plan.is_empty() {
                 if let Ok(c) = self.rx.recv_timeout(Duration::from_millis(10)) {
@@ -162,6 +164,9 @@ impl Engine {
                 continue;
             }
             self.step(&plan);
+            if let Some(spec) = &mut self.spec {
+                spec.policy.account(t0.elapsed(), drafting);
+            }
         }
     }
 

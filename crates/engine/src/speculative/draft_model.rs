@@ -174,6 +174,15 @@ impl Proposer for DraftModel {
         Ok(())
     }
 
+    fn behind(&self, slot: usize, tokens: &[u32]) -> usize {
+        let common = self.seen[slot]
+            .iter()
+            .zip(tokens)
+            .take_while(|(a, b)| a == b)
+            .count();
+        tokens.len() - common.min(tokens.len().saturating_sub(1))
+    }
+
     fn release(&mut self, slot: usize) {
         self.ctx.release(&mut self.seqs[slot]);
         self.seen[slot].clear();

@@ -102,6 +102,11 @@ pub trait Proposer: Send {
         steps: &mut Vec<(usize, Duration)>,
     ) -> Result<()>;
     fn release(&mut self, slot: usize);
+    /// Tokens of `tokens` the drafter would have to compute before drafting for `slot`
+    /// (a draft model that has not seen them); 0 for a drafter without state.
+    fn behind(&self, _slot: usize, _tokens: &[u32]) -> usize {
+        0
+    }
 }
 
 /// Speculation settings of an engine.

@@ -13,9 +13,12 @@
 //! plus any prompt chunks) and `a_s(i)` the moving average of slot `s`'s acceptance at
 //! draft position `i` given the positions before it were accepted. `d_s = 0` (plain
 //! decoding) is always a candidate, so the chosen depths are never predicted to be slower
-//! than not drafting. Depths change only for a predicted gain of [`HYSTERESIS`]; a slot
+//! than not drafting. Depths change only for a predicted gain of [`HYSTERESIS`] (of
+//! [`START_GAIN`] to start drafting); a slot
 //! that has not drafted for [`PROBE_AFTER`] steps drafts once so that its estimate
-//! recovers. The fixed policy always asks for `n_max`, as llama.cpp does.
+//! recovers, as long as probes, with the catching up on every token the drafter missed,
+//! take at most [`PROBE_SHARE`] of the time. A slot that starts drafting is charged its
+//! catching up spread over [`CATCH_UP_STEPS`] steps. The fixed policy always asks for `n_max`, as llama.cpp does.
 //!
 //! Worked example (1.5B target, 0.5B draft, one slot): T(1) = 41 ms, T(2) = 46 ms,
 //! T(5) = 62 ms, D(1) = 16 ms, a = 0.9 at every position. d = 0: 1 / 41 ms = 24 tok/s;
@@ -35,12 +38,20 @@ pub enum PolicyKind {
 
 /// Relative predicted gain below which a slot keeps its depth.
 pub const HYSTERESIS: f64 = 0.02;
+/// Relative predicted gain a slot needs to start drafting: measured costs move by several
+/// percent between runs on a shared machine, and a wrong start costs catching up.
+pub const START_GAIN: f64 = 0.05;
 /// Steps at depth 0 after which a slot drafts once.
 pub const PROBE_AFTER: usize = 16;
+/// Share of the engine's time that probes may take, catching up included.
+pub const PROBE_SHARE: f64 = 0.01;
+/// Steps over which a slot that starts drafting is expected to keep drafting: its
+/// catching up is charged to each of them in equal parts.
+const CATCH_UP_STEPS: f64 = 8.0;
 /// Weight of a new observation in the moving averages.
 const ALPHA: f64 = 0.15;
 /// Acceptance assumed before anything is observed.
-const PRIOR: f64 = 0.7;
+const PRIOR: f64 = 0.6;
 
 /// Seconds per call as a function of rows (index = rows), measured at start at some row
 /// counts, interpolated between them, and refreshed by moving averages while serving.
@@ -68,11 +79,13 @@ impl CostCurve {
                 }
             }
         };
-        CostCurve {
-            secs: (0..=max_rows.max(1))
-                .map(|r| if r == 0 { 0.0 } else { at(r) })
-                .collect(),
+        let mut secs: Vec<f64> = (0..=max_rows.max(1))
+            .map(|r| if r == 0 { 0.0 } else { at(r) })
+            .collect();
+        for r in 1..secs.len() {
+            secs[r] = secs[r].max(secs[r - 1]);
         }
+        CostCurve { secs }
     }
 
     pub fn max_rows(&self) -> usize {
@@ -140,6 +153,8 @@ pub struct Candidate {
     pub n_max: usize,
     /// Drafts shorter than this are not worth verifying for this request (0 or more).
     pub n_min: usize,
+    /// Tokens the drafter must catch up on before it can draft for this slot.
+    pub behind: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -155,8 +170,15 @@ pub struct Policy {
     pub kind: PolicyKind,
     pub target: CostCurve,
     pub draft: CostCurve,
+    /// Seconds per token a drafter spends catching up (computing tokens it missed).
+    pub catch_up: f64,
     global: Acceptance,
     slots: Vec<Option<SlotState>>,
+    /// Seconds of engine steps, and of drafting in steps that only probed.
+    busy: f64,
+    probing: f64,
+    /// Whether the depths chosen last are probes only.
+    probe_only: bool,
 }
 
 impl Policy {
@@ -171,8 +193,12 @@ impl Policy {
             kind,
             target,
             draft,
+            catch_up: 0.0,
             global: Acceptance::new(n_max, PRIOR),
             slots: vec![None; n_slots],
+            busy: 0.0,
+            probing: 0.0,
+            probe_only: false,
         }
     }
 
@@ -198,7 +224,14 @@ impl Policy {
         let drafting: f64 = (1..=deepest)
             .map(|j| self.draft.at(depths.iter().filter(|&&d| d >= j).count()))
             .sum();
-        tokens / (self.target.at(rows) + drafting)
+        let behind: usize = cands
+            .iter()
+            .zip(depths)
+            .filter(|(_, &d)| d > 0)
+            .map(|(c, _)| c.behind.saturating_sub(2))
+            .sum();
+        let catch_up = behind as f64 * self.catch_up / CATCH_UP_STEPS;
+        tokens / (self.target.at(rows) + drafting + catch_up)
     }
 
     /// The depth each candidate drafts this step (0: decode plainly). `base` counts the
@@ -221,7 +254,8 @@ impl Policy {
         for _pass in 0..2 {
             for i in 0..cands.len() {
                 let now = self.rate(base, cands, &depths);
-                let mut best = (now * (1.0 + HYSTERESIS), depths[i]);
+                let margin = if depths[i] == 0 { START_GAIN } else { HYSTERESIS };
+                let mut best = (now * (1.0 + margin), depths[i]);
                 let options = std::iter::once(0).chain(cands[i].n_min.max(1)..=cands[i].n_max);
                 for d in options {
                     let mut trial = depths.clone();
@@ -234,20 +268,35 @@ impl Policy {
                 depths[i] = best.1;
             }
         }
+        let chosen = depths.iter().any(|&d| d > 0);
+        let mut budget = PROBE_SHARE * self.busy - self.probing;
+        let mut probed = false;
         for (c, d) in cands.iter().zip(depths.iter_mut()) {
+            let cost = self.draft.at(1) + c.behind as f64 * self.catch_up;
             let s = self.slot(c.slot);
             s.depth = *d;
             if *d == 0 && c.n_max > 0 {
                 s.idle += 1;
-                if s.idle >= PROBE_AFTER {
+                if s.idle >= PROBE_AFTER && cost <= budget {
+                    budget -= cost;
                     s.idle = 0;
                     *d = c.n_min.max(1).min(c.n_max);
+                    probed = true;
                 }
             } else {
                 s.idle = 0;
             }
         }
+        self.probe_only = probed && !chosen;
         depths
+    }
+
+    /// Accounts one engine step that took `step`, of which `drafting` was spent drafting.
+    pub fn account(&mut self, step: std::time::Duration, drafting: std::time::Duration) {
+        self.busy += step.as_secs_f64();
+        if std::mem::take(&mut self.probe_only) {
+            self.probing += drafting.as_secs_f64();
+        }
     }
 
     /// Folds in a verified draft of `drafted` tokens of which the first `accepted` were
@@ -291,6 +340,7 @@ mod tests {
             slot: 0,
             n_max,
             n_min: 0,
+            behind: 1,
         }]
     }
 
@@ -325,10 +375,18 @@ mod tests {
         for _ in 0..50 {
             p.observe(0, 4, 0);
         }
-        let depths: Vec<usize> = (0..PROBE_AFTER)
-            .map(|_| p.choose(1, &one(8))[0])
-            .collect();
+        let step = |p: &mut Policy, drafting_ms: u64| {
+            let d = p.choose(1, &one(8))[0];
+            p.account(
+                std::time::Duration::from_secs(1),
+                std::time::Duration::from_millis(drafting_ms * d as u64),
+            );
+            d
+        };
+        let depths: Vec<usize> = (0..PROBE_AFTER).map(|_| step(&mut p, 1)).collect();
         assert_eq!(depths.iter().filter(|&&d| d > 0).count(), 1);
+        let costly: usize = (0..4 * PROBE_AFTER).map(|_| step(&mut p, 5000)).sum();
+        assert_eq!(costly, 1, "one probe that took 5 s stops probing for a while");
         let mut f = Policy::new(PolicyKind::Fixed, 8, 1, t, d);
         assert_eq!(f.choose(1, &one(5)), vec![5]);
     }
