@@ -101,7 +101,11 @@ fn chat(port: u16, message: &str, n_predict: usize) -> Result<Value, String> {
         .send()
         .map_err(|e| e.to_string())?;
     if r.status_code != 200 {
-        return Err(format!("HTTP {}: {}", r.status_code, r.as_str().unwrap_or("")));
+        return Err(format!(
+            "HTTP {}: {}",
+            r.status_code,
+            r.as_str().unwrap_or("")
+        ));
     }
     r.json().map_err(|e| e.to_string())
 }
@@ -124,7 +128,9 @@ fn peak_rss_mib(pid: u32) -> f64 {
 /// Launches `arm`, measures it, and stops it.
 pub fn run_arm(arm: &Arm, cfg: &SpecBenchConfig) -> Result<ArmReport, String> {
     let (program, args) = arm.command.split_first().ok_or("empty command")?;
-    let log = cfg.log_dir.join(format!("{}.log", arm.name.replace(' ', "_")));
+    let log = cfg
+        .log_dir
+        .join(format!("{}.log", arm.name.replace(' ', "_")));
     let log_file = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
     let mut child = Command::new(program)
         .args(args)
@@ -190,7 +196,10 @@ fn measure(
                 .collect();
             handles
                 .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err("client thread panicked".into())))
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("client thread panicked".into()))
+                })
                 .collect()
         });
         let seconds = t0.elapsed().as_secs_f64();

@@ -133,6 +133,8 @@ pub struct Snapshot {
     /// Blocks held by the prefix cache (reusable, evictable).
     pub kv_blocks_cached: usize,
     pub counters: Counters,
+    /// The costs the speculation policy currently works with; `None` without a drafter.
+    pub spec_costs: Option<crate::speculative::SpecCosts>,
 }
 
 pub(crate) enum Command {
@@ -189,6 +191,15 @@ impl EngineHandle {
             .send(Command::Snapshot(tx))
             .map_err(|_| Error::Stopped)?;
         rx.await.map_err(|_| Error::Stopped)
+    }
+
+    /// [`EngineHandle::snapshot`] for a caller outside an async runtime (it blocks).
+    pub fn snapshot_blocking(&self) -> Result<Snapshot> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(Command::Snapshot(tx))
+            .map_err(|_| Error::Stopped)?;
+        rx.blocking_recv().map_err(|_| Error::Stopped)
     }
 
     /// Requests waiting for a slot.

@@ -100,12 +100,17 @@ impl Sequence {
         self.n_generated > 0 && self.pending() == 1
     }
 
-    /// Draft tokens that fit before `max_tokens` or the slot's context ends the request.
-    pub fn draft_room(&self) -> usize {
+    /// Tokens the request may still generate, by `max_tokens` and the slot's context.
+    pub fn remaining(&self) -> usize {
         let by_tokens = self
             .max_tokens
-            .map_or(usize::MAX, |m| m.saturating_sub(self.n_generated + 1));
-        by_tokens.min(self.slot_ctx.saturating_sub(self.tokens.len() + 1))
+            .map_or(usize::MAX, |m| m.saturating_sub(self.n_generated));
+        by_tokens.min(self.slot_ctx.saturating_sub(self.tokens.len()))
+    }
+
+    /// Draft tokens that fit before `max_tokens` or the slot's context ends the request.
+    pub fn draft_room(&self) -> usize {
+        self.remaining().saturating_sub(1)
     }
 
     /// The token computed at `pos`: a token of the sequence or, past its end, a draft token.

@@ -70,10 +70,13 @@ impl Model {
         let tied = self.file.header.tensor("output.weight").is_none();
         let matrices = self.weights.matrices();
         let head = self.head.as_ref().map_or(0, |h| h.bytes() as u64);
-        matrices.iter().enumerate().fold(file + head, |total, (i, m)| {
-            let own = if i == 0 && tied { 0 } else { m.range.len() };
-            total + m.planned_bytes() as u64 - own as u64
-        })
+        matrices
+            .iter()
+            .enumerate()
+            .fold(file + head, |total, (i, m)| {
+                let own = if i == 0 && tied { 0 } else { m.range.len() };
+                total + m.planned_bytes() as u64 - own as u64
+            })
     }
 
     /// Embedding rows for `tokens` into `hidden` (`[tokens.len(), n_embd]`).

@@ -237,6 +237,35 @@ pub async fn metrics(State(s): State<Shared>) -> Result<Response, ApiError> {
             "tandem:spec_depth_chosen_total{{depth=\"{depth}\"}} {n}"
         );
     }
+    if let Some(costs) = &snap.spec_costs {
+        let mut gauge = |name: &str, help: &str, label: &str, values: &[f64], scale: f64| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for (i, v) in values.iter().enumerate() {
+                let _ = writeln!(out, "{name}{{{label}=\"{}\"}} {}", i + 1, v * scale);
+            }
+        };
+        gauge(
+            "tandem:spec_target_forward_seconds",
+            "What the speculation policy takes a target forward of this many rows to cost.",
+            "rows",
+            &costs.target_ms,
+            1e-3,
+        );
+        gauge(
+            "tandem:spec_draft_step_seconds",
+            "What the speculation policy takes a draft step over this many slots to cost.",
+            "slots",
+            &costs.draft_ms,
+            1e-3,
+        );
+        gauge(
+            "tandem:spec_acceptance",
+            "Expected acceptance at each draft position (1-based), over all slots.",
+            "position",
+            &costs.acceptance,
+            1.0,
+        );
+    }
     let _ = writeln!(
         out,
         "# HELP tandem:prefix_cache_hit_tokens_total Prompt tokens reused from the prefix cache.\n# TYPE tandem:prefix_cache_hit_tokens_total counter\ntandem:prefix_cache_hit_tokens_total {}",

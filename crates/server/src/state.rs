@@ -261,7 +261,9 @@ fn check_draft_vocab(tok: &Tokenizer, draft: &Model, path: &std::path::Path) -> 
             tok.n_vocab()
         )));
     }
-    if let Some(id) = (0..tok.n_vocab() as u32).find(|&i| dtok.token_to_piece(i) != tok.token_to_piece(i)) {
+    if let Some(id) =
+        (0..tok.n_vocab() as u32).find(|&i| dtok.token_to_piece(i) != tok.token_to_piece(i))
+    {
         return Err(bad(format!(
             "token {id} is {:?} in the draft and {:?} in the model",
             String::from_utf8_lossy(dtok.token_to_piece(id)),

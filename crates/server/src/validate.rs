@@ -421,14 +421,8 @@ impl RawRequest {
         }
         let nested = self.speculative.unwrap_or_default();
         let draft = DraftLimits {
-            n_max: draft_bound(
-                "speculative.n_max",
-                self.speculative_n_max.or(nested.n_max),
-            )?,
-            n_min: draft_bound(
-                "speculative.n_min",
-                self.speculative_n_min.or(nested.n_min),
-            )?,
+            n_max: draft_bound("speculative.n_max", self.speculative_n_max.or(nested.n_max))?,
+            n_min: draft_bound("speculative.n_min", self.speculative_n_min.or(nested.n_min))?,
         };
         Ok(ValidGen {
             req: GenRequest {

@@ -90,6 +90,16 @@ pub struct ModelBenchArgs {
     /// llama.cpp's llama-batched-bench binary, run for the batched-decode ratios.
     #[arg(long)]
     pub peer_batched_bench: Option<PathBuf>,
+    /// Also print the cost curves the speculation policy measures and works with (target
+    /// forward by rows, draft step by slots, catching up per token), for slots as many as
+    /// the largest --batch and drafts of --spec-draft-n-max.
+    #[arg(long)]
+    pub spec: bool,
+    /// Draft model for --spec (-md); without it, the n-gram drafter.
+    #[arg(long = "model-draft")]
+    pub model_draft: Option<String>,
+    #[arg(long = "spec-draft-n-max", default_value_t = 8)]
+    pub spec_draft_n_max: usize,
 }
 
 #[derive(Serialize)]
@@ -100,6 +110,60 @@ struct Output {
     peer_llama_bench: Option<LlamaBench>,
     #[serde(skip_serializing_if = "Option::is_none")]
     peer_batched: Option<Vec<BatchedPeerPoint>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    spec_costs: Option<SpecCostsOut>,
+}
+
+/// The speculation policy's cost curves, in milliseconds.
+#[derive(Serialize)]
+struct SpecCostsOut {
+    drafter: String,
+    /// Index r: a target forward of r + 1 rows.
+    target_ms: Vec<f64>,
+    /// Index s: a draft step over s + 1 slots.
+    draft_ms: Vec<f64>,
+    catch_up_ms: f64,
+}
+
+/// Starts an engine with the drafter (it measures its costs before serving) and reads
+/// the curves back.
+fn spec_costs(
+    a: &ModelBenchArgs,
+    model: Model,
+    ctx: &engine::ContextConfig,
+) -> Result<SpecCostsOut, CliError> {
+    use engine::speculative::{Ngram, SpecConfig, Speculation};
+    let n_parallel = a.batch.iter().copied().max().unwrap_or(1).max(1);
+    let config = SpecConfig {
+        n_max: a.spec_draft_n_max.max(1),
+        ..SpecConfig::default()
+    };
+    let spec = match &a.model_draft {
+        Some(d) => Speculation::draft_model(Model::load(crate::pull::resolve(d, None)?)?, config),
+        None => Speculation::with(Ngram::default(), config),
+    };
+    let tok = std::sync::Arc::new(text::Tokenizer::from_gguf(&model.file.header.metadata)?);
+    let ecfg = engine::EngineConfig {
+        n_ctx: (n_parallel * 256).max(1024),
+        n_parallel,
+        kv_unified: true,
+        n_batch: 2048,
+        n_ubatch: ctx.n_ubatch.max(n_parallel * (config.n_max + 1)),
+        n_threads: ctx.n_threads,
+        kv_type: ctx.kv_type,
+        queue_limit: 1,
+    };
+    let handle = engine::start(model, tok, ecfg, Some(spec))?;
+    let costs = handle
+        .snapshot_blocking()?
+        .spec_costs
+        .ok_or_else(|| CliError::Usage("the engine reported no speculation costs".into()))?;
+    Ok(SpecCostsOut {
+        drafter: costs.drafter,
+        target_ms: costs.target_ms,
+        draft_ms: costs.draft_ms,
+        catch_up_ms: costs.catch_up_ms,
+    })
 }
 
 pub fn execute(a: BenchArgs) -> Result<(), CliError> {
@@ -111,8 +175,14 @@ pub fn execute(a: BenchArgs) -> Result<(), CliError> {
 
 /// The two prompts of the published llama.cpp run.
 const SPEC_PROMPTS: [(&str, &str); 2] = [
-    ("code", "Write a Python function that parses an ISO-8601 date string into a datetime, with tests"),
-    ("prose", "Write a short essay on the history of the printing press"),
+    (
+        "code",
+        "Write a Python function that parses an ISO-8601 date string into a datetime, with tests",
+    ),
+    (
+        "prose",
+        "Write a short essay on the history of the printing press",
+    ),
 ];
 
 fn spec(a: SpecBenchArgs) -> Result<(), CliError> {
@@ -142,10 +212,21 @@ fn spec(a: SpecBenchArgs) -> Result<(), CliError> {
     };
     let mut arms = vec![
         arm("tandem plain", tandem(&[]), None),
-        arm("tandem draft adaptive", tandem(&["-md", &draft, "--spec-draft-n-max", &n]), Some("tandem plain")),
+        arm(
+            "tandem draft adaptive",
+            tandem(&["-md", &draft, "--spec-draft-n-max", &n]),
+            Some("tandem plain"),
+        ),
         arm(
             "tandem draft fixed",
-            tandem(&["-md", &draft, "--spec-policy", "fixed", "--spec-draft-n-max", &n]),
+            tandem(&[
+                "-md",
+                &draft,
+                "--spec-policy",
+                "fixed",
+                "--spec-draft-n-max",
+                &n,
+            ]),
             Some("tandem plain"),
         ),
     ];
@@ -153,9 +234,22 @@ fn spec(a: SpecBenchArgs) -> Result<(), CliError> {
         let mut llama = vec![server.display().to_string()];
         llama.extend(common.clone());
         let mut llama_spec = llama.clone();
-        llama_spec.extend(s(&["-md", &draft, "--spec-draft-n-max", &n, "--spec-draft-n-min", "0"]));
+        llama_spec.extend(s(&[
+            "-md",
+            &draft,
+            "--spec-type",
+            "draft-simple",
+            "--spec-draft-n-max",
+            &n,
+            "--spec-draft-n-min",
+            "0",
+        ]));
         arms.push(arm("llama-server plain", llama, None));
-        arms.push(arm("llama-server draft", llama_spec, Some("llama-server plain")));
+        arms.push(arm(
+            "llama-server draft",
+            llama_spec,
+            Some("llama-server plain"),
+        ));
     }
     std::fs::create_dir_all(&a.log_dir).map_err(|e| CliError::io(&a.log_dir, e))?;
     let cfg = SpecBenchConfig {
@@ -175,7 +269,8 @@ fn spec(a: SpecBenchArgs) -> Result<(), CliError> {
     }
     if a.json {
         let machine = bench::Machine::here(a.threads);
-        let out = serde_json::json!({ "machine": machine, "n_predict": a.n_predict, "arms": reports });
+        let out =
+            serde_json::json!({ "machine": machine, "n_predict": a.n_predict, "arms": reports });
         println!("{out}");
     } else {
         println!("{}", spec_bench::markdown(&reports));
@@ -227,10 +322,16 @@ fn model(a: ModelBenchArgs) -> Result<(), CliError> {
         ),
         None => None,
     };
+    let spec_costs = if a.spec {
+        Some(spec_costs(&a, model, &cfg.context)?)
+    } else {
+        None
+    };
     let out = Output {
         tandem: report,
         peer_llama_bench: llama,
         peer_batched: batched_peer,
+        spec_costs,
     };
     if a.json {
         println!("{}", serde_json::to_string(&out).expect("serializable"));
@@ -297,5 +398,16 @@ fn print_tables(out: &Output) {
     );
     for p in &r.verify {
         println!("| {} | {:.2} | {:.2}× |", p.k, p.ms, p.ratio);
+    }
+    if let Some(c) = &out.spec_costs {
+        println!(
+            "\nspeculation policy costs ({} drafter; catching up {:.2} ms per token):",
+            c.drafter, c.catch_up_ms
+        );
+        println!("| rows or slots | target forward ms | draft step ms |\n|---|---|---|");
+        for (i, t) in c.target_ms.iter().enumerate() {
+            let d = c.draft_ms.get(i).map_or("".into(), |d| format!("{d:.2}"));
+            println!("| {} | {t:.2} | {d} |", i + 1);
+        }
     }
 }

@@ -279,7 +279,9 @@ impl ServeArgs {
                     "-md and --spec-type {t} both name a drafter; give one"
                 )))
             }
-            (Some(m), _) => server::Drafter::Model(pull::resolve(m, self.model.cache.dir.as_deref())?),
+            (Some(m), _) => {
+                server::Drafter::Model(pull::resolve(m, self.model.cache.dir.as_deref())?)
+            }
             (None, Some(t)) if t == "ngram" || t.starts_with("ngram-") => server::Drafter::Ngram,
             (None, Some(t)) => {
                 return Err(CliError::Usage(format!(

@@ -12,7 +12,7 @@ use super::Engine;
 use crate::handle::{Counters, EngineConfig};
 use crate::speculative::policy::Candidate;
 use crate::speculative::{
-    CostCurve, Draft, DraftJob, Policy, Proposer, ProposerEnv, SpecConfig, Speculation,
+    CostCurve, Draft, DraftJob, Policy, Proposer, ProposerEnv, SpecConfig, SpecCosts, Speculation,
 };
 use crate::Result;
 
@@ -52,6 +52,21 @@ impl Spec {
             ),
             warned: false,
         })
+    }
+
+    pub fn costs(&self) -> SpecCosts {
+        let p = &self.policy;
+        SpecCosts {
+            drafter: self.proposer.name().to_string(),
+            target_ms: (1..=p.target.max_rows())
+                .map(|r| p.target.at(r) * 1e3)
+                .collect(),
+            draft_ms: (1..=p.draft.max_rows())
+                .map(|r| p.draft.at(r) * 1e3)
+                .collect(),
+            catch_up_ms: p.catch_up * 1e3,
+            acceptance: p.acceptance().to_vec(),
+        }
     }
 
     pub fn release(&mut self, slot: usize) {
@@ -106,6 +121,7 @@ impl Engine {
                     n_max,
                     n_min,
                     behind,
+                    remaining: seq.remaining(),
                 });
             }
         }
@@ -269,7 +285,9 @@ impl Engine {
         };
         let mut out = vec![Draft::default()];
         let t0 = Instant::now();
-        spec.proposer.propose(&[job], &mut out, &mut Vec::new()).ok()?;
+        spec.proposer
+            .propose(&[job], &mut out, &mut Vec::new())
+            .ok()?;
         let took = t0.elapsed().as_secs_f64();
         spec.proposer.release(0);
         Some(took / CATCH_UP_TOKENS as f64)

@@ -102,9 +102,7 @@ pub fn start(
     let queued = Arc::new(AtomicUsize::new(0));
     let precision = cfg.context_config().precision;
     let pool = Arc::new(ThreadPool::new(cfg.n_threads));
-    let spec = spec
-        .map(|s| Spec::new(s, &cfg, pool.clone()))
-        .transpose()?;
+    let spec = spec.map(|s| Spec::new(s, &cfg, pool.clone())).transpose()?;
     let mut engine = Engine {
         scratch: Scratch::new(hp, cfg.n_ubatch).with_precision(precision),
         pool,
@@ -214,6 +212,7 @@ impl Engine {
             kv_blocks_free: self.kv.free_blocks(),
             kv_blocks_cached: self.cache.n_blocks(),
             counters: self.counters.clone(),
+            spec_costs: self.spec.as_ref().map(|s| s.costs()),
         }
     }
 

@@ -142,7 +142,9 @@ impl Proposer for DraftModel {
             steps.push((rows.len(), t0.elapsed()));
         }
         for (j, job) in jobs.iter().enumerate() {
-            let logits = logits_of[j].take().expect("every job's last row has logits");
+            let logits = logits_of[j]
+                .take()
+                .expect("every job's last row has logits");
             if self.pick(job, &logits, &mut out[j]) {
                 active.push(j);
             }

@@ -109,6 +109,21 @@ pub trait Proposer: Send {
     }
 }
 
+/// What the policy works with, as of a snapshot: measured at start, refreshed while
+/// serving.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpecCosts {
+    pub drafter: String,
+    /// Index `r`: milliseconds of a target forward (output head included) of `r + 1` rows.
+    pub target_ms: Vec<f64>,
+    /// Index `s`: milliseconds of one draft step over `s + 1` slots.
+    pub draft_ms: Vec<f64>,
+    /// Milliseconds per token the drafter spends catching up.
+    pub catch_up_ms: f64,
+    /// Expected acceptance at each draft position, over all slots.
+    pub acceptance: Vec<f64>,
+}
+
 /// Speculation settings of an engine.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SpecConfig {

@@ -18,7 +18,9 @@
 //! that has not drafted for [`PROBE_AFTER`] steps drafts once so that its estimate
 //! recovers, as long as probes, with the catching up on every token the drafter missed,
 //! take at most [`PROBE_SHARE`] of the time. A slot that starts drafting is charged its
-//! catching up spread over [`CATCH_UP_STEPS`] steps. The fixed policy always asks for `n_max`, as llama.cpp does.
+//! catching up spread over the steps it may still draft (at most [`CATCH_UP_STEPS`]).
+//! Measured step times are compared with the predicted ones, for steps without drafts and,
+//! per number of decoding slots, with drafts; drafting is predicted slower by the ratio. The fixed policy always asks for `n_max`, as llama.cpp does.
 //!
 //! Worked example (1.5B target, 0.5B draft, one slot): T(1) = 41 ms, T(2) = 46 ms,
 //! T(5) = 62 ms, D(1) = 16 ms, a = 0.9 at every position. d = 0: 1 / 41 ms = 24 tok/s;
@@ -40,18 +42,19 @@ pub enum PolicyKind {
 pub const HYSTERESIS: f64 = 0.02;
 /// Relative predicted gain a slot needs to start drafting: measured costs move by several
 /// percent between runs on a shared machine, and a wrong start costs catching up.
-pub const START_GAIN: f64 = 0.05;
+pub const START_GAIN: f64 = 0.10;
 /// Steps at depth 0 after which a slot drafts once.
 pub const PROBE_AFTER: usize = 16;
 /// Share of the engine's time that probes may take, catching up included.
 pub const PROBE_SHARE: f64 = 0.01;
-/// Steps over which a slot that starts drafting is expected to keep drafting: its
-/// catching up is charged to each of them in equal parts.
-const CATCH_UP_STEPS: f64 = 8.0;
+/// Steps, at most, over which a slot that starts drafting is expected to keep drafting
+/// (fewer when the request ends sooner): its catching up is charged to each of them in
+/// equal parts.
+const CATCH_UP_STEPS: f64 = 64.0;
 /// Weight of a new observation in the moving averages.
 const ALPHA: f64 = 0.15;
 /// Acceptance assumed before anything is observed.
-const PRIOR: f64 = 0.6;
+const PRIOR: f64 = 0.7;
 
 /// Seconds per call as a function of rows (index = rows), measured at start at some row
 /// counts, interpolated between them, and refreshed by moving averages while serving.
@@ -155,6 +158,8 @@ pub struct Candidate {
     pub n_min: usize,
     /// Tokens the drafter must catch up on before it can draft for this slot.
     pub behind: usize,
+    /// Tokens the request may still generate.
+    pub remaining: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -179,6 +184,16 @@ pub struct Policy {
     probing: f64,
     /// Whether the depths chosen last are probes only.
     probe_only: bool,
+    /// Seconds predicted for the step chosen last, whether it drafts, and for how many
+    /// decoding slots.
+    predicted: f64,
+    drafted: bool,
+    n_decoding: usize,
+    /// Moving averages of measured / predicted step time, for steps without drafts and,
+    /// per number of decoding slots, with drafts: whatever the curves miss (catching up,
+    /// copies, the mix of rows) counts against drafting in proportion.
+    plain_scale: f64,
+    spec_scale: Vec<f64>,
 }
 
 impl Policy {
@@ -199,6 +214,11 @@ impl Policy {
             busy: 0.0,
             probing: 0.0,
             probe_only: false,
+            predicted: 0.0,
+            drafted: false,
+            n_decoding: 0,
+            plain_scale: 1.0,
+            spec_scale: vec![1.0; n_slots + 1],
         }
     }
 
@@ -214,24 +234,41 @@ impl Policy {
     /// Predicted tokens per second of the step with `depths` (per candidate) on top of
     /// `base` rows.
     fn rate(&self, base: usize, cands: &[Candidate], depths: &[usize]) -> f64 {
-        let tokens: f64 = cands
-            .iter()
-            .zip(depths)
-            .map(|(c, &d)| self.slots[c.slot].as_ref().map_or(1.0, |s| s.acc.expected(d)))
-            .sum();
+        let (tokens, time) = self.predict(base, cands, depths);
+        tokens / time
+    }
+
+    /// Expected tokens and seconds of the step with `depths`.
+    fn predict(&self, base: usize, cands: &[Candidate], depths: &[usize]) -> (f64, f64) {
+        let expected = |c: &Candidate, d: usize| {
+            self.slots[c.slot]
+                .as_ref()
+                .map_or(1.0, |s| s.acc.expected(d))
+        };
+        let tokens: f64 = cands.iter().zip(depths).map(|(c, &d)| expected(c, d)).sum();
         let rows = base + depths.iter().sum::<usize>();
         let deepest = depths.iter().copied().max().unwrap_or(0);
         let drafting: f64 = (1..=deepest)
             .map(|j| self.draft.at(depths.iter().filter(|&&d| d >= j).count()))
             .sum();
-        let behind: usize = cands
+        let catch_up: f64 = cands
             .iter()
             .zip(depths)
             .filter(|(_, &d)| d > 0)
-            .map(|(c, _)| c.behind.saturating_sub(2))
+            .map(|(c, &d)| {
+                let steps_left = (c.remaining as f64 / expected(c, d)).clamp(1.0, CATCH_UP_STEPS);
+                c.behind.saturating_sub(2) as f64 * self.catch_up / steps_left
+            })
             .sum();
-        let catch_up = behind as f64 * self.catch_up / CATCH_UP_STEPS;
-        tokens / (self.target.at(rows) + drafting + catch_up)
+        let time = self.target.at(rows) + drafting + catch_up;
+        if deepest > 0 {
+            (
+                tokens,
+                time * self.spec_scale(cands.len()) / self.plain_scale,
+            )
+        } else {
+            (tokens, time)
+        }
     }
 
     /// The depth each candidate drafts this step (0: decode plainly). `base` counts the
@@ -254,7 +291,11 @@ impl Policy {
         for _pass in 0..2 {
             for i in 0..cands.len() {
                 let now = self.rate(base, cands, &depths);
-                let margin = if depths[i] == 0 { START_GAIN } else { HYSTERESIS };
+                let margin = if depths[i] == 0 {
+                    START_GAIN
+                } else {
+                    HYSTERESIS
+                };
                 let mut best = (now * (1.0 + margin), depths[i]);
                 let options = std::iter::once(0).chain(cands[i].n_min.max(1)..=cands[i].n_max);
                 for d in options {
@@ -288,12 +329,33 @@ impl Policy {
             }
         }
         self.probe_only = probed && !chosen;
+        self.drafted = depths.iter().any(|&d| d > 0);
+        self.n_decoding = cands.len();
+        self.predicted = self.predict(base, cands, &depths).1;
+        if self.drafted {
+            self.predicted *= self.plain_scale / self.spec_scale(cands.len());
+        }
         depths
+    }
+
+    fn spec_scale(&self, n_decoding: usize) -> f64 {
+        self.spec_scale[n_decoding.min(self.spec_scale.len() - 1)]
     }
 
     /// Accounts one engine step that took `step`, of which `drafting` was spent drafting.
     pub fn account(&mut self, step: std::time::Duration, drafting: std::time::Duration) {
         self.busy += step.as_secs_f64();
+        if self.predicted > 0.0 {
+            let ratio = (step.as_secs_f64() / self.predicted).clamp(0.25, 4.0);
+            let last = self.spec_scale.len() - 1;
+            let scale = if self.drafted {
+                &mut self.spec_scale[self.n_decoding.min(last)]
+            } else {
+                &mut self.plain_scale
+            };
+            *scale += ALPHA * (ratio - *scale);
+            self.predicted = 0.0;
+        }
         if std::mem::take(&mut self.probe_only) {
             self.probing += drafting.as_secs_f64();
         }
@@ -341,6 +403,7 @@ mod tests {
             n_max,
             n_min: 0,
             behind: 1,
+            remaining: 256,
         }]
     }
 
@@ -371,14 +434,15 @@ mod tests {
     #[test]
     fn probes_after_idle_steps_and_fixed_always_drafts_n_max() {
         let (t, d) = curves();
-        let mut p = Policy::new(PolicyKind::Adaptive, 8, 1, t.clone(), d.clone());
+        let free = CostCurve::from_points(&[], 8);
+        let mut p = Policy::new(PolicyKind::Adaptive, 8, 1, t.clone(), free);
         for _ in 0..50 {
             p.observe(0, 4, 0);
         }
         let step = |p: &mut Policy, drafting_ms: u64| {
             let d = p.choose(1, &one(8))[0];
             p.account(
-                std::time::Duration::from_secs(1),
+                std::time::Duration::from_millis(41 + drafting_ms * d as u64),
                 std::time::Duration::from_millis(drafting_ms * d as u64),
             );
             d
@@ -386,7 +450,10 @@ mod tests {
         let depths: Vec<usize> = (0..PROBE_AFTER).map(|_| step(&mut p, 1)).collect();
         assert_eq!(depths.iter().filter(|&&d| d > 0).count(), 1);
         let costly: usize = (0..4 * PROBE_AFTER).map(|_| step(&mut p, 5000)).sum();
-        assert_eq!(costly, 1, "one probe that took 5 s stops probing for a while");
+        assert_eq!(
+            costly, 1,
+            "one probe that took 5 s stops probing for a while"
+        );
         let mut f = Policy::new(PolicyKind::Fixed, 8, 1, t, d);
         assert_eq!(f.choose(1, &one(5)), vec![5]);
     }

@@ -56,7 +56,11 @@ pub fn load_or_choose(tok: &Tokenizer, model: &Path, n: usize) -> Vec<u32> {
     let path = stored_path(model, n);
     let stored: Option<Vec<u32>> = std::fs::read_to_string(&path).ok().and_then(|s| {
         s.split_whitespace()
-            .map(|w| w.parse().ok().filter(|&t: &u32| (t as usize) < tok.n_vocab()))
+            .map(|w| {
+                w.parse()
+                    .ok()
+                    .filter(|&t: &u32| (t as usize) < tok.n_vocab())
+            })
             .collect()
     });
     if let Some(ids) = stored.filter(|ids| ids.len() == n.min(tok.n_vocab())) {
@@ -65,7 +69,10 @@ pub fn load_or_choose(tok: &Tokenizer, model: &Path, n: usize) -> Vec<u32> {
     let ids = frequent_tokens(tok, n);
     let text: Vec<String> = ids.iter().map(u32::to_string).collect();
     if let Err(e) = std::fs::write(&path, text.join("\n")) {
-        eprintln!("warning: cannot store the draft vocabulary at {}: {e}", path.display());
+        eprintln!(
+            "warning: cannot store the draft vocabulary at {}: {e}",
+            path.display()
+        );
     }
     ids
 }
