@@ -10,6 +10,14 @@ use crate::request::{DraftLimits, Event, FinishReason, GenRequest, Summary, Toke
 use crate::speculative::Draft;
 use crate::Sampler;
 
+/// What became of a step's draft tokens.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StepDrafts {
+    pub computed: usize,
+    pub verified: usize,
+    pub accepted: usize,
+}
+
 /// A sequence in a slot. Its tokens are the prompt then the generated tokens; positions
 /// `0..kv.len()` are computed, the rest (`pending`) still to run through the model. After
 /// the prompt, `pending` is 1: the token sampled last, and `draft` may hold tokens
@@ -31,7 +39,9 @@ pub(crate) struct Sequence {
     pub draft_n_accepted: usize,
     /// Whether this step's rows still verify (no rejection, the request goes on).
     verifying: bool,
-    /// Draft tokens accepted in this step.
+    /// Draft tokens verified, and accepted, in this step (a draft token after the end of
+    /// the request is not verified).
+    step_verified: usize,
     step_accepted: usize,
     max_tokens: Option<usize>,
     slot_ctx: usize,
@@ -64,6 +74,7 @@ impl Sequence {
             draft_n: 0,
             draft_n_accepted: 0,
             verifying: false,
+            step_verified: 0,
             step_accepted: 0,
             max_tokens: req.max_tokens,
             slot_ctx,
@@ -126,8 +137,8 @@ impl Sequence {
     /// Starts the step's verification of `draft` (possibly empty).
     pub fn begin_step(&mut self) {
         self.verifying = true;
+        self.step_verified = 0;
         self.step_accepted = 0;
-        self.draft_n += self.draft.len();
     }
 
     /// Takes the logits (`[n_vocab]`, modified in place) of the row after the last
@@ -149,6 +160,8 @@ impl Sequence {
             let v = self
                 .sampler
                 .verify(logits, self.draft.tokens[i], self.draft.q(i));
+            self.step_verified += 1;
+            self.draft_n += 1;
             if v.accepted {
                 self.step_accepted += 1;
                 self.draft_n_accepted += 1;
@@ -167,12 +180,17 @@ impl Sequence {
         summary
     }
 
-    /// Ends the step's verification: returns (drafted, accepted) and clears the draft.
-    pub fn end_step(&mut self) -> (usize, usize) {
-        let drafted = self.draft.len();
+    /// Ends the step's verification and clears the draft: returns how many draft tokens
+    /// were computed, verified and accepted.
+    pub fn end_step(&mut self) -> StepDrafts {
+        let computed = self.draft.len();
         self.verifying = false;
         self.draft.clear();
-        (drafted, self.step_accepted)
+        StepDrafts {
+            computed,
+            verified: self.step_verified,
+            accepted: self.step_accepted,
+        }
     }
 
     /// Records the sampled or accepted token `id` and streams its text.

@@ -74,8 +74,12 @@ impl Spec {
         self.policy.release(slot);
     }
 
-    /// Folds a verified draft into the policy and the counters.
+    /// Folds a verified draft (`drafted` tokens reached by verification, the first
+    /// `accepted` of them accepted) into the policy and the counters.
     pub fn observe(&mut self, slot: usize, drafted: usize, accepted: usize, c: &mut Counters) {
+        if drafted == 0 {
+            return;
+        }
         self.policy.observe(slot, drafted, accepted);
         c.spec_drafts_total += 1;
         c.spec_draft_tokens_total += drafted as u64;

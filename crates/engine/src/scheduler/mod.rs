@@ -455,14 +455,14 @@ impl Engine {
         }
         for p in plan {
             let seq = &mut self.slots[p.slot].as_mut().expect("planned").seq;
-            let (drafted, accepted) = seq.end_step();
-            if drafted == 0 {
+            let d = seq.end_step();
+            if d.computed == 0 {
                 continue;
             }
-            let valid = (p.from + p.n - (drafted - accepted)).min(seq.tokens.len());
+            let valid = (p.from + p.n - (d.computed - d.accepted)).min(seq.tokens.len());
             self.kv.truncate(&mut seq.kv, valid);
             if let Some(spec) = &mut self.spec {
-                spec.observe(p.slot, drafted, accepted, &mut self.counters);
+                spec.observe(p.slot, d.verified, d.accepted, &mut self.counters);
             }
         }
         for (slot, s) in finished {
