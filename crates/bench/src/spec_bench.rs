@@ -217,7 +217,8 @@ fn measure(
     Ok((single, multi))
 }
 
-fn ratio(a: f64, b: f64) -> String {
+/// `a / b` as `1.23×`, or `-` when there is no `b`.
+pub fn ratio(a: f64, b: f64) -> String {
     if b > 0.0 {
         format!("{:.2}×", a / b)
     } else {

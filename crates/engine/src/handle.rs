@@ -186,20 +186,22 @@ impl EngineHandle {
 
     /// The engine's slots, queue and counters, as of the end of its current step.
     pub async fn snapshot(&self) -> Result<Snapshot> {
-        let (tx, rx) = oneshot::channel();
-        self.tx
-            .send(Command::Snapshot(tx))
-            .map_err(|_| Error::Stopped)?;
-        rx.await.map_err(|_| Error::Stopped)
+        self.ask_snapshot()?.await.map_err(|_| Error::Stopped)
     }
 
     /// [`EngineHandle::snapshot`] for a caller outside an async runtime (it blocks).
     pub fn snapshot_blocking(&self) -> Result<Snapshot> {
+        self.ask_snapshot()?
+            .blocking_recv()
+            .map_err(|_| Error::Stopped)
+    }
+
+    fn ask_snapshot(&self) -> Result<oneshot::Receiver<Snapshot>> {
         let (tx, rx) = oneshot::channel();
         self.tx
             .send(Command::Snapshot(tx))
             .map_err(|_| Error::Stopped)?;
-        rx.blocking_recv().map_err(|_| Error::Stopped)
+        Ok(rx)
     }
 
     /// Requests waiting for a slot.

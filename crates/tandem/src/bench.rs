@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use bench::model_bench::{self, ModelBenchConfig, ModelBenchReport};
 use bench::peer::{self, BatchedPeerPoint, LlamaBench};
+use bench::spec_bench::ratio;
 use clap::{Args, Subcommand};
 use model::Model;
 use serde::Serialize;
@@ -276,14 +277,6 @@ fn spec(a: SpecBenchArgs) -> Result<(), CliError> {
         println!("{}", spec_bench::markdown(&reports));
     }
     Ok(())
-}
-
-fn ratio(a: f64, b: f64) -> String {
-    if b > 0.0 {
-        format!("{:.2}×", a / b)
-    } else {
-        "-".into()
-    }
 }
 
 fn model(a: ModelBenchArgs) -> Result<(), CliError> {

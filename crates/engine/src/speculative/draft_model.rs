@@ -49,21 +49,22 @@ impl DraftModel {
         })
     }
 
-    pub fn model(&self) -> &Model {
-        &self.ctx.model
-    }
-
-    /// Rolls slot `slot` back to the common prefix of its KV and `tokens` minus the last
-    /// token, and returns the tokens still to compute (at least the last one).
-    fn sync<'t>(&mut self, slot: usize, tokens: &'t [u32]) -> &'t [u32] {
-        let seen = &mut self.seen[slot];
-        let common = seen
+    /// Tokens of `tokens` whose KV slot `slot` keeps: the common prefix with what it
+    /// computed, short of the last token (whose logits drafting needs).
+    fn kept(&self, slot: usize, tokens: &[u32]) -> usize {
+        self.seen[slot]
             .iter()
             .zip(tokens)
             .take_while(|(a, b)| a == b)
             .count()
-            .min(tokens.len() - 1);
-        seen.truncate(common);
+            .min(tokens.len().saturating_sub(1))
+    }
+
+    /// Rolls slot `slot` back to [`DraftModel::kept`] and returns the tokens still to
+    /// compute (at least the last one).
+    fn sync<'t>(&mut self, slot: usize, tokens: &'t [u32]) -> &'t [u32] {
+        let common = self.kept(slot, tokens);
+        self.seen[slot].truncate(common);
         self.ctx.truncate(&mut self.seqs[slot], common);
         &tokens[common..]
     }
@@ -77,23 +78,23 @@ impl DraftModel {
             Sampler::new(cfg)
         });
         let model = &self.ctx.model;
-        let (token, conf) = if job.sampling.temperature > 0.0 {
+        let (token, conf, q) = if job.sampling.temperature > 0.0 {
             let (i, q) = sampler.sample_with_distribution(logits);
             let conf = q.iter().find(|x| x.0 == i).map_or(0.0, |x| x.1);
-            d.q.push(q.iter().map(|&(j, p)| (model.logit_token(j), p)).collect());
-            (model.logit_token(i), conf)
+            let q = q.iter().map(|&(j, p)| (model.logit_token(j), p)).collect();
+            (model.logit_token(i), conf, Some(q))
         } else {
             let i = argmax(logits);
             let p = &mut self.probs[..logits.len()];
             p.copy_from_slice(logits);
             kernels::ops::exp_shifted(p, logits[i as usize]);
             let sum: f32 = p.iter().sum();
-            (model.logit_token(i), 1.0 / sum)
+            (model.logit_token(i), 1.0 / sum, None)
         };
         if conf < job.p_min {
-            d.q.truncate(d.tokens.len());
             return false;
         }
+        d.q.extend(q);
         d.tokens.push(token);
         d.confidence.push(conf);
         d.len() < job.n_max
@@ -177,12 +178,7 @@ impl Proposer for DraftModel {
     }
 
     fn behind(&self, slot: usize, tokens: &[u32]) -> usize {
-        let common = self.seen[slot]
-            .iter()
-            .zip(tokens)
-            .take_while(|(a, b)| a == b)
-            .count();
-        tokens.len() - common.min(tokens.len().saturating_sub(1))
+        tokens.len() - self.kept(slot, tokens)
     }
 
     fn release(&mut self, slot: usize) {

@@ -233,12 +233,18 @@ impl Policy {
 
     /// Predicted tokens per second of the step with `depths` (per candidate) on top of
     /// `base` rows.
+    /// Drafting steps are predicted slower by the measured / predicted ratio of their own
+    /// against that of plain steps.
     fn rate(&self, base: usize, cands: &[Candidate], depths: &[usize]) -> f64 {
         let (tokens, time) = self.predict(base, cands, depths);
-        tokens / time
+        if depths.iter().any(|&d| d > 0) {
+            tokens / (time * self.spec_scale(cands.len()) / self.plain_scale)
+        } else {
+            tokens / time
+        }
     }
 
-    /// Expected tokens and seconds of the step with `depths`.
+    /// Expected tokens and seconds of the step with `depths`, from the cost curves.
     fn predict(&self, base: usize, cands: &[Candidate], depths: &[usize]) -> (f64, f64) {
         let expected = |c: &Candidate, d: usize| {
             self.slots[c.slot]
@@ -260,15 +266,7 @@ impl Policy {
                 c.behind.saturating_sub(2) as f64 * self.catch_up / steps_left
             })
             .sum();
-        let time = self.target.at(rows) + drafting + catch_up;
-        if deepest > 0 {
-            (
-                tokens,
-                time * self.spec_scale(cands.len()) / self.plain_scale,
-            )
-        } else {
-            (tokens, time)
-        }
+        (tokens, self.target.at(rows) + drafting + catch_up)
     }
 
     /// The depth each candidate drafts this step (0: decode plainly). `base` counts the
@@ -332,9 +330,6 @@ impl Policy {
         self.drafted = depths.iter().any(|&d| d > 0);
         self.n_decoding = cands.len();
         self.predicted = self.predict(base, cands, &depths).1;
-        if self.drafted {
-            self.predicted *= self.plain_scale / self.spec_scale(cands.len());
-        }
         depths
     }
 
@@ -364,9 +359,6 @@ impl Policy {
     /// Folds in a verified draft of `drafted` tokens of which the first `accepted` were
     /// accepted.
     pub fn observe(&mut self, slot: usize, drafted: usize, accepted: usize) {
-        if drafted == 0 {
-            return;
-        }
         self.slot(slot).acc.observe(drafted, accepted);
         self.global.observe(drafted, accepted);
     }
