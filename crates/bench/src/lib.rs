@@ -1,7 +1,10 @@
 //! Benchmarks that print a ratio against a peer measured in the same run.
 
+pub mod launch;
 pub mod model_bench;
 pub mod peer;
+pub mod race;
+pub mod report;
 pub mod spec_bench;
 
 #[derive(Debug, thiserror::Error)]
@@ -19,12 +22,14 @@ pub type Result<T> = std::result::Result<T, Error>;
 pub struct Machine {
     pub cpu: String,
     pub cores: usize,
-    pub threads: usize,
+    /// Threads the measured process used, where the benchmark sets them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threads: Option<usize>,
     pub commit: String,
 }
 
 impl Machine {
-    pub fn here(threads: usize) -> Machine {
+    pub fn here(threads: Option<usize>) -> Machine {
         let cpu = std::fs::read_to_string("/proc/cpuinfo")
             .ok()
             .and_then(|s| {

@@ -200,6 +200,6 @@ pub fn run(model: &Model, name: &str, cfg: &ModelBenchConfig) -> Result<ModelBen
         tg_tok_s: mean(&tg),
         batched,
         verify,
-        machine: Machine::here(cfg.context.n_threads),
+        machine: Machine::here(Some(cfg.context.n_threads)),
     })
 }

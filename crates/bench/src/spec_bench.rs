@@ -9,11 +9,14 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::{json, Value};
+
+use crate::launch::{local_url, Launched};
+use crate::race::summary::first_difference;
+use crate::report::{ratio, Table};
 
 /// One server configuration.
 #[derive(Debug, Clone, Serialize)]
@@ -64,28 +67,6 @@ pub struct ArmReport {
     pub cost_curves: Option<String>,
 }
 
-fn url(port: u16, path: &str) -> String {
-    format!("http://127.0.0.1:{port}{path}")
-}
-
-fn wait_ready(child: &mut Child, port: u16) -> Result<(), String> {
-    let deadline = Instant::now() + Duration::from_secs(900);
-    while Instant::now() < deadline {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!("the server exited ({status}) before it was ready"));
-        }
-        if minreq::get(url(port, "/health"))
-            .with_timeout(2)
-            .send()
-            .is_ok_and(|r| r.status_code == 200)
-        {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(300));
-    }
-    Err("the server was not ready within 900 s".into())
-}
-
 /// One chat request at temperature 0; returns the response body.
 fn chat(port: u16, message: &str, n_predict: usize) -> Result<Value, String> {
     let body = json!({
@@ -94,7 +75,7 @@ fn chat(port: u16, message: &str, n_predict: usize) -> Result<Value, String> {
         "temperature": 0.0,
         "seed": 0,
     });
-    let r = minreq::post(url(port, "/v1/chat/completions"))
+    let r = minreq::post(local_url(port, "/v1/chat/completions"))
         .with_json(&body)
         .map_err(|e| e.to_string())?
         .with_timeout(3600)
@@ -114,35 +95,18 @@ fn field(v: &Value, path: &[&str]) -> Option<f64> {
     path.iter().try_fold(v, |v, k| v.get(*k))?.as_f64()
 }
 
-fn peak_rss_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kib| kib / 1024.0)
-}
-
 /// Launches `arm`, measures it, and stops it.
 pub fn run_arm(arm: &Arm, cfg: &SpecBenchConfig) -> Result<ArmReport, String> {
     let (program, args) = arm.command.split_first().ok_or("empty command")?;
     let log = cfg
         .log_dir
         .join(format!("{}.log", arm.name.replace(' ', "_")));
-    let log_file = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
-    let mut child = Command::new(program)
-        .args(args)
-        .args(["--port", &cfg.port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(log_file)
-        .spawn()
-        .map_err(|e| format!("cannot start {program}: {e}"))?;
-    let result = measure(arm, cfg, &mut child);
-    let rss = peak_rss_mib(child.id());
-    let _ = child.kill();
-    let _ = child.wait();
+    let mut args = args.to_vec();
+    args.extend(["--port".to_string(), cfg.port.to_string()]);
+    let mut server = Launched::spawn(program, &args, &log)?;
+    let result = measure(arm, cfg, &mut server);
+    let rss = server.peak_rss_mib();
+    drop(server);
     let cost_curves = std::fs::File::open(&log).ok().and_then(|f| {
         BufReader::new(f)
             .lines()
@@ -162,10 +126,12 @@ pub fn run_arm(arm: &Arm, cfg: &SpecBenchConfig) -> Result<ArmReport, String> {
 fn measure(
     arm: &Arm,
     cfg: &SpecBenchConfig,
-    child: &mut Child,
+    server: &mut Launched,
 ) -> Result<(Vec<Single>, Vec<Multi>), String> {
     let port = cfg.port;
-    wait_ready(child, port).map_err(|e| format!("{}: {e}", arm.name))?;
+    server
+        .wait_ready(&local_url(port, ""), Duration::from_secs(900))
+        .map_err(|e| format!("{}: {e}", arm.name))?;
     chat(port, "Say hello.", 8)?;
     let mut single = Vec::new();
     for (label, message) in &cfg.prompts {
@@ -217,23 +183,6 @@ fn measure(
     Ok((single, multi))
 }
 
-/// `a / b` as `1.23×`, or `-` when there is no `b`.
-pub fn ratio(a: f64, b: f64) -> String {
-    if b > 0.0 {
-        format!("{:.2}×", a / b)
-    } else {
-        "-".into()
-    }
-}
-
-/// The byte offset where two texts first differ, `None` when equal.
-fn first_difference(a: &str, b: &str) -> Option<usize> {
-    if a == b {
-        return None;
-    }
-    Some(a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count())
-}
-
 /// Markdown: one row per arm with its ratios to its baseline, then text identity and
 /// the tandem cost curves.
 pub fn markdown(reports: &[ArmReport]) -> String {
@@ -243,22 +192,22 @@ pub fn markdown(reports: &[ArmReport]) -> String {
             .and_then(|n| reports.iter().find(|r| &r.arm.name == n))
     };
     let first = &reports[0];
-    let mut head = "| arm |".to_string();
-    let mut rule = "|---|".to_string();
+    let mut header = vec!["arm".to_string()];
     for s in &first.single {
-        head += &format!(" {} tok/s | × plain | accepted |", s.prompt);
-        rule += "---|---|---|";
+        header.extend([
+            format!("{} tok/s", s.prompt),
+            "× plain".into(),
+            "accepted".into(),
+        ]);
     }
     for m in &first.multi {
-        head += &format!(" {} users tok/s | × plain |", m.users);
-        rule += "---|---|";
+        header.extend([format!("{} users tok/s", m.users), "× plain".into()]);
     }
-    head += " peak RSS MiB |";
-    rule += "---|";
-    out += &format!("{head}\n{rule}\n");
+    header.push("peak RSS MiB".into());
+    let mut table = Table::new(&header);
     for r in reports {
         let base = find(&r.arm.baseline);
-        let mut row = format!("| {} |", r.arm.name);
+        let mut row = vec![r.arm.name.clone()];
         for (i, s) in r.single.iter().enumerate() {
             let b = base.and_then(|b| b.single.get(i)).map_or(0.0, |b| b.tok_s);
             let acc = if s.draft_n > 0 {
@@ -266,15 +215,16 @@ pub fn markdown(reports: &[ArmReport]) -> String {
             } else {
                 "-".into()
             };
-            row += &format!(" {:.1} | {} | {} |", s.tok_s, ratio(s.tok_s, b), acc);
+            row.extend([format!("{:.1}", s.tok_s), ratio(s.tok_s, b), acc]);
         }
         for (i, m) in r.multi.iter().enumerate() {
             let b = base.and_then(|b| b.multi.get(i)).map_or(0.0, |b| b.tok_s);
-            row += &format!(" {:.1} | {} |", m.tok_s, ratio(m.tok_s, b));
+            row.extend([format!("{:.1}", m.tok_s), ratio(m.tok_s, b)]);
         }
-        row += &format!(" {:.0} |", r.peak_rss_mib);
-        out += &format!("{row}\n");
+        row.push(format!("{:.0}", r.peak_rss_mib));
+        table.row(&row);
     }
+    out += &table.markdown();
     out += "\nText at temperature 0 against the arm's baseline (one user):\n";
     for r in reports {
         let Some(base) = find(&r.arm.baseline) else {
@@ -283,7 +233,7 @@ pub fn markdown(reports: &[ArmReport]) -> String {
         for (s, b) in r.single.iter().zip(&base.single) {
             let verdict = match first_difference(&s.text, &b.text) {
                 None => "byte-identical".to_string(),
-                Some(at) => format!("differs from byte {at}"),
+                Some(at) => format!("differs from character {at}"),
             };
             out += &format!("- {} / {}: {verdict}\n", r.arm.name, s.prompt);
         }

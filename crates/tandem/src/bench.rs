@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use bench::model_bench::{self, ModelBenchConfig, ModelBenchReport};
 use bench::peer::{self, BatchedPeerPoint, LlamaBench};
-use bench::spec_bench::ratio;
+use bench::report::{ratio, Table};
 use clap::{Args, Subcommand};
 use model::Model;
 use serde::Serialize;
@@ -25,6 +25,9 @@ pub enum BenchCommand {
     /// Speculative decoding served: tandem plain, adaptive and fixed drafting, and
     /// llama-server without and with the same draft model, one server at a time.
     Spec(SpecBenchArgs),
+    /// OpenAI-compatible servers raced on the same prompts: users × prompt sizes × runs,
+    /// one server at a time; Markdown, JSON and plots in --out.
+    Race(crate::race::RaceArgs),
 }
 
 #[derive(Args)]
@@ -171,6 +174,7 @@ pub fn execute(a: BenchArgs) -> Result<(), CliError> {
     match a.command {
         BenchCommand::Model(m) => model(m),
         BenchCommand::Spec(s) => spec(s),
+        BenchCommand::Race(r) => crate::race::execute(r),
     }
 }
 
@@ -269,7 +273,7 @@ fn spec(a: SpecBenchArgs) -> Result<(), CliError> {
         reports.push(spec_bench::run_arm(arm, &cfg).map_err(CliError::Usage)?);
     }
     if a.json {
-        let machine = bench::Machine::here(a.threads);
+        let machine = bench::Machine::here(Some(a.threads));
         let out =
             serde_json::json!({ "machine": machine, "n_predict": a.n_predict, "arms": reports });
         println!("{out}");
@@ -338,32 +342,40 @@ fn print_tables(out: &Output) {
     let r = &out.tandem;
     println!(
         "model {} on {} ({} threads), commit {}\n",
-        r.model, r.machine.cpu, r.machine.threads, r.machine.commit
+        r.model,
+        r.machine.cpu,
+        r.machine.threads.unwrap_or(0),
+        r.machine.commit
     );
-    println!("| test | tandem t/s | llama.cpp t/s | ratio |\n|---|---|---|---|");
     let (lpp, ltg) = out
         .peer_llama_bench
         .as_ref()
         .map_or((0.0, 0.0), |l| (l.pp_tok_s, l.tg_tok_s));
+    let mut speed = Table::new(&["test", "tandem t/s", "llama.cpp t/s", "ratio"]);
+    for (test, ours, theirs) in [
+        (format!("pp{}", r.pp), r.pp_tok_s, lpp),
+        (format!("tg{}", r.tg), r.tg_tok_s, ltg),
+    ] {
+        speed.row(&[
+            test,
+            format!("{ours:.1}"),
+            format!("{theirs:.1}"),
+            ratio(ours, theirs),
+        ]);
+    }
+    println!("{}", speed.markdown());
     println!(
-        "| pp{} | {:.1} | {:.1} | {} |",
-        r.pp,
-        r.pp_tok_s,
-        lpp,
-        ratio(r.pp_tok_s, lpp)
-    );
-    println!(
-        "| tg{} | {:.1} | {:.1} | {} |",
-        r.tg,
-        r.tg_tok_s,
-        ltg,
-        ratio(r.tg_tok_s, ltg)
-    );
-    println!(
-        "\nbatched decode (aggregate tok/s; ratio to batch {}):",
+        "batched decode (aggregate tok/s; ratio to batch {}):",
         r.batched.first().map_or(1, |p| p.batch)
     );
-    println!("| batch | tandem t/s | ratio | llama.cpp t/s | ratio | tandem / llama.cpp |\n|---|---|---|---|---|---|");
+    let mut batched = Table::new(&[
+        "batch",
+        "tandem t/s",
+        "ratio",
+        "llama.cpp t/s",
+        "ratio",
+        "tandem / llama.cpp",
+    ]);
     for p in &r.batched {
         let peer = out
             .peer_batched
@@ -371,36 +383,40 @@ fn print_tables(out: &Output) {
             .flatten()
             .find(|q| q.batch == p.batch);
         let (pt, pr) = peer.map_or((0.0, 0.0), |q| (q.tok_s, q.ratio));
-        println!(
-            "| {} | {:.1} | {:.2}× | {:.1} | {:.2}× | {} |",
-            p.batch,
-            p.tok_s,
-            p.ratio,
-            pt,
-            pr,
-            ratio(p.tok_s, pt)
-        );
+        batched.row(&[
+            p.batch.to_string(),
+            format!("{:.1}", p.tok_s),
+            format!("{:.2}×", p.ratio),
+            format!("{pt:.1}"),
+            format!("{pr:.2}×"),
+            ratio(p.tok_s, pt),
+        ]);
     }
+    println!("{}", batched.markdown());
     println!(
-        "\nverify cost (one sequence, k new tokens in one forward, after {} tokens):",
+        "verify cost (one sequence, k new tokens in one forward, after {} tokens):",
         model_bench::PRIOR
     );
-    println!(
-        "| k | ms | ratio to k={} |\n|---|---|---|",
-        r.verify.first().map_or(1, |p| p.k)
-    );
+    let base_k = r.verify.first().map_or(1, |p| p.k);
+    let mut verify = Table::new(&["k", "ms", &format!("ratio to k={base_k}")]);
     for p in &r.verify {
-        println!("| {} | {:.2} | {:.2}× |", p.k, p.ms, p.ratio);
+        verify.row(&[
+            p.k.to_string(),
+            format!("{:.2}", p.ms),
+            format!("{:.2}×", p.ratio),
+        ]);
     }
+    print!("{}", verify.markdown());
     if let Some(c) = &out.spec_costs {
         println!(
             "\nspeculation policy costs ({} drafter; catching up {:.2} ms per token):",
             c.drafter, c.catch_up_ms
         );
-        println!("| rows or slots | target forward ms | draft step ms |\n|---|---|---|");
+        let mut costs = Table::new(&["rows or slots", "target forward ms", "draft step ms"]);
         for (i, t) in c.target_ms.iter().enumerate() {
             let d = c.draft_ms.get(i).map_or("".into(), |d| format!("{d:.2}"));
-            println!("| {} | {t:.2} | {d} |", i + 1);
+            costs.row(&[(i + 1).to_string(), format!("{t:.2}"), d]);
         }
+        print!("{}", costs.markdown());
     }
 }

@@ -5,6 +5,7 @@ mod cli;
 mod info;
 mod perplexity;
 mod pull;
+mod race;
 mod run;
 mod serve;
 
