@@ -5,6 +5,7 @@ pub mod model_bench;
 pub mod peer;
 pub mod race;
 pub mod report;
+pub mod soak;
 pub mod spec_bench;
 
 #[derive(Debug, thiserror::Error)]

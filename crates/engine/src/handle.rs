@@ -111,6 +111,8 @@ pub struct Counters {
     pub n_busy_slots_total: u64,
     pub requests_done: u64,
     pub requests_cancelled: u64,
+    /// Requests stopped because the model's numbers became NaN or infinite.
+    pub requests_failed: u64,
     /// Requests whose KV was taken back to make room for older ones.
     pub preemptions_total: u64,
     /// Drafts verified (vLLM's `num_drafts`).

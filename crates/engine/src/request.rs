@@ -85,8 +85,8 @@ pub struct Summary {
     pub draft_n_accepted: usize,
 }
 
-/// What the engine sends back on a request's channel: deltas, then exactly one `Done` or
-/// `Failed`.
+/// What the engine sends back on a request's channel: deltas, then exactly one `Done`,
+/// `Rejected` or `Failed`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     /// Text completed since the last delta (whole UTF-8 characters; a possible start of a
@@ -98,5 +98,10 @@ pub enum Event {
         logprobs: Vec<TokenLogprob>,
     },
     Done(Summary),
+    /// The request cannot be served as asked (it does not fit a slot, a token is outside the
+    /// vocabulary): the client's error.
+    Rejected(String),
+    /// The computation went wrong (the model's numbers became NaN or infinite): the
+    /// server's error. Other requests are unaffected.
     Failed(String),
 }

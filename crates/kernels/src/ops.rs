@@ -198,6 +198,20 @@ pub fn add_inplace(x: &mut [f32], y: &[f32]) {
     }
 }
 
+/// Whether every value is finite (no NaN, no ±∞): `x · 0` is ±0 for finite `x` and NaN
+/// otherwise, summed in 16 lanes so that it vectorizes.
+pub fn all_finite(x: &[f32]) -> bool {
+    let mut lanes = [0f32; 16];
+    let chunks = x.chunks_exact(16);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l += v * 0.0;
+        }
+    }
+    lanes.iter().chain(rest).all(|v| (v * 0.0) == 0.0)
+}
+
 /// In-place softmax with [`exp`]; the sum is taken in index order.
 pub fn softmax_inplace(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -212,6 +226,21 @@ pub fn softmax_inplace(x: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn all_finite_finds_nan_and_infinity_anywhere() {
+        let mut v = vec![1.5f32; 37];
+        assert!(all_finite(&v) && all_finite(&[]));
+        for at in [0, 15, 16, 36] {
+            for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+                let keep = v[at];
+                v[at] = bad;
+                assert!(!all_finite(&v), "{bad} at {at}");
+                v[at] = keep;
+            }
+        }
+        assert!(all_finite(&[f32::MAX, -f32::MAX, 0.0, -0.0]));
+    }
 
     #[test]
     fn simd_exp_gives_the_scalar_bits() {

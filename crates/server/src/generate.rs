@@ -92,7 +92,8 @@ async fn whole(
             Event::Done(summary) => {
                 return Ok(Json(reply.complete(text, tokens, &lps, asked, &summary)).into_response())
             }
-            Event::Failed(m) => return Err(ApiError::bad_request(m)),
+            Event::Rejected(m) => return Err(ApiError::bad_request(m)),
+            Event::Failed(m) => return Err(ApiError::internal(m)),
         }
     }
     Err(ApiError::internal("the engine stopped"))
@@ -149,8 +150,12 @@ fn sse(
                     }
                     st.finished = true;
                 }
-                Some(Event::Failed(m)) => {
+                Some(Event::Rejected(m)) => {
                     st.out.push_back(data(&ApiError::bad_request(m).body()));
+                    st.finished = true;
+                }
+                Some(Event::Failed(m)) => {
+                    st.out.push_back(data(&ApiError::internal(m).body()));
                     st.finished = true;
                 }
                 None => {

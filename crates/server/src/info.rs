@@ -276,6 +276,11 @@ pub async fn metrics(State(s): State<Shared>) -> Result<Response, ApiError> {
         "# HELP tandem:preemptions_total Requests whose KV was taken back for older ones.\n# TYPE tandem:preemptions_total counter\ntandem:preemptions_total {}",
         c.preemptions_total
     );
+    let _ = writeln!(
+        out,
+        "# HELP tandem:requests_failed_total Requests stopped because the model computed NaN or infinite numbers.\n# TYPE tandem:requests_failed_total counter\ntandem:requests_failed_total {}",
+        c.requests_failed
+    );
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
 }
 

@@ -2,10 +2,13 @@
 //!
 //! The listener is bound first and answers `/health` with 503 while the model loads; the
 //! engine thread is started once the memory plan has been checked. Every route but
-//! `/health` and `/v1/models` needs the API key when one is set.
+//! `/health` (and `/metrics` with `--metrics-public`) needs the API key when one is set;
+//! CORS headers are sent only for the origins `--cors` names.
 
 mod error;
 mod format;
+#[doc(hidden)]
+pub mod fuzz;
 mod generate;
 mod info;
 mod reasoning;
@@ -17,20 +20,28 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
 pub use error::{ApiError, Error};
 pub use state::{Defaults, Drafter, Reasoning, ServerConfig, SpecSettings};
 
-pub use state::AppState;
-use state::{Ready, Shared};
+pub use state::{load, AppState, Ready};
+pub use validate::Route;
+
+/// Parses and validates `body` for `route` exactly as a request's body would be, without
+/// queueing it: the fuzz targets' entry point. `Err` is the 4xx a client would get.
+pub fn check_request(ready: &Ready, route: Route, body: &[u8]) -> Result<(), ApiError> {
+    let raw: validate::RawRequest = validate::parse(&Bytes::copy_from_slice(body))?;
+    raw.validate(route, ready).map(|_| ())
+}
+use state::Shared;
 
 /// Routes reachable without the API key.
-const PUBLIC: &[&str] = &["/health", "/v1/health", "/models", "/v1/models"];
+const PUBLIC: &[&str] = &["/health", "/v1/health"];
 
 /// The loaded state, or 503 while loading.
 fn ready(s: &AppState) -> Result<&Ready, ApiError> {
@@ -51,7 +62,9 @@ fn body(s: &AppState, b: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiErro
 }
 
 async fn auth(State(s): State<Shared>, req: Request, next: Next) -> Result<Response, ApiError> {
-    if s.config.api_keys.is_empty() || PUBLIC.contains(&req.uri().path()) {
+    let path = req.uri().path();
+    let public = PUBLIC.contains(&path) || (s.config.metrics_public && path == "/metrics");
+    if s.config.api_keys.is_empty() || public {
         return Ok(next.run(req).await);
     }
     let h = req.headers();
@@ -66,6 +79,50 @@ async fn auth(State(s): State<Shared>, req: Request, next: Next) -> Result<Respo
     } else {
         Err(ApiError::unauthorized())
     }
+}
+
+/// CORS for the origins `--cors` names: a preflight from one of them is answered 204
+/// before authentication (browsers send no key with it), and its other responses carry
+/// `Access-Control-Allow-Origin`. Other origins get no CORS headers, so browsers refuse.
+async fn cors(State(s): State<Shared>, req: Request, next: Next) -> Response {
+    let origin = req
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|o| o.to_str().ok())
+        .map(str::to_string);
+    let allowed = origin.filter(|o| s.config.cors.iter().any(|c| c == "*" || c == o));
+    let Some(origin) = allowed else {
+        return next.run(req).await;
+    };
+    let preflight = req.method() == axum::http::Method::OPTIONS
+        && req
+            .headers()
+            .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
+    let mut resp = if preflight {
+        let mut r = StatusCode::NO_CONTENT.into_response();
+        let h = r.headers_mut();
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("GET, POST, OPTIONS"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static("authorization, content-type, x-api-key"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_MAX_AGE,
+            HeaderValue::from_static("600"),
+        );
+        r
+    } else {
+        next.run(req).await
+    };
+    if let Ok(v) = HeaderValue::from_str(&origin) {
+        let h = resp.headers_mut();
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, v);
+        h.insert(header::VARY, HeaderValue::from_static("origin"));
+    }
+    resp
 }
 
 /// A body sent with a `Content-Type` must be JSON (a missing header is taken as JSON).
@@ -127,6 +184,7 @@ pub fn router(state: Shared) -> Router {
         .fallback(not_found)
         .layer(middleware::from_fn(json_only))
         .layer(middleware::from_fn_with_state(state.clone(), auth))
+        .layer(middleware::from_fn_with_state(state.clone(), cors))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
 }

@@ -66,12 +66,46 @@ pub struct ServerConfig {
     pub chat_template: Option<String>,
     pub reasoning: Reasoning,
     pub metrics: bool,
+    /// /metrics answers without the API key.
+    pub metrics_public: bool,
+    /// Origins browsers may call from (`*`: any); empty: no CORS headers, preflights fail.
+    pub cors: Vec<String>,
     pub slots: bool,
     /// Memory the plan must fit in (bytes); `None`: the memory available now.
     pub mem_limit: Option<u64>,
     /// Largest request body accepted.
     pub body_limit: usize,
     pub speculation: Option<SpecSettings>,
+}
+
+impl ServerConfig {
+    /// `model_path` served with `engine`'s sizes and every other setting at its default:
+    /// 127.0.0.1:8080, no key, no CORS, the model's template, default sampling, /slots on,
+    /// /metrics off, a 32 MiB body limit, no drafter.
+    pub fn new(model_path: PathBuf, engine: EngineConfig) -> ServerConfig {
+        ServerConfig {
+            model_path,
+            alias: None,
+            host: "127.0.0.1".into(),
+            port: 8080,
+            engine,
+            api_keys: Vec::new(),
+            defaults: Defaults {
+                sampling: SamplerConfig::default(),
+                seed: None,
+                n_predict: None,
+            },
+            chat_template: None,
+            reasoning: Reasoning::Auto,
+            metrics: false,
+            metrics_public: false,
+            cors: Vec::new(),
+            slots: true,
+            mem_limit: None,
+            body_limit: 32 << 20,
+            speculation: None,
+        }
+    }
 }
 
 /// What exists once the model is loaded.

@@ -5,41 +5,27 @@ use std::sync::Arc;
 
 use axum::body::{to_bytes, Body};
 use axum::http::{Request, StatusCode};
-use engine::{EngineConfig, SamplerConfig};
+use engine::EngineConfig;
 use gguf::GgmlType;
 use serde_json::Value;
-use server::{AppState, Defaults, Reasoning, ServerConfig};
+use server::{AppState, ServerConfig};
 use tower::ServiceExt;
 
 fn loading_server(api_keys: &[&str]) -> axum::Router {
+    let engine = EngineConfig {
+        n_ctx: 1024,
+        n_parallel: 1,
+        kv_unified: false,
+        n_batch: 64,
+        n_ubatch: 64,
+        n_threads: 1,
+        kv_type: GgmlType::F16,
+        queue_limit: 4,
+    };
     let config = ServerConfig {
-        model_path: PathBuf::from("model.gguf"),
-        alias: None,
-        host: "127.0.0.1".into(),
-        port: 0,
-        engine: EngineConfig {
-            n_ctx: 1024,
-            n_parallel: 1,
-            kv_unified: false,
-            n_batch: 64,
-            n_ubatch: 64,
-            n_threads: 1,
-            kv_type: GgmlType::F16,
-            queue_limit: 4,
-        },
         api_keys: api_keys.iter().map(|k| k.to_string()).collect(),
-        defaults: Defaults {
-            sampling: SamplerConfig::default(),
-            seed: None,
-            n_predict: None,
-        },
-        chat_template: None,
-        reasoning: Reasoning::Auto,
-        metrics: false,
-        slots: true,
-        mem_limit: None,
         body_limit: 1024,
-        speculation: None,
+        ..ServerConfig::new(PathBuf::from("model.gguf"), engine)
     };
     server::router(Arc::new(AppState::new(config)))
 }

@@ -28,6 +28,9 @@ pub enum BenchCommand {
     /// OpenAI-compatible servers raced on the same prompts: users × prompt sizes × runs,
     /// one server at a time; Markdown, JSON and plots in --out.
     Race(crate::race::RaceArgs),
+    /// A launched server under users that never stop, some hanging up mid-answer: memory
+    /// at the end against after warm-up, failures, idle slots afterwards.
+    Soak(crate::soak::SoakArgs),
 }
 
 #[derive(Args)]
@@ -175,6 +178,7 @@ pub fn execute(a: BenchArgs) -> Result<(), CliError> {
         BenchCommand::Model(m) => model(m),
         BenchCommand::Spec(s) => spec(s),
         BenchCommand::Race(r) => crate::race::execute(r),
+        BenchCommand::Soak(s) => crate::soak::execute(s),
     }
 }
 

@@ -8,6 +8,7 @@ mod pull;
 mod race;
 mod run;
 mod serve;
+mod soak;
 
 use std::path::{Path, PathBuf};
 

@@ -73,6 +73,12 @@ pub struct ServeArgs {
     /// Serve Prometheus metrics at /metrics.
     #[arg(long)]
     pub metrics: bool,
+    /// /metrics answers without the API key (for a scraper on a trusted network).
+    #[arg(long = "metrics-public")]
+    pub metrics_public: bool,
+    /// Let browsers call from ORIGIN (repeatable, `*` for any); off by default.
+    #[arg(long = "cors", value_name = "ORIGIN")]
+    pub cors: Vec<String>,
     #[arg(long)]
     pub slots: bool,
     /// Hide /slots.
@@ -264,6 +270,8 @@ impl ServeArgs {
                 _ => server::Reasoning::Auto,
             },
             metrics: self.metrics,
+            metrics_public: self.metrics_public,
+            cors: self.cors.clone(),
             slots: !self.no_slots,
             mem_limit: self.mem_limit,
             body_limit: self.body_limit,

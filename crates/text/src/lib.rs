@@ -5,6 +5,8 @@
 mod byte_level;
 mod detok;
 mod error;
+#[doc(hidden)]
+pub mod fuzz;
 mod jinja_fns;
 mod pretokenize;
 mod special;

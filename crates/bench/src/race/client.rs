@@ -31,6 +31,8 @@ pub enum Outcome {
     StreamError,
     /// The stream ended without a finish_reason.
     Truncated,
+    /// The client closed the connection on purpose (`Ask::drop_after`).
+    Dropped,
 }
 
 /// What the harness asks of one request.
@@ -45,6 +47,8 @@ pub struct Ask {
     pub timeout_s: u64,
     /// Sent as `Authorization: Bearer KEY`.
     pub api_key: Option<String>,
+    /// Close the connection after this many output events, as a client that goes away.
+    pub drop_after: Option<usize>,
 }
 
 /// `request` with `Authorization: Bearer key` when there is a key.
@@ -185,6 +189,11 @@ pub fn exchange(ask: &Ask) -> Exchange {
                 line.clear();
                 if ex.outcome == Outcome::StreamError {
                     break;
+                }
+                if ask.drop_after.is_some_and(|n| ex.events >= n) && ex.finish_reason.is_none() {
+                    ex.outcome = Outcome::Dropped;
+                    ex.t_end = since();
+                    return ex;
                 }
             }
             Ok((b, _)) => line.push(b),

@@ -247,6 +247,7 @@ fn race_target(
         ignore_eos: cfg.ignore_eos,
         timeout_s: cfg.request_timeout_s,
         api_key: cfg.api_key.clone(),
+        drop_after: None,
     };
     let mut warm = ask(format!("[race {session} warm-up] Say hello."));
     warm.max_tokens = 8;

@@ -242,14 +242,14 @@ impl Engine {
             self.queued.fetch_sub(1, Ordering::AcqRel);
             let needed = q.req.prompt.len() + q.req.max_tokens.unwrap_or(1);
             if q.req.prompt.is_empty() || needed > slot_ctx {
-                let _ = q.out.send(Event::Failed(format!(
+                let _ = q.out.send(Event::Rejected(format!(
                     "the prompt ({} tokens) and max_tokens need {needed} positions but a slot holds {slot_ctx}",
                     q.req.prompt.len()
                 )));
                 continue;
             }
             if let Some(&bad) = q.req.prompt.iter().find(|&&t| t as usize >= n_vocab) {
-                let _ = q.out.send(Event::Failed(format!(
+                let _ = q.out.send(Event::Rejected(format!(
                     "token id {bad} is outside the vocabulary of {n_vocab}"
                 )));
                 continue;
@@ -384,6 +384,7 @@ impl Engine {
         let e = self.model.hparams.n_embd;
         let n_layer = self.model.hparams.n_layer;
         let mut finished: Vec<(usize, Summary)> = Vec::new();
+        let mut poisoned: Vec<(usize, usize)> = Vec::new();
         let ub = self.cfg.n_ubatch;
         for (ci, chunk) in rows.chunks(ub).enumerate() {
             let t0 = Instant::now();
@@ -430,6 +431,12 @@ impl Engine {
                     self.kv.commit(&mut seq.kv, pos + 1);
                 }
             }
+            for (r, &(slot, pos, _)) in chunk.iter().enumerate() {
+                let sane = kernels::ops::all_finite(&hidden[r * e..(r + 1) * e]);
+                if !sane && !poisoned.iter().any(|p| p.0 == slot) {
+                    poisoned.push((slot, pos));
+                }
+            }
             let out_rows: Vec<usize> = (0..n).filter(|&r| wanted[ci * ub + r]).collect();
             let (slots, tok) = (&mut self.slots, &self.tok);
             self.model.output_rows(
@@ -440,7 +447,14 @@ impl Engine {
                 &self.pool,
                 self.scratch.precision,
                 &mut |i, logits| {
-                    let slot = chunk[out_rows[i]].0;
+                    let (slot, pos, _) = chunk[out_rows[i]];
+                    if poisoned.iter().any(|p| p.0 == slot) {
+                        return;
+                    }
+                    if !kernels::ops::all_finite(logits) {
+                        poisoned.push((slot, pos));
+                        return;
+                    }
                     let seq = &mut slots[slot].as_mut().expect("planned").seq;
                     if let Some(summary) = seq.accept(logits, tok) {
                         finished.push((slot, summary));
@@ -463,6 +477,21 @@ impl Engine {
             self.kv.truncate(&mut seq.kv, valid);
             if let Some(spec) = &mut self.spec {
                 spec.observe(p.slot, d.verified, d.accepted, &mut self.counters);
+            }
+        }
+        for (slot, pos) in poisoned {
+            if finished.iter().any(|f| f.0 == slot) {
+                continue;
+            }
+            let mut a = self.slots[slot].take().expect("planned");
+            a.seq.fail(format!(
+                "the model computed NaN or infinite numbers at position {pos} of this request; \
+                 its output cannot be trusted and it was stopped"
+            ));
+            self.counters.requests_failed += 1;
+            self.kv.release(&mut a.seq.kv);
+            if let Some(spec) = &mut self.spec {
+                spec.release(slot);
             }
         }
         for (slot, s) in finished {

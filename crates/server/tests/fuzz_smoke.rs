@@ -1,0 +1,58 @@
+//! A short stable run of the request fuzz target (`fuzz/`; the long runs are
+//! `scripts/fuzz`): 3,000 bodies from random bytes and from mutated valid requests,
+//! validated for every route against a loaded SmolLM2; only 4xx may come back.
+
+use std::path::PathBuf;
+
+use engine::EngineConfig;
+use gguf::GgmlType;
+use server::fuzz::request;
+use server::ServerConfig;
+use text::fuzz::mutants;
+
+#[test]
+fn request_smoke() {
+    let dir = std::env::var_os("TANDEM_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| dirs::cache_dir().unwrap().join("tandem").join("models"));
+    let path = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        path.is_file(),
+        "{} missing: run `tandem pull smollm2-135m`",
+        path.display()
+    );
+    let engine = EngineConfig {
+        n_ctx: 512,
+        n_parallel: 1,
+        kv_unified: false,
+        n_batch: 64,
+        n_ubatch: 64,
+        n_threads: 1,
+        kv_type: GgmlType::F16,
+        queue_limit: 1,
+    };
+    let ready = server::load(&ServerConfig::new(path, engine)).unwrap();
+    // A leading byte ≡ 0 (mod 8) passes the rest through as the body itself.
+    let mut seeds: Vec<Vec<u8>> = [
+        r#"{"messages":[{"role":"user","content":"Hi"}],"max_tokens":4}"#,
+        r#"{"prompt":"Hi","max_tokens":4,"stop":["\n"],"logprobs":2,"stream":true}"#,
+        r#"{"messages":[{"role":"user","content":[{"type":"text","text":"Hi"}]}],"speculative":{"n_max":2}}"#,
+    ]
+    .iter()
+    .map(|s| [b"\x08".as_slice(), s.as_bytes()].concat())
+    .collect();
+    let mut s = 7u64;
+    seeds.extend((0..16).map(|_| {
+        (0..64)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                s as u8
+            })
+            .collect::<Vec<u8>>()
+    }));
+    for input in mutants(&seeds, 3000) {
+        request(&ready, &input);
+    }
+}

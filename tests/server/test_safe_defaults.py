@@ -1,0 +1,110 @@
+"""Safe defaults: bound to 127.0.0.1 unless told otherwise, the API key guards every route
+but /health (and /metrics only with --metrics-public), no CORS unless --cors names the
+origin; and a request that cannot fit in the free KV waits or gets a 4xx, never a 5xx."""
+
+import concurrent.futures
+from urllib.parse import urlparse
+
+import httpx
+
+from conftest import API_KEY, Server
+
+GUARDED = [
+    ("GET", "/models"),
+    ("GET", "/v1/models"),
+    ("GET", "/props"),
+    ("GET", "/slots"),
+    ("GET", "/metrics"),
+    ("POST", "/tokenize"),
+    ("POST", "/detokenize"),
+    ("POST", "/apply-template"),
+    ("POST", "/v1/chat/completions"),
+    ("POST", "/chat/completions"),
+    ("POST", "/v1/completions"),
+    ("POST", "/completions"),
+    ("POST", "/completion"),
+    ("GET", "/no-such-route"),
+]
+
+
+def call(server, method, path, key=None, headers=None):
+    h = dict(headers or {})
+    if key:
+        h["Authorization"] = f"Bearer {key}"
+    return httpx.request(method, server.url + path, headers=h, json={} if method == "POST" else None, timeout=60)
+
+
+def test_binds_localhost_and_the_key_guards_every_route_but_health(server):
+    assert urlparse(server.url).hostname == "127.0.0.1"
+    for path in ["/health", "/v1/health"]:
+        assert call(server, "GET", path).status_code == 200
+    for method, path in GUARDED:
+        for key in [None, "wrong-key"]:
+            r = call(server, method, path, key)
+            assert r.status_code == 401, (method, path, key, r.text)
+            assert r.json()["error"]["type"] == "authentication_error"
+        assert call(server, method, path, API_KEY).status_code != 401, (method, path)
+
+
+def test_metrics_public_opens_metrics_only():
+    s = Server("-c", "512", "-np", "1", "--api-key", API_KEY, "--metrics", "--metrics-public")
+    try:
+        r = call(s, "GET", "/metrics")
+        assert r.status_code == 200 and "llamacpp:prompt_tokens_total" in r.text
+        for method, path in GUARDED:
+            if path != "/metrics":
+                assert call(s, method, path).status_code == 401, path
+    finally:
+        s.stop()
+
+
+PREFLIGHT = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"}
+
+
+def test_cors_is_off_unless_an_origin_is_named(server):
+    origin = {"Origin": "http://evil.example"}
+    r = call(server, "OPTIONS", "/v1/chat/completions", headers={**origin, **PREFLIGHT})
+    assert r.status_code >= 400 and "access-control-allow-origin" not in r.headers
+    r = call(server, "GET", "/v1/models", API_KEY, headers=origin)
+    assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
+
+    s = Server("-c", "512", "-np", "1", "--api-key", API_KEY, "--cors", "http://app.example")
+    try:
+        ok = {"Origin": "http://app.example"}
+        r = call(s, "OPTIONS", "/v1/chat/completions", headers={**ok, **PREFLIGHT})
+        assert r.status_code == 204, r.text
+        assert r.headers["access-control-allow-origin"] == "http://app.example"
+        assert "POST" in r.headers["access-control-allow-methods"]
+        assert "authorization" in r.headers["access-control-allow-headers"]
+        r = call(s, "GET", "/v1/models", API_KEY, headers=ok)
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://app.example"
+        r = call(s, "GET", "/v1/models", headers=ok)
+        assert r.status_code == 401, "CORS does not open the key"
+        r = call(s, "OPTIONS", "/v1/chat/completions", headers={**origin, **PREFLIGHT})
+        assert "access-control-allow-origin" not in r.headers
+    finally:
+        s.stop()
+
+
+def test_requests_beyond_free_kv_wait_and_beyond_a_slot_are_4xx():
+    # One pool of 1024 positions shared by 4 slots: four ~600-token prompts cannot all be
+    # held at once, so some wait or are preempted; all must complete.
+    s = Server("-c", "1024", "-np", "4", "--kv-unified", "--api-key", API_KEY)
+    try:
+        words = " ".join(f"w{i}" for i in range(170))
+        client = s.client()
+        model = client.models.list().data[0].id
+
+        def ask(i):
+            return client.completions.create(model=model, prompt=f"{i} {words}", max_tokens=16, temperature=0)
+
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(ask, range(4)))
+        for a in answers:
+            assert 4 * a.usage.prompt_tokens > 1024 + 64 and a.choices[0].finish_reason == "length"
+        r = s.post("/v1/completions", {"model": model, "prompt": words * 4, "max_tokens": 16})
+        assert r.status_code == 400 and "positions" in r.json()["error"]["message"], r.text
+        slots = s.get("/slots").json()
+        assert all(not slot["is_processing"] for slot in slots)
+    finally:
+        s.stop()
