@@ -4,14 +4,17 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use engine::EngineConfig;
-use gguf::GgmlType;
-use server::{Ready, ServerConfig};
+use server::Ready;
 
 fn smollm2() -> PathBuf {
     let dir = std::env::var_os("TANDEM_MODELS")
         .map(PathBuf::from)
-        .unwrap_or_else(|| dirs::cache_dir().expect("a cache dir").join("tandem").join("models"));
+        .unwrap_or_else(|| {
+            dirs::cache_dir()
+                .expect("a cache dir")
+                .join("tandem")
+                .join("models")
+        });
     dir.join("SmolLM2-135M-Instruct.Q4_1.gguf")
 }
 
@@ -26,17 +29,6 @@ pub fn smollm2_tokenizer() -> &'static text::Tokenizer {
 pub fn smollm2_ready() -> &'static Ready {
     static READY: OnceLock<Ready> = OnceLock::new();
     READY.get_or_init(|| {
-        let engine = EngineConfig {
-            n_ctx: 512,
-            n_parallel: 1,
-            kv_unified: false,
-            n_batch: 64,
-            n_ubatch: 64,
-            n_threads: 1,
-            kv_type: GgmlType::F16,
-            queue_limit: 1,
-        };
-        server::load(&ServerConfig::new(smollm2(), engine))
-        .expect("SmolLM2 loads (tandem pull smollm2-135m)")
+        server::fuzz::ready(smollm2()).expect("SmolLM2 loads (tandem pull smollm2-135m)")
     })
 }

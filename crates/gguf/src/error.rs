@@ -51,6 +51,12 @@ pub enum Error {
         end: u64,
         data_len: u64,
     },
+    #[error("truncated GGUF: the data section of its {n_tensors} tensor(s) starts at byte {data_offset}, past the end of the file ({file_len} bytes)")]
+    DataPastEnd {
+        n_tensors: usize,
+        data_offset: u64,
+        file_len: u64,
+    },
     #[error("tensors '{first}' and '{second}' overlap in the data section")]
     TensorOverlap { first: String, second: String },
     #[error("GGUF general.alignment is {0}; it must be a non-zero power of two")]

@@ -93,6 +93,13 @@ impl Gguf {
         }
 
         let data_offset = (r.pos as u64).div_ceil(alignment) * alignment;
+        if !tensors.is_empty() && data_offset > bytes.len() as u64 {
+            return Err(Error::DataPastEnd {
+                n_tensors: tensors.len(),
+                data_offset,
+                file_len: bytes.len() as u64,
+            });
+        }
         let data_len = (bytes.len() as u64).saturating_sub(data_offset);
         check_layout(&tensors, data_len)?;
         Ok(Gguf {

@@ -262,6 +262,21 @@ fn duplicates_and_alignment() {
 }
 
 #[test]
+fn empty_tensors_with_the_data_section_past_the_end_are_an_error() {
+    let mut w = GgufWriter::new();
+    w.metadata("k", Value::U8(1))
+        .tensor("empty", &[0], GgmlType::F32, Vec::new());
+    let mut bytes = w.to_bytes();
+    // The header ends at byte 75; its data section starts at the next multiple of 32.
+    assert_eq!(Gguf::parse(&bytes).unwrap().data_offset, 96);
+    bytes.truncate(80);
+    // Found by `cargo fuzz run gguf_parse`: an empty tensor passed every bounds check
+    // while the aligned data section began past the end of the file.
+    let err = Gguf::parse(&bytes).unwrap_err().to_string();
+    assert!(err.contains("past the end of the file"), "{err}");
+}
+
+#[test]
 fn random_corruption_never_panics() {
     let bytes = sample().to_bytes();
     let mut state = 0x9E3779B97F4A7C15u64;

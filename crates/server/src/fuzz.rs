@@ -6,7 +6,7 @@
 
 use serde_json::{Map, Number, Value};
 
-use crate::{check_request, Ready, Route};
+use crate::{check_request, Ready, Route, ServerConfig};
 
 /// Field names the generator draws keys from: the request's own and some it does not know.
 const KEYS: &[&str] = &[
@@ -134,6 +134,21 @@ pub fn body(data: &[u8]) -> Vec<u8> {
         return data[1.min(data.len())..].to_vec();
     }
     object(&mut s, 0).to_string().into_bytes()
+}
+
+/// `model` loaded as the targets validate against: one slot of 512 positions, one thread.
+pub fn ready(model: std::path::PathBuf) -> Result<Ready, crate::Error> {
+    let engine = engine::EngineConfig {
+        n_ctx: 512,
+        n_parallel: 1,
+        kv_unified: false,
+        n_batch: 64,
+        n_ubatch: 64,
+        n_threads: 1,
+        kv_type: gguf::GgmlType::F16,
+        queue_limit: 1,
+    };
+    crate::load(&ServerConfig::new(model, engine))
 }
 
 /// Validates `body(data)` for every route; panics on a 5xx.

@@ -4,10 +4,7 @@
 
 use std::path::PathBuf;
 
-use engine::EngineConfig;
-use gguf::GgmlType;
 use server::fuzz::request;
-use server::ServerConfig;
 use text::fuzz::mutants;
 
 #[test]
@@ -21,17 +18,7 @@ fn request_smoke() {
         "{} missing: run `tandem pull smollm2-135m`",
         path.display()
     );
-    let engine = EngineConfig {
-        n_ctx: 512,
-        n_parallel: 1,
-        kv_unified: false,
-        n_batch: 64,
-        n_ubatch: 64,
-        n_threads: 1,
-        kv_type: GgmlType::F16,
-        queue_limit: 1,
-    };
-    let ready = server::load(&ServerConfig::new(path, engine)).unwrap();
+    let ready = server::fuzz::ready(path).unwrap();
     // A leading byte ≡ 0 (mod 8) passes the rest through as the body itself.
     let mut seeds: Vec<Vec<u8>> = [
         r#"{"messages":[{"role":"user","content":"Hi"}],"max_tokens":4}"#,
