@@ -58,15 +58,25 @@ impl Launched {
 
     /// The most resident memory the process has had (VmHWM), in MiB; 0 when unknown.
     pub fn peak_rss_mib(&self) -> f64 {
-        std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find(|l| l.starts_with("VmHWM:"))
-                    .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-            })
-            .map_or(0.0, |kib| kib / 1024.0)
+        status_mib(self.pid(), "VmHWM")
     }
+
+    /// The process's resident memory now (VmRSS), in MiB; 0 when unknown.
+    pub fn rss_mib(&self) -> f64 {
+        status_mib(self.pid(), "VmRSS")
+    }
+}
+
+/// A `kB` field of /proc/PID/status, in MiB; 0 when unknown.
+fn status_mib(pid: u32, field: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.split(':').next() == Some(field))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| kib / 1024.0)
 }
 
 impl Drop for Launched {

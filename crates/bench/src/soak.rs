@@ -60,17 +60,6 @@ pub struct SoakReport {
     pub healthy_after: bool,
 }
 
-fn rss_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kib| kib / 1024.0)
-}
-
 /// xorshift64 for the users' choices.
 fn next(s: &mut u64) -> u64 {
     *s ^= *s << 13;
@@ -101,7 +90,6 @@ pub fn run(cfg: &SoakConfig) -> Result<SoakReport, String> {
     let mut server = Launched::spawn_shell(&command, &cfg.log)?;
     let url = local_url(cfg.port, "");
     server.wait_ready(&url, Duration::from_secs(600))?;
-    let pid = server.pid();
     let sizer = Sizer::probe(&url, None);
     let corpus = Corpus::built_in();
     let stop = AtomicBool::new(false);
@@ -169,9 +157,9 @@ pub fn run(cfg: &SoakConfig) -> Result<SoakReport, String> {
         let end = cfg.warmup_s + cfg.duration_s;
         loop {
             let now = t0.elapsed().as_secs_f64();
-            rss.push((now, rss_mib(pid)));
+            rss.push((now, server.rss_mib()));
             if rss_after_warmup.is_none() && now >= cfg.warmup_s {
-                rss_after_warmup = Some(rss_mib(pid));
+                rss_after_warmup = Some(server.rss_mib());
             }
             if now >= end {
                 break;
@@ -182,7 +170,7 @@ pub fn run(cfg: &SoakConfig) -> Result<SoakReport, String> {
         }
         stop.store(true, Ordering::Relaxed);
     });
-    let rss_end = rss_mib(pid);
+    let rss_end = server.rss_mib();
     std::thread::sleep(Duration::from_secs(1));
     let slots_idle_after = slots_idle(&url);
     let healthy_after = crate::launch::health_ok(&url);
