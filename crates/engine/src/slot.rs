@@ -224,12 +224,12 @@ impl Sequence {
         None
     }
 
-    /// Ends the request: sends what is held back and the summary.
     /// Ends the request with [`Event::Failed`].
     pub fn fail(&self, message: String) {
         let _ = self.out.send(Event::Failed(message));
     }
 
+    /// Ends the request: sends what is held back and the summary.
     fn finish(&mut self, finish: FinishReason) -> Summary {
         let mut text = std::mem::take(&mut self.held);
         if !matches!(finish, FinishReason::StopWord(_)) {

@@ -29,6 +29,7 @@ use axum::Router;
 pub use error::{ApiError, Error};
 pub use state::{Defaults, Drafter, Reasoning, ServerConfig, SpecSettings};
 
+use state::Shared;
 pub use state::{load, AppState, Ready};
 pub use validate::Route;
 
@@ -38,7 +39,6 @@ pub fn check_request(ready: &Ready, route: Route, body: &[u8]) -> Result<(), Api
     let raw: validate::RawRequest = validate::parse(&Bytes::copy_from_slice(body))?;
     raw.validate(route, ready).map(|_| ())
 }
-use state::Shared;
 
 /// Routes reachable without the API key.
 const PUBLIC: &[&str] = &["/health", "/v1/health"];
