@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Reference forward pass in numpy (float64 activations) for llama / qwen2 / qwen3 GGUF
-models, reading weights through the `gguf` package (gguf.quants.dequantize).
+"""Reference forward pass in numpy (float64 activations) for llama (and Mixtral) / qwen2 /
+qwen2moe / qwen3 / qwen3moe GGUF models, reading weights through the `gguf` package
+(gguf.quants.dequantize). Mixtures of experts follow llama.cpp's build_moe_ffn: softmax
+(or sigmoid) router, top-k, optional renormalization and scale, shared experts.
 
 It scores the golden greedy cases teacher-forced (prompt + llama.cpp's 64 tokens) and
 writes the top-5 log-probabilities at the first N_POSITIONS generated positions, so that
@@ -8,7 +10,7 @@ tandem's forward can be checked tightly against an exact computation, independen
 llama.cpp's quantized-activation arithmetic.
 
 usage: python3 scripts/ref_forward.py MODEL.gguf GREEDY_GOLDEN.json OUT.json
-(requires: pip install gguf numpy)
+(requires: pip install gguf==0.19.0 numpy)
 """
 import json
 import sys
@@ -20,7 +22,9 @@ N_POSITIONS = 16
 
 
 def reference_forward(model_path):
-    """A function mapping a token list to float64 logits `[n_tokens, n_vocab]`."""
+    """A function mapping a token list to float64 logits `[n_tokens, n_vocab]`. Given a list
+    as `margins`, it appends, for every row of every mixture block, the relative gap between
+    the k-th and the (k+1)-th expert probability (how far the routing is from a tie)."""
     r = gguf.GGUFReader(model_path)
     arch = r.fields["general.architecture"].contents()
     tensors = {t.name: t for t in r.tensors}
@@ -41,11 +45,51 @@ def reference_forward(model_path):
     eps = meta(f"{arch}.attention.layer_norm_rms_epsilon")
     base = meta(f"{arch}.rope.freq_base", 10000.0)
     neox = arch != "llama"
+    n_expert = meta(f"{arch}.expert_count", 0)
+    n_used = meta(f"{arch}.expert_used_count", 0)
+    norm_w = meta(f"{arch}.expert_weights_norm", arch != "qwen2moe")
+    scale_w = meta(f"{arch}.expert_weights_scale", 0.0) or 1.0
+    sigmoid_gating = meta(f"{arch}.expert_gating_func", 1) == 2
+    n_dense_lead = meta(f"{arch}.leading_dense_block_count", 0)
 
     def rms(x, w):
         return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
 
-    def forward(tokens):
+    def swiglu(h, p, suffix=""):
+        g, u = h @ weight(p + f"ffn_gate{suffix}.weight").T, h @ weight(p + f"ffn_up{suffix}.weight").T
+        return (g / (1 + np.exp(-g)) * u) @ weight(p + f"ffn_down{suffix}.weight").T
+
+    def moe(h, p, margins):
+        logits = h @ weight(p + "ffn_gate_inp.weight").T  # [n, n_expert]
+        if sigmoid_gating:
+            probs = 1 / (1 + np.exp(-logits))
+        else:
+            probs = np.exp(logits - logits.max(-1, keepdims=True))
+            probs /= probs.sum(-1, keepdims=True)
+        gate, up, down = (weight(p + f"ffn_{s}_exps.weight") for s in ("gate", "up", "down"))
+        out = np.zeros_like(h)
+        for r in range(h.shape[0]):
+            order = np.argsort(-probs[r], kind="stable")
+            chosen = order[:n_used]
+            if margins is not None and n_used < n_expert:
+                a, b = probs[r, order[n_used - 1]], probs[r, order[n_used]]
+                margins.append((a - b) / a)
+            w = probs[r, chosen]
+            if norm_w:
+                w = w / max(w.sum(), 6.103515625e-5)
+            w = w * scale_w
+            for e, we in zip(chosen, w):
+                g, u = gate[e] @ h[r], up[e] @ h[r]
+                out[r] += we * (down[e] @ (g / (1 + np.exp(-g)) * u))
+        if p + "ffn_gate_shexp.weight" in tensors:
+            shared = swiglu(h, p, "_shexp")
+            if p + "ffn_gate_inp_shexp.weight" in tensors:
+                gsh = h @ weight(p + "ffn_gate_inp_shexp.weight")
+                shared = shared * (1 / (1 + np.exp(-gsh)))[:, None]
+            out = out + shared
+        return out
+
+    def forward(tokens, margins=None):
         n = len(tokens)
         x = weight("token_embd.weight")[tokens].astype(np.float64)
         inv = base ** (-np.arange(0, head_dim, 2) / head_dim)
@@ -80,8 +124,7 @@ def reference_forward(model_path):
             o = np.einsum("hqk,khd->qhd", s, v).reshape(n, n_head * head_dim)
             x = x + o @ weight(p + "attn_output.weight").T
             h = rms(x, weight(p + "ffn_norm.weight"))
-            g, u = h @ weight(p + "ffn_gate.weight").T, h @ weight(p + "ffn_up.weight").T
-            x = x + (g / (1 + np.exp(-g)) * u) @ weight(p + "ffn_down.weight").T
+            x = x + (moe(h, p, margins) if n_expert and layer >= n_dense_lead else swiglu(h, p))
         x = rms(x, weight("output_norm.weight"))
         out = weight("output.weight" if "output.weight" in tensors else "token_embd.weight")
         return x @ out.T

@@ -13,6 +13,6 @@ pub mod qmatmul;
 mod testing;
 
 pub use error::{Error, Result};
-pub use matmul::{matmul, matmul_many, Precision, QMatrix};
+pub use matmul::{matmul, matmul_grouped, matmul_many, Group, Precision, QMatrix};
 pub use pool::ThreadPool;
 pub use qmatmul::packed::{PackedIsa, PackedMatrix};

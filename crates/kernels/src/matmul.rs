@@ -121,24 +121,61 @@ pub fn matmul_many(
     ys: &mut [&mut [f32]],
     precision: Precision,
 ) {
-    assert_eq!(ws.len(), ys.len());
-    let packed: Option<Vec<&PackedMatrix>> = ws.iter().map(|w| w.packed).collect();
-    if let (Precision::Int8, Some(packed), Some(isa)) = (precision, packed, PackedIsa::detect()) {
-        let k = ws[0].n_cols;
-        assert!(ws.iter().all(|w| w.n_cols == k), "row lengths differ");
-        assert_eq!(x.len() % k, 0, "x is not [m, {k}]");
-        for (w, y) in ws.iter().zip(ys.iter()) {
-            assert_eq!(
-                y.len(),
-                x.len() / k * w.n_rows,
-                "y is not [m, {}]",
-                w.n_rows
-            );
+    matmul_grouped(pool, &[Group { ws, x }], ys, precision);
+}
+
+/// One group of [`matmul_grouped`]: activation rows `x` (`[m, k]`) and the matrices of row
+/// length `k` that multiply them.
+#[derive(Clone, Copy)]
+pub struct Group<'a> {
+    pub ws: &'a [QMatrix<'a>],
+    pub x: &'a [f32],
+}
+
+/// [`matmul_many`] for several inputs at once (the experts of a mixture, each with the rows
+/// routed to it): `ys` holds one output per matrix, group by group, `[m_g, ws[i].n_rows]`
+/// each. When every matrix is packed this is one dispatch of the pool over all of them,
+/// each group's rows quantized once; otherwise one [`matmul`] per matrix. Either way every
+/// output is [`matmul`]'s, bit for bit.
+pub fn matmul_grouped(
+    pool: &ThreadPool,
+    groups: &[Group],
+    ys: &mut [&mut [f32]],
+    precision: Precision,
+) {
+    assert_eq!(
+        groups.iter().map(|g| g.ws.len()).sum::<usize>(),
+        ys.len(),
+        "one output per matrix"
+    );
+    let mut outs = ys.iter_mut();
+    let mut checked = Vec::with_capacity(groups.len());
+    for g in groups {
+        let k = g.ws[0].n_cols;
+        assert!(g.ws.iter().all(|w| w.n_cols == k), "row lengths differ");
+        assert_eq!(g.x.len() % k, 0, "x is not [m, {k}]");
+        let m = g.x.len() / k;
+        for w in g.ws {
+            let y = outs.next().expect("counted");
+            assert_eq!(y.len(), m * w.n_rows, "y is not [{m}, {}]", w.n_rows);
         }
-        return crate::qmatmul::matmul_packed(pool, isa, &packed, x, ys);
+        checked.push(g.ws.iter().map(|w| w.packed).collect::<Option<Vec<_>>>());
     }
-    for (w, y) in ws.iter().zip(ys.iter_mut()) {
-        matmul(pool, w, x, y, precision);
+    let all_packed: Option<Vec<Vec<&PackedMatrix>>> = checked.into_iter().collect();
+    if let (Precision::Int8, Some(packed), Some(isa)) = (precision, all_packed, PackedIsa::detect())
+    {
+        let jobs: Vec<(&[&PackedMatrix], &[f32])> = packed
+            .iter()
+            .zip(groups)
+            .map(|(ws, g)| (ws.as_slice(), g.x))
+            .collect();
+        return crate::qmatmul::matmul_packed_grouped(pool, isa, &jobs, ys);
+    }
+    let mut outs = ys.iter_mut();
+    for g in groups {
+        for w in g.ws {
+            matmul(pool, w, g.x, outs.next().expect("counted"), precision);
+        }
     }
 }
 
@@ -186,7 +223,11 @@ mod tests {
     use crate::testing::data;
 
     fn quantized(ty: GgmlType, n: usize, k: usize) -> Vec<u8> {
-        let w = data(n * k, 7);
+        quantized_seeded(ty, n, k, 7)
+    }
+
+    fn quantized_seeded(ty: GgmlType, n: usize, k: usize, seed: u64) -> Vec<u8> {
+        let w = data(n * k, seed);
         let rb = ty.row_bytes(k as u64).unwrap() as usize;
         let mut bytes = vec![0u8; rb * n];
         for r in 0..n {
@@ -227,6 +268,64 @@ mod tests {
                             y.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()),
                             "{ty} m={m} threads={threads}"
                         );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn grouped_outputs_are_those_of_single_matmuls() {
+        let (n, k) = (40, 256);
+        let x = data(23 * k, 3);
+        for ty in [
+            GgmlType::Q4_K,
+            GgmlType::Q8_0,
+            GgmlType::Q6_K,
+            GgmlType::F16,
+        ] {
+            let bytes: Vec<Vec<u8>> = (0..7).map(|s| quantized_seeded(ty, n, k, s)).collect();
+            let packed: Vec<Option<PackedMatrix>> = bytes
+                .iter()
+                .map(|b| PackedMatrix::pack(&QMatrix::new(ty, b, n, k).unwrap()))
+                .collect();
+            let ws: Vec<QMatrix> = bytes
+                .iter()
+                .zip(&packed)
+                .map(|(b, p)| QMatrix::new(ty, b, n, k).unwrap().with_packed(p.as_ref()))
+                .collect();
+            // Groups of 1, 7, 0 and 15 rows: two matrices each but the last, which has one.
+            let bounds = [0, 1, 8, 8, 23];
+            let groups: Vec<Group> = (0..4)
+                .map(|g| Group {
+                    ws: &ws[2 * g..(2 * g + 2).min(7)],
+                    x: &x[bounds[g] * k..bounds[g + 1] * k],
+                })
+                .filter(|g| !g.ws.is_empty())
+                .collect();
+            for precision in [Precision::Int8, Precision::F32] {
+                for threads in [1, 2] {
+                    let pool = ThreadPool::new(threads);
+                    let mut outs: Vec<Vec<f32>> = groups
+                        .iter()
+                        .flat_map(|g| g.ws.iter().map(|w| vec![0f32; g.x.len() / k * w.n_rows]))
+                        .collect();
+                    let mut ys: Vec<&mut [f32]> = outs.iter_mut().map(|o| &mut o[..]).collect();
+                    matmul_grouped(&pool, &groups, &mut ys, precision);
+                    let mut i = 0;
+                    for g in &groups {
+                        for w in g.ws {
+                            let mut want = vec![0f32; g.x.len() / k * n];
+                            matmul(&ThreadPool::new(1), w, g.x, &mut want, precision);
+                            assert!(
+                                outs[i]
+                                    .iter()
+                                    .zip(&want)
+                                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                                "{ty} {precision:?} output {i}, {threads} threads"
+                            );
+                            i += 1;
+                        }
                     }
                 }
             }

@@ -4,7 +4,7 @@ use gguf::GgmlType;
 pub enum Error {
     #[error(transparent)]
     Gguf(#[from] gguf::Error),
-    #[error("unknown architecture '{0}' (supported: llama, qwen2, qwen3)")]
+    #[error("unknown architecture '{0}' (supported: llama (and Mixtral), qwen2, qwen2moe, qwen3, qwen3moe)")]
     UnknownArch(String),
     #[error("model hyper-parameter {key}: {problem}")]
     BadHParam { key: String, problem: String },

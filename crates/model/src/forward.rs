@@ -40,14 +40,71 @@ pub struct Scratch {
     pub(crate) attn: Vec<f32>,
     /// `[rows, n_embd]` block output before the residual add.
     pub(crate) proj: Vec<f32>,
-    /// `[rows, n_ff]`.
+    /// `[rows, n_ff]` (dense blocks) or `[rows, shared n_ff]` (a shared expert).
     pub(crate) gate: Vec<f32>,
     pub(crate) up: Vec<f32>,
+    pub(crate) moe: MoeScratch,
+}
+
+/// The buffers of a mixture-of-experts block for `rows` rows of which each picks `k`
+/// experts; empty for dense models.
+#[derive(Default)]
+pub(crate) struct MoeScratch {
+    /// `[rows, n_expert]` router logits, then probabilities.
+    pub(crate) probs: Vec<f32>,
+    /// `[rows, k]`: each row's chosen experts and their weights, in the order chosen.
+    pub(crate) chosen: Vec<(usize, f32)>,
+    /// `[rows, k]`: where each choice's row sits in the expert-grouped buffers below.
+    pub(crate) slot: Vec<usize>,
+    /// `[n_expert + 1]`: group `e` is slots `start[e]..start[e + 1]`.
+    pub(crate) start: Vec<usize>,
+    /// `[rows · k, n_embd]` input rows gathered by expert.
+    pub(crate) x: Vec<f32>,
+    /// `[rows · k, n_ff_exp]`.
+    pub(crate) gate: Vec<f32>,
+    pub(crate) up: Vec<f32>,
+    /// `[rows · k, n_embd]` expert outputs.
+    pub(crate) out: Vec<f32>,
+}
+
+/// Widths (floats per row) of the [`Scratch`] buffers.
+struct Widths {
+    dense_ff: usize,
+    /// Per row: router (`n_expert`), and `k` gathered rows of `2 · n_embd + 2 · n_ff_exp`.
+    moe: Option<(usize, usize, usize, usize)>,
+}
+
+impl Widths {
+    fn of(hp: &HParams) -> Widths {
+        let dense = (0..hp.n_layer).any(|il| !hp.is_moe_layer(il));
+        let shared = hp.moe.as_ref().and_then(|m| m.shared).map_or(0, |s| s.n_ff);
+        Widths {
+            dense_ff: if dense { hp.n_ff } else { 0 }.max(shared),
+            moe: hp
+                .moe
+                .as_ref()
+                .map(|m| (m.n_expert, m.n_expert_used, hp.n_embd, m.n_ff_exp)),
+        }
+    }
 }
 
 impl Scratch {
     pub fn new(hp: &HParams, max_rows: usize) -> Scratch {
         let z = |w: usize| vec![0f32; max_rows * w];
+        let widths = Widths::of(hp);
+        let moe = match widths.moe {
+            None => MoeScratch::default(),
+            Some((ne, k, e, ff)) => MoeScratch {
+                probs: z(ne),
+                chosen: vec![(0, 0.0); max_rows * k],
+                slot: vec![0; max_rows * k],
+                start: vec![0; ne + 1],
+                x: z(k * e),
+                gate: z(k * ff),
+                up: z(k * ff),
+                out: z(k * e),
+            },
+        };
         Scratch {
             max_rows,
             precision: Precision::default(),
@@ -57,8 +114,9 @@ impl Scratch {
             v: z(hp.kv_dim()),
             attn: z(hp.q_dim()),
             proj: z(hp.n_embd),
-            gate: z(hp.n_ff),
-            up: z(hp.n_ff),
+            gate: z(widths.dense_ff),
+            up: z(widths.dense_ff),
+            moe,
         }
     }
 
@@ -69,8 +127,14 @@ impl Scratch {
 
     /// Bytes `Scratch::new(hp, max_rows)` allocates.
     pub fn bytes(hp: &HParams, max_rows: usize) -> u64 {
-        let per_row = 2 * hp.n_embd + 2 * hp.q_dim() + 2 * hp.kv_dim() + 2 * hp.n_ff;
-        (max_rows * per_row * 4) as u64
+        let widths = Widths::of(hp);
+        let per_row = 2 * hp.n_embd + 2 * hp.q_dim() + 2 * hp.kv_dim() + 2 * widths.dense_ff;
+        let moe = widths.moe.map_or(0, |(ne, k, e, ff)| {
+            let choice = std::mem::size_of::<(usize, f32)>() + std::mem::size_of::<usize>();
+            max_rows * (4 * ne + k * (choice + 4 * (2 * e + 2 * ff)))
+                + (ne + 1) * std::mem::size_of::<usize>()
+        });
+        (max_rows * per_row * 4 + moe) as u64
     }
 }
 

@@ -1,6 +1,6 @@
 use gguf::Metadata;
 
-use crate::arch::Arch;
+use crate::arch::{Arch, Experts};
 use crate::{Error, Result};
 
 /// Hyper-parameters read from GGUF metadata (`{arch}.*` keys).
@@ -19,6 +19,42 @@ pub struct HParams {
     pub rope_freq_base: f32,
     pub rms_eps: f32,
     pub n_ctx_train: usize,
+    /// The mixture of experts, for architectures and files that have one.
+    pub moe: Option<MoeParams>,
+}
+
+/// How a mixture-of-experts block routes each row (`{arch}.expert_*` keys).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MoeParams {
+    pub n_expert: usize,
+    /// Experts chosen per row (top-k).
+    pub n_expert_used: usize,
+    /// Hidden width of one expert.
+    pub n_ff_exp: usize,
+    pub gating: Gating,
+    /// The chosen experts' weights are divided by their sum.
+    pub norm_weights: bool,
+    /// Factor on the chosen experts' weights (1 when the file gives none).
+    pub weights_scale: f32,
+    pub shared: Option<SharedExpert>,
+    /// Blocks `0..n_dense_lead` are dense (`leading_dense_block_count`, DeepSeek-style).
+    pub n_dense_lead: usize,
+}
+
+/// How router logits become expert weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gating {
+    Softmax,
+    Sigmoid,
+}
+
+/// An expert every row goes through besides its chosen ones (`ffn_*_shexp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedExpert {
+    pub n_ff: usize,
+    /// Scaled by `sigmoid(ffn_gate_inp_shexp · x)` (qwen2moe); otherwise added as it is
+    /// (DeepSeek's shared experts, `expert_shared_count` of them fused into one).
+    pub gated: bool,
 }
 
 fn positive(key: &str, v: u32) -> Result<usize> {
@@ -68,6 +104,7 @@ impl HParams {
             rope_freq_base: md.opt_f32(&key("rope.freq_base"))?.unwrap_or(10_000.0),
             rms_eps: md.f32(&key("attention.layer_norm_rms_epsilon"))?,
             n_ctx_train: md.opt_u32(&key("context_length"))?.unwrap_or(2048) as usize,
+            moe: None,
         };
         let bad = |k: &str, problem: String| Error::BadHParam {
             key: key(k),
@@ -93,7 +130,13 @@ impl HParams {
                 ));
             }
         }
-        Ok(hp)
+        let moe = MoeParams::from_metadata(md, arch, hp.n_ff, hp.n_layer)?;
+        Ok(HParams { moe, ..hp })
+    }
+
+    /// Whether block `il` is a mixture of experts.
+    pub fn is_moe_layer(&self, il: usize) -> bool {
+        self.moe.as_ref().is_some_and(|m| il >= m.n_dense_lead)
     }
 
     /// Width of all query heads together.
@@ -104,5 +147,91 @@ impl HParams {
     /// Width of all key (or value) heads together.
     pub fn kv_dim(&self) -> usize {
         self.n_head_kv * self.head_dim
+    }
+}
+
+impl MoeParams {
+    /// The mixture `arch` and `md` describe, or `None` for a dense model. `n_ff` is the
+    /// dense feed-forward length (the fallback of expert widths, as in llama.cpp).
+    fn from_metadata(
+        md: &Metadata,
+        arch: Arch,
+        n_ff: usize,
+        n_layer: usize,
+    ) -> Result<Option<MoeParams>> {
+        let a = arch.name();
+        let key = |k: &str| format!("{a}.{k}");
+        let bad = |k: &str, problem: String| Error::BadHParam {
+            key: key(k),
+            problem,
+        };
+        let count = md.opt_u32(&key("expert_count"))?.unwrap_or(0) as usize;
+        let defaults = match arch.spec().experts {
+            Experts::Never => return Ok(None),
+            Experts::IfCounted(_) if count == 0 => return Ok(None),
+            Experts::Always(_) if count == 0 => {
+                return Err(bad("expert_count", "must be positive".into()));
+            }
+            Experts::IfCounted(d) | Experts::Always(d) => d,
+        };
+        let n_expert_used = md.u32(&key("expert_used_count"))? as usize;
+        if n_expert_used == 0 || n_expert_used > count {
+            return Err(bad(
+                "expert_used_count",
+                format!("{n_expert_used} must be between 1 and expert_count {count}"),
+            ));
+        }
+        let n_ff_exp = match md.opt_u32(&key("expert_feed_forward_length"))? {
+            Some(v) => positive(&key("expert_feed_forward_length"), v)?,
+            None => n_ff / n_expert_used,
+        };
+        let gating = match md.opt_u32(&key("expert_gating_func"))? {
+            None | Some(1) => Gating::Softmax,
+            Some(2) => Gating::Sigmoid,
+            Some(v) => {
+                return Err(bad(
+                    "expert_gating_func",
+                    format!("{v} is not 1 (softmax) or 2 (sigmoid)"),
+                ))
+            }
+        };
+        let shared_count = md.opt_u32(&key("expert_shared_count"))?.unwrap_or(0) as usize;
+        let shared = if defaults.gated_shared_expert {
+            let n_ff = match md.opt_u32(&key("expert_shared_feed_forward_length"))? {
+                Some(v) => positive(&key("expert_shared_feed_forward_length"), v)?,
+                None => n_ff,
+            };
+            Some(SharedExpert { n_ff, gated: true })
+        } else if shared_count > 0 {
+            Some(SharedExpert {
+                n_ff: shared_count * n_ff_exp,
+                gated: false,
+            })
+        } else {
+            None
+        };
+        let n_dense_lead = md.opt_u32(&key("leading_dense_block_count"))?.unwrap_or(0) as usize;
+        if n_dense_lead > n_layer {
+            return Err(bad(
+                "leading_dense_block_count",
+                format!("{n_dense_lead} exceeds block_count {n_layer}"),
+            ));
+        }
+        let weights_scale = match md.opt_f32(&key("expert_weights_scale"))? {
+            Some(s) if s != 0.0 => s,
+            _ => 1.0,
+        };
+        Ok(Some(MoeParams {
+            n_expert: count,
+            n_expert_used,
+            n_ff_exp,
+            gating,
+            norm_weights: md
+                .opt_bool(&key("expert_weights_norm"))?
+                .unwrap_or(defaults.norm_weights),
+            weights_scale,
+            shared,
+            n_dense_lead,
+        }))
     }
 }

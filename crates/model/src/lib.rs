@@ -18,11 +18,11 @@ use std::path::Path;
 use gguf::GgufFile;
 use kernels::{Precision, ThreadPool};
 
-pub use arch::{Arch, ArchSpec};
+pub use arch::{Arch, ArchSpec, Experts, RoutingDefaults};
 pub use error::{Error, Result};
 pub use forward::{Batch, Row, Scratch};
 pub use head::SubsetHead;
-pub use hparams::HParams;
+pub use hparams::{Gating, HParams, MoeParams, SharedExpert};
 pub use weights::{LayerWeights, Progress, Repack, Weight, Weights};
 
 /// A loaded model. Weights stay in the memory map.

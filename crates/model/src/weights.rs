@@ -75,9 +75,76 @@ pub struct LayerWeights {
     pub attn_k_norm: Option<Vec<f32>>,
     pub attn_output: Weight,
     pub ffn_norm: Vec<f32>,
-    pub ffn_gate: Weight,
-    pub ffn_up: Weight,
-    pub ffn_down: Weight,
+    pub ffn: Ffn,
+}
+
+/// A block's feed-forward network.
+#[derive(Debug, Clone)]
+pub enum Ffn {
+    /// `ffn_gate`, `ffn_up`, `ffn_down`.
+    Dense(Mlp),
+    Moe(MoeWeights),
+}
+
+/// A SwiGLU network `down(silu(gate(x)) · up(x))`: GGUF's `ffn_{gate,up,down}` in a dense
+/// block, `ffn_{gate,up,down}_shexp` as a shared expert. `gate`, `up`: `[n_ff, n_embd]`;
+/// `down`: `[n_embd, n_ff]`.
+#[derive(Debug, Clone)]
+pub struct Mlp {
+    pub gate: Weight,
+    pub up: Weight,
+    pub down: Weight,
+}
+
+/// A mixture of experts. GGUF stores each kind of expert matrix as one tensor
+/// `[n_expert, rows, cols]`; here each expert's slab is a [`Weight`] of its own (named
+/// `blk.N.ffn_gate_exps.weight[e]`), so that it is packed and multiplied on its own.
+#[derive(Debug, Clone)]
+pub struct MoeWeights {
+    /// `[n_expert, n_embd]`: the router.
+    pub ffn_gate_inp: Weight,
+    /// `n_expert` × `[n_ff_exp, n_embd]`.
+    pub ffn_gate_exps: Vec<Weight>,
+    pub ffn_up_exps: Vec<Weight>,
+    /// `n_expert` × `[n_embd, n_ff_exp]`.
+    pub ffn_down_exps: Vec<Weight>,
+    /// `ffn_{gate,up,down}_shexp`.
+    pub shared: Option<Mlp>,
+    /// `[n_embd]`: the shared expert's gate (qwen2moe).
+    pub ffn_gate_inp_shexp: Option<Vec<f32>>,
+}
+
+impl Ffn {
+    /// The matrices the block multiplies with.
+    fn matrices(&self) -> Vec<&Weight> {
+        match self {
+            Ffn::Dense(m) => vec![&m.gate, &m.up, &m.down],
+            Ffn::Moe(m) => {
+                let mut all = vec![&m.ffn_gate_inp];
+                all.extend(m.ffn_gate_exps.iter().chain(&m.ffn_up_exps));
+                all.extend(&m.ffn_down_exps);
+                all.extend(m.shared.iter().flat_map(|s| [&s.gate, &s.up, &s.down]));
+                all
+            }
+        }
+    }
+
+    fn matrices_mut(&mut self) -> Vec<&mut Weight> {
+        match self {
+            Ffn::Dense(m) => vec![&mut m.gate, &mut m.up, &mut m.down],
+            Ffn::Moe(m) => {
+                let mut all = vec![&mut m.ffn_gate_inp];
+                all.extend(m.ffn_gate_exps.iter_mut().chain(&mut m.ffn_up_exps));
+                all.extend(&mut m.ffn_down_exps);
+                all.extend(
+                    m.shared
+                        .iter_mut()
+                        .flat_map(|s| [&mut s.gate, &mut s.up, &mut s.down]),
+                );
+                all
+            }
+        }
+    }
 }
 
 /// All weights of a model.
@@ -119,6 +186,16 @@ impl Loader<'_> {
     /// A matrix of `n_rows` rows of `n_cols`.
     pub fn matrix(&self, name: &str, n_rows: usize, n_cols: usize) -> Result<Weight> {
         let info = self.info(name, &[n_cols as u64, n_rows as u64])?;
+        self.matrix_of(name, info, n_rows, n_cols)
+    }
+
+    fn matrix_of(
+        &self,
+        name: &str,
+        info: &gguf::TensorInfo,
+        n_rows: usize,
+        n_cols: usize,
+    ) -> Result<Weight> {
         if !kernels::formats::is_supported(info.ggml_type) {
             return Err(Error::UnsupportedType {
                 tensor: name.to_string(),
@@ -134,6 +211,60 @@ impl Loader<'_> {
             n_cols,
             packed: None,
         })
+    }
+
+    /// The `n_expert` slabs of `n_rows` rows of `n_cols` of a 3-D expert tensor.
+    pub fn experts(
+        &self,
+        name: &str,
+        n_expert: usize,
+        n_rows: usize,
+        n_cols: usize,
+    ) -> Result<Vec<Weight>> {
+        let info = self.info(name, &[n_cols as u64, n_rows as u64, n_expert as u64])?;
+        let all = self.matrix_of(name, info, n_expert * n_rows, n_cols)?;
+        let slab = all.range.len() / n_expert;
+        Ok((0..n_expert)
+            .map(|e| Weight {
+                name: format!("{name}[{e}]"),
+                range: all.range.start + e * slab..all.range.start + (e + 1) * slab,
+                n_rows,
+                ..all.clone()
+            })
+            .collect())
+    }
+
+    /// A SwiGLU network of width `n_ff` from `ffn_{gate,up,down}{suffix}` of block `il`.
+    fn mlp(&self, il: usize, suffix: &str, n_embd: usize, n_ff: usize) -> Result<Mlp> {
+        let n = |s: &str| format!("blk.{il}.ffn_{s}{suffix}.weight");
+        Ok(Mlp {
+            gate: self.matrix(&n("gate"), n_ff, n_embd)?,
+            up: self.matrix(&n("up"), n_ff, n_embd)?,
+            down: self.matrix(&n("down"), n_embd, n_ff)?,
+        })
+    }
+
+    fn ffn(&self, hp: &HParams, il: usize) -> Result<Ffn> {
+        let e = hp.n_embd;
+        let moe = match &hp.moe {
+            Some(moe) if hp.is_moe_layer(il) => moe,
+            _ => return Ok(Ffn::Dense(self.mlp(il, "", e, hp.n_ff)?)),
+        };
+        let n = |s: &str| format!("blk.{il}.{s}.weight");
+        let (ne, ff) = (moe.n_expert, moe.n_ff_exp);
+        let shared = moe
+            .shared
+            .map(|sh| self.mlp(il, "_shexp", e, sh.n_ff))
+            .transpose()?;
+        let gated = moe.shared.is_some_and(|sh| sh.gated);
+        Ok(Ffn::Moe(MoeWeights {
+            ffn_gate_inp: self.matrix(&n("ffn_gate_inp"), ne, e)?,
+            ffn_gate_exps: self.experts(&n("ffn_gate_exps"), ne, ff, e)?,
+            ffn_up_exps: self.experts(&n("ffn_up_exps"), ne, ff, e)?,
+            ffn_down_exps: self.experts(&n("ffn_down_exps"), ne, e, ff)?,
+            shared,
+            ffn_gate_inp_shexp: self.opt_vector(&n("ffn_gate_inp_shexp"), e, gated)?,
+        }))
     }
 
     /// A vector of `n` values, converted to f32.
@@ -157,7 +288,7 @@ impl Loader<'_> {
 
     pub fn load(&self, hp: &HParams) -> Result<Weights> {
         let spec = hp.arch.spec();
-        let (e, q, kv, ff) = (hp.n_embd, hp.q_dim(), hp.kv_dim(), hp.n_ff);
+        let (e, q, kv) = (hp.n_embd, hp.q_dim(), hp.kv_dim());
         let token_embd = self.matrix("token_embd.weight", hp.n_vocab, e)?;
         let output = match self.file.header.tensor("output.weight") {
             Some(_) => self.matrix("output.weight", hp.n_vocab, e)?,
@@ -186,9 +317,7 @@ impl Loader<'_> {
                     )?,
                     attn_output: self.matrix(&n("attn_output.weight"), e, q)?,
                     ffn_norm: self.vector(&n("ffn_norm.weight"), e)?,
-                    ffn_gate: self.matrix(&n("ffn_gate.weight"), ff, e)?,
-                    ffn_up: self.matrix(&n("ffn_up.weight"), ff, e)?,
-                    ffn_down: self.matrix(&n("ffn_down.weight"), e, ff)?,
+                    ffn: self.ffn(hp, i)?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -207,15 +336,8 @@ impl Weights {
     pub fn matrices(&self) -> Vec<&Weight> {
         let mut all = vec![&self.output];
         for l in &self.layers {
-            all.extend([
-                &l.attn_q,
-                &l.attn_k,
-                &l.attn_v,
-                &l.attn_output,
-                &l.ffn_gate,
-                &l.ffn_up,
-                &l.ffn_down,
-            ]);
+            all.extend([&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output]);
+            all.extend(l.ffn.matrices());
         }
         all
     }
@@ -229,10 +351,8 @@ impl Weights {
                 &mut l.attn_k,
                 &mut l.attn_v,
                 &mut l.attn_output,
-                &mut l.ffn_gate,
-                &mut l.ffn_up,
-                &mut l.ffn_down,
             ]);
+            all.extend(l.ffn.matrices_mut());
         }
         all
     }

@@ -1,126 +1,25 @@
 //! Tiny random-weight models (scripts/make_synthetic.py) against float64 numpy logits, and
 //! batch invariance: a row's logits are the same bits whatever else shares its batch.
 
+mod common;
+
+use common::{reference, relative_error, run, run_with, tokens, FIXTURES};
 use gguf::GgmlType;
-use kernels::{Precision, ThreadPool};
-use kv::{KvConfig, KvPool, SeqKv};
-use model::{Batch, Model, Row, Scratch};
-
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/");
-
-/// Evaluates `batches` (each a list of `(sequence, token)` rows, positions following each
-/// sequence's cache) and returns every row's logits, keyed by `(sequence, position)`.
-fn run_with(
-    model: &Model,
-    batches: &[Vec<(usize, u32)>],
-    n_seqs: usize,
-    threads: usize,
-    kv_type: GgmlType,
-    precision: Precision,
-) -> Vec<((usize, usize), Vec<f32>)> {
-    let hp = &model.hparams;
-    let mut kv = KvPool::new(KvConfig {
-        n_layer: hp.n_layer,
-        n_head_kv: hp.n_head_kv,
-        head_dim: hp.head_dim,
-        ty: kv_type,
-        n_positions: 256,
-    })
-    .unwrap();
-    let pool = ThreadPool::new(threads);
-    let mut scratch = Scratch::new(hp, 64);
-    scratch.precision = precision;
-    let mut seqs = vec![SeqKv::default(); n_seqs];
-    let mut out = Vec::new();
-    for batch in batches {
-        let mut rows = Vec::new();
-        let mut next: Vec<usize> = seqs.iter().map(|s| s.len()).collect();
-        for &(s, _) in batch {
-            rows.push(Row {
-                pos: next[s],
-                seq: s,
-            });
-            next[s] += 1;
-        }
-        for (s, seq) in seqs.iter_mut().enumerate() {
-            kv.reserve(seq, next[s]).unwrap();
-        }
-        let tokens: Vec<u32> = batch.iter().map(|&(_, t)| t).collect();
-        let mut hidden = vec![0f32; tokens.len() * hp.n_embd];
-        model.embed(&tokens, &mut hidden).unwrap();
-        let refs: Vec<&SeqKv> = seqs.iter().collect();
-        let forward = Batch {
-            rows: &rows,
-            seqs: &refs,
-        };
-        model.forward_layers(
-            0..hp.n_layer,
-            &mut hidden,
-            forward,
-            &mut kv,
-            &mut scratch,
-            &pool,
-        );
-        let mut logits = vec![0f32; tokens.len() * hp.n_vocab];
-        model.output(&mut hidden, &mut logits, &pool, precision);
-        for (s, seq) in seqs.iter_mut().enumerate() {
-            kv.commit(seq, next[s]);
-        }
-        for (row, l) in rows.iter().zip(logits.chunks_exact(hp.n_vocab)) {
-            out.push(((row.seq, row.pos), l.to_vec()));
-        }
-    }
-    out.sort_by_key(|(k, _)| *k);
-    out
-}
-
-fn run(
-    model: &Model,
-    batches: &[Vec<(usize, u32)>],
-    n_seqs: usize,
-    threads: usize,
-) -> Vec<((usize, usize), Vec<f32>)> {
-    run_with(
-        model,
-        batches,
-        n_seqs,
-        threads,
-        GgmlType::F32,
-        Precision::F32,
-    )
-}
-
-fn reference() -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(format!("{FIXTURES}reference.json")).unwrap())
-        .unwrap()
-}
+use kernels::Precision;
+use model::Model;
 
 #[test]
 fn logits_match_the_float64_reference() {
-    for case in reference()["cases"].as_array().unwrap() {
+    for case in reference("reference.json") {
         let file = case["file"].as_str().unwrap();
         let model = Model::load(format!("{FIXTURES}{file}")).unwrap();
-        let tokens: Vec<u32> = case["tokens"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t.as_u64().unwrap() as u32)
-            .collect();
-        let batch: Vec<(usize, u32)> = tokens.iter().map(|&t| (0, t)).collect();
+        let batch: Vec<(usize, u32)> = tokens(&case).iter().map(|&t| (0, t)).collect();
         let ours = run(&model, &[batch], 1, 2);
-        let mut worst = 0f64;
-        for ((_, logits), want) in ours.iter().zip(case["logits"].as_array().unwrap()) {
-            let want: Vec<f64> = want
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_f64().unwrap())
-                .collect();
-            let scale = want.iter().fold(1f64, |m, v| m.max(v.abs()));
-            for (a, b) in logits.iter().zip(&want) {
-                worst = worst.max((*a as f64 - b).abs() / scale);
-            }
-        }
+        let worst = ours
+            .iter()
+            .zip(case["logits"].as_array().unwrap())
+            .map(|((_, logits), want)| relative_error(logits, want))
+            .fold(0f64, f64::max);
         eprintln!("{file}: largest relative logit error {worst:.2e}");
         assert!(worst < 1e-4, "{file}: relative logit error {worst}");
     }

@@ -56,44 +56,54 @@ pub fn dot4(isa: QIsa, scheme: Scheme, w: [&DecodedRow; 4], x: ActRow) -> [f32; 
 
 thread_local! {
     static ACTS: RefCell<QActs> = RefCell::new(QActs::default());
-    /// The K-quant layout of the same activations, for [`matmul_packed`] with mixed formats.
-    static ACTS_K: RefCell<QActs> = RefCell::new(QActs::default());
+    /// Per group of [`matmul_packed_grouped`]: its rows in the 32- and 256-value layouts.
+    static GROUP_ACTS: RefCell<Vec<[QActs; 2]>> = const { RefCell::new(Vec::new()) };
     static ROWS: RefCell<[DecodedRow; 4]> = RefCell::new(Default::default());
 }
 
-/// `ys[i] = x · ws[i]ᵀ` for packed matrices of the same row length, in one dispatch of the
-/// pool; `x` is quantized once per activation layout.
-pub fn matmul_packed(
+/// Products of packed matrices with activation rows, in one dispatch of the pool: for each
+/// group `(ws, x)` (matrices of one row length) and each of its matrices `w`, the next
+/// output of `ys` (group by group, matrix by matrix) is `x · wᵀ`. Each group's rows are
+/// quantized once per activation layout.
+pub fn matmul_packed_grouped(
     pool: &ThreadPool,
     isa: PackedIsa,
-    ws: &[&packed::PackedMatrix],
-    x: &[f32],
+    groups: &[(&[&packed::PackedMatrix], &[f32])],
     ys: &mut [&mut [f32]],
 ) {
     let layout_of = |w: &packed::PackedMatrix| Scheme::of(w.ty).expect("quantized").layout;
-    let k = ws[0].n_cols;
-    ACTS.with(|a| {
-        ACTS_K.with(|ak| {
-            let (mut a32, mut a256) = (a.borrow_mut(), ak.borrow_mut());
+    assert_eq!(
+        groups.iter().map(|(ws, _)| ws.len()).sum::<usize>(),
+        ys.len(),
+        "one output per matrix"
+    );
+    GROUP_ACTS.with(|cell| {
+        let mut acts = cell.borrow_mut();
+        if acts.len() < groups.len() {
+            acts.resize_with(groups.len(), Default::default);
+        }
+        for ((ws, x), [a32, a256]) in groups.iter().zip(acts.iter_mut()) {
+            let k = ws[0].n_cols;
+            assert!(ws.iter().all(|w| w.n_cols == k), "row lengths differ");
             if ws.iter().any(|w| layout_of(w) == ActLayout::B32) {
                 a32.quantize(x, k, ActLayout::B32);
             }
             if ws.iter().any(|w| layout_of(w) == ActLayout::B256) {
                 a256.quantize(x, k, ActLayout::B256);
             }
-            let mut jobs: Vec<_> = ws
-                .iter()
-                .zip(ys.iter_mut())
-                .map(|(w, y)| {
-                    let acts = match layout_of(w) {
-                        ActLayout::B32 => &*a32,
-                        ActLayout::B256 => &*a256,
-                    };
-                    (*w, acts, &mut **y)
-                })
-                .collect();
-            packed::matmul_many(pool, isa, &mut jobs);
-        })
+        }
+        let mut jobs = Vec::with_capacity(ys.len());
+        let mut outs = ys.iter_mut();
+        for ((ws, _), [a32, a256]) in groups.iter().zip(acts.iter()) {
+            for w in ws.iter() {
+                let acts = match layout_of(w) {
+                    ActLayout::B32 => a32,
+                    ActLayout::B256 => a256,
+                };
+                jobs.push((*w, acts, &mut **outs.next().expect("counted")));
+            }
+        }
+        packed::matmul_many(pool, isa, &mut jobs);
     });
 }
 

@@ -1,11 +1,16 @@
 //! llama (SmolLM2 and the Llama family): no biases; GGUF conversion permutes the Q/K rows
-//! so that RoPE rotates adjacent pairs.
+//! so that RoPE rotates adjacent pairs. Mixtral is a llama with `llama.expert_count`
+//! experts: softmax over the chosen experts' router logits (top-k, then renormalized).
 
-use super::ArchSpec;
+use super::{ArchSpec, Experts, RoutingDefaults};
 use kernels::ops::RopeMode;
 
 pub const SPEC: ArchSpec = ArchSpec {
     rope_mode: RopeMode::Normal,
     qkv_bias: false,
     qk_norm: false,
+    experts: Experts::IfCounted(RoutingDefaults {
+        norm_weights: true,
+        gated_shared_expert: false,
+    }),
 };

@@ -2,7 +2,9 @@
 
 mod llama;
 mod qwen2;
+mod qwen2moe;
 mod qwen3;
+mod qwen3moe;
 
 use kernels::ops::RopeMode;
 
@@ -11,12 +13,15 @@ use crate::{Error, Result};
 /// The architectures tandem runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Arch {
+    /// Also Mixtral: a llama whose metadata gives `llama.expert_count`.
     Llama,
     Qwen2,
+    Qwen2Moe,
     Qwen3,
+    Qwen3Moe,
 }
 
-/// The features of a dense transformer block that vary by architecture.
+/// The features of a transformer block that vary by architecture.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ArchSpec {
     pub rope_mode: RopeMode,
@@ -24,6 +29,28 @@ pub struct ArchSpec {
     pub qkv_bias: bool,
     /// Per-head RMSNorm of queries and keys before RoPE (`attn_q_norm`, `attn_k_norm`).
     pub qk_norm: bool,
+    pub experts: Experts,
+}
+
+/// Whether the feed-forward blocks are mixtures of experts, and the routing the
+/// architecture implies where its metadata is silent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Experts {
+    /// Dense feed-forward blocks only.
+    Never,
+    /// A mixture when the metadata gives `{arch}.expert_count`, dense otherwise.
+    IfCounted(RoutingDefaults),
+    /// Always a mixture.
+    Always(RoutingDefaults),
+}
+
+/// What an architecture's mixture does unless `{arch}.expert_*` keys say otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RoutingDefaults {
+    /// The chosen experts' weights are divided by their sum.
+    pub norm_weights: bool,
+    /// A shared expert (`ffn_*_shexp`) scaled by `sigmoid(ffn_gate_inp_shexp · x)` is added.
+    pub gated_shared_expert: bool,
 }
 
 impl Arch {
@@ -32,7 +59,9 @@ impl Arch {
         match name {
             "llama" => Ok(Arch::Llama),
             "qwen2" => Ok(Arch::Qwen2),
+            "qwen2moe" => Ok(Arch::Qwen2Moe),
             "qwen3" => Ok(Arch::Qwen3),
+            "qwen3moe" => Ok(Arch::Qwen3Moe),
             other => Err(Error::UnknownArch(other.to_string())),
         }
     }
@@ -42,7 +71,9 @@ impl Arch {
         match self {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
+            Arch::Qwen2Moe => "qwen2moe",
             Arch::Qwen3 => "qwen3",
+            Arch::Qwen3Moe => "qwen3moe",
         }
     }
 
@@ -50,7 +81,9 @@ impl Arch {
         match self {
             Arch::Llama => llama::SPEC,
             Arch::Qwen2 => qwen2::SPEC,
+            Arch::Qwen2Moe => qwen2moe::SPEC,
             Arch::Qwen3 => qwen3::SPEC,
+            Arch::Qwen3Moe => qwen3moe::SPEC,
         }
     }
 }

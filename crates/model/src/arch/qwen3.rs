@@ -1,11 +1,12 @@
 //! qwen3: no biases; per-head RMSNorm of queries and keys before NeoX RoPE; head_dim given
 //! by `attention.key_length`, not `n_embd / n_head`.
 
-use super::ArchSpec;
+use super::{ArchSpec, Experts};
 use kernels::ops::RopeMode;
 
 pub const SPEC: ArchSpec = ArchSpec {
     rope_mode: RopeMode::Neox,
     qkv_bias: false,
     qk_norm: true,
+    experts: Experts::Never,
 };

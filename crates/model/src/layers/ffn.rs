@@ -2,11 +2,12 @@ use kernels::ops::{add_inplace, rms_norm, swiglu_inplace};
 use kernels::{matmul, matmul_many, ThreadPool};
 
 use crate::forward::Scratch;
-use crate::weights::LayerWeights;
+use crate::layers::moe;
+use crate::weights::{Ffn, LayerWeights, Mlp};
 use crate::Model;
 
-/// `hidden += ffn_down(silu(ffn_gate(x)) * ffn_up(x))` with `x = rms_norm(hidden)`.
-/// `hidden` is `[n, n_embd]`.
+/// Feed-forward block: `hidden += ffn(x)` with `x = rms_norm(hidden)`, `ffn` a dense
+/// SwiGLU network or a mixture of experts. `hidden` is `[n, n_embd]`.
 pub fn block(
     model: &Model,
     lw: &LayerWeights,
@@ -16,23 +17,38 @@ pub fn block(
     pool: &ThreadPool,
 ) {
     let hp = &model.hparams;
-    let (e, ff) = (hp.n_embd, hp.n_ff);
-    let x = &mut s.x[..n * e];
-    for (h, xr) in hidden.chunks_exact(e).zip(x.chunks_exact_mut(e)) {
+    let e = hp.n_embd;
+    for (h, xr) in hidden.chunks_exact(e).zip(s.x[..n * e].chunks_exact_mut(e)) {
         rms_norm(h, &lw.ffn_norm, hp.rms_eps, xr);
     }
+    match &lw.ffn {
+        Ffn::Dense(mlp) => {
+            swiglu(model, mlp, n, s, pool);
+            add_inplace(hidden, &s.proj[..n * e]);
+        }
+        Ffn::Moe(m) => moe::block(model, m, hidden, n, s, pool),
+    }
+}
+
+/// `s.proj[..n · n_embd] = mlp.down(silu(mlp.gate(x)) · mlp.up(x))` for `x = s.x[..n · n_embd]`.
+pub fn swiglu(model: &Model, mlp: &Mlp, n: usize, s: &mut Scratch, pool: &ThreadPool) {
+    let (e, ff) = (model.hparams.n_embd, mlp.gate.n_rows);
     let (gate, up) = (&mut s.gate[..n * ff], &mut s.up[..n * ff]);
     let f = &model.file;
-    let gate_up = [lw.ffn_gate.view(f), lw.ffn_up.view(f)];
-    matmul_many(pool, &gate_up, x, &mut [&mut *gate, &mut *up], s.precision);
-    swiglu_inplace(gate, up);
-    let proj = &mut s.proj[..n * e];
-    matmul(
+    let gate_up = [mlp.gate.view(f), mlp.up.view(f)];
+    matmul_many(
         pool,
-        &lw.ffn_down.view(&model.file),
-        gate,
-        proj,
+        &gate_up,
+        &s.x[..n * e],
+        &mut [&mut *gate, &mut *up],
         s.precision,
     );
-    add_inplace(hidden, proj);
+    swiglu_inplace(gate, up);
+    matmul(
+        pool,
+        &mlp.down.view(f),
+        gate,
+        &mut s.proj[..n * e],
+        s.precision,
+    );
 }
