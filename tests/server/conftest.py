@@ -17,15 +17,15 @@ import openai
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+BINARY = os.environ.get("TANDEM_BIN", str(ROOT / "target" / "debug" / "tandem"))
 API_KEY = "test-key-123"
 
 
 class Server:
-    def __init__(self, *flags):
-        binary = os.environ.get("TANDEM_BIN", str(ROOT / "target" / "debug" / "tandem"))
+    def __init__(self, *flags, model="smollm2-135m"):
         self.log = tempfile.NamedTemporaryFile(prefix="tandem-serve-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
-            [binary, "serve", "-m", "smollm2-135m", "--port", "0", "-t", "2", *flags],
+            [BINARY, "serve", "-m", model, "--port", "0", "-t", "2", *flags],
             stdout=self.log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

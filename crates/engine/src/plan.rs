@@ -19,7 +19,11 @@ impl MemoryPlan {
     pub fn new(model: &Model, cfg: &ContextConfig) -> MemoryPlan {
         let hp = &model.hparams;
         let rows = cfg.n_ubatch;
-        let widest = hp.n_embd.max(hp.n_ff).max(hp.q_dim()) as u64;
+        let experts = hp
+            .moe
+            .as_ref()
+            .map_or(0, |m| m.n_ff_exp.max(m.shared.map_or(0, |s| s.n_ff)));
+        let widest = hp.n_embd.max(hp.n_ff).max(hp.q_dim()).max(experts) as u64;
         let threads = cfg.n_threads.max(1) as u64;
         let scratch = Scratch::bytes(hp, rows)
             + (rows * hp.n_embd * 4) as u64

@@ -22,6 +22,8 @@ pub enum Error {
     TokenOutOfRange { id: u32, n_vocab: usize },
     #[error(transparent)]
     Kv(#[from] kv::Error),
+    #[error("synthetic model: {0}")]
+    Synthetic(String),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

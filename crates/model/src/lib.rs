@@ -11,6 +11,7 @@ mod forward;
 mod head;
 mod hparams;
 mod layers;
+pub mod synthetic;
 mod weights;
 
 use std::path::Path;
@@ -23,7 +24,7 @@ pub use error::{Error, Result};
 pub use forward::{Batch, Row, Scratch};
 pub use head::SubsetHead;
 pub use hparams::{Gating, HParams, MoeParams, SharedExpert};
-pub use weights::{LayerWeights, Progress, Repack, Weight, Weights};
+pub use weights::{Ffn, LayerWeights, Mlp, MoeWeights, Progress, Repack, Weight, Weights};
 
 /// A loaded model. Weights stay in the memory map.
 pub struct Model {

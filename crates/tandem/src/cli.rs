@@ -33,6 +33,8 @@ pub enum Command {
     Serve(Box<crate::serve::ServeArgs>),
     /// Benchmarks with ratios against a peer measured in the same run.
     Bench(crate::bench::BenchArgs),
+    /// Write a random-weight model of a given shape (for tests and benchmarks).
+    Synth(crate::synth::SynthArgs),
 }
 
 /// llama.cpp's multi-letter short flags, which clap cannot express, and their long forms.

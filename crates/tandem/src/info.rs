@@ -26,6 +26,53 @@ pub fn execute(a: InfoArgs) -> Result<(), CliError> {
         "n_rot {}  rope_freq_base {}  rms_eps {:e}  n_ctx_train {}",
         hp.n_rot, hp.rope_freq_base, hp.rms_eps, hp.n_ctx_train
     );
+    if let Some(moe) = &hp.moe {
+        let shared = match moe.shared {
+            Some(s) if s.gated => format!(", gated shared expert of {}", s.n_ff),
+            Some(s) => format!(", shared experts of {} in all", s.n_ff),
+            None => String::new(),
+        };
+        println!(
+            "experts:       {} of {} per token, n_ff_exp {}, {:?} gating{}{}{}",
+            moe.n_expert_used,
+            moe.n_expert,
+            moe.n_ff_exp,
+            moe.gating,
+            if moe.norm_weights {
+                ", renormalized"
+            } else {
+                ""
+            },
+            shared,
+            match moe.n_dense_lead {
+                0 => String::new(),
+                n => format!(", first {n} blocks dense"),
+            }
+        );
+        let expert_bytes: usize = model
+            .weights
+            .layers
+            .iter()
+            .filter_map(|l| match &l.ffn {
+                model::Ffn::Moe(m) => Some(m),
+                model::Ffn::Dense(_) => None,
+            })
+            .flat_map(|m| {
+                m.ffn_gate_exps
+                    .iter()
+                    .chain(&m.ffn_up_exps)
+                    .chain(&m.ffn_down_exps)
+            })
+            .map(|w| w.planned_bytes())
+            .sum();
+        let layers = hp.n_layer - moe.n_dense_lead;
+        println!(
+            "               expert weights {:.1} MiB ({:.2} MiB per expert and block; a token reads {:.1} MiB of them)",
+            expert_bytes as f64 / 1048576.0,
+            expert_bytes as f64 / (layers * moe.n_expert) as f64 / 1048576.0,
+            expert_bytes as f64 * moe.n_expert_used as f64 / moe.n_expert as f64 / 1048576.0,
+        );
+    }
     let mut by_type: BTreeMap<String, (usize, u64)> = BTreeMap::new();
     for t in &model.file.header.tensors {
         let e = by_type.entry(t.ggml_type.to_string()).or_default();

@@ -9,6 +9,7 @@ mod race;
 mod run;
 mod serve;
 mod soak;
+mod synth;
 
 use std::path::{Path, PathBuf};
 
@@ -56,6 +57,7 @@ fn main() {
         cli::Command::Perplexity(a) => perplexity::execute(a),
         cli::Command::Serve(a) => serve::execute(*a),
         cli::Command::Bench(a) => bench::execute(a),
+        cli::Command::Synth(a) => synth::execute(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

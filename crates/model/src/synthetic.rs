@@ -1,0 +1,284 @@
+//! Random-weight models of any shape, written as GGUF: subjects for tests and benchmarks
+//! of shapes no model at hand has (a mixture of experts of a given size, say). The weights
+//! are deterministic in the seed; the tokenizer (every `tokenizer.*` key, chat template
+//! included) is copied from a real model, so the result loads and serves like one.
+
+use std::path::Path;
+
+use gguf::{GgmlType, GgufFile, GgufWriter, Value};
+
+use crate::arch::{Arch, Experts};
+use crate::{Error, Result};
+
+/// The shape of a synthetic model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Synthetic {
+    pub arch: Arch,
+    pub n_embd: usize,
+    pub n_layer: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    /// Width of a dense feed-forward block, and of qwen2moe's shared expert.
+    pub n_ff: usize,
+    /// The mixture, for architectures that have one.
+    pub experts: Option<ExpertShape>,
+    /// Type of every matrix but the embeddings (Q8_0) and the router (F32); its block size
+    /// must divide `n_embd` and the feed-forward widths. The output head is a matrix of its
+    /// own (untied), so that the next token is not simply the last one.
+    pub ty: GgmlType,
+    pub seed: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExpertShape {
+    pub n_expert: usize,
+    pub n_expert_used: usize,
+    pub n_ff_exp: usize,
+}
+
+impl Synthetic {
+    fn head_dim(&self) -> usize {
+        self.n_embd / self.n_head
+    }
+
+    /// Checks the shape against the architecture before anything is written.
+    fn check(&self) -> Result<()> {
+        let bad = |problem: String| Err(Error::Synthetic(problem));
+        let wants_experts = !matches!(self.arch.spec().experts, Experts::Never);
+        match (self.experts, self.arch.spec().experts) {
+            (None, Experts::Always(_)) => {
+                return bad(format!("{} needs experts", self.arch.name()))
+            }
+            (Some(_), _) if !wants_experts => {
+                return bad(format!("{} has no experts", self.arch.name()))
+            }
+            (Some(x), _) if x.n_expert_used == 0 || x.n_expert_used > x.n_expert => {
+                return bad(format!(
+                    "{} experts used of {}",
+                    x.n_expert_used, x.n_expert
+                ))
+            }
+            _ => {}
+        }
+        if self.n_head == 0 || self.n_embd % self.n_head != 0 || self.n_head % self.n_head_kv != 0 {
+            return bad(format!(
+                "{} heads ({} for keys and values) do not divide n_embd {}",
+                self.n_head, self.n_head_kv, self.n_embd
+            ));
+        }
+        let block = self.ty.block_size() as usize;
+        let dense_ff = match (self.experts, self.arch) {
+            (None, _) | (Some(_), Arch::Qwen2Moe) => Some(self.n_ff),
+            _ => None,
+        };
+        let widths = [
+            Some(self.n_embd),
+            dense_ff,
+            self.experts.map(|x| x.n_ff_exp),
+        ]
+        .into_iter()
+        .flatten();
+        for w in widths {
+            if w == 0 || w % block != 0 {
+                return bad(format!("width {w} is not whole blocks of {}", self.ty));
+            }
+        }
+        if !kernels::formats::is_quantize_supported(self.ty) {
+            return bad(format!("tandem cannot write {} values", self.ty));
+        }
+        Ok(())
+    }
+
+    /// Parameters of the model with a vocabulary of `n_vocab`.
+    pub fn n_params(&self, n_vocab: usize) -> u64 {
+        let (e, kv) = (self.n_embd, self.n_head_kv * self.head_dim());
+        let attn = 2 * e * e + 2 * e * kv;
+        let ffn = match self.experts {
+            None => 3 * e * self.n_ff,
+            Some(x) => {
+                let shared = match self.arch.spec().experts {
+                    Experts::Always(d) if d.gated_shared_expert => 3 * e * self.n_ff + e,
+                    _ => 0,
+                };
+                x.n_expert * (3 * e * x.n_ff_exp + e) + shared
+            }
+        };
+        (2 * n_vocab * e + self.n_layer * (attn + ffn)) as u64
+    }
+
+    /// Writes the model to `path`, with the tokenizer of `tokenizer`.
+    pub fn write(&self, tokenizer: &GgufFile, path: &Path) -> Result<()> {
+        self.check()?;
+        let md = &tokenizer.header.metadata;
+        let n_vocab = md.array("tokenizer.ggml.tokens")?.len();
+        let a = self.arch.name();
+        let mut w = GgufWriter::new();
+        w.metadata("general.architecture", Value::String(a.into()));
+        w.metadata("general.name", Value::String(format!("synthetic {a}")));
+        for (k, v) in md.iter().filter(|(k, _)| k.starts_with("tokenizer.")) {
+            w.metadata(k, v.clone());
+        }
+        let mut keys = vec![
+            ("embedding_length", self.n_embd),
+            ("block_count", self.n_layer),
+            ("feed_forward_length", self.n_ff),
+            ("attention.head_count", self.n_head),
+            ("attention.head_count_kv", self.n_head_kv),
+            ("context_length", 4096),
+        ];
+        if let Some(x) = self.experts {
+            keys.extend([
+                ("expert_count", x.n_expert),
+                ("expert_used_count", x.n_expert_used),
+                ("expert_feed_forward_length", x.n_ff_exp),
+            ]);
+            if self.arch == Arch::Qwen2Moe {
+                keys.push(("expert_shared_feed_forward_length", self.n_ff));
+            }
+        }
+        for (k, v) in keys {
+            w.metadata(&format!("{a}.{k}"), Value::U32(v as u32));
+        }
+        w.metadata(
+            &format!("{a}.attention.layer_norm_rms_epsilon"),
+            Value::F32(1e-6),
+        );
+        w.metadata(&format!("{a}.rope.freq_base"), Value::F32(10_000.0));
+        let mut t = Tensors {
+            w: &mut w,
+            rng: Rng::new(self.seed),
+        };
+        self.tensors(&mut t, n_vocab)?;
+        w.write(path)
+            .map_err(|e| Error::Synthetic(format!("{}: {e}", path.display())))
+    }
+
+    fn tensors(&self, t: &mut Tensors, n_vocab: usize) -> Result<()> {
+        let (e, hd) = (self.n_embd, self.head_dim());
+        let (q, kv) = (self.n_head * hd, self.n_head_kv * hd);
+        let spec = self.arch.spec();
+        t.matrix("token_embd.weight", &[e, n_vocab], GgmlType::Q8_0, 1.0)?;
+        t.matrix("output.weight", &[e, n_vocab], self.ty, scale(e))?;
+        t.ones("output_norm.weight", e);
+        for il in 0..self.n_layer {
+            let n = |s: &str| format!("blk.{il}.{s}");
+            t.ones(&n("attn_norm.weight"), e);
+            t.ones(&n("ffn_norm.weight"), e);
+            for (name, rows) in [("attn_q", q), ("attn_k", kv), ("attn_v", kv)] {
+                t.matrix(&n(&format!("{name}.weight")), &[e, rows], self.ty, scale(e))?;
+                if spec.qkv_bias {
+                    t.zeros(&n(&format!("{name}.bias")), rows);
+                }
+            }
+            if spec.qk_norm {
+                t.ones(&n("attn_q_norm.weight"), hd);
+                t.ones(&n("attn_k_norm.weight"), hd);
+            }
+            t.matrix(&n("attn_output.weight"), &[q, e], self.ty, scale(q))?;
+            let (ff, suffix) = match self.experts {
+                None => (self.n_ff, ""),
+                Some(x) => {
+                    let ne = x.n_expert;
+                    let ff = x.n_ff_exp;
+                    t.matrix(&n("ffn_gate_inp.weight"), &[e, ne], GgmlType::F32, scale(e))?;
+                    t.matrix(&n("ffn_gate_exps.weight"), &[e, ff, ne], self.ty, scale(e))?;
+                    t.matrix(&n("ffn_up_exps.weight"), &[e, ff, ne], self.ty, scale(e))?;
+                    t.matrix(&n("ffn_down_exps.weight"), &[ff, e, ne], self.ty, scale(ff))?;
+                    if !matches!(spec.experts, Experts::Always(d) if d.gated_shared_expert) {
+                        continue;
+                    }
+                    t.matrix(
+                        &n("ffn_gate_inp_shexp.weight"),
+                        &[e],
+                        GgmlType::F32,
+                        scale(e),
+                    )?;
+                    (self.n_ff, "_shexp")
+                }
+            };
+            t.matrix(
+                &n(&format!("ffn_gate{suffix}.weight")),
+                &[e, ff],
+                self.ty,
+                scale(e),
+            )?;
+            t.matrix(
+                &n(&format!("ffn_up{suffix}.weight")),
+                &[e, ff],
+                self.ty,
+                scale(e),
+            )?;
+            t.matrix(
+                &n(&format!("ffn_down{suffix}.weight")),
+                &[ff, e],
+                self.ty,
+                scale(ff),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Uniform values of variance `1 / cols`: a product with a unit-variance input has unit
+/// variance.
+fn scale(cols: usize) -> f32 {
+    (3.0 / cols as f32).sqrt()
+}
+
+struct Tensors<'a> {
+    w: &'a mut GgufWriter,
+    rng: Rng,
+}
+
+impl Tensors<'_> {
+    /// A tensor of GGUF dims `dims` (row length first) of values uniform in `[-a, a)`.
+    fn matrix(&mut self, name: &str, dims: &[usize], ty: GgmlType, a: f32) -> Result<()> {
+        let cols = dims[0];
+        let n: usize = dims.iter().product();
+        let rb = ty
+            .row_bytes(cols as u64)
+            .ok_or_else(|| Error::Synthetic(format!("{name}: rows of {cols} in {ty}")))?
+            as usize;
+        let mut bytes = vec![0u8; n / cols * rb];
+        let mut row = vec![0f32; cols];
+        for out in bytes.chunks_exact_mut(rb) {
+            row.iter_mut().for_each(|v| *v = self.rng.uniform() * a);
+            kernels::formats::quantize_row(ty, &row, out)
+                .map_err(|e| Error::Synthetic(format!("{name}: {e}")))?;
+        }
+        let dims: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
+        self.w.tensor(name, &dims, ty, bytes);
+        Ok(())
+    }
+
+    fn vector(&mut self, name: &str, values: Vec<f32>) {
+        let n = values.len() as u64;
+        let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.w.tensor(name, &[n], GgmlType::F32, bytes);
+    }
+
+    fn ones(&mut self, name: &str, n: usize) {
+        self.vector(name, vec![1.0; n]);
+    }
+
+    fn zeros(&mut self, name: &str, n: usize) {
+        self.vector(name, vec![0.0; n]);
+    }
+}
+
+/// xorshift64: the same values on every platform.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    /// Uniform in `[-1, 1)`.
+    fn uniform(&mut self) -> f32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+}

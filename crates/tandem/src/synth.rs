@@ -1,0 +1,94 @@
+//! `tandem synth`: a random-weight model of a given shape, for tests and benchmarks of
+//! shapes no downloadable model has. The defaults make the ~0.5B mixture of the MoE
+//! verify-cost benchmark: qwen3moe, 8 of 64 experts, Q4_K.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use gguf::{GgmlType, GgufFile};
+use model::synthetic::{ExpertShape, Synthetic};
+use model::Arch;
+
+use crate::cli::CacheArgs;
+use crate::pull::{self, DEFAULT_MODEL};
+use crate::CliError;
+
+#[derive(Args)]
+pub struct SynthArgs {
+    /// Where to write the GGUF file.
+    #[arg(short = 'o', long = "out")]
+    pub out: PathBuf,
+    /// llama, qwen2, qwen3 (dense), qwen2moe, qwen3moe, or llama with --experts (Mixtral).
+    #[arg(long, default_value = "qwen3moe")]
+    pub arch: String,
+    #[arg(long, default_value_t = 1024)]
+    pub n_embd: usize,
+    #[arg(long, default_value_t = 8)]
+    pub n_layer: usize,
+    #[arg(long, default_value_t = 16)]
+    pub n_head: usize,
+    #[arg(long, default_value_t = 4)]
+    pub n_head_kv: usize,
+    /// Dense feed-forward width (qwen2moe: the shared expert's).
+    #[arg(long, default_value_t = 2816)]
+    pub n_ff: usize,
+    /// Experts per block (0: a dense model).
+    #[arg(long, default_value_t = 64)]
+    pub experts: usize,
+    /// Experts chosen per token.
+    #[arg(long, default_value_t = 8)]
+    pub experts_used: usize,
+    /// Hidden width of one expert.
+    #[arg(long, default_value_t = 256)]
+    pub n_ff_exp: usize,
+    /// Type of the matrices: f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q6_k.
+    #[arg(long = "type", default_value = "q4_k", value_parser = parse_type)]
+    pub ty: GgmlType,
+    /// The model whose tokenizer and chat template are copied (a path or a known name).
+    #[arg(long, default_value = DEFAULT_MODEL)]
+    pub tokenizer: String,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+}
+
+fn parse_type(s: &str) -> Result<GgmlType, String> {
+    use GgmlType::*;
+    [F32, F16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K]
+        .into_iter()
+        .find(|t| t.to_string().eq_ignore_ascii_case(s))
+        .ok_or_else(|| format!("'{s}' is not a type tandem writes (f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q6_k)"))
+}
+
+pub fn execute(a: SynthArgs) -> Result<(), CliError> {
+    let spec = Synthetic {
+        arch: Arch::from_name(&a.arch)?,
+        n_embd: a.n_embd,
+        n_layer: a.n_layer,
+        n_head: a.n_head,
+        n_head_kv: a.n_head_kv,
+        n_ff: a.n_ff,
+        experts: (a.experts > 0).then_some(ExpertShape {
+            n_expert: a.experts,
+            n_expert_used: a.experts_used,
+            n_ff_exp: a.n_ff_exp,
+        }),
+        ty: a.ty,
+        seed: a.seed,
+    };
+    let tokenizer = GgufFile::open(pull::resolve(&a.tokenizer, a.cache.dir.as_deref())?)?;
+    let n_vocab = tokenizer
+        .header
+        .metadata
+        .array("tokenizer.ggml.tokens")?
+        .len();
+    spec.write(&tokenizer, &a.out)?;
+    eprintln!(
+        "tandem synth: {} ({:.3}B parameters) written to {}",
+        a.arch,
+        spec.n_params(n_vocab) as f64 / 1e9,
+        a.out.display()
+    );
+    Ok(())
+}
