@@ -60,7 +60,11 @@ impl Synthetic {
             }
             _ => {}
         }
-        if self.n_head == 0 || self.n_embd % self.n_head != 0 || self.n_head % self.n_head_kv != 0 {
+        if self.n_head == 0
+            || self.n_head_kv == 0
+            || !self.n_embd.is_multiple_of(self.n_head)
+            || !self.n_head.is_multiple_of(self.n_head_kv)
+        {
             return bad(format!(
                 "{} heads ({} for keys and values) do not divide n_embd {}",
                 self.n_head, self.n_head_kv, self.n_embd
@@ -79,7 +83,7 @@ impl Synthetic {
         .into_iter()
         .flatten();
         for w in widths {
-            if w == 0 || w % block != 0 {
+            if w == 0 || !w.is_multiple_of(block) {
                 return bad(format!("width {w} is not whole blocks of {}", self.ty));
             }
         }
