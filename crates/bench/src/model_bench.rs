@@ -41,6 +41,8 @@ pub struct VerifyPoint {
     pub ms: f64,
     /// Over k = 1's.
     pub ratio: f64,
+    /// Mixtures of experts: experts streamed per block (those any of the k rows chose).
+    pub experts_per_block: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -171,6 +173,7 @@ pub fn run(model: &Model, name: &str, cfg: &ModelBenchConfig) -> Result<ModelBen
         )?;
         for &k in &cfg.verify {
             let mut times = Vec::new();
+            let before = ctx.moe_stats();
             for r in 0..reps.max(3) {
                 let rows: Vec<(usize, u32)> = tokens(k, nv, 50 + r as u64)
                     .into_iter()
@@ -184,10 +187,14 @@ pub fn run(model: &Model, name: &str, cfg: &ModelBenchConfig) -> Result<ModelBen
             }
             let ms = mean(&times);
             let base = verify.first().map_or(ms, |p| p.ms);
+            let after = ctx.moe_stats();
+            let blocks = after.blocks - before.blocks;
             verify.push(VerifyPoint {
                 k,
                 ms,
                 ratio: ms / base,
+                experts_per_block: (blocks > 0)
+                    .then(|| (after.experts - before.experts) as f64 / blocks as f64),
             });
         }
     }

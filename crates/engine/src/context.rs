@@ -102,6 +102,11 @@ impl<M: Deref<Target = Model>> Context<M> {
         })
     }
 
+    /// Mixture-of-experts blocks computed so far, and the experts they streamed.
+    pub fn moe_stats(&self) -> model::MoeStats {
+        self.scratch.moe_stats()
+    }
+
     /// Returns the sequence's KV blocks to the pool.
     pub fn release(&mut self, seq: &mut SeqKv) {
         self.kv.release(seq);

@@ -46,6 +46,16 @@ pub struct Scratch {
     pub(crate) moe: MoeScratch,
 }
 
+/// Counts of the mixture-of-experts blocks computed with a [`Scratch`], since it was made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MoeStats {
+    /// Blocks computed (one per mixture layer per forward).
+    pub blocks: u64,
+    /// Experts that had rows routed to them, summed over those blocks: the number of
+    /// experts whose weights were streamed.
+    pub experts: u64,
+}
+
 /// The buffers of a mixture-of-experts block for `rows` rows of which each picks `k`
 /// experts; empty for dense models.
 #[derive(Default)]
@@ -65,6 +75,7 @@ pub(crate) struct MoeScratch {
     pub(crate) up: Vec<f32>,
     /// `[rows · k, n_embd]` expert outputs.
     pub(crate) out: Vec<f32>,
+    pub(crate) stats: MoeStats,
 }
 
 /// Widths (floats per row) of the [`Scratch`] buffers.
@@ -103,6 +114,7 @@ impl Scratch {
                 gate: z(k * ff),
                 up: z(k * ff),
                 out: z(k * e),
+                stats: MoeStats::default(),
             },
         };
         Scratch {
@@ -118,6 +130,10 @@ impl Scratch {
             up: z(widths.dense_ff),
             moe,
         }
+    }
+
+    pub fn moe_stats(&self) -> MoeStats {
+        self.moe.stats
     }
 
     pub fn with_precision(mut self, precision: Precision) -> Scratch {

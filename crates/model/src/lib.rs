@@ -21,7 +21,7 @@ use kernels::{Precision, ThreadPool};
 
 pub use arch::{Arch, ArchSpec, Experts, RoutingDefaults};
 pub use error::{Error, Result};
-pub use forward::{Batch, Row, Scratch};
+pub use forward::{Batch, MoeStats, Row, Scratch};
 pub use head::SubsetHead;
 pub use hparams::{Gating, HParams, MoeParams, SharedExpert};
 pub use weights::{Ffn, LayerWeights, Mlp, MoeWeights, Progress, Repack, Weight, Weights};

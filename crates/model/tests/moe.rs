@@ -6,7 +6,7 @@
 mod common;
 
 use common::{reference, relative_error, run_with, same_bits, tokens, Keyed, FIXTURES};
-use gguf::GgmlType;
+use gguf::{GgmlType, GgufFile, GgufWriter, Value};
 use kernels::Precision;
 use model::Model;
 
@@ -116,4 +116,75 @@ fn rows_are_identical_whatever_the_batch_with_8_bit_activations() {
             assert!(same_bits(&got, &reference), "{file}: {what}");
         }
     }
+}
+
+/// `file` of the fixtures rewritten with its metadata edited by `edit` (`None` drops a key)
+/// and without the tensor `drop`, at a path of its own.
+fn rewritten(
+    file: &str,
+    edit: &dyn Fn(&str, &Value) -> Option<Value>,
+    drop: Option<&str>,
+) -> std::path::PathBuf {
+    let src = GgufFile::open(format!("{FIXTURES}{file}")).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in src.header.metadata.iter() {
+        if let Some(v) = edit(k, v) {
+            w.metadata(k, v);
+        }
+    }
+    for t in src
+        .header
+        .tensors
+        .iter()
+        .filter(|t| Some(t.name.as_str()) != drop)
+    {
+        w.tensor(&t.name, &t.dims, t.ggml_type, src.tensor_bytes(t).to_vec());
+    }
+    let path = std::env::temp_dir().join(format!(
+        "tandem-moe-{}-{}.gguf",
+        std::process::id(),
+        drop.unwrap_or("metadata").replace('.', "-")
+    ));
+    w.write(&path).unwrap();
+    path
+}
+
+fn load_error(path: &std::path::Path) -> String {
+    let err = Model::load(path).err().expect("the load fails").to_string();
+    std::fs::remove_file(path).unwrap();
+    err
+}
+
+#[test]
+fn bad_mixtures_are_load_errors_naming_the_key_or_tensor() {
+    let too_many = rewritten(
+        "llama-moe-k2.gguf",
+        &|k, v| {
+            Some(if k == "llama.expert_used_count" {
+                Value::U32(9)
+            } else {
+                v.clone()
+            })
+        },
+        None,
+    );
+    let err = load_error(&too_many);
+    assert!(
+        err.contains("llama.expert_used_count") && err.contains("between 1 and expert_count 8"),
+        "{err}"
+    );
+    let no_count = rewritten(
+        "qwen3moe-moe-k3.gguf",
+        &|k, v| (k != "qwen3moe.expert_count").then(|| v.clone()),
+        None,
+    );
+    let err = load_error(&no_count);
+    assert!(err.contains("qwen3moe.expert_count"), "{err}");
+    let missing = rewritten(
+        "qwen2moe-moe-k4.gguf",
+        &|_, v| Some(v.clone()),
+        Some("blk.1.ffn_down_exps.weight"),
+    );
+    let err = load_error(&missing);
+    assert!(err.contains("blk.1.ffn_down_exps.weight"), "{err}");
 }

@@ -402,13 +402,21 @@ fn print_tables(out: &Output) {
         model_bench::PRIOR
     );
     let base_k = r.verify.first().map_or(1, |p| p.k);
-    let mut verify = Table::new(&["k", "ms", &format!("ratio to k={base_k}")]);
+    let moe = r.verify.iter().any(|p| p.experts_per_block.is_some());
+    let ratio_col = format!("ratio to k={base_k}");
+    let mut cols = vec!["k", "ms", ratio_col.as_str()];
+    if moe {
+        cols.push("experts streamed per block");
+    }
+    let mut verify = Table::new(&cols);
     for p in &r.verify {
-        verify.row(&[
+        let mut row = vec![
             p.k.to_string(),
             format!("{:.2}", p.ms),
             format!("{:.2}×", p.ratio),
-        ]);
+        ];
+        row.extend(p.experts_per_block.map(|x| format!("{x:.1}")));
+        verify.row(&row);
     }
     print!("{}", verify.markdown());
     if let Some(c) = &out.spec_costs {

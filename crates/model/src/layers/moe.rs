@@ -49,6 +49,7 @@ pub fn block(
             gate,
             up,
             out,
+            stats,
         } = &mut s.moe;
         let x = &s.x[..n * e];
         let probs = &mut probs[..n * ne];
@@ -61,21 +62,15 @@ pub fn block(
             gathered[sl * e..(sl + 1) * e].copy_from_slice(&x[i / k * e..(i / k + 1) * e]);
         }
         let active: Vec<usize> = (0..ne).filter(|&ex| start[ex + 1] > start[ex]).collect();
-        let rows = |ex: usize| start[ex]..start[ex + 1];
+        stats.blocks += 1;
+        stats.experts += active.len() as u64;
+        let total = n * k;
         let gate_up: Vec<[QMatrix; 2]> = active
             .iter()
             .map(|&ex| [m.ffn_gate_exps[ex].view(f), m.ffn_up_exps[ex].view(f)])
             .collect();
-        let groups: Vec<Group> = active
-            .iter()
-            .zip(&gate_up)
-            .map(|(&ex, ws)| Group {
-                ws,
-                x: &gathered[rows(ex).start * e..rows(ex).end * e],
-            })
-            .collect();
-        let total = n * k;
-        let sizes: Vec<usize> = active.iter().map(|&ex| rows(ex).len() * ff).collect();
+        let groups = by_expert(&active, start, &gate_up, gathered, e);
+        let sizes = group_sizes(&active, start, ff);
         let mut ys: Vec<&mut [f32]> = split(&mut gate[..total * ff], &sizes)
             .into_iter()
             .zip(split(&mut up[..total * ff], &sizes))
@@ -87,16 +82,8 @@ pub fn block(
             .iter()
             .map(|&ex| [m.ffn_down_exps[ex].view(f)])
             .collect();
-        let groups: Vec<Group> = active
-            .iter()
-            .zip(&downs)
-            .map(|(&ex, ws)| Group {
-                ws,
-                x: &gate[rows(ex).start * ff..rows(ex).end * ff],
-            })
-            .collect();
-        let sizes: Vec<usize> = active.iter().map(|&ex| rows(ex).len() * e).collect();
-        let mut ys = split(&mut out[..total * e], &sizes);
+        let groups = by_expert(&active, start, &downs, gate, ff);
+        let mut ys = split(&mut out[..total * e], &group_sizes(&active, start, e));
         matmul_grouped(pool, &groups, &mut ys, s.precision);
     }
     if let Some(shared) = &m.shared {
@@ -187,6 +174,33 @@ fn group(chosen: &[(usize, f32)], n_expert: usize, slot: &mut [usize], start: &m
         start[ex] = start[ex - 1];
     }
     start[0] = 0;
+}
+
+/// One group per expert of `active`: its matrices `ws[i]` (in the order of `active`) and its
+/// slots `start[ex]..start[ex + 1]` of `input` (`[slots, width]`).
+fn by_expert<'a, const N: usize>(
+    active: &[usize],
+    start: &[usize],
+    ws: &'a [[QMatrix<'a>; N]],
+    input: &'a [f32],
+    width: usize,
+) -> Vec<Group<'a>> {
+    active
+        .iter()
+        .zip(ws)
+        .map(|(&ex, ws)| Group {
+            ws,
+            x: &input[start[ex] * width..start[ex + 1] * width],
+        })
+        .collect()
+}
+
+/// The floats of each active expert's slots in a buffer `[slots, width]`.
+fn group_sizes(active: &[usize], start: &[usize], width: usize) -> Vec<usize> {
+    active
+        .iter()
+        .map(|&ex| (start[ex + 1] - start[ex]) * width)
+        .collect()
 }
 
 /// `buf` cut into consecutive pieces of `sizes`.
