@@ -49,7 +49,8 @@ def write(arch, n_embd, n_head, n_head_kv, head_dim, n_ff, n_layer, n_vocab, mat
     if moe:
         w.add_expert_count(moe["n_expert"])
         w.add_expert_used_count(moe["n_used"])
-        w.add_expert_feed_forward_length(moe["n_ff_exp"])
+        if arch != "llama":  # llama.cpp reads a Mixtral's expert width from feed_forward_length
+            w.add_expert_feed_forward_length(moe["n_ff_exp"])
         if "n_ff_shexp" in moe:
             w.add_expert_shared_feed_forward_length(moe["n_ff_shexp"])
         if "shared_count" in moe:
@@ -129,7 +130,8 @@ def write_moe(arch, k, n_expert, expert_type, seed, n_layer=2, **extra):
     """A mixture fixture (64 tokens), redrawn until its routing is clear of ties."""
     while True:
         moe = {"n_expert": n_expert, "n_used": k, "n_ff_exp": 32, "expert_type": expert_type, **extra}
-        case = write(arch, 64, 4, 2, 16, 96, n_layer, 64, Q.Q8_0, seed, moe, f"{arch}-moe-k{k}", MOE_TOKENS)
+        n_ff = 32 if arch == "llama" else 96
+        case = write(arch, 64, 4, 2, 16, n_ff, n_layer, 64, Q.Q8_0, seed, moe, f"{arch}-moe-k{k}", MOE_TOKENS)
         if case["min_margin"] >= MIN_MARGIN:
             return case
         seed += 1000

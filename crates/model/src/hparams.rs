@@ -1,6 +1,6 @@
 use gguf::Metadata;
 
-use crate::arch::{Arch, Experts};
+use crate::arch::{Arch, ExpertWidth, Experts};
 use crate::{Error, Result};
 
 /// Hyper-parameters read from GGUF metadata (`{arch}.*` keys).
@@ -152,7 +152,8 @@ impl HParams {
 
 impl MoeParams {
     /// The mixture `arch` and `md` describe, or `None` for a dense model. `n_ff` is the
-    /// dense feed-forward length (the fallback of expert widths, as in llama.cpp).
+    /// feed-forward length, from which expert widths follow when the file does not give
+    /// them, as llama.cpp reads them.
     fn from_metadata(
         md: &Metadata,
         arch: Arch,
@@ -183,7 +184,10 @@ impl MoeParams {
         }
         let n_ff_exp = match md.opt_u32(&key("expert_feed_forward_length"))? {
             Some(v) => positive(&key("expert_feed_forward_length"), v)?,
-            None => n_ff / n_expert_used,
+            None => match defaults.expert_width {
+                ExpertWidth::FeedForward => n_ff,
+                ExpertWidth::FeedForwardPerUsed => n_ff / n_expert_used,
+            },
         };
         let gating = match md.opt_u32(&key("expert_gating_func"))? {
             None | Some(1) => Gating::Softmax,

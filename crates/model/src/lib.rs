@@ -19,7 +19,7 @@ use std::path::Path;
 use gguf::GgufFile;
 use kernels::{Precision, ThreadPool};
 
-pub use arch::{Arch, ArchSpec, Experts, RoutingDefaults};
+pub use arch::{Arch, ArchSpec, ExpertWidth, Experts, RoutingDefaults};
 pub use error::{Error, Result};
 pub use forward::{Batch, MoeStats, Row, Scratch};
 pub use head::SubsetHead;

@@ -122,10 +122,15 @@ impl Synthetic {
         for (k, v) in md.iter().filter(|(k, _)| k.starts_with("tokenizer.")) {
             w.metadata(k, v.clone());
         }
+        // llama.cpp reads a Mixtral's expert width from feed_forward_length alone.
+        let n_ff = match (self.arch, self.experts) {
+            (Arch::Llama, Some(x)) => x.n_ff_exp,
+            _ => self.n_ff,
+        };
         let mut keys = vec![
             ("embedding_length", self.n_embd),
             ("block_count", self.n_layer),
-            ("feed_forward_length", self.n_ff),
+            ("feed_forward_length", n_ff),
             ("attention.head_count", self.n_head),
             ("attention.head_count_kv", self.n_head_kv),
             ("context_length", 4096),
@@ -134,8 +139,10 @@ impl Synthetic {
             keys.extend([
                 ("expert_count", x.n_expert),
                 ("expert_used_count", x.n_expert_used),
-                ("expert_feed_forward_length", x.n_ff_exp),
             ]);
+            if self.arch != Arch::Llama {
+                keys.push(("expert_feed_forward_length", x.n_ff_exp));
+            }
             if self.arch == Arch::Qwen2Moe {
                 keys.push(("expert_shared_feed_forward_length", self.n_ff));
             }

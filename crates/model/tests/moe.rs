@@ -1,14 +1,16 @@
 //! Mixtures of experts (scripts/make_synthetic.py: Mixtral, qwen2moe, qwen3moe and a
 //! DeepSeek-style variant, 1 to 8 experts per token out of 8 to 64) against float64 numpy
 //! logits computed from the same files through the `gguf` package, at every batch size
-//! from 1 to 64 rows; and batch invariance of the expert-grouped path.
+//! from 1 to 64 rows; batch invariance of the expert-grouped path; and llama.cpp's top-5
+//! log-probabilities on `tandem synth` mixtures (scripts/gen_moe_golden.py).
 
 mod common;
 
 use common::{reference, relative_error, run_with, same_bits, tokens, Keyed, FIXTURES};
 use gguf::{GgmlType, GgufFile, GgufWriter, Value};
 use kernels::Precision;
-use model::Model;
+use model::synthetic::{ExpertShape, Synthetic};
+use model::{Arch, Model};
 
 /// The rows of `toks` (sequence `seq`) in batches of `size`.
 fn chunked(toks: &[u32], seq: usize, size: usize) -> Vec<Vec<(usize, u32)>> {
@@ -187,4 +189,93 @@ fn bad_mixtures_are_load_errors_naming_the_key_or_tensor() {
     );
     let err = load_error(&missing);
     assert!(err.contains("blk.1.ffn_down_exps.weight"), "{err}");
+}
+
+fn smollm2() -> std::path::PathBuf {
+    let dir = std::env::var_os("TANDEM_MODELS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| dirs::cache_dir().unwrap().join("tandem").join("models"));
+    let p = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        p.is_file(),
+        "{} missing: run `tandem pull smollm2-135m`",
+        p.display()
+    );
+    p
+}
+
+/// The log-probabilities of `logits`.
+fn log_softmax(logits: &[f32]) -> Vec<f64> {
+    let max = logits.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
+    let sum: f64 = logits.iter().map(|&v| (v as f64 - max).exp()).sum();
+    logits.iter().map(|&v| v as f64 - max - sum.ln()).collect()
+}
+
+#[test]
+fn top5_log_probabilities_match_llama_cpp() {
+    let golden: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/golden/moe-llamacpp.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let shape = &golden["shape"];
+    let dim = |k: &str| shape[k].as_u64().unwrap() as usize;
+    let tokenizer = GgufFile::open(smollm2()).unwrap();
+    for case in golden["cases"].as_array().unwrap() {
+        let arch = case["arch"].as_str().unwrap();
+        let spec = Synthetic {
+            arch: Arch::from_name(arch).unwrap(),
+            n_embd: dim("n_embd"),
+            n_layer: dim("n_layer"),
+            n_head: dim("n_head"),
+            n_head_kv: dim("n_head_kv"),
+            n_ff: dim("n_ff"),
+            experts: Some(ExpertShape {
+                n_expert: case["n_expert"].as_u64().unwrap() as usize,
+                n_expert_used: case["n_expert_used"].as_u64().unwrap() as usize,
+                n_ff_exp: dim("n_ff_exp"),
+            }),
+            ty: GgmlType::F32,
+            seed: shape["seed"].as_u64().unwrap(),
+        };
+        let path = std::env::temp_dir().join(format!(
+            "tandem-moe-golden-{}-{arch}-{}.gguf",
+            std::process::id(),
+            case["n_expert"]
+        ));
+        spec.write(&tokenizer, &path).unwrap();
+        let model = Model::load(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let toks = tokens(case);
+        let got = run_with(
+            &model,
+            &chunked(&toks, 0, 16),
+            1,
+            2,
+            GgmlType::F32,
+            Precision::F32,
+        );
+        let mut worst = 0f64;
+        for ((key, logits), want) in got.iter().zip(case["top5"].as_array().unwrap()) {
+            let lp = log_softmax(logits);
+            for pair in want.as_array().unwrap() {
+                let id = pair[0].as_u64().unwrap() as usize;
+                let diff = (lp[id] - pair[1].as_f64().unwrap()).abs();
+                worst = worst.max(diff);
+                assert!(diff < 1e-4, "{arch}: token {id} at {key:?}: {diff}");
+            }
+            let top = want[0][0].as_u64().unwrap() as usize;
+            assert!(
+                lp.iter().all(|&v| v <= lp[top]),
+                "{arch}: top token at {key:?}"
+            );
+        }
+        eprintln!(
+            "{arch} {:?}: top-5 log-probabilities within {worst:.1e} of llama.cpp's",
+            spec.experts
+        );
+    }
 }

@@ -2,7 +2,7 @@
 //! so that RoPE rotates adjacent pairs. Mixtral is a llama with `llama.expert_count`
 //! experts: softmax over the chosen experts' router logits (top-k, then renormalized).
 
-use super::{ArchSpec, Experts, RoutingDefaults};
+use super::{ArchSpec, ExpertWidth, Experts, RoutingDefaults};
 use kernels::ops::RopeMode;
 
 pub const SPEC: ArchSpec = ArchSpec {
@@ -12,5 +12,6 @@ pub const SPEC: ArchSpec = ArchSpec {
     experts: Experts::IfCounted(RoutingDefaults {
         norm_weights: true,
         gated_shared_expert: false,
+        expert_width: ExpertWidth::FeedForward,
     }),
 };

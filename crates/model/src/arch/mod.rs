@@ -51,6 +51,18 @@ pub struct RoutingDefaults {
     pub norm_weights: bool,
     /// A shared expert (`ffn_*_shexp`) scaled by `sigmoid(ffn_gate_inp_shexp · x)` is added.
     pub gated_shared_expert: bool,
+    /// An expert's width when `{arch}.expert_feed_forward_length` is absent.
+    pub expert_width: ExpertWidth,
+}
+
+/// Where an expert's width comes from when the metadata does not give it (llama.cpp's
+/// reading of each architecture).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpertWidth {
+    /// `feed_forward_length` (Mixtral).
+    FeedForward,
+    /// `feed_forward_length / expert_used_count` (qwen2moe, qwen3moe).
+    FeedForwardPerUsed,
 }
 
 impl Arch {

@@ -2,7 +2,7 @@
 //! chosen experts keep their softmax weights as they are (no renormalization), plus a
 //! shared expert scaled by a sigmoid gate of its own (`ffn_gate_inp_shexp`).
 
-use super::{ArchSpec, Experts, RoutingDefaults};
+use super::{ArchSpec, ExpertWidth, Experts, RoutingDefaults};
 use kernels::ops::RopeMode;
 
 pub const SPEC: ArchSpec = ArchSpec {
@@ -12,5 +12,6 @@ pub const SPEC: ArchSpec = ArchSpec {
     experts: Experts::Always(RoutingDefaults {
         norm_weights: false,
         gated_shared_expert: true,
+        expert_width: ExpertWidth::FeedForwardPerUsed,
     }),
 };

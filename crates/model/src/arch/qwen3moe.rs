@@ -1,7 +1,7 @@
 //! qwen3moe (Qwen3-30B-A3B, Qwen3-235B-A22B): qwen3's attention; every block a mixture
 //! whose chosen experts' softmax weights are renormalized to sum to one; no shared expert.
 
-use super::{ArchSpec, Experts, RoutingDefaults};
+use super::{ArchSpec, ExpertWidth, Experts, RoutingDefaults};
 use kernels::ops::RopeMode;
 
 pub const SPEC: ArchSpec = ArchSpec {
@@ -11,5 +11,6 @@ pub const SPEC: ArchSpec = ArchSpec {
     experts: Experts::Always(RoutingDefaults {
         norm_weights: true,
         gated_shared_expert: false,
+        expert_width: ExpertWidth::FeedForwardPerUsed,
     }),
 };
