@@ -4,7 +4,7 @@ use std::sync::Arc;
 use gguf::GgmlType;
 use kernels::{Precision, ThreadPool};
 use kv::{KvConfig, KvPool, SeqKv};
-use model::{Batch, HParams, Model, Row, Scratch};
+use model::{Batch, Model, Row, Scratch};
 
 use crate::{Error, Result};
 
@@ -36,9 +36,11 @@ impl Default for ContextConfig {
 }
 
 impl ContextConfig {
-    pub fn kv_config(&self, hp: &HParams) -> KvConfig {
+    /// The KV pool of `model`'s stage (its blocks only).
+    pub fn kv_config(&self, model: &Model) -> KvConfig {
+        let hp = &model.hparams;
         KvConfig {
-            n_layer: hp.n_layer,
+            n_layer: model.stage.layers.len(),
             n_head_kv: hp.n_head_kv,
             head_dim: hp.head_dim,
             ty: self.kv_type,
@@ -92,7 +94,7 @@ impl<M: Deref<Target = Model>> Context<M> {
         let hp = &model.hparams;
         Ok(Context {
             config,
-            kv: KvPool::new(config.kv_config(hp))?,
+            kv: KvPool::new(config.kv_config(&model))?,
             scratch: Scratch::new(hp, config.n_ubatch).with_precision(config.precision),
             pool,
             hidden: vec![0.0; config.n_ubatch * hp.n_embd],
@@ -195,7 +197,7 @@ impl<M: Deref<Target = Model>> Context<M> {
             seqs: &refs,
         };
         self.model.forward_layers(
-            0..hp.n_layer,
+            self.model.stage.layers.clone(),
             hidden,
             batch,
             &mut self.kv,

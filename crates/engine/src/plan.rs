@@ -32,7 +32,7 @@ impl MemoryPlan {
             + threads * ((cfg.n_ctx * hp.n_head / hp.n_head_kv + hp.head_dim) * 4) as u64;
         MemoryPlan {
             weights: model.weight_bytes(),
-            kv: cfg.kv_config(hp).total_bytes(),
+            kv: cfg.kv_config(model).total_bytes(),
             scratch,
         }
     }

@@ -24,6 +24,10 @@ pub enum Error {
     Kv(#[from] kv::Error),
     #[error("synthetic model: {0}")]
     Synthetic(String),
+    #[error("stage: {0}")]
+    BadStage(String),
+    #[error("this stage of the model does not hold {0}")]
+    NotInStage(&'static str),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

@@ -155,8 +155,9 @@ impl Scratch {
 }
 
 impl Model {
-    /// Runs blocks `layers` over `hidden` (`[rows.len(), n_embd]`, updated in place),
-    /// writing each row's keys and values into `kv` for every layer of the range.
+    /// Runs blocks `layers` (of the stage's) over `hidden` (`[rows.len(), n_embd]`, updated
+    /// in place), writing each row's keys and values into `kv` (which holds the stage's
+    /// blocks, the first at index 0) for every layer of the range.
     /// The caller commits the new sequence lengths afterwards.
     pub fn forward_layers(
         &self,
@@ -175,7 +176,7 @@ impl Model {
         );
         assert_eq!(hidden.len(), n * self.hparams.n_embd);
         for il in layers {
-            let lw = &self.weights.layers[il];
+            let lw = self.layer(il);
             attention::block(self, il, lw, hidden, batch, kv, scratch, pool);
             ffn::block(self, lw, hidden, n, scratch, pool);
         }

@@ -34,7 +34,7 @@ impl SubsetHead {
 impl Model {
     /// Restricts the output head to the tokens `ids` (each below the vocabulary size).
     pub fn restrict_head(&mut self, ids: &[u32]) -> Result<()> {
-        let full = self.weights.output.view(&self.file);
+        let full = self.output_head().view(&self.file);
         let rb = full.row_bytes();
         let mut data = Vec::with_capacity(ids.len() * rb);
         for &id in ids {

@@ -24,12 +24,15 @@ pub use error::{Error, Result};
 pub use forward::{Batch, MoeStats, Row, Scratch};
 pub use head::SubsetHead;
 pub use hparams::{Gating, HParams, MoeParams, SharedExpert};
-pub use weights::{Ffn, LayerWeights, Mlp, MoeWeights, Progress, Repack, Weight, Weights};
+pub use weights::{Ffn, LayerWeights, Mlp, MoeWeights, Progress, Repack, Stage, Weight, Weights};
 
 /// A loaded model. Weights stay in the memory map.
 pub struct Model {
     pub file: GgufFile,
     pub hparams: HParams,
+    /// The part of the model this holds (the whole model unless loaded with
+    /// [`Model::load_stage`]).
+    pub stage: Stage,
     pub weights: Weights,
     /// The output head restricted to part of the vocabulary ([`Model::restrict_head`]).
     pub head: Option<SubsetHead>,
@@ -48,9 +51,21 @@ impl Model {
         repack: Repack,
         progress: &Progress<'_>,
     ) -> Result<Model> {
+        Self::load_stage(path, None, repack, progress)
+    }
+
+    /// [`Model::load_with`] for part of the model (`None`: all of it): only the tensors of
+    /// `stage` are checked, repacked and counted; the others are never read.
+    pub fn load_stage(
+        path: impl AsRef<Path>,
+        stage: Option<Stage>,
+        repack: Repack,
+        progress: &Progress<'_>,
+    ) -> Result<Model> {
         let file = GgufFile::open(path)?;
         let hparams = HParams::from_metadata(&file.header.metadata)?;
-        let mut weights = weights::Loader { file: &file }.load(&hparams)?;
+        let stage = stage.unwrap_or_else(|| Stage::whole(hparams.n_layer));
+        let mut weights = weights::Loader { file: &file }.load(&hparams, &stage)?;
         if repack == Repack::Auto {
             let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
             weights.repack(&file, threads, progress);
@@ -58,33 +73,54 @@ impl Model {
         Ok(Model {
             file,
             hparams,
+            stage,
             weights,
             head: None,
         })
     }
 
-    /// Bytes of weights the model holds once loaded with [`Repack::Auto`]: every tensor
-    /// of the file, repacked matrices counted at their packed size (a tied output head,
-    /// which is not a tensor of its own, on top). Loaded with [`Repack::Off`] it holds less.
+    /// Bytes of weights the stage holds once loaded with [`Repack::Auto`]: its matrices at
+    /// their packed size, the embedding table read by rows from the map (a tied output head
+    /// is a packed copy of it on top), the vectors copied at load and a restricted head.
+    /// Loaded with [`Repack::Off`] it holds less.
     pub fn weight_bytes(&self) -> u64 {
-        let file: u64 = self.file.header.tensors.iter().map(|t| t.n_bytes).sum();
-        let tied = self.file.header.tensor("output.weight").is_none();
-        let matrices = self.weights.matrices();
-        let head = self.head.as_ref().map_or(0, |h| h.bytes() as u64);
-        matrices
-            .iter()
-            .enumerate()
-            .fold(file + head, |total, (i, m)| {
-                let own = if i == 0 && tied { 0 } else { m.range.len() };
-                total + m.planned_bytes() as u64 - own as u64
-            })
+        let w = &self.weights;
+        let matrices: usize = w.matrices().iter().map(|m| m.planned_bytes()).sum();
+        let table = w.token_embd.as_ref().map_or(0, |t| t.range.len());
+        let vectors: usize = w.layers.iter().map(LayerWeights::vector_len).sum::<usize>()
+            + w.output_norm.as_ref().map_or(0, Vec::len);
+        let head = self.head.as_ref().map_or(0, |h| h.bytes());
+        (matrices + table + 4 * vectors + head) as u64
+    }
+
+    /// The weights of block `il` (one of the stage's).
+    pub fn layer(&self, il: usize) -> &LayerWeights {
+        assert!(
+            self.stage.layers.contains(&il),
+            "block {il} is not in the stage's {:?}",
+            self.stage.layers
+        );
+        &self.weights.layers[il - self.stage.layers.start]
+    }
+
+    /// The output head (the stage must hold it).
+    pub(crate) fn output_head(&self) -> &Weight {
+        self.weights
+            .output
+            .as_ref()
+            .expect("the stage holds the output head")
     }
 
     /// Embedding rows for `tokens` into `hidden` (`[tokens.len(), n_embd]`).
     pub fn embed(&self, tokens: &[u32], hidden: &mut [f32]) -> Result<()> {
         let e = self.hparams.n_embd;
         assert_eq!(hidden.len(), tokens.len() * e);
-        let table = self.weights.token_embd.view(&self.file);
+        let table = self
+            .weights
+            .token_embd
+            .as_ref()
+            .ok_or(Error::NotInStage("the embeddings"))?
+            .view(&self.file);
         for (&t, row) in tokens.iter().zip(hidden.chunks_exact_mut(e)) {
             if t as usize >= table.n_rows {
                 return Err(Error::TokenOutOfRange {
@@ -136,11 +172,13 @@ impl Model {
     ) {
         let hp = &self.hparams;
         for row in hidden.chunks_exact_mut(hp.n_embd) {
-            kernels::ops::rms_norm_inplace(row, &self.weights.output_norm, hp.rms_eps);
+            let norm = self.weights.output_norm.as_ref();
+            let norm = norm.expect("the stage holds the output head");
+            kernels::ops::rms_norm_inplace(row, norm, hp.rms_eps);
         }
         let head = match &self.head {
             Some(h) => h.view(),
-            None => self.weights.output.view(&self.file),
+            None => self.output_head().view(&self.file),
         };
         kernels::matmul(pool, &head, hidden, logits, precision);
     }

@@ -114,6 +114,25 @@ pub struct MoeWeights {
     pub ffn_gate_inp_shexp: Option<Vec<f32>>,
 }
 
+impl LayerWeights {
+    /// Floats of the block's vectors (norms, biases, gates), copied out of the map at load.
+    pub fn vector_len(&self) -> usize {
+        let opt = |v: &Option<Vec<f32>>| v.as_ref().map_or(0, Vec::len);
+        let shexp = match &self.ffn {
+            Ffn::Moe(m) => opt(&m.ffn_gate_inp_shexp),
+            Ffn::Dense(_) => 0,
+        };
+        self.attn_norm.len()
+            + self.ffn_norm.len()
+            + opt(&self.attn_q_bias)
+            + opt(&self.attn_k_bias)
+            + opt(&self.attn_v_bias)
+            + opt(&self.attn_q_norm)
+            + opt(&self.attn_k_norm)
+            + shexp
+    }
+}
+
 impl Ffn {
     /// The matrices the block multiplies with.
     fn matrices(&self) -> Vec<&Weight> {
@@ -147,15 +166,57 @@ impl Ffn {
     }
 }
 
-/// All weights of a model.
+/// The weights of a [`Stage`] of a model.
 #[derive(Debug, Clone)]
 pub struct Weights {
-    /// `[n_vocab, n_embd]`.
-    pub token_embd: Weight,
+    /// `[n_vocab, n_embd]`, when the stage embeds.
+    pub token_embd: Option<Weight>,
+    /// The blocks of the stage, `layers[i]` being block `stage.layers.start + i`.
     pub layers: Vec<LayerWeights>,
-    pub output_norm: Vec<f32>,
-    /// `[n_vocab, n_embd]`; the embedding matrix when the model ties them.
-    pub output: Weight,
+    /// The final norm and output head (`[n_vocab, n_embd]`; the embedding matrix when the
+    /// model ties them), when the stage ends with the head.
+    pub output_norm: Option<Vec<f32>>,
+    pub output: Option<Weight>,
+}
+
+/// The part of a model one process holds: blocks `layers` (a contiguous range), with the
+/// embeddings before them (`embed`) and the final norm and output head after them (`head`).
+/// A model split at block `L` is `Stage::first(L)` on one machine and `Stage::last(L, n)`
+/// on the other; hidden states cross between them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stage {
+    pub layers: std::ops::Range<usize>,
+    pub embed: bool,
+    pub head: bool,
+}
+
+impl Stage {
+    /// The whole model of `n_layer` blocks.
+    pub fn whole(n_layer: usize) -> Stage {
+        Stage {
+            layers: 0..n_layer,
+            embed: true,
+            head: true,
+        }
+    }
+
+    /// The embeddings and blocks `0..split`.
+    pub fn first(split: usize) -> Stage {
+        Stage {
+            layers: 0..split,
+            embed: true,
+            head: false,
+        }
+    }
+
+    /// Blocks `split..n_layer` and the output head.
+    pub fn last(split: usize, n_layer: usize) -> Stage {
+        Stage {
+            layers: split..n_layer,
+            embed: false,
+            head: true,
+        }
+    }
 }
 
 pub(crate) struct Loader<'a> {
@@ -286,15 +347,26 @@ impl Loader<'_> {
         self.vector(name, n).map(Some)
     }
 
-    pub fn load(&self, hp: &HParams) -> Result<Weights> {
+    /// The weights of `stage` (checked against `hp.n_layer`); nothing else is read.
+    pub fn load(&self, hp: &HParams, stage: &Stage) -> Result<Weights> {
+        if stage.layers.start > stage.layers.end || stage.layers.end > hp.n_layer {
+            return Err(Error::BadStage(format!(
+                "blocks {}..{} of a model of {} blocks",
+                stage.layers.start, stage.layers.end, hp.n_layer
+            )));
+        }
         let spec = hp.arch.spec();
         let (e, q, kv) = (hp.n_embd, hp.q_dim(), hp.kv_dim());
-        let token_embd = self.matrix("token_embd.weight", hp.n_vocab, e)?;
-        let output = match self.file.header.tensor("output.weight") {
-            Some(_) => self.matrix("output.weight", hp.n_vocab, e)?,
-            None => token_embd.clone(),
+        let embd = || self.matrix("token_embd.weight", hp.n_vocab, e);
+        let token_embd = stage.embed.then(embd).transpose()?;
+        let output = match (stage.head, self.file.header.tensor("output.weight")) {
+            (false, _) => None,
+            (true, Some(_)) => Some(self.matrix("output.weight", hp.n_vocab, e)?),
+            (true, None) => Some(embd()?),
         };
-        let layers = (0..hp.n_layer)
+        let layers = stage
+            .layers
+            .clone()
             .map(|i| {
                 let n = |s: &str| format!("blk.{i}.{s}");
                 Ok(LayerWeights {
@@ -324,17 +396,20 @@ impl Loader<'_> {
         Ok(Weights {
             token_embd,
             layers,
-            output_norm: self.vector("output_norm.weight", e)?,
+            output_norm: stage
+                .head
+                .then(|| self.vector("output_norm.weight", e))
+                .transpose()?,
             output,
         })
     }
 }
 
 impl Weights {
-    /// The matrices the forward pass multiplies with, the output head first (not the
-    /// embedding table, which is only read by rows).
+    /// The matrices the forward pass multiplies with, the output head first when the stage
+    /// has it (not the embedding table, which is only read by rows).
     pub fn matrices(&self) -> Vec<&Weight> {
-        let mut all = vec![&self.output];
+        let mut all: Vec<&Weight> = self.output.iter().collect();
         for l in &self.layers {
             all.extend([&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output]);
             all.extend(l.ffn.matrices());
@@ -344,7 +419,7 @@ impl Weights {
 
     /// [`Weights::matrices`], mutable.
     pub fn matrices_mut(&mut self) -> Vec<&mut Weight> {
-        let mut all = vec![&mut self.output];
+        let mut all: Vec<&mut Weight> = self.output.iter_mut().collect();
         for l in &mut self.layers {
             all.extend([
                 &mut l.attn_q,

@@ -239,7 +239,7 @@ impl Engine {
     /// One target forward of `rows` rows of a scratch sequence, output head included.
     fn time_forward(&mut self, rows: usize) -> Option<Duration> {
         let hp = &self.model.hparams;
-        let (e, n_layer, n_vocab) = (hp.n_embd, hp.n_layer, hp.n_vocab);
+        let (e, n_vocab) = (hp.n_embd, hp.n_vocab);
         let mut seq = SeqKv::default();
         self.kv.reserve(&mut seq, rows).ok()?;
         let tokens: Vec<u32> = (0..rows).map(|i| (i * 7919 % n_vocab) as u32).collect();
@@ -249,7 +249,7 @@ impl Engine {
         let hidden = &mut self.hidden[..rows * e];
         self.model.embed(&tokens, hidden).ok()?;
         self.model.forward_layers(
-            0..n_layer,
+            self.model.stage.layers.clone(),
             hidden,
             Batch {
                 rows: &batch_rows,

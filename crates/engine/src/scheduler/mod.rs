@@ -95,7 +95,7 @@ pub fn start(
     cfg.validate()?;
     let hp = &model.hparams;
     let (e, nv) = (hp.n_embd, hp.n_vocab);
-    let mut kv_cfg = cfg.context_config().kv_config(hp);
+    let mut kv_cfg = cfg.context_config().kv_config(&model);
     kv_cfg.n_positions = cfg.pool_positions();
     let kv = KvPool::new(kv_cfg)?;
     let (tx, rx) = mpsc::channel();
@@ -382,7 +382,7 @@ impl Engine {
                 .begin_step();
         }
         let e = self.model.hparams.n_embd;
-        let n_layer = self.model.hparams.n_layer;
+        let layers = self.model.stage.layers.clone();
         let mut finished: Vec<(usize, Summary)> = Vec::new();
         let mut poisoned: Vec<(usize, usize)> = Vec::new();
         let ub = self.cfg.n_ubatch;
@@ -410,7 +410,7 @@ impl Engine {
                 .map(|&s| &self.slots[s].as_ref().expect("planned").seq.kv)
                 .collect();
             self.model.forward_layers(
-                0..n_layer,
+                layers.clone(),
                 hidden,
                 Batch {
                     rows: &batch_rows,

@@ -59,13 +59,15 @@ pub fn block(
             .for_each(|h| rms_norm_inplace(h, kn, hp.rms_eps));
     }
     let mode = hp.arch.spec().rope_mode;
+    // The KV pool holds the stage's blocks only.
+    let kl = il - model.stage.layers.start;
     let mut cos_sin = vec![(0f32, 0f32); hp.n_rot / 2];
     for (r, row) in rows.iter().enumerate() {
         rope_angles(row.pos, hp.n_rot, hp.rope_freq_base, &mut cos_sin);
         rope(&mut q[r * qd..(r + 1) * qd], hd, mode, &cos_sin);
         rope(&mut k[r * kvd..(r + 1) * kvd], hd, mode, &cos_sin);
         kv.write(
-            il,
+            kl,
             seqs[row.seq],
             row.pos,
             &k[r * kvd..(r + 1) * kvd],
@@ -73,7 +75,7 @@ pub fn block(
         );
     }
 
-    let blocks: Vec<_> = seqs.iter().map(|sq| kv.blocks(il, sq)).collect();
+    let blocks: Vec<_> = seqs.iter().map(|sq| kv.blocks(kl, sq)).collect();
     let views: Vec<_> = blocks
         .iter()
         .map(|(kb, vb)| (kv.view(kb), kv.view(vb)))

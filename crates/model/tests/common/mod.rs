@@ -23,23 +23,41 @@ pub fn run_with(
     kv_type: GgmlType,
     precision: Precision,
 ) -> Keyed {
-    let hp = &model.hparams;
-    let mut kv = KvPool::new(KvConfig {
-        n_layer: hp.n_layer,
-        n_head_kv: hp.n_head_kv,
-        head_dim: hp.head_dim,
-        ty: kv_type,
-        n_positions: 256,
-    })
-    .unwrap();
+    run_stages(&[model], batches, n_seqs, threads, kv_type, precision)
+}
+
+/// [`run_with`] through consecutive stages of one model (the first embeds, the last has the
+/// output head), each with a KV pool of its own blocks; hidden states pass between them.
+pub fn run_stages(
+    stages: &[&Model],
+    batches: &[Vec<(usize, u32)>],
+    n_seqs: usize,
+    threads: usize,
+    kv_type: GgmlType,
+    precision: Precision,
+) -> Keyed {
+    let hp = &stages[0].hparams;
+    let mut kvs: Vec<KvPool> = stages
+        .iter()
+        .map(|m| {
+            KvPool::new(KvConfig {
+                n_layer: m.stage.layers.len(),
+                n_head_kv: hp.n_head_kv,
+                head_dim: hp.head_dim,
+                ty: kv_type,
+                n_positions: 256,
+            })
+            .unwrap()
+        })
+        .collect();
     let pool = ThreadPool::new(threads);
     let mut scratch = Scratch::new(hp, 128);
     scratch.precision = precision;
-    let mut seqs = vec![SeqKv::default(); n_seqs];
+    let mut seqs = vec![vec![SeqKv::default(); n_seqs]; stages.len()];
     let mut out = Vec::new();
     for batch in batches {
         let mut rows = Vec::new();
-        let mut next: Vec<usize> = seqs.iter().map(|s| s.len()).collect();
+        let mut next: Vec<usize> = seqs[0].iter().map(|s| s.len()).collect();
         for &(s, _) in batch {
             rows.push(Row {
                 pos: next[s],
@@ -47,30 +65,33 @@ pub fn run_with(
             });
             next[s] += 1;
         }
-        for (s, seq) in seqs.iter_mut().enumerate() {
-            kv.reserve(seq, next[s]).unwrap();
-        }
         let tokens: Vec<u32> = batch.iter().map(|&(_, t)| t).collect();
         let mut hidden = vec![0f32; tokens.len() * hp.n_embd];
-        model.embed(&tokens, &mut hidden).unwrap();
-        let refs: Vec<&SeqKv> = seqs.iter().collect();
-        let forward = Batch {
-            rows: &rows,
-            seqs: &refs,
-        };
-        model.forward_layers(
-            0..hp.n_layer,
-            &mut hidden,
-            forward,
-            &mut kv,
-            &mut scratch,
-            &pool,
-        );
-        let mut logits = vec![0f32; tokens.len() * hp.n_vocab];
-        model.output(&mut hidden, &mut logits, &pool, precision);
-        for (s, seq) in seqs.iter_mut().enumerate() {
-            kv.commit(seq, next[s]);
+        stages[0].embed(&tokens, &mut hidden).unwrap();
+        for ((model, kv), seqs) in stages.iter().zip(&mut kvs).zip(&mut seqs) {
+            for (s, seq) in seqs.iter_mut().enumerate() {
+                kv.reserve(seq, next[s]).unwrap();
+            }
+            let refs: Vec<&SeqKv> = seqs.iter().collect();
+            let forward = Batch {
+                rows: &rows,
+                seqs: &refs,
+            };
+            model.forward_layers(
+                model.stage.layers.clone(),
+                &mut hidden,
+                forward,
+                kv,
+                &mut scratch,
+                &pool,
+            );
+            for (s, seq) in seqs.iter_mut().enumerate() {
+                kv.commit(seq, next[s]);
+            }
         }
+        let mut logits = vec![0f32; tokens.len() * hp.n_vocab];
+        let last = stages[stages.len() - 1];
+        last.output(&mut hidden, &mut logits, &pool, precision);
         for (row, l) in rows.iter().zip(logits.chunks_exact(hp.n_vocab)) {
             out.push(((row.seq, row.pos), l.to_vec()));
         }

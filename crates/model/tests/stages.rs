@@ -1,0 +1,73 @@
+//! A model loaded in stages (the first `L` blocks with the embeddings, the rest with the
+//! output head) computes what the whole model computes, bit for bit, with each stage's KV
+//! pool holding its own blocks; each stage holds only its own weights.
+
+mod common;
+
+use common::{reference, run_stages, run_with, same_bits, FIXTURES};
+use gguf::GgmlType;
+use kernels::Precision;
+use model::{Model, Repack, Stage};
+
+fn load(file: &str, stage: Option<Stage>) -> Model {
+    Model::load_stage(format!("{FIXTURES}{file}"), stage, Repack::Auto, &|_, _| {}).unwrap()
+}
+
+#[test]
+fn stages_give_the_whole_models_bits() {
+    let files: Vec<String> = ["llama-tiny.gguf", "qwen2-tiny.gguf", "qwen3-tiny.gguf"]
+        .iter()
+        .map(|f| f.to_string())
+        .chain(
+            reference("moe-reference.json")
+                .iter()
+                .map(|c| c["file"].as_str().unwrap().to_string()),
+        )
+        .collect();
+    let a: Vec<u32> = vec![1, 5, 9, 2, 33, 61, 7, 7, 40, 12];
+    let b: Vec<u32> = vec![3, 3, 8, 50, 21, 4, 17];
+    let interleaved: Vec<(usize, u32)> = (0..a.len())
+        .flat_map(|i| [a.get(i).map(|&t| (0, t)), b.get(i).map(|&t| (1, t))])
+        .flatten()
+        .collect();
+    let batches: Vec<Vec<(usize, u32)>> = interleaved.chunks(4).map(|c| c.to_vec()).collect();
+    for file in &files {
+        let whole = load(file, None);
+        let n = whole.hparams.n_layer;
+        for precision in [Precision::Int8, Precision::F32] {
+            let want = run_with(&whole, &batches, 2, 2, GgmlType::F16, precision);
+            for split in 1..n {
+                let first = load(file, Some(Stage::first(split)));
+                let last = load(file, Some(Stage::last(split, n)));
+                let got = run_stages(&[&first, &last], &batches, 2, 2, GgmlType::F16, precision);
+                assert!(
+                    same_bits(&got, &want),
+                    "{file} split at {split}, {precision:?}"
+                );
+                assert_eq!(
+                    first.weight_bytes() + last.weight_bytes(),
+                    whole.weight_bytes(),
+                    "{file}: the stages hold the whole model's weights between them"
+                );
+                assert!(first.weights.output.is_none() && last.weights.token_embd.is_none());
+            }
+        }
+    }
+}
+
+#[test]
+fn a_stage_without_a_part_says_so() {
+    let file = "qwen3-tiny.gguf";
+    let last = load(file, Some(Stage::last(1, 2)));
+    let mut hidden = vec![0f32; last.hparams.n_embd];
+    let err = last.embed(&[1], &mut hidden).unwrap_err().to_string();
+    assert!(err.contains("does not hold the embeddings"), "{err}");
+    let bad = Model::load_stage(
+        format!("{FIXTURES}{file}"),
+        Some(Stage::first(3)),
+        Repack::Auto,
+        &|_, _| {},
+    );
+    let err = bad.err().expect("3 blocks of 2").to_string();
+    assert!(err.contains("blocks 0..3 of a model of 2 blocks"), "{err}");
+}
