@@ -35,6 +35,9 @@ pub enum Command {
     Bench(crate::bench::BenchArgs),
     /// Write a random-weight model of a given shape (for tests and benchmarks).
     Synth(crate::synth::SynthArgs),
+    /// Hold the first blocks of a split model and serve them to a head over TCP.
+    #[command(name = "box")]
+    StageBox(crate::box_worker::BoxArgs),
 }
 
 /// llama.cpp's multi-letter short flags, which clap cannot express, and their long forms.

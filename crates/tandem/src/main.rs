@@ -1,6 +1,7 @@
 //! tandem: run GGUF models on this machine. `tandem --help` lists the commands.
 
 mod bench;
+mod box_worker;
 mod cli;
 mod info;
 mod perplexity;
@@ -37,6 +38,8 @@ pub enum CliError {
     Gguf(#[from] gguf::Error),
     #[error(transparent)]
     Server(#[from] server::Error),
+    #[error(transparent)]
+    Split(#[from] split::Error),
 }
 
 impl CliError {
@@ -58,6 +61,7 @@ fn main() {
         cli::Command::Serve(a) => serve::execute(*a),
         cli::Command::Bench(a) => bench::execute(a),
         cli::Command::Synth(a) => synth::execute(a),
+        cli::Command::StageBox(a) => box_worker::execute(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

@@ -1,0 +1,376 @@
+//! The frames of the stage protocol: a fixed header, then the body of one message, all
+//! little-endian. Frames travel length-delimited ([`crate::codec`]).
+//!
+//! Header (44 bytes): magic `TDSP`, protocol version (u16), message kind (u8), flags (u8;
+//! bit 0: hidden states as f16), model hash (u64), session id (u64), box epoch (u64),
+//! sequence number (u64), position (u32).
+
+use bytes::{Buf, BufMut, BytesMut};
+
+use crate::{Error, Result};
+
+pub const MAGIC: [u8; 4] = *b"TDSP";
+/// Bumped whenever a frame's layout or meaning changes; peers of other versions are refused.
+pub const VERSION: u16 = 1;
+pub const HEADER_BYTES: usize = 44;
+/// Flag: the hidden states of the frame are f16 (else f32).
+pub const F16_STATES: u8 = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Header {
+    pub version: u16,
+    pub flags: u8,
+    /// [`crate::model_hash`] of the file both stages were loaded from.
+    pub model_hash: u64,
+    /// The session a frame is about, where it is about one (0 otherwise).
+    pub session: u64,
+    /// The box's epoch: drawn anew every time a box starts, so that the head sees a restart.
+    pub epoch: u64,
+    /// Numbers the requests of one connection; a reply carries its request's number.
+    pub seq: u64,
+    /// The first position of a frame about one session (0 otherwise).
+    pub pos: u32,
+}
+
+/// One row of a step: the token at `pos` of `session`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepRow {
+    pub session: u64,
+    pub pos: u32,
+    pub token: u32,
+}
+
+/// What a frame says.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    /// Head → box, first on a connection: the head runs blocks `split..` of a model of
+    /// width `n_embd`.
+    Hello {
+        split: u32,
+        n_embd: u32,
+    },
+    /// Box → head: the box holds blocks `0..split` of the same model (epoch in the header).
+    Welcome {
+        split: u32,
+    },
+    /// Box → head: the connection is refused (model, split or version differ) or a
+    /// request failed; the text says why.
+    Refused {
+        reason: String,
+    },
+    /// Head → box: compute these rows through blocks `0..split`, rows of one session in
+    /// ascending positions following what the box holds for it.
+    Forward {
+        rows: Vec<StepRow>,
+    },
+    /// Box → head: the boundary states of a `Forward`'s rows, `[rows, n_embd]`.
+    States {
+        states: Vec<f32>,
+    },
+    /// Head → box: each session keeps positions `0..len` (drafts past them were rejected).
+    Commit {
+        lens: Vec<(u64, u32)>,
+    },
+    /// Head → box: these sessions are over; their KV is freed.
+    Release {
+        sessions: Vec<u64>,
+    },
+    Ping,
+    Pong,
+}
+
+impl Message {
+    fn kind(&self) -> u8 {
+        match self {
+            Message::Hello { .. } => 1,
+            Message::Welcome { .. } => 2,
+            Message::Refused { .. } => 3,
+            Message::Forward { .. } => 4,
+            Message::States { .. } => 5,
+            Message::Commit { .. } => 6,
+            Message::Release { .. } => 7,
+            Message::Ping => 8,
+            Message::Pong => 9,
+        }
+    }
+}
+
+/// A header and its message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Frame {
+    pub header: Header,
+    pub message: Message,
+}
+
+impl Frame {
+    /// Appends the frame's bytes (without the length prefix) to `out`.
+    pub fn encode(&self, out: &mut BytesMut) {
+        let h = &self.header;
+        out.put_slice(&MAGIC);
+        out.put_u16_le(h.version);
+        out.put_u8(self.message.kind());
+        out.put_u8(h.flags);
+        out.put_u64_le(h.model_hash);
+        out.put_u64_le(h.session);
+        out.put_u64_le(h.epoch);
+        out.put_u64_le(h.seq);
+        out.put_u32_le(h.pos);
+        match &self.message {
+            Message::Hello { split, n_embd } => {
+                out.put_u32_le(*split);
+                out.put_u32_le(*n_embd);
+            }
+            Message::Welcome { split } => out.put_u32_le(*split),
+            Message::Refused { reason } => out.put_slice(reason.as_bytes()),
+            Message::Forward { rows } => {
+                out.put_u32_le(rows.len() as u32);
+                for r in rows {
+                    out.put_u64_le(r.session);
+                    out.put_u32_le(r.pos);
+                    out.put_u32_le(r.token);
+                }
+            }
+            Message::States { states } => {
+                out.put_u32_le(states.len() as u32);
+                if h.flags & F16_STATES != 0 {
+                    states
+                        .iter()
+                        .for_each(|&v| out.put_u16_le(half::f16::from_f32(v).to_bits()));
+                } else {
+                    states.iter().for_each(|&v| out.put_f32_le(v));
+                }
+            }
+            Message::Commit { lens } => {
+                out.put_u32_le(lens.len() as u32);
+                for &(s, len) in lens {
+                    out.put_u64_le(s);
+                    out.put_u32_le(len);
+                }
+            }
+            Message::Release { sessions } => {
+                out.put_u32_le(sessions.len() as u32);
+                sessions.iter().for_each(|&s| out.put_u64_le(s));
+            }
+            Message::Ping | Message::Pong => {}
+        }
+    }
+
+    /// Parses one frame (without its length prefix), checking magic and version.
+    pub fn decode(mut b: &[u8]) -> Result<Frame> {
+        if b.len() < HEADER_BYTES {
+            return Err(Error::Protocol(format!(
+                "a frame of {} bytes is shorter than its header",
+                b.len()
+            )));
+        }
+        if b[..4] != MAGIC {
+            return Err(Error::Protocol("not a tandem stage frame".into()));
+        }
+        b.advance(4);
+        let version = b.get_u16_le();
+        if version != VERSION {
+            return Err(Error::Protocol(format!(
+                "protocol version {version}, this side speaks {VERSION}"
+            )));
+        }
+        let kind = b.get_u8();
+        let header = Header {
+            version,
+            flags: b.get_u8(),
+            model_hash: b.get_u64_le(),
+            session: b.get_u64_le(),
+            epoch: b.get_u64_le(),
+            seq: b.get_u64_le(),
+            pos: b.get_u32_le(),
+        };
+        let message = Body(b).message(kind, header.flags)?;
+        Ok(Frame { header, message })
+    }
+}
+
+/// A body being read, every read checked against what is left.
+struct Body<'a>(&'a [u8]);
+
+impl Body<'_> {
+    fn need(&self, n: usize) -> Result<()> {
+        if self.0.len() < n {
+            return Err(Error::Protocol(format!(
+                "a frame body ends {} bytes early",
+                n - self.0.len()
+            )));
+        }
+        Ok(())
+    }
+
+    fn u32(&mut self) -> Result<u32> {
+        self.need(4)?;
+        Ok(self.0.get_u32_le())
+    }
+
+    fn u64(&mut self) -> Result<u64> {
+        self.need(8)?;
+        Ok(self.0.get_u64_le())
+    }
+
+    /// A count of items of `each` bytes, checked against the bytes left.
+    fn count(&mut self, each: usize) -> Result<usize> {
+        let n = self.u32()? as usize;
+        self.need(n * each)?;
+        Ok(n)
+    }
+
+    fn message(mut self, kind: u8, flags: u8) -> Result<Message> {
+        let m = match kind {
+            1 => Message::Hello {
+                split: self.u32()?,
+                n_embd: self.u32()?,
+            },
+            2 => Message::Welcome { split: self.u32()? },
+            3 => Message::Refused {
+                reason: String::from_utf8_lossy(std::mem::take(&mut self.0)).into_owned(),
+            },
+            4 => {
+                let n = self.count(16)?;
+                let rows = (0..n)
+                    .map(|_| {
+                        Ok(StepRow {
+                            session: self.u64()?,
+                            pos: self.u32()?,
+                            token: self.u32()?,
+                        })
+                    })
+                    .collect::<Result<_>>()?;
+                Message::Forward { rows }
+            }
+            5 => {
+                let f16 = flags & F16_STATES != 0;
+                let n = self.count(if f16 { 2 } else { 4 })?;
+                let states = (0..n)
+                    .map(|_| match f16 {
+                        true => half::f16::from_bits(self.0.get_u16_le()).to_f32(),
+                        false => self.0.get_f32_le(),
+                    })
+                    .collect();
+                Message::States { states }
+            }
+            6 => {
+                let n = self.count(12)?;
+                let lens = (0..n)
+                    .map(|_| Ok((self.u64()?, self.u32()?)))
+                    .collect::<Result<_>>()?;
+                Message::Commit { lens }
+            }
+            7 => {
+                let n = self.count(8)?;
+                let sessions = (0..n).map(|_| self.u64()).collect::<Result<_>>()?;
+                Message::Release { sessions }
+            }
+            8 => Message::Ping,
+            9 => Message::Pong,
+            other => return Err(Error::Protocol(format!("unknown message kind {other}"))),
+        };
+        if !self.0.is_empty() {
+            return Err(Error::Protocol(format!(
+                "{} bytes after the end of a message of kind {kind}",
+                self.0.len()
+            )));
+        }
+        Ok(m)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(flags: u8) -> Header {
+        Header {
+            version: VERSION,
+            flags,
+            model_hash: 0xDEAD_BEEF,
+            session: 7,
+            epoch: 42,
+            seq: 9,
+            pos: 128,
+        }
+    }
+
+    #[test]
+    fn every_message_survives_a_round_trip() {
+        let messages = [
+            Message::Hello {
+                split: 14,
+                n_embd: 1536,
+            },
+            Message::Welcome { split: 14 },
+            Message::Refused {
+                reason: "model hash differs".into(),
+            },
+            Message::Forward {
+                rows: vec![
+                    StepRow {
+                        session: 1,
+                        pos: 5,
+                        token: 99,
+                    },
+                    StepRow {
+                        session: 2,
+                        pos: 0,
+                        token: 3,
+                    },
+                ],
+            },
+            Message::States {
+                states: vec![0.5, -1.25, 3.0],
+            },
+            Message::Commit {
+                lens: vec![(1, 6), (2, 1)],
+            },
+            Message::Release {
+                sessions: vec![1, 2, 3],
+            },
+            Message::Ping,
+            Message::Pong,
+        ];
+        for flags in [0, F16_STATES] {
+            for m in &messages {
+                let f = Frame {
+                    header: header(flags),
+                    message: m.clone(),
+                };
+                let mut b = BytesMut::new();
+                f.encode(&mut b);
+                assert_eq!(Frame::decode(&b).unwrap(), f);
+            }
+        }
+    }
+
+    #[test]
+    fn bad_frames_are_errors_not_panics() {
+        let f = Frame {
+            header: header(0),
+            message: Message::Forward {
+                rows: vec![StepRow {
+                    session: 1,
+                    pos: 0,
+                    token: 1,
+                }],
+            },
+        };
+        let mut b = BytesMut::new();
+        f.encode(&mut b);
+        for cut in 0..b.len() {
+            assert!(Frame::decode(&b[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut other = b.clone();
+        other[4] = 2;
+        let err = Frame::decode(&other).unwrap_err().to_string();
+        assert!(err.contains("protocol version 2"), "{err}");
+        let mut long = b.clone();
+        long.put_u8(0);
+        assert!(Frame::decode(&long).is_err());
+        let mut huge = b.clone();
+        huge[HEADER_BYTES..HEADER_BYTES + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(Frame::decode(&huge).is_err());
+    }
+}

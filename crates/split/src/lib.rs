@@ -1,0 +1,93 @@
+//! One model split across two machines at a layer boundary. The box holds the embeddings
+//! and blocks `0..L` ([`worker::BoxWorker`], `tandem box`); the head holds blocks `L..n`
+//! and the output head and drives the box ([`head::BoxClient`]): every step it sends the
+//! rows to compute (token, session, position), gets their hidden states at the boundary
+//! back, and finishes them. Because every kernel is batch-invariant, a split model's rows
+//! have the bits of the whole model's.
+//!
+//! Wire: tokio TCP (TCP_NODELAY), length-delimited frames ([`frame`]) that carry the
+//! protocol version, a hash of the model file, the box's epoch, a sequence number, and
+//! session and position where a frame is about one session.
+
+pub mod frame;
+pub mod head;
+pub mod worker;
+
+use bytes::BytesMut;
+use futures_util::{SinkExt, StreamExt};
+use gguf::GgufFile;
+use sha2::{Digest, Sha256};
+use tokio::net::TcpStream;
+use tokio_util::codec::{Framed, LengthDelimitedCodec};
+
+use frame::Frame;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("stage protocol: {0}")]
+    Protocol(String),
+    #[error("the box refused: {0}")]
+    Refused(String),
+    #[error("connection to the box: {0}")]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Model(#[from] model::Error),
+    #[error(transparent)]
+    Kv(#[from] kv::Error),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// The largest frame either side accepts (a prefill chunk of 8K rows of f32 states of a
+/// model 8K wide is 256 MiB).
+pub const MAX_FRAME: usize = 256 << 20;
+
+/// A hash of what makes two files the same model: its architecture, its hyper-parameter
+/// keys and the name, shape, type and place of every tensor. Both stages must agree.
+pub fn model_hash(file: &GgufFile) -> u64 {
+    let mut h = Sha256::new();
+    for (k, v) in file.header.metadata.iter() {
+        if !k.starts_with("tokenizer.") {
+            h.update(format!("{k}={v:?};").as_bytes());
+        }
+    }
+    for t in &file.header.tensors {
+        h.update(
+            format!(
+                "{}:{:?}:{}:{}:{};",
+                t.name, t.dims, t.ggml_type, t.offset, t.n_bytes
+            )
+            .as_bytes(),
+        );
+    }
+    u64::from_le_bytes(h.finalize()[..8].try_into().expect("32 bytes"))
+}
+
+/// A connection carrying frames.
+pub(crate) struct Conn(Framed<TcpStream, LengthDelimitedCodec>);
+
+impl Conn {
+    pub(crate) fn new(stream: TcpStream) -> Result<Conn> {
+        stream.set_nodelay(true)?;
+        let codec = LengthDelimitedCodec::builder()
+            .little_endian()
+            .max_frame_length(MAX_FRAME)
+            .new_codec();
+        Ok(Conn(Framed::new(stream, codec)))
+    }
+
+    pub(crate) async fn send(&mut self, frame: &Frame) -> Result<()> {
+        let mut b = BytesMut::new();
+        frame.encode(&mut b);
+        self.0.send(b.freeze()).await?;
+        Ok(())
+    }
+
+    /// The next frame, or `None` when the peer closed the connection.
+    pub(crate) async fn recv(&mut self) -> Result<Option<Frame>> {
+        match self.0.next().await {
+            None => Ok(None),
+            Some(bytes) => Frame::decode(&bytes?).map(Some),
+        }
+    }
+}

@@ -1,0 +1,218 @@
+//! A box on 127.0.0.1 and a head in this process: the split model's logits are the whole
+//! model's bits, through batches of two sessions, drafts rolled back on both sides by a
+//! commit, and a released session; a head of another model or split is refused.
+
+use std::net::SocketAddr;
+
+use engine::{Context, ContextConfig, Outputs};
+use gguf::GgmlType;
+use kernels::{Precision, ThreadPool};
+use kv::{KvConfig, KvPool, SeqKv};
+use model::{Batch, Model, Repack, Row, Scratch, Stage};
+use split::frame::StepRow;
+use split::head::{BoxClient, StateType};
+use split::worker::{BoxConfig, BoxWorker};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../model/tests/fixtures/");
+
+fn load(file: &str, stage: Option<Stage>) -> Model {
+    Model::load_stage(format!("{FIXTURES}{file}"), stage, Repack::Auto, &|_, _| {}).unwrap()
+}
+
+/// Starts a box over blocks `0..split` of `file` on a free port of 127.0.0.1.
+fn start_box(file: &str, split: usize) -> SocketAddr {
+    let model = load(file, Some(Stage::first(split)));
+    let worker = BoxWorker::new(
+        model,
+        BoxConfig {
+            n_ctx: 512,
+            n_ubatch: 64,
+            n_threads: 1,
+            kv_type: GgmlType::F16,
+            precision: Precision::Int8,
+        },
+    )
+    .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(listener.local_addr().unwrap()).unwrap();
+            let _ = worker.serve(listener).await;
+        });
+    });
+    rx.recv().unwrap()
+}
+
+/// The head: blocks `split..n` and the output head, its own KV pool, and the box.
+struct Head {
+    model: Model,
+    client: BoxClient,
+    kv: KvPool,
+    seqs: Vec<SeqKv>,
+    scratch: Scratch,
+    pool: ThreadPool,
+}
+
+impl Head {
+    fn new(file: &str, split: usize, addr: SocketAddr) -> Head {
+        let n = load(file, None).hparams.n_layer;
+        let model = load(file, Some(Stage::last(split, n)));
+        let hp = &model.hparams;
+        let kv = KvPool::new(KvConfig {
+            n_layer: model.stage.layers.len(),
+            n_head_kv: hp.n_head_kv,
+            head_dim: hp.head_dim,
+            ty: GgmlType::F16,
+            n_positions: 512,
+        })
+        .unwrap();
+        Head {
+            client: BoxClient::connect(addr, &model, StateType::F32).unwrap(),
+            scratch: Scratch::new(hp, 64),
+            pool: ThreadPool::new(1),
+            seqs: vec![SeqKv::default(); 2],
+            kv,
+            model,
+        }
+    }
+
+    /// Computes `rows` (`(session, token)`, a session's rows together) and returns each
+    /// row's logits.
+    fn step(&mut self, rows: &[(usize, u32)]) -> Vec<Vec<f32>> {
+        let e = self.model.hparams.n_embd;
+        let mut next: Vec<usize> = self.seqs.iter().map(|s| s.len()).collect();
+        let mut step_rows = Vec::new();
+        let mut batch_rows = Vec::new();
+        for &(s, token) in rows {
+            step_rows.push(StepRow {
+                session: s as u64,
+                pos: next[s] as u32,
+                token,
+            });
+            batch_rows.push(Row {
+                pos: next[s],
+                seq: s,
+            });
+            next[s] += 1;
+        }
+        let mut hidden = vec![0f32; rows.len() * e];
+        self.client.forward(&step_rows, &mut hidden).unwrap();
+        for (seq, &len) in self.seqs.iter_mut().zip(&next) {
+            self.kv.reserve(seq, len).unwrap();
+        }
+        let refs: Vec<&SeqKv> = self.seqs.iter().collect();
+        self.model.forward_layers(
+            self.model.stage.layers.clone(),
+            &mut hidden,
+            Batch {
+                rows: &batch_rows,
+                seqs: &refs,
+            },
+            &mut self.kv,
+            &mut self.scratch,
+            &self.pool,
+        );
+        for (seq, &len) in self.seqs.iter_mut().zip(&next) {
+            self.kv.commit(seq, len);
+        }
+        let nv = self.model.hparams.n_vocab;
+        let mut logits = vec![0f32; rows.len() * nv];
+        self.model
+            .output(&mut hidden, &mut logits, &self.pool, Precision::Int8);
+        logits.chunks_exact(nv).map(|l| l.to_vec()).collect()
+    }
+
+    /// Session `s` keeps positions `0..len`, here and on the box.
+    fn rollback(&mut self, s: usize, len: usize) {
+        self.kv.truncate(&mut self.seqs[s], len);
+        self.client.commit(&[(s as u64, len as u32)]).unwrap();
+    }
+}
+
+/// The whole model's logits at every position of `tokens`.
+fn whole(model: &Model, tokens: &[u32]) -> Vec<Vec<f32>> {
+    let mut ctx = Context::new(
+        model,
+        ContextConfig {
+            n_ctx: 512,
+            n_ubatch: 64,
+            n_threads: 1,
+            kv_type: GgmlType::F16,
+            precision: Precision::Int8,
+        },
+    )
+    .unwrap();
+    let mut seq = SeqKv::default();
+    let mut out = Vec::new();
+    ctx.eval(&mut seq, tokens, Outputs::All, &mut |_, l| {
+        out.push(l.to_vec())
+    })
+    .unwrap();
+    out
+}
+
+fn same(a: &[f32], b: &[f32]) -> bool {
+    a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+#[test]
+fn a_split_model_computes_the_whole_models_bits() {
+    for (file, split) in [("qwen3-tiny.gguf", 1), ("qwen3moe-moe-k5.gguf", 2)] {
+        let addr = start_box(file, split);
+        let mut head = Head::new(file, split, addr);
+        let a: Vec<u32> = vec![1, 5, 9, 2, 33, 61, 7, 7];
+        let b: Vec<u32> = vec![3, 3, 8, 50, 21];
+        // Prompts together, then session 0 "drafts" three tokens of which one is kept.
+        let mut rows: Vec<(usize, u32)> = a[..5].iter().map(|&t| (0, t)).collect();
+        rows.extend(b.iter().map(|&t| (1, t)));
+        let mut got0 = head.step(&rows)[..5].to_vec();
+        let drafted = head.step(&[(0, a[5]), (0, 40), (0, 41), (1, 12)]);
+        got0.push(drafted[0].clone());
+        head.rollback(0, 6);
+        for &t in &a[6..] {
+            got0.push(head.step(&[(0, t)]).remove(0));
+        }
+        let model = load(file, None);
+        let want0 = whole(&model, &a);
+        assert_eq!(got0.len(), want0.len());
+        for (i, (g, w)) in got0.iter().zip(&want0).enumerate() {
+            assert!(same(g, w), "{file}: session 0 position {i}");
+        }
+        let mut b_all = b.clone();
+        b_all.push(12);
+        let want1 = whole(&model, &b_all);
+        assert!(same(&drafted[3], &want1[5]), "{file}: session 1 position 5");
+        head.client.release(&[0, 1]).unwrap();
+        head.client.ping().unwrap();
+        // A released session starts again at position 0.
+        head.seqs[0] = SeqKv::default();
+        let again = head.step(&[(0, a[0])]);
+        assert!(same(&again[0], &want0[0]), "{file}: after release");
+    }
+}
+
+#[test]
+fn a_head_of_another_model_or_split_is_refused() {
+    let addr = start_box("qwen3-tiny.gguf", 1);
+    let other = load("qwen2-tiny.gguf", Some(Stage::last(1, 2)));
+    let err = BoxClient::connect(addr, &other, StateType::F32)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("is not the box's"), "{err}");
+    let addr = start_box("qwen3moe-moe-k5.gguf", 1);
+    let wrong_split = load("qwen3moe-moe-k5.gguf", Some(Stage::last(2, 3)));
+    let err = BoxClient::connect(addr, &wrong_split, StateType::F32)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("starts at block 2") && err.contains("ends at block 1"),
+        "{err}"
+    );
+}

@@ -1,0 +1,69 @@
+//! `tandem box`: the first stage of a split model (the embeddings and blocks `0..L`),
+//! serving a `tandem serve --split-at L --box ADDR` head over TCP.
+
+use clap::Args;
+use model::{Model, Repack, Stage};
+use split::worker::{BoxConfig, BoxWorker};
+
+use crate::cli::ModelArgs;
+use crate::CliError;
+
+#[derive(Args)]
+pub struct BoxArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The blocks this box holds: `0:L` (the head runs `L..`).
+    #[arg(long, value_parser = parse_layers)]
+    pub layers: usize,
+    /// Address to listen on (port 0 picks a free one, printed at start).
+    #[arg(long, default_value = "127.0.0.1:9090")]
+    pub listen: String,
+}
+
+fn parse_layers(s: &str) -> Result<usize, String> {
+    let bad = || format!("'{s}' is not 0:L (the box holds blocks 0 to L, the head the rest)");
+    let (a, b) = s.split_once(':').ok_or_else(bad)?;
+    match (a.trim().parse::<usize>(), b.trim().parse::<usize>()) {
+        (Ok(0), Ok(l)) if l > 0 => Ok(l),
+        _ => Err(bad()),
+    }
+}
+
+pub fn execute(a: BoxArgs) -> Result<(), CliError> {
+    let path = a.model.path()?;
+    let model = Model::load_stage(
+        &path,
+        Some(Stage::first(a.layers)),
+        Repack::Auto,
+        &|_, _| {},
+    )?;
+    let n_layer = model.hparams.n_layer;
+    if a.layers >= n_layer {
+        return Err(CliError::Usage(format!(
+            "--layers 0:{} leaves the head no blocks (the model has {n_layer})",
+            a.layers
+        )));
+    }
+    let cfg = a.model.context_config();
+    eprintln!(
+        "tandem box: blocks 0..{} of {n_layer} of {}, weights {:.1} MiB",
+        a.layers,
+        path.display(),
+        model.weight_bytes() as f64 / 1048576.0
+    );
+    let worker = BoxWorker::new(
+        model,
+        BoxConfig {
+            n_ctx: cfg.n_ctx,
+            n_ubatch: cfg.n_ubatch,
+            n_threads: cfg.n_threads,
+            kv_type: cfg.kv_type,
+            precision: cfg.precision,
+        },
+    )?;
+    let epoch = worker.epoch();
+    worker.serve_blocking(&a.listen, |addr| {
+        eprintln!("tandem box: listening on {addr} (epoch {epoch:016x})")
+    })?;
+    Ok(())
+}
