@@ -2,6 +2,7 @@
 //! sampler chain, the memory plan, and the multi-user engine thread with its handle.
 
 mod context;
+mod front;
 mod handle;
 mod plan;
 mod request;
@@ -11,6 +12,7 @@ mod slot;
 pub mod speculative;
 
 pub use context::{Context, ContextConfig, Outputs, LOGIT_ROWS};
+pub use front::Front;
 pub use handle::{Counters, EngineConfig, EngineHandle, EventStream, SlotState, Snapshot};
 pub use plan::MemoryPlan;
 pub use request::{DraftLimits, Event, FinishReason, GenRequest, Summary, TokenLogprob};

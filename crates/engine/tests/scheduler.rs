@@ -140,7 +140,7 @@ fn batched_greedy_equals_alone_and_single_context() {
         .map(|p| tok.encode(p, true, false).unwrap())
         .collect();
     let want: Vec<Vec<u32>> = prompts.iter().map(|p| reference(&model, p, 24)).collect();
-    let handle = engine::start(model, tok, config(2048, 8), None).unwrap();
+    let handle = engine::start(model, tok, config(2048, 8), None, None).unwrap();
     for (p, w) in prompts.iter().zip(&want).take(2) {
         assert_eq!(&run_all(&handle, std::slice::from_ref(p), 24)[0].0, w);
     }
@@ -161,7 +161,7 @@ fn preemption_under_a_small_pool_keeps_the_tokens() {
         .collect();
     let want: Vec<Vec<u32>> = prompts.iter().map(|p| reference(&model, p, 40)).collect();
     // 96 positions for 4 sequences of ~50: they cannot all be resident at once.
-    let handle = engine::start(model, tok, config(96, 4), None).unwrap();
+    let handle = engine::start(model, tok, config(96, 4), None, None).unwrap();
     let got = run_all(&handle, &prompts, 40);
     for ((g, _), w) in got.iter().zip(&want) {
         assert_eq!(g, w);
@@ -174,7 +174,7 @@ fn prefix_cache_reuses_a_resumed_conversation() {
     let (model, tok) = load();
     let text = PROMPTS.join(" ").repeat(3);
     let prompt = tok.encode(&text, true, false).unwrap();
-    let handle = engine::start(model, tok.clone(), config(1024, 2), None).unwrap();
+    let handle = engine::start(model, tok.clone(), config(1024, 2), None, None).unwrap();
     let (first, cold) = run_all(&handle, std::slice::from_ref(&prompt), 8).remove(0);
     assert_eq!(cold.cache_n, 0);
     let mut turn2 = prompt.clone();
@@ -191,7 +191,7 @@ fn prefix_cache_reuses_a_resumed_conversation() {
 fn stop_strings_end_the_text_and_dropped_requests_free_their_slot() {
     let (model, tok) = load();
     let prompt = tok.encode(PROMPTS[2], true, false).unwrap();
-    let handle = engine::start(model, tok, config(1024, 2), None).unwrap();
+    let handle = engine::start(model, tok, config(1024, 2), None, None).unwrap();
     let (_, full, _) = collect(handle.submit(greedy(prompt.clone(), 30)).unwrap().1);
     let cut = full.char_indices().nth(full.chars().count() / 2).unwrap().0;
     let word: String = full[cut..].chars().take(3).collect();
@@ -231,7 +231,7 @@ fn speculation_gives_the_plain_text_alone_and_with_8_users() {
         .map(|p| tok.encode(p, true, false).unwrap())
         .collect();
     let n = 40;
-    let plain = engine::start(model, tok.clone(), config(4096, 8), None).unwrap();
+    let plain = engine::start(model, tok.clone(), config(4096, 8), None, None).unwrap();
     let want: Vec<Vec<u32>> = run_all(&plain, &prompts, n)
         .into_iter()
         .map(|r| r.0)
@@ -289,7 +289,7 @@ fn speculation_gives_the_plain_text_alone_and_with_8_users() {
         ),
     ];
     for (name, s, all_accepted) in arms {
-        let handle = engine::start(load().0, tok.clone(), config(4096, 8), Some(s)).unwrap();
+        let handle = engine::start(load().0, tok.clone(), config(4096, 8), Some(s), None).unwrap();
         let alone = run_all(&handle, &prompts[..1], n);
         assert_eq!(alone[0].0, want[0], "{name}: alone");
         let together = run_all(&handle, &prompts, n);
@@ -317,7 +317,7 @@ fn speculation_gives_the_plain_text_alone_and_with_8_users() {
         },
         spec(8, PolicyKind::Fixed),
     );
-    let handle = engine::start(load().0, tok, config(4096, 8), Some(exact)).unwrap();
+    let handle = engine::start(load().0, tok, config(4096, 8), Some(exact), None).unwrap();
     let (_, text, s) = collect(handle.submit(stopped).unwrap().1);
     assert_eq!(s.finish, FinishReason::StopWord(word));
     assert_eq!(text, plain_stopped, "a stop string inside an accepted run");

@@ -27,7 +27,7 @@ use axum::routing::{get, post};
 use axum::Router;
 
 pub use error::{ApiError, Error};
-pub use state::{Defaults, Drafter, Reasoning, ServerConfig, SpecSettings};
+pub use state::{Defaults, Drafter, Reasoning, ServerConfig, SpecSettings, SplitSettings};
 
 use state::Shared;
 pub use state::{load, AppState, Ready};

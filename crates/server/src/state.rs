@@ -6,7 +6,9 @@ use std::time::Instant;
 
 use engine::speculative::{Ngram, SpecConfig, Speculation};
 use engine::{EngineConfig, EngineHandle, MemoryPlan, SamplerConfig};
-use model::{Model, Repack};
+use gguf::GgufFile;
+use model::{HParams, Model, Repack, Stage};
+use split::head::BoxClient;
 use text::{ChatTemplate, Tokenizer};
 
 use crate::error::Error;
@@ -76,6 +78,17 @@ pub struct ServerConfig {
     /// Largest request body accepted.
     pub body_limit: usize,
     pub speculation: Option<SpecSettings>,
+    /// Serve the last stage of a model split across two machines.
+    pub split: Option<SplitSettings>,
+}
+
+/// The head of a split model: blocks `at..n` and the output head here, the embeddings and
+/// blocks `0..at` on the box at `box_addr` (`tandem box --layers 0:at`).
+#[derive(Debug, Clone)]
+pub struct SplitSettings {
+    pub at: usize,
+    pub box_addr: std::net::SocketAddr,
+    pub states: split::head::StateType,
 }
 
 impl ServerConfig {
@@ -104,6 +117,7 @@ impl ServerConfig {
             mem_limit: None,
             body_limit: 32 << 20,
             speculation: None,
+            split: None,
         }
     }
 }
@@ -156,18 +170,18 @@ fn available_memory() -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// Loads the model, with a progress bar of the repacking when stderr is a terminal (the
-/// server prints one line when the model is ready either way).
-fn load_model(path: &std::path::Path) -> Result<Model, model::Error> {
+/// Loads the model (or its `stage`), with a progress bar of the repacking when stderr is a
+/// terminal (the server prints one line when the model is ready either way).
+fn load_model(path: &std::path::Path, stage: Option<Stage>) -> Result<Model, model::Error> {
     use std::io::IsTerminal;
     if !std::io::stderr().is_terminal() {
-        return Model::load(path);
+        return Model::load_stage(path, stage, Repack::Auto, &|_, _| {});
     }
     let bar = indicatif::ProgressBar::new(0).with_style(
         indicatif::ProgressStyle::with_template("loading {bar:40} {bytes}/{total_bytes}")
             .expect("a valid template"),
     );
-    let model = Model::load_with(path, Repack::Auto, &|done, total| {
+    let model = Model::load_stage(path, stage, Repack::Auto, &|done, total| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
     });
@@ -177,7 +191,22 @@ fn load_model(path: &std::path::Path) -> Result<Model, model::Error> {
 
 /// Loads the model, checks the memory plan against the limit, and starts the engine.
 pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
-    let model = load_model(&config.model_path)?;
+    let stage = match &config.split {
+        None => None,
+        Some(s) => {
+            let n_layer =
+                HParams::from_metadata(&GgufFile::open(&config.model_path)?.header.metadata)?
+                    .n_layer;
+            if s.at == 0 || s.at >= n_layer {
+                return Err(Error::Config(format!(
+                    "--split-at {} must leave blocks on both sides (the model has {n_layer})",
+                    s.at
+                )));
+            }
+            Some(Stage::last(s.at, n_layer))
+        }
+    };
+    let model = load_model(&config.model_path, stage)?;
     let hp = &model.hparams;
     let md = &model.file.header.metadata;
     let tok = Arc::new(Tokenizer::from_gguf(md)?);
@@ -263,7 +292,22 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         .map(|t| t.n_elements())
         .sum();
     let (n_ctx_train, n_vocab, model_bytes) = (hp.n_ctx_train, hp.n_vocab, model.weight_bytes());
-    let engine = engine::start(model, tok.clone(), ecfg, spec)?;
+    let front: Option<Box<dyn engine::Front>> = match &config.split {
+        None => None,
+        Some(s) => {
+            let client = BoxClient::connect(s.box_addr, &model, s.states)?;
+            eprintln!(
+                "split: blocks {}..{} here, 0..{} on the box at {} (epoch {:016x})",
+                s.at,
+                hp.n_layer,
+                s.at,
+                s.box_addr,
+                client.epoch()
+            );
+            Some(Box::new(client))
+        }
+    };
+    let engine = engine::start(model, tok.clone(), ecfg, spec, front)?;
     Ok(Ready {
         engine,
         tok,

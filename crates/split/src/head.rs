@@ -113,7 +113,7 @@ impl BoxClient {
     }
 
     /// Writes the boundary states of `rows` into `out` (`[rows, n_embd]`).
-    pub fn forward(&mut self, rows: &[StepRow], out: &mut [f32]) -> Result<()> {
+    pub fn forward_rows(&mut self, rows: &[StepRow], out: &mut [f32]) -> Result<()> {
         assert_eq!(out.len(), rows.len() * self.n_embd);
         let reply = self.request(Message::Forward {
             rows: rows.to_vec(),
@@ -152,5 +152,32 @@ impl BoxClient {
             Message::Pong => Ok(()),
             other => Err(Error::Protocol(format!("expected a pong, got {other:?}"))),
         }
+    }
+}
+
+impl engine::Front for BoxClient {
+    fn forward(
+        &mut self,
+        rows: &[(u64, usize, u32)],
+        hidden: &mut [f32],
+    ) -> std::result::Result<(), String> {
+        let rows: Vec<StepRow> = rows
+            .iter()
+            .map(|&(session, pos, token)| StepRow {
+                session,
+                pos: pos as u32,
+                token,
+            })
+            .collect();
+        self.forward_rows(&rows, hidden).map_err(|e| e.to_string())
+    }
+
+    fn truncate(&mut self, session: u64, len: usize) -> std::result::Result<(), String> {
+        self.commit(&[(session, len as u32)])
+            .map_err(|e| e.to_string())
+    }
+
+    fn release(&mut self, session: u64) -> std::result::Result<(), String> {
+        BoxClient::release(self, &[session]).map_err(|e| e.to_string())
     }
 }

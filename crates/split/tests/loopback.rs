@@ -101,7 +101,7 @@ impl Head {
             next[s] += 1;
         }
         let mut hidden = vec![0f32; rows.len() * e];
-        self.client.forward(&step_rows, &mut hidden).unwrap();
+        self.client.forward_rows(&step_rows, &mut hidden).unwrap();
         for (seq, &len) in self.seqs.iter_mut().zip(&next) {
             self.kv.reserve(seq, len).unwrap();
         }

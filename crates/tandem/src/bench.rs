@@ -160,7 +160,7 @@ fn spec_costs(
         kv_type: ctx.kv_type,
         queue_limit: 1,
     };
-    let handle = engine::start(model, tok, ecfg, Some(spec))?;
+    let handle = engine::start(model, tok, ecfg, Some(spec), None)?;
     let costs = handle
         .snapshot_blocking()?
         .spec_costs

@@ -128,6 +128,16 @@ pub struct ServeArgs {
     /// stored beside the draft model); 0: the whole vocabulary. Output stays exact.
     #[arg(long = "spec-draft-vocab", default_value_t = 32768)]
     pub spec_draft_vocab: usize,
+    /// Serve a model split across two machines: blocks L.. and the output head here, the
+    /// embeddings and blocks 0..L on the box of --box (`tandem box --layers 0:L`).
+    #[arg(long = "split-at", requires = "box_addr")]
+    pub split_at: Option<usize>,
+    /// The box's address (HOST:PORT).
+    #[arg(long = "box", requires = "split_at")]
+    pub box_addr: Option<std::net::SocketAddr>,
+    /// Hidden states cross the link as f16 (half the bytes, no longer exact).
+    #[arg(long = "split-f16")]
+    pub split_f16: bool,
     /// Refuse to start when the memory plan exceeds this (e.g. 8G, 512M); default: the
     /// memory available.
     #[arg(long = "mem-limit", value_parser = parse_bytes)]
@@ -276,6 +286,18 @@ impl ServeArgs {
             mem_limit: self.mem_limit,
             body_limit: self.body_limit,
             speculation,
+            split: self
+                .split_at
+                .zip(self.box_addr)
+                .map(|(at, box_addr)| server::SplitSettings {
+                    at,
+                    box_addr,
+                    states: if self.split_f16 {
+                        split::head::StateType::F16
+                    } else {
+                        split::head::StateType::F32
+                    },
+                }),
         })
     }
 

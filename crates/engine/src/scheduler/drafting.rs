@@ -242,12 +242,20 @@ impl Engine {
         let (e, n_vocab) = (hp.n_embd, hp.n_vocab);
         let mut seq = SeqKv::default();
         self.kv.reserve(&mut seq, rows).ok()?;
-        let tokens: Vec<u32> = (0..rows).map(|i| (i * 7919 % n_vocab) as u32).collect();
+        // A session no request has (task ids count up from 0).
+        const SCRATCH_SESSION: u64 = u64::MAX;
+        let entering: Vec<(u64, usize, u32)> = (0..rows)
+            .map(|i| (SCRATCH_SESSION, i, (i * 7919 % n_vocab) as u32))
+            .collect();
         let batch_rows: Vec<Row> = (0..rows).map(|pos| Row { pos, seq: 0 }).collect();
         let all: Vec<usize> = (0..rows).collect();
         let t0 = Instant::now();
         let hidden = &mut self.hidden[..rows * e];
-        self.model.embed(&tokens, hidden).ok()?;
+        let entered = crate::front::enter(&mut self.front, &self.model, &entering, hidden);
+        if let Some(f) = &mut self.front {
+            let _ = f.release(SCRATCH_SESSION);
+        }
+        entered.ok()?;
         self.model.forward_layers(
             self.model.stage.layers.clone(),
             hidden,

@@ -27,6 +27,7 @@ use model::{Batch, Model, Row, Scratch};
 use text::Tokenizer;
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::front::{self, Front};
 use crate::handle::{Command, Counters, EngineConfig, EngineHandle, SlotState, Snapshot};
 use crate::request::{Event, GenRequest, Summary};
 use crate::slot::Sequence;
@@ -69,6 +70,8 @@ pub struct Engine {
     scratch: Scratch,
     pool: Arc<ThreadPool>,
     spec: Option<Spec>,
+    /// The box of a split model (then `model` is the last stage).
+    front: Option<Box<dyn Front>>,
     /// `[n_ubatch, n_embd]`.
     hidden: Vec<f32>,
     /// `[LOGIT_ROWS, n_embd]`.
@@ -85,13 +88,21 @@ pub struct Engine {
 
 /// Allocates everything `cfg` asks for (and the drafter `spec` makes) and starts the
 /// engine thread. With speculation, the thread first measures what forwards and draft
-/// steps cost on this machine before it takes requests.
+/// steps cost on this machine before it takes requests. With a `front` (a split model's
+/// box), `model` is the last stage: each step's rows enter it from the front, and the
+/// prefix cache is off (the front keeps no cached prefixes).
 pub fn start(
     model: Model,
     tok: Arc<Tokenizer>,
     cfg: EngineConfig,
     spec: Option<Speculation>,
+    front: Option<Box<dyn Front>>,
 ) -> Result<EngineHandle> {
+    if front.is_none() && !model.stage.embed {
+        return Err(crate::Error::Config(
+            "a model stage without the embeddings needs the box that holds them".into(),
+        ));
+    }
     cfg.validate()?;
     let hp = &model.hparams;
     let (e, nv) = (hp.n_embd, hp.n_vocab);
@@ -107,6 +118,7 @@ pub fn start(
         scratch: Scratch::new(hp, cfg.n_ubatch).with_precision(precision),
         pool,
         spec,
+        front,
         hidden: vec![0.0; cfg.n_ubatch * e],
         picked: vec![0.0; LOGIT_ROWS * e],
         logits: vec![0.0; LOGIT_ROWS * nv],
@@ -263,10 +275,11 @@ impl Engine {
         }
     }
 
-    /// Returns the slot's blocks to the prefix cache and empties it.
+    /// Returns the slot's blocks to the prefix cache (split: frees them, here and on the
+    /// box) and empties it.
     fn free_slot(&mut self, slot: usize) {
         if let Some(mut a) = self.slots[slot].take() {
-            self.cache.give(&mut self.kv, &mut a.seq.kv, &a.seq.tokens);
+            give_kv(&mut self.kv, &mut self.cache, &mut self.front, &mut a.seq);
             if let Some(spec) = &mut self.spec {
                 spec.release(slot);
             }
@@ -315,7 +328,8 @@ impl Engine {
     /// A sequence with no KV takes the cached blocks of its longest cached prefix.
     fn lookup_prefix(&mut self, slot: usize) {
         let a = self.slots[slot].as_mut().expect("slot is active");
-        if !a.seq.kv.is_empty() || !(a.seq.cache_prompt || a.resumed) {
+        let cached = a.seq.cache_prompt || a.resumed;
+        if !a.seq.kv.is_empty() || !cached || self.front.is_some() {
             return;
         }
         let n = self
@@ -354,7 +368,7 @@ impl Engine {
             v.resumed = true;
             v.seq.draft.clear();
             self.counters.preemptions_total += 1;
-            self.cache.give(&mut self.kv, &mut v.seq.kv, &v.seq.tokens);
+            give_kv(&mut self.kv, &mut self.cache, &mut self.front, &mut v.seq);
         }
     }
 
@@ -399,12 +413,16 @@ impl Engine {
                     seq: seq_slots.len() - 1,
                 });
             }
-            let tokens: Vec<u32> = chunk.iter().map(|r| r.2).collect();
+            let entering: Vec<(u64, usize, u32)> = chunk
+                .iter()
+                .map(|&(slot, pos, t)| (self.active(slot).seq.task, pos, t))
+                .collect();
             let n = chunk.len();
             let hidden = &mut self.hidden[..n * e];
-            self.model
-                .embed(&tokens, hidden)
-                .expect("prompt tokens are checked at admission, sampled ones are in range");
+            if let Err(why) = front::enter(&mut self.front, &self.model, &entering, hidden) {
+                self.fail_step(plan, &why);
+                return;
+            }
             let seqs: Vec<&kv::SeqKv> = seq_slots
                 .iter()
                 .map(|&s| &self.slots[s].as_ref().expect("planned").seq.kv)
@@ -475,6 +493,11 @@ impl Engine {
             }
             let valid = (p.from + p.n - (d.computed - d.accepted)).min(seq.tokens.len());
             self.kv.truncate(&mut seq.kv, valid);
+            if let Some(f) = &mut self.front {
+                if valid < p.from + p.n {
+                    let _ = f.truncate(seq.task, valid);
+                }
+            }
             if let Some(spec) = &mut self.spec {
                 spec.observe(p.slot, d.verified, d.accepted, &mut self.counters);
             }
@@ -490,6 +513,9 @@ impl Engine {
             ));
             self.counters.requests_failed += 1;
             self.kv.release(&mut a.seq.kv);
+            if let Some(f) = &mut self.front {
+                let _ = f.release(a.seq.task);
+            }
             if let Some(spec) = &mut self.spec {
                 spec.release(slot);
             }
@@ -501,6 +527,39 @@ impl Engine {
             c.prompt_seconds_total += s.prompt_ms / 1e3;
             c.predicted_seconds_total += s.predicted_ms / 1e3;
             self.free_slot(slot);
+        }
+    }
+
+    /// Stops every request of this step's plan: the box could not compute its rows.
+    fn fail_step(&mut self, plan: &[Planned], why: &str) {
+        for p in plan {
+            let Some(mut a) = self.slots[p.slot].take() else {
+                continue;
+            };
+            a.seq
+                .fail(format!("the box of this split model failed: {why}"));
+            self.counters.requests_failed += 1;
+            give_kv(&mut self.kv, &mut self.cache, &mut self.front, &mut a.seq);
+            if let Some(spec) = &mut self.spec {
+                spec.release(p.slot);
+            }
+        }
+    }
+}
+
+/// Gives a sequence's KV up: to the prefix cache, or (split) back to the pool, the box
+/// freeing the session's too (a failing box is noticed at the next forward).
+fn give_kv(
+    kv: &mut KvPool,
+    cache: &mut PrefixCache,
+    front: &mut Option<Box<dyn Front>>,
+    seq: &mut Sequence,
+) {
+    match front {
+        None => cache.give(kv, &mut seq.kv, &seq.tokens),
+        Some(f) => {
+            kv.release(&mut seq.kv);
+            let _ = f.release(seq.task);
         }
     }
 }
