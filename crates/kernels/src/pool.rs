@@ -26,6 +26,8 @@ struct Shared {
     remaining: AtomicUsize,
     panicked: AtomicBool,
     shutdown: AtomicBool,
+    /// Set by `rest`: waiting workers park at once instead of spinning; cleared by `run`.
+    resting: AtomicBool,
     /// Workers parked on `wake`, so `run` knows to notify.
     sleepers: AtomicUsize,
     lock: Mutex<()>,
@@ -53,6 +55,7 @@ impl ThreadPool {
             remaining: AtomicUsize::new(0),
             panicked: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
+            resting: AtomicBool::new(false),
             sleepers: AtomicUsize::new(0),
             lock: Mutex::new(()),
             wake: Condvar::new(),
@@ -96,6 +99,7 @@ impl ThreadPool {
             >(short))
         };
         sh.panicked.store(false, Ordering::Relaxed);
+        sh.resting.store(false, Ordering::Relaxed);
         sh.remaining.store(self.n_threads - 1, Ordering::Relaxed);
         sh.generation.fetch_add(1, Ordering::SeqCst);
         if sh.sleepers.load(Ordering::SeqCst) > 0 {
@@ -119,6 +123,13 @@ impl ThreadPool {
             !sh.panicked.load(Ordering::Relaxed),
             "a worker thread panicked"
         );
+    }
+
+    /// Tells the workers that no work comes for a while (the caller is about to wait on
+    /// another process): they park now instead of spinning, leaving the cores to it. The
+    /// next `run` wakes them.
+    pub fn rest(&self) {
+        self.shared.resting.store(true, Ordering::Relaxed);
     }
 
     /// Splits `0..n` into one contiguous range per thread and calls `f(range)` for each
@@ -182,6 +193,9 @@ fn next_generation(sh: &Shared, seen: u64) -> Option<u64> {
         if sh.shutdown.load(Ordering::Relaxed) {
             return None;
         }
+        if sh.resting.load(Ordering::Relaxed) {
+            break;
+        }
         std::hint::spin_loop();
     }
     let mut guard = sh.lock.lock().unwrap();
@@ -240,6 +254,22 @@ mod tests {
             });
         }
         assert_eq!(count.load(Ordering::Relaxed), 3000);
+    }
+
+    #[test]
+    fn runs_after_a_rest_wake_every_worker() {
+        let pool = ThreadPool::new(3);
+        for round in 0..50 {
+            pool.rest();
+            if round % 2 == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            let seen = Mutex::new(Vec::new());
+            pool.run(&|t, _| seen.lock().unwrap().push(t));
+            let mut seen = seen.into_inner().unwrap();
+            seen.sort();
+            assert_eq!(seen, [0, 1, 2], "round {round}");
+        }
     }
 
     #[test]

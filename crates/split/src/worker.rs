@@ -164,7 +164,12 @@ impl BoxWorker {
         let flags = hello.header.flags & F16_STATES;
         conn.send(&self.reply(hello.header.seq, Message::Welcome { split }))
             .await?;
-        while let Some(frame) = conn.recv().await? {
+        loop {
+            // The head computes its blocks meanwhile: the cores are its.
+            self.pool.rest();
+            let Some(frame) = conn.recv().await? else {
+                break;
+            };
             let seq = frame.header.seq;
             match frame.message {
                 Message::Forward { rows } => {

@@ -419,6 +419,9 @@ impl Engine {
                 .collect();
             let n = chunk.len();
             let hidden = &mut self.hidden[..n * e];
+            if self.front.is_some() {
+                self.pool.rest();
+            }
             if let Err(why) = front::enter(&mut self.front, &self.model, &entering, hidden) {
                 self.fail_step(plan, &why);
                 return;
