@@ -1,7 +1,10 @@
 """A model split across two processes on 127.0.0.1: `tandem box` holds SmolLM2's embeddings
 and blocks 0..15, `tandem serve --split-at 15 --box ADDR` the other 15 and the output head.
 At temperature 0 the split server's answers are byte-identical to one process's, for 4 users
-at once, plainly and with a draft; a head whose box is not there refuses to start."""
+at once, plainly and with a draft; a box killed (-9) mid-answer and started again is replayed
+and the answer completes byte-identical; a box that stays down past the grace window gives
+503 with Retry-After (and the streaming answer in flight a retryable error event), /ready
+says so while /health stays 200; a head whose box is not there refuses to start."""
 
 import os
 import re
@@ -12,6 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import pytest
 
 from conftest import BINARY, Server
@@ -27,11 +31,19 @@ FLAGS = ["-c", "8192", "-np", "4", "--metrics"]
 DRAFT = ["-md", "smollm2-135m", "--spec-draft-vocab", "0", "--spec-policy", "fixed", "--spec-draft-n-max", "4"]
 
 
+def free_port():
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 class Box:
-    def __init__(self):
+    def __init__(self, port=0):
         self.log = tempfile.NamedTemporaryFile(prefix="tandem-box-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
-            [BINARY, "box", "-m", "smollm2-135m", "--layers", f"0:{SPLIT}", "--listen", "127.0.0.1:0",
+            [BINARY, "box", "-m", "smollm2-135m", "--layers", f"0:{SPLIT}", "--listen", f"127.0.0.1:{port}",
              "-t", "2", "-c", "8192"],
             stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )
@@ -48,10 +60,12 @@ class Box:
         raise RuntimeError("tandem box did not start")
 
     def stop(self):
+        """kill -9, as a crash would; stopping twice is a no-op."""
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
-        os.unlink(self.log.name)
+        if os.path.exists(self.log.name):
+            os.unlink(self.log.name)
 
 
 def answers(server):
@@ -98,3 +112,81 @@ def test_split_text_is_the_single_process_text(single, arm):
 def test_a_head_without_its_box_refuses_to_start():
     with pytest.raises(RuntimeError, match="connection to the box"):
         Server(*FLAGS, "--split-at", str(SPLIT), "--box", "127.0.0.1:9")
+
+
+LONG = "Tell me a long story about a lighthouse keeper."
+
+
+def stream_chat(server, on_chunk=None):
+    """The streamed answer to LONG (256 tokens), and the error event if one came."""
+    text, error = "", None
+    with httpx.stream(
+        "POST", server.url + "/v1/chat/completions", timeout=120,
+        json={"messages": [{"role": "user", "content": LONG}], "max_tokens": 256, "temperature": 0,
+              "ignore_eos": True, "stream": True},
+    ) as r:
+        assert r.status_code == 200
+        n = 0
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = __import__("json").loads(line[6:])
+            if "error" in event:
+                error = event["error"]
+                break
+            text += event["choices"][0]["delta"].get("content") or ""
+            n += 1
+            if on_chunk:
+                on_chunk(n)
+    return text, error
+
+
+def test_a_box_killed_mid_answer_is_replayed_and_the_text_stays(tmp_path):
+    s = Server(*FLAGS)
+    try:
+        want, _ = stream_chat(s)
+    finally:
+        s.stop()
+    port = free_port()
+    box = [Box(port)]
+    s = Server(*FLAGS, "--split-at", str(SPLIT), "--box", f"127.0.0.1:{port}", "--box-grace", "30")
+
+    def kill_and_restart(n):
+        if n == 20:
+            box[0].stop()
+            time.sleep(0.5)
+            box[0] = Box(port)
+
+    try:
+        got, error = stream_chat(s, kill_and_restart)
+        assert error is None, error
+        assert got == want
+        assert s.get("/ready").status_code == 200
+        metrics = s.get("/metrics").text
+        value = lambda name: float(next(l for l in metrics.splitlines() if l.startswith(name + " ")).split()[1])
+        assert value("tandem:box_reconnects_total") >= 1
+        assert value("tandem:box_replayed_rows_total") > 20
+    finally:
+        s.stop()
+        box[0].stop()
+
+
+def test_a_box_that_stays_down_gives_503_with_retry_after():
+    port = free_port()
+    box = Box(port)
+    s = Server(*FLAGS, "--split-at", str(SPLIT), "--box", f"127.0.0.1:{port}", "--box-grace", "2")
+    try:
+        assert s.get("/ready").status_code == 200
+        started = time.monotonic()
+        _, error = stream_chat(s, lambda n: box.stop() if n == 5 else None)
+        assert error is not None and error["type"] == "unavailable_error", error
+        assert time.monotonic() - started < 30
+        r = s.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8})
+        assert r.status_code == 503, r.text
+        assert int(r.headers["Retry-After"]) > 0
+        assert r.json()["error"]["type"] == "unavailable_error"
+        assert s.get("/health").status_code == 200
+        assert s.get("/ready").status_code == 503
+    finally:
+        s.stop()
+        box.stop()

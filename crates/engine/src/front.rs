@@ -1,6 +1,8 @@
 //! The blocks before the engine's model stage, when they run elsewhere: a split model's
 //! box holds the embeddings and blocks `0..L` and the engine runs `L..n` and the head.
 
+use std::time::Duration;
+
 use model::Model;
 
 /// The first stage of a split model, driven by the engine step by step. Sessions are the
@@ -14,6 +16,38 @@ pub trait Front: Send {
     fn truncate(&mut self, session: u64, len: usize) -> Result<(), String>;
     /// `session` is over; what the front holds for it is freed.
     fn release(&mut self, session: u64) -> Result<(), String>;
+    /// Connects again after a failure; the front then holds no session, and every live one
+    /// is replayed before the step is retried.
+    fn reconnect(&mut self) -> Result<(), String>;
+    /// Recomputes rows computed before (a session's committed positions, after a
+    /// reconnect), checking each row's boundary state against the one recorded the first
+    /// time: a difference is an error, never a silently different continuation.
+    fn replay(&mut self, rows: &[(u64, usize, u32)]) -> Result<(), String>;
+    /// How long the engine keeps trying to reconnect before it gives the requests up.
+    fn grace(&self) -> Duration;
+}
+
+/// Where a split model's box stands, as the engine last saw it (an `AtomicU8` shared with
+/// the handle).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum FrontState {
+    /// Connected (or no box: the model is whole).
+    Up = 0,
+    /// Lost, and being reconnected within the grace window; requests wait.
+    Recovering = 1,
+    /// Lost past the grace window: requests get `Unavailable` until it is back.
+    Down = 2,
+}
+
+impl FrontState {
+    pub fn from_u8(v: u8) -> FrontState {
+        match v {
+            1 => FrontState::Recovering,
+            2 => FrontState::Down,
+            _ => FrontState::Up,
+        }
+    }
 }
 
 /// The hidden states entering the engine's stage for `rows`: from `front` when the model is

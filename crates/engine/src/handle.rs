@@ -1,13 +1,14 @@
 //! The multi-user engine's configuration and the handle through which everything else
 //! talks to the engine thread.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 
 use gguf::GgmlType;
 use kv::BLOCK_SIZE;
 use tokio::sync::{mpsc as tmpsc, oneshot};
 
+use crate::front::FrontState;
 use crate::request::{Event, GenRequest};
 use crate::{ContextConfig, Error, Result};
 
@@ -123,6 +124,10 @@ pub struct Counters {
     pub spec_accepted_per_pos: Vec<u64>,
     /// Per depth: how often the policy chose it for a slot.
     pub spec_depth_chosen: Vec<u64>,
+    /// Split: connections to the box made again after it was lost.
+    pub box_reconnects_total: u64,
+    /// Split: rows computed again on the box to rebuild its sessions, each checked.
+    pub box_replayed_rows_total: u64,
 }
 
 /// The engine's state between two steps.
@@ -160,6 +165,8 @@ pub struct EngineHandle {
     pub(crate) queued: Arc<AtomicUsize>,
     pub(crate) next_task: Arc<AtomicU64>,
     pub(crate) config: EngineConfig,
+    /// A [`FrontState`], kept by the engine thread.
+    pub(crate) front: Arc<AtomicU8>,
 }
 
 impl EngineHandle {
@@ -170,6 +177,11 @@ impl EngineHandle {
     /// Queues `req` and returns its task id and event stream; `Error::QueueFull` when
     /// `queue_limit` requests already wait for a slot.
     pub fn submit(&self, req: GenRequest) -> Result<(u64, EventStream)> {
+        if self.front_state() == FrontState::Down {
+            return Err(Error::Unavailable(
+                "the box of this split model is down; retry later".into(),
+            ));
+        }
         let limit = self.config.queue_limit;
         if self.queued.fetch_add(1, Ordering::AcqRel) >= limit {
             self.queued.fetch_sub(1, Ordering::AcqRel);
@@ -204,6 +216,11 @@ impl EngineHandle {
             .send(Command::Snapshot(tx))
             .map_err(|_| Error::Stopped)?;
         Ok(rx)
+    }
+
+    /// Where the box of a split model stands (`Up` for a whole model).
+    pub fn front_state(&self) -> FrontState {
+        FrontState::from_u8(self.front.load(Ordering::Acquire))
     }
 
     /// Requests waiting for a slot.

@@ -12,7 +12,7 @@ mod slot;
 pub mod speculative;
 
 pub use context::{Context, ContextConfig, Outputs, LOGIT_ROWS};
-pub use front::Front;
+pub use front::{Front, FrontState};
 pub use handle::{Counters, EngineConfig, EngineHandle, EventStream, SlotState, Snapshot};
 pub use plan::MemoryPlan;
 pub use request::{DraftLimits, Event, FinishReason, GenRequest, Summary, TokenLogprob};
@@ -35,6 +35,8 @@ pub enum Error {
     QueueFull { limit: usize },
     #[error("the engine has stopped")]
     Stopped,
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

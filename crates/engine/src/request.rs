@@ -104,4 +104,7 @@ pub enum Event {
     /// The computation went wrong (the model's numbers became NaN or infinite): the
     /// server's error. Other requests are unaffected.
     Failed(String),
+    /// A part of the model is out of reach (a split model's box is down past its grace
+    /// window): retry later.
+    Unavailable(String),
 }

@@ -224,6 +224,11 @@ impl Sequence {
         None
     }
 
+    /// Ends the request with [`Event::Unavailable`].
+    pub fn unavailable(&self, message: String) {
+        let _ = self.out.send(Event::Unavailable(message));
+    }
+
     /// Ends the request with [`Event::Failed`].
     pub fn fail(&self, message: String) {
         let _ = self.out.send(Event::Failed(message));

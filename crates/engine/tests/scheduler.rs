@@ -74,7 +74,9 @@ fn collect(mut events: engine::EventStream) -> (Vec<u32>, String, Summary) {
                 text.push_str(&t);
             }
             Event::Done(s) => return (tokens, text, s),
-            Event::Rejected(m) | Event::Failed(m) => panic!("request failed: {m}"),
+            Event::Rejected(m) | Event::Failed(m) | Event::Unavailable(m) => {
+                panic!("request failed: {m}")
+            }
         }
     }
 }

@@ -134,6 +134,7 @@ impl From<engine::Error> for ApiError {
     fn from(e: engine::Error) -> Self {
         match e {
             engine::Error::QueueFull { .. } => ApiError::unavailable(e.to_string(), 1),
+            engine::Error::Unavailable(m) => ApiError::unavailable(m, 5),
             e => ApiError::internal(e.to_string()),
         }
     }

@@ -21,6 +21,9 @@ use crate::error::ApiError;
 use crate::format::Reply;
 use crate::state::Shared;
 use crate::validate::{parse, RawRequest, Route, ValidGen};
+
+/// Seconds a client is told to wait when a split model's box is down.
+const RETRY_AFTER_S: u32 = 5;
 use crate::{body, ready};
 
 pub async fn chat(
@@ -94,6 +97,7 @@ async fn whole(
             }
             Event::Rejected(m) => return Err(ApiError::bad_request(m)),
             Event::Failed(m) => return Err(ApiError::internal(m)),
+            Event::Unavailable(m) => return Err(ApiError::unavailable(m, RETRY_AFTER_S)),
         }
     }
     Err(ApiError::internal("the engine stopped"))
@@ -156,6 +160,11 @@ fn sse(
                 }
                 Some(Event::Failed(m)) => {
                     st.out.push_back(data(&ApiError::internal(m).body()));
+                    st.finished = true;
+                }
+                Some(Event::Unavailable(m)) => {
+                    let e = ApiError::unavailable(m, RETRY_AFTER_S);
+                    st.out.push_back(data(&e.body()));
                     st.finished = true;
                 }
                 None => {

@@ -22,6 +22,19 @@ pub async fn health(State(s): State<Shared>) -> Result<Json<Value>, ApiError> {
     Ok(Json(json!({"status": "ok"})))
 }
 
+/// 200 when every stage is there: the model is loaded and, split, its box connected
+/// (/health only says the process is alive and loaded).
+pub async fn ready_route(State(s): State<Shared>) -> Result<Json<Value>, ApiError> {
+    let r = ready(&s)?;
+    match r.engine.front_state() {
+        engine::FrontState::Up => Ok(Json(json!({"status": "ok"}))),
+        state => Err(ApiError::unavailable(
+            format!("the box of this split model is not there ({state:?})"),
+            1,
+        )),
+    }
+}
+
 pub async fn models(State(s): State<Shared>) -> Result<Json<Value>, ApiError> {
     let r = ready(&s)?;
     Ok(Json(json!({
@@ -275,6 +288,11 @@ pub async fn metrics(State(s): State<Shared>) -> Result<Response, ApiError> {
         out,
         "# HELP tandem:preemptions_total Requests whose KV was taken back for older ones.\n# TYPE tandem:preemptions_total counter\ntandem:preemptions_total {}",
         c.preemptions_total
+    );
+    let _ = writeln!(
+        out,
+        "# HELP tandem:box_reconnects_total Split: connections to the box made again after it was lost.\n# TYPE tandem:box_reconnects_total counter\ntandem:box_reconnects_total {}\n# HELP tandem:box_replayed_rows_total Split: rows computed again on the box to rebuild its sessions.\n# TYPE tandem:box_replayed_rows_total counter\ntandem:box_replayed_rows_total {}",
+        c.box_reconnects_total, c.box_replayed_rows_total
     );
     let _ = writeln!(
         out,

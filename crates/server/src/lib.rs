@@ -41,7 +41,7 @@ pub fn check_request(ready: &Ready, route: Route, body: &[u8]) -> Result<(), Api
 }
 
 /// Routes reachable without the API key.
-const PUBLIC: &[&str] = &["/health", "/v1/health"];
+const PUBLIC: &[&str] = &["/health", "/v1/health", "/ready", "/v1/ready"];
 
 /// The loaded state, or 503 while loading.
 fn ready(s: &AppState) -> Result<&Ready, ApiError> {
@@ -168,6 +168,8 @@ pub fn router(state: Shared) -> Router {
     Router::new()
         .route("/health", get(info::health))
         .route("/v1/health", get(info::health))
+        .route("/ready", get(info::ready_route))
+        .route("/v1/ready", get(info::ready_route))
         .route("/models", get(info::models))
         .route("/v1/models", get(info::models))
         .route("/props", get(info::props))

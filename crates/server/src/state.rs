@@ -89,6 +89,8 @@ pub struct SplitSettings {
     pub at: usize,
     pub box_addr: std::net::SocketAddr,
     pub states: split::head::StateType,
+    /// How long a lost box is waited for before requests get 503.
+    pub grace: std::time::Duration,
 }
 
 impl ServerConfig {
@@ -295,7 +297,7 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
     let front: Option<Box<dyn engine::Front>> = match &config.split {
         None => None,
         Some(s) => {
-            let client = BoxClient::connect(s.box_addr, &model, s.states)?;
+            let client = BoxClient::connect(s.box_addr, &model, s.states)?.with_grace(s.grace);
             eprintln!(
                 "split: blocks {}..{} here, 0..{} on the box at {} (epoch {:016x})",
                 s.at,

@@ -1,7 +1,9 @@
 //! The head's side of the link: a blocking client for the engine thread, which owns the
 //! token log of every session and drives the box step by step.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use model::Model;
 use tokio::runtime::Runtime;
@@ -18,15 +20,35 @@ pub enum StateType {
     F16,
 }
 
-/// A connection to a box that holds blocks `0..split` of the head's model.
+/// How long a connection attempt may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A connection to a box that holds blocks `0..split` of the head's model. It records a
+/// hash of every boundary state the box returned, by session and position, so that a
+/// replay after a reconnect is checked against the first computation.
 pub struct BoxClient {
     rt: Runtime,
+    addr: SocketAddr,
     conn: Conn,
     hash: u64,
     flags: u8,
     epoch: u64,
     seq: u64,
+    split: u32,
     n_embd: usize,
+    grace: Duration,
+    /// Per session: the hash of the state at each position.
+    states: HashMap<u64, Vec<u64>>,
+}
+
+/// FNV-1a over the bits of a state row.
+fn state_hash(row: &[f32]) -> u64 {
+    row.iter().fold(0xcbf2_9ce4_8422_2325, |h, v| {
+        v.to_bits()
+            .to_le_bytes()
+            .iter()
+            .fold(h, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+    })
 }
 
 impl BoxClient {
@@ -36,9 +58,10 @@ impl BoxClient {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let conn = Conn::new(rt.block_on(tokio::net::TcpStream::connect(addr))?)?;
+        let conn = Self::open(&rt, addr)?;
         let mut client = BoxClient {
             rt,
+            addr,
             conn,
             hash: crate::model_hash(&model.file),
             flags: if states == StateType::F16 {
@@ -48,18 +71,49 @@ impl BoxClient {
             },
             epoch: 0,
             seq: 0,
+            split: model.stage.layers.start as u32,
             n_embd: model.hparams.n_embd,
+            grace: Duration::from_secs(10),
+            states: HashMap::new(),
         };
-        let split = model.stage.layers.start as u32;
-        let hello = Message::Hello {
+        client.hello()?;
+        Ok(client)
+    }
+
+    /// How long the engine tries to reconnect to a lost box (default 10 s).
+    pub fn with_grace(mut self, grace: Duration) -> BoxClient {
+        self.grace = grace;
+        self
+    }
+
+    /// The epoch of the box this client talks to.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    fn open(rt: &Runtime, addr: SocketAddr) -> Result<Conn> {
+        let connect = async {
+            tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(addr)).await
+        };
+        match rt.block_on(connect) {
+            Ok(stream) => Conn::new(stream?),
+            Err(_) => Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer from {addr} in {CONNECT_TIMEOUT:?}"),
+            ))),
+        }
+    }
+
+    fn hello(&mut self) -> Result<()> {
+        let split = self.split;
+        let welcome = self.request(Message::Hello {
             split,
-            n_embd: client.n_embd as u32,
-        };
-        let welcome = client.request(hello)?;
+            n_embd: self.n_embd as u32,
+        })?;
         match welcome.message {
             Message::Welcome { split: s } if s == split => {
-                client.epoch = welcome.header.epoch;
-                Ok(client)
+                self.epoch = welcome.header.epoch;
+                Ok(())
             }
             other => Err(Error::Protocol(format!(
                 "expected a welcome, got {other:?}"
@@ -67,9 +121,10 @@ impl BoxClient {
         }
     }
 
-    /// The epoch of the box this client talks to.
-    pub fn epoch(&self) -> u64 {
-        self.epoch
+    /// Connects again; the box then holds no session of this head (each must be replayed).
+    pub fn reconnect(&mut self) -> Result<()> {
+        self.conn = Self::open(&self.rt, self.addr)?;
+        self.hello()
     }
 
     fn frame(&mut self, message: Message) -> Frame {
@@ -112,8 +167,38 @@ impl BoxClient {
         Ok(reply)
     }
 
-    /// Writes the boundary states of `rows` into `out` (`[rows, n_embd]`).
+    /// Writes the boundary states of `rows` into `out` (`[rows, n_embd]`) and records them.
     pub fn forward_rows(&mut self, rows: &[StepRow], out: &mut [f32]) -> Result<()> {
+        self.compute(rows, out)?;
+        for (r, state) in rows.iter().zip(out.chunks_exact(self.n_embd)) {
+            let v = self.states.entry(r.session).or_default();
+            v.resize(r.pos as usize, 0);
+            v.push(state_hash(state));
+        }
+        Ok(())
+    }
+
+    /// Computes `rows` again (positions computed before) and checks every state against
+    /// the one recorded the first time.
+    pub fn replay(&mut self, rows: &[StepRow]) -> Result<()> {
+        let mut out = vec![0f32; rows.len() * self.n_embd];
+        self.compute(rows, &mut out)?;
+        for (r, state) in rows.iter().zip(out.chunks_exact(self.n_embd)) {
+            let recorded = self
+                .states
+                .get(&r.session)
+                .and_then(|v| v.get(r.pos as usize));
+            if recorded != Some(&state_hash(state)) {
+                return Err(Error::Protocol(format!(
+                    "the replayed state of session {} at position {} is not the one first computed",
+                    r.session, r.pos
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn compute(&mut self, rows: &[StepRow], out: &mut [f32]) -> Result<()> {
         assert_eq!(out.len(), rows.len() * self.n_embd);
         let reply = self.request(Message::Forward {
             rows: rows.to_vec(),
@@ -132,6 +217,11 @@ impl BoxClient {
 
     /// Each session keeps positions `0..len` on the box.
     pub fn commit(&mut self, lens: &[(u64, u32)]) -> Result<()> {
+        for &(s, len) in lens {
+            if let Some(v) = self.states.get_mut(&s) {
+                v.truncate(len as usize);
+            }
+        }
         self.send(Message::Commit {
             lens: lens.to_vec(),
         })
@@ -140,6 +230,9 @@ impl BoxClient {
 
     /// The box frees these sessions.
     pub fn release(&mut self, sessions: &[u64]) -> Result<()> {
+        for s in sessions {
+            self.states.remove(s);
+        }
         self.send(Message::Release {
             sessions: sessions.to_vec(),
         })
@@ -155,21 +248,24 @@ impl BoxClient {
     }
 }
 
+fn step_rows(rows: &[(u64, usize, u32)]) -> Vec<StepRow> {
+    rows.iter()
+        .map(|&(session, pos, token)| StepRow {
+            session,
+            pos: pos as u32,
+            token,
+        })
+        .collect()
+}
+
 impl engine::Front for BoxClient {
     fn forward(
         &mut self,
         rows: &[(u64, usize, u32)],
         hidden: &mut [f32],
     ) -> std::result::Result<(), String> {
-        let rows: Vec<StepRow> = rows
-            .iter()
-            .map(|&(session, pos, token)| StepRow {
-                session,
-                pos: pos as u32,
-                token,
-            })
-            .collect();
-        self.forward_rows(&rows, hidden).map_err(|e| e.to_string())
+        self.forward_rows(&step_rows(rows), hidden)
+            .map_err(|e| e.to_string())
     }
 
     fn truncate(&mut self, session: u64, len: usize) -> std::result::Result<(), String> {
@@ -179,5 +275,17 @@ impl engine::Front for BoxClient {
 
     fn release(&mut self, session: u64) -> std::result::Result<(), String> {
         BoxClient::release(self, &[session]).map_err(|e| e.to_string())
+    }
+
+    fn reconnect(&mut self) -> std::result::Result<(), String> {
+        BoxClient::reconnect(self).map_err(|e| e.to_string())
+    }
+
+    fn replay(&mut self, rows: &[(u64, usize, u32)]) -> std::result::Result<(), String> {
+        BoxClient::replay(self, &step_rows(rows)).map_err(|e| e.to_string())
+    }
+
+    fn grace(&self) -> Duration {
+        self.grace
     }
 }

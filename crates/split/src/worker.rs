@@ -113,6 +113,10 @@ impl BoxWorker {
                     ))
                     .await;
             }
+            // Sessions belong to their connection: a head that connects again replays them.
+            for (_, mut seq) in self.sessions.drain() {
+                self.kv.release(&mut seq);
+            }
         }
     }
 

@@ -138,6 +138,10 @@ pub struct ServeArgs {
     /// Hidden states cross the link as f16 (half the bytes, no longer exact).
     #[arg(long = "split-f16")]
     pub split_f16: bool,
+    /// Seconds a lost box is waited for (requests pause, then are replayed) before
+    /// requests get 503 with Retry-After.
+    #[arg(long = "box-grace", default_value_t = 10.0)]
+    pub box_grace: f64,
     /// Refuse to start when the memory plan exceeds this (e.g. 8G, 512M); default: the
     /// memory available.
     #[arg(long = "mem-limit", value_parser = parse_bytes)]
@@ -297,6 +301,7 @@ impl ServeArgs {
                     } else {
                         split::head::StateType::F32
                     },
+                    grace: std::time::Duration::from_secs_f64(self.box_grace.max(0.0)),
                 }),
         })
     }

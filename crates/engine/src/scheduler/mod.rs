@@ -17,7 +17,7 @@
 //! of rows after the first rejection is rolled back.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -27,7 +27,7 @@ use model::{Batch, Model, Row, Scratch};
 use text::Tokenizer;
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::front::{self, Front};
+use crate::front::{self, Front, FrontState};
 use crate::handle::{Command, Counters, EngineConfig, EngineHandle, SlotState, Snapshot};
 use crate::request::{Event, GenRequest, Summary};
 use crate::slot::Sequence;
@@ -35,6 +35,11 @@ use crate::speculative::Speculation;
 use crate::{Result, LOGIT_ROWS};
 
 mod drafting;
+
+/// How often a lost box is tried again within its grace window.
+const RECONNECT_EVERY: Duration = Duration::from_millis(200);
+/// How often a box that is down is tried again while no request comes.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
 
 use drafting::Spec;
 
@@ -72,6 +77,8 @@ pub struct Engine {
     spec: Option<Spec>,
     /// The box of a split model (then `model` is the last stage).
     front: Option<Box<dyn Front>>,
+    /// A [`FrontState`], shared with the handle.
+    front_state: Arc<AtomicU8>,
     /// `[n_ubatch, n_embd]`.
     hidden: Vec<f32>,
     /// `[LOGIT_ROWS, n_embd]`.
@@ -111,6 +118,7 @@ pub fn start(
     let kv = KvPool::new(kv_cfg)?;
     let (tx, rx) = mpsc::channel();
     let queued = Arc::new(AtomicUsize::new(0));
+    let front_state = Arc::new(AtomicU8::new(FrontState::Up as u8));
     let precision = cfg.context_config().precision;
     let pool = Arc::new(ThreadPool::new(cfg.n_threads));
     let spec = spec.map(|s| Spec::new(s, &cfg, pool.clone())).transpose()?;
@@ -119,6 +127,7 @@ pub fn start(
         pool,
         spec,
         front,
+        front_state: front_state.clone(),
         hidden: vec![0.0; cfg.n_ubatch * e],
         picked: vec![0.0; LOGIT_ROWS * e],
         logits: vec![0.0; LOGIT_ROWS * nv],
@@ -146,13 +155,25 @@ pub fn start(
         queued,
         next_task: Arc::new(AtomicU64::new(0)),
         config: cfg,
+        front: front_state,
     })
 }
 
 impl Engine {
     fn run(mut self) {
         loop {
-            if self.is_idle() {
+            if self.is_idle() && self.state() == FrontState::Down {
+                match self.rx.recv_timeout(PROBE_EVERY) {
+                    Ok(c) => self.command(c),
+                    Err(mpsc::RecvTimeoutError::Timeout) => {
+                        if self.recover().is_ok() {
+                            self.set_state(FrontState::Up);
+                        }
+                        continue;
+                    }
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                }
+            } else if self.is_idle() {
                 match self.rx.recv() {
                     Ok(c) => self.command(c),
                     Err(_) => return,
@@ -418,14 +439,11 @@ impl Engine {
                 .map(|&(slot, pos, t)| (self.active(slot).seq.task, pos, t))
                 .collect();
             let n = chunk.len();
-            let hidden = &mut self.hidden[..n * e];
-            if self.front.is_some() {
-                self.pool.rest();
-            }
-            if let Err(why) = front::enter(&mut self.front, &self.model, &entering, hidden) {
-                self.fail_step(plan, &why);
+            if let Err(why) = self.enter(&entering) {
+                self.give_up(&why);
                 return;
             }
+            let hidden = &mut self.hidden[..n * e];
             let seqs: Vec<&kv::SeqKv> = seq_slots
                 .iter()
                 .map(|&s| &self.slots[s].as_ref().expect("planned").seq.kv)
@@ -533,18 +551,87 @@ impl Engine {
         }
     }
 
-    /// Stops every request of this step's plan: the box could not compute its rows.
-    fn fail_step(&mut self, plan: &[Planned], why: &str) {
-        for p in plan {
-            let Some(mut a) = self.slots[p.slot].take() else {
+    fn state(&self) -> FrontState {
+        FrontState::from_u8(self.front_state.load(Ordering::Acquire))
+    }
+
+    fn set_state(&self, state: FrontState) {
+        self.front_state.store(state as u8, Ordering::Release);
+    }
+
+    /// The hidden states entering this stage for `rows` (into `hidden`). When the front
+    /// fails, it is reconnected and every live session replayed, again and again within
+    /// its grace window (at once, without waiting, when it was already down).
+    fn enter(&mut self, rows: &[(u64, usize, u32)]) -> std::result::Result<(), String> {
+        let n = rows.len() * self.model.hparams.n_embd;
+        if self.front.is_some() {
+            self.pool.rest();
+        }
+        let Err(mut why) = front::enter(&mut self.front, &self.model, rows, &mut self.hidden[..n])
+        else {
+            return Ok(());
+        };
+        let Some(grace) = self.front.as_ref().map(|f| f.grace()) else {
+            return Err(why);
+        };
+        let deadline = match self.state() {
+            FrontState::Down => Instant::now(),
+            _ => Instant::now() + grace,
+        };
+        if self.state() == FrontState::Up {
+            self.set_state(FrontState::Recovering);
+        }
+        loop {
+            match self.recover() {
+                Ok(()) => {
+                    match front::enter(&mut self.front, &self.model, rows, &mut self.hidden[..n]) {
+                        Ok(()) => {
+                            self.set_state(FrontState::Up);
+                            return Ok(());
+                        }
+                        Err(w) => why = w,
+                    }
+                }
+                Err(w) => why = w,
+            }
+            if Instant::now() >= deadline {
+                self.set_state(FrontState::Down);
+                return Err(why);
+            }
+            std::thread::sleep(RECONNECT_EVERY);
+        }
+    }
+
+    /// Reconnects the front and replays the computed positions of every live session.
+    fn recover(&mut self) -> std::result::Result<(), String> {
+        let front = self.front.as_mut().expect("a split model");
+        front.reconnect()?;
+        self.counters.box_reconnects_total += 1;
+        for a in self.slots.iter().flatten() {
+            let rows: Vec<(u64, usize, u32)> = (0..a.seq.kv.len())
+                .map(|pos| (a.seq.task, pos, a.seq.row_token(pos)))
+                .collect();
+            for chunk in rows.chunks(self.cfg.n_ubatch) {
+                front.replay(chunk)?;
+                self.counters.box_replayed_rows_total += chunk.len() as u64;
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends every live request: the box is down past its grace window.
+    fn give_up(&mut self, why: &str) {
+        for slot in 0..self.slots.len() {
+            let Some(mut a) = self.slots[slot].take() else {
                 continue;
             };
-            a.seq
-                .fail(format!("the box of this split model failed: {why}"));
+            a.seq.unavailable(format!(
+                "the box of this split model is down ({why}); retry later"
+            ));
             self.counters.requests_failed += 1;
             give_kv(&mut self.kv, &mut self.cache, &mut self.front, &mut a.seq);
             if let Some(spec) = &mut self.spec {
-                spec.release(p.slot);
+                spec.release(slot);
             }
         }
     }
