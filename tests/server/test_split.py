@@ -171,6 +171,23 @@ def test_a_box_killed_mid_answer_is_replayed_and_the_text_stays(tmp_path):
         box[0].stop()
 
 
+def test_a_hung_box_is_lost_after_the_step_deadline():
+    port = free_port()
+    box = Box(port)
+    s = Server(*FLAGS, "--split-at", str(SPLIT), "--box", f"127.0.0.1:{port}", "--box-grace", "1")
+    try:
+        started = time.monotonic()
+        _, error = stream_chat(s, lambda n: os.kill(box.proc.pid, signal.SIGSTOP) if n == 5 else None)
+        waited = time.monotonic() - started
+        assert error is not None and error["type"] == "unavailable_error", error
+        # The step deadline (10 s + 50 ms a row), then the grace window with its hellos.
+        assert 10 <= waited < 40, waited
+        assert s.get("/ready").status_code == 503
+    finally:
+        s.stop()
+        box.stop()
+
+
 def test_a_box_that_stays_down_gives_503_with_retry_after():
     port = free_port()
     box = Box(port)

@@ -22,6 +22,12 @@ pub enum StateType {
 
 /// How long a connection attempt may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the box may take to answer a hello or a ping.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
+/// The per-step deadline: this, plus [`DEADLINE_PER_ROW`] for each row of the step. A box
+/// that does not answer in time (hung, stopped, cut off) is treated as lost.
+const STEP_DEADLINE: Duration = Duration::from_secs(10);
+const DEADLINE_PER_ROW: Duration = Duration::from_millis(50);
 
 /// A connection to a box that holds blocks `0..split` of the head's model. It records a
 /// hash of every boundary state the box returned, by session and position, so that a
@@ -106,10 +112,13 @@ impl BoxClient {
 
     fn hello(&mut self) -> Result<()> {
         let split = self.split;
-        let welcome = self.request(Message::Hello {
-            split,
-            n_embd: self.n_embd as u32,
-        })?;
+        let welcome = self.request(
+            Message::Hello {
+                split,
+                n_embd: self.n_embd as u32,
+            },
+            REPLY_TIMEOUT,
+        )?;
         match welcome.message {
             Message::Welcome { split: s } if s == split => {
                 self.epoch = welcome.header.epoch;
@@ -148,12 +157,19 @@ impl BoxClient {
         Ok(frame.header.seq)
     }
 
-    /// Sends `message` and waits for the reply to it.
-    fn request(&mut self, message: Message) -> Result<Frame> {
+    /// Sends `message` and waits for the reply to it, at most `within`.
+    fn request(&mut self, message: Message, within: Duration) -> Result<Frame> {
         let seq = self.send(message)?;
+        let conn = &mut self.conn;
         let reply = self
             .rt
-            .block_on(self.conn.recv())?
+            .block_on(async { tokio::time::timeout(within, conn.recv()).await })
+            .map_err(|_| {
+                Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no reply from the box within {within:?}"),
+                ))
+            })??
             .ok_or_else(|| Error::Protocol("the box closed the connection".into()))?;
         if let Message::Refused { reason } = reply.message {
             return Err(Error::Refused(reason));
@@ -200,9 +216,13 @@ impl BoxClient {
 
     fn compute(&mut self, rows: &[StepRow], out: &mut [f32]) -> Result<()> {
         assert_eq!(out.len(), rows.len() * self.n_embd);
-        let reply = self.request(Message::Forward {
-            rows: rows.to_vec(),
-        })?;
+        let deadline = STEP_DEADLINE + DEADLINE_PER_ROW * rows.len() as u32;
+        let reply = self.request(
+            Message::Forward {
+                rows: rows.to_vec(),
+            },
+            deadline,
+        )?;
         match reply.message {
             Message::States { states } if states.len() == out.len() => {
                 out.copy_from_slice(&states);
@@ -241,7 +261,7 @@ impl BoxClient {
 
     /// Round trip to the box.
     pub fn ping(&mut self) -> Result<()> {
-        match self.request(Message::Ping)?.message {
+        match self.request(Message::Ping, REPLY_TIMEOUT)?.message {
             Message::Pong => Ok(()),
             other => Err(Error::Protocol(format!("expected a pong, got {other:?}"))),
         }
