@@ -25,6 +25,22 @@ pub trait Front: Send {
     fn replay(&mut self, rows: &[(u64, usize, u32)]) -> Result<(), String>;
     /// How long the engine keeps trying to reconnect before it gives the requests up.
     fn grace(&self) -> Duration;
+    /// What crossed the link so far.
+    fn stats(&self) -> FrontStats;
+}
+
+/// Totals of a front's link since the engine started.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct FrontStats {
+    /// Forward requests answered, and their rows.
+    pub requests: u64,
+    pub rows: u64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    /// Seconds the engine waited for forward replies (the box computing, plus the link).
+    pub wait_seconds: f64,
+    /// Seconds the box says it computed them for.
+    pub compute_seconds: f64,
 }
 
 /// Where a split model's box stands, as the engine last saw it (an `AtomicU8` shared with

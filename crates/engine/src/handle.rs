@@ -128,6 +128,8 @@ pub struct Counters {
     pub box_reconnects_total: u64,
     /// Split: rows computed again on the box to rebuild its sessions, each checked.
     pub box_replayed_rows_total: u64,
+    /// Split: seconds of this stage's own work in steps (blocks L..n, head, sampling).
+    pub head_compute_seconds_total: f64,
 }
 
 /// The engine's state between two steps.
@@ -142,6 +144,8 @@ pub struct Snapshot {
     pub counters: Counters,
     /// The costs the speculation policy currently works with; `None` without a drafter.
     pub spec_costs: Option<crate::speculative::SpecCosts>,
+    /// What crossed the link to a split model's box; `None` for a whole model.
+    pub front: Option<crate::FrontStats>,
 }
 
 pub(crate) enum Command {

@@ -12,7 +12,7 @@ mod slot;
 pub mod speculative;
 
 pub use context::{Context, ContextConfig, Outputs, LOGIT_ROWS};
-pub use front::{Front, FrontState};
+pub use front::{Front, FrontState, FrontStats};
 pub use handle::{Counters, EngineConfig, EngineHandle, EventStream, SlotState, Snapshot};
 pub use plan::MemoryPlan;
 pub use request::{DraftLimits, Event, FinishReason, GenRequest, Summary, TokenLogprob};

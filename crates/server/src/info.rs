@@ -289,11 +289,82 @@ pub async fn metrics(State(s): State<Shared>) -> Result<Response, ApiError> {
         "# HELP tandem:preemptions_total Requests whose KV was taken back for older ones.\n# TYPE tandem:preemptions_total counter\ntandem:preemptions_total {}",
         c.preemptions_total
     );
-    let _ = writeln!(
-        out,
-        "# HELP tandem:box_reconnects_total Split: connections to the box made again after it was lost.\n# TYPE tandem:box_reconnects_total counter\ntandem:box_reconnects_total {}\n# HELP tandem:box_replayed_rows_total Split: rows computed again on the box to rebuild its sessions.\n# TYPE tandem:box_replayed_rows_total counter\ntandem:box_replayed_rows_total {}",
-        c.box_reconnects_total, c.box_replayed_rows_total
-    );
+    if let Some(f) = &snap.front {
+        let link = (f.bytes_sent + f.bytes_received) as f64;
+        let per_token = if c.tokens_predicted_total > 0 {
+            link / c.tokens_predicted_total as f64
+        } else {
+            0.0
+        };
+        let split: [(&str, &str, &str, f64); 10] = [
+            (
+                "box_requests_total",
+                "counter",
+                "Split: forward requests the box answered.",
+                f.requests as f64,
+            ),
+            (
+                "box_rows_total",
+                "counter",
+                "Split: rows the box computed.",
+                f.rows as f64,
+            ),
+            (
+                "box_bytes_sent_total",
+                "counter",
+                "Split: bytes sent to the box.",
+                f.bytes_sent as f64,
+            ),
+            (
+                "box_bytes_received_total",
+                "counter",
+                "Split: bytes received from the box.",
+                f.bytes_received as f64,
+            ),
+            (
+                "box_bytes_per_token",
+                "gauge",
+                "Split: link bytes per generated (accepted) token.",
+                per_token,
+            ),
+            (
+                "box_wait_seconds_total",
+                "counter",
+                "Split: seconds waited for the box's states (its compute and the link).",
+                f.wait_seconds,
+            ),
+            (
+                "box_compute_seconds_total",
+                "counter",
+                "Split: seconds the box reports computing.",
+                f.compute_seconds,
+            ),
+            (
+                "head_compute_seconds_total",
+                "counter",
+                "Split: seconds of this stage's own work in steps.",
+                c.head_compute_seconds_total,
+            ),
+            (
+                "box_reconnects_total",
+                "counter",
+                "Split: connections to the box made again after it was lost.",
+                c.box_reconnects_total as f64,
+            ),
+            (
+                "box_replayed_rows_total",
+                "counter",
+                "Split: rows computed again on the box to rebuild its sessions.",
+                c.box_replayed_rows_total as f64,
+            ),
+        ];
+        for (name, kind, help, v) in split {
+            let _ = writeln!(
+                out,
+                "# HELP tandem:{name} {help}\n# TYPE tandem:{name} {kind}\ntandem:{name} {v}"
+            );
+        }
+    }
     let _ = writeln!(
         out,
         "# HELP tandem:requests_failed_total Requests stopped because the model computed NaN or infinite numbers.\n# TYPE tandem:requests_failed_total counter\ntandem:requests_failed_total {}",

@@ -11,7 +11,7 @@ use crate::{Error, Result};
 
 pub const MAGIC: [u8; 4] = *b"TDSP";
 /// Bumped whenever a frame's layout or meaning changes; peers of other versions are refused.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 pub const HEADER_BYTES: usize = 44;
 /// Flag: the hidden states of the frame are f16 (else f32).
 pub const F16_STATES: u8 = 1;
@@ -63,9 +63,11 @@ pub enum Message {
     Forward {
         rows: Vec<StepRow>,
     },
-    /// Box → head: the boundary states of a `Forward`'s rows, `[rows, n_embd]`.
+    /// Box → head: the boundary states of a `Forward`'s rows, `[rows, n_embd]`, and the
+    /// microseconds the box computed them for.
     States {
         states: Vec<f32>,
+        compute_us: u64,
     },
     /// Head → box: each session keeps positions `0..len` (drafts past them were rejected).
     Commit {
@@ -130,7 +132,8 @@ impl Frame {
                     out.put_u32_le(r.token);
                 }
             }
-            Message::States { states } => {
+            Message::States { states, compute_us } => {
+                out.put_u64_le(*compute_us);
                 out.put_u32_le(states.len() as u32);
                 if h.flags & F16_STATES != 0 {
                     states
@@ -243,6 +246,7 @@ impl Body<'_> {
                 Message::Forward { rows }
             }
             5 => {
+                let compute_us = self.u64()?;
                 let f16 = flags & F16_STATES != 0;
                 let n = self.count(if f16 { 2 } else { 4 })?;
                 let states = (0..n)
@@ -251,7 +255,7 @@ impl Body<'_> {
                         false => self.0.get_f32_le(),
                     })
                     .collect();
-                Message::States { states }
+                Message::States { states, compute_us }
             }
             6 => {
                 let n = self.count(12)?;
@@ -322,6 +326,7 @@ mod tests {
             },
             Message::States {
                 states: vec![0.5, -1.25, 3.0],
+                compute_us: 1234,
             },
             Message::Commit {
                 lens: vec![(1, 6), (2, 1)],
@@ -363,9 +368,12 @@ mod tests {
             assert!(Frame::decode(&b[..cut]).is_err(), "cut at {cut}");
         }
         let mut other = b.clone();
-        other[4] = 2;
+        other[4] = VERSION as u8 + 1;
         let err = Frame::decode(&other).unwrap_err().to_string();
-        assert!(err.contains("protocol version 2"), "{err}");
+        assert!(
+            err.contains(&format!("protocol version {}", VERSION + 1)),
+            "{err}"
+        );
         let mut long = b.clone();
         long.put_u8(0);
         assert!(Frame::decode(&long).is_err());

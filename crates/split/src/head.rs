@@ -45,6 +45,7 @@ pub struct BoxClient {
     grace: Duration,
     /// Per session: the hash of the state at each position.
     states: HashMap<u64, Vec<u64>>,
+    stats: engine::FrontStats,
 }
 
 /// FNV-1a over the bits of a state row.
@@ -81,6 +82,7 @@ impl BoxClient {
             n_embd: model.hparams.n_embd,
             grace: Duration::from_secs(10),
             states: HashMap::new(),
+            stats: engine::FrontStats::default(),
         };
         client.hello()?;
         Ok(client)
@@ -132,8 +134,20 @@ impl BoxClient {
 
     /// Connects again; the box then holds no session of this head (each must be replayed).
     pub fn reconnect(&mut self) -> Result<()> {
+        let (sent, received) = (self.conn.sent, self.conn.received);
         self.conn = Self::open(&self.rt, self.addr)?;
+        self.stats.bytes_sent += sent;
+        self.stats.bytes_received += received;
         self.hello()
+    }
+
+    /// What crossed the link so far (all connections).
+    pub fn stats(&self) -> engine::FrontStats {
+        engine::FrontStats {
+            bytes_sent: self.stats.bytes_sent + self.conn.sent,
+            bytes_received: self.stats.bytes_received + self.conn.received,
+            ..self.stats
+        }
     }
 
     fn frame(&mut self, message: Message) -> Frame {
@@ -217,6 +231,7 @@ impl BoxClient {
     fn compute(&mut self, rows: &[StepRow], out: &mut [f32]) -> Result<()> {
         assert_eq!(out.len(), rows.len() * self.n_embd);
         let deadline = STEP_DEADLINE + DEADLINE_PER_ROW * rows.len() as u32;
+        let t0 = std::time::Instant::now();
         let reply = self.request(
             Message::Forward {
                 rows: rows.to_vec(),
@@ -224,8 +239,12 @@ impl BoxClient {
             deadline,
         )?;
         match reply.message {
-            Message::States { states } if states.len() == out.len() => {
+            Message::States { states, compute_us } if states.len() == out.len() => {
                 out.copy_from_slice(&states);
+                self.stats.requests += 1;
+                self.stats.rows += rows.len() as u64;
+                self.stats.wait_seconds += t0.elapsed().as_secs_f64();
+                self.stats.compute_seconds += compute_us as f64 / 1e6;
                 Ok(())
             }
             other => Err(Error::Protocol(format!(
@@ -307,5 +326,9 @@ impl engine::Front for BoxClient {
 
     fn grace(&self) -> Duration {
         self.grace
+    }
+
+    fn stats(&self) -> engine::FrontStats {
+        BoxClient::stats(self)
     }
 }

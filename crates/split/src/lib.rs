@@ -63,8 +63,12 @@ pub fn model_hash(file: &GgufFile) -> u64 {
     u64::from_le_bytes(h.finalize()[..8].try_into().expect("32 bytes"))
 }
 
-/// A connection carrying frames.
-pub(crate) struct Conn(Framed<TcpStream, LengthDelimitedCodec>);
+/// A connection carrying frames, counting the bytes each way (length prefixes included).
+pub(crate) struct Conn {
+    framed: Framed<TcpStream, LengthDelimitedCodec>,
+    pub(crate) sent: u64,
+    pub(crate) received: u64,
+}
 
 impl Conn {
     pub(crate) fn new(stream: TcpStream) -> Result<Conn> {
@@ -73,21 +77,30 @@ impl Conn {
             .little_endian()
             .max_frame_length(MAX_FRAME)
             .new_codec();
-        Ok(Conn(Framed::new(stream, codec)))
+        Ok(Conn {
+            framed: Framed::new(stream, codec),
+            sent: 0,
+            received: 0,
+        })
     }
 
     pub(crate) async fn send(&mut self, frame: &Frame) -> Result<()> {
         let mut b = BytesMut::new();
         frame.encode(&mut b);
-        self.0.send(b.freeze()).await?;
+        self.sent += b.len() as u64 + 4;
+        self.framed.send(b.freeze()).await?;
         Ok(())
     }
 
     /// The next frame, or `None` when the peer closed the connection.
     pub(crate) async fn recv(&mut self) -> Result<Option<Frame>> {
-        match self.0.next().await {
+        match self.framed.next().await {
             None => Ok(None),
-            Some(bytes) => Frame::decode(&bytes?).map(Some),
+            Some(bytes) => {
+                let bytes = bytes?;
+                self.received += bytes.len() as u64 + 4;
+                Frame::decode(&bytes).map(Some)
+            }
         }
     }
 }

@@ -177,8 +177,12 @@ impl BoxWorker {
             let seq = frame.header.seq;
             match frame.message {
                 Message::Forward { rows } => {
+                    let t0 = std::time::Instant::now();
                     let answer = match self.forward(&rows) {
-                        Ok(states) => Message::States { states },
+                        Ok(states) => Message::States {
+                            states,
+                            compute_us: t0.elapsed().as_micros() as u64,
+                        },
                         Err(e) => Message::Refused {
                             reason: e.to_string(),
                         },

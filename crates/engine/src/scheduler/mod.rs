@@ -246,6 +246,7 @@ impl Engine {
             kv_blocks_cached: self.cache.n_blocks(),
             counters: self.counters.clone(),
             spec_costs: self.spec.as_ref().map(|s| s.costs()),
+            front: self.front.as_ref().map(|f| f.stats()),
         }
     }
 
@@ -439,10 +440,12 @@ impl Engine {
                 .map(|&(slot, pos, t)| (self.active(slot).seq.task, pos, t))
                 .collect();
             let n = chunk.len();
+            let entered = Instant::now();
             if let Err(why) = self.enter(&entering) {
                 self.give_up(&why);
                 return;
             }
+            let waited = entered.elapsed();
             let hidden = &mut self.hidden[..n * e];
             let seqs: Vec<&kv::SeqKv> = seq_slots
                 .iter()
@@ -504,6 +507,10 @@ impl Engine {
                 if out_rows.len() == n {
                     spec.policy.target.observe(n, t0.elapsed());
                 }
+            }
+            if self.front.is_some() {
+                self.counters.head_compute_seconds_total +=
+                    t0.elapsed().saturating_sub(waited).as_secs_f64();
             }
         }
         for p in plan {
