@@ -8,25 +8,14 @@
 
 use std::collections::HashMap;
 
+use engine::ContextConfig;
 use kernels::ThreadPool;
-use kv::{KvConfig, KvPool, SeqKv};
+use kv::{KvPool, SeqKv};
 use model::{Batch, Model, Row, Scratch};
 use tokio::net::TcpListener;
 
 use crate::frame::{Frame, Header, Message, StepRow, F16_STATES, VERSION};
 use crate::{Conn, Error, Result};
-
-/// What the box allocates at start.
-#[derive(Debug, Clone, Copy)]
-pub struct BoxConfig {
-    /// KV positions over all sessions.
-    pub n_ctx: usize,
-    /// Rows per forward.
-    pub n_ubatch: usize,
-    pub n_threads: usize,
-    pub kv_type: gguf::GgmlType,
-    pub precision: kernels::Precision,
-}
 
 /// A box: the first stage of a model and the state of every session.
 pub struct BoxWorker {
@@ -34,7 +23,8 @@ pub struct BoxWorker {
     kv: KvPool,
     scratch: Scratch,
     pool: ThreadPool,
-    cfg: BoxConfig,
+    /// Sizes: KV positions over all sessions, rows per forward, threads, KV type, precision.
+    cfg: ContextConfig,
     /// `[n_ubatch, n_embd]`.
     hidden: Vec<f32>,
     sessions: HashMap<u64, SeqKv>,
@@ -44,7 +34,7 @@ pub struct BoxWorker {
 
 impl BoxWorker {
     /// A box over `model`, which must be a first stage (embeddings and blocks `0..L`).
-    pub fn new(model: Model, cfg: BoxConfig) -> Result<BoxWorker> {
+    pub fn new(model: Model, cfg: ContextConfig) -> Result<BoxWorker> {
         let stage = &model.stage;
         if !stage.embed || stage.layers.start != 0 || stage.head {
             return Err(Error::Protocol(format!(
@@ -52,13 +42,7 @@ impl BoxWorker {
             )));
         }
         let hp = &model.hparams;
-        let kv = KvPool::new(KvConfig {
-            n_layer: stage.layers.len(),
-            n_head_kv: hp.n_head_kv,
-            head_dim: hp.head_dim,
-            ty: cfg.kv_type,
-            n_positions: cfg.n_ctx,
-        })?;
+        let kv = KvPool::new(cfg.kv_config(&model))?;
         let epoch = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64)

@@ -11,7 +11,7 @@ use kv::{KvConfig, KvPool, SeqKv};
 use model::{Batch, Model, Repack, Row, Scratch, Stage};
 use split::frame::StepRow;
 use split::head::{BoxClient, StateType};
-use split::worker::{BoxConfig, BoxWorker};
+use split::worker::BoxWorker;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../model/tests/fixtures/");
 
@@ -19,20 +19,21 @@ fn load(file: &str, stage: Option<Stage>) -> Model {
     Model::load_stage(format!("{FIXTURES}{file}"), stage, Repack::Auto, &|_, _| {}).unwrap()
 }
 
+/// The sizes of both the box and the whole-model reference.
+fn config() -> ContextConfig {
+    ContextConfig {
+        n_ctx: 512,
+        n_ubatch: 64,
+        n_threads: 1,
+        kv_type: GgmlType::F16,
+        precision: Precision::Int8,
+    }
+}
+
 /// Starts a box over blocks `0..split` of `file` on a free port of 127.0.0.1.
 fn start_box(file: &str, split: usize) -> SocketAddr {
     let model = load(file, Some(Stage::first(split)));
-    let worker = BoxWorker::new(
-        model,
-        BoxConfig {
-            n_ctx: 512,
-            n_ubatch: 64,
-            n_threads: 1,
-            kv_type: GgmlType::F16,
-            precision: Precision::Int8,
-        },
-    )
-    .unwrap();
+    let worker = BoxWorker::new(model, config()).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -136,17 +137,7 @@ impl Head {
 
 /// The whole model's logits at every position of `tokens`.
 fn whole(model: &Model, tokens: &[u32]) -> Vec<Vec<f32>> {
-    let mut ctx = Context::new(
-        model,
-        ContextConfig {
-            n_ctx: 512,
-            n_ubatch: 64,
-            n_threads: 1,
-            kv_type: GgmlType::F16,
-            precision: Precision::Int8,
-        },
-    )
-    .unwrap();
+    let mut ctx = Context::new(model, config()).unwrap();
     let mut seq = SeqKv::default();
     let mut out = Vec::new();
     ctx.eval(&mut seq, tokens, Outputs::All, &mut |_, l| {

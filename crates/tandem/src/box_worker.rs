@@ -3,7 +3,7 @@
 
 use clap::Args;
 use model::{Model, Repack, Stage};
-use split::worker::{BoxConfig, BoxWorker};
+use split::worker::BoxWorker;
 
 use crate::cli::ModelArgs;
 use crate::CliError;
@@ -51,16 +51,7 @@ pub fn execute(a: BoxArgs) -> Result<(), CliError> {
         path.display(),
         model.weight_bytes() as f64 / 1048576.0
     );
-    let worker = BoxWorker::new(
-        model,
-        BoxConfig {
-            n_ctx: cfg.n_ctx,
-            n_ubatch: cfg.n_ubatch,
-            n_threads: cfg.n_threads,
-            kv_type: cfg.kv_type,
-            precision: cfg.precision,
-        },
-    )?;
+    let worker = BoxWorker::new(model, cfg)?;
     let epoch = worker.epoch();
     worker.serve_blocking(&a.listen, |addr| {
         eprintln!("tandem box: listening on {addr} (epoch {epoch:016x})")
