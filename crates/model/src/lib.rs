@@ -24,7 +24,9 @@ pub use error::{Error, Result};
 pub use forward::{Batch, MoeStats, Row, Scratch};
 pub use head::SubsetHead;
 pub use hparams::{Gating, HParams, MoeParams, SharedExpert};
-pub use weights::{Ffn, LayerWeights, Mlp, MoeWeights, Progress, Repack, Stage, Weight, Weights};
+pub use weights::{
+    Ffn, LayerWeights, Mlp, MoeWeights, Part, Progress, Repack, Stage, Weight, Weights,
+};
 
 /// A loaded model. Weights stay in the memory map.
 pub struct Model {
@@ -51,20 +53,21 @@ impl Model {
         repack: Repack,
         progress: &Progress<'_>,
     ) -> Result<Model> {
-        Self::load_stage(path, None, repack, progress)
+        Self::load_stage(path, Part::Whole, repack, progress)
     }
 
-    /// [`Model::load_with`] for part of the model (`None`: all of it): only the tensors of
-    /// `stage` are checked, repacked and counted; the others are never read.
+    /// [`Model::load_with`] for a part of the model: only the tensors of its stage are
+    /// checked, repacked and counted; the others are never read. A split that leaves one
+    /// side no blocks is an error before anything is loaded.
     pub fn load_stage(
         path: impl AsRef<Path>,
-        stage: Option<Stage>,
+        part: Part,
         repack: Repack,
         progress: &Progress<'_>,
     ) -> Result<Model> {
         let file = GgufFile::open(path)?;
         let hparams = HParams::from_metadata(&file.header.metadata)?;
-        let stage = stage.unwrap_or_else(|| Stage::whole(hparams.n_layer));
+        let stage = part.stage(hparams.n_layer)?;
         let mut weights = weights::Loader { file: &file }.load(&hparams, &stage)?;
         if repack == Repack::Auto {
             let threads = std::thread::available_parallelism().map_or(1, |n| n.get());

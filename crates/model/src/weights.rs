@@ -181,8 +181,7 @@ pub struct Weights {
 
 /// The part of a model one process holds: blocks `layers` (a contiguous range), with the
 /// embeddings before them (`embed`) and the final norm and output head after them (`head`).
-/// A model split at block `L` is `Stage::first(L)` on one machine and `Stage::last(L, n)`
-/// on the other; hidden states cross between them.
+/// Made from a [`Part`] against the file's block count.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stage {
     pub layers: std::ops::Range<usize>,
@@ -190,32 +189,52 @@ pub struct Stage {
     pub head: bool,
 }
 
-impl Stage {
-    /// The whole model of `n_layer` blocks.
-    pub fn whole(n_layer: usize) -> Stage {
-        Stage {
-            layers: 0..n_layer,
-            embed: true,
-            head: true,
-        }
-    }
+/// Which part of a model to load. A model split at block `L` is `First(L)` on one machine
+/// and `Last(L)` on the other; hidden states cross between them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    Whole,
+    /// The embeddings and blocks `0..L`.
+    First(usize),
+    /// Blocks `L..n_layer` and the output head.
+    Last(usize),
+}
 
-    /// The embeddings and blocks `0..split`.
-    pub fn first(split: usize) -> Stage {
-        Stage {
-            layers: 0..split,
-            embed: true,
-            head: false,
+impl Part {
+    /// The stage of a model of `n_layer` blocks; a split must leave blocks on both sides.
+    pub fn stage(self, n_layer: usize) -> Result<Stage> {
+        let (split, embed) = match self {
+            Part::Whole => {
+                return Ok(Stage {
+                    layers: 0..n_layer,
+                    embed: true,
+                    head: true,
+                })
+            }
+            Part::First(l) => (l, true),
+            Part::Last(l) => (l, false),
+        };
+        if split > n_layer {
+            let asked = if embed {
+                format!("0..{split}")
+            } else {
+                format!("{split}..{n_layer}")
+            };
+            return Err(Error::BadStage(format!(
+                "blocks {asked} of a model of {n_layer} blocks"
+            )));
         }
-    }
-
-    /// Blocks `split..n_layer` and the output head.
-    pub fn last(split: usize, n_layer: usize) -> Stage {
-        Stage {
-            layers: split..n_layer,
-            embed: false,
-            head: true,
+        if split == 0 || split == n_layer {
+            let empty = if split == 0 { "box" } else { "head" };
+            return Err(Error::BadStage(format!(
+                "a split at block {split} of {n_layer} leaves the {empty} no blocks"
+            )));
         }
+        Ok(Stage {
+            layers: if embed { 0..split } else { split..n_layer },
+            embed,
+            head: !embed,
+        })
     }
 }
 
@@ -347,14 +366,8 @@ impl Loader<'_> {
         self.vector(name, n).map(Some)
     }
 
-    /// The weights of `stage` (checked against `hp.n_layer`); nothing else is read.
+    /// The weights of `stage` (made by [`Part::stage`]); nothing else is read.
     pub fn load(&self, hp: &HParams, stage: &Stage) -> Result<Weights> {
-        if stage.layers.start > stage.layers.end || stage.layers.end > hp.n_layer {
-            return Err(Error::BadStage(format!(
-                "blocks {}..{} of a model of {} blocks",
-                stage.layers.start, stage.layers.end, hp.n_layer
-            )));
-        }
         let spec = hp.arch.spec();
         let (e, q, kv) = (hp.n_embd, hp.q_dim(), hp.kv_dim());
         let embd = || self.matrix("token_embd.weight", hp.n_vocab, e);

@@ -7,10 +7,10 @@ mod common;
 use common::{reference, run_stages, run_with, same_bits, FIXTURES};
 use gguf::GgmlType;
 use kernels::Precision;
-use model::{Model, Repack, Stage};
+use model::{Model, Part, Repack};
 
-fn load(file: &str, stage: Option<Stage>) -> Model {
-    Model::load_stage(format!("{FIXTURES}{file}"), stage, Repack::Auto, &|_, _| {}).unwrap()
+fn load(file: &str, part: Part) -> Model {
+    Model::load_stage(format!("{FIXTURES}{file}"), part, Repack::Auto, &|_, _| {}).unwrap()
 }
 
 #[test]
@@ -32,13 +32,13 @@ fn stages_give_the_whole_models_bits() {
         .collect();
     let batches: Vec<Vec<(usize, u32)>> = interleaved.chunks(4).map(|c| c.to_vec()).collect();
     for file in &files {
-        let whole = load(file, None);
+        let whole = load(file, Part::Whole);
         let n = whole.hparams.n_layer;
         for precision in [Precision::Int8, Precision::F32] {
             let want = run_with(&whole, &batches, 2, 2, GgmlType::F16, precision);
             for split in 1..n {
-                let first = load(file, Some(Stage::first(split)));
-                let last = load(file, Some(Stage::last(split, n)));
+                let first = load(file, Part::First(split));
+                let last = load(file, Part::Last(split));
                 let got = run_stages(&[&first, &last], &batches, 2, 2, GgmlType::F16, precision);
                 assert!(
                     same_bits(&got, &want),
@@ -58,13 +58,13 @@ fn stages_give_the_whole_models_bits() {
 #[test]
 fn a_stage_without_a_part_says_so() {
     let file = "qwen3-tiny.gguf";
-    let last = load(file, Some(Stage::last(1, 2)));
+    let last = load(file, Part::Last(1));
     let mut hidden = vec![0f32; last.hparams.n_embd];
     let err = last.embed(&[1], &mut hidden).unwrap_err().to_string();
     assert!(err.contains("does not hold the embeddings"), "{err}");
     let bad = Model::load_stage(
         format!("{FIXTURES}{file}"),
-        Some(Stage::first(3)),
+        Part::First(3),
         Repack::Auto,
         &|_, _| {},
     );

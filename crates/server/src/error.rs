@@ -30,12 +30,8 @@ pub enum Error {
     DraftVocab { path: String, why: String },
     #[error("server: {0}")]
     Io(#[from] std::io::Error),
-    #[error(transparent)]
-    Gguf(#[from] gguf::Error),
     #[error("split: {0}")]
     Split(#[from] split::Error),
-    #[error("{0}")]
-    Config(String),
 }
 
 /// An error answered to a client: `{"error":{"message","type","param","code"}}`.

@@ -6,8 +6,7 @@ use std::time::Instant;
 
 use engine::speculative::{Ngram, SpecConfig, Speculation};
 use engine::{EngineConfig, EngineHandle, MemoryPlan, SamplerConfig};
-use gguf::GgufFile;
-use model::{HParams, Model, Repack, Stage};
+use model::{Model, Part, Repack};
 use split::head::BoxClient;
 use text::{ChatTemplate, Tokenizer};
 
@@ -172,18 +171,18 @@ fn available_memory() -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// Loads the model (or its `stage`), with a progress bar of the repacking when stderr is a
+/// Loads the model (or its `part`), with a progress bar of the repacking when stderr is a
 /// terminal (the server prints one line when the model is ready either way).
-fn load_model(path: &std::path::Path, stage: Option<Stage>) -> Result<Model, model::Error> {
+fn load_model(path: &std::path::Path, part: Part) -> Result<Model, model::Error> {
     use std::io::IsTerminal;
     if !std::io::stderr().is_terminal() {
-        return Model::load_stage(path, stage, Repack::Auto, &|_, _| {});
+        return Model::load_stage(path, part, Repack::Auto, &|_, _| {});
     }
     let bar = indicatif::ProgressBar::new(0).with_style(
         indicatif::ProgressStyle::with_template("loading {bar:40} {bytes}/{total_bytes}")
             .expect("a valid template"),
     );
-    let model = Model::load_stage(path, stage, Repack::Auto, &|done, total| {
+    let model = Model::load_stage(path, part, Repack::Auto, &|done, total| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
     });
@@ -193,22 +192,11 @@ fn load_model(path: &std::path::Path, stage: Option<Stage>) -> Result<Model, mod
 
 /// Loads the model, checks the memory plan against the limit, and starts the engine.
 pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
-    let stage = match &config.split {
-        None => None,
-        Some(s) => {
-            let n_layer =
-                HParams::from_metadata(&GgufFile::open(&config.model_path)?.header.metadata)?
-                    .n_layer;
-            if s.at == 0 || s.at >= n_layer {
-                return Err(Error::Config(format!(
-                    "--split-at {} must leave blocks on both sides (the model has {n_layer})",
-                    s.at
-                )));
-            }
-            Some(Stage::last(s.at, n_layer))
-        }
-    };
-    let model = load_model(&config.model_path, stage)?;
+    let part = config
+        .split
+        .as_ref()
+        .map_or(Part::Whole, |s| Part::Last(s.at));
+    let model = load_model(&config.model_path, part)?;
     let hp = &model.hparams;
     let md = &model.file.header.metadata;
     let tok = Arc::new(Tokenizer::from_gguf(md)?);

@@ -8,15 +8,15 @@ use engine::{Context, ContextConfig, Outputs};
 use gguf::GgmlType;
 use kernels::{Precision, ThreadPool};
 use kv::{KvConfig, KvPool, SeqKv};
-use model::{Batch, Model, Repack, Row, Scratch, Stage};
+use model::{Batch, Model, Part, Repack, Row, Scratch};
 use split::frame::StepRow;
 use split::head::{BoxClient, StateType};
 use split::worker::BoxWorker;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../model/tests/fixtures/");
 
-fn load(file: &str, stage: Option<Stage>) -> Model {
-    Model::load_stage(format!("{FIXTURES}{file}"), stage, Repack::Auto, &|_, _| {}).unwrap()
+fn load(file: &str, part: Part) -> Model {
+    Model::load_stage(format!("{FIXTURES}{file}"), part, Repack::Auto, &|_, _| {}).unwrap()
 }
 
 /// The sizes of both the box and the whole-model reference.
@@ -32,7 +32,7 @@ fn config() -> ContextConfig {
 
 /// Starts a box over blocks `0..split` of `file` on a free port of 127.0.0.1.
 fn start_box(file: &str, split: usize) -> SocketAddr {
-    let model = load(file, Some(Stage::first(split)));
+    let model = load(file, Part::First(split));
     let worker = BoxWorker::new(model, config()).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -61,8 +61,7 @@ struct Head {
 
 impl Head {
     fn new(file: &str, split: usize, addr: SocketAddr) -> Head {
-        let n = load(file, None).hparams.n_layer;
-        let model = load(file, Some(Stage::last(split, n)));
+        let model = load(file, Part::Last(split));
         let hp = &model.hparams;
         let kv = KvPool::new(KvConfig {
             n_layer: model.stage.layers.len(),
@@ -168,7 +167,7 @@ fn a_split_model_computes_the_whole_models_bits() {
         for &t in &a[6..] {
             got0.push(head.step(&[(0, t)]).remove(0));
         }
-        let model = load(file, None);
+        let model = load(file, Part::Whole);
         let want0 = whole(&model, &a);
         assert_eq!(got0.len(), want0.len());
         for (i, (g, w)) in got0.iter().zip(&want0).enumerate() {
@@ -190,14 +189,14 @@ fn a_split_model_computes_the_whole_models_bits() {
 #[test]
 fn a_head_of_another_model_or_split_is_refused() {
     let addr = start_box("qwen3-tiny.gguf", 1);
-    let other = load("qwen2-tiny.gguf", Some(Stage::last(1, 2)));
+    let other = load("qwen2-tiny.gguf", Part::Last(1));
     let err = BoxClient::connect(addr, &other, StateType::F32)
         .err()
         .unwrap()
         .to_string();
     assert!(err.contains("is not the box's"), "{err}");
     let addr = start_box("qwen3moe-moe-k5.gguf", 1);
-    let wrong_split = load("qwen3moe-moe-k5.gguf", Some(Stage::last(2, 3)));
+    let wrong_split = load("qwen3moe-moe-k5.gguf", Part::Last(2));
     let err = BoxClient::connect(addr, &wrong_split, StateType::F32)
         .err()
         .unwrap()

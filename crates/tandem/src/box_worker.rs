@@ -2,7 +2,7 @@
 //! serving a `tandem serve --split-at L --box ADDR` head over TCP.
 
 use clap::Args;
-use model::{Model, Repack, Stage};
+use model::{Model, Part, Repack};
 use split::worker::BoxWorker;
 
 use crate::cli::ModelArgs;
@@ -31,19 +31,8 @@ fn parse_layers(s: &str) -> Result<usize, String> {
 
 pub fn execute(a: BoxArgs) -> Result<(), CliError> {
     let path = a.model.path()?;
-    let model = Model::load_stage(
-        &path,
-        Some(Stage::first(a.layers)),
-        Repack::Auto,
-        &|_, _| {},
-    )?;
+    let model = Model::load_stage(&path, Part::First(a.layers), Repack::Auto, &|_, _| {})?;
     let n_layer = model.hparams.n_layer;
-    if a.layers >= n_layer {
-        return Err(CliError::Usage(format!(
-            "--layers 0:{} leaves the head no blocks (the model has {n_layer})",
-            a.layers
-        )));
-    }
     let cfg = a.model.context_config();
     eprintln!(
         "tandem box: blocks 0..{} of {n_layer} of {}, weights {:.1} MiB",
