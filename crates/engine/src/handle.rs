@@ -112,7 +112,8 @@ pub struct Counters {
     pub n_busy_slots_total: u64,
     pub requests_done: u64,
     pub requests_cancelled: u64,
-    /// Requests stopped because the model's numbers became NaN or infinite.
+    /// Requests stopped by the server: the model's numbers became NaN or infinite, or a
+    /// split model's box stayed down past its grace window.
     pub requests_failed: u64,
     /// Requests whose KV was taken back to make room for older ones.
     pub preemptions_total: u64,

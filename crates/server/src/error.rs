@@ -34,6 +34,9 @@ pub enum Error {
     Split(#[from] split::Error),
 }
 
+/// Seconds a client is told to wait when a split model's box is down.
+const BOX_RETRY_AFTER_S: u32 = 5;
+
 /// An error answered to a client: `{"error":{"message","type","param","code"}}`.
 #[derive(Debug, Clone)]
 pub struct ApiError {
@@ -85,6 +88,11 @@ impl ApiError {
         }
     }
 
+    /// 503 for a split model whose box is down: retry once it may be back.
+    pub fn box_down(message: impl Into<String>) -> Self {
+        Self::unavailable(message, BOX_RETRY_AFTER_S)
+    }
+
     pub fn unavailable(message: impl Into<String>, retry_after: u32) -> Self {
         ApiError {
             status: StatusCode::SERVICE_UNAVAILABLE,
@@ -130,7 +138,7 @@ impl From<engine::Error> for ApiError {
     fn from(e: engine::Error) -> Self {
         match e {
             engine::Error::QueueFull { .. } => ApiError::unavailable(e.to_string(), 1),
-            engine::Error::Unavailable(m) => ApiError::unavailable(m, 5),
+            engine::Error::Unavailable(m) => ApiError::box_down(m),
             e => ApiError::internal(e.to_string()),
         }
     }

@@ -21,9 +21,6 @@ use crate::error::ApiError;
 use crate::format::Reply;
 use crate::state::Shared;
 use crate::validate::{parse, RawRequest, Route, ValidGen};
-
-/// Seconds a client is told to wait when a split model's box is down.
-const RETRY_AFTER_S: u32 = 5;
 use crate::{body, ready};
 
 pub async fn chat(
@@ -97,7 +94,7 @@ async fn whole(
             }
             Event::Rejected(m) => return Err(ApiError::bad_request(m)),
             Event::Failed(m) => return Err(ApiError::internal(m)),
-            Event::Unavailable(m) => return Err(ApiError::unavailable(m, RETRY_AFTER_S)),
+            Event::Unavailable(m) => return Err(ApiError::box_down(m)),
         }
     }
     Err(ApiError::internal("the engine stopped"))
@@ -163,8 +160,7 @@ fn sse(
                     st.finished = true;
                 }
                 Some(Event::Unavailable(m)) => {
-                    let e = ApiError::unavailable(m, RETRY_AFTER_S);
-                    st.out.push_back(data(&e.body()));
+                    st.out.push_back(data(&ApiError::box_down(m).body()));
                     st.finished = true;
                 }
                 None => {

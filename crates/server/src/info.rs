@@ -28,10 +28,9 @@ pub async fn ready_route(State(s): State<Shared>) -> Result<Json<Value>, ApiErro
     let r = ready(&s)?;
     match r.engine.front_state() {
         engine::FrontState::Up => Ok(Json(json!({"status": "ok"}))),
-        state => Err(ApiError::unavailable(
-            format!("the box of this split model is not there ({state:?})"),
-            1,
-        )),
+        state => Err(ApiError::box_down(format!(
+            "the box of this split model is not there ({state:?})"
+        ))),
     }
 }
 
@@ -367,7 +366,7 @@ pub async fn metrics(State(s): State<Shared>) -> Result<Response, ApiError> {
     }
     let _ = writeln!(
         out,
-        "# HELP tandem:requests_failed_total Requests stopped because the model computed NaN or infinite numbers.\n# TYPE tandem:requests_failed_total counter\ntandem:requests_failed_total {}",
+        "# HELP tandem:requests_failed_total Requests stopped by the server: the model computed NaN or infinite numbers, or a split model's box stayed down.\n# TYPE tandem:requests_failed_total counter\ntandem:requests_failed_total {}",
         c.requests_failed
     );
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())

@@ -540,10 +540,7 @@ impl Engine {
                  its output cannot be trusted and it was stopped"
             ));
             self.counters.requests_failed += 1;
-            self.kv.release(&mut a.seq.kv);
-            if let Some(f) = &mut self.front {
-                let _ = f.release(a.seq.task);
-            }
+            release_kv(&mut self.kv, &mut self.front, &mut a.seq);
             if let Some(spec) = &mut self.spec {
                 spec.release(slot);
             }
@@ -654,9 +651,14 @@ fn give_kv(
 ) {
     match front {
         None => cache.give(kv, &mut seq.kv, &seq.tokens),
-        Some(f) => {
-            kv.release(&mut seq.kv);
-            let _ = f.release(seq.task);
-        }
+        Some(_) => release_kv(kv, front, seq),
+    }
+}
+
+/// Frees a sequence's KV, here and (split) on the box, without caching it.
+fn release_kv(kv: &mut KvPool, front: &mut Option<Box<dyn Front>>, seq: &mut Sequence) {
+    kv.release(&mut seq.kv);
+    if let Some(f) = front {
+        let _ = f.release(seq.task);
     }
 }
