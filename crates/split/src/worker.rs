@@ -211,7 +211,8 @@ impl BoxWorker {
     }
 
     fn forward_chunk(&mut self, rows: &[StepRow], out: &mut [f32]) -> Result<()> {
-        let mut ids: Vec<u64> = Vec::new();
+        // The sessions of the chunk in order, and the length each has after it.
+        let (mut ids, mut lens): (Vec<u64>, Vec<usize>) = (Vec::new(), Vec::new());
         let mut batch_rows = Vec::with_capacity(rows.len());
         for r in rows {
             if ids.last() != Some(&r.session) {
@@ -222,30 +223,24 @@ impl BoxWorker {
                     )));
                 }
                 ids.push(r.session);
+                lens.push(self.sessions.entry(r.session).or_default().len());
             }
-            let seq = self.sessions.entry(r.session).or_default();
-            let expected = seq.len()
-                + batch_rows
-                    .iter()
-                    .filter(|b: &&Row| b.seq == ids.len() - 1)
-                    .count();
-            if r.pos as usize != expected {
+            let next = lens.last_mut().expect("pushed with its session");
+            if r.pos as usize != *next {
                 return Err(Error::Protocol(format!(
-                    "session {} sent position {} where the box expects {expected}",
+                    "session {} sent position {} where the box expects {next}",
                     r.session, r.pos
                 )));
             }
+            *next += 1;
             batch_rows.push(Row {
                 pos: r.pos as usize,
                 seq: ids.len() - 1,
             });
         }
-        let mut lens = Vec::with_capacity(ids.len());
-        for (i, id) in ids.iter().enumerate() {
+        for (id, &len) in ids.iter().zip(&lens) {
             let seq = self.sessions.get_mut(id).expect("entered above");
-            let len = seq.len() + batch_rows.iter().filter(|b| b.seq == i).count();
             self.kv.reserve(seq, len)?;
-            lens.push(len);
         }
         let tokens: Vec<u32> = rows.iter().map(|r| r.token).collect();
         let e = self.model.hparams.n_embd;
