@@ -44,12 +44,11 @@ impl Synthetic {
     /// Checks the shape against the architecture before anything is written.
     fn check(&self) -> Result<()> {
         let bad = |problem: String| Err(Error::Synthetic(problem));
-        let wants_experts = !matches!(self.arch.spec().experts, Experts::Never);
         match (self.experts, self.arch.spec().experts) {
             (None, Experts::Always(_)) => {
                 return bad(format!("{} needs experts", self.arch.name()))
             }
-            (Some(_), _) if !wants_experts => {
+            (Some(_), Experts::Never) => {
                 return bad(format!("{} has no experts", self.arch.name()))
             }
             (Some(x), _) if x.n_expert_used == 0 || x.n_expert_used > x.n_expert => {
