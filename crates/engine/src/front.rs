@@ -1,7 +1,8 @@
 //! The blocks before the engine's model stage, when they run elsewhere: a split model's
 //! box holds the embeddings and blocks `0..L` and the engine runs `L..n` and the head.
 
-use std::time::Duration;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 
 use model::Model;
 
@@ -25,6 +26,15 @@ pub trait Front: Send {
     fn replay(&mut self, rows: &[(u64, usize, u32)]) -> Result<(), String>;
     /// How long the engine keeps trying to reconnect before it gives the requests up.
     fn grace(&self) -> Duration;
+    /// Starts computing `tokens` as positions `from..` of `session` ahead of the steps
+    /// (a prompt): `forward` then takes those rows' states as they arrive.
+    fn stream(&mut self, session: u64, from: usize, tokens: &[u32]) -> Result<(), String>;
+    /// Whether `session` has streamed rows not yet taken.
+    fn streams(&self, session: u64) -> bool;
+    /// Checks that the front is there (while the engine is idle).
+    fn heartbeat(&mut self) -> Result<(), String>;
+    /// The front's compute intervals since the last call, on this side's clock.
+    fn take_busy(&mut self) -> Vec<(Instant, Instant)>;
     /// What crossed the link so far.
     fn stats(&self) -> FrontStats;
 }
@@ -80,5 +90,64 @@ pub(crate) fn enter(
             let tokens: Vec<u32> = rows.iter().map(|r| r.2).collect();
             model.embed(&tokens, hidden).map_err(|e| e.to_string())
         }
+    }
+}
+
+/// How long both stages computed at once: the engine's compute intervals against the
+/// front's. Intervals of one side do not overlap each other, so each new interval is
+/// intersected with the other side's recent ones and every overlap counts once.
+#[derive(Debug, Default)]
+pub(crate) struct Overlap {
+    head: VecDeque<(Instant, Instant)>,
+    front: VecDeque<(Instant, Instant)>,
+    /// Seconds both were busy.
+    pub both: f64,
+}
+
+/// Intervals of one side kept to meet the other side's later ones.
+const KEPT: usize = 64;
+
+impl Overlap {
+    /// The engine computed from `a` to `b`.
+    pub fn head(&mut self, a: Instant, b: Instant) {
+        self.both += Self::meet(&self.front, a, b);
+        Self::keep(&mut self.head, (a, b));
+    }
+
+    /// The front computed from `a` to `b`.
+    pub fn front(&mut self, a: Instant, b: Instant) {
+        self.both += Self::meet(&self.head, a, b);
+        Self::keep(&mut self.front, (a, b));
+    }
+
+    fn meet(others: &VecDeque<(Instant, Instant)>, a: Instant, b: Instant) -> f64 {
+        others
+            .iter()
+            .map(|&(c, d)| d.min(b).saturating_duration_since(c.max(a)).as_secs_f64())
+            .sum()
+    }
+
+    fn keep(list: &mut VecDeque<(Instant, Instant)>, i: (Instant, Instant)) {
+        if list.len() == KEPT {
+            list.pop_front();
+        }
+        list.push_back(i);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlap_counts_each_shared_second_once() {
+        let t = Instant::now();
+        let at = |ms: u64| t + Duration::from_millis(ms);
+        let mut o = Overlap::default();
+        o.head(at(0), at(100));
+        o.front(at(50), at(150));
+        o.head(at(120), at(200));
+        o.front(at(300), at(400));
+        assert!((o.both - 0.080).abs() < 1e-9, "{}", o.both);
     }
 }

@@ -131,6 +131,9 @@ pub struct Counters {
     pub box_replayed_rows_total: u64,
     /// Split: seconds of this stage's own work in steps (blocks L..n, head, sampling).
     pub head_compute_seconds_total: f64,
+    /// Split: seconds during which the box and this stage computed at once (the box's
+    /// compute ending when its states arrived).
+    pub both_busy_seconds_total: f64,
 }
 
 /// The engine's state between two steps.

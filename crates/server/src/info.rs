@@ -295,7 +295,7 @@ pub async fn metrics(State(s): State<Shared>) -> Result<Response, ApiError> {
         } else {
             0.0
         };
-        let split: [(&str, &str, &str, f64); 10] = [
+        let split: [(&str, &str, &str, f64); 11] = [
             (
                 "box_requests_total",
                 "counter",
@@ -343,6 +343,12 @@ pub async fn metrics(State(s): State<Shared>) -> Result<Response, ApiError> {
                 "counter",
                 "Split: seconds of this stage's own work in steps.",
                 c.head_compute_seconds_total,
+            ),
+            (
+                "split_both_busy_seconds_total",
+                "counter",
+                "Split: seconds during which the box and this stage computed at once.",
+                c.both_busy_seconds_total,
             ),
             (
                 "box_reconnects_total",

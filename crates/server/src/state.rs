@@ -90,6 +90,8 @@ pub struct SplitSettings {
     pub states: split::head::StateType,
     /// How long a lost box is waited for before requests get 503.
     pub grace: std::time::Duration,
+    /// Rows per chunk of a streamed prompt.
+    pub chunk: usize,
 }
 
 impl ServerConfig {
@@ -285,7 +287,9 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
     let front: Option<Box<dyn engine::Front>> = match &config.split {
         None => None,
         Some(s) => {
-            let client = BoxClient::connect(s.box_addr, &model, s.states)?.with_grace(s.grace);
+            let client = BoxClient::connect(s.box_addr, &model, s.states)?
+                .with_grace(s.grace)
+                .with_chunk(s.chunk);
             eprintln!(
                 "split: blocks {}..{} here, 0..{} on the box at {} (epoch {:016x})",
                 s.at,

@@ -1,9 +1,12 @@
 //! The frames of the stage protocol: a fixed header, then the body of one message, all
-//! little-endian. Frames travel length-delimited ([`crate::codec`]).
+//! little-endian. Frames travel length-delimited (tokio-util's `LengthDelimitedCodec`).
 //!
 //! Header (44 bytes): magic `TDSP`, protocol version (u16), message kind (u8), flags (u8;
 //! bit 0: hidden states as f16), model hash (u64), session id (u64), box epoch (u64),
 //! sequence number (u64), position (u32).
+//!
+//! A head opens two connections to its box, a link: the fast lane (hello, step rows,
+//! commits, releases, pings) and the bulk lane (prompt streams and their credits).
 
 use bytes::{Buf, BufMut, BytesMut};
 
@@ -11,7 +14,7 @@ use crate::{Error, Result};
 
 pub const MAGIC: [u8; 4] = *b"TDSP";
 /// Bumped whenever a frame's layout or meaning changes; peers of other versions are refused.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 pub const HEADER_BYTES: usize = 44;
 /// Flag: the hidden states of the frame are f16 (else f32).
 pub const F16_STATES: u8 = 1;
@@ -44,14 +47,19 @@ pub struct StepRow {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Message {
     /// Head → box, first on a connection: the head runs blocks `split..` of a model of
-    /// width `n_embd`.
+    /// width `n_embd`. `lane` is [`FAST_LANE`] (a new link; `link` 0) or [`BULK_LANE`]
+    /// (joining the link the fast lane's welcome named).
     Hello {
         split: u32,
         n_embd: u32,
+        lane: u8,
+        link: u64,
     },
-    /// Box → head: the box holds blocks `0..split` of the same model (epoch in the header).
+    /// Box → head: the box holds blocks `0..split` of the same model (epoch in the header);
+    /// the connection belongs to `link`.
     Welcome {
         split: u32,
+        link: u64,
     },
     /// Box → head: the connection is refused (model, split or version differ) or a
     /// request failed; the text says why.
@@ -63,8 +71,9 @@ pub enum Message {
     Forward {
         rows: Vec<StepRow>,
     },
-    /// Box → head: the boundary states of a `Forward`'s rows, `[rows, n_embd]`, and the
-    /// microseconds the box computed them for.
+    /// Box → head: the boundary states of a `Forward`'s rows, or (bulk lane) of one chunk
+    /// of a stream, from position `pos` of `session` in the header; `[rows, n_embd]`, and
+    /// the microseconds the box computed them for.
     States {
         states: Vec<f32>,
         compute_us: u64,
@@ -79,7 +88,23 @@ pub enum Message {
     },
     Ping,
     Pong,
+    /// Head → box, bulk lane: compute `tokens` as positions `pos..` of `session` (header)
+    /// ahead of the steps that need them, and send their states in chunks of `chunk` rows,
+    /// one chunk per credit.
+    Stream {
+        chunk: u32,
+        tokens: Vec<u32>,
+    },
+    /// Head → box, bulk lane: `session`'s stream may send `chunks` more chunks (the head
+    /// has room for them).
+    Credit {
+        chunks: u32,
+    },
 }
+
+/// [`Message::Hello`]'s lanes.
+pub const FAST_LANE: u8 = 0;
+pub const BULK_LANE: u8 = 1;
 
 impl Message {
     fn kind(&self) -> u8 {
@@ -93,6 +118,8 @@ impl Message {
             Message::Release { .. } => 7,
             Message::Ping => 8,
             Message::Pong => 9,
+            Message::Stream { .. } => 10,
+            Message::Credit { .. } => 11,
         }
     }
 }
@@ -118,11 +145,21 @@ impl Frame {
         out.put_u64_le(h.seq);
         out.put_u32_le(h.pos);
         match &self.message {
-            Message::Hello { split, n_embd } => {
+            Message::Hello {
+                split,
+                n_embd,
+                lane,
+                link,
+            } => {
                 out.put_u32_le(*split);
                 out.put_u32_le(*n_embd);
+                out.put_u8(*lane);
+                out.put_u64_le(*link);
             }
-            Message::Welcome { split } => out.put_u32_le(*split),
+            Message::Welcome { split, link } => {
+                out.put_u32_le(*split);
+                out.put_u64_le(*link);
+            }
             Message::Refused { reason } => out.put_slice(reason.as_bytes()),
             Message::Forward { rows } => {
                 out.put_u32_le(rows.len() as u32);
@@ -155,6 +192,12 @@ impl Frame {
                 sessions.iter().for_each(|&s| out.put_u64_le(s));
             }
             Message::Ping | Message::Pong => {}
+            Message::Stream { chunk, tokens } => {
+                out.put_u32_le(*chunk);
+                out.put_u32_le(tokens.len() as u32);
+                tokens.iter().for_each(|&t| out.put_u32_le(t));
+            }
+            Message::Credit { chunks } => out.put_u32_le(*chunks),
         }
     }
 
@@ -205,6 +248,11 @@ impl Body<'_> {
         Ok(())
     }
 
+    fn u8(&mut self) -> Result<u8> {
+        self.need(1)?;
+        Ok(self.0.get_u8())
+    }
+
     fn u32(&mut self) -> Result<u32> {
         self.need(4)?;
         Ok(self.0.get_u32_le())
@@ -227,8 +275,13 @@ impl Body<'_> {
             1 => Message::Hello {
                 split: self.u32()?,
                 n_embd: self.u32()?,
+                lane: self.u8()?,
+                link: self.u64()?,
             },
-            2 => Message::Welcome { split: self.u32()? },
+            2 => Message::Welcome {
+                split: self.u32()?,
+                link: self.u64()?,
+            },
             3 => Message::Refused {
                 reason: String::from_utf8_lossy(std::mem::take(&mut self.0)).into_owned(),
             },
@@ -271,6 +324,15 @@ impl Body<'_> {
             }
             8 => Message::Ping,
             9 => Message::Pong,
+            10 => {
+                let chunk = self.u32()?;
+                let n = self.count(4)?;
+                let tokens = (0..n).map(|_| self.u32()).collect::<Result<_>>()?;
+                Message::Stream { chunk, tokens }
+            }
+            11 => Message::Credit {
+                chunks: self.u32()?,
+            },
             other => return Err(Error::Protocol(format!("unknown message kind {other}"))),
         };
         if !self.0.is_empty() {
@@ -305,8 +367,10 @@ mod tests {
             Message::Hello {
                 split: 14,
                 n_embd: 1536,
+                lane: BULK_LANE,
+                link: 3,
             },
-            Message::Welcome { split: 14 },
+            Message::Welcome { split: 14, link: 3 },
             Message::Refused {
                 reason: "model hash differs".into(),
             },
@@ -336,6 +400,11 @@ mod tests {
             },
             Message::Ping,
             Message::Pong,
+            Message::Stream {
+                chunk: 2048,
+                tokens: vec![1, 2, 3],
+            },
+            Message::Credit { chunks: 2 },
         ];
         for flags in [0, F16_STATES] {
             for m in &messages {

@@ -1,14 +1,14 @@
 //! The head's side of the link: a blocking client for the engine thread, which owns the
 //! token log of every session and drives the box step by step.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use model::Model;
 use tokio::runtime::Runtime;
 
-use crate::frame::{Frame, Header, Message, StepRow, F16_STATES, VERSION};
+use crate::frame::{Frame, Header, Message, StepRow, BULK_LANE, F16_STATES, FAST_LANE, VERSION};
 use crate::{Conn, Error, Result};
 
 /// How hidden states cross the link.
@@ -24,18 +24,40 @@ pub enum StateType {
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long the box may take to answer a hello or a ping.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
-/// The per-step deadline: this, plus [`DEADLINE_PER_ROW`] for each row of the step. A box
-/// that does not answer in time (hung, stopped, cut off) is treated as lost.
+/// The per-step deadline: this, plus [`DEADLINE_PER_ROW`] for each row of the step (or of
+/// a stream's chunk). A box that does not answer in time (its compute stuck) is lost.
 const STEP_DEADLINE: Duration = Duration::from_secs(10);
 const DEADLINE_PER_ROW: Duration = Duration::from_millis(50);
+/// While it waits, the head pings the box after this long without a frame; a box that
+/// stays silent for [`SILENCE`] (pongs included: it answers them while it computes) is
+/// lost, however long its step may take.
+const HEARTBEAT: Duration = Duration::from_secs(1);
+const SILENCE: Duration = Duration::from_secs(3);
+/// Chunks of a stream the box may compute ahead of the head (its credits).
+const WINDOW: u32 = 2;
+/// Rows per chunk of a prompt stream, unless told otherwise.
+pub const DEFAULT_CHUNK: usize = 2048;
 
-/// A connection to a box that holds blocks `0..split` of the head's model. It records a
-/// hash of every boundary state the box returned, by session and position, so that a
-/// replay after a reconnect is checked against the first computation.
+/// A stream's states as they arrive: positions `next..end` are still to be taken.
+struct Incoming {
+    next: u32,
+    end: u32,
+    /// The first position of the next chunk to arrive.
+    arriving: u32,
+    /// Chunks arrived and not yet wholly taken: first position, states.
+    chunks: VecDeque<(u32, Vec<f32>)>,
+}
+
+/// A connection to a box that holds blocks `0..split` of the head's model: a fast lane for
+/// steps and a bulk lane for prompt streams. It records a hash of every boundary state the
+/// box returned, by session and position, so that a replay after a reconnect is checked
+/// against the first computation.
 pub struct BoxClient {
     rt: Runtime,
     addr: SocketAddr,
-    conn: Conn,
+    fast: Conn,
+    bulk: Conn,
+    link: u64,
     hash: u64,
     flags: u8,
     epoch: u64,
@@ -43,8 +65,17 @@ pub struct BoxClient {
     split: u32,
     n_embd: usize,
     grace: Duration,
+    chunk: usize,
     /// Per session: the hash of the state at each position.
     states: HashMap<u64, Vec<u64>>,
+    streams: HashMap<u64, Incoming>,
+    /// A fast-lane reply that came while the head waited for something else.
+    reply: Option<Frame>,
+    /// The sequence number of the last pong.
+    pong: u64,
+    last_heard: Instant,
+    /// The box's compute intervals (on this side's clock) not yet taken by the engine.
+    busy: Vec<(Instant, Instant)>,
     stats: engine::FrontStats,
 }
 
@@ -58,18 +89,29 @@ fn state_hash(row: &[f32]) -> u64 {
     })
 }
 
+fn timed_out(what: impl std::fmt::Display) -> Error {
+    Error::Io(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        what.to_string(),
+    ))
+}
+
 impl BoxClient {
-    /// Connects and says hello: the box must hold blocks `0..model.stage.layers.start` of
-    /// the same file (same [`crate::model_hash`]), or it refuses and this is the error.
+    /// Connects both lanes and says hello: the box must hold blocks
+    /// `0..model.stage.layers.start` of the same file (same [`crate::model_hash`]), or it
+    /// refuses and this is the error.
     pub fn connect(addr: SocketAddr, model: &Model, states: StateType) -> Result<BoxClient> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let conn = Self::open(&rt, addr)?;
+        let fast = Self::open(&rt, addr)?;
+        let bulk = Self::open(&rt, addr)?;
         let mut client = BoxClient {
             rt,
             addr,
-            conn,
+            fast,
+            bulk,
+            link: 0,
             hash: crate::model_hash(&model.file),
             flags: if states == StateType::F16 {
                 F16_STATES
@@ -81,16 +123,28 @@ impl BoxClient {
             split: model.stage.layers.start as u32,
             n_embd: model.hparams.n_embd,
             grace: Duration::from_secs(10),
+            chunk: DEFAULT_CHUNK,
             states: HashMap::new(),
+            streams: HashMap::new(),
+            reply: None,
+            pong: 0,
+            last_heard: Instant::now(),
+            busy: Vec::new(),
             stats: engine::FrontStats::default(),
         };
-        client.hello()?;
+        client.handshake()?;
         Ok(client)
     }
 
     /// How long the engine tries to reconnect to a lost box (default 10 s).
     pub fn with_grace(mut self, grace: Duration) -> BoxClient {
         self.grace = grace;
+        self
+    }
+
+    /// Rows per chunk of a prompt stream (default [`DEFAULT_CHUNK`]).
+    pub fn with_chunk(mut self, chunk: usize) -> BoxClient {
+        self.chunk = chunk.max(1);
         self
     }
 
@@ -105,52 +159,84 @@ impl BoxClient {
         };
         match rt.block_on(connect) {
             Ok(stream) => Conn::new(stream?),
-            Err(_) => Err(Error::Io(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("no answer from {addr} in {CONNECT_TIMEOUT:?}"),
+            Err(_) => Err(timed_out(format!(
+                "no answer from {addr} in {CONNECT_TIMEOUT:?}"
             ))),
         }
     }
 
-    fn hello(&mut self) -> Result<()> {
-        let split = self.split;
-        let welcome = self.request(
+    /// The fast lane's hello opens a link, the bulk lane's joins it.
+    fn handshake(&mut self) -> Result<()> {
+        let (link, epoch) = self.hello(FAST_LANE, 0)?;
+        (self.link, self.epoch) = (link, epoch);
+        match self.hello(BULK_LANE, link)? {
+            (l, e) if l == link && e == epoch => Ok(()),
+            (l, _) => Err(Error::Protocol(format!(
+                "the bulk lane joined link {l}, not {link}"
+            ))),
+        }
+    }
+
+    fn hello(&mut self, lane: u8, link: u64) -> Result<(u64, u64)> {
+        let frame = self.frame(
+            0,
+            0,
             Message::Hello {
-                split,
+                split: self.split,
                 n_embd: self.n_embd as u32,
+                lane,
+                link,
             },
-            REPLY_TIMEOUT,
-        )?;
-        match welcome.message {
-            Message::Welcome { split: s } if s == split => {
-                self.epoch = welcome.header.epoch;
-                Ok(())
+        );
+        let conn = if lane == FAST_LANE {
+            &mut self.fast
+        } else {
+            &mut self.bulk
+        };
+        let reply = self.rt.block_on(async {
+            conn.send(&frame).await?;
+            tokio::time::timeout(REPLY_TIMEOUT, conn.recv())
+                .await
+                .map_err(|_| timed_out(format!("no welcome within {REPLY_TIMEOUT:?}")))?
+        })?;
+        match reply.map(|f| (f.header.epoch, f.message)) {
+            Some((epoch, Message::Welcome { split, link })) if split == self.split => {
+                self.last_heard = Instant::now();
+                Ok((link, epoch))
             }
+            Some((_, Message::Refused { reason })) => Err(Error::Refused(reason)),
             other => Err(Error::Protocol(format!(
                 "expected a welcome, got {other:?}"
             ))),
         }
     }
 
-    /// Connects again; the box then holds no session of this head (each must be replayed).
+    /// Connects again; the box then holds no session of this head (each must be replayed,
+    /// and its stream, if it had one, started again).
     pub fn reconnect(&mut self) -> Result<()> {
-        let (sent, received) = (self.conn.sent, self.conn.received);
-        self.conn = Self::open(&self.rt, self.addr)?;
-        self.stats.bytes_sent += sent;
-        self.stats.bytes_received += received;
-        self.hello()
+        let old = (
+            self.fast.sent + self.bulk.sent,
+            self.fast.received + self.bulk.received,
+        );
+        self.streams.clear();
+        self.reply = None;
+        self.fast = Self::open(&self.rt, self.addr)?;
+        self.bulk = Self::open(&self.rt, self.addr)?;
+        self.stats.bytes_sent += old.0;
+        self.stats.bytes_received += old.1;
+        self.handshake()
     }
 
     /// What crossed the link so far (all connections).
     pub fn stats(&self) -> engine::FrontStats {
         engine::FrontStats {
-            bytes_sent: self.stats.bytes_sent + self.conn.sent,
-            bytes_received: self.stats.bytes_received + self.conn.received,
+            bytes_sent: self.stats.bytes_sent + self.fast.sent + self.bulk.sent,
+            bytes_received: self.stats.bytes_received + self.fast.received + self.bulk.received,
             ..self.stats
         }
     }
 
-    fn frame(&mut self, message: Message) -> Frame {
+    fn frame(&mut self, session: u64, pos: u32, message: Message) -> Frame {
         self.seq += 1;
         Frame {
             header: Header {
@@ -159,61 +245,232 @@ impl BoxClient {
                 model_hash: self.hash,
                 epoch: self.epoch,
                 seq: self.seq,
-                ..Header::default()
+                session,
+                pos,
             },
             message,
         }
     }
 
-    fn send(&mut self, message: Message) -> Result<u64> {
-        let frame = self.frame(message);
-        self.rt.block_on(self.conn.send(&frame))?;
+    fn send(&mut self, lane: u8, session: u64, pos: u32, message: Message) -> Result<u64> {
+        let frame = self.frame(session, pos, message);
+        let conn = if lane == FAST_LANE {
+            &mut self.fast
+        } else {
+            &mut self.bulk
+        };
+        self.rt.block_on(conn.send(&frame))?;
         Ok(frame.header.seq)
     }
 
-    /// Sends `message` and waits for the reply to it, at most `within`.
-    fn request(&mut self, message: Message, within: Duration) -> Result<Frame> {
-        let seq = self.send(message)?;
-        let conn = &mut self.conn;
-        let reply = self
-            .rt
-            .block_on(async { tokio::time::timeout(within, conn.recv()).await })
-            .map_err(|_| {
-                Error::Io(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("no reply from the box within {within:?}"),
-                ))
-            })??
-            .ok_or_else(|| Error::Protocol("the box closed the connection".into()))?;
-        if let Message::Refused { reason } = reply.message {
-            return Err(Error::Refused(reason));
+    /// Takes the next frame from either lane (by `deadline`): a fast-lane reply is kept
+    /// for [`Self::await_reply`], a stream's chunk joins its stream. Pings the box when it
+    /// has been quiet for [`HEARTBEAT`]; a box quiet for [`SILENCE`] is lost.
+    fn pump(&mut self, deadline: Instant) -> Result<()> {
+        let (fast, bulk) = (&mut self.fast, &mut self.bulk);
+        let wait = HEARTBEAT.min(deadline.saturating_duration_since(Instant::now()));
+        let got = self.rt.block_on(async {
+            tokio::select! {
+                f = fast.recv() => Some((FAST_LANE, f)),
+                f = bulk.recv() => Some((BULK_LANE, f)),
+                _ = tokio::time::sleep(wait) => None,
+            }
+        });
+        let Some((lane, frame)) = got else {
+            let quiet = self.last_heard.elapsed();
+            if quiet >= SILENCE {
+                return Err(timed_out(format!(
+                    "the box has been silent for {quiet:.1?} (heartbeats unanswered)"
+                )));
+            }
+            if Instant::now() >= deadline {
+                return Err(timed_out("the box missed the step's deadline"));
+            }
+            self.send(FAST_LANE, 0, 0, Message::Ping)?;
+            return Ok(());
+        };
+        let frame =
+            frame?.ok_or_else(|| Error::Protocol("the box closed the connection".into()))?;
+        self.last_heard = Instant::now();
+        match frame.message {
+            Message::Refused { reason } => Err(Error::Refused(reason)),
+            Message::Pong => {
+                self.pong = frame.header.seq;
+                Ok(())
+            }
+            Message::States { .. } if lane == FAST_LANE => {
+                self.reply = Some(frame);
+                Ok(())
+            }
+            Message::States { states, compute_us } => {
+                self.arrived(frame.header.session, frame.header.pos, states, compute_us)
+            }
+            other => Err(Error::Protocol(format!("unexpected {other:?}"))),
         }
-        if reply.header.seq != seq {
+    }
+
+    /// A box computed states for `compute_us` microseconds, just now.
+    fn computed(&mut self, rows: usize, compute_us: u64) {
+        let now = Instant::now();
+        self.busy
+            .push((now - Duration::from_micros(compute_us), now));
+        self.stats.requests += 1;
+        self.stats.rows += rows as u64;
+        self.stats.compute_seconds += compute_us as f64 / 1e6;
+    }
+
+    fn arrived(&mut self, session: u64, pos: u32, states: Vec<f32>, us: u64) -> Result<()> {
+        let rows = states.len() / self.n_embd;
+        self.computed(rows, us);
+        // A released session's chunks may still come; they are dropped.
+        let Some(s) = self.streams.get_mut(&session) else {
+            return Ok(());
+        };
+        if pos != s.arriving || states.len() != rows * self.n_embd || rows == 0 {
             return Err(Error::Protocol(format!(
-                "reply {} to request {seq}",
-                reply.header.seq
+                "a chunk of {rows} rows at position {pos} of session {session}'s stream, which expects position {}",
+                s.arriving
             )));
         }
-        Ok(reply)
+        s.arriving += rows as u32;
+        s.chunks.push_back((pos, states));
+        Ok(())
+    }
+
+    fn await_reply(&mut self, seq: u64, deadline: Instant) -> Result<Frame> {
+        loop {
+            if let Some(reply) = self.reply.take() {
+                if reply.header.seq != seq {
+                    return Err(Error::Protocol(format!(
+                        "reply {} to request {seq}",
+                        reply.header.seq
+                    )));
+                }
+                return Ok(reply);
+            }
+            self.pump(deadline)?;
+        }
+    }
+
+    /// Starts computing `tokens` as positions `from..` of `session` on the box ahead of the
+    /// steps that need them; [`Self::forward_rows`] takes their states as they arrive.
+    pub fn stream(&mut self, session: u64, from: u32, tokens: &[u32]) -> Result<()> {
+        let end = from + tokens.len() as u32;
+        self.streams.insert(
+            session,
+            Incoming {
+                next: from,
+                end,
+                arriving: from,
+                chunks: VecDeque::new(),
+            },
+        );
+        let (chunk, tokens) = (self.chunk as u32, tokens.to_vec());
+        self.send(BULK_LANE, session, from, Message::Stream { chunk, tokens })?;
+        self.send(BULK_LANE, session, from, Message::Credit { chunks: WINDOW })
+            .map(drop)
+    }
+
+    /// Whether `session` has a stream with rows still to take.
+    pub fn streams(&self, session: u64) -> bool {
+        self.streams.contains_key(&session)
+    }
+
+    /// Copies the state of `session` at `pos` (the next of its stream) into `dst`, waiting
+    /// for its chunk; a chunk wholly taken gives its credit back.
+    fn take_streamed(&mut self, session: u64, pos: u32, dst: &mut [f32]) -> Result<()> {
+        let e = self.n_embd;
+        let deadline = Instant::now() + STEP_DEADLINE + DEADLINE_PER_ROW * self.chunk as u32;
+        loop {
+            let s = self.streams.get_mut(&session).expect("streamed rows");
+            if pos != s.next {
+                return Err(Error::Protocol(format!(
+                    "session {session} takes position {pos} of a stream at {}",
+                    s.next
+                )));
+            }
+            let Some((first, states)) = s.chunks.front() else {
+                self.pump(deadline)?;
+                continue;
+            };
+            let k = (pos - first) as usize;
+            dst.copy_from_slice(&states[k * e..(k + 1) * e]);
+            s.next += 1;
+            let whole = (k + 1) * e == states.len();
+            if whole {
+                s.chunks.pop_front();
+            }
+            let (done, more) = (s.next == s.end, s.arriving < s.end);
+            if done {
+                self.streams.remove(&session);
+            } else if whole && more {
+                self.send(BULK_LANE, session, 0, Message::Credit { chunks: 1 })?;
+            }
+            return Ok(());
+        }
     }
 
     /// Writes the boundary states of `rows` into `out` (`[rows, n_embd]`) and records them.
+    /// Rows that a session's stream holds are taken from it; the others are computed on
+    /// the fast lane, sent before the streamed rows are awaited unless one of their
+    /// sessions is still streaming (the box must have its stream's rows first).
     pub fn forward_rows(&mut self, rows: &[StepRow], out: &mut [f32]) -> Result<()> {
-        self.compute(rows, out)?;
-        for (r, state) in rows.iter().zip(out.chunks_exact(self.n_embd)) {
+        assert_eq!(out.len(), rows.len() * self.n_embd);
+        let t0 = Instant::now();
+        let e = self.n_embd;
+        let streamed: Vec<bool> = rows
+            .iter()
+            .map(|r| self.streams.get(&r.session).is_some_and(|s| r.pos < s.end))
+            .collect();
+        let fast: Vec<StepRow> = rows
+            .iter()
+            .zip(&streamed)
+            .filter(|(_, &s)| !s)
+            .map(|(r, _)| *r)
+            .collect();
+        let after = fast.iter().any(|r| self.streams.contains_key(&r.session));
+        let deadline = STEP_DEADLINE + DEADLINE_PER_ROW * fast.len() as u32;
+        let mut sent = None;
+        if !fast.is_empty() && !after {
+            sent = Some(self.send(FAST_LANE, 0, 0, Message::Forward { rows: fast.clone() })?);
+        }
+        for (i, r) in rows.iter().enumerate().filter(|(i, _)| streamed[*i]) {
+            self.take_streamed(r.session, r.pos, &mut out[i * e..(i + 1) * e])?;
+        }
+        if !fast.is_empty() {
+            let seq = match sent {
+                Some(seq) => seq,
+                None => self.send(FAST_LANE, 0, 0, Message::Forward { rows: fast.clone() })?,
+            };
+            let states = self.await_states(seq, fast.len(), Instant::now() + deadline)?;
+            let dst = (0..rows.len()).filter(|&i| !streamed[i]);
+            for (i, state) in dst.zip(states.chunks_exact(e)) {
+                out[i * e..(i + 1) * e].copy_from_slice(state);
+            }
+        }
+        for (r, state) in rows.iter().zip(out.chunks_exact(e)) {
             let v = self.states.entry(r.session).or_default();
             v.resize(r.pos as usize, 0);
             v.push(state_hash(state));
         }
+        self.stats.wait_seconds += t0.elapsed().as_secs_f64();
         Ok(())
     }
 
     /// Computes `rows` again (positions computed before) and checks every state against
     /// the one recorded the first time.
     pub fn replay(&mut self, rows: &[StepRow]) -> Result<()> {
-        let mut out = vec![0f32; rows.len() * self.n_embd];
-        self.compute(rows, &mut out)?;
-        for (r, state) in rows.iter().zip(out.chunks_exact(self.n_embd)) {
+        let deadline = STEP_DEADLINE + DEADLINE_PER_ROW * rows.len() as u32;
+        let seq = self.send(
+            FAST_LANE,
+            0,
+            0,
+            Message::Forward {
+                rows: rows.to_vec(),
+            },
+        )?;
+        let states = self.await_states(seq, rows.len(), Instant::now() + deadline)?;
+        for (r, state) in rows.iter().zip(states.chunks_exact(self.n_embd)) {
             let recorded = self
                 .states
                 .get(&r.session)
@@ -228,28 +485,16 @@ impl BoxClient {
         Ok(())
     }
 
-    fn compute(&mut self, rows: &[StepRow], out: &mut [f32]) -> Result<()> {
-        assert_eq!(out.len(), rows.len() * self.n_embd);
-        let deadline = STEP_DEADLINE + DEADLINE_PER_ROW * rows.len() as u32;
-        let t0 = std::time::Instant::now();
-        let reply = self.request(
-            Message::Forward {
-                rows: rows.to_vec(),
-            },
-            deadline,
-        )?;
-        match reply.message {
-            Message::States { states, compute_us } if states.len() == out.len() => {
-                out.copy_from_slice(&states);
-                self.stats.requests += 1;
-                self.stats.rows += rows.len() as u64;
-                self.stats.wait_seconds += t0.elapsed().as_secs_f64();
-                self.stats.compute_seconds += compute_us as f64 / 1e6;
-                Ok(())
+    /// The states answering fast-lane request `seq` of `n` rows.
+    fn await_states(&mut self, seq: u64, n: usize, deadline: Instant) -> Result<Vec<f32>> {
+        match self.await_reply(seq, deadline)?.message {
+            Message::States { states, compute_us } if states.len() == n * self.n_embd => {
+                self.computed(n, compute_us);
+                Ok(states)
             }
             other => Err(Error::Protocol(format!(
                 "expected {} states, got {other:?}",
-                out.len()
+                n * self.n_embd
             ))),
         }
     }
@@ -261,29 +506,36 @@ impl BoxClient {
                 v.truncate(len as usize);
             }
         }
-        self.send(Message::Commit {
-            lens: lens.to_vec(),
-        })
-        .map(drop)
+        let lens = lens.to_vec();
+        self.send(FAST_LANE, 0, 0, Message::Commit { lens })
+            .map(drop)
     }
 
     /// The box frees these sessions.
     pub fn release(&mut self, sessions: &[u64]) -> Result<()> {
         for s in sessions {
             self.states.remove(s);
+            self.streams.remove(s);
         }
-        self.send(Message::Release {
-            sessions: sessions.to_vec(),
-        })
-        .map(drop)
+        let sessions = sessions.to_vec();
+        self.send(FAST_LANE, 0, 0, Message::Release { sessions })
+            .map(drop)
     }
 
-    /// Round trip to the box.
+    /// Round trip to the box on the fast lane.
     pub fn ping(&mut self) -> Result<()> {
-        match self.request(Message::Ping, REPLY_TIMEOUT)?.message {
-            Message::Pong => Ok(()),
-            other => Err(Error::Protocol(format!("expected a pong, got {other:?}"))),
+        let seq = self.send(FAST_LANE, 0, 0, Message::Ping)?;
+        let deadline = Instant::now() + REPLY_TIMEOUT;
+        while self.pong < seq {
+            self.pump(deadline)?;
         }
+        Ok(())
+    }
+
+    /// The box's compute intervals since the last call, on this side's clock (each ends
+    /// when its states arrived).
+    pub fn take_busy(&mut self) -> Vec<(Instant, Instant)> {
+        std::mem::take(&mut self.busy)
     }
 }
 
@@ -326,6 +578,27 @@ impl engine::Front for BoxClient {
 
     fn grace(&self) -> Duration {
         self.grace
+    }
+
+    fn stream(
+        &mut self,
+        session: u64,
+        from: usize,
+        tokens: &[u32],
+    ) -> std::result::Result<(), String> {
+        BoxClient::stream(self, session, from as u32, tokens).map_err(|e| e.to_string())
+    }
+
+    fn streams(&self, session: u64) -> bool {
+        BoxClient::streams(self, session)
+    }
+
+    fn heartbeat(&mut self) -> std::result::Result<(), String> {
+        self.ping().map_err(|e| e.to_string())
+    }
+
+    fn take_busy(&mut self) -> Vec<(Instant, Instant)> {
+        BoxClient::take_busy(self)
     }
 
     fn stats(&self) -> engine::FrontStats {

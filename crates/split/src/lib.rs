@@ -9,6 +9,7 @@
 //! protocol version, a hash of the model file, the box's epoch, a sequence number, and
 //! session and position where a frame is about one session.
 
+mod compute;
 pub mod frame;
 pub mod head;
 pub mod worker;

@@ -1,35 +1,54 @@
 //! The box: the embeddings and blocks `0..L` of a model, a KV pool of those blocks for
 //! every session of the head, and a TCP listener. It computes the rows the head sends
-//! and returns their hidden states at the boundary.
+//! and returns their hidden states at the boundary, and computes prompts the head streams
+//! ahead of its steps.
 //!
-//! One head at a time; requests are answered in the order they come. Computing blocks the
-//! connection meanwhile (heartbeats wait for the step): the pipelined prefill lane and
-//! the heartbeat deadline are the next part of issue 7.
+//! One head at a time: a head's link is its fast lane and its bulk lane; a new fast lane
+//! starts a new link, which drops the sessions of the one before (the head replays them).
+//! The connection tasks answer pings themselves, so a box busy with a long forward still
+//! answers heartbeats; the compute thread ([`crate::compute`]) does the rest.
 
-use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
 
 use engine::ContextConfig;
-use kernels::ThreadPool;
-use kv::{KvPool, SeqKv};
-use model::{Batch, Model, Row, Scratch};
+use model::Model;
 use tokio::net::TcpListener;
 
-use crate::frame::{Frame, Header, Message, StepRow, F16_STATES, VERSION};
+use crate::compute::{Compute, Job};
+use crate::frame::{Frame, Header, Message, BULK_LANE, F16_STATES, FAST_LANE, VERSION};
 use crate::{Conn, Error, Result};
 
 /// A box: the first stage of a model and the state of every session.
 pub struct BoxWorker {
-    model: Model,
-    kv: KvPool,
-    scratch: Scratch,
-    pool: ThreadPool,
-    /// Sizes: KV positions over all sessions, rows per forward, threads, KV type, precision.
-    cfg: ContextConfig,
-    /// `[n_ubatch, n_embd]`.
-    hidden: Vec<f32>,
-    sessions: HashMap<u64, SeqKv>,
+    compute: Compute,
+    id: Identity,
+}
+
+/// What the box says in every frame, and which link is current.
+struct Identity {
     hash: u64,
     epoch: u64,
+    /// The box's blocks end here.
+    split: u32,
+    n_embd: u32,
+    /// The current link (0 before the first head).
+    link: AtomicU64,
+}
+
+impl Identity {
+    fn frame(&self, seq: u64, message: Message) -> Frame {
+        Frame {
+            header: Header {
+                version: VERSION,
+                model_hash: self.hash,
+                epoch: self.epoch,
+                seq,
+                ..Header::default()
+            },
+            message,
+        }
+    }
 }
 
 impl BoxWorker {
@@ -41,28 +60,26 @@ impl BoxWorker {
                 "a box holds the embeddings and blocks 0..L, not {stage:?}"
             )));
         }
-        let hp = &model.hparams;
-        let kv = KvPool::new(cfg.kv_config(&model))?;
         let epoch = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64)
             ^ (std::process::id() as u64) << 32;
-        Ok(BoxWorker {
+        let id = Identity {
             hash: crate::model_hash(&model.file),
-            scratch: Scratch::new(hp, cfg.n_ubatch).with_precision(cfg.precision),
-            hidden: vec![0.0; cfg.n_ubatch * hp.n_embd],
-            pool: ThreadPool::new(cfg.n_threads),
-            sessions: HashMap::new(),
-            model,
-            kv,
-            cfg,
             epoch,
+            split: stage.layers.end as u32,
+            n_embd: model.hparams.n_embd as u32,
+            link: AtomicU64::new(0),
+        };
+        Ok(BoxWorker {
+            compute: Compute::new(model, cfg, id.hash, epoch)?,
+            id,
         })
     }
 
     /// This start's epoch (a new one every time a box starts).
     pub fn epoch(&self) -> u64 {
-        self.epoch
+        self.id.epoch
     }
 
     /// Binds `addr` and serves heads there on a runtime of its own until the listener
@@ -82,187 +99,113 @@ impl BoxWorker {
         })
     }
 
-    /// Serves heads, one connection after another, until the listener fails.
-    pub async fn serve(mut self, listener: TcpListener) -> Result<()> {
+    /// Serves heads until the listener fails: the compute thread starts, and every
+    /// connection gets a task.
+    pub async fn serve(self, listener: TcpListener) -> Result<()> {
+        let (jobs, rx) = mpsc::channel();
+        let compute = self.compute;
+        std::thread::Builder::new()
+            .name("tandem-box".into())
+            .spawn(move || compute.run(rx))?;
+        let id = Arc::new(self.id);
         loop {
             let (stream, _) = listener.accept().await?;
             let mut conn = Conn::new(stream)?;
-            if let Err(e) = self.session(&mut conn).await {
-                let _ = conn
-                    .send(&self.reply(
-                        0,
-                        Message::Refused {
-                            reason: e.to_string(),
-                        },
-                    ))
-                    .await;
-            }
-            // Sessions belong to their connection: a head that connects again replays them.
-            for (_, mut seq) in self.sessions.drain() {
-                self.kv.release(&mut seq);
-            }
-        }
-    }
-
-    fn reply(&self, seq: u64, message: Message) -> Frame {
-        self.reply_flags(seq, 0, message)
-    }
-
-    fn reply_flags(&self, seq: u64, flags: u8, message: Message) -> Frame {
-        Frame {
-            header: Header {
-                version: VERSION,
-                flags,
-                model_hash: self.hash,
-                epoch: self.epoch,
-                seq,
-                ..Header::default()
-            },
-            message,
-        }
-    }
-
-    /// One head's connection: a hello, then requests until it closes.
-    async fn session(&mut self, conn: &mut Conn) -> Result<()> {
-        let Some(hello) = conn.recv().await? else {
-            return Ok(());
-        };
-        let split = self.model.stage.layers.end as u32;
-        let n_embd = self.model.hparams.n_embd as u32;
-        match hello.message {
-            Message::Hello { .. } if hello.header.model_hash != self.hash => {
-                return Err(Error::Refused(format!(
-                    "the head's model (hash {:016x}) is not the box's ({:016x})",
-                    hello.header.model_hash, self.hash
-                )));
-            }
-            Message::Hello {
-                split: s,
-                n_embd: e,
-            } if s != split || e != n_embd => {
-                return Err(Error::Refused(format!(
-                    "the head starts at block {s} (width {e}); this box ends at block {split} (width {n_embd})"
-                )));
-            }
-            Message::Hello { .. } => {}
-            other => {
-                return Err(Error::Protocol(format!("expected a hello, got {other:?}")));
-            }
-        }
-        let flags = hello.header.flags & F16_STATES;
-        conn.send(&self.reply(hello.header.seq, Message::Welcome { split }))
-            .await?;
-        loop {
-            // The head computes its blocks meanwhile: the cores are its.
-            self.pool.rest();
-            let Some(frame) = conn.recv().await? else {
-                break;
-            };
-            let seq = frame.header.seq;
-            match frame.message {
-                Message::Forward { rows } => {
-                    let t0 = std::time::Instant::now();
-                    let answer = match self.forward(&rows) {
-                        Ok(states) => Message::States {
-                            states,
-                            compute_us: t0.elapsed().as_micros() as u64,
-                        },
-                        Err(e) => Message::Refused {
-                            reason: e.to_string(),
-                        },
-                    };
-                    conn.send(&self.reply_flags(seq, flags, answer)).await?;
+            let (id, jobs) = (id.clone(), jobs.clone());
+            tokio::spawn(async move {
+                if let Err(e) = lane(&mut conn, &id, &jobs).await {
+                    let reason = e.to_string();
+                    let _ = conn.send(&id.frame(0, Message::Refused { reason })).await;
                 }
-                Message::Commit { lens } => {
-                    for (s, len) in lens {
-                        if let Some(seq_kv) = self.sessions.get_mut(&s) {
-                            self.kv.truncate(seq_kv, len as usize);
-                        }
-                    }
-                }
-                Message::Release { sessions } => {
-                    for s in sessions {
-                        if let Some(mut seq_kv) = self.sessions.remove(&s) {
-                            self.kv.release(&mut seq_kv);
-                        }
-                    }
-                }
-                Message::Ping => conn.send(&self.reply(seq, Message::Pong)).await?,
-                other => {
-                    return Err(Error::Protocol(format!("unexpected {other:?}")));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// The boundary states of `rows` (`[rows, n_embd]`), computed `n_ubatch` rows at a time;
-    /// each session's KV grows by its rows.
-    fn forward(&mut self, rows: &[StepRow]) -> Result<Vec<f32>> {
-        let e = self.model.hparams.n_embd;
-        let mut states = vec![0f32; rows.len() * e];
-        for (chunk, out) in rows
-            .chunks(self.cfg.n_ubatch)
-            .zip(states.chunks_mut(self.cfg.n_ubatch * e))
-        {
-            self.forward_chunk(chunk, out)?;
-        }
-        Ok(states)
-    }
-
-    fn forward_chunk(&mut self, rows: &[StepRow], out: &mut [f32]) -> Result<()> {
-        // The sessions of the chunk in order, and the length each has after it.
-        let (mut ids, mut lens): (Vec<u64>, Vec<usize>) = (Vec::new(), Vec::new());
-        let mut batch_rows = Vec::with_capacity(rows.len());
-        for r in rows {
-            if ids.last() != Some(&r.session) {
-                if ids.contains(&r.session) {
-                    return Err(Error::Protocol(format!(
-                        "the rows of session {} are not together",
-                        r.session
-                    )));
-                }
-                ids.push(r.session);
-                lens.push(self.sessions.entry(r.session).or_default().len());
-            }
-            let next = lens.last_mut().expect("pushed with its session");
-            if r.pos as usize != *next {
-                return Err(Error::Protocol(format!(
-                    "session {} sent position {} where the box expects {next}",
-                    r.session, r.pos
-                )));
-            }
-            *next += 1;
-            batch_rows.push(Row {
-                pos: r.pos as usize,
-                seq: ids.len() - 1,
             });
         }
-        for (id, &len) in ids.iter().zip(&lens) {
-            let seq = self.sessions.get_mut(id).expect("entered above");
-            self.kv.reserve(seq, len)?;
-        }
-        let tokens: Vec<u32> = rows.iter().map(|r| r.token).collect();
-        let e = self.model.hparams.n_embd;
-        let hidden = &mut self.hidden[..rows.len() * e];
-        self.model.embed(&tokens, hidden)?;
-        let seqs: Vec<&SeqKv> = ids.iter().map(|id| &self.sessions[id]).collect();
-        self.model.forward_layers(
-            self.model.stage.layers.clone(),
-            hidden,
-            Batch {
-                rows: &batch_rows,
-                seqs: &seqs,
-            },
-            &mut self.kv,
-            &mut self.scratch,
-            &self.pool,
-        );
-        for (id, len) in ids.iter().zip(lens) {
-            let seq = self.sessions.get_mut(id).expect("entered above");
-            self.kv.commit(seq, len);
-        }
-        out.copy_from_slice(hidden);
-        Ok(())
     }
+}
+
+/// One connection of a head: a hello naming its lane, then frames until it closes.
+async fn lane(conn: &mut Conn, id: &Identity, jobs: &mpsc::Sender<Job>) -> Result<()> {
+    let Some(hello) = conn.recv().await? else {
+        return Ok(());
+    };
+    let (lane, asked) = match hello.message {
+        Message::Hello { .. } if hello.header.model_hash != id.hash => {
+            return Err(Error::Refused(format!(
+                "the head's model (hash {:016x}) is not the box's ({:016x})",
+                hello.header.model_hash, id.hash
+            )));
+        }
+        Message::Hello {
+            split: s,
+            n_embd: e,
+            ..
+        } if s != id.split || e != id.n_embd => {
+            return Err(Error::Refused(format!(
+                "the head starts at block {s} (width {e}); this box ends at block {} (width {})",
+                id.split, id.n_embd
+            )));
+        }
+        Message::Hello { lane, link, .. } => (lane, link),
+        other => {
+            return Err(Error::Protocol(format!("expected a hello, got {other:?}")));
+        }
+    };
+    let gone = || Error::Protocol("the box's compute thread ended".into());
+    let (tx, mut replies) = tokio::sync::mpsc::unbounded_channel();
+    let link = match lane {
+        FAST_LANE => {
+            let link = id.link.fetch_add(1, Ordering::AcqRel) + 1;
+            let flags = hello.header.flags & F16_STATES;
+            jobs.send(Job::Link {
+                link,
+                flags,
+                replies: tx,
+            })
+            .map_err(|_| gone())?;
+            link
+        }
+        BULK_LANE if asked == id.link.load(Ordering::Acquire) => {
+            jobs.send(Job::Bulk {
+                link: asked,
+                replies: tx,
+            })
+            .map_err(|_| gone())?;
+            asked
+        }
+        BULK_LANE => {
+            return Err(Error::Refused(format!(
+                "the bulk lane names link {asked}, which is not the box's current link"
+            )));
+        }
+        other => return Err(Error::Protocol(format!("unknown lane {other}"))),
+    };
+    let welcome = Message::Welcome {
+        split: id.split,
+        link,
+    };
+    conn.send(&id.frame(hello.header.seq, welcome)).await?;
+    let ended: Result<()> = async {
+        loop {
+            tokio::select! {
+                frame = conn.recv() => {
+                    let Some(frame) = frame? else { return Ok(()) };
+                    if id.link.load(Ordering::Acquire) != link {
+                        return Err(Error::Refused("a newer link of a head replaced this one".into()));
+                    }
+                    match frame.message {
+                        Message::Ping => conn.send(&id.frame(frame.header.seq, Message::Pong)).await?,
+                        _ => jobs.send(Job::Frame { link, frame }).map_err(|_| gone())?,
+                    }
+                }
+                reply = replies.recv() => match reply {
+                    Some(frame) => conn.send(&frame).await?,
+                    None => return Ok(()),
+                },
+            }
+        }
+    }
+    .await;
+    if lane == FAST_LANE {
+        let _ = jobs.send(Job::End { link });
+    }
+    ended
 }

@@ -61,6 +61,11 @@ struct Head {
 
 impl Head {
     fn new(file: &str, split: usize, addr: SocketAddr) -> Head {
+        Self::with_chunk(file, split, addr, split::head::DEFAULT_CHUNK)
+    }
+
+    /// A head whose prompt streams come in chunks of `chunk` rows.
+    fn with_chunk(file: &str, split: usize, addr: SocketAddr, chunk: usize) -> Head {
         let model = load(file, Part::Last(split));
         let hp = &model.hparams;
         let kv = KvPool::new(KvConfig {
@@ -72,7 +77,9 @@ impl Head {
         })
         .unwrap();
         Head {
-            client: BoxClient::connect(addr, &model, StateType::F32).unwrap(),
+            client: BoxClient::connect(addr, &model, StateType::F32)
+                .unwrap()
+                .with_chunk(chunk),
             scratch: Scratch::new(hp, 64),
             pool: ThreadPool::new(1),
             seqs: vec![SeqKv::default(); 2],
@@ -184,6 +191,47 @@ fn a_split_model_computes_the_whole_models_bits() {
         let again = head.step(&[(0, a[0])]);
         assert!(same(&again[0], &want0[0]), "{file}: after release");
     }
+}
+
+#[test]
+fn streamed_prompts_arrive_chunk_by_chunk_with_the_whole_models_bits() {
+    let (file, split) = ("qwen3-tiny.gguf", 1);
+    let addr = start_box(file, split);
+    let mut head = Head::with_chunk(file, split, addr, 5);
+    let a: Vec<u32> = (0..23).map(|i| (i * 7 + 3) % 60).collect();
+    let b: Vec<u32> = (0..17).map(|i| (i * 11 + 1) % 60).collect();
+    head.client.stream(0, 0, &a).unwrap();
+    head.client.stream(1, 0, &b).unwrap();
+    assert!(head.client.streams(0) && head.client.streams(1));
+    // Parts of both streams in one step, each cutting a chunk.
+    let mut rows: Vec<(usize, u32)> = a[..7].iter().map(|&t| (0, t)).collect();
+    rows.extend(b[..4].iter().map(|&t| (1, t)));
+    let first = head.step(&rows);
+    // The rest of both, and two rows of session 0 past its stream (its drafts), which the
+    // box may only compute after the stream's last chunk.
+    let mut rows: Vec<(usize, u32)> = a[7..].iter().map(|&t| (0, t)).collect();
+    rows.extend([(0, 40), (0, 41)]);
+    rows.extend(b[4..].iter().map(|&t| (1, t)));
+    let second = head.step(&rows);
+    assert!(!head.client.streams(0) && !head.client.streams(1));
+    let got0: Vec<&Vec<f32>> = first[..7].iter().chain(&second[..18]).collect();
+    let got1: Vec<&Vec<f32>> = first[7..].iter().chain(&second[18..]).collect();
+    let model = load(file, Part::Whole);
+    let mut a_all = a.clone();
+    a_all.extend([40, 41]);
+    for (s, got, want) in [
+        (0, got0, whole(&model, &a_all)),
+        (1, got1, whole(&model, &b)),
+    ] {
+        assert_eq!(got.len(), want.len(), "session {s}");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(same(g, w), "session {s} position {i}");
+        }
+    }
+    let stats = head.client.stats();
+    assert_eq!(stats.rows, 23 + 17 + 2);
+    // Five chunks of a's stream, four of b's, and the fast request of a's two rows.
+    assert_eq!(stats.requests, 5 + 4 + 1);
 }
 
 #[test]

@@ -142,6 +142,11 @@ pub struct ServeArgs {
     /// requests get 503 with Retry-After.
     #[arg(long = "box-grace", default_value_t = 10.0)]
     pub box_grace: f64,
+    /// Rows per chunk of a prompt the box streams ahead of the steps (the box computes the
+    /// next chunk while this stage computes the last; 2 chunks ahead at most).
+    #[arg(long = "box-chunk", default_value_t = split::head::DEFAULT_CHUNK as u32,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub box_chunk: u32,
     /// Refuse to start when the memory plan exceeds this (e.g. 8G, 512M); default: the
     /// memory available.
     #[arg(long = "mem-limit", value_parser = parse_bytes)]
@@ -302,6 +307,7 @@ impl ServeArgs {
                         split::head::StateType::F32
                     },
                     grace: std::time::Duration::from_secs_f64(self.box_grace.max(0.0)),
+                    chunk: self.box_chunk as usize,
                 }),
         })
     }

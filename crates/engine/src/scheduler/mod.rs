@@ -27,7 +27,7 @@ use model::{Batch, Model, Row, Scratch};
 use text::Tokenizer;
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::front::{self, Front, FrontState};
+use crate::front::{Front, FrontState, Overlap};
 use crate::handle::{Command, Counters, EngineConfig, EngineHandle, SlotState, Snapshot};
 use crate::request::{Event, GenRequest, Summary};
 use crate::slot::Sequence;
@@ -35,11 +35,12 @@ use crate::speculative::Speculation;
 use crate::{Result, LOGIT_ROWS};
 
 mod drafting;
+mod recovery;
 
-/// How often a lost box is tried again within its grace window.
-const RECONNECT_EVERY: Duration = Duration::from_millis(200);
 /// How often a box that is down is tried again while no request comes.
 const PROBE_EVERY: Duration = Duration::from_secs(1);
+/// How often an idle engine checks that its box is there.
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 
 use drafting::Spec;
 
@@ -91,6 +92,8 @@ pub struct Engine {
     queued: Arc<AtomicUsize>,
     next_order: u64,
     counters: Counters,
+    /// With a front: how long it and this stage computed at once.
+    overlap: Overlap,
 }
 
 /// Allocates everything `cfg` asks for (and the drafter `spec` makes) and starts the
@@ -142,6 +145,7 @@ pub fn start(
         queued: queued.clone(),
         next_order: 0,
         counters: Counters::default(),
+        overlap: Overlap::default(),
     };
     std::thread::Builder::new()
         .name("tandem-engine".into())
@@ -169,6 +173,15 @@ impl Engine {
                         if self.recover().is_ok() {
                             self.set_state(FrontState::Up);
                         }
+                        continue;
+                    }
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                }
+            } else if self.is_idle() && self.front.is_some() {
+                match self.rx.recv_timeout(HEARTBEAT_EVERY) {
+                    Ok(c) => self.command(c),
+                    Err(mpsc::RecvTimeoutError::Timeout) => {
+                        self.heartbeat();
                         continue;
                     }
                     Err(mpsc::RecvTimeoutError::Disconnected) => return,
@@ -338,6 +351,7 @@ impl Engine {
             if self.make_room(slot, from + n, &plan) {
                 budget -= n;
                 plan.push(Planned { slot, from, n });
+                self.stream(slot, from);
             }
         }
         plan
@@ -446,6 +460,7 @@ impl Engine {
                 return;
             }
             let waited = entered.elapsed();
+            let computing = Instant::now();
             let hidden = &mut self.hidden[..n * e];
             let seqs: Vec<&kv::SeqKv> = seq_slots
                 .iter()
@@ -511,6 +526,8 @@ impl Engine {
             if self.front.is_some() {
                 self.counters.head_compute_seconds_total +=
                     t0.elapsed().saturating_sub(waited).as_secs_f64();
+                self.overlap.head(computing, Instant::now());
+                self.counters.both_busy_seconds_total = self.overlap.both;
             }
         }
         for p in plan {
@@ -552,91 +569,6 @@ impl Engine {
             c.prompt_seconds_total += s.prompt_ms / 1e3;
             c.predicted_seconds_total += s.predicted_ms / 1e3;
             self.free_slot(slot);
-        }
-    }
-
-    fn state(&self) -> FrontState {
-        FrontState::from_u8(self.front_state.load(Ordering::Acquire))
-    }
-
-    fn set_state(&self, state: FrontState) {
-        self.front_state.store(state as u8, Ordering::Release);
-    }
-
-    /// The hidden states entering this stage for `rows` (into `hidden`). When the front
-    /// fails, it is reconnected and every live session replayed, again and again within
-    /// its grace window (at once, without waiting, when it was already down).
-    fn enter(&mut self, rows: &[(u64, usize, u32)]) -> std::result::Result<(), String> {
-        let n = rows.len() * self.model.hparams.n_embd;
-        if self.front.is_some() {
-            self.pool.rest();
-        }
-        let Err(mut why) = front::enter(&mut self.front, &self.model, rows, &mut self.hidden[..n])
-        else {
-            return Ok(());
-        };
-        let Some(grace) = self.front.as_ref().map(|f| f.grace()) else {
-            return Err(why);
-        };
-        let deadline = match self.state() {
-            FrontState::Down => Instant::now(),
-            _ => Instant::now() + grace,
-        };
-        if self.state() == FrontState::Up {
-            self.set_state(FrontState::Recovering);
-        }
-        loop {
-            match self.recover() {
-                Ok(()) => {
-                    match front::enter(&mut self.front, &self.model, rows, &mut self.hidden[..n]) {
-                        Ok(()) => {
-                            self.set_state(FrontState::Up);
-                            return Ok(());
-                        }
-                        Err(w) => why = w,
-                    }
-                }
-                Err(w) => why = w,
-            }
-            if Instant::now() >= deadline {
-                self.set_state(FrontState::Down);
-                return Err(why);
-            }
-            std::thread::sleep(RECONNECT_EVERY);
-        }
-    }
-
-    /// Reconnects the front and replays the computed positions of every live session.
-    fn recover(&mut self) -> std::result::Result<(), String> {
-        let front = self.front.as_mut().expect("a split model");
-        front.reconnect()?;
-        self.counters.box_reconnects_total += 1;
-        for a in self.slots.iter().flatten() {
-            let rows: Vec<(u64, usize, u32)> = (0..a.seq.kv.len())
-                .map(|pos| (a.seq.task, pos, a.seq.row_token(pos)))
-                .collect();
-            for chunk in rows.chunks(self.cfg.n_ubatch) {
-                front.replay(chunk)?;
-                self.counters.box_replayed_rows_total += chunk.len() as u64;
-            }
-        }
-        Ok(())
-    }
-
-    /// Ends every live request: the box is down past its grace window.
-    fn give_up(&mut self, why: &str) {
-        for slot in 0..self.slots.len() {
-            let Some(mut a) = self.slots[slot].take() else {
-                continue;
-            };
-            a.seq.unavailable(format!(
-                "the box of this split model is down ({why}); retry later"
-            ));
-            self.counters.requests_failed += 1;
-            give_kv(&mut self.kv, &mut self.cache, &mut self.front, &mut a.seq);
-            if let Some(spec) = &mut self.spec {
-                spec.release(slot);
-            }
         }
     }
 }
