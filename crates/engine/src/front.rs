@@ -13,6 +13,9 @@ pub trait Front: Send {
     /// Writes the boundary states of `rows` (`(session, pos, token)`) into `hidden`
     /// (`[rows, n_embd]`), or says why it could not.
     fn forward(&mut self, rows: &[(u64, usize, u32)], hidden: &mut [f32]) -> Result<(), String>;
+    /// Has the front start on `rows` now, ahead of the `forward` of the same rows, so that
+    /// it computes them while the engine finishes another step.
+    fn submit(&mut self, rows: &[(u64, usize, u32)]) -> Result<(), String>;
     /// `session` keeps positions `0..len` (the rest were rejected drafts).
     fn truncate(&mut self, session: u64, len: usize) -> Result<(), String>;
     /// `session` is over; what the front holds for it is freed.

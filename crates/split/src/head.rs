@@ -69,8 +69,10 @@ pub struct BoxClient {
     /// Per session: the hash of the state at each position.
     states: HashMap<u64, Vec<u64>>,
     streams: HashMap<u64, Incoming>,
-    /// A fast-lane reply that came while the head waited for something else.
-    reply: Option<Frame>,
+    /// Fast-lane replies that came while the head waited for something else, by request.
+    replies: HashMap<u64, Frame>,
+    /// Fast-lane requests sent ahead of their step ([`Self::submit`]): rows, request.
+    submitted: VecDeque<(Vec<StepRow>, u64)>,
     /// The sequence number of the last pong.
     pong: u64,
     last_heard: Instant,
@@ -126,7 +128,8 @@ impl BoxClient {
             chunk: DEFAULT_CHUNK,
             states: HashMap::new(),
             streams: HashMap::new(),
-            reply: None,
+            replies: HashMap::new(),
+            submitted: VecDeque::new(),
             pong: 0,
             last_heard: Instant::now(),
             busy: Vec::new(),
@@ -219,7 +222,8 @@ impl BoxClient {
             self.fast.received + self.bulk.received,
         );
         self.streams.clear();
-        self.reply = None;
+        self.replies.clear();
+        self.submitted.clear();
         self.fast = Self::open(&self.rt, self.addr)?;
         self.bulk = Self::open(&self.rt, self.addr)?;
         self.stats.bytes_sent += old.0;
@@ -264,7 +268,7 @@ impl BoxClient {
     }
 
     /// Takes the next frame from either lane (by `deadline`): a fast-lane reply is kept
-    /// for [`Self::await_reply`], a stream's chunk joins its stream. Pings the box when it
+    /// for `await_reply`, a stream's chunk joins its stream. Pings the box when it
     /// has been quiet for [`HEARTBEAT`]; a box quiet for [`SILENCE`] is lost.
     fn pump(&mut self, deadline: Instant) -> Result<()> {
         let (fast, bulk) = (&mut self.fast, &mut self.bulk);
@@ -299,7 +303,7 @@ impl BoxClient {
                 Ok(())
             }
             Message::States { .. } if lane == FAST_LANE => {
-                self.reply = Some(frame);
+                self.replies.insert(frame.header.seq, frame);
                 Ok(())
             }
             Message::States { states, compute_us } => {
@@ -339,13 +343,7 @@ impl BoxClient {
 
     fn await_reply(&mut self, seq: u64, deadline: Instant) -> Result<Frame> {
         loop {
-            if let Some(reply) = self.reply.take() {
-                if reply.header.seq != seq {
-                    return Err(Error::Protocol(format!(
-                        "reply {} to request {seq}",
-                        reply.header.seq
-                    )));
-                }
+            if let Some(reply) = self.replies.remove(&seq) {
                 return Ok(reply);
             }
             self.pump(deadline)?;
@@ -410,14 +408,10 @@ impl BoxClient {
         }
     }
 
-    /// Writes the boundary states of `rows` into `out` (`[rows, n_embd]`) and records them.
-    /// Rows that a session's stream holds are taken from it; the others are computed on
-    /// the fast lane, sent before the streamed rows are awaited unless one of their
-    /// sessions is still streaming (the box must have its stream's rows first).
-    pub fn forward_rows(&mut self, rows: &[StepRow], out: &mut [f32]) -> Result<()> {
-        assert_eq!(out.len(), rows.len() * self.n_embd);
-        let t0 = Instant::now();
-        let e = self.n_embd;
+    /// Which of `rows` a session's stream holds, the others (computed on the fast lane),
+    /// and whether those must wait until the streamed rows are taken (one of their
+    /// sessions is still streaming: the box must have its stream's rows first).
+    fn route(&self, rows: &[StepRow]) -> (Vec<bool>, Vec<StepRow>, bool) {
         let streamed: Vec<bool> = rows
             .iter()
             .map(|r| self.streams.get(&r.session).is_some_and(|s| r.pos < s.end))
@@ -429,9 +423,36 @@ impl BoxClient {
             .map(|(r, _)| *r)
             .collect();
         let after = fast.iter().any(|r| self.streams.contains_key(&r.session));
-        let deadline = STEP_DEADLINE + DEADLINE_PER_ROW * fast.len() as u32;
-        let mut sent = None;
+        (streamed, fast, after)
+    }
+
+    /// Sends the fast-lane part of `rows` now, so that the box computes them while the head
+    /// finishes an earlier step; the [`Self::forward_rows`] of the same rows, next, takes
+    /// their states.
+    pub fn submit(&mut self, rows: &[StepRow]) -> Result<()> {
+        let (_, fast, after) = self.route(rows);
         if !fast.is_empty() && !after {
+            let seq = self.send(FAST_LANE, 0, 0, Message::Forward { rows: fast.clone() })?;
+            self.submitted.push_back((fast, seq));
+        }
+        Ok(())
+    }
+
+    /// Writes the boundary states of `rows` into `out` (`[rows, n_embd]`) and records them.
+    /// Rows that a session's stream holds are taken from it; the others are computed on
+    /// the fast lane (submitted before, or sent now: before the streamed rows are awaited
+    /// unless they must wait for them).
+    pub fn forward_rows(&mut self, rows: &[StepRow], out: &mut [f32]) -> Result<()> {
+        assert_eq!(out.len(), rows.len() * self.n_embd);
+        let t0 = Instant::now();
+        let e = self.n_embd;
+        let (streamed, fast, after) = self.route(rows);
+        let deadline = STEP_DEADLINE + DEADLINE_PER_ROW * fast.len() as u32;
+        let mut sent = match self.submitted.iter().position(|(r, _)| *r == fast) {
+            Some(i) => self.submitted.remove(i).map(|(_, seq)| seq),
+            None => None,
+        };
+        if sent.is_none() && !fast.is_empty() && !after {
             sent = Some(self.send(FAST_LANE, 0, 0, Message::Forward { rows: fast.clone() })?);
         }
         for (i, r) in rows.iter().enumerate().filter(|(i, _)| streamed[*i]) {
@@ -578,6 +599,10 @@ impl engine::Front for BoxClient {
 
     fn grace(&self) -> Duration {
         self.grace
+    }
+
+    fn submit(&mut self, rows: &[(u64, usize, u32)]) -> std::result::Result<(), String> {
+        BoxClient::submit(self, &step_rows(rows)).map_err(|e| e.to_string())
     }
 
     fn stream(

@@ -1,6 +1,7 @@
 //! A box on 127.0.0.1 and a head in this process: the split model's logits are the whole
 //! model's bits, through batches of two sessions, drafts rolled back on both sides by a
-//! commit, and a released session; a head of another model or split is refused.
+//! commit, a released session, prompts streamed in chunks and rows submitted ahead of
+//! their step; a head of another model or split is refused.
 
 use std::net::SocketAddr;
 
@@ -232,6 +233,32 @@ fn streamed_prompts_arrive_chunk_by_chunk_with_the_whole_models_bits() {
     assert_eq!(stats.rows, 23 + 17 + 2);
     // Five chunks of a's stream, four of b's, and the fast request of a's two rows.
     assert_eq!(stats.requests, 5 + 4 + 1);
+}
+
+#[test]
+fn rows_submitted_ahead_are_the_ones_their_step_takes() {
+    let (file, split) = ("qwen3-tiny.gguf", 1);
+    let addr = start_box(file, split);
+    let mut head = Head::new(file, split, addr);
+    let (a, b) = ([1u32, 5, 9, 2], [3u32, 3, 8]);
+    // b's step goes to the box before a's is computed, as the engine sends one cohort's
+    // step while it finishes the other's.
+    let ahead: Vec<StepRow> = (0..b.len())
+        .map(|i| StepRow {
+            session: 1,
+            pos: i as u32,
+            token: b[i],
+        })
+        .collect();
+    head.client.submit(&ahead).unwrap();
+    let got_a = head.step(&a.map(|t| (0, t)));
+    let got_b = head.step(&b.map(|t| (1, t)));
+    assert_eq!(head.client.stats().requests, 2, "b's rows were sent once");
+    let model = load(file, Part::Whole);
+    for (got, want) in [(got_a, whole(&model, &a)), (got_b, whole(&model, &b))] {
+        assert_eq!(got.len(), want.len());
+        assert!(got.iter().zip(&want).all(|(g, w)| same(g, w)));
+    }
 }
 
 #[test]

@@ -94,11 +94,20 @@ impl Spec {
 }
 
 impl Engine {
-    /// Chooses every decoding slot's depth and fills its draft, all slots in one
-    /// proposer call.
+    /// Chooses the depth of every decoding slot in turn and fills its draft, all of them
+    /// in one proposer call.
     pub(super) fn draft_all(&mut self) {
-        for a in self.slots.iter_mut().flatten() {
-            a.seq.draft.clear();
+        let turn = self.turn;
+        let in_turn = |slot: usize| turn.is_none_or(|t| slot % 2 == t);
+        for (_, a) in self
+            .slots
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| in_turn(*i))
+        {
+            if let Some(a) = a {
+                a.seq.draft.clear();
+            }
         }
         let Some(spec) = self.spec.as_mut() else {
             return;
@@ -106,7 +115,9 @@ impl Engine {
         let mut cands = Vec::new();
         let mut base = 0;
         for (slot, a) in self.slots.iter().enumerate() {
-            let Some(a) = a else { continue };
+            let Some(a) = a.as_ref().filter(|_| in_turn(slot)) else {
+                continue;
+            };
             let seq = &a.seq;
             base += seq.pending();
             if !seq.is_decoding() {

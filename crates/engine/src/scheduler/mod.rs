@@ -94,6 +94,18 @@ pub struct Engine {
     counters: Counters,
     /// With a front: how long it and this stage computed at once.
     overlap: Overlap,
+    /// With a front, the slots take turns by the parity of their index: this turn's
+    /// cohort (`None`: every slot steps together).
+    turn: Option<usize>,
+    /// The step submitted to the front and not yet finished (the other cohort's).
+    inflight: Option<InFlight>,
+}
+
+/// A step whose rows the front computes while the engine finishes the other cohort's.
+struct InFlight {
+    plan: Vec<Planned>,
+    /// What choosing its drafts took.
+    drafting: Duration,
 }
 
 /// Allocates everything `cfg` asks for (and the drafter `spec` makes) and starts the
@@ -146,7 +158,12 @@ pub fn start(
         next_order: 0,
         counters: Counters::default(),
         overlap: Overlap::default(),
+        turn: None,
+        inflight: None,
     };
+    if engine.front.is_some() {
+        engine.turn = Some(0);
+    }
     std::thread::Builder::new()
         .name("tandem-engine".into())
         .spawn(move || {
@@ -197,21 +214,88 @@ impl Engine {
             }
             self.drop_cancelled();
             self.admit();
-            let t0 = Instant::now();
-            self.draft_all();
-            let drafting = t0.elapsed();
-            let plan = self.plan();
-            if plan.is_empty() {
+            // A cohort with nothing to do gives its turn to the other at once.
+            let (mut plan, mut drafting) = (Vec::new(), Duration::ZERO);
+            for _ in 0..if self.turn.is_some() { 2 } else { 1 } {
+                let t0 = Instant::now();
+                self.draft_all();
+                drafting = t0.elapsed();
+                plan = self.plan();
+                if !plan.is_empty() || self.inflight.is_some() {
+                    break;
+                }
+                self.next_turn();
+            }
+            if plan.is_empty() && self.inflight.is_none() {
                 if let Ok(c) = self.rx.recv_timeout(Duration::from_millis(10)) {
                     self.command(c);
                 }
                 continue;
             }
+            let (plan, drafting) = match self.turn {
+                None => (plan, drafting),
+                Some(_) => {
+                    self.submit(&plan);
+                    let this = (!plan.is_empty()).then_some(InFlight { plan, drafting });
+                    self.next_turn();
+                    match std::mem::replace(&mut self.inflight, this) {
+                        Some(prev) => (prev.plan, prev.drafting),
+                        None => continue,
+                    }
+                }
+            };
+            let t1 = Instant::now();
             self.step(&plan);
             if let Some(spec) = &mut self.spec {
-                spec.policy.account(t0.elapsed(), drafting);
+                spec.policy.account(t1.elapsed() + drafting, drafting);
             }
         }
+    }
+
+    /// The other cohort's turn (with a front).
+    fn next_turn(&mut self) {
+        if let Some(t) = &mut self.turn {
+            *t ^= 1;
+        }
+    }
+
+    /// Whether `slot` drafts and plans this turn.
+    fn in_turn(&self, slot: usize) -> bool {
+        self.turn.is_none_or(|t| slot % 2 == t)
+    }
+
+    /// Whether `slot` has rows in the step being computed ahead.
+    fn in_flight(&self, slot: usize) -> bool {
+        self.inflight
+            .as_ref()
+            .is_some_and(|f| f.plan.iter().any(|p| p.slot == slot))
+    }
+
+    /// `(slot, position, token)` per row of `plan`, in plan order: a slot's rows are
+    /// contiguous and ascending; positions past the sequence are its draft tokens.
+    fn rows(&self, plan: &[Planned]) -> Vec<(usize, usize, u32)> {
+        plan.iter()
+            .flat_map(|p| (p.from..p.from + p.n).map(move |pos| (p.slot, pos)))
+            .map(|(slot, pos)| (slot, pos, self.active(slot).seq.row_token(pos)))
+            .collect()
+    }
+
+    /// Hands `plan`'s rows to the front in the forwards `step` will ask for (a failed send
+    /// is that forward's failure, recovered there).
+    fn submit(&mut self, plan: &[Planned]) {
+        let rows = self.entering(&self.rows(plan));
+        if let Some(f) = &mut self.front {
+            for chunk in rows.chunks(self.cfg.n_ubatch) {
+                let _ = f.submit(chunk);
+            }
+        }
+    }
+
+    /// `rows` as the front names them: `(session, position, token)`.
+    fn entering(&self, rows: &[(usize, usize, u32)]) -> Vec<(u64, usize, u32)> {
+        rows.iter()
+            .map(|&(slot, pos, t)| (self.active(slot).seq.task, pos, t))
+            .collect()
     }
 
     fn is_idle(&self) -> bool {
@@ -266,7 +350,8 @@ impl Engine {
     /// Frees the slots and queue entries of clients that went away.
     fn drop_cancelled(&mut self) {
         for i in 0..self.slots.len() {
-            if self.slots[i].as_ref().is_some_and(|a| a.seq.is_cancelled()) {
+            let cancelled = self.slots[i].as_ref().is_some_and(|a| a.seq.is_cancelled());
+            if cancelled && !self.in_flight(i) {
                 self.counters.requests_cancelled += 1;
                 self.free_slot(i);
             }
@@ -328,6 +413,7 @@ impl Engine {
             .slots
             .iter()
             .enumerate()
+            .filter(|&(i, _)| self.in_turn(i))
             .filter_map(|(i, a)| a.as_ref().map(|a| (a.order, i)))
             .collect();
         order.sort_unstable();
@@ -396,6 +482,7 @@ impl Engine {
                 .enumerate()
                 .filter_map(|(i, v)| v.as_ref().map(|v| (v.order, i, v.seq.kv.capacity())))
                 .filter(|&(o, i, cap)| o > order && cap > 0 && !plan.iter().any(|p| p.slot == i))
+                .filter(|&(_, i, _)| !self.in_flight(i))
                 .max();
             let Some((_, victim, _)) = victim else {
                 return false;
@@ -412,13 +499,7 @@ impl Engine {
     /// whose last token was computed samples its next one, or verifies its draft row by
     /// row. KV of rows past a rejected draft is rolled back.
     fn step(&mut self, plan: &[Planned]) {
-        // (slot, position, token) per row, in plan order: a slot's rows are contiguous
-        // and ascending; positions past the sequence are its draft tokens.
-        let rows: Vec<(usize, usize, u32)> = plan
-            .iter()
-            .flat_map(|p| (p.from..p.from + p.n).map(move |pos| (p.slot, pos)))
-            .map(|(slot, pos)| (slot, pos, self.active(slot).seq.row_token(pos)))
-            .collect();
+        let rows = self.rows(plan);
         // A row's logits are wanted when it computes the last token or a draft token.
         let wanted: Vec<bool> = rows
             .iter()
@@ -449,10 +530,7 @@ impl Engine {
                     seq: seq_slots.len() - 1,
                 });
             }
-            let entering: Vec<(u64, usize, u32)> = chunk
-                .iter()
-                .map(|&(slot, pos, t)| (self.active(slot).seq.task, pos, t))
-                .collect();
+            let entering = self.entering(chunk);
             let n = chunk.len();
             let entered = Instant::now();
             if let Err(why) = self.enter(&entering) {
