@@ -8,7 +8,17 @@ head compute per step, what the link adds, bytes per step and per generated toke
 and the head (and this client) in another, the box reached at --box-host (for a veth pair
 with netem delay between them; made by the caller).
 
-usage: scripts/bench_split.py BINARY MODEL SPLIT [--threads 2] [--runs 3]
+With --users N, each run sends N completions at once (distinct prompts, both servers
+with -np N), and the aggregate tok/s (all tokens over the run's wall time) is compared too;
+with --pipeline the split head pipelines them (--box-pipeline: one cohort on the box while
+the head finishes the other).
+--prompt-chars sets the prompt's length (2400 characters ≈ 512 tokens), --box-chunk the
+rows per streamed prompt chunk, --box-threads/--head-threads each stage's threads (default
+--threads). The split run also reports how long both stages computed at once
+(tandem:split_both_busy_seconds_total) against its wall time.
+
+usage: scripts/bench_split.py BINARY MODEL SPLIT [--threads 2] [--runs 3] [--users 1]
+       [--prompt-chars 2400] [--box-chunk N] [--pipeline] [--box-threads T] [--head-threads T]
        [--box-ns NS --head-ns NS --box-host IP]
 """
 import argparse
@@ -20,6 +30,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 
@@ -55,44 +66,67 @@ def post(ns, url, body):
     return json.loads(fetch(ns, url, body))
 
 
+def values(metrics):
+    return {l.split()[0][len("tandem:"):]: float(l.split()[1]) for l in metrics.splitlines()
+            if l.startswith("tandem:") and " " in l}
+
+
 def hops(metrics):
     """Per-hop figures from the split head's /metrics."""
-    v = {l.split()[0][len("tandem:"):]: float(l.split()[1]) for l in metrics.splitlines()
-         if l.startswith("tandem:") and " " in l}
+    v = values(metrics)
     steps = max(v["box_requests_total"], 1)
     return {
         "steps": int(steps),
         "box compute ms/step": 1e3 * v["box_compute_seconds_total"] / steps,
-        "link ms/step": 1e3 * (v["box_wait_seconds_total"] - v["box_compute_seconds_total"]) / steps,
+        "wait beyond box compute ms/step": 1e3 * (v["box_wait_seconds_total"] - v["box_compute_seconds_total"]) / steps,
         "head compute ms/step": 1e3 * v["head_compute_seconds_total"] / steps,
         "bytes/step": (v["box_bytes_sent_total"] + v["box_bytes_received_total"]) / steps,
         "bytes/token": v["box_bytes_per_token"],
+        "reconnects": int(v["box_reconnects_total"]),
     }
 
 
 def measure(a, split):
+    """Per request (prompt tok/s, decode tok/s), per run (tokens, wall seconds), the split
+    head's per-hop figures and the seconds both stages computed at once in the runs."""
     text = open(os.path.join(ROOT, "tests", "data", "eval-prose.txt")).read()
     logs = tempfile.mkdtemp(prefix="tandem-bench-split-")
     procs = []
-    common = ["-m", a.model, "-t", str(a.threads), "-c", "4096"]
+    common = ["-m", a.model, "-c", str(4096 * a.users)]
     try:
-        flags = []
+        flags, threads = [], a.threads
         if split:
-            procs.append(start(a.box_ns, [a.binary, "box", *common, "--layers", f"0:{a.split}",
-                                          "--listen", f"{a.box_host}:9402"], f"{logs}/box.log"))
+            procs.append(start(a.box_ns, [a.binary, "box", *common, "-t", str(a.box_threads or a.threads),
+                                          "--layers", f"0:{a.split}", "--listen", f"{a.box_host}:9402"],
+                               f"{logs}/box.log"))
             wait_for(f"{logs}/box.log", r"listening on (\S+)")
             flags = ["--split-at", str(a.split), "--box", f"{a.box_host}:9402", "--metrics"]
-        procs.append(start(a.head_ns, [a.binary, "serve", *common, "-np", "1", "--port", "9403", *flags],
-                           f"{logs}/serve.log"))
+            if a.box_chunk:
+                flags += ["--box-chunk", str(a.box_chunk)]
+            if a.pipeline:
+                flags += ["--box-pipeline"]
+            threads = a.head_threads or a.threads
+        procs.append(start(a.head_ns, [a.binary, "serve", *common, "-t", str(threads), "-np", str(a.users),
+                                       "--port", "9403", *flags], f"{logs}/serve.log"))
         wait_for(f"{logs}/serve.log", r"(ready)")
         url = "http://127.0.0.1:9403/v1/completions"
         post(a.head_ns, url, {"prompt": "warm up", "max_tokens": 8, "temperature": 0})
-        rows = []
-        for r in range(a.runs):
-            prompt = f"[{'split' if split else 'single'} {r}] " + text[r * 3000: r * 3000 + 2400]
-            t = post(a.head_ns, url, {"prompt": prompt, "max_tokens": 128, "temperature": 0, "ignore_eos": True})
-            rows.append((t["timings"]["prompt_per_second"], t["timings"]["predicted_per_second"]))
-        return rows, hops(fetch(a.head_ns, "http://127.0.0.1:9403/metrics")) if split else None
+        both = lambda: values(fetch(a.head_ns, "http://127.0.0.1:9403/metrics")).get(
+            "split_both_busy_seconds_total", 0.0) if split else 0.0
+        rows, runs, both0 = [], [], both()
+        n = a.prompt_chars
+        with ThreadPoolExecutor(a.users) as pool:
+            for r in range(a.runs):
+                ask = lambda u: post(a.head_ns, url, {
+                    "prompt": f"[{'split' if split else 'single'} {r} {u}] "
+                              + text[(r * a.users + u) * 3000 % len(text):][:n],
+                    "max_tokens": 128, "temperature": 0, "ignore_eos": True})
+                t0 = time.monotonic()
+                done = list(pool.map(ask, range(a.users)))
+                runs.append((sum(d["usage"]["completion_tokens"] for d in done), time.monotonic() - t0))
+                rows += [(d["timings"]["prompt_per_second"], d["timings"]["predicted_per_second"]) for d in done]
+        link = hops(fetch(a.head_ns, "http://127.0.0.1:9403/metrics")) if split else None
+        return rows, runs, link, both() - both0
     finally:
         for p in reversed(procs):
             os.kill(p.pid, signal.SIGTERM)
@@ -106,18 +140,28 @@ def main():
     ap.add_argument("split", type=int)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--users", type=int, default=1)
+    ap.add_argument("--prompt-chars", type=int, default=2400)
+    ap.add_argument("--box-chunk", type=int)
+    ap.add_argument("--pipeline", action="store_true")
+    ap.add_argument("--box-threads", type=int)
+    ap.add_argument("--head-threads", type=int)
     ap.add_argument("--box-ns")
     ap.add_argument("--head-ns")
     ap.add_argument("--box-host", default="127.0.0.1")
     a = ap.parse_args()
     mean = lambda xs: sum(xs) / len(xs)
-    (single, _), (split, link) = measure(a, False), measure(a, True)
-    print("| | prompt tok/s | decode tok/s |\n|---|---|---|")
-    for name, rows in (("one process", single), (f"split at {a.split}", split)):
-        print(f"| {name} | {mean([r[0] for r in rows]):.1f} | {mean([r[1] for r in rows]):.2f} |")
+    (single, single_runs, _, _), (split, split_runs, link, both) = measure(a, False), measure(a, True)
+    agg = lambda runs: sum(t for t, _ in runs) / sum(w for _, w in runs)
+    print("| | prompt tok/s | decode tok/s | aggregate tok/s |\n|---|---|---|---|")
+    for name, rows, runs in (("one process", single, single_runs), (f"split at {a.split}", split, split_runs)):
+        print(f"| {name} | {mean([r[0] for r in rows]):.1f} | {mean([r[1] for r in rows]):.2f} | {agg(runs):.2f} |")
     print(f"| ratio | {mean([r[0] for r in split]) / mean([r[0] for r in single]):.2f}× | "
-          f"{mean([r[1] for r in split]) / mean([r[1] for r in single]):.2f}× |")
-    print("\nper hop (every step of the split run, prefill chunks and decode steps):")
+          f"{mean([r[1] for r in split]) / mean([r[1] for r in single]):.2f}× | "
+          f"{agg(split_runs) / agg(single_runs):.2f}× |")
+    wall = sum(w for _, w in split_runs)
+    print(f"\nboth stages computing at once: {both:.2f} s of {wall:.2f} s wall ({100 * both / wall:.1f}%)")
+    print("per hop (every step of the split run, prefill chunks and decode steps):")
     print(" | ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in link.items()))
 
 

@@ -1,7 +1,8 @@
 """A model split across two processes on 127.0.0.1: `tandem box` holds SmolLM2's embeddings
 and blocks 0..15, `tandem serve --split-at 15 --box ADDR` the other 15 and the output head.
 At temperature 0 the split server's answers are byte-identical to one process's, for 4 users
-at once, plainly, with a draft, and with prompts streamed in chunks; a box killed (-9) mid-answer and started again is replayed
+at once, plainly, with a draft, and with prompts streamed in chunks and two cohorts
+pipelined; a box killed (-9) mid-answer and started again is replayed
 and the answer completes byte-identical; a box that stays down past the grace window gives
 503 with Retry-After (and the streaming answer in flight a retryable error event), /ready
 says so while /health stays 200; a hung box is lost by its heartbeats, while answering and
@@ -97,7 +98,11 @@ def single():
     return run()[0]
 
 
-ARMS = {"plain": [], "draft": DRAFT, "streamed in chunks of 7, with a draft": ["--box-chunk", "7", *DRAFT]}
+ARMS = {
+    "plain": [],
+    "draft": DRAFT,
+    "streamed in chunks of 7, pipelined, with a draft": ["--box-chunk", "7", "--box-pipeline", *DRAFT],
+}
 
 
 @pytest.mark.parametrize("arm", ARMS)
@@ -184,7 +189,7 @@ def test_a_hung_box_is_lost_by_its_heartbeats():
         _, error = stream_chat(s, lambda n: os.kill(box.proc.pid, signal.SIGSTOP) if n == 5 else None)
         waited = time.monotonic() - started
         assert error is not None and error["type"] == "unavailable_error", error
-        # 3 s of unanswered heartbeats, then the grace window with one unanswered hello
+        # 1 s quiet, then 2 s without an answer to a heartbeat, then the grace window with one unanswered hello
         # (5 s); the step deadline alone (10 s + 50 ms a row, then the hello) takes 15 s.
         assert 3 <= waited < 12, waited
         assert s.get("/ready").status_code == 503

@@ -29,6 +29,9 @@ pub trait Front: Send {
     fn replay(&mut self, rows: &[(u64, usize, u32)]) -> Result<(), String>;
     /// How long the engine keeps trying to reconnect before it gives the requests up.
     fn grace(&self) -> Duration;
+    /// Whether the slots take turns in two cohorts, one computed here while the front
+    /// computes the other's next step (else every slot steps in one batch).
+    fn pipelined(&self) -> bool;
     /// Starts computing `tokens` as positions `from..` of `session` ahead of the steps
     /// (a prompt): `forward` then takes those rows' states as they arrive.
     fn stream(&mut self, session: u64, from: usize, tokens: &[u32]) -> Result<(), String>;

@@ -92,6 +92,8 @@ pub struct SplitSettings {
     pub grace: std::time::Duration,
     /// Rows per chunk of a streamed prompt.
     pub chunk: usize,
+    /// Two cohorts of requests take turns, one on each stage.
+    pub pipeline: bool,
 }
 
 impl ServerConfig {
@@ -289,7 +291,8 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         Some(s) => {
             let client = BoxClient::connect(s.box_addr, &model, s.states)?
                 .with_grace(s.grace)
-                .with_chunk(s.chunk);
+                .with_chunk(s.chunk)
+                .with_pipeline(s.pipeline);
             eprintln!(
                 "split: blocks {}..{} here, 0..{} on the box at {} (epoch {:016x})",
                 s.at,

@@ -29,10 +29,10 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 const STEP_DEADLINE: Duration = Duration::from_secs(10);
 const DEADLINE_PER_ROW: Duration = Duration::from_millis(50);
 /// While it waits, the head pings the box after this long without a frame; a box that
-/// stays silent for [`SILENCE`] (pongs included: it answers them while it computes) is
+/// sends nothing for [`SILENCE`] after a ping (it answers pings while it computes) is
 /// lost, however long its step may take.
 const HEARTBEAT: Duration = Duration::from_secs(1);
-const SILENCE: Duration = Duration::from_secs(3);
+const SILENCE: Duration = Duration::from_secs(2);
 /// Chunks of a stream the box may compute ahead of the head (its credits).
 const WINDOW: u32 = 2;
 /// Rows per chunk of a prompt stream, unless told otherwise.
@@ -66,6 +66,7 @@ pub struct BoxClient {
     n_embd: usize,
     grace: Duration,
     chunk: usize,
+    pipelined: bool,
     /// Per session: the hash of the state at each position.
     states: HashMap<u64, Vec<u64>>,
     streams: HashMap<u64, Incoming>,
@@ -75,7 +76,8 @@ pub struct BoxClient {
     submitted: VecDeque<(Vec<StepRow>, u64)>,
     /// The sequence number of the last pong.
     pong: u64,
-    last_heard: Instant,
+    /// When the head pinged a box that has sent nothing since.
+    unanswered: Option<Instant>,
     /// The box's compute intervals (on this side's clock) not yet taken by the engine.
     busy: Vec<(Instant, Instant)>,
     stats: engine::FrontStats,
@@ -126,12 +128,13 @@ impl BoxClient {
             n_embd: model.hparams.n_embd,
             grace: Duration::from_secs(10),
             chunk: DEFAULT_CHUNK,
+            pipelined: false,
             states: HashMap::new(),
             streams: HashMap::new(),
             replies: HashMap::new(),
             submitted: VecDeque::new(),
             pong: 0,
-            last_heard: Instant::now(),
+            unanswered: None,
             busy: Vec::new(),
             stats: engine::FrontStats::default(),
         };
@@ -148,6 +151,13 @@ impl BoxClient {
     /// Rows per chunk of a prompt stream (default [`DEFAULT_CHUNK`]).
     pub fn with_chunk(mut self, chunk: usize) -> BoxClient {
         self.chunk = chunk.max(1);
+        self
+    }
+
+    /// Whether the engine pipelines two cohorts of requests through the two stages (see
+    /// [`engine::Front::pipelined`]; default no).
+    pub fn with_pipeline(mut self, pipelined: bool) -> BoxClient {
+        self.pipelined = pipelined;
         self
     }
 
@@ -204,7 +214,7 @@ impl BoxClient {
         })?;
         match reply.map(|f| (f.header.epoch, f.message)) {
             Some((epoch, Message::Welcome { split, link })) if split == self.split => {
-                self.last_heard = Instant::now();
+                self.unanswered = None;
                 Ok((link, epoch))
             }
             Some((_, Message::Refused { reason })) => Err(Error::Refused(reason)),
@@ -268,8 +278,8 @@ impl BoxClient {
     }
 
     /// Takes the next frame from either lane (by `deadline`): a fast-lane reply is kept
-    /// for `await_reply`, a stream's chunk joins its stream. Pings the box when it
-    /// has been quiet for [`HEARTBEAT`]; a box quiet for [`SILENCE`] is lost.
+    /// for `await_reply`, a stream's chunk joins its stream. Pings the box when it has
+    /// been quiet for [`HEARTBEAT`]; a box that then says nothing for [`SILENCE`] is lost.
     fn pump(&mut self, deadline: Instant) -> Result<()> {
         let (fast, bulk) = (&mut self.fast, &mut self.bulk);
         let wait = HEARTBEAT.min(deadline.saturating_duration_since(Instant::now()));
@@ -281,21 +291,23 @@ impl BoxClient {
             }
         });
         let Some((lane, frame)) = got else {
-            let quiet = self.last_heard.elapsed();
-            if quiet >= SILENCE {
-                return Err(timed_out(format!(
-                    "the box has been silent for {quiet:.1?} (heartbeats unanswered)"
-                )));
+            if let Some(quiet) = self.unanswered.map(|t| t.elapsed()) {
+                if quiet >= SILENCE {
+                    return Err(timed_out(format!(
+                        "the box has said nothing for {quiet:.1?} since a heartbeat"
+                    )));
+                }
             }
             if Instant::now() >= deadline {
                 return Err(timed_out("the box missed the step's deadline"));
             }
             self.send(FAST_LANE, 0, 0, Message::Ping)?;
+            self.unanswered.get_or_insert_with(Instant::now);
             return Ok(());
         };
         let frame =
             frame?.ok_or_else(|| Error::Protocol("the box closed the connection".into()))?;
-        self.last_heard = Instant::now();
+        self.unanswered = None;
         match frame.message {
             Message::Refused { reason } => Err(Error::Refused(reason)),
             Message::Pong => {
@@ -599,6 +611,10 @@ impl engine::Front for BoxClient {
 
     fn grace(&self) -> Duration {
         self.grace
+    }
+
+    fn pipelined(&self) -> bool {
+        self.pipelined
     }
 
     fn submit(&mut self, rows: &[(u64, usize, u32)]) -> std::result::Result<(), String> {

@@ -7,7 +7,9 @@
 //!
 //! Wire: tokio TCP (TCP_NODELAY), length-delimited frames ([`frame`]) that carry the
 //! protocol version, a hash of the model file, the box's epoch, a sequence number, and
-//! session and position where a frame is about one session.
+//! session and position where a frame is about one session. A head's link is two
+//! connections: the fast lane (steps, control, heartbeats) and the bulk lane (prompts the
+//! box computes ahead of the steps, in chunks paid for by credits).
 
 mod compute;
 pub mod frame;

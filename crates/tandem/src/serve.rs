@@ -147,6 +147,12 @@ pub struct ServeArgs {
     #[arg(long = "box-chunk", default_value_t = split::head::DEFAULT_CHUNK as u32,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub box_chunk: u32,
+    /// Pipeline two cohorts of requests through the stages: the box computes one's step
+    /// while this stage computes the other's. Pays when each stage has cores of its own
+    /// and the link is slow; each forward has half the rows, so on one machine's shared
+    /// cores it is slower (bench/results/README.md).
+    #[arg(long = "box-pipeline")]
+    pub box_pipeline: bool,
     /// Refuse to start when the memory plan exceeds this (e.g. 8G, 512M); default: the
     /// memory available.
     #[arg(long = "mem-limit", value_parser = parse_bytes)]
@@ -308,6 +314,7 @@ impl ServeArgs {
                     },
                     grace: std::time::Duration::from_secs_f64(self.box_grace.max(0.0)),
                     chunk: self.box_chunk as usize,
+                    pipeline: self.box_pipeline,
                 }),
         })
     }

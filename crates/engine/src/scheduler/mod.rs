@@ -94,8 +94,8 @@ pub struct Engine {
     counters: Counters,
     /// With a front: how long it and this stage computed at once.
     overlap: Overlap,
-    /// With a front, the slots take turns by the parity of their index: this turn's
-    /// cohort (`None`: every slot steps together).
+    /// With a front that pipelines, the slots take turns by the parity of their index:
+    /// this turn's cohort (`None`: every slot steps together).
     turn: Option<usize>,
     /// The step submitted to the front and not yet finished (the other cohort's).
     inflight: Option<InFlight>,
@@ -161,7 +161,7 @@ pub fn start(
         turn: None,
         inflight: None,
     };
-    if engine.front.is_some() {
+    if engine.front.as_ref().is_some_and(|f| f.pipelined()) {
         engine.turn = Some(0);
     }
     std::thread::Builder::new()
