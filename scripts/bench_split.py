@@ -19,7 +19,10 @@ rows per streamed prompt chunk, --box-threads/--head-threads each stage's thread
 
 usage: scripts/bench_split.py BINARY MODEL SPLIT [--threads 2] [--runs 3] [--users 1]
        [--prompt-chars 2400] [--box-chunk N] [--pipeline] [--box-threads T] [--head-threads T]
-       [--box-ns NS --head-ns NS --box-host IP]
+       [--delay-ms D] [--box-ns NS --head-ns NS --box-host IP]
+
+--delay-ms D puts scripts/delay_link.py between head and box (D ms each way, for a kernel
+without netem; it runs beside the head and takes some of its CPU).
 """
 import argparse
 import json
@@ -100,7 +103,13 @@ def measure(a, split):
                                           "--layers", f"0:{a.split}", "--listen", f"{a.box_host}:9402"],
                                f"{logs}/box.log"))
             wait_for(f"{logs}/box.log", r"listening on (\S+)")
-            flags = ["--split-at", str(a.split), "--box", f"{a.box_host}:9402", "--metrics"]
+            box_at = f"{a.box_host}:9402"
+            if a.delay_ms:
+                procs.append(start(a.head_ns, ["python3", os.path.join(ROOT, "scripts", "delay_link.py"),
+                                               "127.0.0.1:9404", box_at, str(a.delay_ms)], f"{logs}/link.log"))
+                wait_for(f"{logs}/link.log", r"(delaying)")
+                box_at = "127.0.0.1:9404"
+            flags = ["--split-at", str(a.split), "--box", box_at, "--metrics"]
             if a.box_chunk:
                 flags += ["--box-chunk", str(a.box_chunk)]
             if a.pipeline:
@@ -144,6 +153,7 @@ def main():
     ap.add_argument("--prompt-chars", type=int, default=2400)
     ap.add_argument("--box-chunk", type=int)
     ap.add_argument("--pipeline", action="store_true")
+    ap.add_argument("--delay-ms", type=float)
     ap.add_argument("--box-threads", type=int)
     ap.add_argument("--head-threads", type=int)
     ap.add_argument("--box-ns")

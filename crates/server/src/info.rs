@@ -299,7 +299,7 @@ pub async fn metrics(State(s): State<Shared>) -> Result<Response, ApiError> {
             (
                 "box_requests_total",
                 "counter",
-                "Split: forward requests the box answered.",
+                "Split: forward requests and prompt chunks the box answered.",
                 f.requests as f64,
             ),
             (

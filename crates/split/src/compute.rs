@@ -38,6 +38,8 @@ pub(crate) enum Job {
 
 /// A prompt being computed ahead of the head's steps, chunk by chunk.
 struct Stream {
+    /// The sequence number of its `Stream` frame, which its chunks carry.
+    id: u64,
     session: u64,
     /// Position of `tokens[0]`.
     pos: u32,
@@ -172,6 +174,14 @@ impl Compute {
     fn message(&mut self, frame: Frame) {
         let (seq, session) = (frame.header.seq, frame.header.session);
         match frame.message {
+            Message::Forward { rows } if rows.len() > self.cfg.n_ctx => {
+                let reason = format!(
+                    "a forward of {} rows; this box holds {} positions",
+                    rows.len(),
+                    self.cfg.n_ctx
+                );
+                self.reply_fast(self.frame(seq, 0, 0, Message::Refused { reason }));
+            }
             Message::Forward { rows } => {
                 let t0 = Instant::now();
                 let answer = match self.forward(&rows) {
@@ -200,9 +210,22 @@ impl Compute {
                     }
                 }
             }
+            Message::Stream { tokens, .. }
+                if tokens.is_empty()
+                    || frame.header.pos as usize + tokens.len() > self.cfg.n_ctx =>
+            {
+                let reason = format!(
+                    "a stream of {} tokens from position {}; this box holds {} positions",
+                    tokens.len(),
+                    frame.header.pos,
+                    self.cfg.n_ctx
+                );
+                self.reply_fast(self.frame(seq, session, 0, Message::Refused { reason }));
+            }
             Message::Stream { chunk, tokens } => {
                 self.streams.retain(|st| st.session != session);
                 self.streams.push(Stream {
+                    id: seq,
                     session,
                     pos: frame.header.pos,
                     tokens: tokens.into(),
@@ -213,7 +236,7 @@ impl Compute {
             }
             Message::Credit { chunks } => {
                 if let Some(st) = self.streams.iter_mut().find(|st| st.session == session) {
-                    st.credits += chunks;
+                    st.credits = st.credits.saturating_add(chunks);
                 }
             }
             other => {
@@ -249,7 +272,8 @@ impl Compute {
                 compute_us: 0,
             });
         }
-        let (session, first) = (st.session, st.started.as_ref().expect("started").pos);
+        let (id, session) = (st.id, st.session);
+        let first = st.started.as_ref().expect("started").pos;
         let n = ub
             .min(first as usize + st.chunk - st.pos as usize)
             .min(st.tokens.len());
@@ -287,7 +311,7 @@ impl Compute {
         if st.tokens.is_empty() || matches!(message, Message::Refused { .. }) {
             self.streams.remove(i);
         }
-        let frame = self.frame(0, session, first, message);
+        let frame = self.frame(id, session, first, message);
         if let Some(tx) = &self.bulk {
             let _ = tx.send(frame);
         }

@@ -6,7 +6,8 @@
 //! sequence number (u64), position (u32).
 //!
 //! A head opens two connections to its box, a link: the fast lane (hello, step rows,
-//! commits, releases, pings) and the bulk lane (prompt streams and their credits).
+//! commits, releases, pings, prompt streams and their credits) and the bulk lane (the
+//! states of the streams' chunks).
 
 use bytes::{Buf, BufMut, BytesMut};
 
@@ -72,8 +73,9 @@ pub enum Message {
         rows: Vec<StepRow>,
     },
     /// Box → head: the boundary states of a `Forward`'s rows, or (bulk lane) of one chunk
-    /// of a stream, from position `pos` of `session` in the header; `[rows, n_embd]`, and
-    /// the microseconds the box computed them for.
+    /// of a stream: from position `pos` of `session` in the header, whose sequence number
+    /// is the `Stream` frame's; `[rows, n_embd]`, and the microseconds the box computed
+    /// them for.
     States {
         states: Vec<f32>,
         compute_us: u64,
@@ -88,15 +90,15 @@ pub enum Message {
     },
     Ping,
     Pong,
-    /// Head → box, bulk lane: compute `tokens` as positions `pos..` of `session` (header)
-    /// ahead of the steps that need them, and send their states in chunks of `chunk` rows,
-    /// one chunk per credit.
+    /// Head → box: compute `tokens` as positions `pos..` of `session` (header) ahead of
+    /// the steps that need them, and send their states on the bulk lane in chunks of
+    /// `chunk` rows, one chunk per credit. It replaces the session's earlier stream.
     Stream {
         chunk: u32,
         tokens: Vec<u32>,
     },
-    /// Head → box, bulk lane: `session`'s stream may send `chunks` more chunks (the head
-    /// has room for them).
+    /// Head → box: `session`'s stream may send `chunks` more chunks (the head has room
+    /// for them).
     Credit {
         chunks: u32,
     },

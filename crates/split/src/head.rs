@@ -40,6 +40,9 @@ pub const DEFAULT_CHUNK: usize = 2048;
 
 /// A stream's states as they arrive: positions `next..end` are still to be taken.
 struct Incoming {
+    /// The sequence number of its `Stream` frame (chunks of an earlier stream of the
+    /// session carry another).
+    id: u64,
     next: u32,
     end: u32,
     /// The first position of the next chunk to arrive.
@@ -78,6 +81,9 @@ pub struct BoxClient {
     pong: u64,
     /// When the head pinged a box that has sent nothing since.
     unanswered: Option<Instant>,
+    /// Bytes of frames not yet whole when last looked (a long frame arriving is no
+    /// silence).
+    arriving: usize,
     /// The box's compute intervals (on this side's clock) not yet taken by the engine.
     busy: Vec<(Instant, Instant)>,
     stats: engine::FrontStats,
@@ -135,6 +141,7 @@ impl BoxClient {
             submitted: VecDeque::new(),
             pong: 0,
             unanswered: None,
+            arriving: 0,
             busy: Vec::new(),
             stats: engine::FrontStats::default(),
         };
@@ -148,9 +155,11 @@ impl BoxClient {
         self
     }
 
-    /// Rows per chunk of a prompt stream (default [`DEFAULT_CHUNK`]).
+    /// Rows per chunk of a prompt stream (default [`DEFAULT_CHUNK`]; at most what fits
+    /// a frame of [`crate::MAX_FRAME`] bytes).
     pub fn with_chunk(mut self, chunk: usize) -> BoxClient {
-        self.chunk = chunk.max(1);
+        let fits = (crate::MAX_FRAME - 4096) / (4 * self.n_embd);
+        self.chunk = chunk.clamp(1, fits);
         self
     }
 
@@ -227,17 +236,15 @@ impl BoxClient {
     /// Connects again; the box then holds no session of this head (each must be replayed,
     /// and its stream, if it had one, started again).
     pub fn reconnect(&mut self) -> Result<()> {
-        let old = (
-            self.fast.sent + self.bulk.sent,
-            self.fast.received + self.bulk.received,
-        );
+        for conn in [&mut self.fast, &mut self.bulk] {
+            self.stats.bytes_sent += std::mem::take(&mut conn.sent);
+            self.stats.bytes_received += std::mem::take(&mut conn.received);
+        }
         self.streams.clear();
         self.replies.clear();
         self.submitted.clear();
         self.fast = Self::open(&self.rt, self.addr)?;
         self.bulk = Self::open(&self.rt, self.addr)?;
-        self.stats.bytes_sent += old.0;
-        self.stats.bytes_received += old.1;
         self.handshake()
     }
 
@@ -273,7 +280,11 @@ impl BoxClient {
         } else {
             &mut self.bulk
         };
-        self.rt.block_on(conn.send(&frame))?;
+        // A box that reads nothing for this long (stopped, cut off) is lost.
+        let sent = self
+            .rt
+            .block_on(async { tokio::time::timeout(STEP_DEADLINE, conn.send(&frame)).await });
+        sent.map_err(|_| timed_out("the box took no frame for the step's deadline"))??;
         Ok(frame.header.seq)
     }
 
@@ -291,6 +302,10 @@ impl BoxClient {
             }
         });
         let Some((lane, frame)) = got else {
+            let arriving = self.fast.arriving() + self.bulk.arriving();
+            if arriving != std::mem::replace(&mut self.arriving, arriving) {
+                self.unanswered = None;
+            }
             if let Some(quiet) = self.unanswered.map(|t| t.elapsed()) {
                 if quiet >= SILENCE {
                     return Err(timed_out(format!(
@@ -319,7 +334,8 @@ impl BoxClient {
                 Ok(())
             }
             Message::States { states, compute_us } => {
-                self.arrived(frame.header.session, frame.header.pos, states, compute_us)
+                let h = frame.header;
+                self.arrived(h.seq, h.session, h.pos, states, compute_us)
             }
             other => Err(Error::Protocol(format!("unexpected {other:?}"))),
         }
@@ -328,18 +344,26 @@ impl BoxClient {
     /// A box computed states for `compute_us` microseconds, just now.
     fn computed(&mut self, rows: usize, compute_us: u64) {
         let now = Instant::now();
-        self.busy
-            .push((now - Duration::from_micros(compute_us), now));
+        let from = now.checked_sub(Duration::from_micros(compute_us));
+        self.busy.push((from.unwrap_or(now), now));
         self.stats.requests += 1;
         self.stats.rows += rows as u64;
         self.stats.compute_seconds += compute_us as f64 / 1e6;
     }
 
-    fn arrived(&mut self, session: u64, pos: u32, states: Vec<f32>, us: u64) -> Result<()> {
+    fn arrived(
+        &mut self,
+        id: u64,
+        session: u64,
+        pos: u32,
+        states: Vec<f32>,
+        us: u64,
+    ) -> Result<()> {
         let rows = states.len() / self.n_embd;
         self.computed(rows, us);
-        // A released session's chunks may still come; they are dropped.
-        let Some(s) = self.streams.get_mut(&session) else {
+        // Chunks of a released session, or of a stream replaced since, may still come;
+        // they are dropped.
+        let Some(s) = self.streams.get_mut(&session).filter(|s| s.id == id) else {
             return Ok(());
         };
         if pos != s.arriving || states.len() != rows * self.n_embd || rows == 0 {
@@ -366,18 +390,20 @@ impl BoxClient {
     /// steps that need them; [`Self::forward_rows`] takes their states as they arrive.
     pub fn stream(&mut self, session: u64, from: u32, tokens: &[u32]) -> Result<()> {
         let end = from + tokens.len() as u32;
+        // On the fast lane, in order with the session's releases and forwards.
+        let (chunk, tokens) = (self.chunk as u32, tokens.to_vec());
         self.streams.insert(
             session,
             Incoming {
+                id: self.seq + 1, // the Stream frame's, sent next
                 next: from,
                 end,
                 arriving: from,
                 chunks: VecDeque::new(),
             },
         );
-        let (chunk, tokens) = (self.chunk as u32, tokens.to_vec());
-        self.send(BULK_LANE, session, from, Message::Stream { chunk, tokens })?;
-        self.send(BULK_LANE, session, from, Message::Credit { chunks: WINDOW })
+        self.send(FAST_LANE, session, from, Message::Stream { chunk, tokens })?;
+        self.send(FAST_LANE, session, from, Message::Credit { chunks: WINDOW })
             .map(drop)
     }
 
@@ -414,7 +440,7 @@ impl BoxClient {
             if done {
                 self.streams.remove(&session);
             } else if whole && more {
-                self.send(BULK_LANE, session, 0, Message::Credit { chunks: 1 })?;
+                self.send(FAST_LANE, session, 0, Message::Credit { chunks: 1 })?;
             }
             return Ok(());
         }

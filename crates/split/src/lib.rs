@@ -8,15 +8,16 @@
 //! Wire: tokio TCP (TCP_NODELAY), length-delimited frames ([`frame`]) that carry the
 //! protocol version, a hash of the model file, the box's epoch, a sequence number, and
 //! session and position where a frame is about one session. A head's link is two
-//! connections: the fast lane (steps, control, heartbeats) and the bulk lane (prompts the
-//! box computes ahead of the steps, in chunks paid for by credits).
+//! connections: the fast lane (steps, control, heartbeats, prompt streams and their
+//! credits) and the bulk lane (the states of the streams' chunks, which the box computes
+//! ahead of the steps, one per credit).
 
 mod compute;
 pub mod frame;
 pub mod head;
 pub mod worker;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use futures_util::{SinkExt, StreamExt};
 use gguf::GgufFile;
 use sha2::{Digest, Sha256};
@@ -73,6 +74,15 @@ pub(crate) struct Conn {
     pub(crate) received: u64,
 }
 
+type Sink = futures_util::stream::SplitSink<Framed<TcpStream, LengthDelimitedCodec>, Bytes>;
+type Source = futures_util::stream::SplitStream<Framed<TcpStream, LengthDelimitedCodec>>;
+
+fn encoded(frame: &Frame) -> Bytes {
+    let mut b = BytesMut::new();
+    frame.encode(&mut b);
+    b.freeze()
+}
+
 impl Conn {
     pub(crate) fn new(stream: TcpStream) -> Result<Conn> {
         stream.set_nodelay(true)?;
@@ -88,10 +98,9 @@ impl Conn {
     }
 
     pub(crate) async fn send(&mut self, frame: &Frame) -> Result<()> {
-        let mut b = BytesMut::new();
-        frame.encode(&mut b);
+        let b = encoded(frame);
         self.sent += b.len() as u64 + 4;
-        self.framed.send(b.freeze()).await?;
+        self.framed.send(b).await?;
         Ok(())
     }
 
@@ -104,6 +113,39 @@ impl Conn {
                 self.received += bytes.len() as u64 + 4;
                 Frame::decode(&bytes).map(Some)
             }
+        }
+    }
+
+    /// Bytes read of frames not yet whole (a long frame on its way).
+    pub(crate) fn arriving(&self) -> usize {
+        self.framed.read_buffer().len()
+    }
+
+    /// A writer and a reader that work at once, so that a side busy writing a long frame
+    /// still reads (without byte counts).
+    pub(crate) fn split(self) -> (Writer, Reader) {
+        let (sink, source) = self.framed.split();
+        (Writer(sink), Reader(source))
+    }
+}
+
+pub(crate) struct Writer(Sink);
+
+impl Writer {
+    pub(crate) async fn send(&mut self, frame: &Frame) -> Result<()> {
+        self.0.send(encoded(frame)).await?;
+        Ok(())
+    }
+}
+
+pub(crate) struct Reader(Source);
+
+impl Reader {
+    /// The next frame, or `None` when the peer closed the connection.
+    pub(crate) async fn recv(&mut self) -> Result<Option<Frame>> {
+        match self.0.next().await {
+            None => Ok(None),
+            Some(bytes) => Frame::decode(&bytes?).map(Some),
         }
     }
 }

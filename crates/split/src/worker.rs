@@ -99,33 +99,66 @@ impl BoxWorker {
         })
     }
 
-    /// Serves heads until the listener fails: the compute thread starts, and every
-    /// connection gets a task.
+    /// Serves heads until the listener fails or the compute thread ends (it panicked: the
+    /// box should be restarted): the compute thread starts, and every connection gets a
+    /// task.
     pub async fn serve(self, listener: TcpListener) -> Result<()> {
         let (jobs, rx) = mpsc::channel();
         let compute = self.compute;
+        let (alive, mut ended) = tokio::sync::oneshot::channel::<()>();
         std::thread::Builder::new()
             .name("tandem-box".into())
-            .spawn(move || compute.run(rx))?;
+            .spawn(move || {
+                let _alive = alive;
+                compute.run(rx)
+            })?;
         let id = Arc::new(self.id);
         loop {
-            let (stream, _) = listener.accept().await?;
-            let mut conn = Conn::new(stream)?;
-            let (id, jobs) = (id.clone(), jobs.clone());
-            tokio::spawn(async move {
-                if let Err(e) = lane(&mut conn, &id, &jobs).await {
-                    let reason = e.to_string();
-                    let _ = conn.send(&id.frame(0, Message::Refused { reason })).await;
+            let stream = tokio::select! {
+                accepted = listener.accept() => accepted?.0,
+                _ = &mut ended => {
+                    return Err(Error::Protocol("the box's compute thread ended".into()));
                 }
-            });
+            };
+            let conn = Conn::new(stream)?;
+            let (id, jobs) = (id.clone(), jobs.clone());
+            tokio::spawn(async move { lane(conn, &id, &jobs).await });
         }
     }
 }
 
-/// One connection of a head: a hello naming its lane, then frames until it closes.
-async fn lane(conn: &mut Conn, id: &Identity, jobs: &mpsc::Sender<Job>) -> Result<()> {
+type Replies = (
+    tokio::sync::mpsc::UnboundedSender<Frame>,
+    tokio::sync::mpsc::UnboundedReceiver<Frame>,
+);
+
+/// One connection of a head: a hello naming its lane (refused with the reason when it is
+/// not one this box serves), then frames until it closes.
+async fn lane(mut conn: Conn, id: &Identity, jobs: &mpsc::Sender<Job>) {
+    match hello(&mut conn, id, jobs).await {
+        Err(e) => {
+            let reason = e.to_string();
+            let _ = conn.send(&id.frame(0, Message::Refused { reason })).await;
+        }
+        Ok(None) => {}
+        Ok(Some((lane, link, replies))) => {
+            serve_lane(conn, id, jobs, link, replies).await;
+            if lane == FAST_LANE {
+                let _ = jobs.send(Job::End { link });
+            }
+        }
+    }
+}
+
+/// Answers a hello with a welcome: the lane, its link and the channel its replies come
+/// through; `None` when the head closed first.
+async fn hello(
+    conn: &mut Conn,
+    id: &Identity,
+    jobs: &mpsc::Sender<Job>,
+) -> Result<Option<(u8, u64, Replies)>> {
     let Some(hello) = conn.recv().await? else {
-        return Ok(());
+        return Ok(None);
     };
     let (lane, asked) = match hello.message {
         Message::Hello { .. } if hello.header.model_hash != id.hash => {
@@ -150,7 +183,7 @@ async fn lane(conn: &mut Conn, id: &Identity, jobs: &mpsc::Sender<Job>) -> Resul
         }
     };
     let gone = || Error::Protocol("the box's compute thread ended".into());
-    let (tx, mut replies) = tokio::sync::mpsc::unbounded_channel();
+    let (tx, replies) = tokio::sync::mpsc::unbounded_channel();
     let link = match lane {
         FAST_LANE => {
             let link = id.link.fetch_add(1, Ordering::AcqRel) + 1;
@@ -158,7 +191,7 @@ async fn lane(conn: &mut Conn, id: &Identity, jobs: &mpsc::Sender<Job>) -> Resul
             jobs.send(Job::Link {
                 link,
                 flags,
-                replies: tx,
+                replies: tx.clone(),
             })
             .map_err(|_| gone())?;
             link
@@ -166,7 +199,7 @@ async fn lane(conn: &mut Conn, id: &Identity, jobs: &mpsc::Sender<Job>) -> Resul
         BULK_LANE if asked == id.link.load(Ordering::Acquire) => {
             jobs.send(Job::Bulk {
                 link: asked,
-                replies: tx,
+                replies: tx.clone(),
             })
             .map_err(|_| gone())?;
             asked
@@ -183,29 +216,44 @@ async fn lane(conn: &mut Conn, id: &Identity, jobs: &mpsc::Sender<Job>) -> Resul
         link,
     };
     conn.send(&id.frame(hello.header.seq, welcome)).await?;
-    let ended: Result<()> = async {
-        loop {
-            tokio::select! {
-                frame = conn.recv() => {
-                    let Some(frame) = frame? else { return Ok(()) };
-                    if id.link.load(Ordering::Acquire) != link {
-                        return Err(Error::Refused("a newer link of a head replaced this one".into()));
-                    }
-                    match frame.message {
-                        Message::Ping => conn.send(&id.frame(frame.header.seq, Message::Pong)).await?,
-                        _ => jobs.send(Job::Frame { link, frame }).map_err(|_| gone())?,
-                    }
-                }
-                reply = replies.recv() => match reply {
-                    Some(frame) => conn.send(&frame).await?,
-                    None => return Ok(()),
-                },
+    Ok(Some((lane, link, (tx, replies))))
+}
+
+/// A lane after its hello: frames go to the compute thread (pings are answered here) while
+/// a writer task sends what comes back, so that reading never waits behind a long write.
+async fn serve_lane(
+    conn: Conn,
+    id: &Identity,
+    jobs: &mpsc::Sender<Job>,
+    link: u64,
+    (tx, mut replies): Replies,
+) {
+    let (mut writer, mut reader) = conn.split();
+    let mut writing = tokio::spawn(async move {
+        while let Some(frame) = replies.recv().await {
+            if writer.send(&frame).await.is_err() {
+                break;
             }
         }
+    });
+    while let Ok(Some(frame)) = reader.recv().await {
+        if id.link.load(Ordering::Acquire) != link {
+            let reason = "a newer link of a head replaced this one".into();
+            let _ = tx.send(id.frame(0, Message::Refused { reason }));
+            break;
+        }
+        let sent = match frame.message {
+            Message::Ping => tx.send(id.frame(frame.header.seq, Message::Pong)).is_ok(),
+            _ => jobs.send(Job::Frame { link, frame }).is_ok(),
+        };
+        if !sent {
+            break;
+        }
     }
-    .await;
-    if lane == FAST_LANE {
-        let _ = jobs.send(Job::End { link });
+    drop(tx);
+    // What is queued goes out (a refusal, say); then the writer ends with the reader.
+    let flushed = tokio::time::timeout(std::time::Duration::from_secs(1), &mut writing).await;
+    if flushed.is_err() {
+        writing.abort();
     }
-    ended
 }

@@ -135,6 +135,11 @@ impl Head {
         logits.chunks_exact(nv).map(|l| l.to_vec()).collect()
     }
 
+    /// Session `s` is over here (its KV back in the pool).
+    fn release(&mut self, s: usize) {
+        self.kv.release(&mut self.seqs[s]);
+    }
+
     /// Session `s` keeps positions `0..len`, here and on the box.
     fn rollback(&mut self, s: usize, len: usize) {
         self.kv.truncate(&mut self.seqs[s], len);
@@ -233,6 +238,20 @@ fn streamed_prompts_arrive_chunk_by_chunk_with_the_whole_models_bits() {
     assert_eq!(stats.rows, 23 + 17 + 2);
     // Five chunks of a's stream, four of b's, and the fast request of a's two rows.
     assert_eq!(stats.requests, 5 + 4 + 1);
+    // A session released mid-stream (preempted) and streamed again at once: the chunks
+    // of its first stream still on their way are not taken for the second's.
+    head.client.release(&[0, 1]).unwrap();
+    head.release(0);
+    head.release(1);
+    head.client.stream(0, 0, &a).unwrap();
+    head.step(&a[..3].iter().map(|&t| (0, t)).collect::<Vec<_>>());
+    head.client.release(&[0]).unwrap();
+    head.release(0);
+    let c: Vec<u32> = a.iter().rev().copied().collect();
+    head.client.stream(0, 0, &c).unwrap();
+    let got = head.step(&c.iter().map(|&t| (0, t)).collect::<Vec<_>>());
+    let want = whole(&model, &c);
+    assert!(got.iter().zip(&want).all(|(g, w)| same(g, w)));
 }
 
 #[test]

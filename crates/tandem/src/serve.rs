@@ -143,7 +143,8 @@ pub struct ServeArgs {
     #[arg(long = "box-grace", default_value_t = 10.0)]
     pub box_grace: f64,
     /// Rows per chunk of a prompt the box streams ahead of the steps (the box computes the
-    /// next chunk while this stage computes the last; 2 chunks ahead at most).
+    /// next chunk while this stage computes the last; 2 chunks ahead at most; at most what
+    /// fits a 256 MiB frame).
     #[arg(long = "box-chunk", default_value_t = split::head::DEFAULT_CHUNK as u32,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub box_chunk: u32,

@@ -437,7 +437,7 @@ impl Engine {
             if self.make_room(slot, from + n, &plan) {
                 budget -= n;
                 plan.push(Planned { slot, from, n });
-                self.stream(slot, from);
+                self.stream(slot, from, n);
             }
         }
         plan

@@ -20,15 +20,24 @@ impl Engine {
     }
 
     /// Has the box compute `slot`'s known tokens from `from` ahead of the steps (its prompt,
-    /// or all it had when it was preempted), unless it already does or there is one.
-    pub(super) fn stream(&mut self, slot: usize, from: usize) {
-        let (Some(f), Some(a)) = (&mut self.front, &self.slots[slot]) else {
+    /// or all it had when it was preempted), unless it already does. The box computes ahead
+    /// only into positions this stage has reserved (so that its KV pool, sized alike, never
+    /// runs short): all of them when the pool has room, else this step's `planned`.
+    pub(super) fn stream(&mut self, slot: usize, from: usize, planned: usize) {
+        let (Some(f), Some(a)) = (&mut self.front, &mut self.slots[slot]) else {
             return;
         };
         let tokens = &a.seq.tokens;
-        if tokens.len() >= from + 2 && !f.streams(a.seq.task) {
+        if tokens.len() < from + 2 || f.streams(a.seq.task) {
+            return;
+        }
+        let end = match self.kv.reserve(&mut a.seq.kv, tokens.len()) {
+            Ok(()) => tokens.len(),
+            Err(_) => from + planned,
+        };
+        if end >= from + 2 {
             // A failed send is the next forward's failure, and recovered there.
-            let _ = f.stream(a.seq.task, from, &tokens[from..]);
+            let _ = f.stream(a.seq.task, from, &tokens[from..end]);
         }
     }
 
