@@ -250,6 +250,10 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         },
     };
     let mut plan = MemoryPlan::new(&model, &ecfg.context_config());
+    if let Some(s) = &config.split {
+        let streamed = split::head::stream_bytes(s.chunk, hp.n_embd, ecfg.n_parallel);
+        plan.scratch += streamed;
+    }
     if let Some(d) = draft_plan {
         eprintln!("draft model memory plan: {d}");
         plan = plan.with(&d);

@@ -38,6 +38,18 @@ const WINDOW: u32 = 2;
 /// Rows per chunk of a prompt stream, unless told otherwise.
 pub const DEFAULT_CHUNK: usize = 2048;
 
+/// The rows of a stream's chunk asked for as `chunk`: at least 1, at most what fits a
+/// frame of [`crate::MAX_FRAME`] bytes for a model `n_embd` wide.
+pub fn chunk_rows(chunk: usize, n_embd: usize) -> usize {
+    chunk.clamp(1, (crate::MAX_FRAME - 4096) / (4 * n_embd.max(1)))
+}
+
+/// What the head holds of streamed states at most: [`WINDOW`] chunks of `chunk` rows for
+/// each of `sessions` streams (the memory plan counts it).
+pub fn stream_bytes(chunk: usize, n_embd: usize, sessions: usize) -> u64 {
+    (WINDOW as usize * chunk_rows(chunk, n_embd) * n_embd * 4 * sessions) as u64
+}
+
 /// A stream's states as they arrive: positions `next..end` are still to be taken.
 struct Incoming {
     /// The sequence number of its `Stream` frame (chunks of an earlier stream of the
@@ -155,11 +167,9 @@ impl BoxClient {
         self
     }
 
-    /// Rows per chunk of a prompt stream (default [`DEFAULT_CHUNK`]; at most what fits
-    /// a frame of [`crate::MAX_FRAME`] bytes).
+    /// Rows per chunk of a prompt stream (default [`DEFAULT_CHUNK`]; see [`chunk_rows`]).
     pub fn with_chunk(mut self, chunk: usize) -> BoxClient {
-        let fits = (crate::MAX_FRAME - 4096) / (4 * self.n_embd);
-        self.chunk = chunk.clamp(1, fits);
+        self.chunk = chunk_rows(chunk, self.n_embd);
         self
     }
 
