@@ -91,11 +91,11 @@ pub struct BoxClient {
     submitted: VecDeque<(Vec<StepRow>, u64)>,
     /// The sequence number of the last pong.
     pong: u64,
-    /// When the head pinged a box that has sent nothing since.
-    unanswered: Option<Instant>,
-    /// Bytes of frames not yet whole when last looked (a long frame arriving is no
-    /// silence).
-    arriving: usize,
+    /// Per lane: when the head pinged a box that has sent nothing on it since.
+    unanswered: [Option<Instant>; 2],
+    /// Per lane: bytes of frames not yet whole when last looked (a long frame arriving is
+    /// no silence).
+    arriving: [usize; 2],
     /// The box's compute intervals (on this side's clock) not yet taken by the engine.
     busy: Vec<(Instant, Instant)>,
     stats: engine::FrontStats,
@@ -152,8 +152,8 @@ impl BoxClient {
             replies: HashMap::new(),
             submitted: VecDeque::new(),
             pong: 0,
-            unanswered: None,
-            arriving: 0,
+            unanswered: [None; 2],
+            arriving: [0; 2],
             busy: Vec::new(),
             stats: engine::FrontStats::default(),
         };
@@ -233,7 +233,7 @@ impl BoxClient {
         })?;
         match reply.map(|f| (f.header.epoch, f.message)) {
             Some((epoch, Message::Welcome { split, link })) if split == self.split => {
-                self.unanswered = None;
+                self.unanswered = [None; 2];
                 Ok((link, epoch))
             }
             Some((_, Message::Refused { reason })) => Err(Error::Refused(reason)),
@@ -299,8 +299,9 @@ impl BoxClient {
     }
 
     /// Takes the next frame from either lane (by `deadline`): a fast-lane reply is kept
-    /// for `await_reply`, a stream's chunk joins its stream. Pings the box when it has
-    /// been quiet for [`HEARTBEAT`]; a box that then says nothing for [`SILENCE`] is lost.
+    /// for `await_reply`, a stream's chunk joins its stream. Pings the box on both lanes
+    /// when it has been quiet for [`HEARTBEAT`]; a box that then says nothing on one of
+    /// them for [`SILENCE`] is lost.
     fn pump(&mut self, deadline: Instant) -> Result<()> {
         let (fast, bulk) = (&mut self.fast, &mut self.bulk);
         let wait = HEARTBEAT.min(deadline.saturating_duration_since(Instant::now()));
@@ -312,31 +313,38 @@ impl BoxClient {
             }
         });
         let Some((lane, frame)) = got else {
-            let arriving = self.fast.arriving() + self.bulk.arriving();
-            if arriving != std::mem::replace(&mut self.arriving, arriving) {
-                self.unanswered = None;
-            }
-            if let Some(quiet) = self.unanswered.map(|t| t.elapsed()) {
-                if quiet >= SILENCE {
-                    return Err(timed_out(format!(
-                        "the box has said nothing for {quiet:.1?} since a heartbeat"
-                    )));
+            for (l, conn) in [(FAST_LANE, &self.fast), (BULK_LANE, &self.bulk)] {
+                let (l, arriving) = (l as usize, conn.arriving());
+                if arriving != std::mem::replace(&mut self.arriving[l], arriving) {
+                    self.unanswered[l] = None;
+                }
+                if let Some(quiet) = self.unanswered[l].map(|t| t.elapsed()) {
+                    if quiet >= SILENCE {
+                        let which = ["fast", "bulk"][l];
+                        return Err(timed_out(format!(
+                            "the box has said nothing on its {which} lane for {quiet:.1?} since a heartbeat"
+                        )));
+                    }
                 }
             }
             if Instant::now() >= deadline {
                 return Err(timed_out("the box missed the step's deadline"));
             }
-            self.send(FAST_LANE, 0, 0, Message::Ping)?;
-            self.unanswered.get_or_insert_with(Instant::now);
+            for l in [FAST_LANE, BULK_LANE] {
+                self.send(l, 0, 0, Message::Ping)?;
+                self.unanswered[l as usize].get_or_insert_with(Instant::now);
+            }
             return Ok(());
         };
         let frame =
             frame?.ok_or_else(|| Error::Protocol("the box closed the connection".into()))?;
-        self.unanswered = None;
+        self.unanswered[lane as usize] = None;
         match frame.message {
             Message::Refused { reason } => Err(Error::Refused(reason)),
             Message::Pong => {
-                self.pong = frame.header.seq;
+                if lane == FAST_LANE {
+                    self.pong = frame.header.seq;
+                }
                 Ok(())
             }
             Message::States { .. } if lane == FAST_LANE => {

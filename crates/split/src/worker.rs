@@ -236,7 +236,16 @@ async fn serve_lane(
             }
         }
     });
-    while let Ok(Some(frame)) = reader.recv().await {
+    loop {
+        let frame = match reader.recv().await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => break,
+            Err(e) => {
+                let reason = e.to_string();
+                let _ = tx.send(id.frame(0, Message::Refused { reason }));
+                break;
+            }
+        };
         if id.link.load(Ordering::Acquire) != link {
             let reason = "a newer link of a head replaced this one".into();
             let _ = tx.send(id.frame(0, Message::Refused { reason }));
