@@ -14,7 +14,7 @@ pub mod speculative;
 pub use context::{Context, ContextConfig, Outputs, LOGIT_ROWS};
 pub use front::{Front, FrontState, FrontStats};
 pub use handle::{Counters, EngineConfig, EngineHandle, EventStream, SlotState, Snapshot};
-pub use plan::MemoryPlan;
+pub use plan::{available_memory, MemoryPlan};
 pub use request::{DraftLimits, Event, FinishReason, GenRequest, Summary, TokenLogprob};
 pub use sampling::{Sampler, SamplerConfig};
 pub use scheduler::start;

@@ -168,13 +168,6 @@ impl AppState {
 
 pub type Shared = Arc<AppState>;
 
-fn available_memory() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
-}
-
 /// Loads the model (or its `part`), with a progress bar of the repacking when stderr is a
 /// terminal (the server prints one line when the model is ready either way).
 fn load_model(path: &std::path::Path, part: Part) -> Result<Model, model::Error> {
@@ -260,7 +253,7 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
     }
     let (limit, source_of_limit) = match config.mem_limit {
         Some(l) => (Some(l), "--mem-limit"),
-        None => (available_memory(), "memory available"),
+        None => (engine::available_memory(), "memory available"),
     };
     eprintln!(
         "memory plan: {plan} (context {} over {} slots, {} per slot{})",

@@ -34,12 +34,21 @@ pub fn execute(a: BoxArgs) -> Result<(), CliError> {
     let model = Model::load_stage(&path, Part::First(a.layers), Repack::Auto, &|_, _| {})?;
     let n_layer = model.hparams.n_layer;
     let cfg = a.model.context_config();
+    let plan = engine::MemoryPlan::new(&model, &cfg);
     eprintln!(
-        "tandem box: blocks 0..{} of {n_layer} of {}, weights {:.1} MiB",
+        "tandem box: blocks 0..{} of {n_layer} of {}, memory plan: {plan} (context {})",
         a.layers,
         path.display(),
-        model.weight_bytes() as f64 / 1048576.0
+        cfg.n_ctx
     );
+    if let Some(limit) = engine::available_memory().filter(|&l| plan.total() > l) {
+        return Err(server::Error::OverMemory {
+            plan,
+            limit_mib: limit as f64 / 1048576.0,
+            source_of_limit: "memory available",
+        }
+        .into());
+    }
     let worker = BoxWorker::new(model, cfg)?;
     let epoch = worker.epoch();
     worker.serve_blocking(&a.listen, |addr| {
