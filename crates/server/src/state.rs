@@ -193,6 +193,8 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         .split
         .as_ref()
         .map_or(Part::Whole, |s| Part::Last(s.at));
+    // Before loading: the plan counts the weights, which loading takes from what is free.
+    let available = engine::available_memory();
     let model = load_model(&config.model_path, part)?;
     let hp = &model.hparams;
     let md = &model.file.header.metadata;
@@ -253,7 +255,7 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
     }
     let (limit, source_of_limit) = match config.mem_limit {
         Some(l) => (Some(l), "--mem-limit"),
-        None => (engine::available_memory(), "memory available"),
+        None => (available, "memory available"),
     };
     eprintln!(
         "memory plan: {plan} (context {} over {} slots, {} per slot{})",

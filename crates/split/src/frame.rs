@@ -15,7 +15,7 @@ use crate::{Error, Result};
 
 pub const MAGIC: [u8; 4] = *b"TDSP";
 /// Bumped whenever a frame's layout or meaning changes; peers of other versions are refused.
-pub const VERSION: u16 = 3;
+pub const VERSION: u16 = 4;
 pub const HEADER_BYTES: usize = 44;
 /// Flag: the hidden states of the frame are f16 (else f32).
 pub const F16_STATES: u8 = 1;

@@ -96,6 +96,9 @@ pub struct BoxClient {
     /// Per lane: bytes of frames not yet whole when last looked (a long frame arriving is
     /// no silence).
     arriving: [usize; 2],
+    /// A send failed or timed out: the connection may have lost a frame, so every call
+    /// fails until [`Self::reconnect`].
+    broken: bool,
     /// The box's compute intervals (on this side's clock) not yet taken by the engine.
     busy: Vec<(Instant, Instant)>,
     stats: engine::FrontStats,
@@ -154,6 +157,7 @@ impl BoxClient {
             pong: 0,
             unanswered: [None; 2],
             arriving: [0; 2],
+            broken: false,
             busy: Vec::new(),
             stats: engine::FrontStats::default(),
         };
@@ -253,6 +257,7 @@ impl BoxClient {
         self.streams.clear();
         self.replies.clear();
         self.submitted.clear();
+        self.broken = false;
         self.fast = Self::open(&self.rt, self.addr)?;
         self.bulk = Self::open(&self.rt, self.addr)?;
         self.handshake()
@@ -284,6 +289,11 @@ impl BoxClient {
     }
 
     fn send(&mut self, lane: u8, session: u64, pos: u32, message: Message) -> Result<u64> {
+        if self.broken {
+            return Err(Error::Protocol(
+                "an earlier frame to the box was not sent; the link must be made again".into(),
+            ));
+        }
         let frame = self.frame(session, pos, message);
         let conn = if lane == FAST_LANE {
             &mut self.fast
@@ -294,7 +304,11 @@ impl BoxClient {
         let sent = self
             .rt
             .block_on(async { tokio::time::timeout(STEP_DEADLINE, conn.send(&frame)).await });
-        sent.map_err(|_| timed_out("the box took no frame for the step's deadline"))??;
+        let sent = sent.map_err(|_| timed_out("the box took no frame for the step's deadline"));
+        if !matches!(sent, Ok(Ok(()))) {
+            self.broken = true;
+        }
+        sent??;
         Ok(frame.header.seq)
     }
 
@@ -500,6 +514,11 @@ impl BoxClient {
     /// unless they must wait for them).
     pub fn forward_rows(&mut self, rows: &[StepRow], out: &mut [f32]) -> Result<()> {
         assert_eq!(out.len(), rows.len() * self.n_embd);
+        if self.broken {
+            return Err(Error::Protocol(
+                "an earlier frame to the box was not sent; the link must be made again".into(),
+            ));
+        }
         let t0 = Instant::now();
         let e = self.n_embd;
         let (streamed, fast, after) = self.route(rows);

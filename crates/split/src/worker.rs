@@ -141,12 +141,7 @@ async fn lane(mut conn: Conn, id: &Identity, jobs: &mpsc::Sender<Job>) {
             let _ = conn.send(&id.frame(0, Message::Refused { reason })).await;
         }
         Ok(None) => {}
-        Ok(Some((lane, link, replies))) => {
-            serve_lane(conn, id, jobs, link, replies).await;
-            if lane == FAST_LANE {
-                let _ = jobs.send(Job::End { link });
-            }
-        }
+        Ok(Some((lane, link, replies))) => serve_lane(conn, id, jobs, lane, link, replies).await,
     }
 }
 
@@ -225,6 +220,7 @@ async fn serve_lane(
     conn: Conn,
     id: &Identity,
     jobs: &mpsc::Sender<Job>,
+    lane: u8,
     link: u64,
     (tx, mut replies): Replies,
 ) {
@@ -258,6 +254,11 @@ async fn serve_lane(
         if !sent {
             break;
         }
+    }
+    if lane == FAST_LANE {
+        // The link is over: its sessions are freed, and the compute thread lets go of
+        // this lane's replies.
+        let _ = jobs.send(Job::End { link });
     }
     drop(tx);
     // What is queued goes out (a refusal, say); then the writer ends with the reader.

@@ -31,6 +31,8 @@ fn parse_layers(s: &str) -> Result<usize, String> {
 
 pub fn execute(a: BoxArgs) -> Result<(), CliError> {
     let path = a.model.path()?;
+    // Before loading: the plan counts the weights, which loading takes from what is free.
+    let available = engine::available_memory();
     let model = Model::load_stage(&path, Part::First(a.layers), Repack::Auto, &|_, _| {})?;
     let n_layer = model.hparams.n_layer;
     let cfg = a.model.context_config();
@@ -41,7 +43,7 @@ pub fn execute(a: BoxArgs) -> Result<(), CliError> {
         path.display(),
         cfg.n_ctx
     );
-    if let Some(limit) = engine::available_memory().filter(|&l| plan.total() > l) {
+    if let Some(limit) = available.filter(|&l| plan.total() > l) {
         return Err(server::Error::OverMemory {
             plan,
             limit_mib: limit as f64 / 1048576.0,
