@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -180,11 +181,24 @@ def test_a_box_killed_mid_answer_is_replayed_and_the_text_stays(tmp_path):
         box[0].stop()
 
 
-def test_a_hung_box_is_lost_by_its_heartbeats():
+@contextmanager
+def head_and_box(grace):
+    """A box on a free port and a split head whose box grace is `grace` seconds; both are
+    stopped afterwards."""
     port = free_port()
     box = Box(port)
-    s = Server(*FLAGS, "--split-at", str(SPLIT), "--box", f"127.0.0.1:{port}", "--box-grace", "1")
     try:
+        s = Server(*FLAGS, "--split-at", str(SPLIT), "--box", f"127.0.0.1:{port}", "--box-grace", str(grace))
+        try:
+            yield s, box
+        finally:
+            s.stop()
+    finally:
+        box.stop()
+
+
+def test_a_hung_box_is_lost_by_its_heartbeats():
+    with head_and_box(1) as (s, box):
         started = time.monotonic()
         _, error = stream_chat(s, lambda n: os.kill(box.proc.pid, signal.SIGSTOP) if n == 5 else None)
         waited = time.monotonic() - started
@@ -193,16 +207,10 @@ def test_a_hung_box_is_lost_by_its_heartbeats():
         # (5 s); the step deadline alone (10 s + 50 ms a row, then the hello) takes 15 s.
         assert 3 <= waited < 12, waited
         assert s.get("/ready").status_code == 503
-    finally:
-        s.stop()
-        box.stop()
 
 
 def test_an_idle_head_notices_a_hung_box_and_its_return():
-    port = free_port()
-    box = Box(port)
-    s = Server(*FLAGS, "--split-at", str(SPLIT), "--box", f"127.0.0.1:{port}", "--box-grace", "1")
-    try:
+    with head_and_box(1) as (s, box):
         assert s.get("/ready").status_code == 200
         os.kill(box.proc.pid, signal.SIGSTOP)
         started = time.monotonic()
@@ -216,16 +224,10 @@ def test_an_idle_head_notices_a_hung_box_and_its_return():
             time.sleep(0.2)
         got, error = stream_chat(s)
         assert error is None and got, error
-    finally:
-        s.stop()
-        box.stop()
 
 
 def test_a_box_that_stays_down_gives_503_with_retry_after():
-    port = free_port()
-    box = Box(port)
-    s = Server(*FLAGS, "--split-at", str(SPLIT), "--box", f"127.0.0.1:{port}", "--box-grace", "2")
-    try:
+    with head_and_box(2) as (s, box):
         assert s.get("/ready").status_code == 200
         started = time.monotonic()
         _, error = stream_chat(s, lambda n: box.stop() if n == 5 else None)
@@ -237,6 +239,3 @@ def test_a_box_that_stays_down_gives_503_with_retry_after():
         assert r.json()["error"]["type"] == "unavailable_error"
         assert s.get("/health").status_code == 200
         assert s.get("/ready").status_code == 503
-    finally:
-        s.stop()
-        box.stop()

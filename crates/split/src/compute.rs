@@ -50,6 +50,13 @@ struct Stream {
     started: Option<Chunk>,
 }
 
+impl Stream {
+    /// Whether it has a forward to compute: a chunk started, or credit for the next.
+    fn may_advance(&self) -> bool {
+        self.started.is_some() || self.credits > 0
+    }
+}
+
 /// A chunk of a stream so far: its first position, the states of its rows computed, and
 /// the microseconds they took.
 struct Chunk {
@@ -103,11 +110,7 @@ impl Compute {
     /// a stream with credit; with neither, the threads rest and the thread waits.
     pub(crate) fn run(mut self, jobs: Receiver<Job>) {
         loop {
-            let job = if self
-                .streams
-                .iter()
-                .any(|s| s.credits > 0 || s.started.is_some())
-            {
+            let job = if self.streams.iter().any(Stream::may_advance) {
                 match jobs.try_recv() {
                     Ok(job) => Some(job),
                     Err(TryRecvError::Empty) => None,
@@ -255,11 +258,7 @@ impl Compute {
     /// One forward of the oldest stream that may: its chunk is sent when complete, and the
     /// stream is done when its tokens are.
     fn advance_stream(&mut self) {
-        let Some(i) = self
-            .streams
-            .iter()
-            .position(|s| s.started.is_some() || s.credits > 0)
-        else {
+        let Some(i) = self.streams.iter().position(Stream::may_advance) else {
             return;
         };
         let (ub, e) = (self.cfg.n_ubatch, self.model.hparams.n_embd);

@@ -224,12 +224,8 @@ impl BoxClient {
                 link,
             },
         );
-        let conn = if lane == FAST_LANE {
-            &mut self.fast
-        } else {
-            &mut self.bulk
-        };
-        let reply = self.rt.block_on(async {
+        let (rt, conn) = self.lane(lane);
+        let reply = rt.block_on(async {
             conn.send(&frame).await?;
             tokio::time::timeout(REPLY_TIMEOUT, conn.recv())
                 .await
@@ -288,28 +284,43 @@ impl BoxClient {
         }
     }
 
-    fn send(&mut self, lane: u8, session: u64, pos: u32, message: Message) -> Result<u64> {
-        if self.broken {
-            return Err(Error::Protocol(
-                "an earlier frame to the box was not sent; the link must be made again".into(),
-            ));
+    /// The runtime, and the connection of `lane`.
+    fn lane(&mut self, lane: u8) -> (&Runtime, &mut Conn) {
+        match lane {
+            FAST_LANE => (&self.rt, &mut self.fast),
+            _ => (&self.rt, &mut self.bulk),
         }
+    }
+
+    /// Fails once a send failed, until the link is made again.
+    fn unbroken(&self) -> Result<()> {
+        match self.broken {
+            false => Ok(()),
+            true => Err(Error::Protocol(
+                "an earlier frame to the box was not sent; the link must be made again".into(),
+            )),
+        }
+    }
+
+    fn send(&mut self, lane: u8, session: u64, pos: u32, message: Message) -> Result<u64> {
+        self.unbroken()?;
         let frame = self.frame(session, pos, message);
-        let conn = if lane == FAST_LANE {
-            &mut self.fast
-        } else {
-            &mut self.bulk
-        };
+        let (rt, conn) = self.lane(lane);
         // A box that reads nothing for this long (stopped, cut off) is lost.
-        let sent = self
-            .rt
-            .block_on(async { tokio::time::timeout(STEP_DEADLINE, conn.send(&frame)).await });
+        let sent =
+            rt.block_on(async { tokio::time::timeout(STEP_DEADLINE, conn.send(&frame)).await });
         let sent = sent.map_err(|_| timed_out("the box took no frame for the step's deadline"));
         if !matches!(sent, Ok(Ok(()))) {
             self.broken = true;
         }
         sent??;
         Ok(frame.header.seq)
+    }
+
+    /// Sends `rows` to be computed on the fast lane; the request's number.
+    fn send_forward(&mut self, rows: &[StepRow]) -> Result<u64> {
+        let rows = rows.to_vec();
+        self.send(FAST_LANE, 0, 0, Message::Forward { rows })
     }
 
     /// Takes the next frame from either lane (by `deadline`): a fast-lane reply is kept
@@ -424,17 +435,17 @@ impl BoxClient {
         let end = from + tokens.len() as u32;
         // On the fast lane, in order with the session's releases and forwards.
         let (chunk, tokens) = (self.chunk as u32, tokens.to_vec());
+        let id = self.send(FAST_LANE, session, from, Message::Stream { chunk, tokens })?;
         self.streams.insert(
             session,
             Incoming {
-                id: self.seq + 1, // the Stream frame's, sent next
+                id,
                 next: from,
                 end,
                 arriving: from,
                 chunks: VecDeque::new(),
             },
         );
-        self.send(FAST_LANE, session, from, Message::Stream { chunk, tokens })?;
         self.send(FAST_LANE, session, from, Message::Credit { chunks: WINDOW })
             .map(drop)
     }
@@ -502,7 +513,7 @@ impl BoxClient {
     pub fn submit(&mut self, rows: &[StepRow]) -> Result<()> {
         let (_, fast, after) = self.route(rows);
         if !fast.is_empty() && !after {
-            let seq = self.send(FAST_LANE, 0, 0, Message::Forward { rows: fast.clone() })?;
+            let seq = self.send_forward(&fast)?;
             self.submitted.push_back((fast, seq));
         }
         Ok(())
@@ -514,11 +525,7 @@ impl BoxClient {
     /// unless they must wait for them).
     pub fn forward_rows(&mut self, rows: &[StepRow], out: &mut [f32]) -> Result<()> {
         assert_eq!(out.len(), rows.len() * self.n_embd);
-        if self.broken {
-            return Err(Error::Protocol(
-                "an earlier frame to the box was not sent; the link must be made again".into(),
-            ));
-        }
+        self.unbroken()?;
         let t0 = Instant::now();
         let e = self.n_embd;
         let (streamed, fast, after) = self.route(rows);
@@ -528,7 +535,7 @@ impl BoxClient {
             None => None,
         };
         if sent.is_none() && !fast.is_empty() && !after {
-            sent = Some(self.send(FAST_LANE, 0, 0, Message::Forward { rows: fast.clone() })?);
+            sent = Some(self.send_forward(&fast)?);
         }
         for (i, r) in rows.iter().enumerate().filter(|(i, _)| streamed[*i]) {
             self.take_streamed(r.session, r.pos, &mut out[i * e..(i + 1) * e])?;
@@ -536,7 +543,7 @@ impl BoxClient {
         if !fast.is_empty() {
             let seq = match sent {
                 Some(seq) => seq,
-                None => self.send(FAST_LANE, 0, 0, Message::Forward { rows: fast.clone() })?,
+                None => self.send_forward(&fast)?,
             };
             let states = self.await_states(seq, fast.len(), Instant::now() + deadline)?;
             let dst = (0..rows.len()).filter(|&i| !streamed[i]);
@@ -557,14 +564,7 @@ impl BoxClient {
     /// the one recorded the first time.
     pub fn replay(&mut self, rows: &[StepRow]) -> Result<()> {
         let deadline = STEP_DEADLINE + DEADLINE_PER_ROW * rows.len() as u32;
-        let seq = self.send(
-            FAST_LANE,
-            0,
-            0,
-            Message::Forward {
-                rows: rows.to_vec(),
-            },
-        )?;
+        let seq = self.send_forward(rows)?;
         let states = self.await_states(seq, rows.len(), Instant::now() + deadline)?;
         for (r, state) in rows.iter().zip(states.chunks_exact(self.n_embd)) {
             let recorded = self

@@ -37,9 +37,7 @@ use crate::{Result, LOGIT_ROWS};
 mod drafting;
 mod recovery;
 
-/// How often a box that is down is tried again while no request comes.
-const PROBE_EVERY: Duration = Duration::from_secs(1);
-/// How often an idle engine checks that its box is there.
+/// How often an idle engine checks on its box: a heartbeat, or a reconnect when it is down.
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 
 use drafting::Spec;
@@ -183,18 +181,7 @@ pub fn start(
 impl Engine {
     fn run(mut self) {
         loop {
-            if self.is_idle() && self.state() == FrontState::Down {
-                match self.rx.recv_timeout(PROBE_EVERY) {
-                    Ok(c) => self.command(c),
-                    Err(mpsc::RecvTimeoutError::Timeout) => {
-                        if self.recover().is_ok() {
-                            self.set_state(FrontState::Up);
-                        }
-                        continue;
-                    }
-                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
-                }
-            } else if self.is_idle() && self.front.is_some() {
+            if self.is_idle() && self.front.is_some() {
                 match self.rx.recv_timeout(HEARTBEAT_EVERY) {
                     Ok(c) => self.command(c),
                     Err(mpsc::RecvTimeoutError::Timeout) => {

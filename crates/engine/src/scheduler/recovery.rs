@@ -64,10 +64,16 @@ impl Engine {
         result
     }
 
-    /// While idle: a box that does not answer is lost, and got back within its grace.
+    /// While idle: a box that is down is tried again; one that does not answer a
+    /// heartbeat is lost, and got back within its grace.
     pub(super) fn heartbeat(&mut self) {
+        let down = self.state() == FrontState::Down;
         let Some(f) = &mut self.front else { return };
-        if f.heartbeat().is_err() {
+        if down {
+            if self.recover().is_ok() {
+                self.set_state(FrontState::Up);
+            }
+        } else if f.heartbeat().is_err() {
             let _ = self.regain(&mut |_| Ok(()));
         }
     }
