@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-# Golden data for crates/kernels/tests/dequant_golden.rs, from the reference numpy
+# Golden data for crates/device/tests/dequant_golden.rs, from the reference numpy
 # implementation in the `gguf` Python package (gguf.quants).
 #
 # Run from the repository root (needs `pip install gguf numpy`):
 #     python3 scripts/gen_dequant_golden.py
-# It rewrites crates/kernels/tests/golden/{dequant,quant}/<type>.bin. The seed is fixed,
+# It rewrites crates/device/tests/golden/{dequant,quant}/<type>.bin. The seed is fixed,
 # so rerunning with the same gguf/numpy versions gives identical files.
 #
 # File format (all integers little-endian u32):
@@ -22,7 +22,7 @@ from gguf.constants import GGML_QUANT_SIZES
 import gguf.quants as quants
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "crates" / "kernels" / "tests" / "golden"
+OUT = ROOT / "crates" / "device" / "tests" / "golden"
 
 # Byte offsets of the f16 scale fields inside each block.
 F16_FIELDS = {

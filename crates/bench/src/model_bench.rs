@@ -1,9 +1,10 @@
 //! `tandem bench model`: prompt processing, generation, batched decode and the cost of
 //! verifying k tokens in one forward, like llama-bench and llama-batched-bench.
 
+use std::sync::Arc;
 use std::time::Instant;
 
-use engine::{Context, ContextConfig, Outputs};
+use engine::{ContextConfig, Executor, Outputs};
 use kv::SeqKv;
 use model::Model;
 use serde::Serialize;
@@ -93,11 +94,12 @@ pub fn context_for(cfg: &ModelBenchConfig, base: ContextConfig) -> ContextConfig
     }
 }
 
-pub fn run(model: &Model, name: &str, cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
+pub fn run(model: Arc<Model>, name: &str, cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
     let nv = model.hparams.n_vocab;
-    let mut ctx = Context::new(model, cfg.context)?;
+    let mut ctx = Executor::new(model, cfg.context)?;
     let reps = cfg.reps.max(1);
     let mut ignore = |_: usize, _: &[f32]| {};
+    let mut drop_logits = |_: usize, _: &mut [f32]| {};
 
     let warm = tokens(8, nv, 99);
     let mut s = SeqKv::default();
@@ -146,7 +148,7 @@ pub fn run(model: &Model, name: &str, cfg: &ModelBenchConfig) -> Result<ModelBen
             for step in steps.chunks(b) {
                 let rows: Vec<(usize, u32)> =
                     step.iter().enumerate().map(|(i, &t)| (i, t)).collect();
-                ctx.forward(&mut seqs, &rows, &all, &mut ignore)?;
+                ctx.append(&mut seqs, &rows, &all, &mut drop_logits)?;
             }
             speeds.push((BATCH_STEPS * b) as f64 / t.elapsed().as_secs_f64());
             for seq in seqs.iter_mut() {
@@ -181,7 +183,7 @@ pub fn run(model: &Model, name: &str, cfg: &ModelBenchConfig) -> Result<ModelBen
                     .collect();
                 let all: Vec<usize> = (0..k).collect();
                 let t = Instant::now();
-                ctx.forward(&mut seqs, &rows, &all, &mut ignore)?;
+                ctx.append(&mut seqs, &rows, &all, &mut drop_logits)?;
                 times.push(t.elapsed().as_secs_f64() * 1000.0);
                 ctx.truncate(&mut seqs[0], PRIOR);
             }

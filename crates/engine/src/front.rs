@@ -4,8 +4,6 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use model::Model;
-
 /// The first stage of a split model, driven by the engine step by step. Sessions are the
 /// engine's task ids; a session's rows come together, in ascending positions that follow
 /// what the front holds for it.
@@ -78,23 +76,6 @@ impl FrontState {
             1 => FrontState::Recovering,
             2 => FrontState::Down,
             _ => FrontState::Up,
-        }
-    }
-}
-
-/// The hidden states entering the engine's stage for `rows`: from `front` when the model is
-/// split, else the model's own embeddings.
-pub(crate) fn enter(
-    front: &mut Option<Box<dyn Front>>,
-    model: &Model,
-    rows: &[(u64, usize, u32)],
-    hidden: &mut [f32],
-) -> Result<(), String> {
-    match front {
-        Some(f) => f.forward(rows, hidden),
-        None => {
-            let tokens: Vec<u32> = rows.iter().map(|r| r.2).collect();
-            model.embed(&tokens, hidden).map_err(|e| e.to_string())
         }
     }
 }

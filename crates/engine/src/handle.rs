@@ -10,7 +10,7 @@ use tokio::sync::{mpsc as tmpsc, oneshot};
 
 use crate::front::FrontState;
 use crate::request::{Event, GenRequest};
-use crate::{ContextConfig, Error, Result};
+use crate::{ContextConfig, DeviceKind, Error, Result};
 
 /// How the engine is sized; everything is allocated once from this at start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +29,8 @@ pub struct EngineConfig {
     pub kv_type: GgmlType,
     /// Requests waiting for a slot beyond which new ones are refused.
     pub queue_limit: usize,
+    /// The backend the model computes on (`--device`).
+    pub device: DeviceKind,
 }
 
 impl EngineConfig {
@@ -58,6 +60,7 @@ impl EngineConfig {
             n_ubatch: self.n_ubatch,
             n_threads: self.n_threads,
             kv_type: self.kv_type,
+            device: self.device,
             ..ContextConfig::default()
         }
     }

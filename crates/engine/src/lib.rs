@@ -1,7 +1,9 @@
-//! The engine: evaluation context (KV pool, scratch and threads planned once), the
-//! sampler chain, the memory plan, and the multi-user engine thread with its handle.
+//! The engine: the executor (a model's state on its device, planned once, and the one
+//! forward), where a backend is chosen, the sampler chain, the memory plan, and the
+//! multi-user engine thread with its handle.
 
-mod context;
+mod backend;
+mod executor;
 mod front;
 mod handle;
 mod plan;
@@ -11,13 +13,14 @@ mod scheduler;
 mod slot;
 pub mod speculative;
 
-pub use context::{Context, ContextConfig, Outputs, LOGIT_ROWS};
+pub use backend::DeviceKind;
+pub use executor::{ContextConfig, Enter, Executor, Out, Outputs, LOGIT_ROWS};
 pub use front::{Front, FrontState, FrontStats};
 pub use handle::{Counters, EngineConfig, EngineHandle, EventStream, SlotState, Snapshot};
 pub use plan::{available_memory, MemoryPlan};
 pub use request::{DraftLimits, Event, FinishReason, GenRequest, Summary, TokenLogprob};
 pub use sampling::{Sampler, SamplerConfig};
-pub use scheduler::start;
+pub use scheduler::{start, start_with};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -37,6 +40,8 @@ pub enum Error {
     Stopped,
     #[error("{0}")]
     Unavailable(String),
+    #[error("the model computed NaN or infinite numbers at position {pos}")]
+    NonFinite { pos: usize },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

@@ -2,7 +2,7 @@ use std::fmt;
 
 use model::{Model, Scratch};
 
-use crate::context::{ContextConfig, LOGIT_ROWS};
+use crate::executor::{ContextConfig, LOGIT_ROWS};
 
 /// Memory planned before anything is allocated: weights (mapped), KV pool, scratch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,11 +27,11 @@ impl MemoryPlan {
         let threads = cfg.n_threads.max(1) as u64;
         let scratch = Scratch::bytes(hp, rows)
             + (rows * hp.n_embd * 4) as u64
-            + (LOGIT_ROWS * (hp.n_vocab + hp.n_embd) * 4) as u64
+            + (LOGIT_ROWS * (2 * model.n_logits() + hp.n_embd) * 4) as u64
             + threads * MATMUL_TILE_ROWS * widest * 4
             + threads * ((cfg.n_ctx * hp.n_head / hp.n_head_kv + hp.head_dim) * 4) as u64;
         MemoryPlan {
-            weights: model.weight_bytes(),
+            weights: model.weight_bytes(&|ty, r, c, role| cfg.device.matrix_bytes(ty, r, c, role)),
             kv: cfg.kv_config(model).total_bytes(),
             scratch,
         }

@@ -75,18 +75,7 @@ impl Rng {
     }
 }
 
-/// Index of the largest value; the first one wins a tie. NaN never wins.
-pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    let mut best_v = f32::NEG_INFINITY;
-    for (i, &v) in logits.iter().enumerate() {
-        if v > best_v {
-            best = i;
-            best_v = v;
-        }
-    }
-    best as u32
-}
+pub use device::argmax;
 
 /// A sampler chain with its own random stream.
 #[derive(Debug, Clone)]

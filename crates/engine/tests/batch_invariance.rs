@@ -2,11 +2,12 @@
 //! logits have the same bits whether it is computed alone (M = 1), inside a forward of 8
 //! or of 64 rows, beside rows of another sequence, and with 1 or 2 threads.
 
+use std::sync::Arc;
 #[allow(dead_code)]
 mod common;
 
 use common::{model_path, MODELS};
-use engine::{Context, ContextConfig, Outputs};
+use engine::{ContextConfig, Executor, Outputs};
 use kv::SeqKv;
 use model::Model;
 
@@ -18,9 +19,9 @@ fn prompt(n: usize, seed: u32) -> Vec<u32> {
         .collect()
 }
 
-fn context(model: &Model, n_ubatch: usize, n_threads: usize) -> Context<&Model> {
-    Context::new(
-        model,
+fn context(model: &Arc<Model>, n_ubatch: usize, n_threads: usize) -> Executor {
+    Executor::new(
+        model.clone(),
         ContextConfig {
             n_ctx: 256,
             n_ubatch,
@@ -32,7 +33,7 @@ fn context(model: &Model, n_ubatch: usize, n_threads: usize) -> Context<&Model> 
 }
 
 /// Logits of every token of `tokens`, evaluated `n_ubatch` rows per forward.
-fn all_logits(model: &Model, tokens: &[u32], n_ubatch: usize, n_threads: usize) -> Vec<Vec<f32>> {
+fn all_logits(model: &Arc<Model>, tokens: &[u32], n_ubatch: usize, n_threads: usize) -> Vec<Vec<f32>> {
     let mut ctx = context(model, n_ubatch, n_threads);
     let mut out = vec![Vec::new(); tokens.len()];
     let mut seq = SeqKv::default();
@@ -55,7 +56,7 @@ fn assert_same_bits(a: &[f32], b: &[f32], what: &str) {
 #[test]
 fn rows_have_the_same_bits_at_any_batch_size_and_thread_count() {
     let (_, file, name) = MODELS[0];
-    let model = Model::load(model_path(file, name)).unwrap();
+    let model = Arc::new(Model::load(model_path(file, name)).unwrap());
     let tokens = prompt(N, 7);
     let reference = all_logits(&model, &tokens, N, 2);
     for (n_ubatch, n_threads) in [(1, 1), (1, 2), (8, 2), (8, 1), (64, 1)] {
@@ -74,7 +75,7 @@ fn rows_have_the_same_bits_at_any_batch_size_and_thread_count() {
     rows.extend(tokens[..8].iter().map(|&t| (0, t)));
     let wanted: Vec<usize> = (56..64).collect();
     let mut got = vec![Vec::new(); 8];
-    ctx.forward(&mut seqs, &rows, &wanted, &mut |i, l| {
+    ctx.append(&mut seqs, &rows, &wanted, &mut |i, l| {
         got[i - 56] = l.to_vec()
     })
     .unwrap();
@@ -97,7 +98,7 @@ fn rows_have_the_same_bits_at_any_batch_size_and_thread_count() {
         .collect();
     let wanted: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].0 == 0).collect();
     let mut got = Vec::new();
-    ctx.forward(&mut seqs, &rows, &wanted, &mut |_, l| got.push(l.to_vec()))
+    ctx.append(&mut seqs, &rows, &wanted, &mut |_, l| got.push(l.to_vec()))
         .unwrap();
     for (j, g) in got.iter().enumerate() {
         assert_same_bits(

@@ -11,7 +11,7 @@ mod common;
 
 use common::{ids, log_softmax, model_path, MODELS};
 use engine::sampling::argmax;
-use engine::{Context, ContextConfig, Outputs};
+use engine::{ContextConfig, Executor, Outputs};
 use model::Model;
 
 /// Largest difference allowed in the log-probability of llama.cpp's top token.
@@ -44,8 +44,8 @@ fn check(index: usize, logprobs: bool) -> Agreement {
     let g: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let model = Model::load(model_path(file, name)).unwrap();
-    let mut ctx = Context::new(
-        &model,
+    let mut ctx = Executor::new(
+        model,
         ContextConfig {
             n_ctx: 512,
             ..Default::default()

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{ids, log_softmax, model_path, MODELS};
-use engine::{Context, ContextConfig, Outputs};
+use engine::{ContextConfig, Executor, Outputs};
 use model::Model;
 
 /// Largest difference allowed between our log-probabilities (f32 arithmetic) and the
@@ -28,7 +28,7 @@ fn check(index: usize) {
         precision: kernels::Precision::F32,
         ..Default::default()
     };
-    let mut ctx = Context::new(&model, config).unwrap();
+    let mut ctx = Executor::new(model, config).unwrap();
     let mut worst = 0f64;
     for case in reference["cases"].as_array().unwrap() {
         let prompt = ids(&case["prompt_tokens"]);

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use common::{model_path, MODELS};
 use engine::speculative::{Ngram, PolicyKind, Scripted, SpecConfig, Speculation};
 use engine::{
-    Context, ContextConfig, EngineConfig, EngineHandle, Event, FinishReason, GenRequest, Outputs,
+    ContextConfig, EngineConfig, EngineHandle, Event, Executor, FinishReason, GenRequest, Outputs,
     Sampler, SamplerConfig, Summary,
 };
 use gguf::GgmlType;
@@ -44,6 +44,7 @@ fn config(n_ctx: usize, n_parallel: usize) -> EngineConfig {
         n_threads: 2,
         kv_type: GgmlType::F16,
         queue_limit: 64,
+        device: engine::DeviceKind::Cpu,
     }
 }
 
@@ -83,8 +84,8 @@ fn collect(mut events: engine::EventStream) -> (Vec<u32>, String, Summary) {
 
 /// Greedy tokens of one sequence through the single-sequence context.
 fn reference(model: &Model, prompt: &[u32], n: usize) -> Vec<u32> {
-    let mut ctx = Context::new(
-        model,
+    let mut ctx = Executor::new(
+        Model::load(&model.file.path).unwrap(),
         ContextConfig {
             n_ctx: 512,
             n_ubatch: 32,

@@ -16,13 +16,9 @@ pub enum Isa {
 }
 
 impl Isa {
+    /// [`crate::cpu::CpuFeatures`]'s choice.
     pub fn detect() -> Isa {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
-            return Isa::Avx2Fma;
-        }
-        Isa::Scalar
+        crate::cpu::CpuFeatures::get().dot
     }
 }
 

@@ -1,10 +1,10 @@
-//! Numeric kernels. Every kernel reduces in one fixed order per output element, so a
-//! row's result never depends on the other rows of its batch or on the thread count.
+//! The CPU backend ([`cpu::Cpu`], a `device::Device`) and its kernels. Every kernel
+//! reduces in one fixed order per output element, so a row's result never depends on the
+//! other rows of its batch or on the thread count.
 
 pub mod attention;
+pub mod cpu;
 pub mod dot;
-mod error;
-pub mod formats;
 pub mod matmul;
 pub mod ops;
 pub mod pool;
@@ -12,7 +12,8 @@ pub mod qmatmul;
 #[cfg(test)]
 mod testing;
 
-pub use error::{Error, Result};
+pub use device::formats;
+pub use device::{Error, Result};
 pub use matmul::{matmul, matmul_grouped, matmul_many, Group, Precision, QMatrix};
 pub use pool::ThreadPool;
 pub use qmatmul::packed::{PackedIsa, PackedMatrix};

@@ -21,14 +21,7 @@ pub fn rms_norm_inplace(x: &mut [f32], weight: &[f32], eps: f32) {
     }
 }
 
-/// How RoPE pairs the dimensions of a head.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RopeMode {
-    /// Adjacent pairs `(2i, 2i+1)` (llama in GGUF, whose Q/K rows were permuted at conversion).
-    Normal,
-    /// Halves `(i, i + n_rot/2)` (qwen2, qwen3: GPT-NeoX style).
-    Neox,
-}
+pub use device::RopeMode;
 
 /// Rotation angles for one position: `cos_sin[i] = (cos θ_i, sin θ_i)` with
 /// `θ_i = pos · base^(-2i/n_rot)`, computed as ggml does (θ multiplied by the f32 ratio
@@ -65,11 +58,22 @@ pub fn rope(x: &mut [f32], head_dim: usize, mode: RopeMode, cos_sin: &[(f32, f32
 pub fn swiglu_inplace(gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len());
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
+    if crate::cpu::CpuFeatures::get().avx512f {
         // SAFETY: AVX-512 F was detected; the lengths are equal.
         return unsafe { swiglu_avx512(gate, up) };
     }
     swiglu_scalar(gate, up);
+}
+
+/// `gate[i] = gelu(gate[i]) * up[i]`, GELU's tanh approximation
+/// `0.5 · v · (1 + tanh(√(2/π) · (v + 0.044715 · v³)))`.
+pub fn gelu_inplace(gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len());
+    const C: f32 = 0.797_884_6;
+    for (g, &u) in gate.iter_mut().zip(up) {
+        let v = *g;
+        *g = 0.5 * v * (1.0 + (C * (v + 0.044_715 * v * v * v)).tanh()) * u;
+    }
 }
 
 fn swiglu_scalar(gate: &mut [f32], up: &[f32]) {
@@ -104,7 +108,7 @@ pub fn exp(x: f32) -> f32 {
 pub fn exp_shifted(x: &mut [f32], shift: f32) {
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
+    if crate::cpu::CpuFeatures::get().avx512f {
         // SAFETY: AVX-512 F was detected.
         done = unsafe { exp_shifted_avx512(x, shift) };
     }

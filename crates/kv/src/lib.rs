@@ -1,12 +1,10 @@
-//! The paged KV cache: one pool of fixed-size blocks per layer, allocated once at start,
-//! and a block table per sequence.
-//!
-//! Each block holds `block_size` positions of `[n_head_kv, head_dim]` keys (and the same
-//! of values) in the pool's element type (F16, BF16 or Q8_0).
+//! The paged KV cache's accounting: a pool of fixed-size blocks, the same for every layer,
+//! and a block table per sequence. The blocks' storage is the device's
+//! (`device::Device::kv_alloc`): each block holds `BLOCK_SIZE` positions of
+//! `[n_head_kv, head_dim]` keys (and the same of values) of every layer, in the pool's
+//! element type (F16, BF16, F32 or Q8_0).
 
 use gguf::GgmlType;
-use kernels::attention::KvView;
-use kernels::formats::quantize_row;
 
 mod prefix;
 pub use prefix::PrefixCache;
@@ -53,7 +51,8 @@ impl KvConfig {
             .unwrap_or(0) as usize
     }
 
-    fn block_bytes(&self) -> usize {
+    /// Bytes of one block of one layer's keys (or values).
+    pub fn block_bytes(&self) -> usize {
         BLOCK_SIZE * self.position_bytes()
     }
 
@@ -62,7 +61,8 @@ impl KvConfig {
         2 * self.n_layer as u64 * self.n_blocks() as u64 * self.block_bytes() as u64
     }
 
-    fn validate(&self) -> Result<()> {
+    /// Checks the element type and that a head is whole blocks of it.
+    pub fn validate(&self) -> Result<()> {
         match self.ty {
             GgmlType::F16 | GgmlType::BF16 | GgmlType::F32 | GgmlType::Q8_0 => {}
             ty => return Err(Error::UnsupportedType(ty)),
@@ -99,34 +99,24 @@ impl SeqKv {
     pub fn capacity(&self) -> usize {
         self.blocks.len() * BLOCK_SIZE
     }
+
+    /// The blocks holding its positions, in order.
+    pub fn blocks(&self) -> &[u32] {
+        &self.blocks
+    }
 }
 
-/// The pool. Block storage is allocated and touched once, in `new`.
+/// The pool's free blocks.
 pub struct KvPool {
     cfg: KvConfig,
-    keys: Vec<Vec<u8>>,
-    values: Vec<Vec<u8>>,
     free: Vec<u32>,
-}
-
-fn touched(n: usize) -> Vec<u8> {
-    let mut v = vec![0u8; n];
-    for i in (0..n).step_by(4096) {
-        // SAFETY: in bounds; the volatile write makes the kernel back the page now, so
-        // the memory plan is what the process really holds.
-        unsafe { std::ptr::write_volatile(v.as_mut_ptr().add(i), 0) };
-    }
-    v
 }
 
 impl KvPool {
     pub fn new(cfg: KvConfig) -> Result<Self> {
         cfg.validate()?;
-        let layer_bytes = cfg.n_blocks() * cfg.block_bytes();
         Ok(KvPool {
             cfg,
-            keys: (0..cfg.n_layer).map(|_| touched(layer_bytes)).collect(),
-            values: (0..cfg.n_layer).map(|_| touched(layer_bytes)).collect(),
             free: (0..cfg.n_blocks() as u32).rev().collect(),
         })
     }
@@ -170,51 +160,10 @@ impl KvPool {
         self.truncate(seq, 0);
     }
 
-    /// Stores the keys and values of position `pos` of `seq` for `layer`.
-    /// `k` and `v` are `[n_head_kv, head_dim]`; the position must be reserved, and
-    /// positions are cached in order (`pos <= seq.len()`).
-    pub fn write(&mut self, layer: usize, seq: &SeqKv, pos: usize, k: &[f32], v: &[f32]) {
-        assert!(pos < seq.capacity(), "position {pos} not reserved");
-        let pb = self.cfg.position_bytes();
-        let at = seq.blocks[pos / BLOCK_SIZE] as usize * self.cfg.block_bytes()
-            + (pos % BLOCK_SIZE) * pb;
-        quantize_row(self.cfg.ty, k, &mut self.keys[layer][at..at + pb])
-            .expect("validated KV type");
-        quantize_row(self.cfg.ty, v, &mut self.values[layer][at..at + pb])
-            .expect("validated KV type");
-    }
-
     /// Marks positions up to `len` of `seq` as cached (after every layer has written them).
     pub fn commit(&self, seq: &mut SeqKv, len: usize) {
         assert!(len <= seq.capacity());
         seq.len = len;
-    }
-
-    /// Block slices of `seq` for `layer`: (keys, values).
-    pub fn blocks<'a>(&'a self, layer: usize, seq: &SeqKv) -> (Vec<&'a [u8]>, Vec<&'a [u8]>) {
-        let bb = self.cfg.block_bytes();
-        let slice = |store: &'a [u8], b: u32| &store[b as usize * bb..(b as usize + 1) * bb];
-        (
-            seq.blocks
-                .iter()
-                .map(|&b| slice(&self.keys[layer], b))
-                .collect(),
-            seq.blocks
-                .iter()
-                .map(|&b| slice(&self.values[layer], b))
-                .collect(),
-        )
-    }
-
-    /// A view over block slices from `blocks`, for the attention kernel.
-    pub fn view<'a>(&self, blocks: &'a [&'a [u8]]) -> KvView<'a> {
-        KvView {
-            ty: self.cfg.ty,
-            blocks,
-            block_size: BLOCK_SIZE,
-            n_head_kv: self.cfg.n_head_kv,
-            head_dim: self.cfg.head_dim,
-        }
     }
 }
 
@@ -248,22 +197,6 @@ mod tests {
         assert_eq!((a.len(), a.capacity(), pool.free_blocks()), (5, 16, 3));
         pool.release(&mut a);
         assert_eq!(pool.free_blocks(), 4);
-    }
-
-    #[test]
-    fn written_rows_read_back() {
-        let mut pool = KvPool::new(cfg(64)).unwrap();
-        let mut s = SeqKv::default();
-        pool.reserve(&mut s, 20).unwrap();
-        let k: Vec<f32> = (0..64).map(|i| i as f32).collect();
-        let v: Vec<f32> = (0..64).map(|i| -(i as f32)).collect();
-        pool.write(1, &s, 18, &k, &v);
-        let (kb, _) = pool.blocks(1, &s);
-        let view = pool.view(&kb);
-        let bytes = &view.blocks[1][2 * 128..3 * 128];
-        let mut back = vec![0f32; 64];
-        kernels::formats::dequantize_row(GgmlType::F16, bytes, &mut back).unwrap();
-        assert_eq!(back, k);
     }
 
     #[test]

@@ -20,14 +20,14 @@ pub enum Error {
     UnsupportedType { tensor: String, ty: GgmlType },
     #[error("token id {id} is out of range (vocabulary has {n_vocab} tokens)")]
     TokenOutOfRange { id: u32, n_vocab: usize },
-    #[error(transparent)]
-    Kv(#[from] kv::Error),
     #[error("synthetic model: {0}")]
     Synthetic(String),
     #[error("stage: {0}")]
     BadStage(String),
     #[error("this stage of the model does not hold {0}")]
     NotInStage(&'static str),
+    #[error(transparent)]
+    Device(#[from] device::Error),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

@@ -1,81 +1,31 @@
 use std::ops::Range;
 
-use kernels::{Precision, ThreadPool};
-use kv::{KvPool, SeqKv};
+use device::{Buf, Device, MoeScratch};
 
 use crate::hparams::HParams;
 use crate::layers::{attention, ffn};
-use crate::Model;
+use crate::upload::DeviceWeights;
+use crate::{Error, Model, Result};
 
-/// One row of a forward batch: the token at `pos` of sequence `seqs[seq]`.
-///
-/// Contract: positions `0..pos` of that sequence are cached or come earlier in the batch,
-/// and the sequence has KV room reserved for `pos`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Row {
-    pub pos: usize,
-    pub seq: usize,
-}
-
-/// The rows of one forward pass and the sequences their `Row::seq` indexes.
-#[derive(Clone, Copy)]
-pub struct Batch<'a> {
-    pub rows: &'a [Row],
-    pub seqs: &'a [&'a SeqKv],
-}
-
-/// Activation buffers for up to `max_rows` rows, allocated once.
+/// Activation buffers on a device for up to `max_rows` rows, allocated once.
 pub struct Scratch {
     pub max_rows: usize,
-    /// How matmuls treat activations (default: 8-bit).
-    pub precision: Precision,
     /// `[rows, n_embd]` normalized input of a block.
-    pub(crate) x: Vec<f32>,
+    pub x: Buf,
     /// `[rows, q_dim]`.
-    pub(crate) q: Vec<f32>,
+    pub q: Buf,
     /// `[rows, kv_dim]`.
-    pub(crate) k: Vec<f32>,
-    pub(crate) v: Vec<f32>,
+    pub k: Buf,
+    pub v: Buf,
     /// `[rows, q_dim]` attention output before the projection.
-    pub(crate) attn: Vec<f32>,
+    pub attn: Buf,
     /// `[rows, n_embd]` block output before the residual add.
-    pub(crate) proj: Vec<f32>,
+    pub proj: Buf,
     /// `[rows, n_ff]` (dense blocks) or `[rows, shared n_ff]` (a shared expert).
-    pub(crate) gate: Vec<f32>,
-    pub(crate) up: Vec<f32>,
-    pub(crate) moe: MoeScratch,
-}
-
-/// Counts of the mixture-of-experts blocks computed with a [`Scratch`], since it was made.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct MoeStats {
-    /// Blocks computed (one per mixture layer per forward).
-    pub blocks: u64,
-    /// Experts that had rows routed to them, summed over those blocks: the number of
-    /// experts whose weights were streamed.
-    pub experts: u64,
-}
-
-/// The buffers of a mixture-of-experts block for `rows` rows of which each picks `k`
-/// experts; empty for dense models.
-#[derive(Default)]
-pub(crate) struct MoeScratch {
-    /// `[rows, n_expert]` router logits, then probabilities.
-    pub(crate) probs: Vec<f32>,
-    /// `[rows, k]`: each row's chosen experts and their weights, in the order chosen.
-    pub(crate) chosen: Vec<(usize, f32)>,
-    /// `[rows, k]`: where each choice's row sits in the expert-grouped buffers below.
-    pub(crate) slot: Vec<usize>,
-    /// `[n_expert + 1]`: group `e` is slots `start[e]..start[e + 1]`.
-    pub(crate) start: Vec<usize>,
-    /// `[rows · k, n_embd]` input rows gathered by expert.
-    pub(crate) x: Vec<f32>,
-    /// `[rows · k, n_ff_exp]`.
-    pub(crate) gate: Vec<f32>,
-    pub(crate) up: Vec<f32>,
-    /// `[rows · k, n_embd]` expert outputs.
-    pub(crate) out: Vec<f32>,
-    pub(crate) stats: MoeStats,
+    pub gate: Buf,
+    pub up: Buf,
+    /// The mixture blocks' buffers (models with experts).
+    pub moe: Option<MoeScratch>,
 }
 
 /// Widths (floats per row) of the [`Scratch`] buffers.
@@ -100,48 +50,35 @@ impl Widths {
 }
 
 impl Scratch {
-    pub fn new(hp: &HParams, max_rows: usize) -> Scratch {
-        let z = |w: usize| vec![0f32; max_rows * w];
+    pub fn new(dev: &mut dyn Device, hp: &HParams, max_rows: usize) -> Result<Scratch> {
+        let mut z = |w: usize| dev.alloc(max_rows * w.max(1));
         let widths = Widths::of(hp);
         let moe = match widths.moe {
-            None => MoeScratch::default(),
-            Some((ne, k, e, ff)) => MoeScratch {
-                probs: z(ne),
-                chosen: vec![(0, 0.0); max_rows * k],
-                slot: vec![0; max_rows * k],
-                start: vec![0; ne + 1],
-                x: z(k * e),
-                gate: z(k * ff),
-                up: z(k * ff),
-                out: z(k * e),
-                stats: MoeStats::default(),
-            },
+            None => None,
+            Some((ne, k, e, ff)) => Some(MoeScratch {
+                probs: z(ne)?,
+                x: z(k * e)?,
+                gate: z(k * ff)?,
+                up: z(k * ff)?,
+                out: z(k * e)?,
+            }),
         };
-        Scratch {
+        Ok(Scratch {
             max_rows,
-            precision: Precision::default(),
-            x: z(hp.n_embd),
-            q: z(hp.q_dim()),
-            k: z(hp.kv_dim()),
-            v: z(hp.kv_dim()),
-            attn: z(hp.q_dim()),
-            proj: z(hp.n_embd),
-            gate: z(widths.dense_ff),
-            up: z(widths.dense_ff),
+            x: z(hp.n_embd)?,
+            q: z(hp.q_dim())?,
+            k: z(hp.kv_dim())?,
+            v: z(hp.kv_dim())?,
+            attn: z(hp.q_dim())?,
+            proj: z(hp.n_embd)?,
+            gate: z(widths.dense_ff)?,
+            up: z(widths.dense_ff)?,
             moe,
-        }
+        })
     }
 
-    pub fn moe_stats(&self) -> MoeStats {
-        self.moe.stats
-    }
-
-    pub fn with_precision(mut self, precision: Precision) -> Scratch {
-        self.precision = precision;
-        self
-    }
-
-    /// Bytes `Scratch::new(hp, max_rows)` allocates.
+    /// Bytes `Scratch::new(dev, hp, max_rows)` allocates, with what a device keeps per row
+    /// of a mixture's routing.
     pub fn bytes(hp: &HParams, max_rows: usize) -> u64 {
         let widths = Widths::of(hp);
         let per_row = 2 * hp.n_embd + 2 * hp.q_dim() + 2 * hp.kv_dim() + 2 * widths.dense_ff;
@@ -155,30 +92,54 @@ impl Scratch {
 }
 
 impl Model {
-    /// Runs blocks `layers` (of the stage's) over `hidden` (`[rows.len(), n_embd]`, updated
-    /// in place), writing each row's keys and values into `kv` (which holds the stage's
-    /// blocks, the first at index 0) for every layer of the range.
-    /// The caller commits the new sequence lengths afterwards.
+    /// Embedding rows for `tokens` into `hidden` (`[tokens.len(), n_embd]`).
+    pub fn embed(
+        &self,
+        dev: &mut dyn Device,
+        w: &DeviceWeights,
+        tokens: &[u32],
+        hidden: Buf,
+    ) -> Result<()> {
+        let table = w.token_embd.ok_or(Error::NotInStage("the embeddings"))?;
+        let n_vocab = self.hparams.n_vocab;
+        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(Error::TokenOutOfRange { id, n_vocab });
+        }
+        dev.embed(table, tokens, hidden);
+        Ok(())
+    }
+
+    /// Runs blocks `layers` (of the stage's) over `hidden` (`[n, n_embd]`, updated in place)
+    /// for the rows of the step begun on `dev`, writing each row's keys and values into the
+    /// device's KV pool (which holds the stage's blocks, the first at index 0).
     pub fn forward_layers(
         &self,
+        dev: &mut dyn Device,
+        w: &DeviceWeights,
+        s: &Scratch,
         layers: Range<usize>,
-        hidden: &mut [f32],
-        batch: Batch,
-        kv: &mut KvPool,
-        scratch: &mut Scratch,
-        pool: &ThreadPool,
+        hidden: Buf,
+        n: usize,
     ) {
-        let n = batch.rows.len();
         assert!(
-            n <= scratch.max_rows,
+            n <= s.max_rows,
             "{n} rows exceed the scratch of {}",
-            scratch.max_rows
+            s.max_rows
         );
-        assert_eq!(hidden.len(), n * self.hparams.n_embd);
         for il in layers {
-            let lw = self.layer(il);
-            attention::block(self, il, lw, hidden, batch, kv, scratch, pool);
-            ffn::block(self, lw, hidden, n, scratch, pool);
+            let lw = &w.layers[il - self.stage.layers.start];
+            attention::block(self, dev, il, lw, hidden, n, s);
+            ffn::block(self, dev, lw, hidden, n, s);
         }
+    }
+
+    /// Final norm and output head: `logits` (`[n, n_logits]`) for `x` (`[n, n_embd]`,
+    /// normalized in place).
+    pub fn output(&self, dev: &mut dyn Device, w: &DeviceWeights, x: Buf, n: usize, logits: Buf) {
+        let hp = &self.hparams;
+        let norm = w.output_norm.expect("the stage holds the output head");
+        let head = w.output.expect("the stage holds the output head");
+        dev.rms_norm(x, norm, n, hp.n_embd, hp.rms_eps, x);
+        dev.matmul(&[head], x, n, &[device::MatOut::to(logits)]);
     }
 }

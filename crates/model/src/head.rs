@@ -1,12 +1,14 @@
 //! An output head over part of the vocabulary, for drafting.
 
+use std::sync::Arc;
+
+use device::{Bytes, MatrixSource, Role};
 use gguf::GgmlType;
-use kernels::{PackedMatrix, QMatrix};
 
 use crate::{Error, Model, Result};
 
-/// Rows `ids` of a model's output matrix, copied (and packed) on their own. Logit `i` of a
-/// head restricted this way is the logit of token `ids[i]`; tokens outside cannot come out.
+/// Rows `ids` of a model's output matrix, copied on their own. Logit `i` of a head
+/// restricted this way is the logit of token `ids[i]`; tokens outside cannot come out.
 /// A draft model restricted to its most frequent tokens computes a cheaper head, and
 /// verification keeps the output exact whatever it proposes.
 pub struct SubsetHead {
@@ -14,28 +16,38 @@ pub struct SubsetHead {
     ty: GgmlType,
     n_cols: usize,
     /// `[ids.len(), row_bytes]`.
-    data: Vec<u8>,
-    packed: Option<PackedMatrix>,
+    data: Arc<[u8]>,
 }
 
 impl SubsetHead {
-    pub fn view(&self) -> QMatrix<'_> {
-        QMatrix::new(self.ty, &self.data, self.ids.len(), self.n_cols)
-            .expect("rows copied whole")
-            .with_packed(self.packed.as_ref())
+    /// The head as a device uploads it.
+    pub fn source(&self) -> MatrixSource {
+        MatrixSource {
+            name: "output.weight (restricted)".into(),
+            ty: self.ty,
+            bytes: Bytes::Owned(self.data.clone()),
+            n_rows: self.ids.len(),
+            n_cols: self.n_cols,
+            role: Role::Multiply,
+        }
     }
 
-    /// Bytes held: the copied rows and their packed form.
-    pub fn bytes(&self) -> usize {
-        self.data.len() + self.packed.as_ref().map_or(0, PackedMatrix::bytes)
+    /// Its shape and type: `(ty, n_rows, n_cols)`.
+    pub fn shape(&self) -> (GgmlType, usize, usize) {
+        (self.ty, self.ids.len(), self.n_cols)
     }
 }
 
 impl Model {
     /// Restricts the output head to the tokens `ids` (each below the vocabulary size).
     pub fn restrict_head(&mut self, ids: &[u32]) -> Result<()> {
-        let full = self.output_head().view(&self.file);
-        let rb = full.row_bytes();
+        let full = self
+            .weights
+            .output
+            .as_ref()
+            .ok_or(Error::NotInStage("the output head"))?;
+        let bytes = &self.file.bytes()[full.range.clone()];
+        let rb = bytes.len() / full.n_rows;
         let mut data = Vec::with_capacity(ids.len() * rb);
         for &id in ids {
             let r = id as usize;
@@ -45,17 +57,13 @@ impl Model {
                     n_vocab: full.n_rows,
                 });
             }
-            data.extend_from_slice(&full.data[r * rb..(r + 1) * rb]);
+            data.extend_from_slice(&bytes[r * rb..(r + 1) * rb]);
         }
-        let (ty, n_cols) = (full.ty, full.n_cols);
-        let view = QMatrix::new(ty, &data, ids.len(), n_cols).expect("rows copied whole");
-        let packed = kernels::PackedIsa::detect().and_then(|_| PackedMatrix::pack(&view));
         self.head = Some(SubsetHead {
             ids: ids.to_vec(),
-            ty,
-            n_cols,
-            data,
-            packed,
+            ty: full.ty,
+            n_cols: full.n_cols,
+            data: data.into(),
         });
         Ok(())
     }

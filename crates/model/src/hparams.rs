@@ -41,12 +41,7 @@ pub struct MoeParams {
     pub n_dense_lead: usize,
 }
 
-/// How router logits become expert weights.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Gating {
-    Softmax,
-    Sigmoid,
-}
+pub use device::Gating;
 
 /// An expert every row goes through besides its chosen ones (`ffn_*_shexp`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -86,7 +86,7 @@ impl Synthetic {
                 return bad(format!("width {w} is not whole blocks of {}", self.ty));
             }
         }
-        if !kernels::formats::is_quantize_supported(self.ty) {
+        if !device::formats::is_quantize_supported(self.ty) {
             return bad(format!("tandem cannot write {} values", self.ty));
         }
         Ok(())
@@ -253,7 +253,7 @@ impl Tensors<'_> {
         let mut row = vec![0f32; cols];
         for out in bytes.chunks_exact_mut(rb) {
             row.iter_mut().for_each(|v| *v = self.rng.uniform() * a);
-            kernels::formats::quantize_row(ty, &row, out)
+            device::formats::quantize_row(ty, &row, out)
                 .map_err(|e| Error::Synthetic(format!("{name}: {e}")))?;
         }
         let dims: Vec<u64> = dims.iter().map(|&d| d as u64).collect();

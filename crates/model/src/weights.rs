@@ -1,11 +1,11 @@
 //! Weights: references into the memory-mapped GGUF file, checked by name, shape and type
-//! at load. Only norms and biases (small, f32) are copied.
+//! at load. Only norms and biases (small, f32) are copied. A device gets them through
+//! [`Weight::source`] (`crate::upload`).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use device::{Bytes, MatrixSource, Role};
 use gguf::{GgmlType, GgufFile};
-use kernels::{PackedMatrix, QMatrix};
 
 use crate::hparams::HParams;
 use crate::{Error, Result};
@@ -20,44 +20,23 @@ pub struct Weight {
     pub range: std::ops::Range<usize>,
     pub n_rows: usize,
     pub n_cols: usize,
-    /// The matrix repacked for the tiled kernels (see [`Repack`]).
-    pub packed: Option<Arc<PackedMatrix>>,
 }
 
 impl Weight {
-    pub fn view<'a>(&'a self, file: &'a GgufFile) -> QMatrix<'a> {
-        QMatrix::new(
-            self.ty,
-            &file.bytes()[self.range.clone()],
-            self.n_rows,
-            self.n_cols,
-        )
-        .expect("checked at load")
-        .with_packed(self.packed.as_deref())
-    }
-
-    /// Bytes this weight holds in memory once loaded with [`Repack::Auto`].
-    pub fn planned_bytes(&self) -> usize {
-        match kernels::PackedIsa::detect() {
-            Some(_) => PackedMatrix::planned_bytes(self.ty, self.n_rows, self.n_cols)
-                .map(|b| b.next_multiple_of(64))
-                .unwrap_or(self.range.len()),
-            None => self.range.len(),
+    /// The weight as a device uploads it, for `role`.
+    pub fn source(&self, file: &Arc<GgufFile>, role: Role) -> MatrixSource {
+        MatrixSource {
+            name: self.name.clone(),
+            ty: self.ty,
+            bytes: Bytes::Mapped {
+                file: file.clone(),
+                range: self.range.clone(),
+            },
+            n_rows: self.n_rows,
+            n_cols: self.n_cols,
+            role,
         }
     }
-}
-
-/// Told `(done, total)` bytes as the load proceeds; called from several threads.
-pub type Progress<'a> = dyn Fn(usize, usize) + Sync + 'a;
-
-/// Whether the matrices are copied at load into the packed layout of the tiled kernels
-/// (then the mapped pages are released), or computed from the mapped file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Repack {
-    /// Repack every matrix whose type has a packed layout, when the CPU runs the kernels.
-    Auto,
-    /// Keep every matrix in the map (for inspection without computing, or for comparison).
-    Off,
 }
 
 /// The weights of one transformer block; names mirror GGUF (`blk.N.<name>.weight`).
@@ -135,7 +114,7 @@ impl LayerWeights {
 
 impl Ffn {
     /// The matrices the block multiplies with.
-    fn matrices(&self) -> Vec<&Weight> {
+    pub fn matrices(&self) -> Vec<&Weight> {
         match self {
             Ffn::Dense(m) => vec![&m.gate, &m.up, &m.down],
             Ffn::Moe(m) => {
@@ -143,23 +122,6 @@ impl Ffn {
                 all.extend(m.ffn_gate_exps.iter().chain(&m.ffn_up_exps));
                 all.extend(&m.ffn_down_exps);
                 all.extend(m.shared.iter().flat_map(|s| [&s.gate, &s.up, &s.down]));
-                all
-            }
-        }
-    }
-
-    fn matrices_mut(&mut self) -> Vec<&mut Weight> {
-        match self {
-            Ffn::Dense(m) => vec![&mut m.gate, &mut m.up, &mut m.down],
-            Ffn::Moe(m) => {
-                let mut all = vec![&mut m.ffn_gate_inp];
-                all.extend(m.ffn_gate_exps.iter_mut().chain(&mut m.ffn_up_exps));
-                all.extend(&mut m.ffn_down_exps);
-                all.extend(
-                    m.shared
-                        .iter_mut()
-                        .flat_map(|s| [&mut s.gate, &mut s.up, &mut s.down]),
-                );
                 all
             }
         }
@@ -276,7 +238,7 @@ impl Loader<'_> {
         n_rows: usize,
         n_cols: usize,
     ) -> Result<Weight> {
-        if !kernels::formats::is_supported(info.ggml_type) {
+        if !device::formats::is_supported(info.ggml_type) {
             return Err(Error::UnsupportedType {
                 tensor: name.to_string(),
                 ty: info.ggml_type,
@@ -289,7 +251,6 @@ impl Loader<'_> {
             range: start..start + info.n_bytes as usize,
             n_rows,
             n_cols,
-            packed: None,
         })
     }
 
@@ -351,7 +312,7 @@ impl Loader<'_> {
     pub fn vector(&self, name: &str, n: usize) -> Result<Vec<f32>> {
         let info = self.info(name, &[n as u64])?;
         let mut out = vec![0f32; n];
-        kernels::formats::dequantize_row(info.ggml_type, self.file.tensor_bytes(info), &mut out)
+        device::formats::dequantize_row(info.ggml_type, self.file.tensor_bytes(info), &mut out)
             .map_err(|_| Error::UnsupportedType {
                 tensor: name.to_string(),
                 ty: info.ggml_type,
@@ -428,56 +389,5 @@ impl Weights {
             all.extend(l.ffn.matrices());
         }
         all
-    }
-
-    /// [`Weights::matrices`], mutable.
-    pub fn matrices_mut(&mut self) -> Vec<&mut Weight> {
-        let mut all: Vec<&mut Weight> = self.output.iter_mut().collect();
-        for l in &mut self.layers {
-            all.extend([
-                &mut l.attn_q,
-                &mut l.attn_k,
-                &mut l.attn_v,
-                &mut l.attn_output,
-            ]);
-            all.extend(l.ffn.matrices_mut());
-        }
-        all
-    }
-
-    /// Repacks every matrix that has a packed layout, `n_threads` at a time, and releases
-    /// the mapped pages it was copied from; `progress(done, total)` (in bytes of the file)
-    /// after each matrix. Does nothing when the CPU has no packed kernels.
-    pub fn repack(&mut self, file: &GgufFile, n_threads: usize, progress: &Progress<'_>) {
-        if kernels::PackedIsa::detect().is_none() {
-            return;
-        }
-        let mut todo: Vec<&mut Weight> = self
-            .matrices_mut()
-            .into_iter()
-            .filter(|w| PackedMatrix::supports(w.ty))
-            .collect();
-        todo.sort_by_key(|w| std::cmp::Reverse(w.range.len()));
-        let total: usize = todo.iter().map(|w| w.range.len()).sum();
-        let done = AtomicUsize::new(0);
-        let mut shares: Vec<Vec<&mut Weight>> = (0..n_threads.max(1)).map(|_| Vec::new()).collect();
-        let n = shares.len();
-        for (i, w) in todo.into_iter().enumerate() {
-            shares[i % n].push(w);
-        }
-        let done = &done;
-        std::thread::scope(|s| {
-            for share in shares {
-                s.spawn(move || {
-                    for w in share {
-                        let packed = PackedMatrix::pack(&w.view(file)).expect("a packed type");
-                        w.packed = Some(Arc::new(packed));
-                        file.release(w.range.clone());
-                        let now = done.fetch_add(w.range.len(), Ordering::Relaxed) + w.range.len();
-                        progress(now, total);
-                    }
-                });
-            }
-        });
     }
 }

@@ -7,10 +7,10 @@ mod common;
 use common::{reference, run_stages, run_with, same_bits, FIXTURES};
 use gguf::GgmlType;
 use kernels::Precision;
-use model::{Model, Part, Repack};
+use model::{Model, Part};
 
 fn load(file: &str, part: Part) -> Model {
-    Model::load_stage(format!("{FIXTURES}{file}"), part, Repack::Auto, &|_, _| {}).unwrap()
+    Model::load_stage(format!("{FIXTURES}{file}"), part).unwrap()
 }
 
 #[test]
@@ -44,9 +44,10 @@ fn stages_give_the_whole_models_bits() {
                     same_bits(&got, &want),
                     "{file} split at {split}, {precision:?}"
                 );
+                let bytes = |m: &Model| m.weight_bytes(&kernels::cpu::matrix_bytes);
                 assert_eq!(
-                    first.weight_bytes() + last.weight_bytes(),
-                    whole.weight_bytes(),
+                    bytes(&first) + bytes(&last),
+                    bytes(&whole),
                     "{file}: the stages hold the whole model's weights between them"
                 );
                 assert!(first.weights.output.is_none() && last.weights.token_embd.is_none());
@@ -59,15 +60,12 @@ fn stages_give_the_whole_models_bits() {
 fn a_stage_without_a_part_says_so() {
     let file = "qwen3-tiny.gguf";
     let last = load(file, Part::Last(1));
-    let mut hidden = vec![0f32; last.hparams.n_embd];
-    let err = last.embed(&[1], &mut hidden).unwrap_err().to_string();
+    let mut dev = device::reference::Reference::new();
+    let w = last.upload(&mut dev, &|_, _| {}).unwrap();
+    let hidden = device::Device::alloc(&mut dev, last.hparams.n_embd).unwrap();
+    let err = last.embed(&mut dev, &w, &[1], hidden).unwrap_err().to_string();
     assert!(err.contains("does not hold the embeddings"), "{err}");
-    let bad = Model::load_stage(
-        format!("{FIXTURES}{file}"),
-        Part::First(3),
-        Repack::Auto,
-        &|_, _| {},
-    );
+    let bad = Model::load_stage(format!("{FIXTURES}{file}"), Part::First(3));
     let err = bad.err().expect("3 blocks of 2").to_string();
     assert!(err.contains("blocks 0..3 of a model of 2 blocks"), "{err}");
 }

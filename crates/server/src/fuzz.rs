@@ -147,6 +147,7 @@ pub fn ready(model: std::path::PathBuf) -> Result<Ready, crate::Error> {
         n_threads: 1,
         kv_type: gguf::GgmlType::F16,
         queue_limit: 1,
+        device: engine::DeviceKind::Cpu,
     };
     crate::load(&ServerConfig::new(model, engine))
 }

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use engine::speculative::{Ngram, SpecConfig, Speculation};
 use engine::{EngineConfig, EngineHandle, MemoryPlan, SamplerConfig};
-use model::{Model, Part, Repack};
+use model::{Model, Part};
 use split::head::BoxClient;
 use text::{ChatTemplate, Tokenizer};
 
@@ -168,23 +168,30 @@ impl AppState {
 
 pub type Shared = Arc<AppState>;
 
-/// Loads the model (or its `part`), with a progress bar of the repacking when stderr is a
-/// terminal (the server prints one line when the model is ready either way).
-fn load_model(path: &std::path::Path, part: Part) -> Result<Model, model::Error> {
+/// Starts the engine on `model`, with a progress bar of the upload of its weights to the
+/// device when stderr is a terminal (the server prints one line when the model is ready
+/// either way).
+fn start_engine(
+    model: Model,
+    tok: Arc<Tokenizer>,
+    cfg: engine::EngineConfig,
+    spec: Option<Speculation>,
+    front: Option<Box<dyn engine::Front>>,
+) -> Result<engine::EngineHandle, engine::Error> {
     use std::io::IsTerminal;
     if !std::io::stderr().is_terminal() {
-        return Model::load_stage(path, part, Repack::Auto, &|_, _| {});
+        return engine::start(model, tok, cfg, spec, front);
     }
     let bar = indicatif::ProgressBar::new(0).with_style(
         indicatif::ProgressStyle::with_template("loading {bar:40} {bytes}/{total_bytes}")
             .expect("a valid template"),
     );
-    let model = Model::load_stage(path, part, Repack::Auto, &|done, total| {
+    let engine = engine::start_with(model, tok, cfg, spec, front, &|done, total| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
     });
     bar.finish_and_clear();
-    model
+    engine
 }
 
 /// Loads the model, checks the memory plan against the limit, and starts the engine.
@@ -195,7 +202,7 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         .map_or(Part::Whole, |s| Part::Last(s.at));
     // Before loading: the plan counts the weights, which loading takes from what is free.
     let available = engine::available_memory();
-    let model = load_model(&config.model_path, part)?;
+    let model = Model::load_stage(&config.model_path, part)?;
     let hp = &model.hparams;
     let md = &model.file.header.metadata;
     let tok = Arc::new(Tokenizer::from_gguf(md)?);
@@ -284,7 +291,8 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         .iter()
         .map(|t| t.n_elements())
         .sum();
-    let (n_ctx_train, n_vocab, model_bytes) = (hp.n_ctx_train, hp.n_vocab, model.weight_bytes());
+    let model_bytes = MemoryPlan::new(&model, &ecfg.context_config()).weights;
+    let (n_ctx_train, n_vocab) = (hp.n_ctx_train, hp.n_vocab);
     let front: Option<Box<dyn engine::Front>> = match &config.split {
         None => None,
         Some(s) => {
@@ -303,7 +311,7 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
             Some(Box::new(client))
         }
     };
-    let engine = engine::start(model, tok.clone(), ecfg, spec, front)?;
+    let engine = start_engine(model, tok.clone(), ecfg, spec, front)?;
     Ok(Ready {
         engine,
         tok,

@@ -21,6 +21,7 @@ fn loading_server(api_keys: &[&str]) -> axum::Router {
         n_threads: 1,
         kv_type: GgmlType::F16,
         queue_limit: 4,
+        device: engine::DeviceKind::Cpu,
     };
     let config = ServerConfig {
         api_keys: api_keys.iter().map(|k| k.to_string()).collect(),

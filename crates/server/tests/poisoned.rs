@@ -121,6 +121,7 @@ fn config(model_path: PathBuf) -> ServerConfig {
         n_threads: 1,
         kv_type: GgmlType::F16,
         queue_limit: 8,
+        device: engine::DeviceKind::Cpu,
     };
     ServerConfig {
         metrics: true,

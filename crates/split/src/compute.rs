@@ -8,10 +8,10 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::Instant;
 
-use engine::ContextConfig;
-use kernels::ThreadPool;
-use kv::{KvPool, SeqKv};
-use model::{Batch, Model, Row, Scratch};
+use device::Row;
+use engine::{ContextConfig, Enter, Executor, Out};
+use kv::SeqKv;
+use model::Model;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::frame::{Frame, Header, Message, StepRow, VERSION};
@@ -67,13 +67,8 @@ struct Chunk {
 
 /// The stage and its sessions; see the module doc.
 pub(crate) struct Compute {
-    model: Model,
-    kv: KvPool,
-    scratch: Scratch,
-    pool: ThreadPool,
+    exec: Executor,
     cfg: ContextConfig,
-    /// `[n_ubatch, n_embd]`.
-    hidden: Vec<f32>,
     hash: u64,
     epoch: u64,
     link: u64,
@@ -87,13 +82,8 @@ pub(crate) struct Compute {
 
 impl Compute {
     pub(crate) fn new(model: Model, cfg: ContextConfig, hash: u64, epoch: u64) -> Result<Self> {
-        let hp = &model.hparams;
         Ok(Compute {
-            kv: KvPool::new(cfg.kv_config(&model))?,
-            scratch: Scratch::new(hp, cfg.n_ubatch).with_precision(cfg.precision),
-            hidden: vec![0.0; cfg.n_ubatch * hp.n_embd],
-            pool: ThreadPool::new(cfg.n_threads),
-            model,
+            exec: Executor::new(model, cfg)?,
             cfg,
             hash,
             epoch,
@@ -118,7 +108,7 @@ impl Compute {
                 }
             } else {
                 // The head computes meanwhile: the cores are its.
-                self.pool.rest();
+                self.exec.rest();
                 match jobs.recv() {
                     Ok(job) => Some(job),
                     Err(_) => return,
@@ -149,7 +139,7 @@ impl Compute {
     fn drop_sessions(&mut self) {
         self.streams.clear();
         for (_, mut seq) in self.sessions.drain() {
-            self.kv.release(&mut seq);
+            self.exec.release(&mut seq);
         }
     }
 
@@ -201,7 +191,7 @@ impl Compute {
             Message::Commit { lens } => {
                 for (s, len) in lens {
                     if let Some(seq_kv) = self.sessions.get_mut(&s) {
-                        self.kv.truncate(seq_kv, len as usize);
+                        self.exec.truncate(seq_kv, len as usize);
                     }
                 }
             }
@@ -209,7 +199,7 @@ impl Compute {
                 for s in sessions {
                     self.streams.retain(|st| st.session != s);
                     if let Some(mut seq_kv) = self.sessions.remove(&s) {
-                        self.kv.release(&mut seq_kv);
+                        self.exec.release(&mut seq_kv);
                     }
                 }
             }
@@ -261,7 +251,7 @@ impl Compute {
         let Some(i) = self.streams.iter().position(Stream::may_advance) else {
             return;
         };
-        let (ub, e) = (self.cfg.n_ubatch, self.model.hparams.n_embd);
+        let (ub, e) = (self.cfg.n_ubatch, self.exec.model().hparams.n_embd);
         let st = &mut self.streams[i];
         if st.started.is_none() {
             st.credits -= 1;
@@ -319,7 +309,7 @@ impl Compute {
     /// The boundary states of `rows` (`[rows, n_embd]`), computed `n_ubatch` rows at a time;
     /// each session's KV grows by its rows.
     fn forward(&mut self, rows: &[StepRow]) -> Result<Vec<f32>> {
-        let e = self.model.hparams.n_embd;
+        let e = self.exec.model().hparams.n_embd;
         let mut states = vec![0f32; rows.len() * e];
         for (chunk, out) in rows
             .chunks(self.cfg.n_ubatch)
@@ -358,31 +348,20 @@ impl Compute {
                 seq: ids.len() - 1,
             });
         }
-        for (id, &len) in ids.iter().zip(&lens) {
-            let seq = self.sessions.get_mut(id).expect("entered above");
-            self.kv.reserve(seq, len)?;
-        }
         let tokens: Vec<u32> = rows.iter().map(|r| r.token).collect();
-        let e = self.model.hparams.n_embd;
-        let hidden = &mut self.hidden[..rows.len() * e];
-        self.model.embed(&tokens, hidden)?;
-        let seqs: Vec<&SeqKv> = ids.iter().map(|id| &self.sessions[id]).collect();
-        self.model.forward_layers(
-            self.model.stage.layers.clone(),
-            hidden,
-            Batch {
-                rows: &batch_rows,
-                seqs: &seqs,
-            },
-            &mut self.kv,
-            &mut self.scratch,
-            &self.pool,
-        );
-        for (id, len) in ids.iter().zip(lens) {
-            let seq = self.sessions.get_mut(id).expect("entered above");
-            self.kv.commit(seq, len);
+        // The chunk's sessions leave the map for the forward and come back after it.
+        let mut kvs: Vec<SeqKv> = ids
+            .iter()
+            .map(|id| self.sessions.remove(id).expect("entered above"))
+            .collect();
+        let mut seqs: Vec<&mut SeqKv> = kvs.iter_mut().collect();
+        let done = self
+            .exec
+            .forward(&mut seqs, &batch_rows, Enter::Tokens(&tokens), Out::States(out));
+        for (id, kv) in ids.iter().zip(kvs) {
+            self.sessions.insert(*id, kv);
         }
-        out.copy_from_slice(hidden);
+        done?;
         Ok(())
     }
 }

@@ -37,6 +37,8 @@ pub enum Error {
     #[error(transparent)]
     Model(#[from] model::Error),
     #[error(transparent)]
+    Engine(#[from] engine::Error),
+    #[error(transparent)]
     Kv(#[from] kv::Error),
 }
 

@@ -4,12 +4,14 @@
 //! their step; a head of another model or split is refused.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
-use engine::{Context, ContextConfig, Outputs};
+use device::Row;
+use engine::{ContextConfig, Enter, Executor, Out, Outputs};
 use gguf::GgmlType;
-use kernels::{Precision, ThreadPool};
-use kv::{KvConfig, KvPool, SeqKv};
-use model::{Batch, Model, Part, Repack, Row, Scratch};
+use kernels::Precision;
+use kv::SeqKv;
+use model::{Model, Part};
 use split::frame::StepRow;
 use split::head::{BoxClient, StateType};
 use split::worker::BoxWorker;
@@ -17,7 +19,7 @@ use split::worker::BoxWorker;
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../model/tests/fixtures/");
 
 fn load(file: &str, part: Part) -> Model {
-    Model::load_stage(format!("{FIXTURES}{file}"), part, Repack::Auto, &|_, _| {}).unwrap()
+    Model::load_stage(format!("{FIXTURES}{file}"), part).unwrap()
 }
 
 /// The sizes of both the box and the whole-model reference.
@@ -28,6 +30,7 @@ fn config() -> ContextConfig {
         n_threads: 1,
         kv_type: GgmlType::F16,
         precision: Precision::Int8,
+        device: engine::DeviceKind::Cpu,
     }
 }
 
@@ -50,14 +53,11 @@ fn start_box(file: &str, split: usize) -> SocketAddr {
     rx.recv().unwrap()
 }
 
-/// The head: blocks `split..n` and the output head, its own KV pool, and the box.
+/// The head: blocks `split..n` and the output head on an executor of its own, and the box.
 struct Head {
-    model: Model,
+    exec: Executor,
     client: BoxClient,
-    kv: KvPool,
     seqs: Vec<SeqKv>,
-    scratch: Scratch,
-    pool: ThreadPool,
 }
 
 impl Head {
@@ -68,31 +68,19 @@ impl Head {
     /// A head whose prompt streams come in chunks of `chunk` rows.
     fn with_chunk(file: &str, split: usize, addr: SocketAddr, chunk: usize) -> Head {
         let model = load(file, Part::Last(split));
-        let hp = &model.hparams;
-        let kv = KvPool::new(KvConfig {
-            n_layer: model.stage.layers.len(),
-            n_head_kv: hp.n_head_kv,
-            head_dim: hp.head_dim,
-            ty: GgmlType::F16,
-            n_positions: 512,
-        })
-        .unwrap();
         Head {
             client: BoxClient::connect(addr, &model, StateType::F32)
                 .unwrap()
                 .with_chunk(chunk),
-            scratch: Scratch::new(hp, 64),
-            pool: ThreadPool::new(1),
+            exec: Executor::new(model, config()).unwrap(),
             seqs: vec![SeqKv::default(); 2],
-            kv,
-            model,
         }
     }
 
     /// Computes `rows` (`(session, token)`, a session's rows together) and returns each
     /// row's logits.
     fn step(&mut self, rows: &[(usize, u32)]) -> Vec<Vec<f32>> {
-        let e = self.model.hparams.n_embd;
+        let e = self.exec.model().hparams.n_embd;
         let mut next: Vec<usize> = self.seqs.iter().map(|s| s.len()).collect();
         let mut step_rows = Vec::new();
         let mut batch_rows = Vec::new();
@@ -110,46 +98,36 @@ impl Head {
         }
         let mut hidden = vec![0f32; rows.len() * e];
         self.client.forward_rows(&step_rows, &mut hidden).unwrap();
-        for (seq, &len) in self.seqs.iter_mut().zip(&next) {
-            self.kv.reserve(seq, len).unwrap();
-        }
-        let refs: Vec<&SeqKv> = self.seqs.iter().collect();
-        self.model.forward_layers(
-            self.model.stage.layers.clone(),
-            &mut hidden,
-            Batch {
-                rows: &batch_rows,
-                seqs: &refs,
-            },
-            &mut self.kv,
-            &mut self.scratch,
-            &self.pool,
-        );
-        for (seq, &len) in self.seqs.iter_mut().zip(&next) {
-            self.kv.commit(seq, len);
-        }
-        let nv = self.model.hparams.n_vocab;
-        let mut logits = vec![0f32; rows.len() * nv];
-        self.model
-            .output(&mut hidden, &mut logits, &self.pool, Precision::Int8);
-        logits.chunks_exact(nv).map(|l| l.to_vec()).collect()
+        let all: Vec<usize> = (0..rows.len()).collect();
+        let mut logits = vec![Vec::new(); rows.len()];
+        let mut seqs: Vec<&mut SeqKv> = self.seqs.iter_mut().collect();
+        let out = Out::Logits {
+            rows: &all,
+            on_logits: &mut |r, l| logits[r] = l.to_vec(),
+        };
+        let finite = self
+            .exec
+            .forward(&mut seqs, &batch_rows, Enter::States(&hidden), out)
+            .unwrap();
+        assert!(finite.iter().all(|&ok| ok));
+        logits
     }
 
     /// Session `s` is over here (its KV back in the pool).
     fn release(&mut self, s: usize) {
-        self.kv.release(&mut self.seqs[s]);
+        self.exec.release(&mut self.seqs[s]);
     }
 
     /// Session `s` keeps positions `0..len`, here and on the box.
     fn rollback(&mut self, s: usize, len: usize) {
-        self.kv.truncate(&mut self.seqs[s], len);
+        self.exec.truncate(&mut self.seqs[s], len);
         self.client.commit(&[(s as u64, len as u32)]).unwrap();
     }
 }
 
 /// The whole model's logits at every position of `tokens`.
-fn whole(model: &Model, tokens: &[u32]) -> Vec<Vec<f32>> {
-    let mut ctx = Context::new(model, config()).unwrap();
+fn whole(model: &Arc<Model>, tokens: &[u32]) -> Vec<Vec<f32>> {
+    let mut ctx = Executor::new(model.clone(), config()).unwrap();
     let mut seq = SeqKv::default();
     let mut out = Vec::new();
     ctx.eval(&mut seq, tokens, Outputs::All, &mut |_, l| {
@@ -180,7 +158,7 @@ fn a_split_model_computes_the_whole_models_bits() {
         for &t in &a[6..] {
             got0.push(head.step(&[(0, t)]).remove(0));
         }
-        let model = load(file, Part::Whole);
+        let model = Arc::new(load(file, Part::Whole));
         let want0 = whole(&model, &a);
         assert_eq!(got0.len(), want0.len());
         for (i, (g, w)) in got0.iter().zip(&want0).enumerate() {
@@ -222,7 +200,7 @@ fn streamed_prompts_arrive_chunk_by_chunk_with_the_whole_models_bits() {
     assert!(!head.client.streams(0) && !head.client.streams(1));
     let got0: Vec<&Vec<f32>> = first[..7].iter().chain(&second[..18]).collect();
     let got1: Vec<&Vec<f32>> = first[7..].iter().chain(&second[18..]).collect();
-    let model = load(file, Part::Whole);
+    let model = Arc::new(load(file, Part::Whole));
     let mut a_all = a.clone();
     a_all.extend([40, 41]);
     for (s, got, want) in [
@@ -273,7 +251,7 @@ fn rows_submitted_ahead_are_the_ones_their_step_takes() {
     let got_a = head.step(&a.map(|t| (0, t)));
     let got_b = head.step(&b.map(|t| (1, t)));
     assert_eq!(head.client.stats().requests, 2, "b's rows were sent once");
-    let model = load(file, Part::Whole);
+    let model = Arc::new(load(file, Part::Whole));
     for (got, want) in [(got_a, whole(&model, &a)), (got_b, whole(&model, &b))] {
         assert_eq!(got.len(), want.len());
         assert!(got.iter().zip(&want).all(|(g, w)| same(g, w)));

@@ -159,6 +159,7 @@ fn spec_costs(
         n_threads: ctx.n_threads,
         kv_type: ctx.kv_type,
         queue_limit: 1,
+        device: ctx.device,
     };
     let handle = engine::start(model, tok, ecfg, Some(spec), None)?;
     let costs = handle
@@ -289,7 +290,7 @@ fn spec(a: SpecBenchArgs) -> Result<(), CliError> {
 
 fn model(a: ModelBenchArgs) -> Result<(), CliError> {
     let path = a.model.path()?;
-    let model = Model::load(&path)?;
+    let model = std::sync::Arc::new(Model::load(&path)?);
     let mut cfg = ModelBenchConfig {
         pp: a.pp,
         tg: a.tg,
@@ -300,7 +301,7 @@ fn model(a: ModelBenchArgs) -> Result<(), CliError> {
     };
     cfg.context = model_bench::context_for(&cfg, cfg.context);
     let threads = cfg.context.n_threads;
-    let report = model_bench::run(&model, &a.model.model, &cfg)
+    let report = model_bench::run(model.clone(), &a.model.model, &cfg)
         .map_err(|e| CliError::Usage(e.to_string()))?;
     let peer_err = |e: bench::Error| CliError::Usage(e.to_string());
     let llama = match &a.peer_llama_bench {
@@ -324,7 +325,7 @@ fn model(a: ModelBenchArgs) -> Result<(), CliError> {
         None => None,
     };
     let spec_costs = if a.spec {
-        Some(spec_costs(&a, model, &cfg.context)?)
+        Some(spec_costs(&a, Model::load(&path)?, &cfg.context)?)
     } else {
         None
     };

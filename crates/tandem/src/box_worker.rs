@@ -2,7 +2,7 @@
 //! serving a `tandem serve --split-at L --box ADDR` head over TCP.
 
 use clap::Args;
-use model::{Model, Part, Repack};
+use model::{Model, Part};
 use split::worker::BoxWorker;
 
 use crate::cli::ModelArgs;
@@ -33,14 +33,15 @@ pub fn execute(a: BoxArgs) -> Result<(), CliError> {
     let path = a.model.path()?;
     // Before loading: the plan counts the weights, which loading takes from what is free.
     let available = engine::available_memory();
-    let model = Model::load_stage(&path, Part::First(a.layers), Repack::Auto, &|_, _| {})?;
+    let model = Model::load_stage(&path, Part::First(a.layers))?;
     let n_layer = model.hparams.n_layer;
     let cfg = a.model.context_config();
     let plan = engine::MemoryPlan::new(&model, &cfg);
     eprintln!(
-        "tandem box: blocks 0..{} of {n_layer} of {}, memory plan: {plan} (context {})",
+        "tandem box: blocks 0..{} of {n_layer} of {}, device {}, memory plan: {plan} (context {})",
         a.layers,
         path.display(),
+        cfg.device.name(),
         cfg.n_ctx
     );
     if let Some(limit) = available.filter(|&l| plan.total() > l) {

@@ -117,6 +117,10 @@ pub struct ModelArgs {
     /// KV cache type: f16, bf16 or q8_0.
     #[arg(long = "cache-type-k", default_value = "f16", value_parser = parse_kv_type)]
     pub cache_type: GgmlType,
+    /// The backend to compute on: auto (the best this build has; the CPU for now), cpu, or
+    /// reference (the scalar backend others are checked against; slow).
+    #[arg(long = "device", default_value = "auto", value_parser = engine::DeviceKind::parse)]
+    pub device: engine::DeviceKind,
     #[command(flatten)]
     pub cache: CacheArgs,
 }
@@ -146,6 +150,7 @@ impl ModelArgs {
             n_threads: self.threads.unwrap_or(d.n_threads),
             kv_type: self.cache_type,
             precision: kernels::Precision::Int8,
+            device: self.device,
         }
     }
 }

@@ -10,7 +10,8 @@ use crate::CliError;
 
 pub fn execute(a: InfoArgs) -> Result<(), CliError> {
     let path = a.model.path()?;
-    let model = Model::load_with(&path, model::Repack::Off, &|_, _| {})?;
+    let model = Model::load(&path)?;
+    let kind = a.model.device;
     let hp = &model.hparams;
     let md = &model.file.header.metadata;
     println!("file:          {}", path.display());
@@ -49,7 +50,7 @@ pub fn execute(a: InfoArgs) -> Result<(), CliError> {
                 n => format!(", first {n} blocks dense"),
             }
         );
-        let expert_bytes: usize = model
+        let expert_bytes: u64 = model
             .weights
             .layers
             .iter()
@@ -63,8 +64,8 @@ pub fn execute(a: InfoArgs) -> Result<(), CliError> {
                     .chain(&m.ffn_up_exps)
                     .chain(&m.ffn_down_exps)
             })
-            .map(|w| w.planned_bytes())
-            .sum();
+            .map(|w| kind.matrix_bytes(w.ty, w.n_rows, w.n_cols, device::Role::Multiply))
+            .sum::<u64>();
         let layers = hp.n_layer - moe.n_dense_lead;
         println!(
             "               expert weights {:.1} MiB ({:.2} MiB per expert and block; a token reads {:.1} MiB of them)",
@@ -92,6 +93,7 @@ pub fn execute(a: InfoArgs) -> Result<(), CliError> {
         "context:       {} positions over {} sequence(s), ubatch {}, KV {}, {} threads",
         cfg.n_ctx, a.parallel, cfg.n_ubatch, cfg.kv_type, cfg.n_threads
     );
-    println!("memory plan:   {plan}");
+    println!("device:        {}", cfg.device.name());
+    println!("memory plan:   {plan} (on the {} device)", cfg.device.name());
     Ok(())
 }

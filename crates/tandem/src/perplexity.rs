@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use engine::{Context, Outputs};
+use engine::{Executor, Outputs};
 use model::Model;
 use serde::Serialize;
 use text::Tokenizer;
@@ -32,7 +32,7 @@ fn nll(logits: &[f32], target: u32) -> f64 {
 }
 
 pub fn execute(a: PerplexityArgs) -> Result<(), CliError> {
-    let model = Model::load(a.model.path()?)?;
+    let model = std::sync::Arc::new(Model::load(a.model.path()?)?);
     let tok = Tokenizer::from_gguf(&model.file.header.metadata)?;
     let text = std::fs::read_to_string(&a.file).map_err(|e| CliError::io(&a.file, e))?;
     let tokens = tok.encode(&text, true, false)?;
@@ -52,7 +52,7 @@ pub fn execute(a: PerplexityArgs) -> Result<(), CliError> {
     }
     let bos = if tok.add_bos() { tok.bos() } else { None };
     let first = n_ctx / 2;
-    let mut ctx = Context::new(&model, cfg)?;
+    let mut ctx = Executor::new(model.clone(), cfg)?;
     let t0 = Instant::now();
     let (mut sum, mut sum_sq, mut count) = (0f64, 0f64, 0usize);
     for c in 0..n_chunks {

@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::time::Instant;
 
-use engine::{Context, Outputs, Sampler, SamplerConfig};
+use engine::{Executor, Outputs, Sampler, SamplerConfig};
 use model::Model;
 use serde::Serialize;
 use text::{ChatMessage, ChatTemplate, Detokenizer, Tokenizer};
@@ -38,7 +38,7 @@ fn per_second(n: usize, ms: f64) -> f64 {
 }
 
 pub fn execute(a: RunArgs) -> Result<(), CliError> {
-    let model = Model::load(a.model.path()?)?;
+    let model = std::sync::Arc::new(Model::load(a.model.path()?)?);
     let md = &model.file.header.metadata;
     let tok = Tokenizer::from_gguf(md)?;
     let prompt = if a.chat {
@@ -68,7 +68,7 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
         min_p: a.min_p,
         seed,
     });
-    let mut ctx = Context::new(&model, a.model.context_config())?;
+    let mut ctx = Executor::new(model.clone(), a.model.context_config())?;
     let mut seq = kv::SeqKv::default();
     let mut detok = Detokenizer::new();
     let (mut text, mut tokens) = (String::new(), Vec::new());

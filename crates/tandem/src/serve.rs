@@ -276,6 +276,7 @@ impl ServeArgs {
                 n_threads: ctx.n_threads,
                 kv_type: ctx.kv_type,
                 queue_limit: self.queue_limit,
+                device: ctx.device,
             },
             api_keys: self.api_key.into_iter().filter(|k| !k.is_empty()).collect(),
             defaults: server::Defaults {

@@ -4,7 +4,7 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use model::{Model, Part, Repack};
+use model::{Model, Part};
 use split::head::{BoxClient, StateType};
 
 const FIXTURE: &str = concat!(
@@ -38,7 +38,7 @@ fn a_box_serves_a_head_of_its_model() {
             break rest.split_whitespace().next().unwrap().parse().unwrap();
         }
     };
-    let head = Model::load_stage(FIXTURE, Part::Last(1), Repack::Auto, &|_, _| {}).unwrap();
+    let head = Model::load_stage(FIXTURE, Part::Last(1)).unwrap();
     let mut client = BoxClient::connect(addr, &head, StateType::F16).unwrap();
     client.ping().unwrap();
     let rows = [split::frame::StepRow {

@@ -4,11 +4,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use device::Row;
 use kernels::ThreadPool;
 use kv::SeqKv;
-use model::{Batch, Row};
 
 use super::Engine;
+use crate::executor::{Enter, Out};
 use crate::handle::{Counters, EngineConfig};
 use crate::speculative::policy::Candidate;
 use crate::speculative::{
@@ -249,53 +250,42 @@ impl Engine {
 
     /// One target forward of `rows` rows of a scratch sequence, output head included.
     fn time_forward(&mut self, rows: usize) -> Option<Duration> {
-        let hp = &self.model.hparams;
+        let hp = &self.exec.model().hparams;
         let (e, n_vocab) = (hp.n_embd, hp.n_vocab);
         let mut seq = SeqKv::default();
-        self.kv.reserve(&mut seq, rows).ok()?;
         // A session no request has (task ids count up from 0).
         const SCRATCH_SESSION: u64 = u64::MAX;
         let entering: Vec<(u64, usize, u32)> = (0..rows)
             .map(|i| (SCRATCH_SESSION, i, (i * 7919 % n_vocab) as u32))
             .collect();
+        let tokens: Vec<u32> = entering.iter().map(|r| r.2).collect();
         let batch_rows: Vec<Row> = (0..rows).map(|pos| Row { pos, seq: 0 }).collect();
         let all: Vec<usize> = (0..rows).collect();
         let t0 = Instant::now();
-        let hidden = &mut self.hidden[..rows * e];
-        let entered = crate::front::enter(&mut self.front, &self.model, &entering, hidden);
-        if let Some(f) = &mut self.front {
-            let _ = f.release(SCRATCH_SESSION);
-        }
-        entered.ok()?;
-        self.model.forward_layers(
-            self.model.stage.layers.clone(),
-            hidden,
-            Batch {
-                rows: &batch_rows,
-                seqs: &[&seq],
-            },
-            &mut self.kv,
-            &mut self.scratch,
-            &self.pool,
-        );
-        self.model.output_rows(
-            hidden,
-            &all,
-            &mut self.picked,
-            &mut self.logits,
-            &self.pool,
-            self.scratch.precision,
-            &mut |_, _| {},
-        );
+        let enter = match &mut self.front {
+            Some(f) => {
+                let entered = f.forward(&entering, &mut self.entered[..rows * e]);
+                let _ = f.release(SCRATCH_SESSION);
+                entered.ok()?;
+                Enter::States(&self.entered[..rows * e])
+            }
+            None => Enter::Tokens(&tokens),
+        };
+        let out = Out::Logits {
+            rows: &all,
+            on_logits: &mut |_, _| {},
+        };
+        let done = self.exec.forward(&mut [&mut seq], &batch_rows, enter, out);
         let took = t0.elapsed();
-        self.kv.release(&mut seq);
+        self.exec.release(&mut seq);
+        done.ok()?;
         Some(took)
     }
 
     /// Seconds per token of a drafter catching up on `CATCH_UP_TOKENS` tokens of one slot.
     fn time_catch_up(&mut self) -> Option<f64> {
         let spec = self.spec.as_mut()?;
-        let n_vocab = self.model.hparams.n_vocab;
+        let n_vocab = self.exec.model().hparams.n_vocab;
         let tokens: Vec<u32> = (0..CATCH_UP_TOKENS)
             .map(|i| (i * 7919 % n_vocab) as u32)
             .collect();

@@ -21,18 +21,20 @@ use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+use device::Row;
 use kernels::ThreadPool;
-use kv::{KvPool, PrefixCache, BLOCK_SIZE};
-use model::{Batch, Model, Row, Scratch};
+use kv::{KvPool, PrefixCache, SeqKv, BLOCK_SIZE};
+use model::Model;
 use text::Tokenizer;
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::executor::{Enter, Executor, Out};
 use crate::front::{Front, FrontState, Overlap};
 use crate::handle::{Command, Counters, EngineConfig, EngineHandle, SlotState, Snapshot};
 use crate::request::{Event, GenRequest, Summary};
 use crate::slot::Sequence;
 use crate::speculative::Speculation;
-use crate::{Result, LOGIT_ROWS};
+use crate::Result;
 
 mod drafting;
 mod recovery;
@@ -64,26 +66,19 @@ struct Planned {
     n: usize,
 }
 
-/// The state the engine thread owns: the model, the KV pool and every sequence.
+/// The state the engine thread owns: the model's executor and every sequence.
 pub struct Engine {
-    model: Model,
+    exec: Executor,
     tok: Arc<Tokenizer>,
     cfg: EngineConfig,
-    kv: KvPool,
     cache: PrefixCache,
-    scratch: Scratch,
-    pool: Arc<ThreadPool>,
     spec: Option<Spec>,
     /// The box of a split model (then `model` is the last stage).
     front: Option<Box<dyn Front>>,
     /// A [`FrontState`], shared with the handle.
     front_state: Arc<AtomicU8>,
-    /// `[n_ubatch, n_embd]`.
-    hidden: Vec<f32>,
-    /// `[LOGIT_ROWS, n_embd]`.
-    picked: Vec<f32>,
-    /// `[LOGIT_ROWS, n_vocab]`.
-    logits: Vec<f32>,
+    /// `[n_ubatch, n_embd]`: the states entering from the front.
+    entered: Vec<f32>,
     slots: Vec<Option<Active>>,
     queue: VecDeque<Queued>,
     rx: mpsc::Receiver<Command>,
@@ -118,36 +113,41 @@ pub fn start(
     spec: Option<Speculation>,
     front: Option<Box<dyn Front>>,
 ) -> Result<EngineHandle> {
+    start_with(model, tok, cfg, spec, front, &|_, _| {})
+}
+
+/// [`start`], telling `progress` how far the upload of the model's weights is.
+pub fn start_with(
+    model: Model,
+    tok: Arc<Tokenizer>,
+    cfg: EngineConfig,
+    spec: Option<Speculation>,
+    front: Option<Box<dyn Front>>,
+    progress: &device::Progress<'_>,
+) -> Result<EngineHandle> {
     if front.is_none() && !model.stage.embed {
         return Err(crate::Error::Config(
             "a model stage without the embeddings needs the box that holds them".into(),
         ));
     }
     cfg.validate()?;
-    let hp = &model.hparams;
-    let (e, nv) = (hp.n_embd, hp.n_vocab);
-    let mut kv_cfg = cfg.context_config().kv_config(&model);
-    kv_cfg.n_positions = cfg.pool_positions();
-    let kv = KvPool::new(kv_cfg)?;
+    let e = model.hparams.n_embd;
     let (tx, rx) = mpsc::channel();
     let queued = Arc::new(AtomicUsize::new(0));
     let front_state = Arc::new(AtomicU8::new(FrontState::Up as u8));
-    let precision = cfg.context_config().precision;
     let pool = Arc::new(ThreadPool::new(cfg.n_threads));
-    let spec = spec.map(|s| Spec::new(s, &cfg, pool.clone())).transpose()?;
+    let dev = cfg.device.open(pool.clone(), cfg.context_config().precision);
+    let exec = Executor::on(model, cfg.context_config(), dev, progress)?;
+    eprintln!("device: {}", exec.device().describe());
+    let spec = spec.map(|s| Spec::new(s, &cfg, pool)).transpose()?;
     let mut engine = Engine {
-        scratch: Scratch::new(hp, cfg.n_ubatch).with_precision(precision),
-        pool,
+        exec,
         spec,
         front,
         front_state: front_state.clone(),
-        hidden: vec![0.0; cfg.n_ubatch * e],
-        picked: vec![0.0; LOGIT_ROWS * e],
-        logits: vec![0.0; LOGIT_ROWS * nv],
-        model,
+        entered: vec![0.0; cfg.n_ubatch * e],
         tok,
         cfg,
-        kv,
         cache: PrefixCache::new(),
         slots: (0..cfg.n_parallel).map(|_| None).collect(),
         queue: VecDeque::new(),
@@ -325,8 +325,8 @@ impl Engine {
         Snapshot {
             slots,
             n_queued: self.queue.len(),
-            kv_blocks_total: self.kv.config().n_blocks(),
-            kv_blocks_free: self.kv.free_blocks(),
+            kv_blocks_total: self.exec.kv().config().n_blocks(),
+            kv_blocks_free: self.exec.kv().free_blocks(),
             kv_blocks_cached: self.cache.n_blocks(),
             counters: self.counters.clone(),
             spec_costs: self.spec.as_ref().map(|s| s.costs()),
@@ -353,7 +353,7 @@ impl Engine {
     /// Moves queued requests into free slots, in arrival order.
     fn admit(&mut self) {
         let slot_ctx = self.cfg.slot_ctx();
-        let n_vocab = self.model.hparams.n_vocab;
+        let n_vocab = self.exec.model().hparams.n_vocab;
         while let Some(free) = self.slots.iter().position(Option::is_none) {
             let Some(q) = self.queue.pop_front() else {
                 break;
@@ -386,7 +386,7 @@ impl Engine {
     /// box) and empties it.
     fn free_slot(&mut self, slot: usize) {
         if let Some(mut a) = self.slots[slot].take() {
-            give_kv(&mut self.kv, &mut self.cache, &mut self.front, &mut a.seq);
+            give_kv(self.exec.kv_mut(), &mut self.cache, &mut self.front, &mut a.seq);
             if let Some(spec) = &mut self.spec {
                 spec.release(slot);
             }
@@ -455,12 +455,12 @@ impl Engine {
     fn make_room(&mut self, slot: usize, positions: usize, plan: &[Planned]) -> bool {
         loop {
             let a = self.slots[slot].as_mut().expect("slot is active");
-            if self.kv.reserve(&mut a.seq.kv, positions).is_ok() {
+            if self.exec.kv_mut().reserve(&mut a.seq.kv, positions).is_ok() {
                 return true;
             }
             let needed = positions.div_ceil(BLOCK_SIZE) - a.seq.kv.capacity() / BLOCK_SIZE;
             let order = a.order;
-            if self.cache.evict(&mut self.kv, needed) {
+            if self.cache.evict(self.exec.kv_mut(), needed) {
                 continue;
             }
             let victim = self
@@ -478,7 +478,7 @@ impl Engine {
             v.resumed = true;
             v.seq.draft.clear();
             self.counters.preemptions_total += 1;
-            give_kv(&mut self.kv, &mut self.cache, &mut self.front, &mut v.seq);
+            give_kv(self.exec.kv_mut(), &mut self.cache, &mut self.front, &mut v.seq);
         }
     }
 
@@ -499,90 +499,33 @@ impl Engine {
                 .seq
                 .begin_step();
         }
-        let e = self.model.hparams.n_embd;
-        let layers = self.model.stage.layers.clone();
         let mut finished: Vec<(usize, Summary)> = Vec::new();
         let mut poisoned: Vec<(usize, usize)> = Vec::new();
         let ub = self.cfg.n_ubatch;
         for (ci, chunk) in rows.chunks(ub).enumerate() {
             let t0 = Instant::now();
-            let mut seq_slots: Vec<usize> = Vec::new();
-            let mut batch_rows = Vec::with_capacity(chunk.len());
-            for &(slot, pos, _) in chunk {
-                if seq_slots.last() != Some(&slot) {
-                    seq_slots.push(slot);
-                }
-                batch_rows.push(Row {
-                    pos,
-                    seq: seq_slots.len() - 1,
-                });
-            }
-            let entering = self.entering(chunk);
-            let n = chunk.len();
             let entered = Instant::now();
+            let entering = self.entering(chunk);
             if let Err(why) = self.enter(&entering) {
                 self.give_up(&why);
                 return;
             }
             let waited = entered.elapsed();
             let computing = Instant::now();
-            let hidden = &mut self.hidden[..n * e];
-            let seqs: Vec<&kv::SeqKv> = seq_slots
-                .iter()
-                .map(|&s| &self.slots[s].as_ref().expect("planned").seq.kv)
-                .collect();
-            self.model.forward_layers(
-                layers.clone(),
-                hidden,
-                Batch {
-                    rows: &batch_rows,
-                    seqs: &seqs,
-                },
-                &mut self.kv,
-                &mut self.scratch,
-                &self.pool,
-            );
+            let n = chunk.len();
+            let out_rows: Vec<usize> = (0..n).filter(|&r| wanted[ci * ub + r]).collect();
+            let result = self.forward_chunk(chunk, &out_rows, &mut finished, &mut poisoned);
+            if let Err(e) = result {
+                self.give_up(&e.to_string());
+                return;
+            }
             self.counters.n_decode_total += 1;
             self.counters.n_busy_slots_total += self.slots.iter().flatten().count() as u64;
-            for (r, &(slot, pos, _)) in chunk.iter().enumerate() {
-                let seq = &mut self.slots[slot].as_mut().expect("planned").seq;
-                if pos < seq.n_prompt {
+            for &(slot, pos, _) in chunk {
+                if pos < self.active(slot).seq.n_prompt {
                     self.counters.prompt_tokens_total += 1;
                 }
-                if chunk.get(r + 1).is_none_or(|next| next.0 != slot) {
-                    self.kv.commit(&mut seq.kv, pos + 1);
-                }
             }
-            for (r, &(slot, pos, _)) in chunk.iter().enumerate() {
-                let sane = kernels::ops::all_finite(&hidden[r * e..(r + 1) * e]);
-                if !sane && !poisoned.iter().any(|p| p.0 == slot) {
-                    poisoned.push((slot, pos));
-                }
-            }
-            let out_rows: Vec<usize> = (0..n).filter(|&r| wanted[ci * ub + r]).collect();
-            let (slots, tok) = (&mut self.slots, &self.tok);
-            self.model.output_rows(
-                hidden,
-                &out_rows,
-                &mut self.picked,
-                &mut self.logits,
-                &self.pool,
-                self.scratch.precision,
-                &mut |i, logits| {
-                    let (slot, pos, _) = chunk[out_rows[i]];
-                    if poisoned.iter().any(|p| p.0 == slot) {
-                        return;
-                    }
-                    if !kernels::ops::all_finite(logits) {
-                        poisoned.push((slot, pos));
-                        return;
-                    }
-                    let seq = &mut slots[slot].as_mut().expect("planned").seq;
-                    if let Some(summary) = seq.accept(logits, tok) {
-                        finished.push((slot, summary));
-                    }
-                },
-            );
             if let Some(spec) = &mut self.spec {
                 if out_rows.len() == n {
                     spec.policy.target.observe(n, t0.elapsed());
@@ -602,7 +545,7 @@ impl Engine {
                 continue;
             }
             let valid = (p.from + p.n - (d.computed - d.accepted)).min(seq.tokens.len());
-            self.kv.truncate(&mut seq.kv, valid);
+            self.exec.truncate(&mut seq.kv, valid);
             if let Some(f) = &mut self.front {
                 if valid < p.from + p.n {
                     let _ = f.truncate(seq.task, valid);
@@ -622,7 +565,7 @@ impl Engine {
                  its output cannot be trusted and it was stopped"
             ));
             self.counters.requests_failed += 1;
-            release_kv(&mut self.kv, &mut self.front, &mut a.seq);
+            release_kv(self.exec.kv_mut(), &mut self.front, &mut a.seq);
             if let Some(spec) = &mut self.spec {
                 spec.release(slot);
             }
@@ -635,6 +578,77 @@ impl Engine {
             c.predicted_seconds_total += s.predicted_ms / 1e3;
             self.free_slot(slot);
         }
+    }
+
+    /// One forward of `chunk`'s rows (`(slot, position, token)`, a slot's rows together):
+    /// their states enter from the front (in `self.entered`) or are embedded; each slot in
+    /// it commits its rows; the logits of rows `out_rows` are verified or sampled, unless a
+    /// row of that slot came out NaN or infinite (then the slot is `poisoned` at that row).
+    fn forward_chunk(
+        &mut self,
+        chunk: &[(usize, usize, u32)],
+        out_rows: &[usize],
+        finished: &mut Vec<(usize, Summary)>,
+        poisoned: &mut Vec<(usize, usize)>,
+    ) -> Result<()> {
+        let mut seq_slots: Vec<usize> = Vec::new();
+        let mut rows = Vec::with_capacity(chunk.len());
+        for &(slot, pos, _) in chunk {
+            if seq_slots.last() != Some(&slot) {
+                seq_slots.push(slot);
+            }
+            rows.push(Row {
+                pos,
+                seq: seq_slots.len() - 1,
+            });
+        }
+        // The sequences' KV leaves their slots for the forward, so that sampling may
+        // borrow the slots meanwhile.
+        let mut kvs: Vec<SeqKv> = seq_slots
+            .iter()
+            .map(|&s| std::mem::take(&mut self.slots[s].as_mut().expect("planned").seq.kv))
+            .collect();
+        let tokens: Vec<u32> = chunk.iter().map(|r| r.2).collect();
+        let n = chunk.len();
+        let enter = match self.front {
+            Some(_) => Enter::States(&self.entered[..n * self.exec.model().hparams.n_embd]),
+            None => Enter::Tokens(&tokens),
+        };
+        let (slots, tok) = (&mut self.slots, &self.tok);
+        let mut on_logits = |r: usize, logits: &mut [f32]| {
+            let (slot, pos, _) = chunk[r];
+            if poisoned.iter().any(|p| p.0 == slot) {
+                return;
+            }
+            if !kernels::ops::all_finite(logits) {
+                poisoned.push((slot, pos));
+                return;
+            }
+            let seq = &mut slots[slot].as_mut().expect("planned").seq;
+            if let Some(summary) = seq.accept(logits, tok) {
+                finished.push((slot, summary));
+            }
+        };
+        let mut seqs: Vec<&mut SeqKv> = kvs.iter_mut().collect();
+        let result = self.exec.forward(
+            &mut seqs,
+            &rows,
+            enter,
+            Out::Logits {
+                rows: out_rows,
+                on_logits: &mut on_logits,
+            },
+        );
+        for (&s, kv) in seq_slots.iter().zip(kvs) {
+            self.slots[s].as_mut().expect("planned").seq.kv = kv;
+        }
+        for (r, &ok) in result?.iter().enumerate() {
+            let (slot, pos, _) = chunk[r];
+            if !ok && !poisoned.iter().any(|p| p.0 == slot) {
+                poisoned.push((slot, pos));
+            }
+        }
+        Ok(())
     }
 }
 

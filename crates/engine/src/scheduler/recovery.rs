@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::Engine;
-use crate::front::{self, FrontState};
+use crate::front::FrontState;
 
 /// How often a lost box is tried again within its grace window.
 const RECONNECT_EVERY: Duration = Duration::from_millis(200);
@@ -31,7 +31,7 @@ impl Engine {
         if tokens.len() < from + 2 || f.streams(a.seq.task) {
             return;
         }
-        let end = match self.kv.reserve(&mut a.seq.kv, tokens.len()) {
+        let end = match self.exec.kv_mut().reserve(&mut a.seq.kv, tokens.len()) {
             Ok(()) => tokens.len(),
             Err(_) => from + planned,
         };
@@ -41,20 +41,22 @@ impl Engine {
         }
     }
 
-    /// The hidden states entering this stage for `rows` (into `hidden`). When the front
+    /// With a front, the hidden states entering this stage for `rows` (into
+    /// `self.entered`; without one, the executor embeds the rows' tokens). When the front
     /// fails, it is reconnected and every live session replayed, again and again within
     /// its grace window (at once, without waiting, when it was already down).
     pub(super) fn enter(&mut self, rows: &[(u64, usize, u32)]) -> Result<(), String> {
-        let n = rows.len() * self.model.hparams.n_embd;
-        if self.front.is_some() {
-            self.pool.rest();
-        }
-        let result = front::enter(&mut self.front, &self.model, rows, &mut self.hidden[..n]);
-        let result = match result {
-            Err(_) if self.front.is_some() => {
-                self.regain(&mut |e| front::enter(&mut e.front, &e.model, rows, &mut e.hidden[..n]))
-            }
-            other => other,
+        let Some(f) = &mut self.front else {
+            return Ok(());
+        };
+        let n = rows.len() * self.exec.model().hparams.n_embd;
+        self.exec.rest();
+        let result = match f.forward(rows, &mut self.entered[..n]) {
+            Err(_) => self.regain(&mut |e| {
+                let f = e.front.as_mut().expect("a split model");
+                f.forward(rows, &mut e.entered[..n])
+            }),
+            ok => ok,
         };
         if let Some(f) = &mut self.front {
             for (a, b) in f.take_busy() {
@@ -137,7 +139,7 @@ impl Engine {
                 "the box of this split model is down ({why}); retry later"
             ));
             self.counters.requests_failed += 1;
-            super::give_kv(&mut self.kv, &mut self.cache, &mut self.front, &mut a.seq);
+            super::give_kv(self.exec.kv_mut(), &mut self.cache, &mut self.front, &mut a.seq);
             if let Some(spec) = &mut self.spec {
                 spec.release(slot);
             }

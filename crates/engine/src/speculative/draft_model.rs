@@ -9,7 +9,7 @@ use model::Model;
 
 use super::{Draft, DraftJob, Proposer};
 use crate::sampling::argmax;
-use crate::{Context, ContextConfig, Sampler};
+use crate::{ContextConfig, Executor, Sampler};
 
 /// A draft model with a KV sequence per slot, planned once like the target's. Its output
 /// head may be restricted to part of the vocabulary ([`Model::restrict_head`]).
@@ -21,7 +21,7 @@ use crate::{Context, ContextConfig, Sampler};
 /// in one batch. The last drafted token is never computed: the next call sees whether it
 /// was accepted.
 pub struct DraftModel {
-    ctx: Context<Box<Model>>,
+    ctx: Executor,
     /// Per slot: the draft's KV and the tokens it holds.
     seqs: Vec<SeqKv>,
     seen: Vec<Vec<u32>>,
@@ -41,7 +41,7 @@ impl DraftModel {
     ) -> crate::Result<Self> {
         let n_vocab = model.hparams.n_vocab;
         Ok(DraftModel {
-            ctx: Context::with_pool(Box::new(model), config, pool)?,
+            ctx: Executor::with_pool(model, config, pool)?,
             seqs: (0..n_slots).map(|_| SeqKv::default()).collect(),
             seen: vec![Vec::new(); n_slots],
             samplers: vec![None; n_slots],
@@ -77,7 +77,7 @@ impl DraftModel {
             cfg.seed ^= 0x5EED_D5AF;
             Sampler::new(cfg)
         });
-        let model = &self.ctx.model;
+        let model = self.ctx.model();
         let (token, conf, q) = if job.sampling.temperature > 0.0 {
             let (i, q) = sampler.sample_with_distribution(logits);
             let conf = q.iter().find(|x| x.0 == i).map_or(0.0, |x| x.1);
@@ -132,7 +132,7 @@ impl Proposer for DraftModel {
                 .map(|&r| r - base)
                 .collect();
             self.ctx
-                .forward(&mut self.seqs, chunk, &wanted, &mut |r, logits| {
+                .append(&mut self.seqs, chunk, &wanted, &mut |r, logits| {
                     let j = last_row.iter().position(|&l| l == base + r);
                     if let Some(j) = j {
                         logits_of[j] = Some(logits.to_vec());
@@ -162,7 +162,7 @@ impl Proposer for DraftModel {
             let mut picked: Vec<Vec<f32>> = Vec::with_capacity(rows.len());
             let t0 = Instant::now();
             self.ctx
-                .forward(&mut self.seqs, &rows, &wanted, &mut |_, logits| {
+                .append(&mut self.seqs, &rows, &wanted, &mut |_, logits| {
                     picked.push(logits.to_vec())
                 })?;
             steps.push((rows.len(), t0.elapsed()));

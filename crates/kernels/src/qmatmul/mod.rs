@@ -32,15 +32,9 @@ pub enum QIsa {
 }
 
 impl QIsa {
+    /// [`crate::cpu::CpuFeatures`]'s choice.
     pub fn detect() -> QIsa {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma")
-            && std::arch::is_x86_feature_detected!("f16c")
-        {
-            return QIsa::Avx2;
-        }
-        QIsa::Scalar
+        crate::cpu::CpuFeatures::get().quant
     }
 }
 

@@ -3,7 +3,7 @@
 //! experts: softmax over the chosen experts' router logits (top-k, then renormalized).
 
 use super::{ArchSpec, ExpertWidth, Experts, RoutingDefaults};
-use kernels::ops::RopeMode;
+use device::RopeMode;
 
 pub const SPEC: ArchSpec = ArchSpec {
     rope_mode: RopeMode::Normal,

@@ -6,7 +6,7 @@ mod qwen2moe;
 mod qwen3;
 mod qwen3moe;
 
-use kernels::ops::RopeMode;
+use device::RopeMode;
 
 use crate::{Error, Result};
 

@@ -2,7 +2,7 @@
 //! embeddings.
 
 use super::{ArchSpec, Experts};
-use kernels::ops::RopeMode;
+use device::RopeMode;
 
 pub const SPEC: ArchSpec = ArchSpec {
     rope_mode: RopeMode::Neox,

@@ -3,7 +3,7 @@
 //! shared expert scaled by a sigmoid gate of its own (`ffn_gate_inp_shexp`).
 
 use super::{ArchSpec, ExpertWidth, Experts, RoutingDefaults};
-use kernels::ops::RopeMode;
+use device::RopeMode;
 
 pub const SPEC: ArchSpec = ArchSpec {
     rope_mode: RopeMode::Neox,

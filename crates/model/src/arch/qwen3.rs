@@ -2,7 +2,7 @@
 //! by `attention.key_length`, not `n_embd / n_head`.
 
 use super::{ArchSpec, Experts};
-use kernels::ops::RopeMode;
+use device::RopeMode;
 
 pub const SPEC: ArchSpec = ArchSpec {
     rope_mode: RopeMode::Neox,

@@ -2,7 +2,7 @@
 //! whose chosen experts' softmax weights are renormalized to sum to one; no shared expert.
 
 use super::{ArchSpec, ExpertWidth, Experts, RoutingDefaults};
-use kernels::ops::RopeMode;
+use device::RopeMode;
 
 pub const SPEC: ArchSpec = ArchSpec {
     rope_mode: RopeMode::Neox,

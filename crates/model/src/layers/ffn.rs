@@ -1,54 +1,81 @@
-use kernels::ops::{add_inplace, rms_norm, swiglu_inplace};
-use kernels::{matmul, matmul_many, ThreadPool};
+use device::{Buf, Device, MatOut, MoeSpec, Routing, SharedIn};
 
 use crate::forward::Scratch;
-use crate::layers::moe;
-use crate::weights::{Ffn, LayerWeights, Mlp};
+use crate::upload::{FfnMats, LayerMats, MlpMats, MoeMats};
 use crate::Model;
 
 /// Feed-forward block: `hidden += ffn(x)` with `x = rms_norm(hidden)`, `ffn` a dense
 /// SwiGLU network or a mixture of experts. `hidden` is `[n, n_embd]`.
 pub fn block(
     model: &Model,
-    lw: &LayerWeights,
-    hidden: &mut [f32],
+    dev: &mut dyn Device,
+    lw: &LayerMats,
+    hidden: Buf,
     n: usize,
-    s: &mut Scratch,
-    pool: &ThreadPool,
+    s: &Scratch,
 ) {
     let hp = &model.hparams;
-    let e = hp.n_embd;
-    for (h, xr) in hidden.chunks_exact(e).zip(s.x[..n * e].chunks_exact_mut(e)) {
-        rms_norm(h, &lw.ffn_norm, hp.rms_eps, xr);
-    }
+    dev.rms_norm(hidden, lw.ffn_norm, n, hp.n_embd, hp.rms_eps, s.x);
     match &lw.ffn {
-        Ffn::Dense(mlp) => {
-            swiglu(model, mlp, n, s, pool);
-            add_inplace(hidden, &s.proj[..n * e]);
-        }
-        Ffn::Moe(m) => moe::block(model, m, hidden, n, s, pool),
+        FfnMats::Dense(mlp) => swiglu(dev, mlp, hp.n_ff, n, s, Some(hidden)),
+        FfnMats::Moe(m) => moe(model, dev, m, hidden, n, s),
     }
 }
 
-/// `s.proj[..n · n_embd] = mlp.down(silu(mlp.gate(x)) · mlp.up(x))` for `x = s.x[..n · n_embd]`.
-pub fn swiglu(model: &Model, mlp: &Mlp, n: usize, s: &mut Scratch, pool: &ThreadPool) {
-    let (e, ff) = (model.hparams.n_embd, mlp.gate.n_rows);
-    let (gate, up) = (&mut s.gate[..n * ff], &mut s.up[..n * ff]);
-    let f = &model.file;
-    let gate_up = [mlp.gate.view(f), mlp.up.view(f)];
-    matmul_many(
-        pool,
-        &gate_up,
-        &s.x[..n * e],
-        &mut [&mut *gate, &mut *up],
-        s.precision,
+/// `s.proj[..n · n_embd] = mlp.down(silu(mlp.gate(x)) · mlp.up(x))` for `x = s.x` (and
+/// `residual += s.proj` when given); `n_ff` is the network's width.
+fn swiglu(
+    dev: &mut dyn Device,
+    mlp: &MlpMats,
+    n_ff: usize,
+    n: usize,
+    s: &Scratch,
+    residual: Option<Buf>,
+) {
+    dev.matmul(
+        &[mlp.gate, mlp.up],
+        s.x,
+        n,
+        &[MatOut::to(s.gate), MatOut::to(s.up)],
     );
-    swiglu_inplace(gate, up);
-    matmul(
-        pool,
-        &mlp.down.view(f),
-        gate,
-        &mut s.proj[..n * e],
-        s.precision,
-    );
+    dev.swiglu(s.gate, s.up, n * n_ff);
+    let down = MatOut {
+        y: s.proj,
+        bias: None,
+        residual,
+    };
+    dev.matmul(&[mlp.down], s.gate, n, &[down]);
+}
+
+/// A mixture of experts: the shared expert (when the block has one) into `s.proj`, then
+/// [`Device::moe`] adds the chosen experts and it to `hidden`.
+fn moe(model: &Model, dev: &mut dyn Device, m: &MoeMats, hidden: Buf, n: usize, s: &Scratch) {
+    let hp = &model.hparams;
+    let p = hp.moe.as_ref().expect("a mixture-of-experts block");
+    let shared = m.shared.as_ref().map(|mlp| {
+        let n_ff = p.shared.expect("a shared expert's width").n_ff;
+        swiglu(dev, mlp, n_ff, n, s, None);
+        SharedIn {
+            out: s.proj,
+            gate: m.ffn_gate_inp_shexp,
+        }
+    });
+    let spec = MoeSpec {
+        router: m.ffn_gate_inp,
+        gate: &m.ffn_gate_exps,
+        up: &m.ffn_up_exps,
+        down: &m.ffn_down_exps,
+        routing: Routing {
+            n_expert: p.n_expert,
+            k: p.n_expert_used,
+            gating: p.gating,
+            norm_weights: p.norm_weights,
+            weights_scale: p.weights_scale,
+        },
+        n_embd: hp.n_embd,
+        n_ff_exp: p.n_ff_exp,
+        shared,
+        scratch: s.moe.expect("mixture scratch for a model with experts"),
+    };
+    dev.moe(&spec, s.x, n, hidden);
 }

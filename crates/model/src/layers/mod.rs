@@ -1,5 +1,5 @@
-//! The shared pieces of a transformer block, written once for every architecture.
+//! The shared pieces of a transformer block, written once for every architecture against
+//! the [`device::Device`] ops.
 
 pub mod attention;
 pub mod ffn;
-pub mod moe;

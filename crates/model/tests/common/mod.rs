@@ -3,15 +3,39 @@
 //! part of it.
 #![allow(dead_code)]
 
+use std::sync::Arc;
+
+use device::{Device, Row, Step};
 use gguf::GgmlType;
 use kernels::{Precision, ThreadPool};
 use kv::{KvConfig, KvPool, SeqKv};
-use model::{Batch, Model, Row, Scratch};
+use model::{Model, Scratch};
 
 pub const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/");
 
 /// Logits keyed by `(sequence, position)`.
 pub type Keyed = Vec<((usize, usize), Vec<f32>)>;
+
+/// The backend a test computes on.
+#[derive(Debug, Clone, Copy)]
+pub enum Backend {
+    /// The CPU with `threads` threads and activations as `precision` says.
+    Cpu { threads: usize, precision: Precision },
+    /// The scalar reference backend.
+    Reference,
+}
+
+impl Backend {
+    fn open(self) -> Box<dyn Device> {
+        match self {
+            Backend::Cpu { threads, precision } => Box::new(kernels::cpu::Cpu::new(
+                Arc::new(ThreadPool::new(threads)),
+                precision,
+            )),
+            Backend::Reference => Box::new(device::reference::Reference::new()),
+        }
+    }
+}
 
 /// Evaluates `batches` (each a list of `(sequence, token)` rows, positions following each
 /// sequence's cache) and returns every row's logits, keyed by `(sequence, position)`.
@@ -23,7 +47,8 @@ pub fn run_with(
     kv_type: GgmlType,
     precision: Precision,
 ) -> Keyed {
-    run_stages(&[model], batches, n_seqs, threads, kv_type, precision)
+    let backend = Backend::Cpu { threads, precision };
+    run_stages_on(backend, &[model], batches, n_seqs, kv_type)
 }
 
 /// [`run_with`] through consecutive stages of one model (the first embeds, the last has the
@@ -36,23 +61,39 @@ pub fn run_stages(
     kv_type: GgmlType,
     precision: Precision,
 ) -> Keyed {
+    let backend = Backend::Cpu { threads, precision };
+    run_stages_on(backend, stages, batches, n_seqs, kv_type)
+}
+
+/// [`run_stages`] with each stage on a device of `backend`.
+pub fn run_stages_on(
+    backend: Backend,
+    stages: &[&Model],
+    batches: &[Vec<(usize, u32)>],
+    n_seqs: usize,
+    kv_type: GgmlType,
+) -> Keyed {
     let hp = &stages[0].hparams;
-    let mut kvs: Vec<KvPool> = stages
-        .iter()
-        .map(|m| {
-            KvPool::new(KvConfig {
-                n_layer: m.stage.layers.len(),
-                n_head_kv: hp.n_head_kv,
-                head_dim: hp.head_dim,
-                ty: kv_type,
-                n_positions: 256,
-            })
-            .unwrap()
-        })
-        .collect();
-    let pool = ThreadPool::new(threads);
-    let mut scratch = Scratch::new(hp, 128);
-    scratch.precision = precision;
+    let e = hp.n_embd;
+    let mut devs: Vec<Box<dyn Device>> = stages.iter().map(|_| backend.open()).collect();
+    let mut kvs = Vec::new();
+    let mut uploaded = Vec::new();
+    for (model, dev) in stages.iter().zip(&mut devs) {
+        let cfg = KvConfig {
+            n_layer: model.stage.layers.len(),
+            n_head_kv: hp.n_head_kv,
+            head_dim: hp.head_dim,
+            ty: kv_type,
+            n_positions: 256,
+        };
+        kvs.push(KvPool::new(cfg).unwrap());
+        dev.kv_alloc(cfg).unwrap();
+        let w = model.upload(&mut **dev, &|_, _| {}).unwrap();
+        let scratch = Scratch::new(&mut **dev, hp, 128).unwrap();
+        let hidden = dev.alloc(128 * e).unwrap();
+        let logits = dev.alloc(128 * hp.n_vocab).unwrap();
+        uploaded.push((w, scratch, hidden, logits));
+    }
     let mut seqs = vec![vec![SeqKv::default(); n_seqs]; stages.len()];
     let mut out = Vec::new();
     for batch in batches {
@@ -65,35 +106,40 @@ pub fn run_stages(
             });
             next[s] += 1;
         }
+        let n = batch.len();
         let tokens: Vec<u32> = batch.iter().map(|&(_, t)| t).collect();
-        let mut hidden = vec![0f32; tokens.len() * hp.n_embd];
-        stages[0].embed(&tokens, &mut hidden).unwrap();
-        for ((model, kv), seqs) in stages.iter().zip(&mut kvs).zip(&mut seqs) {
+        let mut states = vec![0f32; n * e];
+        for (i, model) in stages.iter().enumerate() {
+            let (dev, kv, seqs) = (&mut devs[i], &mut kvs[i], &mut seqs[i]);
+            let (w, scratch, hidden, logits) = &uploaded[i];
             for (s, seq) in seqs.iter_mut().enumerate() {
                 kv.reserve(seq, next[s]).unwrap();
             }
-            let refs: Vec<&SeqKv> = seqs.iter().collect();
-            let forward = Batch {
+            let tables: Vec<&[u32]> = seqs.iter().map(|s| s.blocks()).collect();
+            dev.begin(&Step {
                 rows: &rows,
-                seqs: &refs,
-            };
-            model.forward_layers(
-                model.stage.layers.clone(),
-                &mut hidden,
-                forward,
-                kv,
-                &mut scratch,
-                &pool,
-            );
+                tables: &tables,
+            });
+            if i == 0 {
+                model.embed(&mut **dev, w, &tokens, *hidden).unwrap();
+            } else {
+                dev.upload(*hidden, 0, &states);
+            }
+            model.forward_layers(&mut **dev, w, scratch, model.stage.layers.clone(), *hidden, n);
             for (s, seq) in seqs.iter_mut().enumerate() {
                 kv.commit(seq, next[s]);
             }
-        }
-        let mut logits = vec![0f32; tokens.len() * hp.n_vocab];
-        let last = stages[stages.len() - 1];
-        last.output(&mut hidden, &mut logits, &pool, precision);
-        for (row, l) in rows.iter().zip(logits.chunks_exact(hp.n_vocab)) {
-            out.push(((row.seq, row.pos), l.to_vec()));
+            if i + 1 < stages.len() {
+                dev.download(*hidden, 0, &mut states);
+            } else {
+                model.output(&mut **dev, w, *hidden, n, *logits);
+                let mut l = vec![0f32; n * hp.n_vocab];
+                dev.download(*logits, 0, &mut l);
+                for (row, l) in rows.iter().zip(l.chunks_exact(hp.n_vocab)) {
+                    out.push(((row.seq, row.pos), l.to_vec()));
+                }
+            }
+            dev.finish();
         }
     }
     out.sort_by_key(|(k, _)| *k);

@@ -38,22 +38,10 @@ pub enum PackedIsa {
 }
 
 impl PackedIsa {
-    #[cfg(not(target_arch = "x86_64"))]
+    /// The best the CPU supports, or `None` (then the unpacked path runs):
+    /// [`crate::cpu::CpuFeatures`]'s choice.
     pub fn detect() -> Option<PackedIsa> {
-        None
-    }
-
-    /// The best the CPU supports, or `None` (then the unpacked path runs).
-    #[cfg(target_arch = "x86_64")]
-    pub fn detect() -> Option<PackedIsa> {
-        use std::arch::is_x86_feature_detected as has;
-        if has!("avx512f") && has!("avx512bw") && has!("avx512vnni") && has!("f16c") {
-            return Some(PackedIsa::Avx512Vnni);
-        }
-        if has!("avx2") && has!("fma") && has!("f16c") {
-            return Some(PackedIsa::Avx2);
-        }
-        None
+        crate::cpu::CpuFeatures::get().packed
     }
 }
 

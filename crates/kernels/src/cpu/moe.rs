@@ -1,10 +1,10 @@
-//! Mixture-of-experts feed-forward, for any number of experts per row.
+//! Mixture-of-experts on the CPU, for any number of experts per row.
 //!
 //! Each row's router picks `k` of `n_expert` experts ([`route`]). The rows are then grouped
 //! by expert, and one [`matmul_grouped`] multiplies every chosen expert's matrices with the
 //! rows routed to it, so each chosen expert's weights stream once per step however many rows
 //! chose it. Each row then sums its experts' outputs, weighted, in the order it chose them.
-//! Every product is [`kernels::matmul`]'s, so a row's result depends on nothing but the row.
+//! Every product is [`crate::matmul()`]'s, so a row's result depends on nothing but the row.
 //!
 //! Worked example (`k = 2`, 4 experts, 3 rows): row 0 picks experts (2, 0), row 1 (2, 3),
 //! row 2 (0, 2). Grouped by expert, the gathered rows are `[r0, r2 | r0, r1, r2 | r1]` for
@@ -12,93 +12,78 @@
 //! row 1's in 3 and 5, row 2's in 1 and 4. Expert 2 multiplies slots 2..5 in one pass, and
 //! row 1's output is `w₁₀ · out[3] + w₁₁ · out[5]`.
 
-use kernels::dot::{dot, Isa};
-use kernels::ops::{add_inplace, exp, softmax_inplace, swiglu_inplace};
-use kernels::{matmul, matmul_grouped, Group, QMatrix, ThreadPool};
+use device::{Gating, MoeSpec, MoeStats, Routing};
 
-use crate::forward::{MoeScratch, Scratch};
-use crate::hparams::{Gating, MoeParams};
-use crate::layers::ffn;
-use crate::weights::MoeWeights;
-use crate::Model;
+use super::Cpu;
+use crate::dot::{dot, Isa};
+use crate::ops::{add_inplace, exp, softmax_inplace, swiglu_inplace};
+use crate::{matmul, matmul_grouped, Group, QMatrix};
 
 /// The smallest sum the chosen weights are divided by when renormalized (llama.cpp's).
 const MIN_WEIGHT_SUM: f32 = 6.103_515_6e-5;
 
-/// `hidden += Σ_j w_j · expert_{e_j}(x) (+ shared(x))` for `x = s.x[..n · n_embd]` (the
-/// normalized input), `hidden` `[n, n_embd]`.
-pub fn block(
-    model: &Model,
-    m: &MoeWeights,
-    hidden: &mut [f32],
-    n: usize,
-    s: &mut Scratch,
-    pool: &ThreadPool,
-) {
-    let hp = &model.hparams;
-    let p = hp.moe.as_ref().expect("a mixture-of-experts block");
-    let (e, ne, k, ff) = (hp.n_embd, p.n_expert, p.n_expert_used, p.n_ff_exp);
-    let f = &model.file;
-    {
-        let MoeScratch {
-            probs,
-            chosen,
-            slot,
-            start,
-            x: gathered,
-            gate,
-            up,
-            out,
-            stats,
-        } = &mut s.moe;
-        let x = &s.x[..n * e];
-        let probs = &mut probs[..n * ne];
-        matmul(pool, &m.ffn_gate_inp.view(f), x, probs, s.precision);
-        for (row, picks) in probs.chunks_exact_mut(ne).zip(chosen.chunks_exact_mut(k)) {
-            route(p, row, picks);
-        }
-        group(&chosen[..n * k], ne, &mut slot[..n * k], start);
-        for (i, &sl) in slot[..n * k].iter().enumerate() {
-            gathered[sl * e..(sl + 1) * e].copy_from_slice(&x[i / k * e..(i / k + 1) * e]);
-        }
-        let active: Vec<usize> = (0..ne).filter(|&ex| start[ex + 1] > start[ex]).collect();
-        stats.blocks += 1;
-        stats.experts += active.len() as u64;
-        let total = n * k;
-        let gate_up: Vec<[QMatrix; 2]> = active
-            .iter()
-            .map(|&ex| [m.ffn_gate_exps[ex].view(f), m.ffn_up_exps[ex].view(f)])
-            .collect();
-        let groups = by_expert(&active, start, &gate_up, gathered, e);
-        let sizes = group_sizes(&active, start, ff);
-        let mut ys: Vec<&mut [f32]> = split(&mut gate[..total * ff], &sizes)
-            .into_iter()
-            .zip(split(&mut up[..total * ff], &sizes))
-            .flat_map(|(g, u)| [g, u])
-            .collect();
-        matmul_grouped(pool, &groups, &mut ys, s.precision);
-        swiglu_inplace(&mut gate[..total * ff], &up[..total * ff]);
-        let downs: Vec<[QMatrix; 1]> = active
-            .iter()
-            .map(|&ex| [m.ffn_down_exps[ex].view(f)])
-            .collect();
-        let groups = by_expert(&active, start, &downs, gate, ff);
-        let mut ys = split(&mut out[..total * e], &group_sizes(&active, start, e));
-        matmul_grouped(pool, &groups, &mut ys, s.precision);
-    }
-    if let Some(shared) = &m.shared {
-        ffn::swiglu(model, shared, n, s, pool);
-    }
-    let isa = Isa::detect();
-    let MoeScratch {
+/// Where the rows of a block went: `[rows, k]` choices and their slots, `[n_expert + 1]`
+/// group starts; grown to the largest block seen (a few integers per row).
+#[derive(Default)]
+pub(super) struct Routes {
+    chosen: Vec<(usize, f32)>,
+    slot: Vec<usize>,
+    start: Vec<usize>,
+    pub stats: MoeStats,
+}
+
+/// [`device::Device::moe`] on the CPU; the float buffers are `spec.scratch`'s.
+pub(super) fn block(cpu: &mut Cpu, spec: &MoeSpec<'_>, x: device::Buf, n: usize, hidden: device::Buf) {
+    let p = &spec.routing;
+    let (e, ne, k, ff) = (spec.n_embd, p.n_expert, p.k, spec.n_ff_exp);
+    let sc = spec.scratch;
+    let (mut probs, mut gathered) = (cpu.take(sc.probs), cpu.take(sc.x));
+    let (mut gate, mut up, mut out) = (cpu.take(sc.gate), cpu.take(sc.up), cpu.take(sc.out));
+    let mut h = cpu.take(hidden);
+    let Routes {
         chosen,
         slot,
-        x: acc,
-        out,
-        ..
-    } = &mut s.moe;
-    let acc = &mut acc[..e];
-    for (r, h) in hidden.chunks_exact_mut(e).enumerate() {
+        start,
+        stats,
+    } = &mut cpu.moe;
+    chosen.resize(n * k, (0, 0.0));
+    slot.resize(n * k, 0);
+    start.resize(ne + 1, 0);
+    let xs = &cpu.bufs[x.0 as usize][..n * e];
+    let view = |m: device::Mat| cpu.mats[m.0 as usize].view();
+    let probs_n = &mut probs[..n * ne];
+    matmul(&cpu.pool, &view(spec.router), xs, probs_n, cpu.precision);
+    for (row, picks) in probs_n.chunks_exact_mut(ne).zip(chosen.chunks_exact_mut(k)) {
+        route(p, row, picks);
+    }
+    group(&chosen[..n * k], ne, &mut slot[..n * k], start);
+    for (i, &sl) in slot[..n * k].iter().enumerate() {
+        gathered[sl * e..(sl + 1) * e].copy_from_slice(&xs[i / k * e..(i / k + 1) * e]);
+    }
+    let active: Vec<usize> = (0..ne).filter(|&ex| start[ex + 1] > start[ex]).collect();
+    stats.blocks += 1;
+    stats.experts += active.len() as u64;
+    let total = n * k;
+    let gate_up: Vec<[QMatrix; 2]> = active
+        .iter()
+        .map(|&ex| [view(spec.gate[ex]), view(spec.up[ex])])
+        .collect();
+    let groups = by_expert(&active, start, &gate_up, &gathered, e);
+    let sizes = group_sizes(&active, start, ff);
+    let mut ys: Vec<&mut [f32]> = split(&mut gate[..total * ff], &sizes)
+        .into_iter()
+        .zip(split(&mut up[..total * ff], &sizes))
+        .flat_map(|(g, u)| [g, u])
+        .collect();
+    matmul_grouped(&cpu.pool, &groups, &mut ys, cpu.precision);
+    swiglu_inplace(&mut gate[..total * ff], &up[..total * ff]);
+    let downs: Vec<[QMatrix; 1]> = active.iter().map(|&ex| [view(spec.down[ex])]).collect();
+    let groups = by_expert(&active, start, &downs, &gate, ff);
+    let mut ys = split(&mut out[..total * e], &group_sizes(&active, start, e));
+    matmul_grouped(&cpu.pool, &groups, &mut ys, cpu.precision);
+    let isa = Isa::detect();
+    let acc = &mut gathered[..e];
+    for (r, hr) in h[..n * e].chunks_exact_mut(e).enumerate() {
         for j in 0..k {
             let (sl, w) = (slot[r * k + j], chosen[r * k + j].1);
             let y = &out[sl * e..(sl + 1) * e];
@@ -108,16 +93,22 @@ pub fn block(
                 acc.iter_mut().zip(y).for_each(|(a, &v)| *a += v * w);
             }
         }
-        if m.shared.is_some() {
-            let y = &s.proj[r * e..(r + 1) * e];
-            let g = match &m.ffn_gate_inp_shexp {
-                Some(gw) => sigmoid(dot(isa, &s.x[r * e..(r + 1) * e], gw)),
+        if let Some(sh) = spec.shared {
+            let y = &cpu.bufs[sh.out.0 as usize][r * e..(r + 1) * e];
+            let g = match sh.gate {
+                Some(gw) => sigmoid(dot(isa, &xs[r * e..(r + 1) * e], &cpu.bufs[gw.0 as usize])),
                 None => 1.0,
             };
             acc.iter_mut().zip(y).for_each(|(a, &v)| *a += v * g);
         }
-        add_inplace(h, acc);
+        add_inplace(hr, acc);
     }
+    cpu.put(sc.probs, probs);
+    cpu.put(sc.x, gathered);
+    cpu.put(sc.gate, gate);
+    cpu.put(sc.up, up);
+    cpu.put(sc.out, out);
+    cpu.put(hidden, h);
 }
 
 fn sigmoid(v: f32) -> f32 {
@@ -128,7 +119,7 @@ fn sigmoid(v: f32) -> f32 {
 /// writes its `k = picks.len()` experts to `picks`, most probable first (ties: the lower
 /// expert), each with its weight: its probability, divided by the sum of the chosen ones'
 /// when `p.norm_weights`, times `p.weights_scale`.
-pub fn route(p: &MoeParams, probs: &mut [f32], picks: &mut [(usize, f32)]) {
+pub fn route(p: &Routing, probs: &mut [f32], picks: &mut [(usize, f32)]) {
     match p.gating {
         Gating::Softmax => softmax_inplace(probs),
         Gating::Sigmoid => probs.iter_mut().for_each(|v| *v = sigmoid(*v)),
@@ -219,16 +210,13 @@ fn split<'a>(mut buf: &'a mut [f32], sizes: &[usize]) -> Vec<&'a mut [f32]> {
 mod tests {
     use super::*;
 
-    fn params(k: usize, norm: bool) -> MoeParams {
-        MoeParams {
+    fn params(k: usize, norm: bool) -> Routing {
+        Routing {
             n_expert: 4,
-            n_expert_used: k,
-            n_ff_exp: 8,
+            k,
             gating: Gating::Softmax,
             norm_weights: norm,
             weights_scale: 1.0,
-            shared: None,
-            n_dense_lead: 0,
         }
     }
 

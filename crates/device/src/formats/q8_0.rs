@@ -59,7 +59,7 @@ pub fn abs_max(x: &[f32; BLOCK_SIZE]) -> f32 {
 /// the low mantissa bits; exact ties that went toward zero are then pushed outward.
 /// Unlike `f32::round` and `as i32` this is plain SIMD arithmetic on baseline x86-64.
 #[inline(always)]
-pub(crate) fn round_away(x: f32) -> i32 {
+pub fn round_away(x: f32) -> i32 {
     const MAGIC: f32 = 12_582_912.0;
     let y = x + MAGIC;
     let r = y.to_bits() as i32 - MAGIC.to_bits() as i32;

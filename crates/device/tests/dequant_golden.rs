@@ -2,7 +2,7 @@
 //! written by `scripts/gen_dequant_golden.py`; see its header for the file format.
 
 use gguf::GgmlType;
-use kernels::formats::{dequantize_row, quantize_row};
+use device::formats::{dequantize_row, quantize_row};
 use std::path::PathBuf;
 
 const DEQUANT_TYPES: [&str; 13] = [

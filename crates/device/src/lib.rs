@@ -1,0 +1,56 @@
+//! The backend seam. A [`Device`] owns buffers on its memory, the weights uploaded to it
+//! (repacked the way its kernels want), the storage of the KV pool, and the ops of one
+//! forward. A model's recipe (the `model` crate) is written against this trait only; a
+//! backend (`kernels::cpu`, the [`reference`] one here, GPU ones) implements it.
+//!
+//! What a new backend implements: every method of [`Device`]; [`Device::supports`] and
+//! [`Device::supports_type`] say which ops and weight types it runs, and an executor
+//! refuses at load a model that needs something else (never falling back to another device
+//! behind the user's back). Its results are checked op by op against [`reference`].
+//!
+//! Shared here because every backend must agree on them: the GGUF block formats
+//! ([`formats`]), the row and step types, and the parameters of each op.
+
+pub mod formats;
+pub mod reference;
+mod seam;
+
+pub use seam::{
+    AttnSpec, Buf, Bytes, Device, Gating, Mat, MatOut, MatrixSource, MoeScratch, MoeSpec, MoeStats, Op,
+    Progress, Role, RopeMode, RopeSpec, Routing, Row, SharedIn, Step,
+};
+
+use gguf::GgmlType;
+
+/// Errors of the seam: a type or op a device cannot run, bad lengths, device memory.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("tensor type {0} is not supported")]
+    UnsupportedType(GgmlType),
+    #[error("{what}: expected {expected} elements or bytes, got {got}")]
+    LengthMismatch {
+        what: &'static str,
+        expected: usize,
+        got: usize,
+    },
+    #[error("the {device} device cannot {what}")]
+    Unsupported { device: String, what: String },
+    #[error("token id {id} is outside the vocabulary of {n_vocab}")]
+    TokenOutOfRange { id: u32, n_vocab: usize },
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// The index of the largest value of `row` (the first of equals; 0 when none is above
+/// negative infinity).
+pub fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    let mut best_v = f32::NEG_INFINITY;
+    for (i, &v) in row.iter().enumerate() {
+        if v > best_v {
+            best = i;
+            best_v = v;
+        }
+    }
+    best as u32
+}

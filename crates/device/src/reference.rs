@@ -1,0 +1,436 @@
+//! The reference backend: every op written plainly in scalar code, one row at a time,
+//! accumulating in f64. Weights stay as GGUF stores them and are dequantized row by row
+//! when multiplied; activations stay f32 (no 8-bit quantization), so the reference is what
+//! a backend's arithmetic approximates. Slow; for tests (the planner's and scheduler's, and
+//! every backend checked against it op by op) and small models.
+
+use gguf::GgmlType;
+use kv::{KvConfig, BLOCK_SIZE};
+
+use crate::formats::{dequantize_row, is_supported, quantize_row};
+use crate::seam::*;
+use crate::{Error, Result};
+
+/// A matrix as uploaded: the GGUF bytes, shared with the map.
+struct RefMat {
+    ty: GgmlType,
+    bytes: Bytes,
+    n_rows: usize,
+    n_cols: usize,
+}
+
+impl RefMat {
+    fn row(&self, i: usize, out: &mut [f32]) {
+        let rb = self.bytes.as_slice().len() / self.n_rows;
+        let row = &self.bytes.as_slice()[i * rb..(i + 1) * rb];
+        dequantize_row(self.ty, row, out).expect("checked at upload");
+    }
+}
+
+/// KV storage: per layer, `[n_blocks, BLOCK_SIZE, n_head_kv, head_dim]` of the pool's type.
+struct RefKv {
+    cfg: KvConfig,
+    keys: Vec<Vec<u8>>,
+    values: Vec<Vec<u8>>,
+}
+
+impl RefKv {
+    /// The byte offset of position `pos` of a sequence with blocks `table`.
+    fn at(&self, table: &[u32], pos: usize) -> usize {
+        table[pos / BLOCK_SIZE] as usize * self.cfg.block_bytes()
+            + (pos % BLOCK_SIZE) * self.cfg.position_bytes()
+    }
+
+    /// The `[n_head_kv · head_dim]` vector at `pos`, dequantized.
+    fn read(&self, store: &[u8], table: &[u32], pos: usize, out: &mut [f32]) {
+        let at = self.at(table, pos);
+        let pb = self.cfg.position_bytes();
+        dequantize_row(self.cfg.ty, &store[at..at + pb], out).expect("validated KV type");
+    }
+}
+
+/// See the module doc.
+#[derive(Default)]
+pub struct Reference {
+    bufs: Vec<Vec<f32>>,
+    mats: Vec<RefMat>,
+    kv: Option<RefKv>,
+    rows: Vec<Row>,
+    tables: Vec<Vec<u32>>,
+    stats: MoeStats,
+}
+
+impl Reference {
+    pub fn new() -> Reference {
+        Reference::default()
+    }
+
+    fn buf(&self, b: Buf) -> &[f32] {
+        &self.bufs[b.0 as usize]
+    }
+
+    /// Takes a buffer out to write it while others are read; [`Reference::put`] returns it.
+    fn take(&mut self, b: Buf) -> Vec<f32> {
+        std::mem::take(&mut self.bufs[b.0 as usize])
+    }
+
+    fn put(&mut self, b: Buf, v: Vec<f32>) {
+        self.bufs[b.0 as usize] = v;
+    }
+
+    /// `y[r] = W·x[r]` for `rows` rows, into a new vector.
+    fn product(&self, w: Mat, x: &[f32], rows: usize) -> Vec<f32> {
+        let m = &self.mats[w.0 as usize];
+        let (k, n) = (m.n_cols, m.n_rows);
+        let mut y = vec![0f32; rows * n];
+        let mut wr = vec![0f32; k];
+        for j in 0..n {
+            m.row(j, &mut wr);
+            for r in 0..rows {
+                y[r * n + j] = dot(&x[r * k..(r + 1) * k], &wr);
+            }
+        }
+        y
+    }
+
+    fn kv(&self) -> &RefKv {
+        self.kv.as_ref().expect("kv_alloc before KV ops")
+    }
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum::<f64>() as f32
+}
+
+fn silu(v: f32) -> f32 {
+    (v as f64 / (1.0 + (-v as f64).exp())) as f32
+}
+
+fn sigmoid(v: f32) -> f32 {
+    (1.0 / (1.0 + (-v as f64).exp())) as f32
+}
+
+fn gelu(v: f32) -> f32 {
+    let x = v as f64;
+    let c = (2.0 / std::f64::consts::PI).sqrt();
+    (0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())) as f32
+}
+
+/// Probabilities of `logits` in place (f64 sums).
+fn softmax(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = x.iter().map(|&v| ((v - max) as f64).exp()).sum();
+    for v in x.iter_mut() {
+        *v = (((*v - max) as f64).exp() / sum) as f32;
+    }
+}
+
+/// A row's `k` experts, most probable first (ties: the lower), with their weights.
+pub fn route(r: &Routing, logits: &[f32]) -> Vec<(usize, f32)> {
+    let mut p = logits.to_vec();
+    match r.gating {
+        Gating::Softmax => softmax(&mut p),
+        Gating::Sigmoid => p.iter_mut().for_each(|v| *v = sigmoid(*v)),
+    }
+    let mut order: Vec<usize> = (0..p.len()).collect();
+    order.sort_by(|&a, &b| p[b].total_cmp(&p[a]).then(a.cmp(&b)));
+    let mut picks: Vec<(usize, f32)> = order[..r.k].iter().map(|&e| (e, p[e])).collect();
+    let scale = if r.norm_weights {
+        let sum: f32 = picks.iter().map(|p| p.1).sum();
+        r.weights_scale / sum.max(6.103_515_6e-5)
+    } else {
+        r.weights_scale
+    };
+    picks.iter_mut().for_each(|p| p.1 *= scale);
+    picks
+}
+
+impl Device for Reference {
+    fn describe(&self) -> String {
+        "reference (scalar f32)".into()
+    }
+
+    fn supports(&self, _: Op) -> bool {
+        true
+    }
+
+    fn supports_type(&self, ty: GgmlType) -> bool {
+        is_supported(ty)
+    }
+
+    fn matrix_bytes(&self, ty: GgmlType, n_rows: usize, n_cols: usize, _: Role) -> u64 {
+        ty.row_bytes(n_cols as u64).unwrap_or(0) * n_rows as u64
+    }
+
+    fn alloc(&mut self, len: usize) -> Result<Buf> {
+        self.bufs.push(vec![0.0; len]);
+        Ok(Buf(self.bufs.len() as u32 - 1))
+    }
+
+    fn upload(&mut self, buf: Buf, at: usize, data: &[f32]) {
+        self.bufs[buf.0 as usize][at..at + data.len()].copy_from_slice(data);
+    }
+
+    fn download(&mut self, buf: Buf, at: usize, out: &mut [f32]) {
+        out.copy_from_slice(&self.buf(buf)[at..at + out.len()]);
+    }
+
+    fn upload_matrices(
+        &mut self,
+        srcs: &[MatrixSource],
+        progress: &Progress<'_>,
+    ) -> Result<Vec<Mat>> {
+        let total: usize = srcs.iter().map(|s| s.bytes.as_slice().len()).sum();
+        let mut done = 0;
+        let mut out = Vec::with_capacity(srcs.len());
+        for s in srcs {
+            if !is_supported(s.ty) {
+                return Err(Error::UnsupportedType(s.ty));
+            }
+            self.mats.push(RefMat {
+                ty: s.ty,
+                bytes: s.bytes.clone(),
+                n_rows: s.n_rows,
+                n_cols: s.n_cols,
+            });
+            out.push(Mat(self.mats.len() as u32 - 1));
+            done += s.bytes.as_slice().len();
+            progress(done, total);
+        }
+        Ok(out)
+    }
+
+    fn kv_alloc(&mut self, cfg: KvConfig) -> Result<()> {
+        if !crate::formats::is_quantize_supported(cfg.ty) {
+            return Err(Error::UnsupportedType(cfg.ty));
+        }
+        let bytes = cfg.n_blocks() * cfg.block_bytes();
+        self.kv = Some(RefKv {
+            cfg,
+            keys: vec![vec![0; bytes]; cfg.n_layer],
+            values: vec![vec![0; bytes]; cfg.n_layer],
+        });
+        Ok(())
+    }
+
+    fn kv_copy_block(&mut self, from: u32, to: u32) {
+        let kv = self.kv.as_mut().expect("kv_alloc first");
+        let bb = kv.cfg.block_bytes();
+        let (f, t) = (from as usize * bb, to as usize * bb);
+        for store in kv.keys.iter_mut().chain(kv.values.iter_mut()) {
+            store.copy_within(f..f + bb, t);
+        }
+    }
+
+    fn begin(&mut self, step: &Step<'_>) {
+        self.rows = step.rows.to_vec();
+        self.tables = step.tables.iter().map(|t| t.to_vec()).collect();
+    }
+
+    fn finish(&mut self) {}
+
+    fn embed(&mut self, table: Mat, tokens: &[u32], out: Buf) {
+        let m = &self.mats[table.0 as usize];
+        let e = m.n_cols;
+        let mut o = std::mem::take(&mut self.bufs[out.0 as usize]);
+        for (i, &t) in tokens.iter().enumerate() {
+            m.row(t as usize, &mut o[i * e..(i + 1) * e]);
+        }
+        self.put(out, o);
+    }
+
+    fn rms_norm(&mut self, x: Buf, w: Buf, rows: usize, width: usize, eps: f32, out: Buf) {
+        let xs = self.buf(x)[..rows * width].to_vec();
+        let wv = self.buf(w)[..width].to_vec();
+        let o = &mut self.bufs[out.0 as usize];
+        for (xr, or) in xs.chunks_exact(width).zip(o.chunks_exact_mut(width)) {
+            let ms = xr.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / width as f64;
+            let scale = 1.0 / (ms + eps as f64).sqrt();
+            for ((o, &v), &g) in or.iter_mut().zip(xr).zip(&wv) {
+                *o = (v as f64 * scale * g as f64) as f32;
+            }
+        }
+    }
+
+    fn matmul(&mut self, ws: &[Mat], x: Buf, rows: usize, outs: &[MatOut]) {
+        for (&w, o) in ws.iter().zip(outs) {
+            let k = self.mats[w.0 as usize].n_cols;
+            let mut y = self.product(w, &self.buf(x)[..rows * k], rows);
+            let n = self.mats[w.0 as usize].n_rows;
+            if let Some(b) = o.bias {
+                let b = self.buf(b);
+                y.iter_mut().enumerate().for_each(|(i, v)| *v += b[i % n]);
+            }
+            if let Some(res) = o.residual {
+                let r = &mut self.bufs[res.0 as usize];
+                r[..y.len()].iter_mut().zip(&y).for_each(|(a, &b)| *a += b);
+            }
+            self.bufs[o.y.0 as usize][..y.len()].copy_from_slice(&y);
+        }
+    }
+
+    fn rope(&mut self, x: Buf, heads: usize, spec: &RopeSpec) {
+        let hd = spec.head_dim;
+        let half = spec.n_rot / 2;
+        let rows = self.rows.clone();
+        let xs = &mut self.bufs[x.0 as usize];
+        for (r, row) in rows.iter().enumerate() {
+            for h in 0..heads {
+                let head = &mut xs[(r * heads + h) * hd..(r * heads + h + 1) * hd];
+                for i in 0..half {
+                    let theta = row.pos as f64
+                        * (spec.freq_base as f64).powf(-2.0 * i as f64 / spec.n_rot as f64);
+                    let (s, c) = theta.sin_cos();
+                    let (a, b) = match spec.mode {
+                        RopeMode::Normal => (2 * i, 2 * i + 1),
+                        RopeMode::Neox => (i, i + half),
+                    };
+                    let (x0, x1) = (head[a] as f64, head[b] as f64);
+                    head[a] = (x0 * c - x1 * s) as f32;
+                    head[b] = (x0 * s + x1 * c) as f32;
+                }
+            }
+        }
+    }
+
+    fn kv_store(&mut self, layer: usize, k: Buf, v: Buf) {
+        let kv = self.kv.as_ref().expect("kv_alloc first");
+        let (pb, width) = (kv.cfg.position_bytes(), kv.cfg.n_head_kv * kv.cfg.head_dim);
+        let ty = kv.cfg.ty;
+        let places: Vec<usize> = self
+            .rows
+            .iter()
+            .map(|r| kv.at(&self.tables[r.seq], r.pos))
+            .collect();
+        let (ks, vs) = (self.take(k), self.take(v));
+        let kv = self.kv.as_mut().expect("kv_alloc first");
+        for (r, &at) in places.iter().enumerate() {
+            let row = r * width..(r + 1) * width;
+            quantize_row(ty, &ks[row.clone()], &mut kv.keys[layer][at..at + pb]).expect("type");
+            quantize_row(ty, &vs[row], &mut kv.values[layer][at..at + pb]).expect("type");
+        }
+        self.put(k, ks);
+        self.put(v, vs);
+    }
+
+    fn attention(&mut self, layer: usize, q: Buf, out: Buf, spec: &AttnSpec) {
+        let (hd, nh, nkv) = (spec.head_dim, spec.n_head, spec.n_head_kv);
+        let group = nh / nkv;
+        let kv = self.kv();
+        let mut o = vec![0f32; self.rows.len() * nh * hd];
+        let (mut key, mut val) = (vec![0f32; nkv * hd], vec![0f32; nkv * hd]);
+        for (r, row) in self.rows.iter().enumerate() {
+            let table = &self.tables[row.seq];
+            let n_kv = row.pos + 1;
+            let mut scores = vec![vec![0f64; n_kv]; nh];
+            for p in 0..n_kv {
+                kv.read(&kv.keys[layer], table, p, &mut key);
+                for (h, s) in scores.iter_mut().enumerate() {
+                    let qh = &self.buf(q)[(r * nh + h) * hd..(r * nh + h + 1) * hd];
+                    let kh = &key[(h / group) * hd..(h / group + 1) * hd];
+                    s[p] = spec.scale as f64 * dot(qh, kh) as f64;
+                }
+            }
+            for s in &mut scores {
+                let max = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let sum: f64 = s.iter().map(|v| (v - max).exp()).sum();
+                s.iter_mut().for_each(|v| *v = (*v - max).exp() / sum);
+            }
+            let mut acc = vec![0f64; nh * hd];
+            for p in 0..n_kv {
+                kv.read(&kv.values[layer], table, p, &mut val);
+                for (h, s) in scores.iter().enumerate() {
+                    let vh = &val[(h / group) * hd..(h / group + 1) * hd];
+                    for (a, &v) in acc[h * hd..(h + 1) * hd].iter_mut().zip(vh) {
+                        *a += s[p] * v as f64;
+                    }
+                }
+            }
+            for (dst, a) in o[r * nh * hd..(r + 1) * nh * hd].iter_mut().zip(acc) {
+                *dst = a as f32;
+            }
+        }
+        self.bufs[out.0 as usize][..o.len()].copy_from_slice(&o);
+    }
+
+    fn swiglu(&mut self, gate: Buf, up: Buf, len: usize) {
+        let u = self.take(up);
+        let g = &mut self.bufs[gate.0 as usize];
+        g[..len].iter_mut().zip(&u).for_each(|(g, &u)| *g = silu(*g) * u);
+        self.put(up, u);
+    }
+
+    fn gelu(&mut self, gate: Buf, up: Buf, len: usize) {
+        let u = self.take(up);
+        let g = &mut self.bufs[gate.0 as usize];
+        g[..len].iter_mut().zip(&u).for_each(|(g, &u)| *g = gelu(*g) * u);
+        self.put(up, u);
+    }
+
+    fn add(&mut self, x: Buf, y: Buf, len: usize) {
+        let ys = self.take(y);
+        let xs = &mut self.bufs[x.0 as usize];
+        xs[..len].iter_mut().zip(&ys).for_each(|(a, &b)| *a += b);
+        self.put(y, ys);
+    }
+
+    fn moe(&mut self, spec: &MoeSpec<'_>, x: Buf, rows: usize, hidden: Buf) {
+        let (e, ff) = (spec.n_embd, spec.n_ff_exp);
+        let xs = self.buf(x)[..rows * e].to_vec();
+        let logits = self.product(spec.router, &xs, rows);
+        let ne = spec.routing.n_expert;
+        let mut used = vec![false; ne];
+        let mut add = vec![0f32; rows * e];
+        for r in 0..rows {
+            let xr = &xs[r * e..(r + 1) * e];
+            let mut acc = vec![0f64; e];
+            for (ex, w) in route(&spec.routing, &logits[r * ne..(r + 1) * ne]) {
+                used[ex] = true;
+                let mut g = self.product(spec.gate[ex], xr, 1);
+                let u = self.product(spec.up[ex], xr, 1);
+                g.iter_mut().zip(&u).for_each(|(g, &u)| *g = silu(*g) * u);
+                let y = self.product(spec.down[ex], &g[..ff], 1);
+                acc.iter_mut().zip(&y).for_each(|(a, &v)| *a += v as f64 * w as f64);
+            }
+            if let Some(sh) = spec.shared {
+                let g = sh.gate.map_or(1.0, |gw| sigmoid(dot(xr, &self.buf(gw)[..e])));
+                let y = &self.buf(sh.out)[r * e..(r + 1) * e];
+                acc.iter_mut().zip(y).for_each(|(a, &v)| *a += v as f64 * g as f64);
+            }
+            for (d, a) in add[r * e..(r + 1) * e].iter_mut().zip(acc) {
+                *d = a as f32;
+            }
+        }
+        self.stats.blocks += 1;
+        self.stats.experts += used.iter().filter(|&&u| u).count() as u64;
+        let h = &mut self.bufs[hidden.0 as usize];
+        h[..rows * e].iter_mut().zip(&add).for_each(|(a, &b)| *a += b);
+    }
+
+    fn gather_rows(&mut self, x: Buf, rows: &[usize], width: usize, out: Buf) {
+        let xs = self.take(x);
+        let o = &mut self.bufs[out.0 as usize];
+        for (j, &r) in rows.iter().enumerate() {
+            o[j * width..(j + 1) * width].copy_from_slice(&xs[r * width..(r + 1) * width]);
+        }
+        self.put(x, xs);
+    }
+
+    fn all_finite(&mut self, x: Buf, rows: usize, width: usize) -> Vec<bool> {
+        self.buf(x)[..rows * width]
+            .chunks_exact(width)
+            .map(|r| r.iter().all(|v| v.is_finite()))
+            .collect()
+    }
+
+    fn argmax(&mut self, x: Buf, rows: usize, width: usize) -> Vec<u32> {
+        self.buf(x)[..rows * width]
+            .chunks_exact(width)
+            .map(crate::argmax)
+            .collect()
+    }
+
+    fn moe_stats(&self) -> MoeStats {
+        self.stats
+    }
+}

@@ -1,0 +1,322 @@
+use std::ops::Range;
+use std::sync::Arc;
+
+use gguf::{GgmlType, GgufFile};
+use kv::KvConfig;
+
+use crate::Result;
+
+/// A buffer of f32 on a device, made by [`Device::alloc`]; meaningful only to that device.
+/// Ops name a prefix of it by a row count and a row width.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Buf(pub u32);
+
+/// A matrix uploaded to a device by [`Device::upload_matrices`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Mat(pub u32);
+
+/// The bytes of a matrix as GGUF stores it: in the model's map, or copied out of it (the
+/// rows of a restricted output head).
+#[derive(Clone)]
+pub enum Bytes {
+    Mapped {
+        file: Arc<GgufFile>,
+        range: Range<usize>,
+    },
+    Owned(Arc<[u8]>),
+}
+
+impl Bytes {
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped { file, range } => &file.bytes()[range.clone()],
+            Bytes::Owned(b) => b,
+        }
+    }
+
+    /// Tells the map that a device copied these bytes, so that their pages can be dropped.
+    pub fn release(&self) {
+        if let Bytes::Mapped { file, range } = self {
+            file.release(range.clone());
+        }
+    }
+}
+
+/// A matrix to upload: `n_rows` rows of `n_cols` elements of `ty`, row-major (GGUF dims
+/// `[n_cols, n_rows]`), named for errors.
+#[derive(Clone)]
+pub struct MatrixSource {
+    pub name: String,
+    pub ty: GgmlType,
+    pub bytes: Bytes,
+    pub n_rows: usize,
+    pub n_cols: usize,
+    pub role: Role,
+}
+
+/// What a matrix is used for, which decides how a device stores it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Multiplied with activations ([`Device::matmul`], [`Device::moe`]).
+    Multiply,
+    /// Only read by rows ([`Device::embed`]): the embedding table.
+    Rows,
+}
+
+/// Told `(done, total)` bytes as an upload proceeds; called from several threads.
+pub type Progress<'a> = dyn Fn(usize, usize) + Sync + 'a;
+
+/// One row of a forward: the token at `pos` of sequence `seq` (an index into
+/// [`Step::tables`]).
+///
+/// Contract: positions `0..pos` of that sequence are cached or come earlier in the step,
+/// and its block table covers `pos`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Row {
+    pub pos: usize,
+    pub seq: usize,
+}
+
+/// What [`Device::begin`] is told of a forward: its rows, and per sequence the KV blocks
+/// it holds in order (block `i` holds positions `i · BLOCK_SIZE..`).
+#[derive(Debug, Clone, Copy)]
+pub struct Step<'a> {
+    pub rows: &'a [Row],
+    pub tables: &'a [&'a [u32]],
+}
+
+/// One output of [`Device::matmul`]: `y = W·x (+ bias)`, then `residual += y` when given
+/// (a device may fuse the add; `y` then holds unspecified values).
+#[derive(Debug, Clone, Copy)]
+pub struct MatOut {
+    /// `[rows, W.n_rows]`.
+    pub y: Buf,
+    /// `[W.n_rows]`, added to every row.
+    pub bias: Option<Buf>,
+    /// `[rows, W.n_rows]`.
+    pub residual: Option<Buf>,
+}
+
+impl MatOut {
+    pub fn to(y: Buf) -> MatOut {
+        MatOut {
+            y,
+            bias: None,
+            residual: None,
+        }
+    }
+}
+
+/// How RoPE pairs the dimensions of a head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeMode {
+    /// Adjacent pairs `(2i, 2i+1)` (llama in GGUF, whose Q/K rows were permuted at conversion).
+    Normal,
+    /// Halves `(i, i + n_rot/2)` (qwen2, qwen3: GPT-NeoX style).
+    Neox,
+}
+
+/// RoPE of rows of heads of `head_dim`: the first `n_rot` dimensions of each head turn by
+/// `θ_i = pos · freq_base^(-2i/n_rot)`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RopeSpec {
+    pub head_dim: usize,
+    pub n_rot: usize,
+    pub mode: RopeMode,
+    pub freq_base: f32,
+}
+
+/// Grouped-query attention: `n_head` query heads, `n_head / n_head_kv` per KV head, scores
+/// `scale · q·k`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttnSpec {
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    pub scale: f32,
+}
+
+/// How router logits become expert weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gating {
+    Softmax,
+    Sigmoid,
+}
+
+/// How a mixture routes each row: the `k` most probable of `n_expert` experts (ties: the
+/// lower expert), weighted by their probability, divided by the chosen ones' sum when
+/// `norm_weights`, times `weights_scale`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Routing {
+    pub n_expert: usize,
+    pub k: usize,
+    pub gating: Gating,
+    pub norm_weights: bool,
+    pub weights_scale: f32,
+}
+
+/// A shared expert's output, added to every row after its chosen experts: times
+/// `sigmoid(gate · x)` when a gate vector (`[n_embd]`) is given, else as it is.
+#[derive(Debug, Clone, Copy)]
+pub struct SharedIn {
+    /// `[rows, n_embd]`.
+    pub out: Buf,
+    pub gate: Option<Buf>,
+}
+
+/// One mixture-of-experts block's weights and routing.
+#[derive(Debug, Clone, Copy)]
+pub struct MoeSpec<'a> {
+    /// `[n_expert, n_embd]`.
+    pub router: Mat,
+    /// `n_expert` each: `[n_ff_exp, n_embd]`, `[n_ff_exp, n_embd]`, `[n_embd, n_ff_exp]`.
+    pub gate: &'a [Mat],
+    pub up: &'a [Mat],
+    pub down: &'a [Mat],
+    pub routing: Routing,
+    pub n_embd: usize,
+    pub n_ff_exp: usize,
+    pub shared: Option<SharedIn>,
+    /// Buffers the device may use while computing it.
+    pub scratch: MoeScratch,
+}
+
+/// Scratch of a mixture block of up to `rows` rows, sized by the caller: `probs`
+/// `[rows, n_expert]`; `x` and `out` `[rows · k, n_embd]`; `gate` and `up`
+/// `[rows · k, n_ff_exp]`.
+#[derive(Debug, Clone, Copy)]
+pub struct MoeScratch {
+    pub probs: Buf,
+    pub x: Buf,
+    pub gate: Buf,
+    pub up: Buf,
+    pub out: Buf,
+}
+
+/// Counts of the mixture-of-experts blocks a device computed, since it was made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MoeStats {
+    /// Blocks computed (one per mixture layer per forward).
+    pub blocks: u64,
+    /// Experts that had rows routed to them, summed over those blocks: the number of
+    /// experts whose weights were streamed.
+    pub experts: u64,
+}
+
+/// The ops of [`Device`], for [`Device::supports`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Embed,
+    RmsNorm,
+    MatMul,
+    Rope,
+    KvStore,
+    Attention,
+    Swiglu,
+    Gelu,
+    Add,
+    Moe,
+    GatherRows,
+    AllFinite,
+    Argmax,
+}
+
+impl Op {
+    pub const ALL: [Op; 13] = [
+        Op::Embed,
+        Op::RmsNorm,
+        Op::MatMul,
+        Op::Rope,
+        Op::KvStore,
+        Op::Attention,
+        Op::Swiglu,
+        Op::Gelu,
+        Op::Add,
+        Op::Moe,
+        Op::GatherRows,
+        Op::AllFinite,
+        Op::Argmax,
+    ];
+}
+
+/// A backend. One executor owns a device and everything on it.
+///
+/// A forward is `begin(step)`, then ops, then `finish()`. Ops may be recorded and run
+/// later (one command buffer per forward); [`Device::download`], [`Device::all_finite`] and
+/// [`Device::argmax`] wait for what was recorded before them. Buffers are named by
+/// prefixes: an op on `n` rows of width `w` touches floats `0..n·w` of its buffers.
+///
+/// Batch invariance (DESIGN.md): every op computes a row's result in one fixed order that
+/// depends on nothing but the row (and, for attention, its sequence's cached positions):
+/// not on the other rows, their number, or the threads.
+pub trait Device: Send {
+    /// What the device is, for logs: `cpu (avx512-vnni, 2 threads)`.
+    fn describe(&self) -> String;
+    /// Whether it runs `op`.
+    fn supports(&self, op: Op) -> bool;
+    /// Whether it multiplies (and embeds from) weights of `ty`.
+    fn supports_type(&self, ty: GgmlType) -> bool;
+    /// Bytes a matrix of `ty` in `role` takes once uploaded.
+    fn matrix_bytes(&self, ty: GgmlType, n_rows: usize, n_cols: usize, role: Role) -> u64;
+    /// Releases the device's threads while the caller waits for something else (the other
+    /// stage of a split computing on the same cores).
+    fn rest(&self) {}
+
+    /// A zeroed buffer of `len` floats.
+    fn alloc(&mut self, len: usize) -> Result<Buf>;
+    /// `buf[at..at + data.len()] = data`.
+    fn upload(&mut self, buf: Buf, at: usize, data: &[f32]);
+    /// `out = buf[at..at + out.len()]`, once every op recorded before has run.
+    fn download(&mut self, buf: Buf, at: usize, out: &mut [f32]);
+    /// Uploads matrices, repacked as the device's kernels want them.
+    fn upload_matrices(&mut self, srcs: &[MatrixSource], progress: &Progress<'_>)
+        -> Result<Vec<Mat>>;
+
+    /// Allocates the storage of a KV pool of this shape (once); its blocks are those of
+    /// [`kv::KvPool`].
+    fn kv_alloc(&mut self, cfg: KvConfig) -> Result<()>;
+    /// Copies block `from` of every layer's keys and values to block `to`.
+    fn kv_copy_block(&mut self, from: u32, to: u32);
+
+    /// Starts a forward over `step`'s rows.
+    fn begin(&mut self, step: &Step<'_>);
+    /// Ends it: what was recorded runs.
+    fn finish(&mut self);
+
+    /// `out[i] = table[tokens[i]]` (`out` `[tokens.len(), table.n_cols]`).
+    fn embed(&mut self, table: Mat, tokens: &[u32], out: Buf);
+    /// Per row of `width`: `out = x / sqrt(mean(x²) + eps) · w` (`out` may be `x`).
+    /// Per head: `rows` is rows × heads and `width` the head size.
+    fn rms_norm(&mut self, x: Buf, w: Buf, rows: usize, width: usize, eps: f32, out: Buf);
+    /// For each matrix `ws[i]` of row length `k`: its [`MatOut`] for `x` (`[rows, k]`).
+    /// Quantized weights meet 8-bit activations (the backend's stated precision).
+    fn matmul(&mut self, ws: &[Mat], x: Buf, rows: usize, outs: &[MatOut]);
+    /// RoPE at each step row's position on `x` (`[step rows, heads · head_dim]`).
+    fn rope(&mut self, x: Buf, heads: usize, spec: &RopeSpec);
+    /// Stores `k` and `v` (`[step rows, n_head_kv · head_dim]`) of KV layer `layer` at the
+    /// rows' positions in their sequences' blocks.
+    fn kv_store(&mut self, layer: usize, k: Buf, v: Buf);
+    /// `out` (`[step rows, n_head · head_dim]`): each row's query `q` (same shape) over
+    /// positions `0..=pos` of its sequence in KV layer `layer`, softmax over fixed chunks of
+    /// positions from position 0.
+    fn attention(&mut self, layer: usize, q: Buf, out: Buf, spec: &AttnSpec);
+    /// `gate = silu(gate) · up` over `len` floats.
+    fn swiglu(&mut self, gate: Buf, up: Buf, len: usize);
+    /// `gate = gelu(gate) · up` over `len` floats (tanh approximation).
+    fn gelu(&mut self, gate: Buf, up: Buf, len: usize);
+    /// `x += y` over `len` floats.
+    fn add(&mut self, x: Buf, y: Buf, len: usize);
+    /// `hidden += Σ_j w_j · expert_{e_j}(x) (+ shared)` for `x` (`[rows, n_embd]`, the
+    /// normalized input) and `hidden` (`[rows, n_embd]`): each row routed by
+    /// [`Routing`], each chosen expert's matrices multiplied once with all the rows that
+    /// chose it, each row's outputs summed in the order it chose them.
+    fn moe(&mut self, spec: &MoeSpec<'_>, x: Buf, rows: usize, hidden: Buf);
+    /// `out[j] = x[rows[j]]`, rows of `width`.
+    fn gather_rows(&mut self, x: Buf, rows: &[usize], width: usize, out: Buf);
+    /// Per row of `width`: whether every value is finite.
+    fn all_finite(&mut self, x: Buf, rows: usize, width: usize) -> Vec<bool>;
+    /// Per row of `width`: the index of its largest value (the first of equals).
+    fn argmax(&mut self, x: Buf, rows: usize, width: usize) -> Vec<u32>;
+    /// The mixture blocks computed so far.
+    fn moe_stats(&self) -> MoeStats;
+}

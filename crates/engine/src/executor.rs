@@ -1,0 +1,350 @@
+//! The executor: the one owner of a model's state on a device (weights, KV storage,
+//! scratch, logits) and the one forward that the scheduler, the draft model, the box of a
+//! split and the tools compute through.
+
+use std::sync::Arc;
+
+use device::{Buf, Device, Progress, Row, Step};
+use gguf::GgmlType;
+use kernels::{Precision, ThreadPool};
+use kv::{KvConfig, KvPool, SeqKv};
+use model::{DeviceWeights, Model, Scratch};
+
+use crate::backend::DeviceKind;
+use crate::{Error, Result};
+
+/// Rows of logits computed per output-head call; bounds the logits buffer.
+pub const LOGIT_ROWS: usize = 32;
+
+/// What an executor is sized for. Everything is allocated in [`Executor::new`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContextConfig {
+    /// KV positions over all sequences.
+    pub n_ctx: usize,
+    /// Rows per forward pass (llama.cpp's physical batch, -ub).
+    pub n_ubatch: usize,
+    pub n_threads: usize,
+    pub kv_type: GgmlType,
+    pub precision: Precision,
+    pub device: DeviceKind,
+}
+
+impl Default for ContextConfig {
+    fn default() -> Self {
+        ContextConfig {
+            n_ctx: 4096,
+            n_ubatch: 512,
+            n_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            kv_type: GgmlType::F16,
+            precision: Precision::Int8,
+            device: DeviceKind::default(),
+        }
+    }
+}
+
+impl ContextConfig {
+    /// The KV pool of `model`'s stage (its blocks only).
+    pub fn kv_config(&self, model: &Model) -> KvConfig {
+        let hp = &model.hparams;
+        KvConfig {
+            n_layer: model.stage.layers.len(),
+            n_head_kv: hp.n_head_kv,
+            head_dim: hp.head_dim,
+            ty: self.kv_type,
+            n_positions: self.n_ctx,
+        }
+    }
+}
+
+/// Which rows of an evaluation produce logits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outputs {
+    /// The last token of the evaluation.
+    Last,
+    /// Every token.
+    All,
+    /// Token indices `i..` of the evaluation.
+    From(usize),
+}
+
+/// How a forward's rows enter the stage.
+#[derive(Debug, Clone, Copy)]
+pub enum Enter<'a> {
+    /// Their tokens, embedded here (`[rows]`).
+    Tokens(&'a [u32]),
+    /// Hidden states computed by an earlier stage (`[rows, n_embd]`): a split's box.
+    States(&'a [f32]),
+}
+
+/// What a forward gives back besides its KV.
+pub enum Out<'a> {
+    Nothing,
+    /// `on_logits(r, logits)` for each row index `r` of `rows` (`logits` `[n_logits]`),
+    /// but for the rows of a sequence whose states came out NaN or infinite in any row:
+    /// nothing computed after them can be trusted.
+    Logits {
+        rows: &'a [usize],
+        on_logits: &'a mut dyn FnMut(usize, &mut [f32]),
+    },
+    /// The final hidden states of every row (`[rows, n_embd]`): a first stage's output.
+    States(&'a mut [f32]),
+}
+
+/// See the module doc.
+pub struct Executor {
+    model: Arc<Model>,
+    pub config: ContextConfig,
+    dev: Box<dyn Device>,
+    weights: DeviceWeights,
+    scratch: Scratch,
+    kv: KvPool,
+    /// `[n_ubatch, n_embd]`.
+    hidden: Buf,
+    /// `[LOGIT_ROWS, n_embd]` rows picked for the output head.
+    picked: Buf,
+    /// `[LOGIT_ROWS, n_logits]`, on the device and here.
+    logits: Buf,
+    host_logits: Vec<f32>,
+}
+
+impl Executor {
+    /// An executor on `config.device` with a thread pool of its own (`config.n_threads`).
+    pub fn new(model: impl Into<Arc<Model>>, config: ContextConfig) -> Result<Self> {
+        let pool = Arc::new(ThreadPool::new(config.n_threads));
+        Self::with_pool(model, config, pool)
+    }
+
+    /// An executor on `config.device` computing on `pool` (shared with another executor
+    /// used from the same thread, so that two pools never spin against each other).
+    pub fn with_pool(
+        model: impl Into<Arc<Model>>,
+        config: ContextConfig,
+        pool: Arc<ThreadPool>,
+    ) -> Result<Self> {
+        let dev = config.device.open(pool, config.precision);
+        Self::on(model, config, dev, &|_, _| {})
+    }
+
+    /// An executor on `dev`: uploads the model's stage (telling `progress`), allocates the
+    /// KV storage and every buffer `config` asks for. A model the device cannot run is an
+    /// error naming the op or tensor.
+    pub fn on(
+        model: impl Into<Arc<Model>>,
+        config: ContextConfig,
+        mut dev: Box<dyn Device>,
+        progress: &Progress<'_>,
+    ) -> Result<Self> {
+        let model = model.into();
+        if config.n_ubatch == 0 || config.n_ctx == 0 {
+            return Err(Error::Config(
+                "context size and ubatch must be positive".into(),
+            ));
+        }
+        let kv_cfg = config.kv_config(&model);
+        let kv = KvPool::new(kv_cfg)?;
+        let weights = model.upload(&mut *dev, progress)?;
+        dev.kv_alloc(kv_cfg).map_err(model::Error::from)?;
+        let hp = &model.hparams;
+        let scratch = Scratch::new(&mut *dev, hp, config.n_ubatch)?;
+        let nl = model.n_logits();
+        let alloc = |dev: &mut dyn Device, n| dev.alloc(n).map_err(model::Error::from);
+        Ok(Executor {
+            hidden: alloc(&mut *dev, config.n_ubatch * hp.n_embd)?,
+            picked: alloc(&mut *dev, LOGIT_ROWS * hp.n_embd)?,
+            logits: alloc(&mut *dev, LOGIT_ROWS * nl)?,
+            host_logits: vec![0.0; LOGIT_ROWS * nl],
+            config,
+            dev,
+            weights,
+            scratch,
+            kv,
+            model,
+        })
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// The device, for what it says of itself.
+    pub fn device(&self) -> &dyn Device {
+        &*self.dev
+    }
+
+    /// The KV pool's accounting (its storage is the device's).
+    pub fn kv(&self) -> &KvPool {
+        &self.kv
+    }
+
+    pub fn kv_mut(&mut self) -> &mut KvPool {
+        &mut self.kv
+    }
+
+    /// Mixture-of-experts blocks computed so far, and the experts they streamed.
+    pub fn moe_stats(&self) -> model::MoeStats {
+        self.dev.moe_stats()
+    }
+
+    /// Releases the device's threads while something else computes on the same cores.
+    pub fn rest(&self) {
+        self.dev.rest();
+    }
+
+    /// Returns the sequence's KV blocks to the pool.
+    pub fn release(&mut self, seq: &mut SeqKv) {
+        self.kv.release(seq);
+    }
+
+    /// Forgets positions `len..` of `seq`.
+    pub fn truncate(&mut self, seq: &mut SeqKv, len: usize) {
+        self.kv.truncate(seq, len);
+    }
+
+    /// Evaluates `tokens` as positions `seq.len()..` of `seq`, `n_ubatch` rows per forward,
+    /// and calls `on_logits(i, logits)` for each token index `i` that `outputs` selects
+    /// (`logits` is `[n_logits]`). A state that came out NaN or infinite is an error.
+    pub fn eval(
+        &mut self,
+        seq: &mut SeqKv,
+        tokens: &[u32],
+        outputs: Outputs,
+        on_logits: &mut dyn FnMut(usize, &[f32]),
+    ) -> Result<()> {
+        let mut done = 0;
+        for chunk in tokens.chunks(self.config.n_ubatch) {
+            let n = chunk.len();
+            let wanted: Vec<usize> = match outputs {
+                Outputs::All => (0..n).collect(),
+                Outputs::From(first) => (first.saturating_sub(done).min(n)..n).collect(),
+                Outputs::Last if done + n == tokens.len() => vec![n - 1],
+                Outputs::Last => vec![],
+            };
+            let rows: Vec<(usize, u32)> = chunk.iter().map(|&t| (0, t)).collect();
+            self.append(std::slice::from_mut(seq), &rows, &wanted, &mut |r, logits| {
+                on_logits(done + r, logits)
+            })?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// One forward over rows of several sequences: row `i = (s, token)` appends `token` to
+    /// `seqs[s]` (rows of one sequence in order); `on_logits(i, logits)` for each row index
+    /// in `outputs`. A state that came out NaN or infinite is an error.
+    pub fn append(
+        &mut self,
+        seqs: &mut [SeqKv],
+        rows: &[(usize, u32)],
+        outputs: &[usize],
+        on_logits: &mut dyn FnMut(usize, &mut [f32]),
+    ) -> Result<()> {
+        let mut next: Vec<usize> = seqs.iter().map(SeqKv::len).collect();
+        let batch: Vec<Row> = rows
+            .iter()
+            .map(|&(s, _)| {
+                next[s] += 1;
+                Row {
+                    pos: next[s] - 1,
+                    seq: s,
+                }
+            })
+            .collect();
+        let tokens: Vec<u32> = rows.iter().map(|r| r.1).collect();
+        let mut refs: Vec<&mut SeqKv> = seqs.iter_mut().collect();
+        let out = Out::Logits {
+            rows: outputs,
+            on_logits,
+        };
+        let finite = self.forward(&mut refs, &batch, Enter::Tokens(&tokens), out)?;
+        match finite.iter().position(|&ok| !ok) {
+            Some(bad) => Err(Error::NonFinite {
+                pos: batch[bad].pos,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// One forward over rows of several sequences: row `rows[i]` computes position
+    /// `rows[i].pos` of `seqs[rows[i].seq]` (the rows of one sequence contiguous and
+    /// ascending, following what it holds); KV room is reserved as needed and each
+    /// sequence's length is its last row's position + 1 afterwards. At most `n_ubatch`
+    /// rows. Returns, per row, whether its final hidden state is finite.
+    pub fn forward(
+        &mut self,
+        seqs: &mut [&mut SeqKv],
+        rows: &[Row],
+        enter: Enter<'_>,
+        out: Out<'_>,
+    ) -> Result<Vec<bool>> {
+        let rows_of = rows;
+        let n = rows.len();
+        if n > self.config.n_ubatch {
+            return Err(Error::Config(format!(
+                "{n} rows exceed the ubatch of {}",
+                self.config.n_ubatch
+            )));
+        }
+        let mut next: Vec<usize> = seqs.iter().map(|s| s.len()).collect();
+        for r in rows {
+            next[r.seq] = r.pos + 1;
+        }
+        let needed: usize = next.iter().sum();
+        if needed > self.config.n_ctx {
+            return Err(Error::ContextFull {
+                needed,
+                n_ctx: self.config.n_ctx,
+            });
+        }
+        for (seq, &len) in seqs.iter_mut().zip(&next) {
+            self.kv.reserve(seq, len)?;
+        }
+        let (model, dev, w) = (&*self.model, &mut *self.dev, &self.weights);
+        let e = model.hparams.n_embd;
+        let tables: Vec<&[u32]> = seqs.iter().map(|s| s.blocks()).collect();
+        dev.begin(&Step {
+            rows,
+            tables: &tables,
+        });
+        let entered = match enter {
+            Enter::Tokens(tokens) => model.embed(dev, w, tokens, self.hidden),
+            Enter::States(states) => {
+                dev.upload(self.hidden, 0, &states[..n * e]);
+                Ok(())
+            }
+        };
+        if let Err(err) = entered {
+            dev.finish();
+            return Err(err.into());
+        }
+        let layers = model.stage.layers.clone();
+        model.forward_layers(dev, w, &self.scratch, layers, self.hidden, n);
+        let finite = dev.all_finite(self.hidden, n, e);
+        for (seq, &len) in seqs.iter_mut().zip(&next) {
+            self.kv.commit(seq, len);
+        }
+        match out {
+            Out::Nothing => {}
+            Out::States(states) => dev.download(self.hidden, 0, &mut states[..n * e]),
+            Out::Logits { rows, on_logits } => {
+                let nl = model.n_logits();
+                let mut sane = vec![true; seqs.len()];
+                for (r, &ok) in rows_of.iter().zip(&finite) {
+                    sane[r.seq] &= ok;
+                }
+                let rows: Vec<usize> = rows.iter().copied().filter(|&r| sane[rows_of[r].seq]).collect();
+                for group in rows.chunks(LOGIT_ROWS) {
+                    let g = group.len();
+                    dev.gather_rows(self.hidden, group, e, self.picked);
+                    model.output(dev, w, self.picked, g, self.logits);
+                    let host = &mut self.host_logits[..g * nl];
+                    dev.download(self.logits, 0, host);
+                    for (&r, l) in group.iter().zip(host.chunks_exact_mut(nl)) {
+                        on_logits(r, l);
+                    }
+                }
+            }
+        }
+        dev.finish();
+        Ok(finite)
+    }
+}

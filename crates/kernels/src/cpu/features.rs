@@ -1,0 +1,105 @@
+//! The CPU's features, detected once; every kernel's instruction set is chosen from them.
+
+use std::sync::OnceLock;
+
+use crate::dot::Isa;
+use crate::qmatmul::packed::PackedIsa;
+use crate::qmatmul::QIsa;
+
+/// What this CPU runs, and the implementation each family of kernels picks from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuFeatures {
+    pub avx2: bool,
+    pub fma: bool,
+    pub f16c: bool,
+    pub avx512f: bool,
+    pub avx512bw: bool,
+    pub avx512vnni: bool,
+    /// f32 dots (float weights, attention).
+    pub dot: Isa,
+    /// Quantized dots over unpacked rows.
+    pub quant: QIsa,
+    /// The tiled kernels over packed matrices (`None`: matrices stay unpacked).
+    pub packed: Option<PackedIsa>,
+}
+
+impl CpuFeatures {
+    /// This CPU's features (detected on the first call).
+    pub fn get() -> &'static CpuFeatures {
+        static FEATURES: OnceLock<CpuFeatures> = OnceLock::new();
+        FEATURES.get_or_init(CpuFeatures::detect)
+    }
+
+    fn detect() -> CpuFeatures {
+        #[cfg(target_arch = "x86_64")]
+        let (avx2, fma, f16c, avx512f, avx512bw, avx512vnni) = {
+            use std::arch::is_x86_feature_detected as has;
+            (
+                has!("avx2"),
+                has!("fma"),
+                has!("f16c"),
+                has!("avx512f"),
+                has!("avx512bw"),
+                has!("avx512vnni"),
+            )
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let (avx2, fma, f16c, avx512f, avx512bw, avx512vnni) = (false, false, false, false, false, false);
+        Self::from_flags(avx2, fma, f16c, avx512f, avx512bw, avx512vnni)
+    }
+
+    /// The implementations chosen for these flags (which must be the CPU's own).
+    fn from_flags(
+        avx2: bool,
+        fma: bool,
+        f16c: bool,
+        avx512f: bool,
+        avx512bw: bool,
+        avx512vnni: bool,
+    ) -> CpuFeatures {
+        let avx2_set = avx2 && fma;
+        #[cfg(target_arch = "x86_64")]
+        let (dot, quant, packed) = (
+            if avx2_set { Isa::Avx2Fma } else { Isa::Scalar },
+            if avx2_set && f16c {
+                QIsa::Avx2
+            } else {
+                QIsa::Scalar
+            },
+            if avx512f && avx512bw && avx512vnni && f16c {
+                Some(PackedIsa::Avx512Vnni)
+            } else if avx2_set && f16c {
+                Some(PackedIsa::Avx2)
+            } else {
+                None
+            },
+        );
+        #[cfg(not(target_arch = "x86_64"))]
+        let (dot, quant, packed) = {
+            let _ = avx2_set;
+            (Isa::Scalar, QIsa::Scalar, None)
+        };
+        CpuFeatures {
+            avx2,
+            fma,
+            f16c,
+            avx512f,
+            avx512bw,
+            avx512vnni,
+            dot,
+            quant,
+            packed,
+        }
+    }
+
+    /// The instruction sets in use, for logs: `avx512-vnni`, `avx2`, `scalar`.
+    pub fn describe(&self) -> &'static str {
+        match (self.packed, self.dot) {
+            (Some(PackedIsa::Avx512Vnni), _) => "avx512-vnni",
+            (Some(PackedIsa::Avx2), _) => "avx2",
+            (None, Isa::Scalar) => "scalar",
+            #[cfg(target_arch = "x86_64")]
+            (None, Isa::Avx2Fma) => "avx2 (no f16c)",
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! The KV pool's storage on the CPU, and paged attention over it.
+
+use std::cell::RefCell;
+
+use device::{AttnSpec, Row};
+use kv::{KvConfig, BLOCK_SIZE};
+
+use crate::attention::{attend, AttentionScratch, KvView};
+use crate::formats::quantize_row;
+use crate::pool::SharedOut;
+use crate::ThreadPool;
+
+thread_local! {
+    static ATTN: RefCell<AttentionScratch> = RefCell::new(AttentionScratch::default());
+}
+
+/// Per layer, keys and values of every block: `[n_blocks, BLOCK_SIZE, n_head_kv, head_dim]`
+/// of the pool's type. Allocated and touched once, in `new`.
+pub(super) struct KvStore {
+    cfg: KvConfig,
+    keys: Vec<Vec<u8>>,
+    values: Vec<Vec<u8>>,
+}
+
+fn touched(n: usize) -> Vec<u8> {
+    let mut v = vec![0u8; n];
+    for i in (0..n).step_by(4096) {
+        // SAFETY: in bounds; the volatile write makes the kernel back the page now, so
+        // the memory plan is what the process really holds.
+        unsafe { std::ptr::write_volatile(v.as_mut_ptr().add(i), 0) };
+    }
+    v
+}
+
+impl KvStore {
+    pub fn new(cfg: KvConfig) -> device::Result<KvStore> {
+        if !crate::formats::is_quantize_supported(cfg.ty) {
+            return Err(device::Error::UnsupportedType(cfg.ty));
+        }
+        let layer_bytes = cfg.n_blocks() * cfg.block_bytes();
+        Ok(KvStore {
+            cfg,
+            keys: (0..cfg.n_layer).map(|_| touched(layer_bytes)).collect(),
+            values: (0..cfg.n_layer).map(|_| touched(layer_bytes)).collect(),
+        })
+    }
+
+    pub fn copy_block(&mut self, from: u32, to: u32) {
+        let bb = self.cfg.block_bytes();
+        let (f, t) = (from as usize * bb, to as usize * bb);
+        for store in self.keys.iter_mut().chain(self.values.iter_mut()) {
+            store.copy_within(f..f + bb, t);
+        }
+    }
+
+    /// Stores row `r`'s keys `k[r]` and values `v[r]` (`[n_head_kv · head_dim]` each) at
+    /// position `rows[r].pos` of the sequence with blocks `tables[rows[r].seq]`.
+    pub fn store(&mut self, layer: usize, rows: &[Row], tables: &[Vec<u32>], k: &[f32], v: &[f32]) {
+        let pb = self.cfg.position_bytes();
+        let (bb, width) = (self.cfg.block_bytes(), self.cfg.n_head_kv * self.cfg.head_dim);
+        for (r, row) in rows.iter().enumerate() {
+            let table = &tables[row.seq];
+            assert!(row.pos < table.len() * BLOCK_SIZE, "position {} not reserved", row.pos);
+            let at = table[row.pos / BLOCK_SIZE] as usize * bb + (row.pos % BLOCK_SIZE) * pb;
+            let (kr, vr) = (&k[r * width..(r + 1) * width], &v[r * width..(r + 1) * width]);
+            let ty = self.cfg.ty;
+            quantize_row(ty, kr, &mut self.keys[layer][at..at + pb]).expect("validated KV type");
+            quantize_row(ty, vr, &mut self.values[layer][at..at + pb]).expect("validated KV type");
+        }
+    }
+
+    /// `out[r]` = row `r`'s query `q[r]` over positions `0..=rows[r].pos` of its sequence,
+    /// one unit of work per (row, KV head), the units interleaved over the threads: a row's
+    /// cost grows with its position, so contiguous ranges would leave the thread with the
+    /// early rows of a prompt idle.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attend(
+        &self,
+        pool: &ThreadPool,
+        layer: usize,
+        rows: &[Row],
+        tables: &[Vec<u32>],
+        q: &[f32],
+        out: &mut [f32],
+        spec: &AttnSpec,
+    ) {
+        let bb = self.cfg.block_bytes();
+        fn slices<'s>(store: &'s [u8], t: &[u32], bb: usize) -> Vec<&'s [u8]> {
+            t.iter()
+                .map(|&b| &store[b as usize * bb..(b as usize + 1) * bb])
+                .collect()
+        }
+        let blocks: Vec<(Vec<&[u8]>, Vec<&[u8]>)> = tables
+            .iter()
+            .map(|t| (slices(&self.keys[layer], t, bb), slices(&self.values[layer], t, bb)))
+            .collect();
+        let views: Vec<(KvView, KvView)> = blocks
+            .iter()
+            .map(|(k, v)| (self.view(k), self.view(v)))
+            .collect();
+        let (n, nkv, hd) = (rows.len(), spec.n_head_kv, spec.head_dim);
+        let group = spec.n_head / nkv;
+        let qd = spec.n_head * hd;
+        let shared = SharedOut::new(&mut out[..n * qd]);
+        pool.run(&|t, nt| {
+            ATTN.with(|a| {
+                let mut a = a.borrow_mut();
+                for unit in (t..n * nkv).step_by(nt) {
+                    let (r, g) = (unit / nkv, unit % nkv);
+                    let (keys, values) = &views[rows[r].seq];
+                    // SAFETY: unit (r, g) alone writes heads g*group..(g+1)*group of row r.
+                    let o = unsafe { shared.slice(r * qd + g * group * hd, group * hd) };
+                    let heads = g * group..(g + 1) * group;
+                    let q_row = &q[r * qd..(r + 1) * qd];
+                    attend(q_row, keys, values, g, heads, rows[r].pos + 1, spec.scale, &mut a, o);
+                }
+            });
+        });
+    }
+
+    fn view<'a>(&self, blocks: &'a [&'a [u8]]) -> KvView<'a> {
+        KvView {
+            ty: self.cfg.ty,
+            blocks,
+            block_size: BLOCK_SIZE,
+            n_head_kv: self.cfg.n_head_kv,
+            head_dim: self.cfg.head_dim,
+        }
+    }
+}

@@ -1,0 +1,362 @@
+//! The CPU backend: buffers are host vectors, quantized matrices are repacked into the
+//! tiled layout of the packed kernels (when the CPU has them) and the mapped pages they
+//! came from released, ops run at once on a thread pool shared with other devices of the
+//! same thread (a draft model's), so a step records nothing and `finish` has nothing to do.
+
+mod features;
+mod kv;
+mod moe;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use device::{
+    AttnSpec, Buf, Bytes, Device, Mat, MatOut, MatrixSource, MoeSpec, MoeStats, Op, Progress,
+    Result, Role, RopeSpec, Row, Step,
+};
+use gguf::GgmlType;
+
+pub use features::CpuFeatures;
+
+use crate::matmul::{matmul, matmul_many, Precision, QMatrix};
+use crate::ops::{add_inplace, gelu_inplace, rms_norm, rms_norm_inplace, rope, rope_angles};
+use crate::ops::{all_finite, swiglu_inplace};
+use crate::qmatmul::packed::PackedMatrix;
+use crate::ThreadPool;
+
+/// A matrix on the CPU: its GGUF bytes (mapped) and, for the packed kernels, its tiles.
+struct CpuMat {
+    ty: GgmlType,
+    bytes: Bytes,
+    n_rows: usize,
+    n_cols: usize,
+    packed: Option<PackedMatrix>,
+}
+
+impl CpuMat {
+    fn view(&self) -> QMatrix<'_> {
+        QMatrix::new(self.ty, self.bytes.as_slice(), self.n_rows, self.n_cols)
+            .expect("checked at upload")
+            .with_packed(self.packed.as_ref())
+    }
+}
+
+/// See the module doc.
+pub struct Cpu {
+    pool: Arc<ThreadPool>,
+    precision: Precision,
+    bufs: Vec<Vec<f32>>,
+    mats: Vec<CpuMat>,
+    kv: Option<kv::KvStore>,
+    rows: Vec<Row>,
+    tables: Vec<Vec<u32>>,
+    /// `[step rows, n_rot / 2]` RoPE angles of this step, for the `(n_rot, freq_base)` given.
+    angles: Vec<(f32, f32)>,
+    angles_of: Option<(usize, u32)>,
+    moe: moe::Routes,
+}
+
+/// Bytes a matrix of `ty` takes on the CPU once uploaded for `role`: its packed tiles
+/// (64-byte aligned) when it has a packed layout and the CPU the packed kernels, else its
+/// bytes in the map.
+pub fn matrix_bytes(ty: GgmlType, n_rows: usize, n_cols: usize, role: Role) -> u64 {
+    let mapped = ty.row_bytes(n_cols as u64).unwrap_or(0) * n_rows as u64;
+    match (role, CpuFeatures::get().packed) {
+        (Role::Multiply, Some(_)) => PackedMatrix::planned_bytes(ty, n_rows, n_cols)
+            .map_or(mapped, |b| b.next_multiple_of(64) as u64),
+        _ => mapped,
+    }
+}
+
+impl Cpu {
+    /// A device computing on `pool` with activations treated as `precision` says.
+    pub fn new(pool: Arc<ThreadPool>, precision: Precision) -> Cpu {
+        Cpu {
+            pool,
+            precision,
+            bufs: Vec::new(),
+            mats: Vec::new(),
+            kv: None,
+            rows: Vec::new(),
+            tables: Vec::new(),
+            angles: Vec::new(),
+            angles_of: None,
+            moe: moe::Routes::default(),
+        }
+    }
+
+    fn mat(&self, m: Mat) -> QMatrix<'_> {
+        self.mats[m.0 as usize].view()
+    }
+
+    fn take(&mut self, b: Buf) -> Vec<f32> {
+        std::mem::take(&mut self.bufs[b.0 as usize])
+    }
+
+    fn put(&mut self, b: Buf, v: Vec<f32>) {
+        self.bufs[b.0 as usize] = v;
+    }
+
+    /// Runs `f` on `a` (read) and `b` (written), two different buffers.
+    fn with2(&mut self, a: Buf, b: Buf, f: impl FnOnce(&[f32], &mut [f32])) {
+        assert_ne!(a, b, "one buffer read and written");
+        let mut out = self.take(b);
+        f(&self.bufs[a.0 as usize], &mut out);
+        self.put(b, out);
+    }
+}
+
+impl Device for Cpu {
+    fn describe(&self) -> String {
+        format!(
+            "cpu ({}, {} threads)",
+            CpuFeatures::get().describe(),
+            self.pool.n_threads()
+        )
+    }
+
+    fn supports(&self, _: Op) -> bool {
+        true
+    }
+
+    fn supports_type(&self, ty: GgmlType) -> bool {
+        crate::formats::is_supported(ty)
+    }
+
+    fn matrix_bytes(&self, ty: GgmlType, n_rows: usize, n_cols: usize, role: Role) -> u64 {
+        matrix_bytes(ty, n_rows, n_cols, role)
+    }
+
+    fn rest(&self) {
+        self.pool.rest();
+    }
+
+    fn alloc(&mut self, len: usize) -> Result<Buf> {
+        self.bufs.push(vec![0.0; len]);
+        Ok(Buf(self.bufs.len() as u32 - 1))
+    }
+
+    fn upload(&mut self, buf: Buf, at: usize, data: &[f32]) {
+        self.bufs[buf.0 as usize][at..at + data.len()].copy_from_slice(data);
+    }
+
+    fn download(&mut self, buf: Buf, at: usize, out: &mut [f32]) {
+        out.copy_from_slice(&self.bufs[buf.0 as usize][at..at + out.len()]);
+    }
+
+    /// Repacks the matrices with a packed layout, one thread per share of them (largest
+    /// first), and releases the mapped pages each was copied from.
+    fn upload_matrices(
+        &mut self,
+        srcs: &[MatrixSource],
+        progress: &Progress<'_>,
+    ) -> Result<Vec<Mat>> {
+        for s in srcs {
+            QMatrix::new(s.ty, s.bytes.as_slice(), s.n_rows, s.n_cols)?;
+        }
+        let packs = |s: &MatrixSource| {
+            s.role == Role::Multiply
+                && CpuFeatures::get().packed.is_some()
+                && PackedMatrix::supports(s.ty)
+        };
+        let mut todo: Vec<usize> = (0..srcs.len()).filter(|&i| packs(&srcs[i])).collect();
+        todo.sort_by_key(|&i| std::cmp::Reverse(srcs[i].bytes.as_slice().len()));
+        let total: usize = todo.iter().map(|&i| srcs[i].bytes.as_slice().len()).sum();
+        let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let done = AtomicUsize::new(0);
+        let mut packed: Vec<Option<PackedMatrix>> = (0..srcs.len()).map(|_| None).collect();
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..n)
+                .map(|t| {
+                    let share: Vec<usize> = todo.iter().copied().skip(t).step_by(n).collect();
+                    let done = &done;
+                    scope.spawn(move || {
+                        share
+                            .into_iter()
+                            .map(|i| {
+                                let s = &srcs[i];
+                                let w = QMatrix::new(s.ty, s.bytes.as_slice(), s.n_rows, s.n_cols)
+                                    .expect("checked above");
+                                let p = PackedMatrix::pack(&w).expect("a packed type");
+                                s.bytes.release();
+                                let len = s.bytes.as_slice().len();
+                                progress(done.fetch_add(len, Ordering::Relaxed) + len, total);
+                                (i, p)
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            for h in handles {
+                for (i, p) in h.join().expect("a packing thread panicked") {
+                    packed[i] = Some(p);
+                }
+            }
+        });
+        let first = self.mats.len() as u32;
+        for (s, p) in srcs.iter().zip(packed) {
+            self.mats.push(CpuMat {
+                ty: s.ty,
+                bytes: s.bytes.clone(),
+                n_rows: s.n_rows,
+                n_cols: s.n_cols,
+                packed: p,
+            });
+        }
+        Ok((first..self.mats.len() as u32).map(Mat).collect())
+    }
+
+    fn kv_alloc(&mut self, cfg: ::kv::KvConfig) -> Result<()> {
+        self.kv = Some(kv::KvStore::new(cfg)?);
+        Ok(())
+    }
+
+    fn kv_copy_block(&mut self, from: u32, to: u32) {
+        self.kv.as_mut().expect("kv_alloc first").copy_block(from, to);
+    }
+
+    fn begin(&mut self, step: &Step<'_>) {
+        self.rows.clear();
+        self.rows.extend_from_slice(step.rows);
+        self.tables.resize_with(step.tables.len(), Vec::new);
+        for (t, s) in self.tables.iter_mut().zip(step.tables) {
+            t.clear();
+            t.extend_from_slice(s);
+        }
+        self.angles_of = None;
+    }
+
+    fn finish(&mut self) {}
+
+    fn embed(&mut self, table: Mat, tokens: &[u32], out: Buf) {
+        let mut o = self.take(out);
+        let t = self.mat(table);
+        for (&tok, row) in tokens.iter().zip(o.chunks_exact_mut(t.n_cols)) {
+            t.dequantize_row(tok as usize, row);
+        }
+        self.put(out, o);
+    }
+
+    fn rms_norm(&mut self, x: Buf, w: Buf, rows: usize, width: usize, eps: f32, out: Buf) {
+        let n = rows * width;
+        if x == out {
+            let mut v = self.take(x);
+            let wv = &self.bufs[w.0 as usize][..width];
+            v[..n]
+                .chunks_exact_mut(width)
+                .for_each(|r| rms_norm_inplace(r, wv, eps));
+            self.put(x, v);
+            return;
+        }
+        let mut o = self.take(out);
+        let (xs, wv) = (&self.bufs[x.0 as usize], &self.bufs[w.0 as usize][..width]);
+        for (xr, or) in xs[..n].chunks_exact(width).zip(o.chunks_exact_mut(width)) {
+            rms_norm(xr, wv, eps, or);
+        }
+        self.put(out, o);
+    }
+
+    fn matmul(&mut self, ws: &[Mat], x: Buf, rows: usize, outs: &[MatOut]) {
+        let mut ys: Vec<Vec<f32>> = outs.iter().map(|o| self.take(o.y)).collect();
+        {
+            let views: Vec<QMatrix> = ws.iter().map(|&w| self.mat(w)).collect();
+            let xs = &self.bufs[x.0 as usize][..rows * views[0].n_cols];
+            let mut slices: Vec<&mut [f32]> = ys
+                .iter_mut()
+                .zip(&views)
+                .map(|(y, w)| &mut y[..rows * w.n_rows])
+                .collect();
+            match &mut slices[..] {
+                [one] => matmul(&self.pool, &views[0], xs, one, self.precision),
+                many => matmul_many(&self.pool, &views, xs, many, self.precision),
+            }
+        }
+        for ((o, y), &w) in outs.iter().zip(&mut ys).zip(ws) {
+            let n = self.mats[w.0 as usize].n_rows;
+            let y = &mut y[..rows * n];
+            if let Some(b) = o.bias {
+                let b = &self.bufs[b.0 as usize][..n];
+                y.chunks_exact_mut(n).for_each(|r| add_inplace(r, b));
+            }
+            if let Some(res) = o.residual {
+                add_inplace(&mut self.bufs[res.0 as usize][..rows * n], y);
+            }
+        }
+        for (o, y) in outs.iter().zip(ys) {
+            self.put(o.y, y);
+        }
+    }
+
+    fn rope(&mut self, x: Buf, heads: usize, spec: &RopeSpec) {
+        let half = spec.n_rot / 2;
+        let key = (spec.n_rot, spec.freq_base.to_bits());
+        if self.angles_of != Some(key) {
+            self.angles.resize(self.rows.len() * half, (0.0, 0.0));
+            for (row, cs) in self.rows.iter().zip(self.angles.chunks_exact_mut(half)) {
+                rope_angles(row.pos, spec.n_rot, spec.freq_base, cs);
+            }
+            self.angles_of = Some(key);
+        }
+        let width = heads * spec.head_dim;
+        let xs = &mut self.bufs[x.0 as usize][..self.rows.len() * width];
+        for (xr, cs) in xs.chunks_exact_mut(width).zip(self.angles.chunks_exact(half)) {
+            rope(xr, spec.head_dim, spec.mode, cs);
+        }
+    }
+
+    fn kv_store(&mut self, layer: usize, k: Buf, v: Buf) {
+        let kv = self.kv.as_mut().expect("kv_alloc first");
+        let (ks, vs) = (&self.bufs[k.0 as usize], &self.bufs[v.0 as usize]);
+        kv.store(layer, &self.rows, &self.tables, ks, vs);
+    }
+
+    fn attention(&mut self, layer: usize, q: Buf, out: Buf, spec: &AttnSpec) {
+        let mut o = self.take(out);
+        let kv = self.kv.as_ref().expect("kv_alloc first");
+        let qs = &self.bufs[q.0 as usize];
+        kv.attend(&self.pool, layer, &self.rows, &self.tables, qs, &mut o, spec);
+        self.put(out, o);
+    }
+
+    fn swiglu(&mut self, gate: Buf, up: Buf, len: usize) {
+        self.with2(up, gate, |u, g| swiglu_inplace(&mut g[..len], &u[..len]));
+    }
+
+    fn gelu(&mut self, gate: Buf, up: Buf, len: usize) {
+        self.with2(up, gate, |u, g| gelu_inplace(&mut g[..len], &u[..len]));
+    }
+
+    fn add(&mut self, x: Buf, y: Buf, len: usize) {
+        self.with2(y, x, |y, x| add_inplace(&mut x[..len], &y[..len]));
+    }
+
+    fn moe(&mut self, spec: &MoeSpec<'_>, x: Buf, rows: usize, hidden: Buf) {
+        moe::block(self, spec, x, rows, hidden);
+    }
+
+    fn gather_rows(&mut self, x: Buf, rows: &[usize], width: usize, out: Buf) {
+        self.with2(x, out, |x, o| {
+            for (j, &r) in rows.iter().enumerate() {
+                o[j * width..(j + 1) * width].copy_from_slice(&x[r * width..(r + 1) * width]);
+            }
+        });
+    }
+
+    fn all_finite(&mut self, x: Buf, rows: usize, width: usize) -> Vec<bool> {
+        self.bufs[x.0 as usize][..rows * width]
+            .chunks_exact(width)
+            .map(all_finite)
+            .collect()
+    }
+
+    fn argmax(&mut self, x: Buf, rows: usize, width: usize) -> Vec<u32> {
+        self.bufs[x.0 as usize][..rows * width]
+            .chunks_exact(width)
+            .map(device::argmax)
+            .collect()
+    }
+
+    fn moe_stats(&self) -> MoeStats {
+        self.moe.stats
+    }
+}
