@@ -326,3 +326,97 @@ fn speculation_gives_the_plain_text_alone_and_with_8_users() {
     assert_eq!(text, plain_stopped, "a stop string inside an accepted run");
     assert!(s.draft_n_accepted > 0);
 }
+
+/// A tiny random model with SmolLM2's tokenizer (2 blocks of 64), for the reference
+/// backend: its scalar ops are slow, and the scheduler's behaviour does not need a large
+/// model.
+fn tiny(dir: &std::path::Path) -> std::path::PathBuf {
+    let (_, file, name) = MODELS[0];
+    let tokenizer = gguf::GgufFile::open(model_path(file, name)).unwrap();
+    let path = dir.join("tiny.gguf");
+    model::synthetic::Synthetic {
+        arch: model::Arch::Llama,
+        n_embd: 64,
+        n_layer: 2,
+        n_head: 4,
+        n_head_kv: 2,
+        n_ff: 128,
+        experts: None,
+        ty: GgmlType::Q8_0,
+        seed: 11,
+    }
+    .write(&tokenizer, &path)
+    .unwrap();
+    path
+}
+
+/// On the reference backend: batched greedy equals the single-sequence executor's, a
+/// small pool preempts and keeps the tokens, and the target as its own draft accepts
+/// every token with the text unchanged.
+#[test]
+fn the_scheduler_on_the_reference_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny(dir.path());
+    let (_, tok) = load();
+    let prompts: Vec<Vec<u32>> = PROMPTS[..4]
+        .iter()
+        .map(|p| tok.encode(p, true, false).unwrap())
+        .collect();
+    let on_ref = |n_ctx, n_parallel| EngineConfig {
+        device: engine::DeviceKind::Reference,
+        ..config(n_ctx, n_parallel)
+    };
+    let n = 24;
+    let mut ctx = Executor::new(
+        Model::load(&path).unwrap(),
+        ContextConfig {
+            n_ctx: 512,
+            device: engine::DeviceKind::Reference,
+            ..ContextConfig::default()
+        },
+    )
+    .unwrap();
+    assert!(ctx.device().describe().starts_with("reference"));
+    let want: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| {
+            let mut seq = kv::SeqKv::default();
+            let mut next = 0;
+            let mut out = Vec::new();
+            // The requests ignore end-of-generation tokens: they are never picked.
+            let greedy = |l: &[f32]| {
+                let mut l = l.to_vec();
+                tok.eog_ids().iter().for_each(|&id| l[id as usize] = f32::NEG_INFINITY);
+                engine::sampling::argmax(&l)
+            };
+            let mut pick = |_: usize, l: &[f32]| next = greedy(l);
+            ctx.eval(&mut seq, p, Outputs::Last, &mut pick).unwrap();
+            for _ in 0..n {
+                out.push(next);
+                let last = [next];
+                let mut pick = |_: usize, l: &[f32]| next = greedy(l);
+                ctx.eval(&mut seq, &last, Outputs::Last, &mut pick).unwrap();
+            }
+            ctx.release(&mut seq);
+            out
+        })
+        .collect();
+    let model = || Model::load(&path).unwrap();
+    for (cfg, what) in [(on_ref(2048, 4), "batched"), (on_ref(96, 4), "a small pool")] {
+        let handle = engine::start(model(), tok.clone(), cfg, None, None).unwrap();
+        let got = run_all(&handle, &prompts, n);
+        for ((g, _), w) in got.iter().zip(&want) {
+            assert_eq!(g, w, "{what}");
+        }
+        if cfg.n_ctx == 96 {
+            assert!(snapshot(&handle).counters.preemptions_total > 0);
+        }
+    }
+    let s = Speculation::draft_model(model(), spec(4, PolicyKind::Fixed));
+    let handle = engine::start(model(), tok, on_ref(2048, 4), Some(s), None).unwrap();
+    for ((got, summary), w) in run_all(&handle, &prompts, n).iter().zip(&want) {
+        assert_eq!(got, w, "self-draft");
+        assert!(summary.draft_n > 0);
+        assert_eq!(summary.draft_n, summary.draft_n_accepted, "self-draft");
+    }
+}

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{reference, relative_error, run, run_with, tokens, FIXTURES};
+use common::{reference, relative_error, run, run_stages_on, run_with, tokens, Backend, FIXTURES};
 use gguf::GgmlType;
 use kernels::Precision;
 use model::Model;
@@ -125,5 +125,47 @@ fn reduced_precision_kv_caches_stay_close() {
         eprintln!("{ty} KV: largest logit difference {worst:.2e} of the largest logit");
         assert!(worst < tol, "{ty} KV: logits differ by {worst}");
         assert!(worst > 0.0, "{ty} KV: no rounding at all is suspicious");
+    }
+}
+
+/// The reference backend against the float64 logits, on every fixture (dense and mixture),
+/// and the CPU backend against the reference backend: with 8-bit activations and an f16 KV
+/// cache on the dense models; with f32 activations on the mixtures, whose random routers
+/// have near-ties that 8-bit activations flip (another expert, another answer).
+#[test]
+fn the_reference_backend_matches_the_float64_reference_and_bounds_the_cpu() {
+    let cases = reference("reference.json")
+        .into_iter()
+        .chain(reference("moe-reference.json"));
+    for case in cases {
+        let file = case["file"].as_str().unwrap().to_string();
+        let model = Model::load(format!("{FIXTURES}{file}")).unwrap();
+        let batch: Vec<(usize, u32)> = tokens(&case).iter().map(|&t| (0, t)).collect();
+        let batches = [batch];
+        let ours = run_stages_on(Backend::Reference, &[&model], &batches, 1, GgmlType::F32);
+        let worst = ours
+            .iter()
+            .zip(case["logits"].as_array().unwrap())
+            .map(|((_, logits), want)| relative_error(logits, want))
+            .fold(0f64, f64::max);
+        let moe = model.hparams.moe.is_some();
+        let (kv, precision, bound) = match moe {
+            false => (GgmlType::F16, Precision::Int8, 0.05),
+            true => (GgmlType::F32, Precision::F32, 1e-4),
+        };
+        let cpu = run_with(&model, &batches, 1, 2, kv, precision);
+        let cpu_vs_ref = cpu
+            .iter()
+            .zip(&ours)
+            .map(|((_, a), (_, b))| {
+                let scale = b.iter().fold(1f32, |m, v| m.max(v.abs()));
+                a.iter().zip(b).map(|(x, y)| (x - y).abs() / scale).fold(0f32, f32::max)
+            })
+            .fold(0f32, f32::max);
+        eprintln!(
+            "{file}: reference backend {worst:.2e} from float64; cpu ({precision:?}, {kv} KV) {cpu_vs_ref:.2e} from the reference backend"
+        );
+        assert!(worst < 1e-5, "{file}: reference backend off by {worst}");
+        assert!(cpu_vs_ref < bound, "{file}: cpu off the reference by {cpu_vs_ref}");
     }
 }

@@ -98,8 +98,8 @@ impl Engine {
     /// Chooses the depth of every decoding slot in turn and fills its draft, all of them
     /// in one proposer call.
     pub(super) fn draft_all(&mut self) {
-        let turn = self.turn;
-        let in_turn = |slot: usize| turn.is_none_or(|t| slot % 2 == t);
+        let cohorts = &self.cohorts;
+        let in_turn = |slot: usize| cohorts.in_turn(slot);
         for (_, a) in self
             .slots
             .iter_mut()

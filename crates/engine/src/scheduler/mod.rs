@@ -21,28 +21,32 @@ use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use device::Row;
 use kernels::ThreadPool;
-use kv::{KvPool, PrefixCache, SeqKv, BLOCK_SIZE};
+use kv::{KvPool, PrefixCache, BLOCK_SIZE};
 use model::Model;
 use text::Tokenizer;
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::executor::{Enter, Executor, Out};
+use crate::executor::Executor;
 use crate::front::{Front, FrontState, Overlap};
 use crate::handle::{Command, Counters, EngineConfig, EngineHandle, SlotState, Snapshot};
-use crate::request::{Event, GenRequest, Summary};
+use crate::request::{Event, GenRequest};
 use crate::slot::Sequence;
 use crate::speculative::Speculation;
 use crate::Result;
 
+mod cohorts;
 mod drafting;
+mod planner;
 mod recovery;
+mod step;
 
 /// How often an idle engine checks on its box: a heartbeat, or a reconnect when it is down.
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 
+use cohorts::{Cohorts, InFlight};
 use drafting::Spec;
+use planner::{Holder, Planned, Slots};
 
 struct Queued {
     task: u64,
@@ -56,14 +60,6 @@ struct Active {
     /// Preempted at least once: its prompt is looked up in the cache whatever it asked.
     resumed: bool,
     seq: Sequence,
-}
-
-/// Positions `from..from + n` of slot `slot` in this step.
-#[derive(Debug, Clone, Copy)]
-struct Planned {
-    slot: usize,
-    from: usize,
-    n: usize,
 }
 
 /// The state the engine thread owns: the model's executor and every sequence.
@@ -87,18 +83,8 @@ pub struct Engine {
     counters: Counters,
     /// With a front: how long it and this stage computed at once.
     overlap: Overlap,
-    /// With a front that pipelines, the slots take turns by the parity of their index:
-    /// this turn's cohort (`None`: every slot steps together).
-    turn: Option<usize>,
-    /// The step submitted to the front and not yet finished (the other cohort's).
-    inflight: Option<InFlight>,
-}
-
-/// A step whose rows the front computes while the engine finishes the other cohort's.
-struct InFlight {
-    plan: Vec<Planned>,
-    /// What choosing its drafts took.
-    drafting: Duration,
+    /// The cohorts that take turns through a pipelining front (one without).
+    cohorts: Cohorts,
 }
 
 /// Allocates everything `cfg` asks for (and the drafter `spec` makes) and starts the
@@ -156,11 +142,10 @@ pub fn start_with(
         next_order: 0,
         counters: Counters::default(),
         overlap: Overlap::default(),
-        turn: None,
-        inflight: None,
+        cohorts: Cohorts::default(),
     };
     if engine.front.as_ref().is_some_and(|f| f.pipelined()) {
-        engine.turn = Some(0);
+        engine.cohorts = Cohorts::new(true);
     }
     std::thread::Builder::new()
         .name("tandem-engine".into())
@@ -203,29 +188,28 @@ impl Engine {
             self.admit();
             // A cohort with nothing to do gives its turn to the other at once.
             let (mut plan, mut drafting) = (Vec::new(), Duration::ZERO);
-            for _ in 0..if self.turn.is_some() { 2 } else { 1 } {
+            for _ in 0..self.cohorts.turns() {
                 let t0 = Instant::now();
                 self.draft_all();
                 drafting = t0.elapsed();
                 plan = self.plan();
-                if !plan.is_empty() || self.inflight.is_some() {
+                if !plan.is_empty() || self.cohorts.busy() {
                     break;
                 }
-                self.next_turn();
+                self.cohorts.next_turn();
             }
-            if plan.is_empty() && self.inflight.is_none() {
+            if plan.is_empty() && !self.cohorts.busy() {
                 if let Ok(c) = self.rx.recv_timeout(Duration::from_millis(10)) {
                     self.command(c);
                 }
                 continue;
             }
-            let (plan, drafting) = match self.turn {
-                None => (plan, drafting),
-                Some(_) => {
+            let (plan, drafting) = match self.cohorts.pipelined() {
+                false => (plan, drafting),
+                true => {
                     self.submit(&plan);
                     let this = (!plan.is_empty()).then_some(InFlight { plan, drafting });
-                    self.next_turn();
-                    match std::mem::replace(&mut self.inflight, this) {
+                    match self.cohorts.pass(this) {
                         Some(prev) => (prev.plan, prev.drafting),
                         None => continue,
                     }
@@ -237,25 +221,6 @@ impl Engine {
                 spec.policy.account(t1.elapsed() + drafting, drafting);
             }
         }
-    }
-
-    /// The other cohort's turn (with a front).
-    fn next_turn(&mut self) {
-        if let Some(t) = &mut self.turn {
-            *t ^= 1;
-        }
-    }
-
-    /// Whether `slot` drafts and plans this turn.
-    fn in_turn(&self, slot: usize) -> bool {
-        self.turn.is_none_or(|t| slot % 2 == t)
-    }
-
-    /// Whether `slot` has rows in the step being computed ahead.
-    fn in_flight(&self, slot: usize) -> bool {
-        self.inflight
-            .as_ref()
-            .is_some_and(|f| f.plan.iter().any(|p| p.slot == slot))
     }
 
     /// `(slot, position, token)` per row of `plan`, in plan order: a slot's rows are
@@ -338,7 +303,7 @@ impl Engine {
     fn drop_cancelled(&mut self) {
         for i in 0..self.slots.len() {
             let cancelled = self.slots[i].as_ref().is_some_and(|a| a.seq.is_cancelled());
-            if cancelled && !self.in_flight(i) {
+            if cancelled && !self.cohorts.in_flight(i) {
                 self.counters.requests_cancelled += 1;
                 self.free_slot(i);
             }
@@ -350,36 +315,48 @@ impl Engine {
         self.queued.fetch_sub(dropped, Ordering::AcqRel);
     }
 
-    /// Moves queued requests into free slots, in arrival order.
+    /// Moves queued requests into free slots, in arrival order; one whose prompt and
+    /// `max_tokens` cannot fit a slot, or whose tokens are outside the vocabulary, is
+    /// rejected.
     fn admit(&mut self) {
         let slot_ctx = self.cfg.slot_ctx();
         let n_vocab = self.exec.model().hparams.n_vocab;
-        while let Some(free) = self.slots.iter().position(Option::is_none) {
-            let Some(q) = self.queue.pop_front() else {
-                break;
-            };
-            self.queued.fetch_sub(1, Ordering::AcqRel);
+        let before = self.queue.len();
+        let check = |q: &Queued| {
             let needed = q.req.prompt.len() + q.req.max_tokens.unwrap_or(1);
             if q.req.prompt.is_empty() || needed > slot_ctx {
-                let _ = q.out.send(Event::Rejected(format!(
+                return Err(format!(
                     "the prompt ({} tokens) and max_tokens need {needed} positions but a slot holds {slot_ctx}",
                     q.req.prompt.len()
-                )));
-                continue;
+                ));
             }
-            if let Some(&bad) = q.req.prompt.iter().find(|&&t| t as usize >= n_vocab) {
-                let _ = q.out.send(Event::Rejected(format!(
+            match q.req.prompt.iter().find(|&&t| t as usize >= n_vocab) {
+                Some(bad) => Err(format!(
                     "token id {bad} is outside the vocabulary of {n_vocab}"
-                )));
-                continue;
+                )),
+                None => Ok(()),
             }
-            self.slots[free] = Some(Active {
-                order: self.next_order,
-                resumed: false,
-                seq: Sequence::new(q.task, q.req, q.out, slot_ctx),
-            });
-            self.next_order += 1;
-        }
+        };
+        let next_order = &mut self.next_order;
+        planner::admit(
+            &mut self.slots,
+            &mut self.queue,
+            check,
+            |q, why| {
+                let _ = q.out.send(Event::Rejected(why));
+            },
+            |q| {
+                let order = *next_order;
+                *next_order += 1;
+                Active {
+                    order,
+                    resumed: false,
+                    seq: Sequence::new(q.task, q.req, q.out, slot_ctx),
+                }
+            },
+        );
+        self.queued
+            .fetch_sub(before - self.queue.len(), Ordering::AcqRel);
     }
 
     /// Returns the slot's blocks to the prefix cache (split: frees them, here and on the
@@ -394,40 +371,9 @@ impl Engine {
     }
 
     /// This step's batch: which positions of which slots, oldest request first, within the
-    /// token budget, with KV room reserved for all of them.
+    /// token budget, with KV room reserved for all of them ([`planner::plan`]).
     fn plan(&mut self) -> Vec<Planned> {
-        let mut order: Vec<(u64, usize)> = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter(|&(i, _)| self.in_turn(i))
-            .filter_map(|(i, a)| a.as_ref().map(|a| (a.order, i)))
-            .collect();
-        order.sort_unstable();
-        let mut plan: Vec<Planned> = Vec::new();
-        let mut budget = self.cfg.n_batch;
-        for (k, &(_, slot)) in order.iter().enumerate() {
-            let decoders_after = order[k + 1..]
-                .iter()
-                .filter(|&&(_, s)| self.active(s).seq.pending() == 1)
-                .count();
-            self.lookup_prefix(slot);
-            let a = self.slots[slot].as_mut().expect("slot is active");
-            let room = budget.saturating_sub(decoders_after);
-            let pending = a.seq.pending();
-            a.seq.draft.truncate(room.saturating_sub(pending));
-            let n = (pending + a.seq.draft.len()).min(room);
-            if n == 0 {
-                continue;
-            }
-            let from = a.seq.kv.len();
-            if self.make_room(slot, from + n, &plan) {
-                budget -= n;
-                plan.push(Planned { slot, from, n });
-                self.stream(slot, from, n);
-            }
-        }
-        plan
+        planner::plan(self.cfg.n_batch, self)
     }
 
     fn active(&self, slot: usize) -> &Active {
@@ -463,15 +409,20 @@ impl Engine {
             if self.cache.evict(self.exec.kv_mut(), needed) {
                 continue;
             }
-            let victim = self
+            let holders: Vec<Holder> = self
                 .slots
                 .iter()
                 .enumerate()
-                .filter_map(|(i, v)| v.as_ref().map(|v| (v.order, i, v.seq.kv.capacity())))
-                .filter(|&(o, i, cap)| o > order && cap > 0 && !plan.iter().any(|p| p.slot == i))
-                .filter(|&(_, i, _)| !self.in_flight(i))
-                .max();
-            let Some((_, victim, _)) = victim else {
+                .filter_map(|(i, v)| {
+                    v.as_ref().map(|v| Holder {
+                        order: v.order,
+                        slot: i,
+                        capacity: v.seq.kv.capacity(),
+                        pinned: plan.iter().any(|p| p.slot == i) || self.cohorts.in_flight(i),
+                    })
+                })
+                .collect();
+            let Some(victim) = planner::victim(&holders, order) else {
                 return false;
             };
             let v = self.slots[victim].as_mut().expect("victim is active");
@@ -481,174 +432,45 @@ impl Engine {
             give_kv(self.exec.kv_mut(), &mut self.cache, &mut self.front, &mut v.seq);
         }
     }
+}
 
-    /// Runs the planned rows through the model in forwards of `n_ubatch` rows; every slot
-    /// whose last token was computed samples its next one, or verifies its draft row by
-    /// row. KV of rows past a rejected draft is rolled back.
-    fn step(&mut self, plan: &[Planned]) {
-        let rows = self.rows(plan);
-        // A row's logits are wanted when it computes the last token or a draft token.
-        let wanted: Vec<bool> = rows
+impl Slots for Engine {
+    fn candidates(&self) -> Vec<(u64, usize)> {
+        self.slots
             .iter()
-            .map(|&(slot, pos, _)| pos + 1 >= self.active(slot).seq.tokens.len())
-            .collect();
-        for p in plan {
-            self.slots[p.slot]
-                .as_mut()
-                .expect("planned")
-                .seq
-                .begin_step();
-        }
-        let mut finished: Vec<(usize, Summary)> = Vec::new();
-        let mut poisoned: Vec<(usize, usize)> = Vec::new();
-        let ub = self.cfg.n_ubatch;
-        for (ci, chunk) in rows.chunks(ub).enumerate() {
-            let t0 = Instant::now();
-            let entered = Instant::now();
-            let entering = self.entering(chunk);
-            if let Err(why) = self.enter(&entering) {
-                self.give_up(&why);
-                return;
-            }
-            let waited = entered.elapsed();
-            let computing = Instant::now();
-            let n = chunk.len();
-            let out_rows: Vec<usize> = (0..n).filter(|&r| wanted[ci * ub + r]).collect();
-            let result = self.forward_chunk(chunk, &out_rows, &mut finished, &mut poisoned);
-            if let Err(e) = result {
-                self.give_up(&e.to_string());
-                return;
-            }
-            self.counters.n_decode_total += 1;
-            self.counters.n_busy_slots_total += self.slots.iter().flatten().count() as u64;
-            for &(slot, pos, _) in chunk {
-                if pos < self.active(slot).seq.n_prompt {
-                    self.counters.prompt_tokens_total += 1;
-                }
-            }
-            if let Some(spec) = &mut self.spec {
-                if out_rows.len() == n {
-                    spec.policy.target.observe(n, t0.elapsed());
-                }
-            }
-            if self.front.is_some() {
-                self.counters.head_compute_seconds_total +=
-                    t0.elapsed().saturating_sub(waited).as_secs_f64();
-                self.overlap.head(computing, Instant::now());
-                self.counters.both_busy_seconds_total = self.overlap.both;
-            }
-        }
-        for p in plan {
-            let seq = &mut self.slots[p.slot].as_mut().expect("planned").seq;
-            let d = seq.end_step();
-            if d.computed == 0 {
-                continue;
-            }
-            let valid = (p.from + p.n - (d.computed - d.accepted)).min(seq.tokens.len());
-            self.exec.truncate(&mut seq.kv, valid);
-            if let Some(f) = &mut self.front {
-                if valid < p.from + p.n {
-                    let _ = f.truncate(seq.task, valid);
-                }
-            }
-            if let Some(spec) = &mut self.spec {
-                spec.observe(p.slot, d.verified, d.accepted, &mut self.counters);
-            }
-        }
-        for (slot, pos) in poisoned {
-            if finished.iter().any(|f| f.0 == slot) {
-                continue;
-            }
-            let mut a = self.slots[slot].take().expect("planned");
-            a.seq.fail(format!(
-                "the model computed NaN or infinite numbers at position {pos} of this request; \
-                 its output cannot be trusted and it was stopped"
-            ));
-            self.counters.requests_failed += 1;
-            release_kv(self.exec.kv_mut(), &mut self.front, &mut a.seq);
-            if let Some(spec) = &mut self.spec {
-                spec.release(slot);
-            }
-        }
-        for (slot, s) in finished {
-            let c = &mut self.counters;
-            c.requests_done += 1;
-            c.tokens_predicted_total += s.predicted_n as u64;
-            c.prompt_seconds_total += s.prompt_ms / 1e3;
-            c.predicted_seconds_total += s.predicted_ms / 1e3;
-            self.free_slot(slot);
-        }
+            .enumerate()
+            .filter(|&(i, _)| self.cohorts.in_turn(i))
+            .filter_map(|(i, a)| a.as_ref().map(|a| (a.order, i)))
+            .collect()
     }
 
-    /// One forward of `chunk`'s rows (`(slot, position, token)`, a slot's rows together):
-    /// their states enter from the front (in `self.entered`) or are embedded; each slot in
-    /// it commits its rows; the logits of rows `out_rows` are verified or sampled, unless a
-    /// row of that slot came out NaN or infinite (then the slot is `poisoned` at that row).
-    fn forward_chunk(
-        &mut self,
-        chunk: &[(usize, usize, u32)],
-        out_rows: &[usize],
-        finished: &mut Vec<(usize, Summary)>,
-        poisoned: &mut Vec<(usize, usize)>,
-    ) -> Result<()> {
-        let mut seq_slots: Vec<usize> = Vec::new();
-        let mut rows = Vec::with_capacity(chunk.len());
-        for &(slot, pos, _) in chunk {
-            if seq_slots.last() != Some(&slot) {
-                seq_slots.push(slot);
-            }
-            rows.push(Row {
-                pos,
-                seq: seq_slots.len() - 1,
-            });
+    fn prepare(&mut self, slot: usize) {
+        self.lookup_prefix(slot);
+    }
+
+    fn pending(&self, slot: usize) -> usize {
+        self.active(slot).seq.pending()
+    }
+
+    fn cut_draft(&mut self, slot: usize, keep: usize) -> usize {
+        let draft = &mut self.slots[slot].as_mut().expect("slot is active").seq.draft;
+        draft.truncate(keep);
+        draft.len()
+    }
+
+    fn computed(&self, slot: usize) -> usize {
+        self.active(slot).seq.kv.len()
+    }
+
+    /// [`Engine::make_room`]; a split model's box then streams the slot's known tokens
+    /// ahead.
+    fn make_room(&mut self, slot: usize, positions: usize, plan: &[Planned]) -> bool {
+        let from = self.computed(slot);
+        let fits = Engine::make_room(self, slot, positions, plan);
+        if fits {
+            self.stream(slot, from, positions - from);
         }
-        // The sequences' KV leaves their slots for the forward, so that sampling may
-        // borrow the slots meanwhile.
-        let mut kvs: Vec<SeqKv> = seq_slots
-            .iter()
-            .map(|&s| std::mem::take(&mut self.slots[s].as_mut().expect("planned").seq.kv))
-            .collect();
-        let tokens: Vec<u32> = chunk.iter().map(|r| r.2).collect();
-        let n = chunk.len();
-        let enter = match self.front {
-            Some(_) => Enter::States(&self.entered[..n * self.exec.model().hparams.n_embd]),
-            None => Enter::Tokens(&tokens),
-        };
-        let (slots, tok) = (&mut self.slots, &self.tok);
-        let mut on_logits = |r: usize, logits: &mut [f32]| {
-            let (slot, pos, _) = chunk[r];
-            if poisoned.iter().any(|p| p.0 == slot) {
-                return;
-            }
-            if !kernels::ops::all_finite(logits) {
-                poisoned.push((slot, pos));
-                return;
-            }
-            let seq = &mut slots[slot].as_mut().expect("planned").seq;
-            if let Some(summary) = seq.accept(logits, tok) {
-                finished.push((slot, summary));
-            }
-        };
-        let mut seqs: Vec<&mut SeqKv> = kvs.iter_mut().collect();
-        let result = self.exec.forward(
-            &mut seqs,
-            &rows,
-            enter,
-            Out::Logits {
-                rows: out_rows,
-                on_logits: &mut on_logits,
-            },
-        );
-        for (&s, kv) in seq_slots.iter().zip(kvs) {
-            self.slots[s].as_mut().expect("planned").seq.kv = kv;
-        }
-        for (r, &ok) in result?.iter().enumerate() {
-            let (slot, pos, _) = chunk[r];
-            if !ok && !poisoned.iter().any(|p| p.0 == slot) {
-                poisoned.push((slot, pos));
-            }
-        }
-        Ok(())
+        fits
     }
 }
 

@@ -130,7 +130,7 @@ impl Engine {
 
     /// Ends every live request: the box is down past its grace window.
     pub(super) fn give_up(&mut self, why: &str) {
-        self.inflight = None;
+        self.cohorts.drop_inflight();
         for slot in 0..self.slots.len() {
             let Some(mut a) = self.slots[slot].take() else {
                 continue;

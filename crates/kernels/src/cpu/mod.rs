@@ -6,6 +6,8 @@
 mod features;
 mod kv;
 mod moe;
+#[cfg(test)]
+mod tests;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

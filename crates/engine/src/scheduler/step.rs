@@ -1,0 +1,237 @@
+//! One engine step: the plan's forwards, then its drafts settled, then the requests that
+//! ended retired.
+
+use std::time::Instant;
+
+use device::Row;
+use kv::SeqKv;
+
+use super::planner::Planned;
+use super::{release_kv, Engine};
+use crate::executor::{Enter, Out};
+use crate::request::Summary;
+use crate::Result;
+
+/// What a step's forwards ended: requests that finished, and requests that failed (with
+/// the error they end with), by slot.
+#[derive(Default)]
+pub(super) struct Done {
+    finished: Vec<(usize, Summary)>,
+    failed: Vec<(usize, String)>,
+}
+
+impl Done {
+    fn has_failed(&self, slot: usize) -> bool {
+        self.failed.iter().any(|f| f.0 == slot)
+    }
+
+    fn fail(&mut self, slot: usize, why: String) {
+        if !self.has_failed(slot) {
+            self.failed.push((slot, why));
+        }
+    }
+
+    /// The slot's row at `pos` came out NaN or infinite.
+    fn poison(&mut self, slot: usize, pos: usize) {
+        self.fail(
+            slot,
+            format!(
+                "the model computed NaN or infinite numbers at position {pos} of this request; \
+                 its output cannot be trusted and it was stopped"
+            ),
+        );
+    }
+}
+
+impl Engine {
+    /// Runs the planned rows through the model in forwards of `n_ubatch` rows; every slot
+    /// whose last token was computed samples its next one, or verifies its draft row by
+    /// row ([`Engine::forward_plan`]); KV of rows past a rejected draft is rolled back
+    /// ([`Engine::settle_drafts`]); finished and failed requests leave their slots
+    /// ([`Engine::retire`]).
+    pub(super) fn step(&mut self, plan: &[Planned]) {
+        let Some(done) = self.forward_plan(plan) else {
+            return;
+        };
+        self.settle_drafts(plan);
+        self.retire(done);
+    }
+
+    /// The forwards of `plan`, or `None` when the box was lost past its grace (every
+    /// request was ended then).
+    fn forward_plan(&mut self, plan: &[Planned]) -> Option<Done> {
+        let rows = self.rows(plan);
+        // A row's logits are wanted when it computes the last token or a draft token.
+        let wanted: Vec<bool> = rows
+            .iter()
+            .map(|&(slot, pos, _)| pos + 1 >= self.active(slot).seq.tokens.len())
+            .collect();
+        for p in plan {
+            self.slots[p.slot]
+                .as_mut()
+                .expect("planned")
+                .seq
+                .begin_step();
+        }
+        let mut done = Done::default();
+        let ub = self.cfg.n_ubatch;
+        for (ci, chunk) in rows.chunks(ub).enumerate() {
+            let t0 = Instant::now();
+            let entered = Instant::now();
+            let entering = self.entering(chunk);
+            if let Err(why) = self.enter(&entering) {
+                self.give_up(&why);
+                return None;
+            }
+            let waited = entered.elapsed();
+            let computing = Instant::now();
+            let n = chunk.len();
+            let out_rows: Vec<usize> = (0..n).filter(|&r| wanted[ci * ub + r]).collect();
+            if let Err(e) = self.forward_chunk(chunk, &out_rows, &mut done) {
+                for &(slot, _, _) in chunk {
+                    let why = format!("the engine could not compute this request: {e}");
+                    done.fail(slot, why);
+                }
+            }
+            self.counters.n_decode_total += 1;
+            self.counters.n_busy_slots_total += self.slots.iter().flatten().count() as u64;
+            for &(slot, pos, _) in chunk {
+                if pos < self.active(slot).seq.n_prompt {
+                    self.counters.prompt_tokens_total += 1;
+                }
+            }
+            if let Some(spec) = &mut self.spec {
+                if out_rows.len() == n {
+                    spec.policy.target.observe(n, t0.elapsed());
+                }
+            }
+            if self.front.is_some() {
+                self.counters.head_compute_seconds_total +=
+                    t0.elapsed().saturating_sub(waited).as_secs_f64();
+                self.overlap.head(computing, Instant::now());
+                self.counters.both_busy_seconds_total = self.overlap.both;
+            }
+        }
+        Some(done)
+    }
+
+    /// Ends the step's verification of every planned slot: the KV of rows past its first
+    /// rejected draft token is rolled back (here and on the box), and the policy learns
+    /// what was accepted.
+    fn settle_drafts(&mut self, plan: &[Planned]) {
+        for p in plan {
+            let seq = &mut self.slots[p.slot].as_mut().expect("planned").seq;
+            let d = seq.end_step();
+            if d.computed == 0 {
+                continue;
+            }
+            let valid = (p.from + p.n - (d.computed - d.accepted)).min(seq.tokens.len());
+            self.exec.truncate(&mut seq.kv, valid);
+            if let Some(f) = &mut self.front {
+                if valid < p.from + p.n {
+                    let _ = f.truncate(seq.task, valid);
+                }
+            }
+            if let Some(spec) = &mut self.spec {
+                spec.observe(p.slot, d.verified, d.accepted, &mut self.counters);
+            }
+        }
+    }
+
+    /// Failed requests end with their error, finished ones are counted; both free their
+    /// slots.
+    fn retire(&mut self, done: Done) {
+        for (slot, why) in done.failed {
+            if done.finished.iter().any(|f| f.0 == slot) {
+                continue;
+            }
+            let Some(mut a) = self.slots[slot].take() else {
+                continue;
+            };
+            a.seq.fail(why);
+            self.counters.requests_failed += 1;
+            release_kv(self.exec.kv_mut(), &mut self.front, &mut a.seq);
+            if let Some(spec) = &mut self.spec {
+                spec.release(slot);
+            }
+        }
+        for (slot, s) in done.finished {
+            let c = &mut self.counters;
+            c.requests_done += 1;
+            c.tokens_predicted_total += s.predicted_n as u64;
+            c.prompt_seconds_total += s.prompt_ms / 1e3;
+            c.predicted_seconds_total += s.predicted_ms / 1e3;
+            self.free_slot(slot);
+        }
+    }
+
+    /// One forward of `chunk`'s rows (`(slot, position, token)`, a slot's rows together):
+    /// their states enter from the front (in `self.entered`) or are embedded; each slot in
+    /// it commits its rows; the logits of rows `out_rows` are verified or sampled, unless a
+    /// row of that slot came out NaN or infinite (then the slot fails at that row).
+    fn forward_chunk(
+        &mut self,
+        chunk: &[(usize, usize, u32)],
+        out_rows: &[usize],
+        done: &mut Done,
+    ) -> Result<()> {
+        let mut seq_slots: Vec<usize> = Vec::new();
+        let mut rows = Vec::with_capacity(chunk.len());
+        for &(slot, pos, _) in chunk {
+            if seq_slots.last() != Some(&slot) {
+                seq_slots.push(slot);
+            }
+            rows.push(Row {
+                pos,
+                seq: seq_slots.len() - 1,
+            });
+        }
+        // The sequences' KV leaves their slots for the forward, so that sampling may
+        // borrow the slots meanwhile.
+        let mut kvs: Vec<SeqKv> = seq_slots
+            .iter()
+            .map(|&s| std::mem::take(&mut self.slots[s].as_mut().expect("planned").seq.kv))
+            .collect();
+        let tokens: Vec<u32> = chunk.iter().map(|r| r.2).collect();
+        let n = chunk.len();
+        let enter = match self.front {
+            Some(_) => Enter::States(&self.entered[..n * self.exec.model().hparams.n_embd]),
+            None => Enter::Tokens(&tokens),
+        };
+        let (slots, tok) = (&mut self.slots, &self.tok);
+        let mut on_logits = |r: usize, logits: &mut [f32]| {
+            let (slot, pos, _) = chunk[r];
+            if done.has_failed(slot) {
+                return;
+            }
+            if !kernels::ops::all_finite(logits) {
+                done.poison(slot, pos);
+                return;
+            }
+            let seq = &mut slots[slot].as_mut().expect("planned").seq;
+            if let Some(summary) = seq.accept(logits, tok) {
+                done.finished.push((slot, summary));
+            }
+        };
+        let mut seqs: Vec<&mut SeqKv> = kvs.iter_mut().collect();
+        let result = self.exec.forward(
+            &mut seqs,
+            &rows,
+            enter,
+            Out::Logits {
+                rows: out_rows,
+                on_logits: &mut on_logits,
+            },
+        );
+        for (&s, kv) in seq_slots.iter().zip(kvs) {
+            self.slots[s].as_mut().expect("planned").seq.kv = kv;
+        }
+        for (r, &ok) in result?.iter().enumerate() {
+            let (slot, pos, _) = chunk[r];
+            if !ok && !done.has_failed(slot) {
+                done.poison(slot, pos);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,348 @@
+//! The CPU backend against the reference backend, op by op, on random data: every weight
+//! type at 1 to 64 rows, every KV type, both RoPE modes, both gatings. Tolerances are
+//! stated per op; with f32 activations the two differ only by f32 against f64 rounding.
+
+use std::sync::Arc;
+
+use device::reference::Reference;
+use device::*;
+use gguf::GgmlType;
+use kv::{KvConfig, BLOCK_SIZE};
+
+use super::Cpu;
+use crate::testing::{data, random_blocks};
+use crate::{Precision, ThreadPool};
+
+const WEIGHT_TYPES: [GgmlType; 13] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
+fn cpu(precision: Precision) -> Cpu {
+    Cpu::new(Arc::new(ThreadPool::new(2)), precision)
+}
+
+fn source(ty: GgmlType, n_rows: usize, n_cols: usize, seed: u64) -> MatrixSource {
+    MatrixSource {
+        name: format!("{ty} [{n_rows}, {n_cols}]"),
+        ty,
+        bytes: Bytes::Owned(random_blocks(ty, n_rows, n_cols, seed).into()),
+        n_rows,
+        n_cols,
+        role: Role::Multiply,
+    }
+}
+
+/// A buffer holding `data`.
+fn buf(dev: &mut dyn Device, data: &[f32]) -> Buf {
+    let b = dev.alloc(data.len()).unwrap();
+    dev.upload(b, 0, data);
+    b
+}
+
+fn read(dev: &mut dyn Device, b: Buf, n: usize) -> Vec<f32> {
+    let mut out = vec![0f32; n];
+    dev.download(b, 0, &mut out);
+    out
+}
+
+/// The largest `|a - b|` over the largest `|b|` (at least `floor`).
+fn rel(a: &[f32], b: &[f32], floor: f32) -> f32 {
+    let scale = b.iter().fold(floor, |m, v| m.max(v.abs()));
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max) / scale
+}
+
+/// Both devices, and the same ops run on each.
+fn both(precision: Precision) -> [Box<dyn Device>; 2] {
+    [Box::new(cpu(precision)), Box::new(Reference::new())]
+}
+
+#[test]
+fn matmul_of_every_weight_type_at_1_to_64_rows() {
+    let (n, k) = (24, 512);
+    for ty in WEIGHT_TYPES {
+        let src = source(ty, n, k, 3);
+        let w: Vec<f32> = {
+            let mut w = vec![0f32; n * k];
+            let rb = src.bytes.as_slice().len() / n;
+            for r in 0..n {
+                let row = &src.bytes.as_slice()[r * rb..(r + 1) * rb];
+                formats::dequantize_row(ty, row, &mut w[r * k..(r + 1) * k]).unwrap();
+            }
+            w
+        };
+        let bias = data(n, 9);
+        for m in [1, 2, 3, 8, 17, 64] {
+            let x = data(m * k, 5 + m as u64);
+            let res0 = data(m * n, 77);
+            let mut got = Vec::new();
+            for precision in [Precision::F32, Precision::Int8] {
+                for mut dev in both(precision) {
+                    let mats = dev.upload_matrices(&[src.clone()], &|_, _| {}).unwrap();
+                    let (xb, yb) = (buf(&mut *dev, &x), dev.alloc(m * n).unwrap());
+                    let (bb, rb) = (buf(&mut *dev, &bias), buf(&mut *dev, &res0));
+                    let out = MatOut {
+                        y: yb,
+                        bias: Some(bb),
+                        residual: Some(rb),
+                    };
+                    dev.matmul(&mats, xb, m, &[out]);
+                    got.push((read(&mut *dev, yb, m * n), read(&mut *dev, rb, m * n)));
+                }
+            }
+            let reference = &got[1];
+            // f32 activations: f32 against f64 sums.
+            assert!(rel(&got[0].0, &reference.0, 1.0) < 1e-5, "{ty} m={m} f32");
+            assert!(rel(&got[0].1, &reference.1, 1.0) < 1e-5, "{ty} m={m} residual");
+            // 8-bit activations: each x is off by at most half a step of its block's
+            // scale, amax/127; a product by at most Σ|w| · amax / 254 (+ f32 rounding).
+            let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
+            for r in 0..m {
+                for j in 0..n {
+                    let wsum: f32 = w[j * k..(j + 1) * k].iter().map(|v| v.abs()).sum();
+                    let bound = wsum * amax / 254.0 * 1.01 + 1e-4;
+                    let d = (got[2].0[r * n + j] - reference.0[r * n + j]).abs();
+                    assert!(d <= bound, "{ty} m={m} int8 [{r}, {j}]: {d} > {bound}");
+                }
+            }
+        }
+    }
+}
+
+/// A step of `rows` over `tables`: every op that reads positions.
+fn attention_case(dev: &mut dyn Device, kv_ty: GgmlType, mode: RopeMode) -> Vec<f32> {
+    let (nh, nkv, hd) = (6, 2, 64);
+    let cfg = KvConfig {
+        n_layer: 2,
+        n_head_kv: nkv,
+        head_dim: hd,
+        ty: kv_ty,
+        n_positions: 8 * BLOCK_SIZE,
+    };
+    dev.kv_alloc(cfg).unwrap();
+    // Sequence 0 holds blocks 5, 1, 6 (40 positions); sequence 1 blocks 2, 0.
+    let tables: [&[u32]; 2] = [&[5, 1, 6], &[2, 0]];
+    let rope = RopeSpec {
+        head_dim: hd,
+        n_rot: hd,
+        mode,
+        freq_base: 10000.0,
+    };
+    let spec = AttnSpec {
+        n_head: nh,
+        n_head_kv: nkv,
+        head_dim: hd,
+        scale: 0.125,
+    };
+    let (q, out) = (dev.alloc(40 * nh * hd).unwrap(), dev.alloc(40 * nh * hd).unwrap());
+    let (k, v) = (dev.alloc(40 * nkv * hd).unwrap(), dev.alloc(40 * nkv * hd).unwrap());
+    let mut result = Vec::new();
+    // A prompt of 37 rows of sequence 0 and 20 of sequence 1 in two steps, then a step of
+    // one row each (decode) and of 2 rows of sequence 0 (a verified draft).
+    let steps: [Vec<Row>; 3] = [
+        (0..37)
+            .map(|pos| Row { pos, seq: 0 })
+            .chain((0..3).map(|pos| Row { pos, seq: 1 }))
+            .collect(),
+        (3..20)
+            .map(|pos| Row { pos, seq: 1 })
+            .chain([Row { pos: 37, seq: 0 }])
+            .collect(),
+        (38..40).map(|pos| Row { pos, seq: 0 }).collect(),
+    ];
+    for (i, rows) in steps.iter().enumerate() {
+        let n = rows.len();
+        dev.begin(&Step {
+            rows,
+            tables: &tables,
+        });
+        dev.upload(q, 0, &data(n * nh * hd, 10 + i as u64));
+        dev.upload(k, 0, &data(n * nkv * hd, 20 + i as u64));
+        dev.upload(v, 0, &data(n * nkv * hd, 30 + i as u64));
+        dev.rope(q, nh, &rope);
+        dev.rope(k, nkv, &rope);
+        result.extend(read(dev, q, n * nh * hd));
+        dev.kv_store(1, k, v);
+        dev.attention(1, q, out, &spec);
+        result.extend(read(dev, out, n * nh * hd));
+        dev.finish();
+    }
+    result
+}
+
+#[test]
+fn rope_kv_store_and_paged_attention_for_every_kv_type() {
+    for kv_ty in [GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::F32] {
+        for mode in [RopeMode::Normal, RopeMode::Neox] {
+            let [mut a, mut b] = both(Precision::Int8);
+            let got = attention_case(&mut *a, kv_ty, mode);
+            let want = attention_case(&mut *b, kv_ty, mode);
+            let e = rel(&got, &want, 1.0);
+            // The keys differ by f32 rounding before they are stored; a Q8_0 cache may
+            // round such a key to the next of its 255 steps, which moves a score further.
+            let bound = if kv_ty == GgmlType::Q8_0 { 1e-3 } else { 2e-5 };
+            assert!(e < bound, "{kv_ty} {mode:?}: {e}");
+        }
+    }
+}
+
+#[test]
+fn norms_activations_rows_and_checks() {
+    let (rows, width) = (7, 96);
+    let x = data(rows * width, 1).iter().map(|v| v * 4.0).collect::<Vec<_>>();
+    let y = data(rows * width, 2);
+    let w = data(width, 3);
+    let mut outs = Vec::new();
+    for mut dev in both(Precision::Int8) {
+        let d = &mut *dev;
+        let (xb, yb, wb, ob) = (buf(d, &x), buf(d, &y), buf(d, &w), d.alloc(rows * width).unwrap());
+        let mut out = Vec::new();
+        d.rms_norm(xb, wb, rows, width, 1e-6, ob);
+        out.extend(read(d, ob, rows * width));
+        let hw = buf(d, &w[..32]);
+        d.rms_norm(xb, hw, rows * 3, 32, 1e-6, xb);
+        out.extend(read(d, xb, rows * width));
+        d.upload(xb, 0, &x);
+        d.swiglu(xb, yb, rows * width);
+        out.extend(read(d, xb, rows * width));
+        d.upload(xb, 0, &x);
+        d.gelu(xb, yb, rows * width);
+        out.extend(read(d, xb, rows * width));
+        d.upload(xb, 0, &x);
+        d.add(xb, yb, rows * width);
+        out.extend(read(d, xb, rows * width));
+        d.gather_rows(xb, &[5, 0, 5], width, ob);
+        out.extend(read(d, ob, 3 * width));
+        let mut z = x.clone();
+        z[3 * width + 7] = f32::NAN;
+        z[5 * width] = f32::INFINITY;
+        d.upload(xb, 0, &z);
+        let fin = d.all_finite(xb, rows, width);
+        assert_eq!(fin, [true, true, true, false, true, false, true]);
+        let am = d.argmax(yb, rows, width);
+        out.extend(am.iter().map(|&i| i as f32));
+        outs.push(out);
+    }
+    let e = rel(&outs[0], &outs[1], 1.0);
+    assert!(e < 1e-5, "{e}");
+}
+
+#[test]
+fn embedding_rows_of_every_weight_type() {
+    for ty in WEIGHT_TYPES {
+        let mut src = source(ty, 50, 256, 4);
+        src.role = Role::Rows;
+        let mut outs = Vec::new();
+        for mut dev in both(Precision::Int8) {
+            let t = dev.upload_matrices(&[src.clone()], &|_, _| {}).unwrap()[0];
+            let o = dev.alloc(3 * 256).unwrap();
+            dev.embed(t, &[49, 0, 17], o);
+            outs.push(read(&mut *dev, o, 3 * 256));
+        }
+        assert_eq!(outs[0], outs[1], "{ty}: both dequantize GGUF's way");
+    }
+}
+
+/// A mixture of 6 experts, `k` per row, with a shared expert and its gate.
+fn moe_case(dev: &mut dyn Device, gating: Gating, k: usize, rows: usize) -> Vec<f32> {
+    let (e, ff, ne) = (256, 64, 6);
+    let ty = GgmlType::Q4_K;
+    let mut srcs = vec![source(GgmlType::Q8_0, ne, e, 1)];
+    srcs.extend((0..ne).map(|i| source(ty, ff, e, 10 + i as u64)));
+    srcs.extend((0..ne).map(|i| source(ty, ff, e, 20 + i as u64)));
+    srcs.extend((0..ne).map(|i| source(GgmlType::Q5_0, e, ff, 30 + i as u64)));
+    let m = dev.upload_matrices(&srcs, &|_, _| {}).unwrap();
+    let x = buf(dev, &data(rows * e, 2));
+    let hidden = buf(dev, &data(rows * e, 3));
+    let shared = buf(dev, &data(rows * e, 4));
+    let gate = buf(dev, &data(e, 5));
+    let mut z = |n| dev.alloc(n).unwrap();
+    let scratch = MoeScratch {
+        probs: z(rows * ne),
+        x: z(rows * k * e),
+        gate: z(rows * k * ff),
+        up: z(rows * k * ff),
+        out: z(rows * k * e),
+    };
+    let spec = MoeSpec {
+        router: m[0],
+        gate: &m[1..1 + ne],
+        up: &m[1 + ne..1 + 2 * ne],
+        down: &m[1 + 2 * ne..1 + 3 * ne],
+        routing: Routing {
+            n_expert: ne,
+            k,
+            gating,
+            norm_weights: gating == Gating::Sigmoid,
+            weights_scale: 1.5,
+        },
+        n_embd: e,
+        n_ff_exp: ff,
+        shared: Some(SharedIn {
+            out: shared,
+            gate: Some(gate),
+        }),
+        scratch,
+    };
+    dev.moe(&spec, x, rows, hidden);
+    read(dev, hidden, rows * e)
+}
+
+#[test]
+fn mixture_of_experts_with_a_gated_shared_expert() {
+    for gating in [Gating::Softmax, Gating::Sigmoid] {
+        for (k, rows) in [(1, 1), (2, 5), (4, 9)] {
+            let [mut a, mut b] = both(Precision::F32);
+            let got = moe_case(&mut *a, gating, k, rows);
+            let want = moe_case(&mut *b, gating, k, rows);
+            let e = rel(&got, &want, 1.0);
+            assert!(e < 1e-5, "{gating:?} k={k} rows={rows}: {e}");
+            assert_eq!(a.moe_stats().blocks, 1);
+            assert_eq!(a.moe_stats(), b.moe_stats(), "the same experts streamed");
+        }
+    }
+}
+
+#[test]
+fn copied_kv_blocks_attend_like_the_originals() {
+    for mut dev in both(Precision::Int8) {
+        let d = &mut *dev;
+        let cfg = KvConfig {
+            n_layer: 1,
+            n_head_kv: 1,
+            head_dim: 32,
+            ty: GgmlType::F16,
+            n_positions: 4 * BLOCK_SIZE,
+        };
+        d.kv_alloc(cfg).unwrap();
+        let rows: Vec<Row> = (0..BLOCK_SIZE).map(|pos| Row { pos, seq: 0 }).collect();
+        let spec = AttnSpec {
+            n_head: 1,
+            n_head_kv: 1,
+            head_dim: 32,
+            scale: 0.2,
+        };
+        let (q, k, v) = (buf(d, &data(16 * 32, 1)), buf(d, &data(16 * 32, 2)), buf(d, &data(16 * 32, 3)));
+        let (o1, o2) = (d.alloc(16 * 32).unwrap(), d.alloc(16 * 32).unwrap());
+        d.begin(&Step { rows: &rows, tables: &[&[3]] });
+        d.kv_store(0, k, v);
+        d.attention(0, q, o1, &spec);
+        d.finish();
+        d.kv_copy_block(3, 1);
+        d.begin(&Step { rows: &rows, tables: &[&[1]] });
+        d.attention(0, q, o2, &spec);
+        d.finish();
+        assert_eq!(read(d, o1, 16 * 32), read(d, o2, 16 * 32), "{}", d.describe());
+    }
+}
