@@ -16,8 +16,8 @@ pub mod reference;
 mod seam;
 
 pub use seam::{
-    AttnSpec, Buf, Bytes, Device, Gating, Mat, MatOut, MatrixSource, MoeScratch, MoeSpec, MoeStats, Op,
-    Progress, Role, RopeMode, RopeSpec, Routing, Row, SharedIn, Step,
+    AttnSpec, Buf, Bytes, Device, Gating, Mat, MatOut, MatrixSource, MoeScratch, MoeSpec, MoeStats,
+    Op, Progress, Role, RopeMode, RopeSpec, Routing, Row, SharedIn, Step,
 };
 
 use gguf::GgmlType;

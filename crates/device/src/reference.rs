@@ -52,6 +52,8 @@ impl RefKv {
 /// See the module doc.
 #[derive(Default)]
 pub struct Reference {
+    /// Ops and weight types it says it lacks ([`Reference::lacking`]).
+    lacks: (Vec<Op>, Vec<GgmlType>),
     bufs: Vec<Vec<f32>>,
     mats: Vec<RefMat>,
     kv: Option<RefKv>,
@@ -63,6 +65,15 @@ pub struct Reference {
 impl Reference {
     pub fn new() -> Reference {
         Reference::default()
+    }
+
+    /// A reference device that says it lacks `ops` and `types`, as a backend with less
+    /// would: for tests of what refuses a model such a backend cannot run.
+    pub fn lacking(ops: &[Op], types: &[GgmlType]) -> Reference {
+        Reference {
+            lacks: (ops.to_vec(), types.to_vec()),
+            ..Reference::default()
+        }
     }
 
     fn buf(&self, b: Buf) -> &[f32] {
@@ -99,7 +110,10 @@ impl Reference {
 }
 
 fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum::<f64>() as f32
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| x as f64 * y as f64)
+        .sum::<f64>() as f32
 }
 
 fn silu(v: f32) -> f32 {
@@ -150,12 +164,12 @@ impl Device for Reference {
         "reference (scalar f32)".into()
     }
 
-    fn supports(&self, _: Op) -> bool {
-        true
+    fn supports(&self, op: Op) -> bool {
+        !self.lacks.0.contains(&op)
     }
 
     fn supports_type(&self, ty: GgmlType) -> bool {
-        is_supported(ty)
+        is_supported(ty) && !self.lacks.1.contains(&ty)
     }
 
     fn matrix_bytes(&self, ty: GgmlType, n_rows: usize, n_cols: usize, _: Role) -> u64 {
@@ -356,14 +370,20 @@ impl Device for Reference {
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize) {
         let u = self.take(up);
         let g = &mut self.bufs[gate.0 as usize];
-        g[..len].iter_mut().zip(&u).for_each(|(g, &u)| *g = silu(*g) * u);
+        g[..len]
+            .iter_mut()
+            .zip(&u)
+            .for_each(|(g, &u)| *g = silu(*g) * u);
         self.put(up, u);
     }
 
     fn gelu(&mut self, gate: Buf, up: Buf, len: usize) {
         let u = self.take(up);
         let g = &mut self.bufs[gate.0 as usize];
-        g[..len].iter_mut().zip(&u).for_each(|(g, &u)| *g = gelu(*g) * u);
+        g[..len]
+            .iter_mut()
+            .zip(&u)
+            .for_each(|(g, &u)| *g = gelu(*g) * u);
         self.put(up, u);
     }
 
@@ -390,12 +410,18 @@ impl Device for Reference {
                 let u = self.product(spec.up[ex], xr, 1);
                 g.iter_mut().zip(&u).for_each(|(g, &u)| *g = silu(*g) * u);
                 let y = self.product(spec.down[ex], &g[..ff], 1);
-                acc.iter_mut().zip(&y).for_each(|(a, &v)| *a += v as f64 * w as f64);
+                acc.iter_mut()
+                    .zip(&y)
+                    .for_each(|(a, &v)| *a += v as f64 * w as f64);
             }
             if let Some(sh) = spec.shared {
-                let g = sh.gate.map_or(1.0, |gw| sigmoid(dot(xr, &self.buf(gw)[..e])));
+                let g = sh
+                    .gate
+                    .map_or(1.0, |gw| sigmoid(dot(xr, &self.buf(gw)[..e])));
                 let y = &self.buf(sh.out)[r * e..(r + 1) * e];
-                acc.iter_mut().zip(y).for_each(|(a, &v)| *a += v as f64 * g as f64);
+                acc.iter_mut()
+                    .zip(y)
+                    .for_each(|(a, &v)| *a += v as f64 * g as f64);
             }
             for (d, a) in add[r * e..(r + 1) * e].iter_mut().zip(acc) {
                 *d = a as f32;
@@ -404,7 +430,10 @@ impl Device for Reference {
         self.stats.blocks += 1;
         self.stats.experts += used.iter().filter(|&&u| u).count() as u64;
         let h = &mut self.bufs[hidden.0 as usize];
-        h[..rows * e].iter_mut().zip(&add).for_each(|(a, &b)| *a += b);
+        h[..rows * e]
+            .iter_mut()
+            .zip(&add)
+            .for_each(|(a, &b)| *a += b);
     }
 
     fn gather_rows(&mut self, x: Buf, rows: &[usize], width: usize, out: Buf) {

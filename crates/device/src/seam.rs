@@ -269,8 +269,11 @@ pub trait Device: Send {
     /// `out = buf[at..at + out.len()]`, once every op recorded before has run.
     fn download(&mut self, buf: Buf, at: usize, out: &mut [f32]);
     /// Uploads matrices, repacked as the device's kernels want them.
-    fn upload_matrices(&mut self, srcs: &[MatrixSource], progress: &Progress<'_>)
-        -> Result<Vec<Mat>>;
+    fn upload_matrices(
+        &mut self,
+        srcs: &[MatrixSource],
+        progress: &Progress<'_>,
+    ) -> Result<Vec<Mat>>;
 
     /// Allocates the storage of a KV pool of this shape (once); its blocks are those of
     /// [`kv::KvPool`].

@@ -1,8 +1,8 @@
 //! Bit-exactness against `gguf.quants` (the gguf Python package). The golden files are
 //! written by `scripts/gen_dequant_golden.py`; see its header for the file format.
 
-use gguf::GgmlType;
 use device::formats::{dequantize_row, quantize_row};
+use gguf::GgmlType;
 use std::path::PathBuf;
 
 const DEQUANT_TYPES: [&str; 13] = [

@@ -1,8 +1,8 @@
 //! Round trips, error bounds and error cases of `device::formats`.
 
-use gguf::GgmlType;
 use device::formats::{dequantize_row, is_quantize_supported, is_supported, quantize_row};
 use device::Error;
+use gguf::GgmlType;
 
 /// Deterministic test values: normal-ish noise with a per-block magnitude spread
 /// over five decades, plus one large outlier every 97 elements.

@@ -220,9 +220,12 @@ impl Executor {
                 Outputs::Last => vec![],
             };
             let rows: Vec<(usize, u32)> = chunk.iter().map(|&t| (0, t)).collect();
-            self.append(std::slice::from_mut(seq), &rows, &wanted, &mut |r, logits| {
-                on_logits(done + r, logits)
-            })?;
+            self.append(
+                std::slice::from_mut(seq),
+                &rows,
+                &wanted,
+                &mut |r, logits| on_logits(done + r, logits),
+            )?;
             done += n;
         }
         Ok(())
@@ -331,7 +334,11 @@ impl Executor {
                 for (r, &ok) in rows_of.iter().zip(&finite) {
                     sane[r.seq] &= ok;
                 }
-                let rows: Vec<usize> = rows.iter().copied().filter(|&r| sane[rows_of[r].seq]).collect();
+                let rows: Vec<usize> = rows
+                    .iter()
+                    .copied()
+                    .filter(|&r| sane[rows_of[r].seq])
+                    .collect();
                 for group in rows.chunks(LOGIT_ROWS) {
                     let g = group.len();
                     dev.gather_rows(self.hidden, group, e, self.picked);

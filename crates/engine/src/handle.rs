@@ -101,9 +101,18 @@ pub struct SlotState {
     pub n_past: usize,
 }
 
-/// Counters since start (llama.cpp's `/metrics`).
+/// Counters since start (llama.cpp's `/metrics`), grouped by concern.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Counters {
+    pub tokens: TokenCounters,
+    pub requests: RequestCounters,
+    pub spec: SpecCounters,
+    pub split: SplitCounters,
+}
+
+/// Tokens computed and the time they took.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TokenCounters {
     pub prompt_tokens_total: u64,
     pub prompt_seconds_total: f64,
     pub tokens_predicted_total: u64,
@@ -113,6 +122,11 @@ pub struct Counters {
     pub n_decode_total: u64,
     /// Busy slots summed over forward passes.
     pub n_busy_slots_total: u64,
+}
+
+/// How requests ended.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RequestCounters {
     pub requests_done: u64,
     pub requests_cancelled: u64,
     /// Requests stopped by the server: the model's numbers became NaN or infinite, or a
@@ -120,6 +134,11 @@ pub struct Counters {
     pub requests_failed: u64,
     /// Requests whose KV was taken back to make room for older ones.
     pub preemptions_total: u64,
+}
+
+/// Speculation: what was drafted, accepted, and chosen.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SpecCounters {
     /// Drafts verified (vLLM's `num_drafts`).
     pub spec_drafts_total: u64,
     pub spec_draft_tokens_total: u64,
@@ -128,14 +147,19 @@ pub struct Counters {
     pub spec_accepted_per_pos: Vec<u64>,
     /// Per depth: how often the policy chose it for a slot.
     pub spec_depth_chosen: Vec<u64>,
-    /// Split: connections to the box made again after it was lost.
+}
+
+/// A split model's link to its box.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SplitCounters {
+    /// Connections to the box made again after it was lost.
     pub box_reconnects_total: u64,
-    /// Split: rows computed again on the box to rebuild its sessions, each checked.
+    /// Rows computed again on the box to rebuild its sessions, each checked.
     pub box_replayed_rows_total: u64,
-    /// Split: seconds of this stage's own work in steps (blocks L..n, head, sampling).
+    /// Seconds of this stage's own work in steps (blocks L..n, head, sampling).
     pub head_compute_seconds_total: f64,
-    /// Split: seconds during which the box and this stage computed at once (the box's
-    /// compute ending when its states arrived).
+    /// Seconds during which the box and this stage computed at once (the box's compute
+    /// ending when its states arrived).
     pub both_busy_seconds_total: f64,
 }
 

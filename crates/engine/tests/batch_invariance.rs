@@ -33,7 +33,12 @@ fn context(model: &Arc<Model>, n_ubatch: usize, n_threads: usize) -> Executor {
 }
 
 /// Logits of every token of `tokens`, evaluated `n_ubatch` rows per forward.
-fn all_logits(model: &Arc<Model>, tokens: &[u32], n_ubatch: usize, n_threads: usize) -> Vec<Vec<f32>> {
+fn all_logits(
+    model: &Arc<Model>,
+    tokens: &[u32],
+    n_ubatch: usize,
+    n_threads: usize,
+) -> Vec<Vec<f32>> {
     let mut ctx = context(model, n_ubatch, n_threads);
     let mut out = vec![Vec::new(); tokens.len()];
     let mut seq = SeqKv::default();

@@ -169,7 +169,7 @@ fn preemption_under_a_small_pool_keeps_the_tokens() {
     for ((g, _), w) in got.iter().zip(&want) {
         assert_eq!(g, w);
     }
-    assert!(snapshot(&handle).counters.preemptions_total > 0);
+    assert!(snapshot(&handle).counters.requests.preemptions_total > 0);
 }
 
 #[test]
@@ -210,7 +210,7 @@ fn stop_strings_end_the_text_and_dropped_requests_free_their_slot() {
     loop {
         let snap = snapshot(&handle);
         if snap.slots.iter().all(|s| s.task.is_none()) && snap.n_queued == 0 {
-            assert_eq!(snap.counters.requests_cancelled, 1);
+            assert_eq!(snap.counters.requests.requests_cancelled, 1);
             break;
         }
         assert!(std::time::Instant::now() < deadline, "slot still busy");
@@ -304,13 +304,16 @@ fn speculation_gives_the_plain_text_alone_and_with_8_users() {
             }
         }
         let c = snapshot(&handle).counters;
-        assert!(c.spec_draft_tokens_total > 0, "{name}: nothing was drafted");
+        assert!(
+            c.spec.spec_draft_tokens_total > 0,
+            "{name}: nothing was drafted"
+        );
         assert_eq!(
             all_accepted,
-            c.spec_accepted_tokens_total == c.spec_draft_tokens_total,
+            c.spec.spec_accepted_tokens_total == c.spec.spec_draft_tokens_total,
             "{name}: {} of {} accepted",
-            c.spec_accepted_tokens_total,
-            c.spec_draft_tokens_total
+            c.spec.spec_accepted_tokens_total,
+            c.spec.spec_draft_tokens_total
         );
     }
     let exact = Speculation::with(
@@ -386,7 +389,9 @@ fn the_scheduler_on_the_reference_backend() {
             // The requests ignore end-of-generation tokens: they are never picked.
             let greedy = |l: &[f32]| {
                 let mut l = l.to_vec();
-                tok.eog_ids().iter().for_each(|&id| l[id as usize] = f32::NEG_INFINITY);
+                tok.eog_ids()
+                    .iter()
+                    .for_each(|&id| l[id as usize] = f32::NEG_INFINITY);
                 engine::sampling::argmax(&l)
             };
             let mut pick = |_: usize, l: &[f32]| next = greedy(l);
@@ -402,14 +407,17 @@ fn the_scheduler_on_the_reference_backend() {
         })
         .collect();
     let model = || Model::load(&path).unwrap();
-    for (cfg, what) in [(on_ref(2048, 4), "batched"), (on_ref(96, 4), "a small pool")] {
+    for (cfg, what) in [
+        (on_ref(2048, 4), "batched"),
+        (on_ref(96, 4), "a small pool"),
+    ] {
         let handle = engine::start(model(), tok.clone(), cfg, None, None).unwrap();
         let got = run_all(&handle, &prompts, n);
         for ((g, _), w) in got.iter().zip(&want) {
             assert_eq!(g, w, "{what}");
         }
         if cfg.n_ctx == 96 {
-            assert!(snapshot(&handle).counters.preemptions_total > 0);
+            assert!(snapshot(&handle).counters.requests.preemptions_total > 0);
         }
     }
     let s = Speculation::draft_model(model(), spec(4, PolicyKind::Fixed));

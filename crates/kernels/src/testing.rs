@@ -4,6 +4,20 @@ use gguf::GgmlType;
 
 use crate::formats::quantize_row;
 
+/// Every quantized type the kernels multiply.
+pub const QUANT_TYPES: [GgmlType; 10] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
 /// `n` pseudo-random values in [-1, 1) from `seed` (xorshift; the same on every platform).
 pub fn data(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;

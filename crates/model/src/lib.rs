@@ -86,7 +86,11 @@ impl Model {
         let blocks: u64 = w
             .layers
             .iter()
-            .flat_map(|l| [&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output].into_iter().chain(l.ffn.matrices()))
+            .flat_map(|l| {
+                [&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output]
+                    .into_iter()
+                    .chain(l.ffn.matrices())
+            })
             .map(|m| of(m, Role::Multiply))
             .sum();
         let table = w.token_embd.as_ref().map_or(0, |t| of(t, Role::Rows));

@@ -142,7 +142,7 @@ impl Model {
         if let Some(bad) = src.list.iter().find(|s| !dev.supports_type(s.ty)) {
             return Err(Error::Device(device::Error::Unsupported {
                 device: dev.describe(),
-                what: format!("multiply tensor '{}' of type {}", bad.name, bad.ty),
+                what: format!("compute with tensor '{}' of type {}", bad.name, bad.ty),
             }));
         }
         let mats = dev.upload_matrices(&src.list, progress)?;

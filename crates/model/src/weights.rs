@@ -378,16 +378,3 @@ impl Loader<'_> {
         })
     }
 }
-
-impl Weights {
-    /// The matrices the forward pass multiplies with, the output head first when the stage
-    /// has it (not the embedding table, which is only read by rows).
-    pub fn matrices(&self) -> Vec<&Weight> {
-        let mut all: Vec<&Weight> = self.output.iter().collect();
-        for l in &self.layers {
-            all.extend([&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output]);
-            all.extend(l.ffn.matrices());
-        }
-        all
-    }
-}

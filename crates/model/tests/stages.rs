@@ -63,9 +63,33 @@ fn a_stage_without_a_part_says_so() {
     let mut dev = device::reference::Reference::new();
     let w = last.upload(&mut dev, &|_, _| {}).unwrap();
     let hidden = device::Device::alloc(&mut dev, last.hparams.n_embd).unwrap();
-    let err = last.embed(&mut dev, &w, &[1], hidden).unwrap_err().to_string();
+    let err = last
+        .embed(&mut dev, &w, &[1], hidden)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("does not hold the embeddings"), "{err}");
     let bad = Model::load_stage(format!("{FIXTURES}{file}"), Part::First(3));
     let err = bad.err().expect("3 blocks of 2").to_string();
     assert!(err.contains("blocks 0..3 of a model of 2 blocks"), "{err}");
+}
+
+#[test]
+fn a_device_lacking_an_op_or_a_weight_type_refuses_the_model_naming_it() {
+    use device::reference::Reference;
+    use device::Op;
+    let moe = load("qwen3moe-moe-k3.gguf", Part::Whole);
+    let mut dev = Reference::lacking(&[Op::Moe], &[]);
+    let err = moe.upload(&mut dev, &|_, _| {}).err().unwrap().to_string();
+    assert!(err.contains("cannot run the Moe op"), "{err}");
+    let dense = load("llama-tiny.gguf", Part::Whole);
+    let ty = dense.weights.token_embd.as_ref().unwrap().ty;
+    let mut dev = Reference::lacking(&[], &[ty]);
+    let err = dense
+        .upload(&mut dev, &|_, _| {})
+        .err()
+        .unwrap()
+        .to_string();
+    let named = format!("cannot compute with tensor 'token_embd.weight' of type {ty}");
+    assert!(err.contains(&named), "{err}");
+    assert!(err.contains("reference"), "the device is named: {err}");
 }

@@ -159,13 +159,19 @@ fn the_reference_backend_matches_the_float64_reference_and_bounds_the_cpu() {
             .zip(&ours)
             .map(|((_, a), (_, b))| {
                 let scale = b.iter().fold(1f32, |m, v| m.max(v.abs()));
-                a.iter().zip(b).map(|(x, y)| (x - y).abs() / scale).fold(0f32, f32::max)
+                a.iter()
+                    .zip(b)
+                    .map(|(x, y)| (x - y).abs() / scale)
+                    .fold(0f32, f32::max)
             })
             .fold(0f32, f32::max);
         eprintln!(
             "{file}: reference backend {worst:.2e} from float64; cpu ({precision:?}, {kv} KV) {cpu_vs_ref:.2e} from the reference backend"
         );
         assert!(worst < 1e-5, "{file}: reference backend off by {worst}");
-        assert!(cpu_vs_ref < bound, "{file}: cpu off the reference by {cpu_vs_ref}");
+        assert!(
+            cpu_vs_ref < bound,
+            "{file}: cpu off the reference by {cpu_vs_ref}"
+        );
     }
 }

@@ -131,38 +131,38 @@ pub async fn metrics(State(s): State<Shared>) -> Result<Response, ApiError> {
             "llamacpp:prompt_tokens_total",
             "counter",
             "Number of prompt tokens processed.",
-            c.prompt_tokens_total as f64,
+            c.tokens.prompt_tokens_total as f64,
         ),
         (
             "llamacpp:prompt_seconds_total",
             "counter",
             "Prompt process time",
-            c.prompt_seconds_total,
+            c.tokens.prompt_seconds_total,
         ),
         (
             "llamacpp:tokens_predicted_total",
             "counter",
             "Number of generation tokens processed.",
-            c.tokens_predicted_total as f64,
+            c.tokens.tokens_predicted_total as f64,
         ),
         (
             "llamacpp:tokens_predicted_seconds_total",
             "counter",
             "Predict process time",
-            c.predicted_seconds_total,
+            c.tokens.predicted_seconds_total,
         ),
         (
             "llamacpp:n_decode_total",
             "counter",
             "Total number of llama_decode() calls",
-            c.n_decode_total as f64,
+            c.tokens.n_decode_total as f64,
         ),
         (
             "llamacpp:n_busy_slots_per_decode",
             "counter",
             "Average number of busy slots per llama_decode() call",
-            if c.n_decode_total > 0 {
-                c.n_busy_slots_total as f64 / c.n_decode_total as f64
+            if c.tokens.n_decode_total > 0 {
+                c.tokens.n_busy_slots_total as f64 / c.tokens.n_decode_total as f64
             } else {
                 0.0
             },
@@ -171,13 +171,16 @@ pub async fn metrics(State(s): State<Shared>) -> Result<Response, ApiError> {
             "llamacpp:prompt_tokens_seconds",
             "gauge",
             "Average prompt throughput in tokens/s.",
-            rate(c.prompt_tokens_total, c.prompt_seconds_total),
+            rate(c.tokens.prompt_tokens_total, c.tokens.prompt_seconds_total),
         ),
         (
             "llamacpp:predicted_tokens_seconds",
             "gauge",
             "Average generation throughput in tokens/s.",
-            rate(c.tokens_predicted_total, c.predicted_seconds_total),
+            rate(
+                c.tokens.tokens_predicted_total,
+                c.tokens.predicted_seconds_total,
+            ),
         ),
         (
             "llamacpp:kv_cache_usage_ratio",
@@ -207,19 +210,19 @@ pub async fn metrics(State(s): State<Shared>) -> Result<Response, ApiError> {
             "vllm:spec_decode_num_drafts",
             "counter",
             "Number of spec decoding drafts.",
-            c.spec_drafts_total as f64,
+            c.spec.spec_drafts_total as f64,
         ),
         (
             "vllm:spec_decode_num_draft_tokens",
             "counter",
             "Number of draft tokens.",
-            c.spec_draft_tokens_total as f64,
+            c.spec.spec_draft_tokens_total as f64,
         ),
         (
             "vllm:spec_decode_num_accepted_tokens",
             "counter",
             "Number of accepted tokens.",
-            c.spec_accepted_tokens_total as f64,
+            c.spec.spec_accepted_tokens_total as f64,
         ),
     ];
     let mut out = String::new();
@@ -233,7 +236,7 @@ pub async fn metrics(State(s): State<Shared>) -> Result<Response, ApiError> {
         out,
         "# HELP vllm:spec_decode_num_accepted_tokens_per_pos Accepted tokens per draft position.\n# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter"
     );
-    for (pos, n) in c.spec_accepted_per_pos.iter().enumerate() {
+    for (pos, n) in c.spec.spec_accepted_per_pos.iter().enumerate() {
         let _ = writeln!(
             out,
             "vllm:spec_decode_num_accepted_tokens_per_pos{{position=\"{pos}\"}} {n}"
@@ -243,7 +246,7 @@ pub async fn metrics(State(s): State<Shared>) -> Result<Response, ApiError> {
         out,
         "# HELP tandem:spec_depth_chosen_total Slot-steps for which the policy chose each draft depth.\n# TYPE tandem:spec_depth_chosen_total counter"
     );
-    for (depth, n) in c.spec_depth_chosen.iter().enumerate() {
+    for (depth, n) in c.spec.spec_depth_chosen.iter().enumerate() {
         let _ = writeln!(
             out,
             "tandem:spec_depth_chosen_total{{depth=\"{depth}\"}} {n}"
@@ -281,17 +284,17 @@ pub async fn metrics(State(s): State<Shared>) -> Result<Response, ApiError> {
     let _ = writeln!(
         out,
         "# HELP tandem:prefix_cache_hit_tokens_total Prompt tokens reused from the prefix cache.\n# TYPE tandem:prefix_cache_hit_tokens_total counter\ntandem:prefix_cache_hit_tokens_total {}",
-        c.cached_tokens_total
+        c.tokens.cached_tokens_total
     );
     let _ = writeln!(
         out,
         "# HELP tandem:preemptions_total Requests whose KV was taken back for older ones.\n# TYPE tandem:preemptions_total counter\ntandem:preemptions_total {}",
-        c.preemptions_total
+        c.requests.preemptions_total
     );
     if let Some(f) = &snap.front {
         let link = (f.bytes_sent + f.bytes_received) as f64;
-        let per_token = if c.tokens_predicted_total > 0 {
-            link / c.tokens_predicted_total as f64
+        let per_token = if c.tokens.tokens_predicted_total > 0 {
+            link / c.tokens.tokens_predicted_total as f64
         } else {
             0.0
         };
@@ -342,25 +345,25 @@ pub async fn metrics(State(s): State<Shared>) -> Result<Response, ApiError> {
                 "head_compute_seconds_total",
                 "counter",
                 "Split: seconds of this stage's own work in steps.",
-                c.head_compute_seconds_total,
+                c.split.head_compute_seconds_total,
             ),
             (
                 "split_both_busy_seconds_total",
                 "counter",
                 "Split: seconds during which the box and this stage computed at once.",
-                c.both_busy_seconds_total,
+                c.split.both_busy_seconds_total,
             ),
             (
                 "box_reconnects_total",
                 "counter",
                 "Split: connections to the box made again after it was lost.",
-                c.box_reconnects_total as f64,
+                c.split.box_reconnects_total as f64,
             ),
             (
                 "box_replayed_rows_total",
                 "counter",
                 "Split: rows computed again on the box to rebuild its sessions.",
-                c.box_replayed_rows_total as f64,
+                c.split.box_replayed_rows_total as f64,
             ),
         ];
         for (name, kind, help, v) in split {
@@ -373,7 +376,7 @@ pub async fn metrics(State(s): State<Shared>) -> Result<Response, ApiError> {
     let _ = writeln!(
         out,
         "# HELP tandem:requests_failed_total Requests stopped by the server: the model computed NaN or infinite numbers, or a split model's box stayed down.\n# TYPE tandem:requests_failed_total counter\ntandem:requests_failed_total {}",
-        c.requests_failed
+        c.requests.requests_failed
     );
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
 }

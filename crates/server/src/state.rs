@@ -257,7 +257,10 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         plan.scratch += streamed;
     }
     if let Some(d) = draft_plan {
-        eprintln!("draft model memory plan: {d}");
+        eprintln!(
+            "draft model memory plan: {d} (on the {} device)",
+            ecfg.device.name()
+        );
         plan = plan.with(&d);
     }
     let (limit, source_of_limit) = match config.mem_limit {
@@ -265,7 +268,8 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         None => (available, "memory available"),
     };
     eprintln!(
-        "memory plan: {plan} (context {} over {} slots, {} per slot{})",
+        "memory plan: {plan} (on the {} device; context {} over {} slots, {} per slot{})",
+        ecfg.device.name(),
         ecfg.pool_positions(),
         ecfg.n_parallel,
         ecfg.slot_ctx(),

@@ -355,9 +355,12 @@ impl Compute {
             .map(|id| self.sessions.remove(id).expect("entered above"))
             .collect();
         let mut seqs: Vec<&mut SeqKv> = kvs.iter_mut().collect();
-        let done = self
-            .exec
-            .forward(&mut seqs, &batch_rows, Enter::Tokens(&tokens), Out::States(out));
+        let done = self.exec.forward(
+            &mut seqs,
+            &batch_rows,
+            Enter::Tokens(&tokens),
+            Out::States(out),
+        );
         for (id, kv) in ids.iter().zip(kvs) {
             self.sessions.insert(*id, kv);
         }

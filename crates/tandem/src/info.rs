@@ -94,6 +94,9 @@ pub fn execute(a: InfoArgs) -> Result<(), CliError> {
         cfg.n_ctx, a.parallel, cfg.n_ubatch, cfg.kv_type, cfg.n_threads
     );
     println!("device:        {}", cfg.device.name());
-    println!("memory plan:   {plan} (on the {} device)", cfg.device.name());
+    println!(
+        "memory plan:   {plan} (on the {} device)",
+        cfg.device.name()
+    );
     Ok(())
 }

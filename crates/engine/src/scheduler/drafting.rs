@@ -82,13 +82,13 @@ impl Spec {
             return;
         }
         self.policy.observe(slot, drafted, accepted);
-        c.spec_drafts_total += 1;
-        c.spec_draft_tokens_total += drafted as u64;
-        c.spec_accepted_tokens_total += accepted as u64;
-        if c.spec_accepted_per_pos.len() < drafted {
-            c.spec_accepted_per_pos.resize(drafted, 0);
+        c.spec.spec_drafts_total += 1;
+        c.spec.spec_draft_tokens_total += drafted as u64;
+        c.spec.spec_accepted_tokens_total += accepted as u64;
+        if c.spec.spec_accepted_per_pos.len() < drafted {
+            c.spec.spec_accepted_per_pos.resize(drafted, 0);
         }
-        for n in &mut c.spec_accepted_per_pos[..accepted] {
+        for n in &mut c.spec.spec_accepted_per_pos[..accepted] {
             *n += 1;
         }
     }
@@ -147,10 +147,10 @@ impl Engine {
         let depths = spec.policy.choose(base.min(self.cfg.n_batch), &cands);
         let c = &mut self.counters;
         for &d in &depths {
-            if c.spec_depth_chosen.len() <= d {
-                c.spec_depth_chosen.resize(d + 1, 0);
+            if c.spec.spec_depth_chosen.len() <= d {
+                c.spec.spec_depth_chosen.resize(d + 1, 0);
             }
-            c.spec_depth_chosen[d] += 1;
+            c.spec.spec_depth_chosen[d] += 1;
         }
         let chosen: Vec<(Candidate, usize)> = cands
             .into_iter()

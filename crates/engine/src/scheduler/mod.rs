@@ -122,7 +122,9 @@ pub fn start_with(
     let queued = Arc::new(AtomicUsize::new(0));
     let front_state = Arc::new(AtomicU8::new(FrontState::Up as u8));
     let pool = Arc::new(ThreadPool::new(cfg.n_threads));
-    let dev = cfg.device.open(pool.clone(), cfg.context_config().precision);
+    let dev = cfg
+        .device
+        .open(pool.clone(), cfg.context_config().precision);
     let exec = Executor::on(model, cfg.context_config(), dev, progress)?;
     eprintln!("device: {}", exec.device().describe());
     let spec = spec.map(|s| Spec::new(s, &cfg, pool)).transpose()?;
@@ -304,14 +306,14 @@ impl Engine {
         for i in 0..self.slots.len() {
             let cancelled = self.slots[i].as_ref().is_some_and(|a| a.seq.is_cancelled());
             if cancelled && !self.cohorts.in_flight(i) {
-                self.counters.requests_cancelled += 1;
+                self.counters.requests.requests_cancelled += 1;
                 self.free_slot(i);
             }
         }
         let before = self.queue.len();
         self.queue.retain(|q| !q.out.is_closed());
         let dropped = before - self.queue.len();
-        self.counters.requests_cancelled += dropped as u64;
+        self.counters.requests.requests_cancelled += dropped as u64;
         self.queued.fetch_sub(dropped, Ordering::AcqRel);
     }
 
@@ -363,7 +365,12 @@ impl Engine {
     /// box) and empties it.
     fn free_slot(&mut self, slot: usize) {
         if let Some(mut a) = self.slots[slot].take() {
-            give_kv(self.exec.kv_mut(), &mut self.cache, &mut self.front, &mut a.seq);
+            give_kv(
+                self.exec.kv_mut(),
+                &mut self.cache,
+                &mut self.front,
+                &mut a.seq,
+            );
             if let Some(spec) = &mut self.spec {
                 spec.release(slot);
             }
@@ -392,7 +399,7 @@ impl Engine {
             .take(&mut a.seq.kv, &a.seq.tokens, a.seq.tokens.len() - 1);
         if !a.resumed {
             a.seq.n_cached = n;
-            self.counters.cached_tokens_total += n as u64;
+            self.counters.tokens.cached_tokens_total += n as u64;
         }
     }
 
@@ -428,8 +435,13 @@ impl Engine {
             let v = self.slots[victim].as_mut().expect("victim is active");
             v.resumed = true;
             v.seq.draft.clear();
-            self.counters.preemptions_total += 1;
-            give_kv(self.exec.kv_mut(), &mut self.cache, &mut self.front, &mut v.seq);
+            self.counters.requests.preemptions_total += 1;
+            give_kv(
+                self.exec.kv_mut(),
+                &mut self.cache,
+                &mut self.front,
+                &mut v.seq,
+            );
         }
     }
 }

@@ -175,13 +175,29 @@ mod tests {
         let mut f = fake(&[(0, 20, 0, 0), (1, 1, 3, 30), (2, 1, 0, 12)], 1000);
         let p = plan(8, &mut f);
         let want = [
-            Planned { slot: 0, from: 0, n: 6 },
-            Planned { slot: 1, from: 30, n: 1 },
-            Planned { slot: 2, from: 12, n: 1 },
+            Planned {
+                slot: 0,
+                from: 0,
+                n: 6,
+            },
+            Planned {
+                slot: 1,
+                from: 30,
+                n: 1,
+            },
+            Planned {
+                slot: 2,
+                from: 12,
+                n: 1,
+            },
         ];
         assert_eq!(p, want);
         assert_eq!(f.slots[1].2, 0, "B's draft was cut to its room");
-        assert_eq!(f.prepared, [0, 1, 2], "each candidate prepared, oldest first");
+        assert_eq!(
+            f.prepared,
+            [0, 1, 2],
+            "each candidate prepared, oldest first"
+        );
     }
 
     #[test]
@@ -194,14 +210,28 @@ mod tests {
         // Two prompts: the older fills the budget; the younger waits.
         let mut f = fake(&[(3, 40, 0, 0), (5, 40, 0, 0)], 1000);
         let p = plan(16, &mut f);
-        assert_eq!(p, [Planned { slot: 0, from: 0, n: 16 }]);
+        assert_eq!(
+            p,
+            [Planned {
+                slot: 0,
+                from: 0,
+                n: 16
+            }]
+        );
     }
 
     #[test]
     fn a_slot_without_kv_room_is_left_out_and_costs_no_budget() {
         let mut f = fake(&[(0, 30, 0, 0), (1, 1, 0, 7)], 20);
         let p = plan(32, &mut f);
-        assert_eq!(p, [Planned { slot: 1, from: 7, n: 1 }]);
+        assert_eq!(
+            p,
+            [Planned {
+                slot: 1,
+                from: 7,
+                n: 1
+            }]
+        );
     }
 
     #[test]

@@ -115,14 +115,14 @@ impl Engine {
     pub(super) fn recover(&mut self) -> Result<(), String> {
         let front = self.front.as_mut().expect("a split model");
         front.reconnect()?;
-        self.counters.box_reconnects_total += 1;
+        self.counters.split.box_reconnects_total += 1;
         for a in self.slots.iter().flatten() {
             let rows: Vec<(u64, usize, u32)> = (0..a.seq.kv.len())
                 .map(|pos| (a.seq.task, pos, a.seq.row_token(pos)))
                 .collect();
             for chunk in rows.chunks(self.cfg.n_ubatch) {
                 front.replay(chunk)?;
-                self.counters.box_replayed_rows_total += chunk.len() as u64;
+                self.counters.split.box_replayed_rows_total += chunk.len() as u64;
             }
         }
         Ok(())
@@ -138,8 +138,13 @@ impl Engine {
             a.seq.unavailable(format!(
                 "the box of this split model is down ({why}); retry later"
             ));
-            self.counters.requests_failed += 1;
-            super::give_kv(self.exec.kv_mut(), &mut self.cache, &mut self.front, &mut a.seq);
+            self.counters.requests.requests_failed += 1;
+            super::give_kv(
+                self.exec.kv_mut(),
+                &mut self.cache,
+                &mut self.front,
+                &mut a.seq,
+            );
             if let Some(spec) = &mut self.spec {
                 spec.release(slot);
             }

@@ -93,11 +93,11 @@ impl Engine {
                     done.fail(slot, why);
                 }
             }
-            self.counters.n_decode_total += 1;
-            self.counters.n_busy_slots_total += self.slots.iter().flatten().count() as u64;
+            self.counters.tokens.n_decode_total += 1;
+            self.counters.tokens.n_busy_slots_total += self.slots.iter().flatten().count() as u64;
             for &(slot, pos, _) in chunk {
                 if pos < self.active(slot).seq.n_prompt {
-                    self.counters.prompt_tokens_total += 1;
+                    self.counters.tokens.prompt_tokens_total += 1;
                 }
             }
             if let Some(spec) = &mut self.spec {
@@ -106,10 +106,10 @@ impl Engine {
                 }
             }
             if self.front.is_some() {
-                self.counters.head_compute_seconds_total +=
+                self.counters.split.head_compute_seconds_total +=
                     t0.elapsed().saturating_sub(waited).as_secs_f64();
                 self.overlap.head(computing, Instant::now());
-                self.counters.both_busy_seconds_total = self.overlap.both;
+                self.counters.split.both_busy_seconds_total = self.overlap.both;
             }
         }
         Some(done)
@@ -149,7 +149,7 @@ impl Engine {
                 continue;
             };
             a.seq.fail(why);
-            self.counters.requests_failed += 1;
+            self.counters.requests.requests_failed += 1;
             release_kv(self.exec.kv_mut(), &mut self.front, &mut a.seq);
             if let Some(spec) = &mut self.spec {
                 spec.release(slot);
@@ -157,10 +157,10 @@ impl Engine {
         }
         for (slot, s) in done.finished {
             let c = &mut self.counters;
-            c.requests_done += 1;
-            c.tokens_predicted_total += s.predicted_n as u64;
-            c.prompt_seconds_total += s.prompt_ms / 1e3;
-            c.predicted_seconds_total += s.predicted_ms / 1e3;
+            c.requests.requests_done += 1;
+            c.tokens.tokens_predicted_total += s.predicted_n as u64;
+            c.tokens.prompt_seconds_total += s.prompt_ms / 1e3;
+            c.tokens.predicted_seconds_total += s.predicted_ms / 1e3;
             self.free_slot(slot);
         }
     }

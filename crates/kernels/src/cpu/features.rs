@@ -44,7 +44,8 @@ impl CpuFeatures {
             )
         };
         #[cfg(not(target_arch = "x86_64"))]
-        let (avx2, fma, f16c, avx512f, avx512bw, avx512vnni) = (false, false, false, false, false, false);
+        let (avx2, fma, f16c, avx512f, avx512bw, avx512vnni) =
+            (false, false, false, false, false, false);
         Self::from_flags(avx2, fma, f16c, avx512f, avx512bw, avx512vnni)
     }
 

@@ -57,12 +57,22 @@ impl KvStore {
     /// position `rows[r].pos` of the sequence with blocks `tables[rows[r].seq]`.
     pub fn store(&mut self, layer: usize, rows: &[Row], tables: &[Vec<u32>], k: &[f32], v: &[f32]) {
         let pb = self.cfg.position_bytes();
-        let (bb, width) = (self.cfg.block_bytes(), self.cfg.n_head_kv * self.cfg.head_dim);
+        let (bb, width) = (
+            self.cfg.block_bytes(),
+            self.cfg.n_head_kv * self.cfg.head_dim,
+        );
         for (r, row) in rows.iter().enumerate() {
             let table = &tables[row.seq];
-            assert!(row.pos < table.len() * BLOCK_SIZE, "position {} not reserved", row.pos);
+            assert!(
+                row.pos < table.len() * BLOCK_SIZE,
+                "position {} not reserved",
+                row.pos
+            );
             let at = table[row.pos / BLOCK_SIZE] as usize * bb + (row.pos % BLOCK_SIZE) * pb;
-            let (kr, vr) = (&k[r * width..(r + 1) * width], &v[r * width..(r + 1) * width]);
+            let (kr, vr) = (
+                &k[r * width..(r + 1) * width],
+                &v[r * width..(r + 1) * width],
+            );
             let ty = self.cfg.ty;
             quantize_row(ty, kr, &mut self.keys[layer][at..at + pb]).expect("validated KV type");
             quantize_row(ty, vr, &mut self.values[layer][at..at + pb]).expect("validated KV type");
@@ -92,7 +102,12 @@ impl KvStore {
         }
         let blocks: Vec<(Vec<&[u8]>, Vec<&[u8]>)> = tables
             .iter()
-            .map(|t| (slices(&self.keys[layer], t, bb), slices(&self.values[layer], t, bb)))
+            .map(|t| {
+                (
+                    slices(&self.keys[layer], t, bb),
+                    slices(&self.values[layer], t, bb),
+                )
+            })
             .collect();
         let views: Vec<(KvView, KvView)> = blocks
             .iter()
@@ -112,7 +127,17 @@ impl KvStore {
                     let o = unsafe { shared.slice(r * qd + g * group * hd, group * hd) };
                     let heads = g * group..(g + 1) * group;
                     let q_row = &q[r * qd..(r + 1) * qd];
-                    attend(q_row, keys, values, g, heads, rows[r].pos + 1, spec.scale, &mut a, o);
+                    attend(
+                        q_row,
+                        keys,
+                        values,
+                        g,
+                        heads,
+                        rows[r].pos + 1,
+                        spec.scale,
+                        &mut a,
+                        o,
+                    );
                 }
             });
         });

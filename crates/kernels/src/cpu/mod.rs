@@ -214,7 +214,10 @@ impl Device for Cpu {
     }
 
     fn kv_copy_block(&mut self, from: u32, to: u32) {
-        self.kv.as_mut().expect("kv_alloc first").copy_block(from, to);
+        self.kv
+            .as_mut()
+            .expect("kv_alloc first")
+            .copy_block(from, to);
     }
 
     fn begin(&mut self, step: &Step<'_>) {
@@ -301,7 +304,10 @@ impl Device for Cpu {
         }
         let width = heads * spec.head_dim;
         let xs = &mut self.bufs[x.0 as usize][..self.rows.len() * width];
-        for (xr, cs) in xs.chunks_exact_mut(width).zip(self.angles.chunks_exact(half)) {
+        for (xr, cs) in xs
+            .chunks_exact_mut(width)
+            .zip(self.angles.chunks_exact(half))
+        {
             rope(xr, spec.head_dim, spec.mode, cs);
         }
     }
@@ -316,7 +322,15 @@ impl Device for Cpu {
         let mut o = self.take(out);
         let kv = self.kv.as_ref().expect("kv_alloc first");
         let qs = &self.bufs[q.0 as usize];
-        kv.attend(&self.pool, layer, &self.rows, &self.tables, qs, &mut o, spec);
+        kv.attend(
+            &self.pool,
+            layer,
+            &self.rows,
+            &self.tables,
+            qs,
+            &mut o,
+            spec,
+        );
         self.put(out, o);
     }
 

@@ -33,7 +33,13 @@ pub(super) struct Routes {
 }
 
 /// [`device::Device::moe`] on the CPU; the float buffers are `spec.scratch`'s.
-pub(super) fn block(cpu: &mut Cpu, spec: &MoeSpec<'_>, x: device::Buf, n: usize, hidden: device::Buf) {
+pub(super) fn block(
+    cpu: &mut Cpu,
+    spec: &MoeSpec<'_>,
+    x: device::Buf,
+    n: usize,
+    hidden: device::Buf,
+) {
     let p = &spec.routing;
     let (e, ne, k, ff) = (spec.n_embd, p.n_expert, p.k, spec.n_ff_exp);
     let sc = spec.scratch;

@@ -10,24 +10,15 @@ use gguf::GgmlType;
 use kv::{KvConfig, BLOCK_SIZE};
 
 use super::Cpu;
-use crate::testing::{data, random_blocks};
+use crate::testing::{data, random_blocks, QUANT_TYPES};
 use crate::{Precision, ThreadPool};
 
-const WEIGHT_TYPES: [GgmlType; 13] = [
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::Q2_K,
-    GgmlType::Q3_K,
-    GgmlType::Q4_K,
-    GgmlType::Q5_K,
-    GgmlType::Q6_K,
-];
+/// Every weight type the CPU backend takes.
+fn weight_types() -> impl Iterator<Item = GgmlType> {
+    [GgmlType::F32, GgmlType::F16, GgmlType::BF16]
+        .into_iter()
+        .chain(QUANT_TYPES)
+}
 
 fn cpu(precision: Precision) -> Cpu {
     Cpu::new(Arc::new(ThreadPool::new(2)), precision)
@@ -60,7 +51,11 @@ fn read(dev: &mut dyn Device, b: Buf, n: usize) -> Vec<f32> {
 /// The largest `|a - b|` over the largest `|b|` (at least `floor`).
 fn rel(a: &[f32], b: &[f32], floor: f32) -> f32 {
     let scale = b.iter().fold(floor, |m, v| m.max(v.abs()));
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max) / scale
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max)
+        / scale
 }
 
 /// Both devices, and the same ops run on each.
@@ -71,7 +66,7 @@ fn both(precision: Precision) -> [Box<dyn Device>; 2] {
 #[test]
 fn matmul_of_every_weight_type_at_1_to_64_rows() {
     let (n, k) = (24, 512);
-    for ty in WEIGHT_TYPES {
+    for ty in weight_types() {
         let src = source(ty, n, k, 3);
         let w: Vec<f32> = {
             let mut w = vec![0f32; n * k];
@@ -104,7 +99,10 @@ fn matmul_of_every_weight_type_at_1_to_64_rows() {
             let reference = &got[1];
             // f32 activations: f32 against f64 sums.
             assert!(rel(&got[0].0, &reference.0, 1.0) < 1e-5, "{ty} m={m} f32");
-            assert!(rel(&got[0].1, &reference.1, 1.0) < 1e-5, "{ty} m={m} residual");
+            assert!(
+                rel(&got[0].1, &reference.1, 1.0) < 1e-5,
+                "{ty} m={m} residual"
+            );
             // 8-bit activations: each x is off by at most half a step of its block's
             // scale, amax/127; a product by at most Σ|w| · amax / 254 (+ f32 rounding).
             let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
@@ -145,8 +143,14 @@ fn attention_case(dev: &mut dyn Device, kv_ty: GgmlType, mode: RopeMode) -> Vec<
         head_dim: hd,
         scale: 0.125,
     };
-    let (q, out) = (dev.alloc(40 * nh * hd).unwrap(), dev.alloc(40 * nh * hd).unwrap());
-    let (k, v) = (dev.alloc(40 * nkv * hd).unwrap(), dev.alloc(40 * nkv * hd).unwrap());
+    let (q, out) = (
+        dev.alloc(40 * nh * hd).unwrap(),
+        dev.alloc(40 * nh * hd).unwrap(),
+    );
+    let (k, v) = (
+        dev.alloc(40 * nkv * hd).unwrap(),
+        dev.alloc(40 * nkv * hd).unwrap(),
+    );
     let mut result = Vec::new();
     // A prompt of 37 rows of sequence 0 and 20 of sequence 1 in two steps, then a step of
     // one row each (decode) and of 2 rows of sequence 0 (a verified draft).
@@ -200,13 +204,21 @@ fn rope_kv_store_and_paged_attention_for_every_kv_type() {
 #[test]
 fn norms_activations_rows_and_checks() {
     let (rows, width) = (7, 96);
-    let x = data(rows * width, 1).iter().map(|v| v * 4.0).collect::<Vec<_>>();
+    let x = data(rows * width, 1)
+        .iter()
+        .map(|v| v * 4.0)
+        .collect::<Vec<_>>();
     let y = data(rows * width, 2);
     let w = data(width, 3);
     let mut outs = Vec::new();
     for mut dev in both(Precision::Int8) {
         let d = &mut *dev;
-        let (xb, yb, wb, ob) = (buf(d, &x), buf(d, &y), buf(d, &w), d.alloc(rows * width).unwrap());
+        let (xb, yb, wb, ob) = (
+            buf(d, &x),
+            buf(d, &y),
+            buf(d, &w),
+            d.alloc(rows * width).unwrap(),
+        );
         let mut out = Vec::new();
         d.rms_norm(xb, wb, rows, width, 1e-6, ob);
         out.extend(read(d, ob, rows * width));
@@ -240,7 +252,7 @@ fn norms_activations_rows_and_checks() {
 
 #[test]
 fn embedding_rows_of_every_weight_type() {
-    for ty in WEIGHT_TYPES {
+    for ty in weight_types() {
         let mut src = source(ty, 50, 256, 4);
         src.role = Role::Rows;
         let mut outs = Vec::new();
@@ -333,16 +345,31 @@ fn copied_kv_blocks_attend_like_the_originals() {
             head_dim: 32,
             scale: 0.2,
         };
-        let (q, k, v) = (buf(d, &data(16 * 32, 1)), buf(d, &data(16 * 32, 2)), buf(d, &data(16 * 32, 3)));
+        let (q, k, v) = (
+            buf(d, &data(16 * 32, 1)),
+            buf(d, &data(16 * 32, 2)),
+            buf(d, &data(16 * 32, 3)),
+        );
         let (o1, o2) = (d.alloc(16 * 32).unwrap(), d.alloc(16 * 32).unwrap());
-        d.begin(&Step { rows: &rows, tables: &[&[3]] });
+        d.begin(&Step {
+            rows: &rows,
+            tables: &[&[3]],
+        });
         d.kv_store(0, k, v);
         d.attention(0, q, o1, &spec);
         d.finish();
         d.kv_copy_block(3, 1);
-        d.begin(&Step { rows: &rows, tables: &[&[1]] });
+        d.begin(&Step {
+            rows: &rows,
+            tables: &[&[1]],
+        });
         d.attention(0, q, o2, &spec);
         d.finish();
-        assert_eq!(read(d, o1, 16 * 32), read(d, o2, 16 * 32), "{}", d.describe());
+        assert_eq!(
+            read(d, o1, 16 * 32),
+            read(d, o2, 16 * 32),
+            "{}",
+            d.describe()
+        );
     }
 }

@@ -142,21 +142,7 @@ pub fn matmul(pool: &ThreadPool, isa: QIsa, scheme: Scheme, w: &QMatrix, x: &[f3
 mod tests {
     use super::*;
     use crate::formats::dequantize_row;
-    use crate::testing::{data, random_blocks};
-    use gguf::GgmlType;
-
-    pub(crate) const TYPES: [GgmlType; 10] = [
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q5_0,
-        GgmlType::Q5_1,
-        GgmlType::Q8_0,
-        GgmlType::Q2_K,
-        GgmlType::Q3_K,
-        GgmlType::Q4_K,
-        GgmlType::Q5_K,
-        GgmlType::Q6_K,
-    ];
+    use crate::testing::{data, random_blocks, QUANT_TYPES as TYPES};
 
     #[test]
     fn decoded_rows_reproduce_dequantization() {

@@ -20,7 +20,10 @@ pub type Keyed = Vec<((usize, usize), Vec<f32>)>;
 #[derive(Debug, Clone, Copy)]
 pub enum Backend {
     /// The CPU with `threads` threads and activations as `precision` says.
-    Cpu { threads: usize, precision: Precision },
+    Cpu {
+        threads: usize,
+        precision: Precision,
+    },
     /// The scalar reference backend.
     Reference,
 }
@@ -125,7 +128,14 @@ pub fn run_stages_on(
             } else {
                 dev.upload(*hidden, 0, &states);
             }
-            model.forward_layers(&mut **dev, w, scratch, model.stage.layers.clone(), *hidden, n);
+            model.forward_layers(
+                &mut **dev,
+                w,
+                scratch,
+                model.stage.layers.clone(),
+                *hidden,
+                n,
+            );
             for (s, seq) in seqs.iter_mut().enumerate() {
                 kv.commit(seq, next[s]);
             }
