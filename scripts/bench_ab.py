@@ -18,8 +18,9 @@ import time
 
 def bench(binary, model, extra):
     cmd = [binary, "bench", "model", "-m", model, "--json"] + extra
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return json.loads(out)["tandem"]
+    out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    # With a peer the report sits under "tandem"; alone it is the whole object.
+    return out.get("tandem", out)
 
 
 def figures(report):

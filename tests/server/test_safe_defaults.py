@@ -1,8 +1,11 @@
 """Safe defaults: bound to 127.0.0.1 unless told otherwise, the API key guards every route
 but /health (and /metrics only with --metrics-public), no CORS unless --cors names the
-origin; and a request that cannot fit in the free KV waits or gets a 4xx, never a 5xx."""
+origin, a Host that is not the loopback server's own is refused; and a request that cannot
+fit in the free KV waits or gets a 4xx, never a 5xx."""
 
 import concurrent.futures
+import os
+import tempfile
 from urllib.parse import urlparse
 
 import httpx
@@ -108,3 +111,33 @@ def test_requests_beyond_free_kv_wait_and_beyond_a_slot_are_4xx():
         assert all(not slot["is_processing"] for slot in slots)
     finally:
         s.stop()
+
+
+def test_a_foreign_host_is_refused_on_loopback_and_the_bearer_scheme_ignores_case(server):
+    auth = {"Authorization": f"Bearer {API_KEY}"}
+    for host in ["evil.example", "evil.example:8080", "10.0.0.1"]:
+        r = httpx.get(server.url + "/v1/models", headers={**auth, "Host": host}, timeout=30)
+        assert r.status_code == 403, (host, r.text)
+        assert r.json()["error"]["type"] == "permission_error"
+    port = urlparse(server.url).port
+    for host in [f"localhost:{port}", f"127.0.0.1:{port}", "localhost"]:
+        r = httpx.get(server.url + "/v1/models", headers={**auth, "Host": host}, timeout=30)
+        assert r.status_code == 200, (host, r.text)
+    for scheme in ["bearer", "BEARER", "Bearer"]:
+        r = httpx.get(server.url + "/v1/models", headers={"Authorization": f"{scheme} {API_KEY}"}, timeout=30)
+        assert r.status_code == 200, scheme
+
+
+def test_keys_from_a_file():
+    with tempfile.NamedTemporaryFile("w", suffix=".keys", delete=False) as f:
+        f.write("# keys of this test\n\nfirst-key\nsecond-key\n")
+    try:
+        s = Server("-c", "512", "-np", "1", "--api-key-file", f.name)
+        try:
+            for key, status in [("first-key", 200), ("second-key", 200), ("# keys of this test", 401)]:
+                r = httpx.get(s.url + "/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=30)
+                assert r.status_code == status, key
+        finally:
+            s.stop()
+    finally:
+        os.unlink(f.name)

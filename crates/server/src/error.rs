@@ -68,6 +68,18 @@ impl ApiError {
         }
     }
 
+    /// 403 for a request whose Host header names a host this server does not answer (a
+    /// page on another site reaching a loopback server through DNS rebinding).
+    pub fn forbidden_host(host: &str) -> Self {
+        ApiError {
+            status: StatusCode::FORBIDDEN,
+            message: format!("host '{host}' is not one this server answers (see --allowed-hosts)"),
+            kind: "permission_error",
+            param: None,
+            retry_after: None,
+        }
+    }
+
     pub fn unauthorized() -> Self {
         ApiError {
             status: StatusCode::UNAUTHORIZED,

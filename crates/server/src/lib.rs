@@ -68,17 +68,54 @@ async fn auth(State(s): State<Shared>, req: Request, next: Next) -> Result<Respo
         return Ok(next.run(req).await);
     }
     let h = req.headers();
+    // RFC 6750: the scheme is matched without regard to case.
     let bearer = h
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, key)| key);
     let x_key = h.get("x-api-key").and_then(|v| v.to_str().ok());
     let given = bearer.or(x_key).map(str::trim);
-    if given.is_some_and(|k| s.config.api_keys.iter().any(|a| a == k)) {
+    if given.is_some_and(|k| key_matches(&s.config.api_keys, k)) {
         Ok(next.run(req).await)
     } else {
         Err(ApiError::unauthorized())
     }
+}
+
+/// Whether `given` is one of `keys`, compared in constant time (every key is compared,
+/// and each comparison takes the same time wherever the bytes differ).
+fn key_matches(keys: &[String], given: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    let hit = keys.iter().fold(subtle::Choice::from(0), |acc, k| {
+        acc | k.as_bytes().ct_eq(given.as_bytes())
+    });
+    hit.into()
+}
+
+/// The host of a Host header: `[::1]:8080` → `[::1]`, `localhost:8080` → `localhost`.
+fn host_of(header: &str) -> &str {
+    match header.strip_prefix('[') {
+        Some(rest) => rest.find(']').map_or(header, |end| &header[..end + 2]),
+        None => header.split(':').next().unwrap_or(header),
+    }
+}
+
+/// Refuses (403) a request whose Host is not an allowed one, before anything else runs.
+async fn hosts(State(s): State<Shared>, req: Request, next: Next) -> Result<Response, ApiError> {
+    if let Some(allowed) = &s.config.allowed_hosts {
+        let host = req
+            .headers()
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .map(host_of)
+            .unwrap_or("");
+        if !allowed.iter().any(|a| a.eq_ignore_ascii_case(host)) {
+            return Err(ApiError::forbidden_host(host));
+        }
+    }
+    Ok(next.run(req).await)
 }
 
 /// CORS for the origins `--cors` names: a preflight from one of them is answered 204
@@ -187,6 +224,7 @@ pub fn router(state: Shared) -> Router {
         .layer(middleware::from_fn(json_only))
         .layer(middleware::from_fn_with_state(state.clone(), auth))
         .layer(middleware::from_fn_with_state(state.clone(), cors))
+        .layer(middleware::from_fn_with_state(state.clone(), hosts))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
 }

@@ -62,6 +62,8 @@ pub struct ServerConfig {
     pub engine: EngineConfig,
     /// Accepted keys; empty: no authentication.
     pub api_keys: Vec<String>,
+    /// Host names (the Host header without its port) the server answers; `None`: any.
+    pub allowed_hosts: Option<Vec<String>>,
     pub defaults: Defaults,
     /// A Jinja chat template that replaces the model's.
     pub chat_template: Option<String>,
@@ -108,6 +110,7 @@ impl ServerConfig {
             port: 8080,
             engine,
             api_keys: Vec::new(),
+            allowed_hosts: None,
             defaults: Defaults {
                 sampling: SamplerConfig::default(),
                 seed: None,

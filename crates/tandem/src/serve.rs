@@ -43,6 +43,15 @@ pub struct ServeArgs {
     /// or `X-Api-Key: KEY`.
     #[arg(long = "api-key", value_delimiter = ',')]
     pub api_key: Vec<String>,
+    /// A file of API keys, one per line (blank lines and lines starting with `#` skipped).
+    #[arg(long = "api-key-file")]
+    pub api_key_file: Option<PathBuf>,
+    /// Host names the server answers, comma-separated (the Host header without its port;
+    /// others get 403). Default: bound to a loopback address, that address, localhost,
+    /// 127.0.0.1 and [::1], so that a page reaching it through DNS rebinding is refused;
+    /// otherwise any. `*`: any.
+    #[arg(long = "allowed-hosts", value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
     /// Chat templates are always rendered with Jinja.
     #[arg(long)]
     pub jinja: bool,
@@ -259,6 +268,8 @@ impl ServeArgs {
             (None, Some(p)) => Some(std::fs::read_to_string(p).map_err(|e| CliError::io(p, e))?),
             (None, None) => None,
         };
+        let api_keys = api_keys(&self.api_key, self.api_key_file.as_deref())?;
+        let allowed_hosts = allowed_hosts(&self.host, &self.allowed_hosts);
         let ctx = self.model.context_config();
         let model_path = self.model.path()?;
         let speculation = self.speculation()?;
@@ -278,7 +289,8 @@ impl ServeArgs {
                 queue_limit: self.queue_limit,
                 device: ctx.device,
             },
-            api_keys: self.api_key.into_iter().filter(|k| !k.is_empty()).collect(),
+            api_keys,
+            allowed_hosts,
             defaults: server::Defaults {
                 sampling: engine::SamplerConfig {
                     temperature: self.temp,
@@ -368,6 +380,78 @@ impl ServeArgs {
             draft_vocab: self.spec_draft_vocab,
         }))
     }
+}
+
+/// The keys of `--api-key` and `--api-key-file`. An empty or blank key (`--api-key "$KEY"`
+/// with KEY unset), or one with whitespace around it (which no client could send), is an
+/// error: starting without the authentication asked for is never silent.
+fn api_keys(given: &[String], file: Option<&std::path::Path>) -> Result<Vec<String>, CliError> {
+    let mut keys: Vec<(String, String)> = given
+        .iter()
+        .map(|k| (k.clone(), "--api-key".to_string()))
+        .collect();
+    if let Some(path) = file {
+        let text = std::fs::read_to_string(path).map_err(|e| CliError::io(path, e))?;
+        let keys_in = text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
+        for (i, line) in keys_in {
+            keys.push((
+                line.to_string(),
+                format!("line {} of {}", i + 1, path.display()),
+            ));
+        }
+        if !keys.iter().any(|(_, from)| from.starts_with("line ")) {
+            return Err(CliError::Usage(format!(
+                "--api-key-file {} holds no key; refusing to start without authentication",
+                path.display()
+            )));
+        }
+    }
+    for (key, from) in &keys {
+        if key.trim().is_empty() {
+            return Err(CliError::Usage(format!(
+                "{from} gives an empty API key; refusing to start without authentication (leave --api-key out to run without keys)"
+            )));
+        }
+        if key.trim() != key {
+            return Err(CliError::Usage(format!(
+                "{from} gives an API key with whitespace around it, which no client could send; remove the whitespace"
+            )));
+        }
+    }
+    Ok(keys.into_iter().map(|(k, _)| k).collect())
+}
+
+/// `--allowed-hosts`, or its default for the address `host` the server binds.
+fn allowed_hosts(host: &str, given: &[String]) -> Option<Vec<String>> {
+    if given.iter().any(|h| h == "*") {
+        return None;
+    }
+    if !given.is_empty() {
+        return Some(given.to_vec());
+    }
+    let loopback = host == "localhost"
+        || host
+            .trim_matches(|c| c == '[' || c == ']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    let bound = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
+    loopback.then(|| {
+        let mut hosts = vec![
+            bound,
+            "localhost".into(),
+            "127.0.0.1".into(),
+            "[::1]".into(),
+        ];
+        hosts.dedup();
+        hosts
+    })
 }
 
 pub fn execute(a: ServeArgs) -> Result<(), CliError> {

@@ -74,3 +74,21 @@ fn too_small_a_context_per_slot_is_an_error() {
         "{err}"
     );
 }
+
+#[test]
+fn an_empty_or_padded_api_key_refuses_to_start() {
+    for (key, said) in [
+        ("", "empty API key"),
+        ("   ", "empty API key"),
+        (" secret", "whitespace around it"),
+    ] {
+        let (ok, err) = serve(&["-m", "smollm2-135m", "--port", "0", "--api-key", key]);
+        assert!(!ok, "{key:?} started");
+        assert!(err.contains(said), "{key:?}: {err}");
+    }
+    let dir = std::env::temp_dir().join(format!("tandem-keys-{}", std::process::id()));
+    std::fs::write(&dir, "# no keys here\n\n").unwrap();
+    let (ok, err) = serve(&["--port", "0", "--api-key-file", dir.to_str().unwrap()]);
+    std::fs::remove_file(&dir).unwrap();
+    assert!(!ok && err.contains("holds no key"), "{err}");
+}
