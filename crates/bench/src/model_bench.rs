@@ -46,6 +46,19 @@ pub struct VerifyPoint {
     pub experts_per_block: Option<f64>,
 }
 
+/// What tg's decode streamed, against what the machine streams.
+#[derive(Debug, Clone, Serialize)]
+pub struct DecodeBandwidth {
+    /// Weight bytes one decode step streams (`probe::decode_weight_bytes`).
+    pub weight_bytes_per_token: u64,
+    /// Those bytes times tg's tokens per second, in GB/s.
+    pub gb_s: f64,
+    /// The machine's streaming-read bandwidth with the same threads (`probe::read_bandwidth`).
+    pub probe_gb_s: f64,
+    /// `gb_s / probe_gb_s`.
+    pub share: f64,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct ModelBenchReport {
     pub model: String,
@@ -53,6 +66,9 @@ pub struct ModelBenchReport {
     pub tg: usize,
     pub pp_tok_s: f64,
     pub tg_tok_s: f64,
+    /// Decode against the memory's limit (with a tg test).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decode: Option<DecodeBandwidth>,
     pub batched: Vec<BatchedPoint>,
     pub verify: Vec<VerifyPoint>,
     pub machine: Machine,
@@ -96,6 +112,7 @@ pub fn context_for(cfg: &ModelBenchConfig, base: ContextConfig) -> ContextConfig
 
 pub fn run(model: Arc<Model>, name: &str, cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
     let nv = model.hparams.n_vocab;
+    let weights_of = model.clone();
     let mut ctx = Executor::new(model, cfg.context)?;
     let reps = cfg.reps.max(1);
     let mut ignore = |_: usize, _: &[f32]| {};
@@ -201,12 +218,25 @@ pub fn run(model: Arc<Model>, name: &str, cfg: &ModelBenchConfig) -> Result<Mode
         }
     }
 
+    let decode = (!tg.is_empty()).then(|| {
+        let bytes = crate::probe::decode_weight_bytes(&weights_of, cfg.context.device);
+        let gb_s = bytes as f64 * mean(&tg) / 1e9;
+        let probe_gb_s = crate::probe::read_bandwidth(cfg.context.n_threads);
+        DecodeBandwidth {
+            weight_bytes_per_token: bytes,
+            gb_s,
+            probe_gb_s,
+            share: gb_s / probe_gb_s,
+        }
+    });
+
     Ok(ModelBenchReport {
         model: name.to_string(),
         pp: cfg.pp,
         tg: cfg.tg,
         pp_tok_s: mean(&pp),
         tg_tok_s: mean(&tg),
+        decode,
         batched,
         verify,
         machine: Machine::here(Some(cfg.context.n_threads)),

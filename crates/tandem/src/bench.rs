@@ -369,6 +369,16 @@ fn print_tables(out: &Output) {
         ]);
     }
     println!("{}", speed.markdown());
+    if let Some(d) = &r.decode {
+        println!(
+            "decode: {:.1} MiB of weights per token, {:.1} GB/s streamed, {:.0}% of the {:.1} GB/s this machine reads with {} threads\n",
+            d.weight_bytes_per_token as f64 / 1048576.0,
+            d.gb_s,
+            100.0 * d.share,
+            d.probe_gb_s,
+            r.machine.threads.unwrap_or(0)
+        );
+    }
     println!(
         "batched decode (aggregate tok/s; ratio to batch {}):",
         r.batched.first().map_or(1, |p| p.batch)
