@@ -12,6 +12,7 @@
 //! ([`formats`]), the row and step types, and the parameters of each op.
 
 pub mod formats;
+pub mod host;
 pub mod reference;
 mod seam;
 

@@ -8,6 +8,7 @@ use gguf::GgmlType;
 use kv::{KvConfig, BLOCK_SIZE};
 
 use crate::formats::{dequantize_row, is_supported, quantize_row};
+use crate::host::HostBufs;
 use crate::seam::*;
 use crate::{Error, Result};
 
@@ -54,7 +55,7 @@ impl RefKv {
 pub struct Reference {
     /// Ops and weight types it says it lacks ([`Reference::lacking`]).
     lacks: (Vec<Op>, Vec<GgmlType>),
-    bufs: Vec<Vec<f32>>,
+    bufs: HostBufs,
     mats: Vec<RefMat>,
     kv: Option<RefKv>,
     rows: Vec<Row>,
@@ -77,16 +78,15 @@ impl Reference {
     }
 
     fn buf(&self, b: Buf) -> &[f32] {
-        &self.bufs[b.0 as usize]
+        &self.bufs[b]
     }
 
-    /// Takes a buffer out to write it while others are read; [`Reference::put`] returns it.
     fn take(&mut self, b: Buf) -> Vec<f32> {
-        std::mem::take(&mut self.bufs[b.0 as usize])
+        self.bufs.take(b)
     }
 
     fn put(&mut self, b: Buf, v: Vec<f32>) {
-        self.bufs[b.0 as usize] = v;
+        self.bufs.put(b, v);
     }
 
     /// `y[r] = W·x[r]` for `rows` rows, into a new vector.
@@ -177,16 +177,15 @@ impl Device for Reference {
     }
 
     fn alloc(&mut self, len: usize) -> Result<Buf> {
-        self.bufs.push(vec![0.0; len]);
-        Ok(Buf(self.bufs.len() as u32 - 1))
+        Ok(self.bufs.alloc(len))
     }
 
     fn upload(&mut self, buf: Buf, at: usize, data: &[f32]) {
-        self.bufs[buf.0 as usize][at..at + data.len()].copy_from_slice(data);
+        self.bufs.upload(buf, at, data);
     }
 
     fn download(&mut self, buf: Buf, at: usize, out: &mut [f32]) {
-        out.copy_from_slice(&self.buf(buf)[at..at + out.len()]);
+        self.bufs.download(buf, at, out);
     }
 
     fn upload_matrices(
@@ -246,7 +245,7 @@ impl Device for Reference {
     fn embed(&mut self, table: Mat, tokens: &[u32], out: Buf) {
         let m = &self.mats[table.0 as usize];
         let e = m.n_cols;
-        let mut o = std::mem::take(&mut self.bufs[out.0 as usize]);
+        let mut o = self.bufs.take(out);
         for (i, &t) in tokens.iter().enumerate() {
             m.row(t as usize, &mut o[i * e..(i + 1) * e]);
         }
@@ -256,7 +255,7 @@ impl Device for Reference {
     fn rms_norm(&mut self, x: Buf, w: Buf, rows: usize, width: usize, eps: f32, out: Buf) {
         let xs = self.buf(x)[..rows * width].to_vec();
         let wv = self.buf(w)[..width].to_vec();
-        let o = &mut self.bufs[out.0 as usize];
+        let o = &mut self.bufs[out];
         for (xr, or) in xs.chunks_exact(width).zip(o.chunks_exact_mut(width)) {
             let ms = xr.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / width as f64;
             let scale = 1.0 / (ms + eps as f64).sqrt();
@@ -276,10 +275,10 @@ impl Device for Reference {
                 y.iter_mut().enumerate().for_each(|(i, v)| *v += b[i % n]);
             }
             if let Some(res) = o.residual {
-                let r = &mut self.bufs[res.0 as usize];
+                let r = &mut self.bufs[res];
                 r[..y.len()].iter_mut().zip(&y).for_each(|(a, &b)| *a += b);
             }
-            self.bufs[o.y.0 as usize][..y.len()].copy_from_slice(&y);
+            self.bufs[o.y][..y.len()].copy_from_slice(&y);
         }
     }
 
@@ -287,7 +286,7 @@ impl Device for Reference {
         let hd = spec.head_dim;
         let half = spec.n_rot / 2;
         let rows = self.rows.clone();
-        let xs = &mut self.bufs[x.0 as usize];
+        let xs = &mut self.bufs[x];
         for (r, row) in rows.iter().enumerate() {
             for h in 0..heads {
                 let head = &mut xs[(r * heads + h) * hd..(r * heads + h + 1) * hd];
@@ -364,12 +363,12 @@ impl Device for Reference {
                 *dst = a as f32;
             }
         }
-        self.bufs[out.0 as usize][..o.len()].copy_from_slice(&o);
+        self.bufs[out][..o.len()].copy_from_slice(&o);
     }
 
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize) {
         let u = self.take(up);
-        let g = &mut self.bufs[gate.0 as usize];
+        let g = &mut self.bufs[gate];
         g[..len]
             .iter_mut()
             .zip(&u)
@@ -379,7 +378,7 @@ impl Device for Reference {
 
     fn gelu(&mut self, gate: Buf, up: Buf, len: usize) {
         let u = self.take(up);
-        let g = &mut self.bufs[gate.0 as usize];
+        let g = &mut self.bufs[gate];
         g[..len]
             .iter_mut()
             .zip(&u)
@@ -389,7 +388,7 @@ impl Device for Reference {
 
     fn add(&mut self, x: Buf, y: Buf, len: usize) {
         let ys = self.take(y);
-        let xs = &mut self.bufs[x.0 as usize];
+        let xs = &mut self.bufs[x];
         xs[..len].iter_mut().zip(&ys).for_each(|(a, &b)| *a += b);
         self.put(y, ys);
     }
@@ -429,7 +428,7 @@ impl Device for Reference {
         }
         self.stats.blocks += 1;
         self.stats.experts += used.iter().filter(|&&u| u).count() as u64;
-        let h = &mut self.bufs[hidden.0 as usize];
+        let h = &mut self.bufs[hidden];
         h[..rows * e]
             .iter_mut()
             .zip(&add)
@@ -438,7 +437,7 @@ impl Device for Reference {
 
     fn gather_rows(&mut self, x: Buf, rows: &[usize], width: usize, out: Buf) {
         let xs = self.take(x);
-        let o = &mut self.bufs[out.0 as usize];
+        let o = &mut self.bufs[out];
         for (j, &r) in rows.iter().enumerate() {
             o[j * width..(j + 1) * width].copy_from_slice(&xs[r * width..(r + 1) * width]);
         }

@@ -12,6 +12,7 @@ mod tests;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use device::host::HostBufs;
 use device::{
     AttnSpec, Buf, Bytes, Device, Mat, MatOut, MatrixSource, MoeSpec, MoeStats, Op, Progress,
     Result, Role, RopeSpec, Row, Step,
@@ -47,7 +48,7 @@ impl CpuMat {
 pub struct Cpu {
     pool: Arc<ThreadPool>,
     precision: Precision,
-    bufs: Vec<Vec<f32>>,
+    bufs: HostBufs,
     mats: Vec<CpuMat>,
     kv: Option<kv::KvStore>,
     rows: Vec<Row>,
@@ -76,7 +77,7 @@ impl Cpu {
         Cpu {
             pool,
             precision,
-            bufs: Vec::new(),
+            bufs: HostBufs::default(),
             mats: Vec::new(),
             kv: None,
             rows: Vec::new(),
@@ -92,18 +93,18 @@ impl Cpu {
     }
 
     fn take(&mut self, b: Buf) -> Vec<f32> {
-        std::mem::take(&mut self.bufs[b.0 as usize])
+        self.bufs.take(b)
     }
 
     fn put(&mut self, b: Buf, v: Vec<f32>) {
-        self.bufs[b.0 as usize] = v;
+        self.bufs.put(b, v);
     }
 
     /// Runs `f` on `a` (read) and `b` (written), two different buffers.
     fn with2(&mut self, a: Buf, b: Buf, f: impl FnOnce(&[f32], &mut [f32])) {
         assert_ne!(a, b, "one buffer read and written");
         let mut out = self.take(b);
-        f(&self.bufs[a.0 as usize], &mut out);
+        f(&self.bufs[a], &mut out);
         self.put(b, out);
     }
 }
@@ -134,16 +135,15 @@ impl Device for Cpu {
     }
 
     fn alloc(&mut self, len: usize) -> Result<Buf> {
-        self.bufs.push(vec![0.0; len]);
-        Ok(Buf(self.bufs.len() as u32 - 1))
+        Ok(self.bufs.alloc(len))
     }
 
     fn upload(&mut self, buf: Buf, at: usize, data: &[f32]) {
-        self.bufs[buf.0 as usize][at..at + data.len()].copy_from_slice(data);
+        self.bufs.upload(buf, at, data);
     }
 
     fn download(&mut self, buf: Buf, at: usize, out: &mut [f32]) {
-        out.copy_from_slice(&self.bufs[buf.0 as usize][at..at + out.len()]);
+        self.bufs.download(buf, at, out);
     }
 
     /// Repacks the matrices with a packed layout, one thread per share of them (largest
@@ -246,7 +246,7 @@ impl Device for Cpu {
         let n = rows * width;
         if x == out {
             let mut v = self.take(x);
-            let wv = &self.bufs[w.0 as usize][..width];
+            let wv = &self.bufs[w][..width];
             v[..n]
                 .chunks_exact_mut(width)
                 .for_each(|r| rms_norm_inplace(r, wv, eps));
@@ -254,7 +254,7 @@ impl Device for Cpu {
             return;
         }
         let mut o = self.take(out);
-        let (xs, wv) = (&self.bufs[x.0 as usize], &self.bufs[w.0 as usize][..width]);
+        let (xs, wv) = (&self.bufs[x], &self.bufs[w][..width]);
         for (xr, or) in xs[..n].chunks_exact(width).zip(o.chunks_exact_mut(width)) {
             rms_norm(xr, wv, eps, or);
         }
@@ -265,7 +265,7 @@ impl Device for Cpu {
         let mut ys: Vec<Vec<f32>> = outs.iter().map(|o| self.take(o.y)).collect();
         {
             let views: Vec<QMatrix> = ws.iter().map(|&w| self.mat(w)).collect();
-            let xs = &self.bufs[x.0 as usize][..rows * views[0].n_cols];
+            let xs = &self.bufs[x][..rows * views[0].n_cols];
             let mut slices: Vec<&mut [f32]> = ys
                 .iter_mut()
                 .zip(&views)
@@ -280,11 +280,11 @@ impl Device for Cpu {
             let n = self.mats[w.0 as usize].n_rows;
             let y = &mut y[..rows * n];
             if let Some(b) = o.bias {
-                let b = &self.bufs[b.0 as usize][..n];
+                let b = &self.bufs[b][..n];
                 y.chunks_exact_mut(n).for_each(|r| add_inplace(r, b));
             }
             if let Some(res) = o.residual {
-                add_inplace(&mut self.bufs[res.0 as usize][..rows * n], y);
+                add_inplace(&mut self.bufs[res][..rows * n], y);
             }
         }
         for (o, y) in outs.iter().zip(ys) {
@@ -303,7 +303,7 @@ impl Device for Cpu {
             self.angles_of = Some(key);
         }
         let width = heads * spec.head_dim;
-        let xs = &mut self.bufs[x.0 as usize][..self.rows.len() * width];
+        let xs = &mut self.bufs[x][..self.rows.len() * width];
         for (xr, cs) in xs
             .chunks_exact_mut(width)
             .zip(self.angles.chunks_exact(half))
@@ -314,14 +314,14 @@ impl Device for Cpu {
 
     fn kv_store(&mut self, layer: usize, k: Buf, v: Buf) {
         let kv = self.kv.as_mut().expect("kv_alloc first");
-        let (ks, vs) = (&self.bufs[k.0 as usize], &self.bufs[v.0 as usize]);
+        let (ks, vs) = (&self.bufs[k], &self.bufs[v]);
         kv.store(layer, &self.rows, &self.tables, ks, vs);
     }
 
     fn attention(&mut self, layer: usize, q: Buf, out: Buf, spec: &AttnSpec) {
         let mut o = self.take(out);
         let kv = self.kv.as_ref().expect("kv_alloc first");
-        let qs = &self.bufs[q.0 as usize];
+        let qs = &self.bufs[q];
         kv.attend(
             &self.pool,
             layer,
@@ -359,14 +359,14 @@ impl Device for Cpu {
     }
 
     fn all_finite(&mut self, x: Buf, rows: usize, width: usize) -> Vec<bool> {
-        self.bufs[x.0 as usize][..rows * width]
+        self.bufs[x][..rows * width]
             .chunks_exact(width)
             .map(all_finite)
             .collect()
     }
 
     fn argmax(&mut self, x: Buf, rows: usize, width: usize) -> Vec<u32> {
-        self.bufs[x.0 as usize][..rows * width]
+        self.bufs[x][..rows * width]
             .chunks_exact(width)
             .map(device::argmax)
             .collect()

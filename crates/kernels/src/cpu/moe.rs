@@ -55,7 +55,7 @@ pub(super) fn block(
     chosen.resize(n * k, (0, 0.0));
     slot.resize(n * k, 0);
     start.resize(ne + 1, 0);
-    let xs = &cpu.bufs[x.0 as usize][..n * e];
+    let xs = &cpu.bufs[x][..n * e];
     let view = |m: device::Mat| cpu.mats[m.0 as usize].view();
     let probs_n = &mut probs[..n * ne];
     matmul(&cpu.pool, &view(spec.router), xs, probs_n, cpu.precision);
@@ -100,9 +100,9 @@ pub(super) fn block(
             }
         }
         if let Some(sh) = spec.shared {
-            let y = &cpu.bufs[sh.out.0 as usize][r * e..(r + 1) * e];
+            let y = &cpu.bufs[sh.out][r * e..(r + 1) * e];
             let g = match sh.gate {
-                Some(gw) => sigmoid(dot(isa, &xs[r * e..(r + 1) * e], &cpu.bufs[gw.0 as usize])),
+                Some(gw) => sigmoid(dot(isa, &xs[r * e..(r + 1) * e], &cpu.bufs[gw])),
                 None => 1.0,
             };
             acc.iter_mut().zip(y).for_each(|(a, &v)| *a += v * g);

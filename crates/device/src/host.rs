@@ -1,0 +1,51 @@
+//! Buffers in host memory, for the backends whose buffers live there (the CPU, the
+//! reference): a [`Buf`] indexes them.
+
+use std::ops::{Index, IndexMut};
+
+use crate::Buf;
+
+/// See the module doc.
+#[derive(Default)]
+pub struct HostBufs(Vec<Vec<f32>>);
+
+impl HostBufs {
+    /// A zeroed buffer of `len` floats.
+    pub fn alloc(&mut self, len: usize) -> Buf {
+        self.0.push(vec![0.0; len]);
+        Buf(self.0.len() as u32 - 1)
+    }
+
+    /// `buf[at..at + data.len()] = data`.
+    pub fn upload(&mut self, buf: Buf, at: usize, data: &[f32]) {
+        self[buf][at..at + data.len()].copy_from_slice(data);
+    }
+
+    /// `out = buf[at..at + out.len()]`.
+    pub fn download(&self, buf: Buf, at: usize, out: &mut [f32]) {
+        out.copy_from_slice(&self[buf][at..at + out.len()]);
+    }
+
+    /// Takes a buffer out, to write it while others are read; [`HostBufs::put`] returns it.
+    pub fn take(&mut self, buf: Buf) -> Vec<f32> {
+        std::mem::take(&mut self.0[buf.0 as usize])
+    }
+
+    pub fn put(&mut self, buf: Buf, v: Vec<f32>) {
+        self.0[buf.0 as usize] = v;
+    }
+}
+
+impl Index<Buf> for HostBufs {
+    type Output = [f32];
+
+    fn index(&self, b: Buf) -> &[f32] {
+        &self.0[b.0 as usize]
+    }
+}
+
+impl IndexMut<Buf> for HostBufs {
+    fn index_mut(&mut self, b: Buf) -> &mut [f32] {
+        &mut self.0[b.0 as usize]
+    }
+}
