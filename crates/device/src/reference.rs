@@ -50,6 +50,11 @@ impl RefKv {
     }
 }
 
+/// Bytes a matrix takes on the reference device: its GGUF bytes, which it keeps as they are.
+pub fn matrix_bytes(ty: GgmlType, n_rows: usize, n_cols: usize) -> u64 {
+    ty.row_bytes(n_cols as u64).unwrap_or(0) * n_rows as u64
+}
+
 /// See the module doc.
 #[derive(Default)]
 pub struct Reference {
@@ -79,14 +84,6 @@ impl Reference {
 
     fn buf(&self, b: Buf) -> &[f32] {
         &self.bufs[b]
-    }
-
-    fn take(&mut self, b: Buf) -> Vec<f32> {
-        self.bufs.take(b)
-    }
-
-    fn put(&mut self, b: Buf, v: Vec<f32>) {
-        self.bufs.put(b, v);
     }
 
     /// `y[r] = W·x[r]` for `rows` rows, into a new vector.
@@ -173,7 +170,7 @@ impl Device for Reference {
     }
 
     fn matrix_bytes(&self, ty: GgmlType, n_rows: usize, n_cols: usize, _: Role) -> u64 {
-        ty.row_bytes(n_cols as u64).unwrap_or(0) * n_rows as u64
+        matrix_bytes(ty, n_rows, n_cols)
     }
 
     fn alloc(&mut self, len: usize) -> Result<Buf> {
@@ -249,7 +246,7 @@ impl Device for Reference {
         for (i, &t) in tokens.iter().enumerate() {
             m.row(t as usize, &mut o[i * e..(i + 1) * e]);
         }
-        self.put(out, o);
+        self.bufs.put(out, o);
     }
 
     fn rms_norm(&mut self, x: Buf, w: Buf, rows: usize, width: usize, eps: f32, out: Buf) {
@@ -315,15 +312,15 @@ impl Device for Reference {
             .iter()
             .map(|r| kv.at(&self.tables[r.seq], r.pos))
             .collect();
-        let (ks, vs) = (self.take(k), self.take(v));
+        let (ks, vs) = (self.bufs.take(k), self.bufs.take(v));
         let kv = self.kv.as_mut().expect("kv_alloc first");
         for (r, &at) in places.iter().enumerate() {
             let row = r * width..(r + 1) * width;
             quantize_row(ty, &ks[row.clone()], &mut kv.keys[layer][at..at + pb]).expect("type");
             quantize_row(ty, &vs[row], &mut kv.values[layer][at..at + pb]).expect("type");
         }
-        self.put(k, ks);
-        self.put(v, vs);
+        self.bufs.put(k, ks);
+        self.bufs.put(v, vs);
     }
 
     fn attention(&mut self, layer: usize, q: Buf, out: Buf, spec: &AttnSpec) {
@@ -367,30 +364,30 @@ impl Device for Reference {
     }
 
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize) {
-        let u = self.take(up);
+        let u = self.bufs.take(up);
         let g = &mut self.bufs[gate];
         g[..len]
             .iter_mut()
             .zip(&u)
             .for_each(|(g, &u)| *g = silu(*g) * u);
-        self.put(up, u);
+        self.bufs.put(up, u);
     }
 
     fn gelu(&mut self, gate: Buf, up: Buf, len: usize) {
-        let u = self.take(up);
+        let u = self.bufs.take(up);
         let g = &mut self.bufs[gate];
         g[..len]
             .iter_mut()
             .zip(&u)
             .for_each(|(g, &u)| *g = gelu(*g) * u);
-        self.put(up, u);
+        self.bufs.put(up, u);
     }
 
     fn add(&mut self, x: Buf, y: Buf, len: usize) {
-        let ys = self.take(y);
+        let ys = self.bufs.take(y);
         let xs = &mut self.bufs[x];
         xs[..len].iter_mut().zip(&ys).for_each(|(a, &b)| *a += b);
-        self.put(y, ys);
+        self.bufs.put(y, ys);
     }
 
     fn moe(&mut self, spec: &MoeSpec<'_>, x: Buf, rows: usize, hidden: Buf) {
@@ -436,12 +433,12 @@ impl Device for Reference {
     }
 
     fn gather_rows(&mut self, x: Buf, rows: &[usize], width: usize, out: Buf) {
-        let xs = self.take(x);
+        let xs = self.bufs.take(x);
         let o = &mut self.bufs[out];
         for (j, &r) in rows.iter().enumerate() {
             o[j * width..(j + 1) * width].copy_from_slice(&xs[r * width..(r + 1) * width]);
         }
-        self.put(x, xs);
+        self.bufs.put(x, xs);
     }
 
     fn all_finite(&mut self, x: Buf, rows: usize, width: usize) -> Vec<bool> {

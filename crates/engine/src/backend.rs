@@ -49,7 +49,7 @@ impl DeviceKind {
     pub fn matrix_bytes(self, ty: GgmlType, n_rows: usize, n_cols: usize, role: Role) -> u64 {
         match self {
             DeviceKind::Cpu => kernels::cpu::matrix_bytes(ty, n_rows, n_cols, role),
-            DeviceKind::Reference => ty.row_bytes(n_cols as u64).unwrap_or(0) * n_rows as u64,
+            DeviceKind::Reference => device::reference::matrix_bytes(ty, n_rows, n_cols),
         }
     }
 }

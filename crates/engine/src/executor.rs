@@ -279,7 +279,6 @@ impl Executor {
         enter: Enter<'_>,
         out: Out<'_>,
     ) -> Result<Vec<bool>> {
-        let rows_of = rows;
         let n = rows.len();
         if n > self.config.n_ubatch {
             return Err(Error::Config(format!(
@@ -328,18 +327,21 @@ impl Executor {
         match out {
             Out::Nothing => {}
             Out::States(states) => dev.download(self.hidden, 0, &mut states[..n * e]),
-            Out::Logits { rows, on_logits } => {
+            Out::Logits {
+                rows: wanted,
+                on_logits,
+            } => {
                 let nl = model.n_logits();
                 let mut sane = vec![true; seqs.len()];
-                for (r, &ok) in rows_of.iter().zip(&finite) {
+                for (r, &ok) in rows.iter().zip(&finite) {
                     sane[r.seq] &= ok;
                 }
-                let rows: Vec<usize> = rows
+                let wanted: Vec<usize> = wanted
                     .iter()
                     .copied()
-                    .filter(|&r| sane[rows_of[r].seq])
+                    .filter(|&r| sane[rows[r].seq])
                     .collect();
-                for group in rows.chunks(LOGIT_ROWS) {
+                for group in wanted.chunks(LOGIT_ROWS) {
                     let g = group.len();
                     dev.gather_rows(self.hidden, group, e, self.picked);
                     model.output(dev, w, self.picked, g, self.logits);

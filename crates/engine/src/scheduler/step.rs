@@ -77,13 +77,12 @@ impl Engine {
         let ub = self.cfg.n_ubatch;
         for (ci, chunk) in rows.chunks(ub).enumerate() {
             let t0 = Instant::now();
-            let entered = Instant::now();
             let entering = self.entering(chunk);
             if let Err(why) = self.enter(&entering) {
                 self.give_up(&why);
                 return None;
             }
-            let waited = entered.elapsed();
+            let waited = t0.elapsed();
             let computing = Instant::now();
             let n = chunk.len();
             let out_rows: Vec<usize> = (0..n).filter(|&r| wanted[ci * ub + r]).collect();

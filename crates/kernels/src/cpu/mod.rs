@@ -92,20 +92,12 @@ impl Cpu {
         self.mats[m.0 as usize].view()
     }
 
-    fn take(&mut self, b: Buf) -> Vec<f32> {
-        self.bufs.take(b)
-    }
-
-    fn put(&mut self, b: Buf, v: Vec<f32>) {
-        self.bufs.put(b, v);
-    }
-
     /// Runs `f` on `a` (read) and `b` (written), two different buffers.
     fn with2(&mut self, a: Buf, b: Buf, f: impl FnOnce(&[f32], &mut [f32])) {
         assert_ne!(a, b, "one buffer read and written");
-        let mut out = self.take(b);
+        let mut out = self.bufs.take(b);
         f(&self.bufs[a], &mut out);
-        self.put(b, out);
+        self.bufs.put(b, out);
     }
 }
 
@@ -234,35 +226,35 @@ impl Device for Cpu {
     fn finish(&mut self) {}
 
     fn embed(&mut self, table: Mat, tokens: &[u32], out: Buf) {
-        let mut o = self.take(out);
+        let mut o = self.bufs.take(out);
         let t = self.mat(table);
         for (&tok, row) in tokens.iter().zip(o.chunks_exact_mut(t.n_cols)) {
             t.dequantize_row(tok as usize, row);
         }
-        self.put(out, o);
+        self.bufs.put(out, o);
     }
 
     fn rms_norm(&mut self, x: Buf, w: Buf, rows: usize, width: usize, eps: f32, out: Buf) {
         let n = rows * width;
         if x == out {
-            let mut v = self.take(x);
+            let mut v = self.bufs.take(x);
             let wv = &self.bufs[w][..width];
             v[..n]
                 .chunks_exact_mut(width)
                 .for_each(|r| rms_norm_inplace(r, wv, eps));
-            self.put(x, v);
+            self.bufs.put(x, v);
             return;
         }
-        let mut o = self.take(out);
+        let mut o = self.bufs.take(out);
         let (xs, wv) = (&self.bufs[x], &self.bufs[w][..width]);
         for (xr, or) in xs[..n].chunks_exact(width).zip(o.chunks_exact_mut(width)) {
             rms_norm(xr, wv, eps, or);
         }
-        self.put(out, o);
+        self.bufs.put(out, o);
     }
 
     fn matmul(&mut self, ws: &[Mat], x: Buf, rows: usize, outs: &[MatOut]) {
-        let mut ys: Vec<Vec<f32>> = outs.iter().map(|o| self.take(o.y)).collect();
+        let mut ys: Vec<Vec<f32>> = outs.iter().map(|o| self.bufs.take(o.y)).collect();
         {
             let views: Vec<QMatrix> = ws.iter().map(|&w| self.mat(w)).collect();
             let xs = &self.bufs[x][..rows * views[0].n_cols];
@@ -288,7 +280,7 @@ impl Device for Cpu {
             }
         }
         for (o, y) in outs.iter().zip(ys) {
-            self.put(o.y, y);
+            self.bufs.put(o.y, y);
         }
     }
 
@@ -319,7 +311,7 @@ impl Device for Cpu {
     }
 
     fn attention(&mut self, layer: usize, q: Buf, out: Buf, spec: &AttnSpec) {
-        let mut o = self.take(out);
+        let mut o = self.bufs.take(out);
         let kv = self.kv.as_ref().expect("kv_alloc first");
         let qs = &self.bufs[q];
         kv.attend(
@@ -331,7 +323,7 @@ impl Device for Cpu {
             &mut o,
             spec,
         );
-        self.put(out, o);
+        self.bufs.put(out, o);
     }
 
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize) {

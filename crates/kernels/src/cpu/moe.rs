@@ -43,9 +43,13 @@ pub(super) fn block(
     let p = &spec.routing;
     let (e, ne, k, ff) = (spec.n_embd, p.n_expert, p.k, spec.n_ff_exp);
     let sc = spec.scratch;
-    let (mut probs, mut gathered) = (cpu.take(sc.probs), cpu.take(sc.x));
-    let (mut gate, mut up, mut out) = (cpu.take(sc.gate), cpu.take(sc.up), cpu.take(sc.out));
-    let mut h = cpu.take(hidden);
+    let (mut probs, mut gathered) = (cpu.bufs.take(sc.probs), cpu.bufs.take(sc.x));
+    let (mut gate, mut up, mut out) = (
+        cpu.bufs.take(sc.gate),
+        cpu.bufs.take(sc.up),
+        cpu.bufs.take(sc.out),
+    );
+    let mut h = cpu.bufs.take(hidden);
     let Routes {
         chosen,
         slot,
@@ -109,12 +113,12 @@ pub(super) fn block(
         }
         add_inplace(hr, acc);
     }
-    cpu.put(sc.probs, probs);
-    cpu.put(sc.x, gathered);
-    cpu.put(sc.gate, gate);
-    cpu.put(sc.up, up);
-    cpu.put(sc.out, out);
-    cpu.put(hidden, h);
+    cpu.bufs.put(sc.probs, probs);
+    cpu.bufs.put(sc.x, gathered);
+    cpu.bufs.put(sc.gate, gate);
+    cpu.bufs.put(sc.up, up);
+    cpu.bufs.put(sc.out, out);
+    cpu.bufs.put(hidden, h);
 }
 
 fn sigmoid(v: f32) -> f32 {
