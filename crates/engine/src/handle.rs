@@ -31,6 +31,72 @@ pub struct EngineConfig {
     pub queue_limit: usize,
     /// The backend the model computes on (`--device`).
     pub device: DeviceKind,
+    /// How long a step may take while a sequence is decoding (`--step-budget`).
+    pub step_budget: StepBudget,
+}
+
+/// How long an engine step may take while any sequence is decoding, so that a prompt
+/// being read never freezes the streams already writing (`--step-budget`): prompts are
+/// then read in chunks across steps. With nobody decoding, prompts take the whole batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepBudget {
+    /// No cap: a step reads up to `-b` prompt tokens whoever waits.
+    Off,
+    /// This many hundredths of the predicted time of the step's decoding rows alone.
+    Times(u32),
+    /// This many milliseconds (never less than the decoding rows alone need).
+    Millis(u32),
+}
+
+impl StepBudget {
+    /// The default: 2.5× the decoding rows' step.
+    pub const AUTO: StepBudget = StepBudget::Times(250);
+
+    /// `auto`, `off`, `F x` (a factor of the decoding step, e.g. `2.5x`) or milliseconds
+    /// (`400` or `400ms`).
+    pub fn parse(s: &str) -> std::result::Result<StepBudget, String> {
+        let s = s.trim();
+        let bad = || {
+            format!("{s:?}: expected auto, off, a factor of the decode step such as 2.5x, or milliseconds such as 400ms")
+        };
+        match s {
+            "auto" => return Ok(StepBudget::AUTO),
+            "off" => return Ok(StepBudget::Off),
+            _ => {}
+        }
+        if let Some(f) = s.strip_suffix('x') {
+            let f: f64 = f.trim().parse().map_err(|_| bad())?;
+            if !(1.0..=100.0).contains(&f) {
+                return Err(format!("{s:?}: the factor must be from 1x to 100x"));
+            }
+            return Ok(StepBudget::Times((f * 100.0).round() as u32));
+        }
+        let ms: u32 = s.trim_end_matches("ms").trim().parse().map_err(|_| bad())?;
+        if ms == 0 {
+            return Err(format!("{s:?}: a step needs more than 0 ms (or say off)"));
+        }
+        Ok(StepBudget::Millis(ms))
+    }
+
+    /// Seconds a step may take when its decoding rows alone are predicted to take
+    /// `decoding` seconds; `None` for no cap.
+    pub fn target(self, decoding: f64) -> Option<f64> {
+        match self {
+            StepBudget::Off => None,
+            StepBudget::Times(h) => Some(decoding * h as f64 / 100.0),
+            StepBudget::Millis(ms) => Some((ms as f64 / 1e3).max(decoding)),
+        }
+    }
+}
+
+impl std::fmt::Display for StepBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StepBudget::Off => write!(f, "off"),
+            StepBudget::Times(h) => write!(f, "{}x the decode step", *h as f64 / 100.0),
+            StepBudget::Millis(ms) => write!(f, "{ms} ms"),
+        }
+    }
 }
 
 impl EngineConfig {

@@ -3,6 +3,7 @@
 //! multi-user engine thread with its handle.
 
 mod backend;
+pub mod cost;
 mod executor;
 mod front;
 mod handle;
@@ -16,7 +17,9 @@ pub mod speculative;
 pub use backend::DeviceKind;
 pub use executor::{ContextConfig, Enter, Executor, Out, Outputs, LOGIT_ROWS};
 pub use front::{Front, FrontState, FrontStats};
-pub use handle::{Counters, EngineConfig, EngineHandle, EventStream, SlotState, Snapshot};
+pub use handle::{
+    Counters, EngineConfig, EngineHandle, EventStream, SlotState, Snapshot, StepBudget,
+};
 pub use plan::{available_memory, MemoryPlan};
 pub use request::{DraftLimits, Event, FinishReason, GenRequest, Summary, TokenLogprob};
 pub use sampling::{Sampler, SamplerConfig};

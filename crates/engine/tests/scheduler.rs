@@ -45,6 +45,7 @@ fn config(n_ctx: usize, n_parallel: usize) -> EngineConfig {
         kv_type: GgmlType::F16,
         queue_limit: 64,
         device: engine::DeviceKind::Cpu,
+        step_budget: engine::StepBudget::AUTO,
     }
 }
 

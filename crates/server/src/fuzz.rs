@@ -148,6 +148,7 @@ pub fn ready(model: std::path::PathBuf) -> Result<Ready, crate::Error> {
         kv_type: gguf::GgmlType::F16,
         queue_limit: 1,
         device: engine::DeviceKind::Cpu,
+        step_budget: engine::StepBudget::AUTO,
     };
     crate::load(&ServerConfig::new(model, engine))
 }

@@ -22,6 +22,7 @@ fn loading_server(api_keys: &[&str]) -> axum::Router {
         kv_type: GgmlType::F16,
         queue_limit: 4,
         device: engine::DeviceKind::Cpu,
+        step_budget: engine::StepBudget::AUTO,
     };
     let config = ServerConfig {
         api_keys: api_keys.iter().map(|k| k.to_string()).collect(),

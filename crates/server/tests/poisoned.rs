@@ -122,6 +122,7 @@ fn config(model_path: PathBuf) -> ServerConfig {
         kv_type: GgmlType::F16,
         queue_limit: 8,
         device: engine::DeviceKind::Cpu,
+        step_budget: engine::StepBudget::AUTO,
     };
     ServerConfig {
         metrics: true,

@@ -160,6 +160,7 @@ fn spec_costs(
         kv_type: ctx.kv_type,
         queue_limit: 1,
         device: ctx.device,
+        step_budget: engine::StepBudget::AUTO,
     };
     let handle = engine::start(model, tok, ecfg, Some(spec), None)?;
     let costs = handle

@@ -170,6 +170,11 @@ pub struct ServeArgs {
     /// Requests that may wait for a slot; more get 503 with Retry-After.
     #[arg(long = "queue-limit", default_value_t = 256)]
     pub queue_limit: usize,
+    /// How long a step may take while any request is writing its answer, so that others'
+    /// prompts are read in chunks instead of freezing the streams: `auto` (2.5x the
+    /// decoding step), a factor such as `4x`, milliseconds such as `400ms`, or `off`.
+    #[arg(long = "step-budget", default_value = "auto", value_parser = engine::StepBudget::parse)]
+    pub step_budget: engine::StepBudget,
     /// Largest request body in bytes; larger ones get 413.
     #[arg(long = "body-limit", default_value_t = 32 << 20)]
     pub body_limit: usize,
@@ -288,6 +293,7 @@ impl ServeArgs {
                 kv_type: ctx.kv_type,
                 queue_limit: self.queue_limit,
                 device: ctx.device,
+                step_budget: self.step_budget,
             },
             api_keys,
             allowed_hosts,

@@ -4,21 +4,17 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use device::Row;
 use kernels::ThreadPool;
-use kv::SeqKv;
 
 use super::Engine;
-use crate::executor::{Enter, Out};
 use crate::handle::{Counters, EngineConfig};
 use crate::speculative::policy::Candidate;
+use crate::cost::{CostCurve, Shape, StepCost};
 use crate::speculative::{
-    CostCurve, Draft, DraftJob, Policy, Proposer, ProposerEnv, SpecConfig, SpecCosts, Speculation,
+    Draft, DraftJob, Policy, Proposer, ProposerEnv, SpecConfig, SpecCosts, Speculation,
 };
 use crate::Result;
 
-/// Row counts at which a target forward is timed at start.
-const TARGET_POINTS: [usize; 14] = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64];
 /// Tokens a drafter catches up on to measure what that costs per token.
 const CATCH_UP_TOKENS: usize = 64;
 /// Draft steps per calibration call (the fastest one counts).
@@ -40,7 +36,6 @@ impl Spec {
             context: cfg.context_config(),
             n_slots: cfg.n_parallel,
         };
-        let max_rows = (cfg.n_parallel * (s.config.n_max + 1)).min(cfg.n_ubatch);
         Ok(Spec {
             proposer: (s.make)(&env)?,
             cfg: s.config,
@@ -48,19 +43,22 @@ impl Spec {
                 s.config.policy,
                 s.config.n_max,
                 cfg.n_parallel,
-                CostCurve::from_points(&[], max_rows),
                 CostCurve::from_points(&[], cfg.n_parallel),
             ),
             warned: false,
         })
     }
 
-    pub fn costs(&self) -> SpecCosts {
+    /// What the policy predicts with; the target's forwards (every row wanting logits,
+    /// near position 0) by `cost`, for as many rows as a step of every slot drafting
+    /// `n_max` has.
+    pub fn costs(&self, cost: &StepCost, n_slots: usize) -> SpecCosts {
         let p = &self.policy;
+        let max_rows = n_slots * (self.cfg.n_max + 1);
         SpecCosts {
             drafter: self.proposer.name().to_string(),
-            target_ms: (1..=p.target.max_rows())
-                .map(|r| p.target.at(r) * 1e3)
+            target_ms: (1..=max_rows)
+                .map(|r| cost.predict(&Shape::run(0, r, r)) * 1e3)
                 .collect(),
             draft_ms: (1..=p.draft.max_rows())
                 .map(|r| p.draft.at(r) * 1e3)
@@ -114,13 +112,16 @@ impl Engine {
             return;
         };
         let mut cands = Vec::new();
-        let mut base = 0;
+        let (mut decoding, mut waiting) = (Shape::default(), Vec::new());
         for (slot, a) in self.slots.iter().enumerate() {
             let Some(a) = a.as_ref().filter(|_| in_turn(slot)) else {
                 continue;
             };
             let seq = &a.seq;
-            base += seq.pending();
+            match seq.pending() {
+                1 => decoding = decoding.plus(Shape::run(seq.kv.len(), 1, 1)),
+                n => waiting.push((a.order, seq.kv.len(), n)),
+            }
             if !seq.is_decoding() {
                 continue;
             }
@@ -138,13 +139,18 @@ impl Engine {
                     n_min,
                     behind,
                     remaining: seq.remaining(),
+                    position: seq.kv.len(),
                 });
             }
         }
         if cands.is_empty() {
             return;
         }
-        let depths = spec.policy.choose(base.min(self.cfg.n_batch), &cands);
+        waiting.sort_unstable();
+        let waiting: Vec<(usize, usize)> = waiting.into_iter().map(|w| (w.1, w.2)).collect();
+        let base = self.base_step(decoding, &waiting);
+        let spec = self.spec.as_mut().expect("checked above");
+        let depths = spec.policy.choose(&self.cost, base, &cands);
         let c = &mut self.counters;
         for &d in &depths {
             if c.spec.spec_depth_chosen.len() <= d {
@@ -196,26 +202,12 @@ impl Engine {
         }
     }
 
-    /// Measures the cost curves the policy starts from: target forwards (with their output
-    /// head) of 1 to `n_parallel × (n_max + 1)` rows, and draft steps over 1 to
-    /// `n_parallel` slots.
-    pub(super) fn calibrate(&mut self) {
-        let Some(spec) = self.spec.as_ref() else {
+    /// Measures what the drafter costs: draft steps over 1 to `n_parallel` slots, and
+    /// catching up per token.
+    pub(super) fn calibrate_drafter(&mut self) {
+        let Some(name) = self.spec.as_ref().map(|s| s.proposer.name().to_string()) else {
             return;
         };
-        let max_rows = spec.policy.target.max_rows();
-        let mut target = Vec::new();
-        for r in TARGET_POINTS
-            .into_iter()
-            .filter(|&r| r < max_rows)
-            .chain([max_rows])
-        {
-            let reps = if r <= 16 { 3 } else { 2 };
-            let Some(t) = (0..reps).filter_map(|_| self.time_forward(r)).min() else {
-                break;
-            };
-            target.push((r, t.as_secs_f64()));
-        }
         let n_slots = self.cfg.n_parallel;
         let mut draft = Vec::new();
         for m in [1, 2, 4, 8, 16, 32, 64]
@@ -229,57 +221,14 @@ impl Engine {
         }
         let catch_up = self.time_catch_up().unwrap_or(0.0);
         let spec = self.spec.as_mut().expect("checked above");
-        spec.policy.target = CostCurve::from_points(&target, max_rows);
         spec.policy.draft = CostCurve::from_points(&draft, n_slots);
         spec.policy.catch_up = catch_up;
-        let ms = |pts: &[(usize, f64)]| {
-            pts.iter()
-                .map(|(r, t)| format!("{r}:{:.1}", t * 1e3))
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
         eprintln!(
-            "speculation ({}, {:?} policy): target forward ms by rows {}; draft step ms by slots {}; catching up {:.2} ms per token",
-            spec.proposer.name(),
+            "speculation ({name}, {:?} policy): draft step ms by slots {}; catching up {:.2} ms per token",
             spec.policy.kind,
-            ms(&target),
-            ms(&draft),
+            super::calibrate::in_ms(&draft),
             catch_up * 1e3
         );
-    }
-
-    /// One target forward of `rows` rows of a scratch sequence, output head included.
-    fn time_forward(&mut self, rows: usize) -> Option<Duration> {
-        let hp = &self.exec.model().hparams;
-        let (e, n_vocab) = (hp.n_embd, hp.n_vocab);
-        let mut seq = SeqKv::default();
-        // A session no request has (task ids count up from 0).
-        const SCRATCH_SESSION: u64 = u64::MAX;
-        let entering: Vec<(u64, usize, u32)> = (0..rows)
-            .map(|i| (SCRATCH_SESSION, i, (i * 7919 % n_vocab) as u32))
-            .collect();
-        let tokens: Vec<u32> = entering.iter().map(|r| r.2).collect();
-        let batch_rows: Vec<Row> = (0..rows).map(|pos| Row { pos, seq: 0 }).collect();
-        let all: Vec<usize> = (0..rows).collect();
-        let t0 = Instant::now();
-        let enter = match &mut self.front {
-            Some(f) => {
-                let entered = f.forward(&entering, &mut self.entered[..rows * e]);
-                let _ = f.release(SCRATCH_SESSION);
-                entered.ok()?;
-                Enter::States(&self.entered[..rows * e])
-            }
-            None => Enter::Tokens(&tokens),
-        };
-        let out = Out::Logits {
-            rows: &all,
-            on_logits: &mut |_, _| {},
-        };
-        let done = self.exec.forward(&mut [&mut seq], &batch_rows, enter, out);
-        let took = t0.elapsed();
-        self.exec.release(&mut seq);
-        done.ok()?;
-        Some(took)
     }
 
     /// Seconds per token of a drafter catching up on `CATCH_UP_TOKENS` tokens of one slot.

@@ -27,6 +27,7 @@ use model::Model;
 use text::Tokenizer;
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::cost::{Shape, StepCost};
 use crate::executor::Executor;
 use crate::front::{Front, FrontState, Overlap};
 use crate::handle::{Command, Counters, EngineConfig, EngineHandle, SlotState, Snapshot};
@@ -35,6 +36,7 @@ use crate::slot::Sequence;
 use crate::speculative::Speculation;
 use crate::Result;
 
+mod calibrate;
 mod cohorts;
 mod drafting;
 mod planner;
@@ -46,7 +48,7 @@ const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 
 use cohorts::{Cohorts, InFlight};
 use drafting::Spec;
-use planner::{Holder, Planned, Slots};
+use planner::{Holder, Limits, Planned, Slots};
 
 struct Queued {
     task: u64,
@@ -65,6 +67,8 @@ struct Active {
 /// The state the engine thread owns: the model's executor and every sequence.
 pub struct Engine {
     exec: Executor,
+    /// What forwards cost here: measured at start, refreshed by every forward.
+    cost: StepCost,
     tok: Arc<Tokenizer>,
     cfg: EngineConfig,
     cache: PrefixCache,
@@ -129,6 +133,7 @@ pub fn start_with(
     eprintln!("device: {}", exec.device().describe());
     let spec = spec.map(|s| Spec::new(s, &cfg, pool)).transpose()?;
     let mut engine = Engine {
+        cost: StepCost::unmeasured(cfg.n_ubatch),
         exec,
         spec,
         front,
@@ -296,7 +301,10 @@ impl Engine {
             kv_blocks_free: self.exec.kv().free_blocks(),
             kv_blocks_cached: self.cache.n_blocks(),
             counters: self.counters.clone(),
-            spec_costs: self.spec.as_ref().map(|s| s.costs()),
+            spec_costs: self
+                .spec
+                .as_ref()
+                .map(|s| s.costs(&self.cost, self.cfg.n_parallel)),
             front: self.front.as_ref().map(|f| f.stats()),
         }
     }
@@ -377,10 +385,34 @@ impl Engine {
         }
     }
 
-    /// This step's batch: which positions of which slots, oldest request first, within the
-    /// token budget, with KV room reserved for all of them ([`planner::plan`]).
+    /// This step's batch: which positions of which slots, within the row and time
+    /// budgets, with KV room reserved for all of them ([`planner::plan`]).
     fn plan(&mut self) -> Vec<Planned> {
-        planner::plan(self.cfg.n_batch, self)
+        let cost = self.cost.clone();
+        let ub = self.cfg.n_ubatch;
+        let predict = |s: &Shape| cost.predict_step(s, ub);
+        planner::plan(&self.limits(&predict), self)
+    }
+
+    fn limits<'a>(&self, predict: &'a dyn Fn(&Shape) -> f64) -> Limits<'a> {
+        Limits {
+            n_batch: self.cfg.n_batch,
+            budget: self.cfg.step_budget,
+            predict,
+        }
+    }
+
+    /// The step's forward without drafts, as the planner would give it: the `decoding`
+    /// rows and the rows the budget leaves the `waiting` prompts (`(computed, pending)`,
+    /// oldest first).
+    fn base_step(&self, decoding: Shape, waiting: &[(usize, usize)]) -> Shape {
+        let ub = self.cfg.n_ubatch;
+        let predict = |s: &Shape| self.cost.predict_step(s, ub);
+        let limits = self.limits(&predict);
+        let target = planner::step_target(&limits, &decoding);
+        let rows_left = self.cfg.n_batch.saturating_sub(decoding.rows);
+        let shares = planner::prompt_shares(&limits, target, decoding, rows_left, waiting);
+        planner::with_prompts(decoding, &shares, waiting)
     }
 
     fn active(&self, slot: usize) -> &Active {

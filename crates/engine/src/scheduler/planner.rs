@@ -1,15 +1,30 @@
 //! The planner: which requests enter which slots, which positions of which slots a step
-//! computes under its token budget, and whose KV is given up when the pool runs short.
-//! It knows token counts and admission orders, not models: the engine answers its
-//! questions through [`Slots`], and the tests below drive it with plain numbers.
+//! computes under its row and time budgets, and whose KV is given up when the pool runs
+//! short. It knows token counts, positions and admission orders, not models: the engine
+//! answers its questions through [`Slots`] and predicts step times with its cost model,
+//! and the tests below drive it with plain numbers.
 //!
-//! Budget, worked through (`n_batch = 8`): slots in admission order A (a prompt of 20
-//! tokens not yet computed), B (decoding: 1 pending token and a draft of 3), C (decoding,
-//! 1 pending). A may take `8 - 2 = 6` rows, leaving one row for each decoder after it;
-//! B then has `8 - 6 - 1 = 1` row, so its draft is cut to nothing; C gets the last row.
-//! The step is `A 0..6, B 1 row, C 1 row`; A's prompt goes on in the next steps.
+//! A step is planned in two phases, oldest request first within each:
+//! 1. Decoding slots (one pending token): each takes its row, then as much of its draft
+//!    as the rows and the time target allow. The target is the [`StepBudget`] applied to
+//!    the predicted time of the decoding rows alone (by default 2.5× it): a stream waits
+//!    at most that long for its next token whoever else is reading a prompt.
+//! 2. Prompts share what is left: the most rows whose step is predicted within the
+//!    target (all `n_batch` rows when nobody decodes), at least one. The oldest prompt is
+//!    given a quarter of them (so that no prompt starves), the rest go to the prompts with
+//!    the fewest tokens left first (so that a short prompt is not queued behind long ones).
+//!
+//! Worked example (`n_batch = 64`, a step predicted at 10 ms + 1 ms per row, budget
+//! 2.5×): slots in admission order A (a prompt of 2,000 tokens), B (decoding, with a draft
+//! of 3), C (a prompt of 6 tokens). The decoding rows alone: B's 1 row, 11 ms, so the
+//! target is 27.5 ms. B takes its row and its draft (4 rows, 14 ms). Prompts may add 13
+//! rows (27 ms): A is given ⌈13 / 4⌉ = 4, C its 6 (fewest left), A the last 3. The step
+//! is `A 7 rows, B 4 rows, C 6 rows`; A's prompt goes on in the next steps.
 
 use std::collections::VecDeque;
+
+use crate::cost::Shape;
+use crate::StepBudget;
 
 /// Positions `from..from + n` of slot `slot` in this step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,8 +38,8 @@ pub(super) struct Planned {
 pub(super) trait Slots {
     /// The slots that may be planned this step, as `(admission order, slot)`.
     fn candidates(&self) -> Vec<(u64, usize)>;
-    /// Called once per candidate, in admission order, before it is planned: a slot with no
-    /// KV takes its cached prefix.
+    /// Called once per candidate, in admission order, before any is planned: a slot with
+    /// no KV takes its cached prefix.
     fn prepare(&mut self, slot: usize);
     /// Tokens of `slot` not yet computed (the prompt's rest, or the last sampled token).
     fn pending(&self, slot: usize) -> usize;
@@ -37,35 +52,140 @@ pub(super) trait Slots {
     fn make_room(&mut self, slot: usize, positions: usize, plan: &[Planned]) -> bool;
 }
 
-/// The step's rows: every candidate, oldest first, computes what it has not computed
-/// yet (its pending tokens, then its draft), within `n_batch` rows over all; a slot's
-/// share is cut so that every decoding slot after it still gets its row (see the module
-/// doc). A slot without KV room is left out.
-pub(super) fn plan(n_batch: usize, slots: &mut dyn Slots) -> Vec<Planned> {
+/// What bounds a step.
+pub(super) struct Limits<'a> {
+    /// Rows over all slots.
+    pub n_batch: usize,
+    pub budget: StepBudget,
+    /// Predicted seconds of a step of this shape.
+    pub predict: &'a dyn Fn(&Shape) -> f64,
+}
+
+/// The oldest waiting prompt is given at least `1 / OLDEST_SHARE` of the prompt rows.
+const OLDEST_SHARE: usize = 4;
+
+/// The step's rows (see the module doc), in admission order. A slot without KV room is
+/// left out.
+pub(super) fn plan(limits: &Limits, slots: &mut dyn Slots) -> Vec<Planned> {
     let mut order = slots.candidates();
     order.sort_unstable();
-    let mut plan: Vec<Planned> = Vec::new();
-    let mut budget = n_batch;
-    for (k, &(_, slot)) in order.iter().enumerate() {
-        let decoders_after = order[k + 1..]
-            .iter()
-            .filter(|&&(_, s)| slots.pending(s) == 1)
-            .count();
-        slots.prepare(slot);
-        let room = budget.saturating_sub(decoders_after);
-        let pending = slots.pending(slot);
-        let draft = slots.cut_draft(slot, room.saturating_sub(pending));
-        let n = (pending + draft).min(room);
-        if n == 0 {
-            continue;
+    for &(_, s) in &order {
+        slots.prepare(s);
+    }
+    let (decoding, prompts): (Vec<(u64, usize)>, Vec<(u64, usize)>) =
+        order.iter().partition(|&&(_, s)| slots.pending(s) == 1);
+    let mut shape = decoding
+        .iter()
+        .map(|&(_, s)| Shape::run(slots.computed(s), 1, 1))
+        .fold(Shape::default(), Shape::plus);
+    let target = step_target(limits, &shape);
+    let fits = |s: &Shape| target.is_none_or(|t| (limits.predict)(s) <= t);
+    let mut rows_left = limits.n_batch.saturating_sub(decoding.len());
+    let mut planned: Vec<(u64, Planned)> = Vec::new();
+    let mut take = |slots: &mut dyn Slots, order: u64, p: Planned| {
+        let now: Vec<Planned> = planned.iter().map(|x| x.1).collect();
+        let fits = slots.make_room(p.slot, p.from + p.n, &now);
+        if fits {
+            planned.push((order, p));
         }
-        let from = slots.computed(slot);
-        if slots.make_room(slot, from + n, &plan) {
-            budget -= n;
-            plan.push(Planned { slot, from, n });
+    };
+    for &(o, s) in &decoding {
+        let from = slots.computed(s);
+        let mut keep = slots.cut_draft(s, rows_left);
+        while keep > 0 && !fits(&shape.plus(Shape::run(from + 1, keep, keep))) {
+            keep -= 1;
+        }
+        let keep = slots.cut_draft(s, keep);
+        rows_left -= keep;
+        shape = shape.plus(Shape::run(from + 1, keep, keep));
+        let p = Planned {
+            slot: s,
+            from,
+            n: 1 + keep,
+        };
+        take(slots, o, p);
+    }
+    let waiting: Vec<(usize, usize)> = prompts
+        .iter()
+        .map(|&(_, s)| (slots.computed(s), slots.pending(s)))
+        .collect();
+    let shares = prompt_shares(limits, target, shape, rows_left, &waiting);
+    for (&(o, s), (n, &(from, _))) in prompts.iter().zip(shares.into_iter().zip(&waiting)) {
+        if n > 0 {
+            take(slots, o, Planned { slot: s, from, n });
         }
     }
-    plan
+    planned.sort_unstable_by_key(|x| x.0);
+    planned.into_iter().map(|x| x.1).collect()
+}
+
+/// How long the step may take when `decoding` is the shape of its decoding rows alone;
+/// `None`: no cap (nobody decodes, or the budget is off).
+pub(super) fn step_target(limits: &Limits, decoding: &Shape) -> Option<f64> {
+    match decoding.rows {
+        0 => None,
+        _ => limits.budget.target((limits.predict)(decoding)),
+    }
+}
+
+/// The rows each of the `waiting` prompts (`(computed, pending)`, oldest first) is
+/// given on top of a step of `shape`: the most, at most `rows_left`, whose step is
+/// predicted within `target`, and at least one, shared by [`share`].
+pub(super) fn prompt_shares(
+    limits: &Limits,
+    target: Option<f64>,
+    shape: Shape,
+    rows_left: usize,
+    waiting: &[(usize, usize)],
+) -> Vec<usize> {
+    let most = rows_left.min(waiting.iter().map(|w| w.1).sum());
+    if most == 0 {
+        return vec![0; waiting.len()];
+    }
+    let fits = |p: usize| {
+        let with = with_prompts(shape, &share(p, waiting), waiting);
+        target.is_none_or(|t| (limits.predict)(&with) <= t)
+    };
+    let (mut lo, mut hi) = (1, most);
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    share(lo, waiting)
+}
+
+/// `shape` with `shares[i]` rows of each of the `waiting` prompts (`(computed, pending)`);
+/// a prompt's last row wants logits.
+pub(super) fn with_prompts(shape: Shape, shares: &[usize], waiting: &[(usize, usize)]) -> Shape {
+    shares
+        .iter()
+        .zip(waiting)
+        .map(|(&n, &(from, pending))| Shape::run(from, n, usize::from(n == pending)))
+        .fold(shape, Shape::plus)
+}
+
+/// `rows` prompt rows shared among `waiting` prompts (`(computed, pending)`, oldest
+/// first): the oldest is given `⌈rows / OLDEST_SHARE⌉`, the rest go to the prompts with
+/// the fewest tokens left first (the older on ties), none more than it has pending.
+fn share(rows: usize, waiting: &[(usize, usize)]) -> Vec<usize> {
+    let mut given = vec![0; waiting.len()];
+    let Some(&(_, first)) = waiting.first() else {
+        return given;
+    };
+    given[0] = first.min(rows.div_ceil(OLDEST_SHARE));
+    let mut left = rows - given[0];
+    let mut by_rest: Vec<usize> = (0..waiting.len()).collect();
+    by_rest.sort_by_key(|&i| (waiting[i].1 - given[i], i));
+    for i in by_rest {
+        let n = (waiting[i].1 - given[i]).min(left);
+        given[i] += n;
+        left -= n;
+    }
+    given
 }
 
 /// A slot holding KV that could be given up, for [`victim`].
@@ -169,61 +289,96 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_budget_leaves_a_row_for_every_decoder_after_a_prompt() {
-        // The module doc's example: A prompt, B decoding with a draft of 3, C decoding.
-        let mut f = fake(&[(0, 20, 0, 0), (1, 1, 3, 30), (2, 1, 0, 12)], 1000);
-        let p = plan(8, &mut f);
-        let want = [
-            Planned {
-                slot: 0,
-                from: 0,
-                n: 6,
-            },
-            Planned {
-                slot: 1,
-                from: 30,
-                n: 1,
-            },
-            Planned {
-                slot: 2,
-                from: 12,
-                n: 1,
-            },
-        ];
-        assert_eq!(p, want);
-        assert_eq!(f.slots[1].2, 0, "B's draft was cut to its room");
-        assert_eq!(
-            f.prepared,
-            [0, 1, 2],
-            "each candidate prepared, oldest first"
-        );
+    /// 10 ms a step plus 1 ms a row.
+    fn linear(s: &Shape) -> f64 {
+        0.010 + 0.001 * s.rows as f64
+    }
+
+    fn limits(n_batch: usize, budget: StepBudget) -> Limits<'static> {
+        Limits {
+            n_batch,
+            budget,
+            predict: &linear,
+        }
+    }
+
+    fn rows(p: &[Planned]) -> Vec<(usize, usize)> {
+        p.iter().map(|p| (p.slot, p.n)).collect()
     }
 
     #[test]
-    fn decoders_keep_their_drafts_when_the_budget_allows_and_prompts_take_the_rest() {
-        // Decoders first in admission order: each takes its token and draft; the younger
-        // prompt gets what is left of 16.
-        let mut f = fake(&[(0, 1, 4, 10), (1, 1, 2, 10), (2, 50, 0, 0)], 1000);
-        let p = plan(16, &mut f);
-        assert_eq!(p.iter().map(|p| p.n).collect::<Vec<_>>(), [5, 3, 8]);
-        // Two prompts: the older fills the budget; the younger waits.
-        let mut f = fake(&[(3, 40, 0, 0), (5, 40, 0, 0)], 1000);
-        let p = plan(16, &mut f);
-        assert_eq!(
-            p,
-            [Planned {
-                slot: 0,
-                from: 0,
-                n: 16
-            }]
+    fn the_module_docs_example() {
+        // A prompt of 2,000, B decoding with a draft of 3, C a prompt of 6.
+        let mut f = fake(&[(0, 2000, 0, 0), (1, 1, 3, 30), (2, 6, 0, 0)], 100_000);
+        let p = plan(&limits(64, StepBudget::AUTO), &mut f);
+        assert_eq!(rows(&p), [(0, 7), (1, 4), (2, 6)]);
+        assert_eq!(p[1].from, 30);
+        assert_eq!(f.slots[1].2, 3, "B keeps its draft");
+        assert_eq!(f.prepared, [0, 1, 2], "each candidate prepared, oldest first");
+    }
+
+    #[test]
+    fn while_a_sequence_decodes_prompt_rows_are_capped_by_the_predicted_step() {
+        for budget in [StepBudget::AUTO, StepBudget::Times(400), StepBudget::Millis(50)] {
+            let mut f = fake(&[(0, 1, 0, 500), (1, 1, 0, 20), (2, 3000, 0, 0)], 100_000);
+            let p = plan(&limits(2048, budget), &mut f);
+            let decoding = linear(&Shape::run(0, 2, 2));
+            let target = budget.target(decoding).expect("a cap");
+            let total: usize = p.iter().map(|p| p.n).sum();
+            let step = linear(&Shape::run(0, total, 0));
+            assert!(step <= target + 1e-12, "{budget}: {step} s over {target} s");
+            let more = linear(&Shape::run(0, total + 1, 0));
+            assert!(more > target, "{budget}: one more row would still fit");
+            assert_eq!(rows(&p)[..2], [(0, 1), (1, 1)], "every decoder has its row");
+        }
+        // Nobody decoding: the prompt takes the whole batch; the budget off: likewise.
+        let mut f = fake(&[(2, 3000, 0, 0)], 100_000);
+        assert_eq!(rows(&plan(&limits(2048, StepBudget::AUTO), &mut f)), [(0, 2048)]);
+        let mut f = fake(&[(0, 1, 0, 500), (2, 3000, 0, 0)], 100_000);
+        let p = plan(&limits(2048, StepBudget::Off), &mut f);
+        assert_eq!(rows(&p), [(0, 1), (1, 2047)]);
+    }
+
+    #[test]
+    fn drafts_count_in_the_step_and_are_cut_to_the_target() {
+        // Target 2.5 × 12 ms = 30 ms, 20 rows: the two decoders' own rows take 2, the
+        // older one's draft of 24 is cut to 18, the younger one's to nothing, and the
+        // prompt still gets its one row.
+        let mut f = fake(&[(0, 1, 24, 100), (1, 1, 4, 50), (2, 500, 0, 0)], 100_000);
+        let p = plan(&limits(2048, StepBudget::AUTO), &mut f);
+        assert_eq!(rows(&p), [(0, 19), (1, 1), (2, 1)]);
+        assert_eq!((f.slots[0].2, f.slots[1].2), (18, 0));
+        // With the budget off, drafts are bounded by the rows alone.
+        let mut f = fake(&[(0, 1, 16, 100), (1, 1, 4, 50)], 100_000);
+        let p = plan(&limits(12, StepBudget::Off), &mut f);
+        assert_eq!(rows(&p), [(0, 11), (1, 1)]);
+    }
+
+    #[test]
+    fn a_short_prompt_behind_long_ones_gets_rows_in_its_first_step() {
+        let long = (2000, 0, 0);
+        let w = |o: u64, (p, d, c): (usize, usize, usize)| (o, p, d, c);
+        let mut f = fake(
+            &[w(0, long), w(1, long), w(2, long), (3, 1, 0, 40), w(4, (64, 0, 0))],
+            100_000,
         );
+        let p = plan(&limits(2048, StepBudget::AUTO), &mut f);
+        let short = p.iter().find(|p| p.slot == 4).expect("the short prompt is planned");
+        let oldest = p.iter().find(|p| p.slot == 0).expect("the oldest is planned");
+        let prompt_rows: usize = p.iter().filter(|p| p.slot != 3).map(|p| p.n).sum();
+        assert!(short.n >= prompt_rows * 3 / 4 - 1, "{p:?}");
+        assert!(oldest.n >= prompt_rows.div_ceil(4), "the oldest is not starved: {p:?}");
+        // Nobody decoding: the short prompt is read whole in the first step, and the
+        // oldest long one takes the rest of the batch.
+        let mut f = fake(&[w(0, long), w(1, long), w(2, (64, 0, 0))], 100_000);
+        let p = plan(&limits(512, StepBudget::AUTO), &mut f);
+        assert_eq!(rows(&p), [(0, 448), (2, 64)]);
     }
 
     #[test]
     fn a_slot_without_kv_room_is_left_out_and_costs_no_budget() {
         let mut f = fake(&[(0, 30, 0, 0), (1, 1, 0, 7)], 20);
-        let p = plan(32, &mut f);
+        let p = plan(&limits(32, StepBudget::Off), &mut f);
         assert_eq!(
             p,
             [Planned {

@@ -7,6 +7,7 @@ use device::Row;
 use kv::SeqKv;
 
 use super::planner::Planned;
+use crate::cost::Shape;
 use super::{release_kv, Engine};
 use crate::executor::{Enter, Out};
 use crate::request::Summary;
@@ -99,11 +100,12 @@ impl Engine {
                     self.counters.tokens.prompt_tokens_total += 1;
                 }
             }
-            if let Some(spec) = &mut self.spec {
-                if out_rows.len() == n {
-                    spec.policy.target.observe(n, t0.elapsed());
-                }
-            }
+            let shape = Shape {
+                rows: n,
+                logits: out_rows.len(),
+                attended: chunk.iter().map(|r| r.1 + 1).sum(),
+            };
+            self.cost.observe(&shape, t0.elapsed());
             if self.front.is_some() {
                 self.counters.split.head_compute_seconds_total +=
                     t0.elapsed().saturating_sub(waited).as_secs_f64();

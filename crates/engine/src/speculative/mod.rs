@@ -17,7 +17,7 @@ pub mod vocab;
 
 pub use draft_model::DraftModel;
 pub use ngram::Ngram;
-pub use policy::{CostCurve, Policy, PolicyKind};
+pub use policy::{Policy, PolicyKind};
 pub use scripted::Scripted;
 
 use std::sync::Arc;

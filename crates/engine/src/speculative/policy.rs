@@ -5,12 +5,14 @@
 //! ```text
 //!            Σ_s E_s(d_s)
 //! rate = ───────────────────────────────────────────   E_s(d) = 1 + Σ_{j=1..d} Π_{i≤j} a_s(i)
-//!        T(base + Σ_s d_s) + Σ_{j=1..max d} D(#{s: d_s ≥ j})
+//!        T(base + drafts) + Σ_{j=1..max d} D(#{s: d_s ≥ j})
 //! ```
 //!
-//! where `T(r)` is the measured time of a target forward of `r` rows, `D(r)` that of one
-//! draft step over `r` slots, `base` the rows the step has anyway (one per decoding slot
-//! plus any prompt chunks) and `a_s(i)` the moving average of slot `s`'s acceptance at
+//! where `T` is the step's forward time as [`crate::cost::StepCost`] predicts it (the
+//! budget of the planner predicts with the same model), `base` the rows the step has
+//! anyway (one per decoding slot plus any prompt chunks), `drafts` slot `s`'s `d_s` draft
+//! rows after its position, each wanting logits, `D(r)` the time of one draft step over
+//! `r` slots, and `a_s(i)` the moving average of slot `s`'s acceptance at
 //! draft position `i` given the positions before it were accepted. `d_s = 0` (plain
 //! decoding) is always a candidate, so the chosen depths are never predicted to be slower
 //! than not drafting. Depths change only for a predicted gain of [`HYSTERESIS`] (of
@@ -22,12 +24,12 @@
 //! Measured step times are compared with the predicted ones, for steps without drafts and,
 //! per number of decoding slots, with drafts; drafting is predicted slower by the ratio. The fixed policy always asks for `n_max`, as llama.cpp does.
 //!
-//! Worked example (1.5B target, 0.5B draft, one slot): T(1) = 41 ms, T(2) = 46 ms,
-//! T(5) = 62 ms, D(1) = 16 ms, a = 0.9 at every position. d = 0: 1 / 41 ms = 24 tok/s;
+//! Worked example (1.5B target, 0.5B draft, one slot, short context): T(1 row) = 41 ms,
+//! T(2) = 46 ms, T(5) = 62 ms, D(1) = 16 ms, a = 0.9 at every position. d = 0: 1 / 41 ms = 24 tok/s;
 //! d = 1: 1.9 / 62 ms = 31 tok/s; d = 4: 4.1 / 126 ms = 32 tok/s, so the policy drafts 4.
 //! With a = 0.5, d = 1 gives 1.5 / 62 ms = 24 tok/s, no gain: it decodes plainly.
 
-use std::time::Duration;
+use crate::cost::{CostCurve, Shape, StepCost};
 
 /// Which depths are asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,67 +57,6 @@ const CATCH_UP_STEPS: f64 = 64.0;
 const ALPHA: f64 = 0.15;
 /// Acceptance assumed before anything is observed.
 const PRIOR: f64 = 0.7;
-
-/// Seconds per call as a function of rows (index = rows), measured at start at some row
-/// counts, interpolated between them, and refreshed by moving averages while serving.
-#[derive(Debug, Clone)]
-pub struct CostCurve {
-    secs: Vec<f64>,
-}
-
-impl CostCurve {
-    /// From `(rows, seconds)` measurements (any order, rows ≥ 1), defined for
-    /// `1..=max_rows`; linear between points and beyond the last one.
-    pub fn from_points(points: &[(usize, f64)], max_rows: usize) -> CostCurve {
-        let mut pts: Vec<(usize, f64)> = points.iter().copied().filter(|p| p.0 > 0).collect();
-        pts.sort_by_key(|p| p.0);
-        pts.dedup_by_key(|p| p.0);
-        let at = |r: usize| -> f64 {
-            match pts.len() {
-                0 => 0.0,
-                1 => pts[0].1 * r as f64 / pts[0].0 as f64,
-                _ => {
-                    let i = pts.partition_point(|p| p.0 < r).clamp(1, pts.len() - 1);
-                    let ((r0, t0), (r1, t1)) = (pts[i - 1], pts[i]);
-                    let slope = (t1 - t0) / (r1 - r0) as f64;
-                    (t0 + slope * (r as f64 - r0 as f64)).max(0.0)
-                }
-            }
-        };
-        let mut secs: Vec<f64> = (0..=max_rows.max(1))
-            .map(|r| if r == 0 { 0.0 } else { at(r) })
-            .collect();
-        for r in 1..secs.len() {
-            secs[r] = secs[r].max(secs[r - 1]);
-        }
-        CostCurve { secs }
-    }
-
-    pub fn max_rows(&self) -> usize {
-        self.secs.len() - 1
-    }
-
-    /// Seconds for `rows` rows (0 for none; linear beyond the table).
-    pub fn at(&self, rows: usize) -> f64 {
-        let m = self.max_rows();
-        if rows <= m {
-            return self.secs[rows];
-        }
-        let slope = if m >= 2 {
-            self.secs[m] - self.secs[m - 1]
-        } else {
-            self.secs[m]
-        };
-        self.secs[m] + slope * (rows - m) as f64
-    }
-
-    /// Folds in one measured call.
-    pub fn observe(&mut self, rows: usize, took: Duration) {
-        if let Some(s) = self.secs.get_mut(rows).filter(|_| rows > 0) {
-            *s += ALPHA * (took.as_secs_f64() - *s);
-        }
-    }
-}
 
 /// Moving averages of conditional acceptance per draft position.
 #[derive(Debug, Clone)]
@@ -160,6 +101,8 @@ pub struct Candidate {
     pub behind: usize,
     /// Tokens the request may still generate.
     pub remaining: usize,
+    /// The position of its pending token (its drafts come after it).
+    pub position: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -169,11 +112,10 @@ struct SlotState {
     idle: usize,
 }
 
-/// The policy's state: cost curves, acceptance per slot and over all slots.
+/// The policy's state: the drafter's cost curve, acceptance per slot and over all slots.
 #[derive(Debug, Clone)]
 pub struct Policy {
     pub kind: PolicyKind,
-    pub target: CostCurve,
     pub draft: CostCurve,
     /// Seconds per token a drafter spends catching up (computing tokens it missed).
     pub catch_up: f64,
@@ -197,16 +139,9 @@ pub struct Policy {
 }
 
 impl Policy {
-    pub fn new(
-        kind: PolicyKind,
-        n_max: usize,
-        n_slots: usize,
-        target: CostCurve,
-        draft: CostCurve,
-    ) -> Self {
+    pub fn new(kind: PolicyKind, n_max: usize, n_slots: usize, draft: CostCurve) -> Self {
         Policy {
             kind,
-            target,
             draft,
             catch_up: 0.0,
             global: Acceptance::new(n_max, PRIOR),
@@ -232,11 +167,11 @@ impl Policy {
     }
 
     /// Predicted tokens per second of the step with `depths` (per candidate) on top of
-    /// `base` rows.
+    /// `base`.
     /// Drafting steps are predicted slower by the measured / predicted ratio of their own
     /// against that of plain steps.
-    fn rate(&self, base: usize, cands: &[Candidate], depths: &[usize]) -> f64 {
-        let (tokens, time) = self.predict(base, cands, depths);
+    fn rate(&self, cost: &StepCost, base: Shape, cands: &[Candidate], depths: &[usize]) -> f64 {
+        let (tokens, time) = self.predict(cost, base, cands, depths);
         if depths.iter().any(|&d| d > 0) {
             tokens / (time * self.spec_scale(cands.len()) / self.plain_scale)
         } else {
@@ -244,15 +179,25 @@ impl Policy {
         }
     }
 
-    /// Expected tokens and seconds of the step with `depths`, from the cost curves.
-    fn predict(&self, base: usize, cands: &[Candidate], depths: &[usize]) -> (f64, f64) {
+    /// Expected tokens and seconds of the step with `depths`, from the cost model.
+    fn predict(
+        &self,
+        cost: &StepCost,
+        base: Shape,
+        cands: &[Candidate],
+        depths: &[usize],
+    ) -> (f64, f64) {
         let expected = |c: &Candidate, d: usize| {
             self.slots[c.slot]
                 .as_ref()
                 .map_or(1.0, |s| s.acc.expected(d))
         };
         let tokens: f64 = cands.iter().zip(depths).map(|(c, &d)| expected(c, d)).sum();
-        let rows = base + depths.iter().sum::<usize>();
+        let forward = cands
+            .iter()
+            .zip(depths)
+            .map(|(c, &d)| Shape::run(c.position + 1, d, d))
+            .fold(base, Shape::plus);
         let deepest = depths.iter().copied().max().unwrap_or(0);
         let drafting: f64 = (1..=deepest)
             .map(|j| self.draft.at(depths.iter().filter(|&&d| d >= j).count()))
@@ -266,12 +211,12 @@ impl Policy {
                 c.behind.saturating_sub(2) as f64 * self.catch_up / steps_left
             })
             .sum();
-        (tokens, self.target.at(rows) + drafting + catch_up)
+        (tokens, cost.predict(&forward) + drafting + catch_up)
     }
 
-    /// The depth each candidate drafts this step (0: decode plainly). `base` counts the
-    /// step's rows without drafts.
-    pub fn choose(&mut self, base: usize, cands: &[Candidate]) -> Vec<usize> {
+    /// The depth each candidate drafts this step (0: decode plainly). `base` is the
+    /// step's forward without drafts.
+    pub fn choose(&mut self, cost: &StepCost, base: Shape, cands: &[Candidate]) -> Vec<usize> {
         if self.kind == PolicyKind::Fixed {
             return cands.iter().map(|c| c.n_max).collect();
         }
@@ -288,7 +233,7 @@ impl Policy {
             .collect();
         for _pass in 0..2 {
             for i in 0..cands.len() {
-                let now = self.rate(base, cands, &depths);
+                let now = self.rate(cost, base, cands, &depths);
                 let margin = if depths[i] == 0 {
                     START_GAIN
                 } else {
@@ -299,7 +244,7 @@ impl Policy {
                 for d in options {
                     let mut trial = depths.clone();
                     trial[i] = d;
-                    let r = self.rate(base, cands, &trial);
+                    let r = self.rate(cost, base, cands, &trial);
                     if r > best.0 {
                         best = (r, d);
                     }
@@ -329,7 +274,7 @@ impl Policy {
         self.probe_only = probed && !chosen;
         self.drafted = depths.iter().any(|&d| d > 0);
         self.n_decoding = cands.len();
-        self.predicted = self.predict(base, cands, &depths).1;
+        self.predicted = self.predict(cost, base, cands, &depths).1;
         depths
     }
 
@@ -378,15 +323,16 @@ impl Policy {
 mod tests {
     use super::*;
 
-    fn curves() -> (CostCurve, CostCurve) {
+    /// The target's forwards as one curve (no separate head, no attention term), and the
+    /// drafter's steps.
+    fn costs() -> (StepCost, CostCurve) {
         let ms = |p: &[(usize, f64)]| p.iter().map(|&(r, t)| (r, t / 1e3)).collect::<Vec<_>>();
-        (
-            CostCurve::from_points(
-                &ms(&[(1, 41.0), (2, 46.4), (4, 56.2), (8, 80.9), (16, 133.4)]),
-                64,
-            ),
-            CostCurve::from_points(&ms(&[(1, 16.0), (8, 40.0)]), 8),
-        )
+        let mut target = StepCost::unmeasured(64);
+        target.rows = CostCurve::from_points(
+            &ms(&[(1, 41.0), (2, 46.4), (4, 56.2), (8, 80.9), (16, 133.4)]),
+            64,
+        );
+        (target, CostCurve::from_points(&ms(&[(1, 16.0), (8, 40.0)]), 8))
     }
 
     fn one(n_max: usize) -> Vec<Candidate> {
@@ -396,43 +342,43 @@ mod tests {
             n_min: 0,
             behind: 1,
             remaining: 256,
+            position: 100,
         }]
     }
 
-    #[test]
-    fn curve_interpolates_and_extrapolates() {
-        let (t, _) = curves();
-        assert!((t.at(3) - 0.0513).abs() < 1e-6);
-        assert!((t.at(64) - (0.1334 + 48.0 * (0.1334 - 0.0809) / 8.0)).abs() < 1e-6);
-        assert!(t.at(100) > t.at(64));
-        assert_eq!(t.at(0), 0.0);
+    fn rows(n: usize) -> Shape {
+        Shape {
+            rows: n,
+            logits: 1,
+            attended: 0,
+        }
     }
 
     #[test]
     fn drafts_deep_when_drafts_are_accepted_and_not_at_all_when_rejected() {
-        let (t, d) = curves();
-        let mut p = Policy::new(PolicyKind::Adaptive, 8, 1, t, d);
+        let (t, d) = costs();
+        let mut p = Policy::new(PolicyKind::Adaptive, 8, 1, d);
         for _ in 0..50 {
             p.observe(0, 8, 8);
         }
-        let deep = p.choose(1, &one(8))[0];
+        let deep = p.choose(&t, rows(1), &one(8))[0];
         assert!(deep >= 4, "depth {deep} with everything accepted");
         for _ in 0..50 {
             p.observe(0, 4, 0);
         }
-        assert_eq!(p.choose(1, &one(8))[0], 0);
+        assert_eq!(p.choose(&t, rows(1), &one(8))[0], 0);
     }
 
     #[test]
     fn probes_after_idle_steps_and_fixed_always_drafts_n_max() {
-        let (t, d) = curves();
+        let (t, d) = costs();
         let free = CostCurve::from_points(&[], 8);
-        let mut p = Policy::new(PolicyKind::Adaptive, 8, 1, t.clone(), free);
+        let mut p = Policy::new(PolicyKind::Adaptive, 8, 1, free);
         for _ in 0..50 {
             p.observe(0, 4, 0);
         }
         let step = |p: &mut Policy, drafting_ms: u64| {
-            let d = p.choose(1, &one(8))[0];
+            let d = p.choose(&t, rows(1), &one(8))[0];
             p.account(
                 std::time::Duration::from_millis(41 + drafting_ms * d as u64),
                 std::time::Duration::from_millis(drafting_ms * d as u64),
@@ -446,19 +392,23 @@ mod tests {
             costly, 1,
             "one probe that took 5 s stops probing for a while"
         );
-        let mut f = Policy::new(PolicyKind::Fixed, 8, 1, t, d);
-        assert_eq!(f.choose(1, &one(5)), vec![5]);
+        let mut f = Policy::new(PolicyKind::Fixed, 8, 1, d);
+        assert_eq!(f.choose(&t, rows(1), &one(5)), vec![5]);
     }
 
     #[test]
-    fn a_large_batch_makes_drafts_cheap() {
-        let (t, d) = curves();
-        let mut p = Policy::new(PolicyKind::Adaptive, 8, 1, t, d);
+    fn a_large_batch_makes_drafts_cheap_and_a_long_context_dear() {
+        let (mut t, d) = costs();
+        let mut p = Policy::new(PolicyKind::Adaptive, 8, 1, d);
         for _ in 0..50 {
             p.observe(0, 2, 1);
         }
-        let alone = p.choose(1, &one(8))[0];
-        let with_prompt = p.choose(40, &one(8))[0];
+        let alone = p.choose(&t, rows(1), &one(8))[0];
+        let with_prompt = p.choose(&t, rows(40), &one(8))[0];
         assert!(with_prompt >= alone, "{with_prompt} < {alone}");
+        assert!(alone > 0, "the first draft position is always accepted");
+        t.attend = 1e-3;
+        let far = p.choose(&t, rows(1), &one(8))[0];
+        assert_eq!(far, 0, "a draft row attending 100 positions costs 0.1 s");
     }
 }
