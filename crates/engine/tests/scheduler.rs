@@ -173,6 +173,56 @@ fn preemption_under_a_small_pool_keeps_the_tokens() {
     assert!(snapshot(&handle).counters.requests.preemptions_total > 0);
 }
 
+/// A prompt read one row per step while another request streams (the step budget at 1×
+/// the decoding step leaves prompts the one row every step gets) gives the tokens it gives
+/// alone, and the stream goes on receiving tokens meanwhile.
+#[test]
+fn a_prompt_read_in_chunks_while_another_streams_gives_its_tokens_alone() {
+    let (model, tok) = load();
+    let long = tok.encode(&PROMPTS.join(" ").repeat(2), true, false).unwrap();
+    let short = tok.encode(PROMPTS[0], true, false).unwrap();
+    let (want_long, want_short) = (reference(&model, &long, 8), reference(&model, &short, 40));
+    assert!(long.len() > 100, "{} tokens", long.len());
+    let cfg = EngineConfig {
+        step_budget: engine::StepBudget::Times(100),
+        ..config(1024, 2)
+    };
+    let handle = engine::start(model, tok, cfg, None, None).unwrap();
+    let timed = |mut events: engine::EventStream, first: Option<std::sync::mpsc::Sender<()>>| {
+        let (mut tokens, mut at) = (Vec::new(), Vec::new());
+        loop {
+            match events.blocking_recv().expect("engine answers") {
+                Event::Delta { tokens: ids, .. } => {
+                    tokens.extend(ids);
+                    at.push(std::time::Instant::now());
+                    if let Some(tx) = &first {
+                        let _ = tx.send(());
+                    }
+                }
+                Event::Done(_) => return (tokens, at),
+                other => panic!("request failed: {other:?}"),
+            }
+        }
+    };
+    let (started, streaming) = std::sync::mpsc::channel();
+    let stream = handle.submit(greedy(short, 40)).unwrap().1;
+    let streamer = std::thread::spawn(move || timed(stream, Some(started)));
+    streaming.recv().unwrap();
+    let sent = std::time::Instant::now();
+    let (got_long, long_at) = timed(handle.submit(greedy(long, 8)).unwrap().1, None);
+    let (got_short, short_at) = streamer.join().unwrap();
+    assert_eq!(got_long, want_long, "the chunked prompt's tokens");
+    assert_eq!(got_short, want_short, "the stream's tokens");
+    let meanwhile = short_at
+        .iter()
+        .filter(|&&t| t > sent && t < long_at[0])
+        .count();
+    assert!(
+        meanwhile >= 30,
+        "the stream got {meanwhile} of its 40 tokens while the prompt was read"
+    );
+}
+
 #[test]
 fn prefix_cache_reuses_a_resumed_conversation() {
     let (model, tok) = load();
