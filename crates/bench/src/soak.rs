@@ -129,6 +129,7 @@ pub fn run(cfg: &SoakConfig) -> Result<SoakReport, String> {
                         timeout_s: 600,
                         api_key: None,
                         drop_after: hang_up.then(|| 1 + (next(&mut rng) % 8) as usize),
+                        started: None,
                     };
                     let ex = exchange(&ask);
                     let mut t = tally.lock().expect("tally");

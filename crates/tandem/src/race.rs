@@ -60,6 +60,16 @@ pub struct RaceArgs {
     /// Sent to every target as `Authorization: Bearer KEY`.
     #[arg(long = "api-key")]
     pub api_key: Option<String>,
+    /// After the runs, users streaming while others send long prompts: `SxSIZE+LxSIZE`,
+    /// e.g. `2xshort+2x4k` (2 users stream replies to 64-token prompts; once they have their
+    /// first tokens, 2 others send 4k-token prompts). Reports the streams' worst gap and
+    /// the long prompts' TTFT.
+    #[arg(long)]
+    pub mix: Option<bench::race::mix::Mix>,
+    /// Tokens per reply of the mix's streaming users (long enough to outlast the long
+    /// prompts' reading).
+    #[arg(long = "mix-tokens", default_value_t = 1024)]
+    pub mix_tokens: usize,
     /// Seconds one request may take.
     #[arg(long, default_value_t = 1800)]
     pub request_timeout: u64,
@@ -108,6 +118,8 @@ pub fn execute(a: RaceArgs) -> Result<(), CliError> {
         model: a.model,
         ignore_eos: a.ignore_eos,
         api_key: a.api_key,
+        mix: a.mix,
+        mix_tokens: a.mix_tokens,
         request_timeout_s: a.request_timeout,
         ready_timeout_s: a.ready_timeout,
         argv: std::env::args().collect(),

@@ -1,5 +1,7 @@
 //! One streamed request to an OpenAI-compatible server, timed on a monotonic clock.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde::Serialize;
@@ -49,6 +51,9 @@ pub struct Ask {
     pub api_key: Option<String>,
     /// Close the connection after this many output events, as a client that goes away.
     pub drop_after: Option<usize>,
+    /// Counted up once when the first output event arrives, or when the exchange ends
+    /// without one.
+    pub started: Option<Arc<AtomicUsize>>,
 }
 
 /// `request` with `Authorization: Bearer key` when there is a key.
@@ -148,6 +153,14 @@ fn body(ask: &Ask) -> (String, Value) {
 
 /// Sends `ask` with `stream: true` and reads its server-sent events as they come.
 pub fn exchange(ask: &Ask) -> Exchange {
+    let ex = exchange_events(ask);
+    if let (Some(n), None) = (&ask.started, ex.t_first) {
+        n.fetch_add(1, Ordering::AcqRel);
+    }
+    ex
+}
+
+fn exchange_events(ask: &Ask) -> Exchange {
     let t0 = Instant::now();
     let since = || t0.elapsed().as_secs_f64();
     let (url, body) = body(ask);
@@ -185,8 +198,12 @@ pub fn exchange(ask: &Ask) -> Exchange {
         match b {
             Ok((b'\n', _)) => {
                 let now = since();
+                let before = ex.t_first;
                 event(&mut ex, &String::from_utf8_lossy(&line), now);
                 line.clear();
+                if let (Some(n), None, Some(_)) = (&ask.started, before, ex.t_first) {
+                    n.fetch_add(1, Ordering::AcqRel);
+                }
                 if ex.outcome == Outcome::StreamError {
                     break;
                 }

@@ -11,6 +11,7 @@
 //! stopped before the next one starts.
 
 pub mod client;
+pub mod mix;
 pub mod plot;
 pub mod prompts;
 pub mod summary;
@@ -79,6 +80,10 @@ pub struct RaceConfig {
     pub ignore_eos: bool,
     /// Sent to every target as `Authorization: Bearer KEY`.
     pub api_key: Option<String>,
+    /// After the runs: users streaming while others send long prompts.
+    pub mix: Option<mix::Mix>,
+    /// Tokens per reply of the mix's streaming users.
+    pub mix_tokens: usize,
     pub request_timeout_s: u64,
     pub ready_timeout_s: u64,
     /// The command line, for the JSON document.
@@ -92,6 +97,8 @@ pub enum Pass {
     Run(usize),
     /// The prompt of run 0, user 0, asked again alone after the runs.
     Repeat,
+    /// A request of the mix (see [`mix`]).
+    Mix,
 }
 
 /// One request of the race.
@@ -152,6 +159,7 @@ pub struct RaceResult {
     pub targets: Vec<TargetReport>,
     pub levels: Vec<Level>,
     pub requests: Vec<Record>,
+    pub mix: Option<mix::Mix>,
 }
 
 /// Races every target in turn.
@@ -181,6 +189,7 @@ pub fn run(cfg: &RaceConfig) -> Result<RaceResult, String> {
         targets: Vec::new(),
         levels: Vec::new(),
         requests: Vec::new(),
+        mix: cfg.mix.clone(),
     };
     for target in &cfg.targets {
         bar.set_message(target.name.clone());
@@ -248,6 +257,7 @@ fn race_target(
         timeout_s: cfg.request_timeout_s,
         api_key: cfg.api_key.clone(),
         drop_after: None,
+        started: None,
     };
     let mut warm = ask(format!("[race {session} warm-up] Say hello."));
     warm.max_tokens = 8;
@@ -314,6 +324,35 @@ fn race_target(
             .requests
             .push(p.record(target, size, users, Pass::Repeat, 0, 0.0, ex));
     }
+    if let Some(m) = &cfg.mix {
+        let key = |user: usize| format!("mix/{user}");
+        let size = |user: usize| match user < m.streaming {
+            true => &m.stream_size,
+            false => &m.long_size,
+        };
+        let prompts: Vec<Prompt> = (0..m.streaming + m.long)
+            .map(|user| {
+                let tag = format!("[race {session} {}]", key(user));
+                let (text, sized) =
+                    sizer.prompt(&cfg.corpus, &tag, fnv(&key(user)), size(user).tokens, chat);
+                Prompt { tag, text, sized }
+            })
+            .collect();
+        let sent = mix::run(m, &|user| {
+            let mut a = ask(prompts[user].text.clone());
+            if user < m.streaming {
+                a.max_tokens = cfg.mix_tokens;
+            }
+            a
+        });
+        bar.inc((m.streaming + m.long) as u64);
+        for (s, p) in sent.into_iter().zip(prompts) {
+            let (users, size) = (m.streaming + m.long, size(s.user));
+            result
+                .requests
+                .push(p.record(target, size, users, Pass::Mix, s.user, s.at, s.exchange));
+        }
+    }
     report.warmup = Some(warmup);
     if let Some(Ok(s)) = &server {
         report.peak_rss_mib = Some(s.peak_rss_mib());
@@ -355,9 +394,10 @@ impl Prompt {
     }
 }
 
-/// The warm-up, every run's requests and the repeat pass.
+/// The warm-up, every run's requests, the repeat pass and the mix.
 fn per_target_requests(cfg: &RaceConfig) -> u64 {
-    (1 + cfg.sizes.len() * (cfg.users.iter().sum::<usize>() * cfg.runs + 1)) as u64
+    let mix = cfg.mix.as_ref().map_or(0, |m| m.streaming + m.long);
+    (1 + cfg.sizes.len() * (cfg.users.iter().sum::<usize>() * cfg.runs + 1) + mix) as u64
 }
 
 /// The first model a server lists at `/v1/models`.
@@ -391,6 +431,7 @@ struct Written<'a> {
     race: &'a RaceResult,
     cells: &'a [summary::Cell],
     consistency: &'a [summary::Comparison],
+    mix_cells: &'a [mix::MixCell],
 }
 
 /// Writes `race.md`, `race.json` (a versioned `tandem-race` document with every request)
@@ -399,7 +440,11 @@ pub fn write(r: &RaceResult, dir: &std::path::Path) -> Result<(String, Vec<PathB
     let machine = crate::Machine::here(None);
     let cells = summary::cells(r);
     let checks = summary::consistency(r);
-    let md = summary::markdown(r, &cells, &checks, &machine);
+    let mix_cells = mix::cells(r);
+    let mut md = summary::markdown(r, &cells, &checks, &machine);
+    if let Some(m) = &r.mix {
+        md += &mix::markdown(m, &mix_cells);
+    }
     let doc = crate::report::Document {
         kind: "tandem-race",
         version: 1,
@@ -408,6 +453,7 @@ pub fn write(r: &RaceResult, dir: &std::path::Path) -> Result<(String, Vec<PathB
             race: r,
             cells: &cells,
             consistency: &checks,
+            mix_cells: &mix_cells,
         },
     };
     let io = |p: &std::path::Path, e: std::io::Error| format!("{}: {e}", p.display());

@@ -29,6 +29,8 @@ pub struct Cell {
     pub total_tok_s: Option<f64>,
     /// Inter-token latency p50, p90, p99 in milliseconds.
     pub itl_ms: [Option<f64>; 3],
+    /// The longest gap between two output events of one request, ms.
+    pub longest_gap_ms: Option<f64>,
     pub draft_acceptance: Option<f64>,
     pub cached_tokens: Option<f64>,
 }
@@ -40,7 +42,7 @@ pub const FORMULAS: &str = "\
 - prompt tok/s = prompt tokens (the server's usage count) / TTFT, per request, averaged; in parentheses the server's own `timings.prompt_per_second` where it reports one.
 - decode tok/s per user = (n_out − 1) / (t_last − t_first), per request, averaged; n_out is the server's usage count of output tokens.
 - total tok/s = output tokens of all completed requests of a run / (last response end − first request sent), averaged over the runs in which any request completed.
-- ITL: gaps between consecutive output events of completed requests, p50 / p90 / p99 (an event may carry several tokens, e.g. accepted drafts).
+- ITL: gaps between consecutive output events of completed requests, p50 / p90 / p99 (an event may carry several tokens, e.g. accepted drafts); longest gap: the longest of them.
 - failed: requests with a non-200 status, an error inside the stream, a stream without finish_reason, or no response; `memory` marks a 5xx whose body speaks of memory or a compute error. Failed requests count toward no speed.";
 
 /// Every cell of the race, in target, size, users order.
@@ -144,6 +146,7 @@ fn cell(r: &RaceResult, target: &str, size: &str, users: usize, recs: &[&Record]
         decode_tok_s: mean(&decode),
         total_tok_s: mean(&totals),
         itl_ms: [0.5, 0.9, 0.99].map(|p| percentile(&gaps_ms, p)),
+        longest_gap_ms: gaps_ms.iter().copied().reduce(f64::max),
         draft_acceptance: (drafted > 0).then(|| accepted as f64 / drafted as f64),
         cached_tokens: opt_mean(
             ok.iter()
@@ -336,6 +339,7 @@ pub fn markdown(
             table.row(&row("ITL p50/p90/p99 ms", &|c, _| {
                 c.itl_ms.map(|v| fixed(v, 1)).join(" / ")
             }));
+            table.row(&row("longest gap ms", &|c, _| fixed(c.longest_gap_ms, 0)));
             if cells
                 .iter()
                 .any(|c| c.users == users && c.draft_acceptance.is_some())
