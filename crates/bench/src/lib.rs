@@ -3,6 +3,7 @@
 pub mod launch;
 pub mod model_bench;
 pub mod peer;
+pub mod prefill;
 pub mod probe;
 pub mod race;
 pub mod report;

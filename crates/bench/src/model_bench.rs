@@ -80,7 +80,7 @@ pub const PRIOR: usize = 128;
 pub const BATCH_STEPS: usize = 32;
 
 /// Deterministic token ids spread over the vocabulary (llama-bench also uses arbitrary ids).
-fn tokens(n: usize, n_vocab: usize, seed: u64) -> Vec<u32> {
+pub fn tokens(n: usize, n_vocab: usize, seed: u64) -> Vec<u32> {
     let mut s = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
     (0..n)
         .map(|_| {

@@ -51,7 +51,20 @@ pub fn llama_bench(
     tg: usize,
     reps: usize,
 ) -> Result<LlamaBench> {
-    let args: Vec<String> = vec![
+    llama_bench_with(tool, model, threads, pp, tg, reps, &[])
+}
+
+/// [`llama_bench`] with more arguments.
+pub fn llama_bench_with(
+    tool: &Path,
+    model: &Path,
+    threads: usize,
+    pp: usize,
+    tg: usize,
+    reps: usize,
+    extra: &[String],
+) -> Result<LlamaBench> {
+    let mut args: Vec<String> = vec![
         "-m".into(),
         model.display().to_string(),
         "-t".into(),
@@ -65,6 +78,7 @@ pub fn llama_bench(
         "-o".into(),
         "json".into(),
     ];
+    args.extend_from_slice(extra);
     let text = run_json(tool, &args)?;
     let rows: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::Peer {
         tool: tool.display().to_string(),

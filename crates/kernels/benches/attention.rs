@@ -41,15 +41,15 @@ fn bench(c: &mut Criterion) {
                 for kv_head in 0..n_head_kv {
                     let heads = kv_head * group..(kv_head + 1) * group;
                     attend(
-                        &q,
+                        &[&q],
+                        &[n],
                         &keys,
                         &vals,
                         kv_head,
                         heads,
-                        n,
                         0.088,
                         &mut scratch,
-                        &mut out,
+                        &mut [&mut out],
                     );
                 }
             })

@@ -58,9 +58,16 @@ pub fn rope(x: &mut [f32], head_dim: usize, mode: RopeMode, cos_sin: &[(f32, f32
 pub fn swiglu_inplace(gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len());
     #[cfg(target_arch = "x86_64")]
-    if crate::cpu::CpuFeatures::get().avx512f {
-        // SAFETY: AVX-512 F was detected; the lengths are equal.
-        return unsafe { swiglu_avx512(gate, up) };
+    {
+        let f = crate::cpu::CpuFeatures::get();
+        if f.avx512f {
+            // SAFETY: AVX-512 F was detected; the lengths are equal.
+            return unsafe { swiglu_avx512(gate, up) };
+        }
+        if f.avx2 && f.fma {
+            // SAFETY: AVX2 and FMA were detected; the lengths are equal.
+            return unsafe { swiglu_avx2(gate, up) };
+        }
     }
     swiglu_scalar(gate, up);
 }
@@ -84,7 +91,8 @@ fn swiglu_scalar(gate: &mut [f32], up: &[f32]) {
 
 /// `e^x` within 2 ulp for `x` in [-87.3, 88.3], 0 below and infinity above: `2^n · p(r)`
 /// with `n = round(x · log2 e)`, `r = x - n · ln 2` in two parts, `p` Cephes' polynomial.
-/// Every step is one IEEE operation, so [`exp_avx512`] computes the same bits.
+/// Every step is one IEEE operation, so [`exp_avx512`] and [`exp_avx2`] compute the same
+/// bits.
 pub fn exp(x: f32) -> f32 {
     if x < EXP_LO {
         return 0.0;
@@ -103,14 +111,20 @@ pub fn exp(x: f32) -> f32 {
     y * f32::from_bits(((n as i32 + 127) as u32) << 23)
 }
 
-/// `x[i] = exp(x[i] - shift)` for every `i` (16 lanes at a time where AVX-512 runs; the
-/// same bits either way).
+/// `x[i] = exp(x[i] - shift)` for every `i` (16 lanes at a time where AVX-512 runs, 8
+/// where AVX2 does; the same bits either way).
 pub fn exp_shifted(x: &mut [f32], shift: f32) {
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if crate::cpu::CpuFeatures::get().avx512f {
-        // SAFETY: AVX-512 F was detected.
-        done = unsafe { exp_shifted_avx512(x, shift) };
+    {
+        let f = crate::cpu::CpuFeatures::get();
+        if f.avx512f {
+            // SAFETY: AVX-512 F was detected.
+            done = unsafe { exp_shifted_avx512(x, shift) };
+        } else if f.avx2 && f.fma {
+            // SAFETY: AVX2 and FMA were detected.
+            done = unsafe { exp_shifted_avx2(x, shift) };
+        }
     }
     for v in &mut x[done..] {
         *v = exp(*v - shift);
@@ -174,6 +188,70 @@ unsafe fn exp_avx512(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 
     let e = _mm512_mul_ps(y, _mm512_castsi512_ps(bits));
     let e = _mm512_mask_mov_ps(e, under, _mm512_setzero_ps());
     _mm512_mask_mov_ps(e, over, _mm512_set1_ps(f32::INFINITY))
+}
+
+/// [`exp_shifted`] over the whole 8-value chunks of `x`; returns how many values it did.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn exp_shifted_avx2(x: &mut [f32], shift: f32) -> usize {
+    use std::arch::x86_64::*;
+    let s = _mm256_set1_ps(shift);
+    let n8 = x.len() / 8 * 8;
+    for c in x[..n8].chunks_exact_mut(8) {
+        let v = _mm256_sub_ps(_mm256_loadu_ps(c.as_ptr()), s);
+        _mm256_storeu_ps(c.as_mut_ptr(), exp_avx2(v));
+    }
+    n8
+}
+
+/// [`exp`] on 8 lanes, step for step as [`exp_avx512`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn exp_avx2(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    let (lo, hi) = (_mm256_set1_ps(EXP_LO), _mm256_set1_ps(EXP_HI));
+    let under = _mm256_cmp_ps::<_CMP_LT_OQ>(x, lo);
+    let over = _mm256_cmp_ps::<_CMP_GT_OQ>(x, hi);
+    let x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
+        x,
+        _mm256_set1_ps(LOG2E),
+    ));
+    let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_HI), x);
+    let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_LO), r);
+    let mut p = _mm256_set1_ps(EXP_POLY[0]);
+    for c in &EXP_POLY[1..] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(*c));
+    }
+    let y = _mm256_add_ps(
+        _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r),
+        _mm256_set1_ps(1.0),
+    );
+    let bits = _mm256_slli_epi32::<23>(_mm256_add_epi32(
+        _mm256_cvtps_epi32(n),
+        _mm256_set1_epi32(127),
+    ));
+    let e = _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
+    let e = _mm256_blendv_ps(e, _mm256_setzero_ps(), under);
+    _mm256_blendv_ps(e, _mm256_set1_ps(f32::INFINITY), over)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn swiglu_avx2(gate: &mut [f32], up: &[f32]) {
+    use std::arch::x86_64::*;
+    let n8 = gate.len() / 8 * 8;
+    let one = _mm256_set1_ps(1.0);
+    for (g, u) in gate[..n8].chunks_exact_mut(8).zip(up.chunks_exact(8)) {
+        let gv = _mm256_loadu_ps(g.as_ptr());
+        let e = exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), gv));
+        let s = _mm256_div_ps(gv, _mm256_add_ps(one, e));
+        _mm256_storeu_ps(
+            g.as_mut_ptr(),
+            _mm256_mul_ps(s, _mm256_loadu_ps(u.as_ptr())),
+        );
+    }
+    swiglu_scalar(&mut gate[n8..], &up[n8..]);
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -28,9 +28,29 @@ pub enum BenchCommand {
     /// OpenAI-compatible servers raced on the same prompts: users × prompt sizes × runs,
     /// one server at a time; Markdown, JSON and plots in --out.
     Race(crate::race::RaceArgs),
+    /// One user's prompt read at several lengths against the shortest, and llama-bench's
+    /// `-p` at the same lengths: what attention over a long context costs.
+    Prefill(PrefillBenchArgs),
     /// A launched server under users that never stop, some hanging up mid-answer: memory
     /// at the end against after warm-up, failures, idle slots afterwards.
     Soak(crate::soak::SoakArgs),
+}
+
+#[derive(Args)]
+pub struct PrefillBenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Prompt lengths in tokens, the first the one the others are compared with.
+    #[arg(long, value_delimiter = ',', default_value = "512,2048,8192,16384")]
+    pub lengths: Vec<usize>,
+    /// Repetitions per length (the fastest counts).
+    #[arg(long, default_value_t = 1)]
+    pub reps: usize,
+    /// llama-bench, run at the same lengths with the same threads and ubatch.
+    #[arg(long)]
+    pub peer_llama_bench: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args)]
@@ -180,6 +200,7 @@ pub fn execute(a: BenchArgs) -> Result<(), CliError> {
         BenchCommand::Model(m) => model(m),
         BenchCommand::Spec(s) => spec(s),
         BenchCommand::Race(r) => crate::race::execute(r),
+        BenchCommand::Prefill(p) => prefill(p),
         BenchCommand::Soak(s) => crate::soak::execute(s),
     }
 }
@@ -285,6 +306,38 @@ fn spec(a: SpecBenchArgs) -> Result<(), CliError> {
         println!("{out}");
     } else {
         println!("{}", spec_bench::markdown(&reports));
+    }
+    Ok(())
+}
+
+fn prefill(a: PrefillBenchArgs) -> Result<(), CliError> {
+    use bench::prefill;
+    if a.lengths.is_empty() || a.lengths.contains(&0) {
+        return Err(CliError::Usage("--lengths must be positive token counts".into()));
+    }
+    let path = a.model.path()?;
+    let model = std::sync::Arc::new(Model::load(&path)?);
+    let context = a.model.context_config();
+    let err = |e: bench::Error| CliError::Usage(e.to_string());
+    let mut points = prefill::run(model, context, &a.lengths, a.reps).map_err(err)?;
+    if let Some(tool) = &a.peer_llama_bench {
+        let (t, ub) = (context.n_threads, context.n_ubatch);
+        prefill::with_peer(&mut points, tool, &path, t, ub, a.reps).map_err(err)?;
+    }
+    let machine = bench::Machine::here(Some(context.n_threads));
+    if a.json {
+        let out = serde_json::json!({ "machine": machine, "model": a.model.model, "n_ubatch": context.n_ubatch, "points": points });
+        println!("{out}");
+    } else {
+        println!(
+            "model {} on {} ({} threads, ubatch {}), commit {}\n\n{}",
+            a.model.model,
+            machine.cpu,
+            context.n_threads,
+            context.n_ubatch,
+            machine.commit,
+            prefill::markdown(&points)
+        );
     }
     Ok(())
 }

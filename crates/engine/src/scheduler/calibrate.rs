@@ -44,15 +44,14 @@ impl Engine {
                 .min()
                 .map(|t| t.as_secs_f64())
         };
+        let top = ub.min(ROW_POINTS[ROW_POINTS.len() - 1]);
         let plain: Vec<(usize, f64)> = ROW_POINTS
             .into_iter()
-            .filter(|&r| r < ub)
-            .chain([ub.min(64)])
+            .filter(|&r| r < top)
+            .chain([top])
             .filter_map(|r| Some((r, fastest(self, r, 0, false)?)))
             .collect();
-        let at = |r: usize| {
-            CostCurve::from_points(&plain, ub).at(r)
-        };
+        let at = |r: usize| CostCurve::from_points(&plain, ub).at(r);
         let head: Vec<(usize, f64)> = HEAD_POINTS
             .into_iter()
             .filter(|&r| r <= ub)

@@ -32,6 +32,21 @@ fn touched(n: usize) -> Vec<u8> {
     v
 }
 
+/// Rows of one sequence per attention tile.
+pub(super) const TILE: usize = 8;
+
+/// `rows` cut into tiles: runs of consecutive rows of one sequence, at most [`TILE`] each.
+fn tiles(rows: &[Row]) -> Vec<std::ops::Range<usize>> {
+    let mut out: Vec<std::ops::Range<usize>> = Vec::new();
+    for (i, r) in rows.iter().enumerate() {
+        match out.last_mut() {
+            Some(t) if t.len() < TILE && rows[t.start].seq == r.seq => t.end = i + 1,
+            _ => out.push(i..i + 1),
+        }
+    }
+    out
+}
+
 impl KvStore {
     pub fn new(cfg: KvConfig) -> device::Result<KvStore> {
         if !crate::formats::is_quantize_supported(cfg.ty) {
@@ -79,10 +94,11 @@ impl KvStore {
         }
     }
 
-    /// `out[r]` = row `r`'s query `q[r]` over positions `0..=rows[r].pos` of its sequence,
-    /// one unit of work per (row, KV head), the units interleaved over the threads: a row's
-    /// cost grows with its position, so contiguous ranges would leave the thread with the
-    /// early rows of a prompt idle.
+    /// `out[r]` = row `r`'s query `q[r]` over positions `0..=rows[r].pos` of its sequence.
+    /// A sequence's consecutive rows are taken in tiles of up to [`TILE`], which share
+    /// each chunk of keys and values; one unit of work per (tile, KV head), the units
+    /// interleaved over the threads: a row's cost grows with its position, so contiguous
+    /// ranges would leave the thread with the early rows of a prompt idle.
     #[allow(clippy::too_many_arguments)]
     pub fn attend(
         &self,
@@ -116,27 +132,31 @@ impl KvStore {
         let (n, nkv, hd) = (rows.len(), spec.n_head_kv, spec.head_dim);
         let group = spec.n_head / nkv;
         let qd = spec.n_head * hd;
+        let tiles = tiles(rows);
         let shared = SharedOut::new(&mut out[..n * qd]);
         pool.run(&|t, nt| {
             ATTN.with(|a| {
                 let mut a = a.borrow_mut();
-                for unit in (t..n * nkv).step_by(nt) {
-                    let (r, g) = (unit / nkv, unit % nkv);
-                    let (keys, values) = &views[rows[r].seq];
-                    // SAFETY: unit (r, g) alone writes heads g*group..(g+1)*group of row r.
-                    let o = unsafe { shared.slice(r * qd + g * group * hd, group * hd) };
-                    let heads = g * group..(g + 1) * group;
-                    let q_row = &q[r * qd..(r + 1) * qd];
+                for unit in (t..tiles.len() * nkv).step_by(nt) {
+                    let (tile, g) = (tiles[unit / nkv].clone(), unit % nkv);
+                    let (keys, values) = &views[rows[tile.start].seq];
+                    let qs: Vec<&[f32]> = tile.clone().map(|r| &q[r * qd..(r + 1) * qd]).collect();
+                    let n_kv: Vec<usize> = tile.clone().map(|r| rows[r].pos + 1).collect();
+                    // SAFETY: unit (tile, g) alone writes heads g*group..(g+1)*group of
+                    // the tile's rows.
+                    let mut outs: Vec<&mut [f32]> = tile
+                        .map(|r| unsafe { shared.slice(r * qd + g * group * hd, group * hd) })
+                        .collect();
                     attend(
-                        q_row,
+                        &qs,
+                        &n_kv,
                         keys,
                         values,
                         g,
-                        heads,
-                        rows[r].pos + 1,
+                        g * group..(g + 1) * group,
                         spec.scale,
                         &mut a,
-                        o,
+                        &mut outs,
                     );
                 }
             });
