@@ -12,7 +12,7 @@ use crate::cost::{CostCurve, StepCost};
 use crate::executor::{Enter, Out};
 
 /// Row counts at which a forward is timed (up to `n_ubatch`).
-const ROW_POINTS: [usize; 10] = [1, 2, 4, 8, 12, 16, 24, 32, 48, 64];
+const ROW_POINTS: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
 /// Row counts at which the output head is timed (a forward with logits against one
 /// without).
 const HEAD_POINTS: [usize; 3] = [1, 8, 32];

@@ -91,9 +91,9 @@ pub struct Engine {
     cohorts: Cohorts,
 }
 
-/// Allocates everything `cfg` asks for (and the drafter `spec` makes) and starts the
-/// engine thread. With speculation, the thread first measures what forwards and draft
-/// steps cost on this machine before it takes requests. With a `front` (a split model's
+/// Allocates everything `cfg` asks for (and the drafter `spec` makes), measures what
+/// forwards (and, with speculation, draft steps) cost on this machine, and starts the
+/// engine thread. With a `front` (a split model's
 /// box), `model` is the last stage: each step's rows enter it from the front, and the
 /// prefix cache is off (the front keeps no cached prefixes).
 pub fn start(
@@ -154,12 +154,10 @@ pub fn start_with(
     if engine.front.as_ref().is_some_and(|f| f.pipelined()) {
         engine.cohorts = Cohorts::new(true);
     }
+    engine.calibrate();
     std::thread::Builder::new()
         .name("tandem-engine".into())
-        .spawn(move || {
-            engine.calibrate();
-            engine.run()
-        })
+        .spawn(move || engine.run())
         .map_err(|e| crate::Error::Config(format!("cannot start the engine thread: {e}")))?;
     Ok(EngineHandle {
         tx,
