@@ -42,20 +42,8 @@ fn run_json(tool: &Path, args: &[String]) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// `llama-bench -m MODEL -t T -p PP -n TG -r REPS -o json`.
+/// `llama-bench -m MODEL -t T -p PP -n TG -r REPS -o json EXTRA..`.
 pub fn llama_bench(
-    tool: &Path,
-    model: &Path,
-    threads: usize,
-    pp: usize,
-    tg: usize,
-    reps: usize,
-) -> Result<LlamaBench> {
-    llama_bench_with(tool, model, threads, pp, tg, reps, &[])
-}
-
-/// [`llama_bench`] with more arguments.
-pub fn llama_bench_with(
     tool: &Path,
     model: &Path,
     threads: usize,

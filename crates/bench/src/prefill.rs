@@ -74,8 +74,13 @@ pub fn with_peer(
     reps: usize,
 ) -> Result<()> {
     for p in points {
-        let extra = ["-ub".to_string(), n_ubatch.to_string(), "-b".into(), p.tokens.max(n_ubatch).to_string()];
-        let b = peer::llama_bench_with(tool, model, threads, p.tokens, 0, reps, &extra)?;
+        let extra = [
+            "-ub".to_string(),
+            n_ubatch.to_string(),
+            "-b".into(),
+            p.tokens.max(n_ubatch).to_string(),
+        ];
+        let b = peer::llama_bench(tool, model, threads, p.tokens, 0, reps, &extra)?;
         p.peer_tok_s = Some(b.pp_tok_s);
     }
     Ok(())

@@ -202,6 +202,9 @@ mod tests {
             c.observe(&s, Duration::from_secs_f64(2.0 * before));
         }
         assert!((c.predict(&s) / before - 2.0).abs() < 1e-3, "R(9) learned");
-        assert!((c.rows.at(8) - 0.044).abs() < 1e-12, "other row counts kept");
+        assert!(
+            (c.rows.at(8) - 0.044).abs() < 1e-12,
+            "other row counts kept"
+        );
     }
 }

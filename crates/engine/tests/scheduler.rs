@@ -179,7 +179,9 @@ fn preemption_under_a_small_pool_keeps_the_tokens() {
 #[test]
 fn a_prompt_read_in_chunks_while_another_streams_gives_its_tokens_alone() {
     let (model, tok) = load();
-    let long = tok.encode(&PROMPTS.join(" ").repeat(2), true, false).unwrap();
+    let long = tok
+        .encode(&PROMPTS.join(" ").repeat(2), true, false)
+        .unwrap();
     let short = tok.encode(PROMPTS[0], true, false).unwrap();
     let (want_long, want_short) = (reference(&model, &long, 8), reference(&model, &short, 40));
     assert!(long.len() > 100, "{} tokens", long.len());

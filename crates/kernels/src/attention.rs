@@ -121,12 +121,12 @@ pub fn attend(
             }
         }
         values.dequantize(c0, len_of_all(n_kv, c0), kv_head, vc);
-        for r in 0..rows {
+        for (r, o) in out.iter_mut().enumerate() {
             let len = len_of(r);
             for g in 0..n_group {
                 let qi = r * n_group + g;
                 let p = &scores[qi * KV_CHUNK..qi * KV_CHUNK + len];
-                accumulate(&mut out[r][g * hd..(g + 1) * hd], p, vc);
+                accumulate(&mut o[g * hd..(g + 1) * hd], p, vc);
             }
         }
     }
@@ -158,7 +158,7 @@ fn dot8(q: &[f32], k: &[f32], out: &mut [f32], scale: f32) {
     #[cfg(target_arch = "x86_64")]
     {
         let f = crate::cpu::CpuFeatures::get();
-        if f.avx2 && f.fma && hd % 8 == 0 && k.len() >= 8 * hd {
+        if f.avx2 && f.fma && hd.is_multiple_of(8) && k.len() >= 8 * hd {
             // SAFETY: AVX2 and FMA were detected; `k` holds 8 vectors of `hd`.
             return unsafe { dot8_avx2(q, k, out, scale) };
         }
@@ -206,7 +206,7 @@ fn accumulate(o: &mut [f32], p: &[f32], v: &[f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         let f = crate::cpu::CpuFeatures::get();
-        if f.avx2 && f.fma && hd % 8 == 0 {
+        if f.avx2 && f.fma && hd.is_multiple_of(8) {
             // SAFETY: AVX2 and FMA were detected; `v` holds `p.len()` rows of `hd`.
             return unsafe { accumulate_avx2(o, p, v) };
         }
@@ -286,7 +286,12 @@ mod tests {
         let kbl: Vec<&[u8]> = kb.chunks(bytes).collect();
         let vbl: Vec<&[u8]> = vb.chunks(bytes).collect();
         let qs: Vec<Vec<f32>> = (0..n_kvs.len())
-            .map(|r| data(n_head_kv * group * hd, 3 + r as u64).iter().map(|v| v * 40.0).collect())
+            .map(|r| {
+                data(n_head_kv * group * hd, 3 + r as u64)
+                    .iter()
+                    .map(|v| v * 40.0)
+                    .collect()
+            })
             .collect();
         let q: Vec<&[f32]> = qs.iter().map(|v| v.as_slice()).collect();
         let mut outs = vec![vec![0f32; group * hd]; n_kvs.len()];
@@ -295,7 +300,17 @@ mod tests {
         let heads = group..2 * group;
         let (keys, values) = (view(&kbl, n_head_kv, hd, bs), view(&vbl, n_head_kv, hd, bs));
         let mut scratch = AttentionScratch::default();
-        attend(&q, &n_kvs, &keys, &values, kv_head, heads.clone(), 0.125, &mut scratch, &mut o);
+        attend(
+            &q,
+            &n_kvs,
+            &keys,
+            &values,
+            kv_head,
+            heads.clone(),
+            0.125,
+            &mut scratch,
+            &mut o,
+        );
         let at = |f: &[f32], t: usize| {
             let f16 = |x: f32| half::f16::from_f32(x).to_f32() as f64;
             (0..hd)
@@ -307,7 +322,12 @@ mod tests {
                 let qh = &q[r][h * hd..(h + 1) * hd];
                 let s: Vec<f64> = (0..n_kv)
                     .map(|t| {
-                        at(&kf, t).iter().zip(qh).map(|(k, q)| k * *q as f64).sum::<f64>() * 0.125
+                        at(&kf, t)
+                            .iter()
+                            .zip(qh)
+                            .map(|(k, q)| k * *q as f64)
+                            .sum::<f64>()
+                            * 0.125
                     })
                     .collect();
                 let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -342,7 +362,12 @@ mod tests {
             let vbl: Vec<&[u8]> = vb.chunks(bytes).collect();
             let (keys, values) = (view(&kbl, n_head_kv, hd, bs), view(&vbl, n_head_kv, hd, bs));
             let qs: Vec<Vec<f32>> = (0..n_kvs.len())
-                .map(|r| data(n_head_kv * group * hd, 9 + r as u64).iter().map(|v| v * 8.0).collect())
+                .map(|r| {
+                    data(n_head_kv * group * hd, 9 + r as u64)
+                        .iter()
+                        .map(|v| v * 8.0)
+                        .collect()
+                })
                 .collect();
             let q: Vec<&[f32]> = qs.iter().map(|v| v.as_slice()).collect();
             let run = |rows: std::ops::Range<usize>| {
@@ -364,7 +389,10 @@ mod tests {
             let tile = run(0..n_kvs.len());
             for r in 0..n_kvs.len() {
                 let alone = run(r..r + 1).remove(0);
-                let same = alone.iter().zip(&tile[r]).all(|(a, b)| a.to_bits() == b.to_bits());
+                let same = alone
+                    .iter()
+                    .zip(&tile[r])
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
                 assert!(same, "head_dim {hd}, row {r}");
             }
         }

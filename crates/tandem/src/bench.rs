@@ -313,7 +313,9 @@ fn spec(a: SpecBenchArgs) -> Result<(), CliError> {
 fn prefill(a: PrefillBenchArgs) -> Result<(), CliError> {
     use bench::prefill;
     if a.lengths.is_empty() || a.lengths.contains(&0) {
-        return Err(CliError::Usage("--lengths must be positive token counts".into()));
+        return Err(CliError::Usage(
+            "--lengths must be positive token counts".into(),
+        ));
     }
     let path = a.model.path()?;
     let model = std::sync::Arc::new(Model::load(&path)?);
@@ -359,9 +361,9 @@ fn model(a: ModelBenchArgs) -> Result<(), CliError> {
         .map_err(|e| CliError::Usage(e.to_string()))?;
     let peer_err = |e: bench::Error| CliError::Usage(e.to_string());
     let llama = match &a.peer_llama_bench {
-        Some(tool) => {
-            Some(peer::llama_bench(tool, &path, threads, a.pp, a.tg, a.reps).map_err(peer_err)?)
-        }
+        Some(tool) => Some(
+            peer::llama_bench(tool, &path, threads, a.pp, a.tg, a.reps, &[]).map_err(peer_err)?,
+        ),
         None => None,
     };
     let batched_peer = match &a.peer_batched_bench {

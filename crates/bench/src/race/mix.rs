@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use super::client::{exchange, Ask, Exchange, Outcome};
 use super::prompts::PromptSize;
+use super::summary::decode_tok_s;
 use super::{Pass, RaceResult, Record};
 use crate::report::{fixed, mean, percentile, Table};
 
@@ -75,12 +76,7 @@ pub(super) fn run(mix: &Mix, ask: &dyn Fn(usize) -> Ask) -> Vec<Sent> {
                 let barrier = &barrier;
                 s.spawn(move || {
                     barrier.wait();
-                    let at = t0.elapsed().as_secs_f64();
-                    Sent {
-                        user,
-                        at,
-                        exchange: exchange(&a),
-                    }
+                    send(&a, user, t0)
                 })
             })
             .collect();
@@ -90,14 +86,7 @@ pub(super) fn run(mix: &Mix, ask: &dyn Fn(usize) -> Ask) -> Vec<Sent> {
         let long: Vec<_> = (mix.streaming..mix.streaming + mix.long)
             .map(|user| {
                 let a = ask(user);
-                s.spawn(move || {
-                    let at = t0.elapsed().as_secs_f64();
-                    Sent {
-                        user,
-                        at,
-                        exchange: exchange(&a),
-                    }
-                })
+                s.spawn(move || send(&a, user, t0))
             })
             .collect();
         streams
@@ -106,6 +95,15 @@ pub(super) fn run(mix: &Mix, ask: &dyn Fn(usize) -> Ask) -> Vec<Sent> {
             .map(|h| h.join().expect("request threads do not panic"))
             .collect()
     })
+}
+
+fn send(a: &Ask, user: usize, t0: Instant) -> Sent {
+    let at = t0.elapsed().as_secs_f64();
+    Sent {
+        user,
+        at,
+        exchange: exchange(a),
+    }
 }
 
 /// A target's figures in the mix.
@@ -144,18 +142,19 @@ pub fn cells(r: &RaceResult) -> Vec<MixCell> {
                 .collect();
             let decode: Vec<f64> = streams
                 .iter()
-                .filter_map(|q| {
-                    let e = &q.exchange;
-                    let span = e.t_last? - e.t_first?;
-                    (e.n_out() >= 2 && span > 0.0).then(|| (e.n_out() - 1) as f64 / span)
-                })
+                .filter_map(|q| decode_tok_s(&q.exchange))
                 .collect();
             MixCell {
                 target: t.name.clone(),
                 worst_gap_ms: gaps.iter().copied().reduce(f64::max),
                 stream_itl_ms: [0.5, 0.99].map(|p| percentile(&gaps, p)),
                 stream_decode_tok_s: mean(&decode),
-                long_ttft_s: mean(&long.iter().filter_map(|q| q.exchange.t_first).collect::<Vec<_>>()),
+                long_ttft_s: mean(
+                    &long
+                        .iter()
+                        .filter_map(|q| q.exchange.t_first)
+                        .collect::<Vec<_>>(),
+                ),
                 long_prompt_tokens: mean(
                     &long
                         .iter()

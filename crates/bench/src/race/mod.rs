@@ -348,9 +348,15 @@ fn race_target(
         bar.inc((m.streaming + m.long) as u64);
         for (s, p) in sent.into_iter().zip(prompts) {
             let (users, size) = (m.streaming + m.long, size(s.user));
-            result
-                .requests
-                .push(p.record(target, size, users, Pass::Mix, s.user, s.at, s.exchange));
+            result.requests.push(p.record(
+                target,
+                size,
+                users,
+                Pass::Mix,
+                s.user,
+                s.at,
+                s.exchange,
+            ));
         }
     }
     report.warmup = Some(warmup);

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::client::Outcome;
+use super::client::{Exchange, Outcome};
 use super::{Pass, RaceResult, Record};
 use crate::report::{fixed, mean, percentile, ratio, Table};
 
@@ -66,6 +66,12 @@ pub fn cells(r: &RaceResult) -> Vec<Cell> {
     out
 }
 
+/// A request's decode speed: `(n_out − 1) / (t_last − t_first)`.
+pub(super) fn decode_tok_s(e: &Exchange) -> Option<f64> {
+    let span = e.t_last? - e.t_first?;
+    (e.n_out() >= 2 && span > 0.0).then(|| (e.n_out() - 1) as f64 / span)
+}
+
 fn cell(r: &RaceResult, target: &str, size: &str, users: usize, recs: &[&Record]) -> Cell {
     let ok: Vec<&&Record> = recs
         .iter()
@@ -91,11 +97,7 @@ fn cell(r: &RaceResult, target: &str, size: &str, users: usize, recs: &[&Record]
         .collect();
     let decode: Vec<f64> = ok
         .iter()
-        .filter_map(|q| {
-            let e = &q.exchange;
-            let span = e.t_last? - e.t_first?;
-            (e.n_out() >= 2 && span > 0.0).then(|| (e.n_out() - 1) as f64 / span)
-        })
+        .filter_map(|q| decode_tok_s(&q.exchange))
         .collect();
     let totals: Vec<f64> = r
         .levels

@@ -95,7 +95,11 @@ impl Engine {
             .collect();
         let tokens: Vec<u32> = entering.iter().map(|r| r.2).collect();
         let batch_rows: Vec<Row> = (from..from + rows).map(|pos| Row { pos, seq: 0 }).collect();
-        let all: Vec<usize> = if logits { (0..rows).collect() } else { Vec::new() };
+        let all: Vec<usize> = if logits {
+            (0..rows).collect()
+        } else {
+            Vec::new()
+        };
         let t0 = Instant::now();
         let enter = match &mut self.front {
             Some(f) => {

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use kernels::ThreadPool;
 
 use super::Engine;
+use crate::cost::{CostCurve, Shape, StepCost};
 use crate::handle::{Counters, EngineConfig};
 use crate::speculative::policy::Candidate;
-use crate::cost::{CostCurve, Shape, StepCost};
 use crate::speculative::{
     Draft, DraftJob, Policy, Proposer, ProposerEnv, SpecConfig, SpecCosts, Speculation,
 };

@@ -13,6 +13,9 @@
 //!    target (all `n_batch` rows when nobody decodes), at least one. The oldest prompt is
 //!    given a quarter of them (so that no prompt starves), the rest go to the prompts with
 //!    the fewest tokens left first (so that a short prompt is not queued behind long ones).
+//!    When nobody decodes yet but a prompt ends in this step, its stream starts within
+//!    the step: the other prompts' rows are then cut to the target of its first decoding
+//!    row on top of its own rows.
 //!
 //! Worked example (`n_batch = 64`, a step predicted at 10 ms + 1 ms per row, budget
 //! 2.5×): slots in admission order A (a prompt of 2,000 tokens), B (decoding, with a draft
@@ -72,8 +75,10 @@ pub(super) fn plan(limits: &Limits, slots: &mut dyn Slots) -> Vec<Planned> {
     for &(_, s) in &order {
         slots.prepare(s);
     }
-    let (decoding, prompts): (Vec<(u64, usize)>, Vec<(u64, usize)>) =
-        order.iter().partition(|&&(_, s)| slots.pending(s) == 1);
+    let (decoding, prompts): (Vec<_>, Vec<_>) = order
+        .iter()
+        .copied()
+        .partition(|&(_, s)| slots.pending(s) == 1);
     let mut shape = decoding
         .iter()
         .map(|&(_, s)| Shape::run(slots.computed(s), 1, 1))
@@ -109,7 +114,10 @@ pub(super) fn plan(limits: &Limits, slots: &mut dyn Slots) -> Vec<Planned> {
         .iter()
         .map(|&(_, s)| (slots.computed(s), slots.pending(s)))
         .collect();
-    let shares = prompt_shares(limits, target, shape, rows_left, &waiting);
+    let mut shares = prompt_shares(limits, target, shape, rows_left, &waiting);
+    if decoding.is_empty() {
+        shares = streams_starting(limits, rows_left, &waiting, shares);
+    }
     for (&(o, s), (n, &(from, _))) in prompts.iter().zip(shares.into_iter().zip(&waiting)) {
         if n > 0 {
             take(slots, o, Planned { slot: s, from, n });
@@ -117,6 +125,42 @@ pub(super) fn plan(limits: &Limits, slots: &mut dyn Slots) -> Vec<Planned> {
     }
     planned.sort_unstable_by_key(|x| x.0);
     planned.into_iter().map(|x| x.1).collect()
+}
+
+/// With nobody decoding, a prompt that ends in this step starts its stream in it, at its
+/// last row: the other prompts' rows are cut so that the step is predicted within the
+/// ending prompts' rows plus the budget's target for their first decoding rows. `shares`
+/// are the rows given to the `waiting` prompts without a cap.
+fn streams_starting(
+    limits: &Limits,
+    rows_left: usize,
+    waiting: &[(usize, usize)],
+    shares: Vec<usize>,
+) -> Vec<usize> {
+    let ending = |i: usize| shares[i] > 0 && shares[i] == waiting[i].1;
+    let streams = (0..waiting.len())
+        .filter(|&i| ending(i))
+        .map(|i| Shape::run(waiting[i].0 + waiting[i].1, 1, 1))
+        .fold(Shape::default(), Shape::plus);
+    let others: Vec<usize> = (0..waiting.len()).filter(|&i| !ending(i)).collect();
+    let Some(goal) = step_target(limits, &streams) else {
+        return shares;
+    };
+    if others.is_empty() {
+        return shares;
+    }
+    let mut kept: Vec<usize> = (0..waiting.len())
+        .map(|i| if ending(i) { shares[i] } else { 0 })
+        .collect();
+    let base = with_prompts(Shape::default(), &kept, waiting);
+    let rest: Vec<(usize, usize)> = others.iter().map(|&i| waiting[i]).collect();
+    let left = rows_left - kept.iter().sum::<usize>();
+    let target = Some((limits.predict)(&base) + goal);
+    let more = prompt_shares(limits, target, base, left, &rest);
+    for (&i, n) in others.iter().zip(more) {
+        kept[i] = n;
+    }
+    kept
 }
 
 /// How long the step may take when `decoding` is the shape of its decoding rows alone;
@@ -314,12 +358,20 @@ mod tests {
         assert_eq!(rows(&p), [(0, 7), (1, 4), (2, 6)]);
         assert_eq!(p[1].from, 30);
         assert_eq!(f.slots[1].2, 3, "B keeps its draft");
-        assert_eq!(f.prepared, [0, 1, 2], "each candidate prepared, oldest first");
+        assert_eq!(
+            f.prepared,
+            [0, 1, 2],
+            "each candidate prepared, oldest first"
+        );
     }
 
     #[test]
     fn while_a_sequence_decodes_prompt_rows_are_capped_by_the_predicted_step() {
-        for budget in [StepBudget::AUTO, StepBudget::Times(400), StepBudget::Millis(50)] {
+        for budget in [
+            StepBudget::AUTO,
+            StepBudget::Times(400),
+            StepBudget::Millis(50),
+        ] {
             let mut f = fake(&[(0, 1, 0, 500), (1, 1, 0, 20), (2, 3000, 0, 0)], 100_000);
             let p = plan(&limits(2048, budget), &mut f);
             let decoding = linear(&Shape::run(0, 2, 2));
@@ -333,7 +385,10 @@ mod tests {
         }
         // Nobody decoding: the prompt takes the whole batch; the budget off: likewise.
         let mut f = fake(&[(2, 3000, 0, 0)], 100_000);
-        assert_eq!(rows(&plan(&limits(2048, StepBudget::AUTO), &mut f)), [(0, 2048)]);
+        assert_eq!(
+            rows(&plan(&limits(2048, StepBudget::AUTO), &mut f)),
+            [(0, 2048)]
+        );
         let mut f = fake(&[(0, 1, 0, 500), (2, 3000, 0, 0)], 100_000);
         let p = plan(&limits(2048, StepBudget::Off), &mut f);
         assert_eq!(rows(&p), [(0, 1), (1, 2047)]);
@@ -359,20 +414,52 @@ mod tests {
         let long = (2000, 0, 0);
         let w = |o: u64, (p, d, c): (usize, usize, usize)| (o, p, d, c);
         let mut f = fake(
-            &[w(0, long), w(1, long), w(2, long), (3, 1, 0, 40), w(4, (64, 0, 0))],
+            &[
+                w(0, long),
+                w(1, long),
+                w(2, long),
+                (3, 1, 0, 40),
+                w(4, (64, 0, 0)),
+            ],
             100_000,
         );
         let p = plan(&limits(2048, StepBudget::AUTO), &mut f);
-        let short = p.iter().find(|p| p.slot == 4).expect("the short prompt is planned");
-        let oldest = p.iter().find(|p| p.slot == 0).expect("the oldest is planned");
+        let short = p
+            .iter()
+            .find(|p| p.slot == 4)
+            .expect("the short prompt is planned");
+        let oldest = p
+            .iter()
+            .find(|p| p.slot == 0)
+            .expect("the oldest is planned");
         let prompt_rows: usize = p.iter().filter(|p| p.slot != 3).map(|p| p.n).sum();
         assert!(short.n >= prompt_rows * 3 / 4 - 1, "{p:?}");
-        assert!(oldest.n >= prompt_rows.div_ceil(4), "the oldest is not starved: {p:?}");
-        // Nobody decoding: the short prompt is read whole in the first step, and the
-        // oldest long one takes the rest of the batch.
+        assert!(
+            oldest.n >= prompt_rows.div_ceil(4),
+            "the oldest is not starved: {p:?}"
+        );
+        // Nobody decoding: the short prompt is read whole in the first step; with the
+        // budget off the oldest long one takes the rest of the batch, with it on only what
+        // fits the target of the short one's first decoding row (27 rows, see the test
+        // below).
+        let mut f = fake(&[w(0, long), w(1, long), w(2, (64, 0, 0))], 100_000);
+        let p = plan(&limits(512, StepBudget::Off), &mut f);
+        assert_eq!(rows(&p), [(0, 448), (2, 64)]);
         let mut f = fake(&[w(0, long), w(1, long), w(2, (64, 0, 0))], 100_000);
         let p = plan(&limits(512, StepBudget::AUTO), &mut f);
-        assert_eq!(rows(&p), [(0, 448), (2, 64)]);
+        assert_eq!(rows(&p), [(0, 27), (2, 64)]);
+    }
+
+    #[test]
+    fn a_prompt_ending_in_a_step_with_nobody_decoding_caps_the_prompts_after_it() {
+        // A has 34 tokens left and ends; its first decoding row alone is 11 ms, a target
+        // of 27.5 ms on top of its own 44 ms: B may add 27 rows (10 + 34 + 27 ms).
+        let mut f = fake(&[(0, 34, 0, 2048), (1, 2082, 0, 0)], 100_000);
+        let p = plan(&limits(2048, StepBudget::AUTO), &mut f);
+        assert_eq!(rows(&p), [(0, 34), (1, 27)]);
+        let mut f = fake(&[(0, 34, 0, 2048), (1, 2082, 0, 0)], 100_000);
+        let p = plan(&limits(2048, StepBudget::Off), &mut f);
+        assert_eq!(rows(&p), [(0, 34), (1, 2014)]);
     }
 
     #[test]

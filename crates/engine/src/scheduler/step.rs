@@ -7,8 +7,8 @@ use device::Row;
 use kv::SeqKv;
 
 use super::planner::Planned;
-use crate::cost::Shape;
 use super::{release_kv, Engine};
+use crate::cost::Shape;
 use crate::executor::{Enter, Out};
 use crate::request::Summary;
 use crate::Result;

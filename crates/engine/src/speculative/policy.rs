@@ -332,7 +332,10 @@ mod tests {
             &ms(&[(1, 41.0), (2, 46.4), (4, 56.2), (8, 80.9), (16, 133.4)]),
             64,
         );
-        (target, CostCurve::from_points(&ms(&[(1, 16.0), (8, 40.0)]), 8))
+        (
+            target,
+            CostCurve::from_points(&ms(&[(1, 16.0), (8, 40.0)]), 8),
+        )
     }
 
     fn one(n_max: usize) -> Vec<Candidate> {
