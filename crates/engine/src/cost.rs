@@ -19,8 +19,9 @@
 
 use std::time::Duration;
 
-/// Weight of a new observation in the moving averages.
-const ALPHA: f64 = 0.15;
+/// Weight of a new observation in the moving averages (of costs here, of acceptance and
+/// prediction errors in the speculation policy).
+pub(crate) const ALPHA: f64 = 0.15;
 
 /// Seconds per call as a function of rows (index = rows), measured at start at some row
 /// counts, interpolated between them, and refreshed by moving averages while serving.
@@ -133,11 +134,6 @@ impl StepCost {
             head: CostCurve::from_points(&[], max_rows),
             attend: 0.0,
         }
-    }
-
-    /// Whether anything was measured.
-    pub fn measured(&self) -> bool {
-        self.rows.at(1) > 0.0
     }
 
     /// Seconds of one forward of `s`.

@@ -94,10 +94,12 @@ pub fn attend(
     for o in out.iter_mut() {
         o[..n_group * hd].fill(0.0);
     }
+    let simd = simd_for(hd);
     let longest = n_kv.iter().copied().max().unwrap_or(0);
     for c0 in (0..longest).step_by(KV_CHUNK) {
         let len_of = |r: usize| n_kv[r].saturating_sub(c0).min(KV_CHUNK);
-        keys.dequantize(c0, len_of_all(n_kv, c0), kv_head, kc);
+        let chunk = (longest - c0).min(KV_CHUNK);
+        keys.dequantize(c0, chunk, kv_head, kc);
         for r in 0..rows {
             let len = len_of(r);
             if len == 0 {
@@ -108,7 +110,7 @@ pub fn attend(
                 let s = &mut scores[qi * KV_CHUNK..qi * KV_CHUNK + len];
                 let qh = &q[r][h * hd..(h + 1) * hd];
                 for (t0, block) in s.chunks_mut(8).enumerate() {
-                    dot8(qh, &kc[t0 * 8 * hd..], block, scale);
+                    dot8(simd, qh, &kc[t0 * 8 * hd..], block, scale);
                 }
                 let m = s.iter().copied().fold(max[qi], f32::max);
                 let rescale = exp(max[qi] - m);
@@ -120,13 +122,13 @@ pub fn attend(
                 (max[qi], sum[qi]) = (m, l);
             }
         }
-        values.dequantize(c0, len_of_all(n_kv, c0), kv_head, vc);
+        values.dequantize(c0, chunk, kv_head, vc);
         for (r, o) in out.iter_mut().enumerate() {
             let len = len_of(r);
             for g in 0..n_group {
                 let qi = r * n_group + g;
                 let p = &scores[qi * KV_CHUNK..qi * KV_CHUNK + len];
-                accumulate(&mut o[g * hd..(g + 1) * hd], p, vc);
+                accumulate(simd, &mut o[g * hd..(g + 1) * hd], p, vc);
             }
         }
     }
@@ -140,29 +142,36 @@ pub fn attend(
     }
 }
 
-/// Positions of the chunk at `c0` that any row attends.
-fn len_of_all(n_kv: &[usize], c0: usize) -> usize {
-    n_kv.iter()
-        .map(|&n| n.saturating_sub(c0).min(KV_CHUNK))
-        .max()
-        .unwrap_or(0)
+/// Whether [`dot8`] and [`accumulate`] may take their AVX2 paths for vectors of `hd`:
+/// the CPU has AVX2 and FMA, and `hd` is a multiple of 8.
+fn simd_for(hd: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let f = crate::cpu::CpuFeatures::get();
+        f.avx2 && f.fma && hd.is_multiple_of(8)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = hd;
+        false
+    }
 }
 
 /// `out[t] = scale · (q · k[t])` for the `out.len() ≤ 8` vectors of `k` (`[.., q.len()]`,
 /// row-major). Each dot product: element `i` is fused-multiply-added into lane `i % 8`
 /// (lanes start at 0.0), and the lanes are summed `((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7))`;
-/// the AVX2 version gives the bits of the scalar one. `k` must hold 8 vectors where
-/// AVX2 runs (those past `out.len()` are read and ignored).
-fn dot8(q: &[f32], k: &[f32], out: &mut [f32], scale: f32) {
+/// the AVX2 version (`simd`, from [`simd_for`]) gives the bits of the scalar one, and
+/// needs `k` to hold 8 vectors (those past `out.len()` are read and ignored).
+fn dot8(simd: bool, q: &[f32], k: &[f32], out: &mut [f32], scale: f32) {
     let hd = q.len();
     #[cfg(target_arch = "x86_64")]
-    {
-        let f = crate::cpu::CpuFeatures::get();
-        if f.avx2 && f.fma && hd.is_multiple_of(8) && k.len() >= 8 * hd {
-            // SAFETY: AVX2 and FMA were detected; `k` holds 8 vectors of `hd`.
-            return unsafe { dot8_avx2(q, k, out, scale) };
-        }
+    if simd {
+        assert!(k.len() >= 8 * hd, "8 vectors of keys");
+        // SAFETY: `simd_for` found AVX2 and FMA; `k` holds 8 vectors of `hd`.
+        return unsafe { dot8_avx2(q, k, out, scale) };
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = simd;
     for (t, o) in out.iter_mut().enumerate() {
         let mut l = [0f32; 8];
         for (i, (&a, &b)) in q.iter().zip(&k[t * hd..(t + 1) * hd]).enumerate() {
@@ -200,17 +209,18 @@ unsafe fn dot8_avx2(q: &[f32], k: &[f32], out: &mut [f32], scale: f32) {
 }
 
 /// `o[i] += p[t] · v[t][i]` for every position `t` in order (`v` row-major, rows of
-/// `o.len()`), one fused multiply-add each; the AVX2 version gives the scalar bits.
-fn accumulate(o: &mut [f32], p: &[f32], v: &[f32]) {
+/// `o.len()`), one fused multiply-add each; the AVX2 version (`simd`, from
+/// [`simd_for`]) gives the scalar bits.
+fn accumulate(simd: bool, o: &mut [f32], p: &[f32], v: &[f32]) {
     let hd = o.len();
     #[cfg(target_arch = "x86_64")]
-    {
-        let f = crate::cpu::CpuFeatures::get();
-        if f.avx2 && f.fma && hd.is_multiple_of(8) {
-            // SAFETY: AVX2 and FMA were detected; `v` holds `p.len()` rows of `hd`.
-            return unsafe { accumulate_avx2(o, p, v) };
-        }
+    if simd {
+        // SAFETY: `simd_for` found AVX2 and FMA; `accumulate_avx2` checks that `v` holds
+        // `p.len()` rows of `hd`.
+        return unsafe { accumulate_avx2(o, p, v) };
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = simd;
     for (t, &pt) in p.iter().enumerate() {
         for (oi, &vi) in o.iter_mut().zip(&v[t * hd..(t + 1) * hd]) {
             *oi = pt.mul_add(vi, *oi);
@@ -404,16 +414,16 @@ mod tests {
         let hd = 128;
         let (q, k) = (data(hd, 1), data(8 * hd, 2));
         let mut simd = [0f32; 8];
-        dot8(&q, &k, &mut simd, 0.3);
+        dot8(simd_for(hd), &q, &k, &mut simd, 0.3);
         for t in 0..8 {
             let mut scalar = [0f32];
-            dot8(&q, &k[t * hd..(t + 1) * hd], &mut scalar, 0.3);
+            dot8(false, &q, &k[t * hd..(t + 1) * hd], &mut scalar, 0.3);
             assert_eq!(simd[t].to_bits(), scalar[0].to_bits(), "dot {t}");
         }
         let (p, v) = (data(7, 3), data(7 * hd, 4));
         let mut o = data(hd, 5);
         let mut want = o.clone();
-        accumulate(&mut o, &p, &v);
+        accumulate(simd_for(hd), &mut o, &p, &v);
         for (t, &pt) in p.iter().enumerate() {
             for (w, &vi) in want.iter_mut().zip(&v[t * hd..(t + 1) * hd]) {
                 *w = pt.mul_add(vi, *w);

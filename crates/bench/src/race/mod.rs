@@ -264,12 +264,13 @@ fn race_target(
     let warmup = exchange(&warm);
     bar.inc(1);
     let chat = cfg.api == Api::Chat;
+    let prompt_of = |key: &str, tokens: usize| {
+        let tag = format!("[race {session} {key}]");
+        let (text, sized) = sizer.prompt(&cfg.corpus, &tag, fnv(key), tokens, chat);
+        Prompt { tag, text, sized }
+    };
     for size in &cfg.sizes {
-        let prompt = |key: &str| {
-            let tag = format!("[race {session} {key}]");
-            let (text, sized) = sizer.prompt(&cfg.corpus, &tag, fnv(key), size.tokens, chat);
-            Prompt { tag, text, sized }
-        };
+        let prompt = |key: &str| prompt_of(key, size.tokens);
         for &users in &cfg.users {
             for run in 0..cfg.runs {
                 let prompts: Vec<Prompt> = (0..users)
@@ -325,18 +326,12 @@ fn race_target(
             .push(p.record(target, size, users, Pass::Repeat, 0, 0.0, ex));
     }
     if let Some(m) = &cfg.mix {
-        let key = |user: usize| format!("mix/{user}");
         let size = |user: usize| match user < m.streaming {
             true => &m.stream_size,
             false => &m.long_size,
         };
         let prompts: Vec<Prompt> = (0..m.streaming + m.long)
-            .map(|user| {
-                let tag = format!("[race {session} {}]", key(user));
-                let (text, sized) =
-                    sizer.prompt(&cfg.corpus, &tag, fnv(&key(user)), size(user).tokens, chat);
-                Prompt { tag, text, sized }
-            })
+            .map(|user| prompt_of(&format!("mix/{user}"), size(user).tokens))
             .collect();
         let sent = mix::run(m, &|user| {
             let mut a = ask(prompts[user].text.clone());

@@ -51,7 +51,8 @@ impl Engine {
             .chain([top])
             .filter_map(|r| Some((r, fastest(self, r, 0, false)?)))
             .collect();
-        let at = |r: usize| CostCurve::from_points(&plain, ub).at(r);
+        let measured = CostCurve::from_points(&plain, ub);
+        let at = |r: usize| measured.at(r);
         let head: Vec<(usize, f64)> = HEAD_POINTS
             .into_iter()
             .filter(|&r| r <= ub)

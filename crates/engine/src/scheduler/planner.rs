@@ -86,12 +86,11 @@ pub(super) fn plan(limits: &Limits, slots: &mut dyn Slots) -> Vec<Planned> {
     let target = step_target(limits, &shape);
     let fits = |s: &Shape| target.is_none_or(|t| (limits.predict)(s) <= t);
     let mut rows_left = limits.n_batch.saturating_sub(decoding.len());
-    let mut planned: Vec<(u64, Planned)> = Vec::new();
+    let (mut planned, mut orders): (Vec<Planned>, Vec<u64>) = (Vec::new(), Vec::new());
     let mut take = |slots: &mut dyn Slots, order: u64, p: Planned| {
-        let now: Vec<Planned> = planned.iter().map(|x| x.1).collect();
-        let fits = slots.make_room(p.slot, p.from + p.n, &now);
-        if fits {
-            planned.push((order, p));
+        if slots.make_room(p.slot, p.from + p.n, &planned) {
+            planned.push(p);
+            orders.push(order);
         }
     };
     for &(o, s) in &decoding {
@@ -123,8 +122,9 @@ pub(super) fn plan(limits: &Limits, slots: &mut dyn Slots) -> Vec<Planned> {
             take(slots, o, Planned { slot: s, from, n });
         }
     }
-    planned.sort_unstable_by_key(|x| x.0);
-    planned.into_iter().map(|x| x.1).collect()
+    let mut by_order: Vec<(u64, Planned)> = orders.into_iter().zip(planned).collect();
+    by_order.sort_unstable_by_key(|x| x.0);
+    by_order.into_iter().map(|x| x.1).collect()
 }
 
 /// With nobody decoding, a prompt that ends in this step starts its stream in it, at its

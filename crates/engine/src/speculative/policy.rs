@@ -29,7 +29,7 @@
 //! d = 1: 1.9 / 62 ms = 31 tok/s; d = 4: 4.1 / 126 ms = 32 tok/s, so the policy drafts 4.
 //! With a = 0.5, d = 1 gives 1.5 / 62 ms = 24 tok/s, no gain: it decodes plainly.
 
-use crate::cost::{CostCurve, Shape, StepCost};
+use crate::cost::{CostCurve, Shape, StepCost, ALPHA};
 
 /// Which depths are asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,8 +53,6 @@ pub const PROBE_SHARE: f64 = 0.01;
 /// (fewer when the request ends sooner): its catching up is charged to each of them in
 /// equal parts.
 const CATCH_UP_STEPS: f64 = 64.0;
-/// Weight of a new observation in the moving averages.
-const ALPHA: f64 = 0.15;
 /// Acceptance assumed before anything is observed.
 const PRIOR: f64 = 0.7;
 
