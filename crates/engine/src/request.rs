@@ -1,5 +1,6 @@
 //! What the engine is asked for and what it answers, per request.
 
+use crate::sampling::LogitBias;
 use crate::SamplerConfig;
 
 /// A generation request the edge has validated: the engine trusts every field.
@@ -17,6 +18,11 @@ pub struct GenRequest {
     pub stop: Vec<String>,
     /// End-of-generation tokens are never sampled.
     pub ignore_eos: bool,
+    /// Added to the logits of these tokens before sampling (−∞ bans a token).
+    pub logit_bias: LogitBias,
+    /// Every token generated keeps the answer within this grammar; the answer ends when
+    /// the grammar is complete.
+    pub constraint: Option<text::Constraint>,
     /// Report each token's log-probability and this many top alternatives.
     pub logprobs: Option<usize>,
     /// Reuse cached KV blocks of an earlier request with the same prefix.

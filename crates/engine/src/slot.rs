@@ -7,6 +7,7 @@ use text::{Detokenizer, Tokenizer};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::request::{DraftLimits, Event, FinishReason, GenRequest, Summary, TokenLogprob};
+use crate::sampling::Mask;
 use crate::speculative::Draft;
 use crate::Sampler;
 
@@ -46,8 +47,8 @@ pub(crate) struct Sequence {
     max_tokens: Option<usize>,
     slot_ctx: usize,
     stop: Vec<String>,
-    ignore_eos: bool,
     logprobs: Option<usize>,
+    mask: Mask,
     sampler: Sampler,
     detok: Detokenizer,
     /// Text not yet sent: it may be the start of a stop string.
@@ -79,8 +80,12 @@ impl Sequence {
             max_tokens: req.max_tokens,
             slot_ctx,
             stop: req.stop,
-            ignore_eos: req.ignore_eos,
             logprobs: req.logprobs,
+            mask: Mask {
+                constraint: req.constraint,
+                bias: req.logit_bias,
+                ban_eog: req.ignore_eos,
+            },
             sampler: Sampler::new(req.sampling),
             detok: Detokenizer::new(),
             held: String::new(),
@@ -141,25 +146,29 @@ impl Sequence {
         self.step_accepted = 0;
     }
 
-    /// Takes the logits (`[n_vocab]`, modified in place) of the row after the last
-    /// accepted token: verifies the next draft token against them, or samples when none is
-    /// left, and streams the resulting token. Returns the summary when generation ended.
-    pub fn accept(&mut self, logits: &mut [f32], tok: &Tokenizer) -> Option<Summary> {
+    /// Takes the logits (`[n_vocab]`, masked in place) of the row after the last accepted
+    /// token: verifies the next draft token against them, or samples when none is left,
+    /// and streams the resulting token. Returns the summary when generation ended, or why
+    /// the request must fail (its grammar broke, or it forbids every token).
+    pub fn accept(
+        &mut self,
+        logits: &mut [f32],
+        tok: &Tokenizer,
+    ) -> Result<Option<Summary>, String> {
         if !self.verifying {
-            return None;
+            return Ok(None);
         }
         let i = self.step_accepted;
-        if self.ignore_eos {
-            for &id in tok.eog_ids() {
-                if let Some(l) = logits.get_mut(id as usize) {
-                    *l = f32::NEG_INFINITY;
-                }
-            }
-        }
+        self.mask
+            .apply(logits, tok.eog_ids())
+            .map_err(|e| format!("the grammar failed: {e}"))?;
         let id = if i < self.draft.len() {
-            let v = self
-                .sampler
-                .verify(logits, self.draft.tokens[i], self.draft.q(i));
+            let v = self.sampler.verify(
+                logits,
+                &self.tokens,
+                self.draft.tokens[i],
+                self.draft.q(i),
+            );
             self.step_verified += 1;
             self.draft_n += 1;
             if v.accepted {
@@ -171,13 +180,24 @@ impl Sequence {
             v.token
         } else {
             self.verifying = false;
-            self.sampler.sample(logits)
+            self.sampler.sample(logits, &self.tokens)
         };
+        if logits.get(id as usize).is_none_or(|&l| l == f32::NEG_INFINITY) {
+            self.verifying = false;
+            return Err(
+                "no token is allowed next: the grammar, logit_bias and ignore_eos together \
+                 exclude every token"
+                    .into(),
+            );
+        }
+        self.mask
+            .commit(id)
+            .map_err(|e| format!("the grammar failed: {e}"))?;
         let summary = self.emit(logits, id, tok);
         if summary.is_some() {
             self.verifying = false;
         }
-        summary
+        Ok(summary)
     }
 
     /// Ends the step's verification and clears the draft: returns how many draft tokens
@@ -201,7 +221,7 @@ impl Sequence {
         self.t_first.get_or_insert_with(Instant::now);
         self.n_generated += 1;
         self.out_tokens.push(id);
-        if !self.ignore_eos && tok.is_eog(id) {
+        if !self.mask.ban_eog && tok.is_eog(id) {
             return Some(self.finish(FinishReason::Eos));
         }
         self.tokens.push(id);
@@ -216,6 +236,9 @@ impl Sequence {
         }
         if self.tokens.len() >= self.slot_ctx {
             return Some(self.finish(FinishReason::ContextFull));
+        }
+        if self.mask.is_finished() {
+            return Some(self.finish(FinishReason::Eos));
         }
         let keep = self.stop_prefix_len();
         let text = self.held.split_off(self.held.len() - keep);

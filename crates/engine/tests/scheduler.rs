@@ -56,6 +56,8 @@ fn greedy(prompt: Vec<u32>, max_tokens: usize) -> GenRequest {
         max_tokens: Some(max_tokens),
         stop: vec![],
         ignore_eos: true,
+        logit_bias: vec![],
+        constraint: None,
         logprobs: None,
         cache_prompt: true,
         draft: Default::default(),
@@ -101,13 +103,13 @@ fn reference(model: &Model, prompt: &[u32], n: usize) -> Vec<u32> {
     let mut next = 0;
     let mut out = Vec::new();
     ctx.eval(&mut seq, prompt, Outputs::Last, &mut |_, l| {
-        next = sampler.sample(l)
+        next = sampler.sample(l, &[])
     })
     .unwrap();
     for _ in 0..n {
         out.push(next);
         ctx.eval(&mut seq, &[next], Outputs::Last, &mut |_, l| {
-            next = sampler.sample(l)
+            next = sampler.sample(l, &[])
         })
         .unwrap();
     }

@@ -5,6 +5,7 @@
 //! `/health` (and `/metrics` with `--metrics-public`) needs the API key when one is set;
 //! CORS headers are sent only for the origins `--cors` names.
 
+mod constrain;
 mod error;
 mod format;
 #[doc(hidden)]

@@ -8,7 +8,7 @@ use engine::speculative::{Ngram, SpecConfig, Speculation};
 use engine::{EngineConfig, EngineHandle, MemoryPlan, SamplerConfig};
 use model::{Model, Part};
 use split::head::BoxClient;
-use text::{ChatTemplate, Tokenizer};
+use text::{ChatTemplate, GrammarError, Grammars, Tokenizer};
 
 use crate::error::Error;
 
@@ -145,6 +145,17 @@ pub struct Ready {
     pub n_params: u64,
     pub model_bytes: u64,
     pub plan: MemoryPlan,
+    /// The grammar compiler for the vocabulary, built at the first constrained request.
+    grammars: OnceLock<Result<Grammars, GrammarError>>,
+}
+
+impl Ready {
+    /// The grammar compiler, built on first use (it walks the whole vocabulary).
+    pub fn grammars(&self) -> Result<&Grammars, &GrammarError> {
+        self.grammars
+            .get_or_init(|| Grammars::new(self.tok.clone()))
+            .as_ref()
+    }
 }
 
 /// Shared by every route. `ready` is set once, when loading has finished.
@@ -332,6 +343,7 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         n_params,
         model_bytes,
         plan,
+        grammars: OnceLock::new(),
     })
 }
 

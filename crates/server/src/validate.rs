@@ -7,6 +7,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use text::RenderOptions;
 
+use crate::constrain::{self, RawChain};
 use crate::error::ApiError;
 use crate::state::Ready;
 
@@ -113,8 +114,6 @@ pub struct RawRequest {
     pub n: Option<i64>,
     pub ignore_eos: Option<bool>,
     pub cache_prompt: Option<bool>,
-    pub presence_penalty: Option<f64>,
-    pub frequency_penalty: Option<f64>,
     pub echo: Option<bool>,
     pub tools: Option<Value>,
     pub chat_template_kwargs: Option<Map<String, Value>>,
@@ -125,6 +124,9 @@ pub struct RawRequest {
     pub speculative_n_min: Option<i64>,
     /// The same bounds as an object: `{"n_max": .., "n_min": ..}`.
     pub speculative: Option<RawSpeculative>,
+    /// Penalties, typical-p, the stage order, logit_bias and the structured-output fields.
+    #[serde(flatten)]
+    pub chain: RawChain,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -270,17 +272,6 @@ impl RawRequest {
                 format!("only n=1 is supported, got {n}"),
             ));
         }
-        for (name, v) in [
-            ("presence_penalty", self.presence_penalty),
-            ("frequency_penalty", self.frequency_penalty),
-        ] {
-            if v.is_some_and(|x| x != 0.0) {
-                return Err(ApiError::invalid(
-                    name,
-                    format!("{name} is not supported (only 0)"),
-                ));
-            }
-        }
         if self.echo == Some(true) {
             return Err(ApiError::invalid("echo", "echo is not supported"));
         }
@@ -300,12 +291,18 @@ impl RawRequest {
             Some(s) if s >= 0 => s as u64,
             _ => rand_seed(),
         };
-        let sampling = SamplerConfig {
+        let sampling = self.chain.sampling(SamplerConfig {
             temperature: temperature.map_or(d.sampling.temperature, |t| t as f32),
             top_k: top_k.unwrap_or(d.sampling.top_k),
             top_p: top_p.map_or(d.sampling.top_p, |p| p as f32),
             min_p: min_p.map_or(d.sampling.min_p, |p| p as f32),
             seed,
+            ..d.sampling
+        })?;
+        let logit_bias = self.chain.logit_bias(ready)?;
+        let constraint = match self.chain.grammar_spec()? {
+            None => None,
+            Some((field, spec)) => Some(constrain::compile(ready, &field, &spec)?),
         };
 
         let (max_name, max) = match route {
@@ -431,6 +428,8 @@ impl RawRequest {
                 max_tokens,
                 stop,
                 ignore_eos: self.ignore_eos.unwrap_or(false),
+                logit_bias,
+                constraint,
                 logprobs: logprobs.map(|l| l.n_top),
                 cache_prompt: self.cache_prompt.unwrap_or(true),
                 draft,

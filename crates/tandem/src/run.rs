@@ -67,6 +67,7 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
         top_p: a.top_p,
         min_p: a.min_p,
         seed,
+        ..SamplerConfig::default()
     });
     let mut ctx = Executor::new(model.clone(), a.model.context_config())?;
     let mut seq = kv::SeqKv::default();
@@ -77,7 +78,7 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
     let t0 = Instant::now();
     let mut next = 0u32;
     ctx.eval(&mut seq, &prompt_tokens, Outputs::Last, &mut |_, logits| {
-        next = sampler.sample(logits)
+        next = sampler.sample(logits, &tokens)
     })?;
     let prompt_ms = t0.elapsed().as_secs_f64() * 1000.0;
     let t1 = Instant::now();
@@ -93,7 +94,7 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
             break;
         }
         ctx.eval(&mut seq, &[next], Outputs::Last, &mut |_, logits| {
-            next = sampler.sample(logits)
+            next = sampler.sample(logits, &tokens)
         })?;
     }
     let rest = detok.finish();

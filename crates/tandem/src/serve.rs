@@ -76,6 +76,23 @@ pub struct ServeArgs {
     pub top_p: f32,
     #[arg(long = "min-p", default_value_t = 0.05)]
     pub min_p: f32,
+    /// Locally typical sampling (1.0: off).
+    #[arg(long = "typical", default_value_t = 1.0)]
+    pub typical: f32,
+    /// Penalize repeating any of the last --repeat-last-n tokens (1.0: off).
+    #[arg(long = "repeat-penalty", default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// Tokens the penalties look back over (0: off, -1: the whole context).
+    #[arg(long = "repeat-last-n", default_value_t = 64, allow_negative_numbers = true)]
+    pub repeat_last_n: i64,
+    #[arg(long = "presence-penalty", default_value_t = 0.0, allow_negative_numbers = true)]
+    pub presence_penalty: f32,
+    #[arg(long = "frequency-penalty", default_value_t = 0.0, allow_negative_numbers = true)]
+    pub frequency_penalty: f32,
+    /// The sampler stages in order, separated by ';' (llama.cpp's names: penalties, top_k,
+    /// typ_p, top_p, min_p, temperature; dry, xtc and top_n_sigma are inert here).
+    #[arg(long = "samplers")]
+    pub samplers: Option<String>,
     /// Default seed; -1: random per request.
     #[arg(short = 's', long = "seed", default_value_t = -1, allow_negative_numbers = true)]
     pub seed: i64,
@@ -303,6 +320,20 @@ impl ServeArgs {
                     top_k: self.top_k,
                     top_p: self.top_p,
                     min_p: self.min_p,
+                    typical_p: self.typical,
+                    penalties: engine::sampling::Penalties {
+                        last_n: usize::try_from(self.repeat_last_n).unwrap_or(usize::MAX),
+                        repeat: self.repeat_penalty,
+                        frequency: self.frequency_penalty,
+                        presence: self.presence_penalty,
+                    },
+                    order: match &self.samplers {
+                        None => engine::sampling::Order::default(),
+                        Some(s) => engine::sampling::Order::from_names(s.split(';'))
+                            .map_err(|n| {
+                                CliError::Usage(format!("--samplers: unknown sampler '{n}'"))
+                            })?,
+                    },
                     seed: 0,
                 },
                 seed: Some(self.seed).filter(|&s| s >= 0),

@@ -5,6 +5,8 @@
 mod byte_level;
 mod detok;
 mod error;
+pub mod gbnf;
+mod grammar;
 #[doc(hidden)]
 pub mod fuzz;
 mod jinja_fns;
@@ -15,6 +17,7 @@ mod tokenizer;
 
 pub use detok::Detokenizer;
 pub use error::{Error, Result};
+pub use grammar::{Constraint, GrammarError, GrammarSpec, Grammars};
 pub use pretokenize::PreTokenizer;
 pub use special::TokenKind;
 pub use template::{ChatMessage, ChatTemplate, RenderOptions};

@@ -210,8 +210,10 @@ impl Engine {
                 return;
             }
             let seq = &mut slots[slot].as_mut().expect("planned").seq;
-            if let Some(summary) = seq.accept(logits, tok) {
-                done.finished.push((slot, summary));
+            match seq.accept(logits, tok) {
+                Ok(Some(summary)) => done.finished.push((slot, summary)),
+                Ok(None) => {}
+                Err(why) => done.fail(slot, why),
             }
         };
         let mut seqs: Vec<&mut SeqKv> = kvs.iter_mut().collect();

@@ -75,11 +75,14 @@ impl DraftModel {
         let sampler = self.samplers[job.slot].get_or_insert_with(|| {
             let mut cfg = job.sampling;
             cfg.seed ^= 0x5EED_D5AF;
+            // The draft's rows index its own (possibly cut) vocabulary, so the target's
+            // history cannot penalize them; verification stays exact with any `q`.
+            cfg.penalties = Default::default();
             Sampler::new(cfg)
         });
         let model = self.ctx.model();
         let (token, conf, q) = if job.sampling.temperature > 0.0 {
-            let (i, q) = sampler.sample_with_distribution(logits);
+            let (i, q) = sampler.sample_with_distribution(logits, &[]);
             let conf = q.iter().find(|x| x.0 == i).map_or(0.0, |x| x.1);
             let q = q.iter().map(|&(j, p)| (model.logit_token(j), p)).collect();
             (model.logit_token(i), conf, Some(q))

@@ -123,7 +123,7 @@ mod tests {
     const CHI2_5_999: f64 = 20.52;
 
     fn dist(logits: &[f32], cfg: SamplerConfig) -> Vec<(u32, f32)> {
-        Sampler::new(cfg).distribution(logits).to_vec()
+        Sampler::new(cfg).distribution(logits, &[]).to_vec()
     }
 
     #[test]
@@ -134,6 +134,7 @@ mod tests {
             top_p: 1.0,
             min_p: 0.0,
             seed: 0,
+            ..SamplerConfig::default()
         };
         let p = dist(&[1.0, 0.2, 2.0, -1.0, 0.5, 1.5], chain(1.0, 0));
         let q = dist(&[0.3, 1.0, 1.5, 0.0, 2.0, 0.5], chain(0.7, 4));

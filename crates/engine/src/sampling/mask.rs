@@ -1,0 +1,52 @@
+//! The chain's first stage: what a request forbids or favours before any sampling.
+
+use text::{Constraint, GrammarError};
+
+/// `logit_bias`: `(token, bias)` added to the token's logit; a bias of −∞ bans the token.
+pub type LogitBias = Vec<(u32, f32)>;
+
+/// The mask of one sequence, applied to each of its rows' logits in place, in this order:
+/// the grammar's forbidden tokens to −∞, the biases added, end-of-generation tokens to −∞
+/// when banned. A token at −∞ is never sampled and a draft token at −∞ is always rejected.
+#[derive(Debug, Clone, Default)]
+pub struct Mask {
+    pub constraint: Option<Constraint>,
+    pub bias: LogitBias,
+    /// `ignore_eos`: end-of-generation tokens are never sampled.
+    pub ban_eog: bool,
+}
+
+impl Mask {
+    /// Applies the mask to `logits` (`[n_vocab]`); `eog` are the end-of-generation ids.
+    pub fn apply(&mut self, logits: &mut [f32], eog: &[u32]) -> Result<(), GrammarError> {
+        if let Some(c) = &mut self.constraint {
+            c.mask(logits)?;
+        }
+        for &(t, b) in &self.bias {
+            if let Some(l) = logits.get_mut(t as usize) {
+                *l += b;
+            }
+        }
+        if self.ban_eog {
+            for &id in eog {
+                if let Some(l) = logits.get_mut(id as usize) {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Advances the grammar past the emitted token `id`.
+    pub fn commit(&mut self, id: u32) -> Result<(), GrammarError> {
+        match &mut self.constraint {
+            Some(c) => c.commit(id),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the grammar is complete and allows nothing more.
+    pub fn is_finished(&self) -> bool {
+        self.constraint.as_ref().is_some_and(Constraint::is_finished)
+    }
+}
