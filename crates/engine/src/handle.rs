@@ -248,7 +248,7 @@ pub struct Snapshot {
 pub(crate) enum Command {
     Submit {
         task: u64,
-        req: GenRequest,
+        req: Box<GenRequest>,
         out: tmpsc::UnboundedSender<Event>,
     },
     Snapshot(oneshot::Sender<Snapshot>),
@@ -291,7 +291,11 @@ impl EngineHandle {
         let task = self.next_task.fetch_add(1, Ordering::Relaxed);
         let (out, events) = tmpsc::unbounded_channel();
         self.tx
-            .send(Command::Submit { task, req, out })
+            .send(Command::Submit {
+                task,
+                req: Box::new(req),
+                out,
+            })
             .map_err(|_| {
                 self.queued.fetch_sub(1, Ordering::AcqRel);
                 Error::Stopped

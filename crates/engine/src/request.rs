@@ -22,7 +22,7 @@ pub struct GenRequest {
     pub logit_bias: LogitBias,
     /// Every token generated keeps the answer within this grammar; the answer ends when
     /// the grammar is complete.
-    pub constraint: Option<text::Constraint>,
+    pub constraint: Option<Box<text::Constraint>>,
     /// Report each token's log-probability and this many top alternatives.
     pub logprobs: Option<usize>,
     /// Reuse cached KV blocks of an earlier request with the same prefix.

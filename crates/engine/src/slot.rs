@@ -163,12 +163,9 @@ impl Sequence {
             .apply(logits, tok.eog_ids())
             .map_err(|e| format!("the grammar failed: {e}"))?;
         let id = if i < self.draft.len() {
-            let v = self.sampler.verify(
-                logits,
-                &self.tokens,
-                self.draft.tokens[i],
-                self.draft.q(i),
-            );
+            let v =
+                self.sampler
+                    .verify(logits, &self.tokens, self.draft.tokens[i], self.draft.q(i));
             self.step_verified += 1;
             self.draft_n += 1;
             if v.accepted {
@@ -182,7 +179,10 @@ impl Sequence {
             self.verifying = false;
             self.sampler.sample(logits, &self.tokens)
         };
-        if logits.get(id as usize).is_none_or(|&l| l == f32::NEG_INFINITY) {
+        if logits
+            .get(id as usize)
+            .is_none_or(|&l| l == f32::NEG_INFINITY)
+        {
             self.verifying = false;
             return Err(
                 "no token is allowed next: the grammar, logit_bias and ignore_eos together \

@@ -99,7 +99,10 @@ impl RawChain {
         let order = match &self.samplers {
             None => base.order,
             Some(Value::String(s)) => Order::from_chars(s).map_err(|c| {
-                ApiError::invalid("samplers", format!("samplers: unknown sampler letter '{c}'"))
+                ApiError::invalid(
+                    "samplers",
+                    format!("samplers: unknown sampler letter '{c}'"),
+                )
             })?,
             Some(Value::Array(a)) => {
                 let names = a
@@ -107,7 +110,10 @@ impl RawChain {
                     .map(|v| v.as_str())
                     .collect::<Option<Vec<&str>>>()
                     .ok_or_else(|| {
-                        ApiError::invalid("samplers", "samplers must be a list of names or a string of letters")
+                        ApiError::invalid(
+                            "samplers",
+                            "samplers must be a list of names or a string of letters",
+                        )
                     })?;
                 Order::from_names(names).map_err(|n| {
                     ApiError::invalid("samplers", format!("samplers: unknown sampler '{n}'"))
@@ -136,7 +142,10 @@ impl RawChain {
         };
         let bad = |m: String| ApiError::invalid("logit_bias", format!("logit_bias: {m}"));
         let pairs: Vec<(Value, &Value)> = match v {
-            Value::Object(m) => m.iter().map(|(k, b)| (Value::String(k.clone()), b)).collect(),
+            Value::Object(m) => m
+                .iter()
+                .map(|(k, b)| (Value::String(k.clone()), b))
+                .collect(),
             Value::Array(a) => a
                 .iter()
                 .map(|p| match p.as_array().map(Vec::as_slice) {
@@ -144,7 +153,11 @@ impl RawChain {
                     _ => Err(bad(format!("{p} is not a [token, bias] pair"))),
                 })
                 .collect::<Result<_, _>>()?,
-            _ => return Err(bad("must be an object or a list of [token, bias] pairs".into())),
+            _ => {
+                return Err(bad(
+                    "must be an object or a list of [token, bias] pairs".into()
+                ))
+            }
         };
         let n_vocab = ready.tok.n_vocab();
         let mut out = Vec::new();
@@ -158,7 +171,9 @@ impl RawChain {
                 other => return Err(bad(format!("bias {other} is not a number or false"))),
             };
             let ids = match &k {
-                Value::Number(n) => vec![n.as_u64().ok_or_else(|| bad(format!("{n} is not a token id")))?],
+                Value::Number(n) => vec![n
+                    .as_u64()
+                    .ok_or_else(|| bad(format!("{n} is not a token id")))?],
                 Value::String(s) => match s.parse::<u64>() {
                     Ok(id) => vec![id],
                     Err(_) => ready
@@ -215,7 +230,10 @@ impl RawChain {
         }
         if let Some(choices) = &self.guided_choice {
             if choices.is_empty() {
-                return Err(ApiError::invalid("guided_choice", "guided_choice must not be empty"));
+                return Err(ApiError::invalid(
+                    "guided_choice",
+                    "guided_choice must not be empty",
+                ));
             }
             let alts: Vec<String> = choices.iter().map(|c| regex_escape(c)).collect();
             given.push(("guided_choice".into(), GrammarSpec::Regex(alts.join("|"))));
@@ -243,7 +261,10 @@ fn response_format(rf: &Value) -> Result<Option<(String, GrammarSpec)>, ApiError
     Ok(match kind {
         "text" => None,
         "json_object" => Some(match rf.get("schema") {
-            Some(s) => ("response_format.schema".into(), GrammarSpec::JsonSchema(s.clone())),
+            Some(s) => (
+                "response_format.schema".into(),
+                GrammarSpec::JsonSchema(s.clone()),
+            ),
             None => ("response_format".into(), GrammarSpec::JsonObject),
         }),
         "json_schema" => {
@@ -258,13 +279,18 @@ fn response_format(rf: &Value) -> Result<Option<(String, GrammarSpec)>, ApiError
                     "response_format.json_schema.schema".into(),
                     GrammarSpec::JsonSchema(s.clone()),
                 )),
-                None => Some(("response_format.json_schema".into(), GrammarSpec::JsonObject)),
+                None => Some((
+                    "response_format.json_schema".into(),
+                    GrammarSpec::JsonObject,
+                )),
             }
         }
         other => {
             return Err(ApiError::invalid(
                 "response_format.type",
-                format!("response_format.type '{other}' is not one of text, json_object, json_schema"),
+                format!(
+                    "response_format.type '{other}' is not one of text, json_object, json_schema"
+                ),
             ))
         }
     })
@@ -286,7 +312,10 @@ fn regex_escape(s: &str) -> String {
 /// field.
 pub fn compile(ready: &Ready, field: &str, spec: &GrammarSpec) -> Result<Constraint, ApiError> {
     let grammars = ready.grammars().map_err(|e| {
-        ApiError::invalid(field, format!("constrained decoding is unavailable for this model: {e}"))
+        ApiError::invalid(
+            field,
+            format!("constrained decoding is unavailable for this model: {e}"),
+        )
     })?;
     grammars
         .compile(spec)

@@ -8,6 +8,8 @@ use serde_json::{json, Value};
 use text::Tokenizer;
 
 use crate::reasoning::Splitter;
+use crate::state::Ready;
+use crate::tools::{CallParser, Piece, ToolCall};
 use crate::validate::Route;
 
 /// llama.cpp's `timings`. `prompt_n` counts the prompt tokens computed, not those reused.
@@ -53,19 +55,24 @@ pub struct Reply {
     offset: usize,
     /// Splits reasoning out of chat answers when the template marks it.
     splitter: Option<Splitter>,
+    /// Parses tool calls out of chat answers to requests that offer tools.
+    calls: Option<CallParser>,
+    /// Tool calls sent so far.
+    n_calls: usize,
 }
 
 impl Reply {
+    /// The reply to request `task` of `route` on the model `ready` serves; `calls` parses
+    /// tool calls out of the answer when the request offered tools.
     pub fn new(
         route: Route,
         task: u64,
-        model: String,
+        ready: &Ready,
         include_usage: bool,
-        tok: Arc<Tokenizer>,
         prompt_text: String,
-        reasoning: bool,
+        calls: Option<CallParser>,
     ) -> Self {
-        let splitter = (reasoning && route == Route::Chat)
+        let splitter = (ready.reasoning && route == Route::Chat)
             .then(|| Splitter::new(prompt_text.trim_end().ends_with("<think>")));
         let created = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -74,12 +81,44 @@ impl Reply {
             route,
             task,
             created,
-            model,
+            model: ready.model_id.clone(),
             include_usage,
-            tok,
+            tok: ready.tok.clone(),
             prompt_text,
             offset: 0,
             splitter,
+            calls,
+            n_calls: 0,
+        }
+    }
+
+    /// The content and the tool calls that `text` (after the reasoning split) decides;
+    /// `end`: the answer is over.
+    fn calls_in(&mut self, text: String, end: bool) -> (String, Vec<ToolCall>) {
+        let Some(p) = &mut self.calls else {
+            return (text, Vec::new());
+        };
+        let mut pieces = p.push(&text);
+        if end {
+            pieces.extend(p.finish());
+        }
+        let (mut content, mut calls) = (String::new(), Vec::new());
+        for piece in pieces {
+            match piece {
+                Piece::Text(t) => content.push_str(&t),
+                Piece::Call(c) => calls.push(c),
+            }
+        }
+        self.n_calls += calls.len();
+        (content, calls)
+    }
+
+    /// OpenAI's `finish_reason`: `tool_calls` when the answer called a tool.
+    fn finish_reason(&self, s: &Summary) -> &'static str {
+        if self.n_calls > 0 {
+            "tool_calls"
+        } else {
+            s.finish.openai()
         }
     }
 
@@ -199,14 +238,16 @@ impl Reply {
             Some(sp) => sp.push(text),
             None => (String::new(), text.to_string()),
         };
-        if text.is_empty() && reasoning.is_empty() && (lps.is_empty() || !asked) {
+        let (text, calls) = self.calls_in(text, false);
+        if text.is_empty() && reasoning.is_empty() && calls.is_empty() && (lps.is_empty() || !asked)
+        {
             return None;
         }
         let logprobs = self.logprobs(lps, asked);
         Some(match self.route {
             Route::Chat => self.chunk(json!({
                 "index": 0,
-                "delta": chat_delta(reasoning, text),
+                "delta": chat_delta(reasoning, text, &calls),
                 "logprobs": logprobs,
                 "finish_reason": null,
             })),
@@ -237,15 +278,18 @@ impl Reply {
     /// The closing bodies of a stream (the `[DONE]` marker is added by the caller).
     pub fn closing(&mut self, s: &Summary) -> Vec<Value> {
         let mut out = Vec::new();
-        if let Some((reasoning, text)) = self.splitter.as_mut().map(Splitter::finish) {
-            if !(reasoning.is_empty() && text.is_empty()) {
-                out.push(self.chunk(json!({
-                    "index": 0,
-                    "delta": chat_delta(reasoning, text),
-                    "logprobs": null,
-                    "finish_reason": null,
-                })));
-            }
+        let (reasoning, text) = self
+            .splitter
+            .as_mut()
+            .map_or_else(Default::default, Splitter::finish);
+        let (text, calls) = self.calls_in(text, true);
+        if !(reasoning.is_empty() && text.is_empty() && calls.is_empty()) {
+            out.push(self.chunk(json!({
+                "index": 0,
+                "delta": chat_delta(reasoning, text, &calls),
+                "logprobs": null,
+                "finish_reason": null,
+            })));
         }
         out.extend(self.closing_chunks(s));
         out
@@ -257,7 +301,7 @@ impl Reply {
                 let choice = match self.route {
                     Route::Chat => json!({
                         "index": 0, "delta": {}, "logprobs": null,
-                        "finish_reason": s.finish.openai(),
+                        "finish_reason": self.finish_reason(s),
                     }),
                     _ => json!({
                         "index": 0, "text": "", "logprobs": null,
@@ -319,15 +363,24 @@ impl Reply {
     ) -> Value {
         let logprobs = self.logprobs(lps, asked);
         let mut message = json!({"role": "assistant", "content": text});
+        let mut content = text.clone();
         if let Some(sp) = &mut self.splitter {
-            let (mut reasoning, mut content) = sp.push(&text);
+            let (mut reasoning, c) = sp.push(&text);
+            content = c;
             let (r, c) = sp.finish();
             reasoning.push_str(&r);
             content.push_str(&c);
-            message["content"] = json!(content);
             if !reasoning.is_empty() {
                 message["reasoning_content"] = json!(reasoning);
             }
+        }
+        let (content, calls) = self.calls_in(content, true);
+        message["content"] = match (content.is_empty(), calls.is_empty()) {
+            (true, false) => Value::Null,
+            _ => json!(content),
+        };
+        if !calls.is_empty() {
+            message["tool_calls"] = tool_calls(&calls, false);
         }
         match self.route {
             Route::Chat => json!({
@@ -340,7 +393,7 @@ impl Reply {
                     "index": 0,
                     "message": message,
                     "logprobs": logprobs,
-                    "finish_reason": s.finish.openai(),
+                    "finish_reason": self.finish_reason(s),
                 }],
                 "usage": usage(s),
                 "timings": timings(s),
@@ -373,16 +426,39 @@ impl Reply {
     }
 }
 
-/// A chat delta with whichever of reasoning and content it has.
-fn chat_delta(reasoning: String, text: String) -> Value {
+/// A chat delta with whichever of reasoning, content and tool calls it has.
+fn chat_delta(reasoning: String, text: String, calls: &[ToolCall]) -> Value {
     let mut d = serde_json::Map::new();
     if !reasoning.is_empty() {
         d.insert("reasoning_content".into(), json!(reasoning));
     }
-    if !text.is_empty() || reasoning.is_empty() {
+    if !text.is_empty() || (reasoning.is_empty() && calls.is_empty()) {
         d.insert("content".into(), json!(text));
     }
+    if !calls.is_empty() {
+        d.insert("tool_calls".into(), tool_calls(calls, true));
+    }
     Value::Object(d)
+}
+
+/// OpenAI's `tool_calls`: each call whole, with its `index` in stream deltas.
+fn tool_calls(calls: &[ToolCall], streamed: bool) -> Value {
+    Value::Array(
+        calls
+            .iter()
+            .map(|c| {
+                let mut v = json!({
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                });
+                if streamed {
+                    v["index"] = json!(c.index);
+                }
+                v
+            })
+            .collect(),
+    )
 }
 
 pub fn fingerprint() -> String {

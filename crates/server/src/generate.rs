@@ -20,6 +20,7 @@ use serde_json::Value;
 use crate::error::ApiError;
 use crate::format::Reply;
 use crate::state::Shared;
+use crate::tools::CallParser;
 use crate::validate::{parse, RawRequest, Route, ValidGen};
 use crate::{body, ready};
 
@@ -54,15 +55,14 @@ async fn run(
     let raw: RawRequest = parse(&bytes)?;
     let v: ValidGen = raw.validate(route, ready)?;
     let (task, events) = ready.engine.submit(v.req)?;
-    let reply = Reply::new(
-        route,
-        task,
-        ready.model_id.clone(),
-        v.include_usage,
-        ready.tok.clone(),
-        v.prompt_text,
-        ready.reasoning,
-    );
+    let calls = v.tools.as_ref().map(|spec| {
+        CallParser::new(
+            ready.tool_format,
+            &spec.tools,
+            crate::validate::rand_seed() ^ task,
+        )
+    });
+    let reply = Reply::new(route, task, ready, v.include_usage, v.prompt_text, calls);
     let asked = v.logprobs.is_some();
     if v.stream {
         Ok(sse(reply, events, asked).into_response())

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use crate::error::ApiError;
 use crate::state::Shared;
-use crate::validate::{parse, render_chat, RawMessage};
+use crate::validate::{parse, RawRequest};
 use crate::{body, ready};
 
 pub async fn health(State(s): State<Shared>) -> Result<Json<Value>, ApiError> {
@@ -450,19 +450,12 @@ pub async fn detokenize(
     Ok(Json(json!({"content": r.tok.decode(&q.tokens)})))
 }
 
-#[derive(Deserialize)]
-struct TemplateReq {
-    messages: Vec<RawMessage>,
-}
-
 pub async fn apply_template(
     State(s): State<Shared>,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let bytes = body(&s, b)?;
     let r = ready(&s)?;
-    let q: TemplateReq = parse(&bytes)?;
-    Ok(Json(
-        json!({"prompt": render_chat(r, q.messages, None, None)?}),
-    ))
+    let q: RawRequest = parse(&bytes)?;
+    Ok(Json(json!({"prompt": q.chat_prompt(r)?})))
 }

@@ -14,6 +14,7 @@ mod generate;
 mod info;
 mod reasoning;
 mod state;
+pub mod tools;
 mod validate;
 
 use std::sync::Arc;

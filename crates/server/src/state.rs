@@ -11,6 +11,7 @@ use split::head::BoxClient;
 use text::{ChatTemplate, GrammarError, Grammars, Tokenizer};
 
 use crate::error::Error;
+use crate::tools::{TemplateSupport, ToolFormat};
 
 /// Request defaults from the command line (llama-server's sampling flags).
 #[derive(Debug, Clone, PartialEq)]
@@ -67,6 +68,8 @@ pub struct ServerConfig {
     pub defaults: Defaults,
     /// A Jinja chat template that replaces the model's.
     pub chat_template: Option<String>,
+    /// How the model writes tool calls; `None`: read from the chat template.
+    pub tool_format: Option<ToolFormat>,
     pub reasoning: Reasoning,
     pub metrics: bool,
     /// /metrics answers without the API key.
@@ -117,6 +120,7 @@ impl ServerConfig {
                 n_predict: None,
             },
             chat_template: None,
+            tool_format: None,
             reasoning: Reasoning::Auto,
             metrics: false,
             metrics_public: false,
@@ -136,6 +140,10 @@ pub struct Ready {
     pub tok: Arc<Tokenizer>,
     pub template: Option<ChatTemplate>,
     pub template_source: Option<String>,
+    /// How the model writes tool calls.
+    pub tool_format: ToolFormat,
+    /// What the template renders of tools and tool turns by itself.
+    pub tool_support: TemplateSupport,
     /// Chat answers carry `reasoning_content`.
     pub reasoning: bool,
     pub model_id: String,
@@ -244,6 +252,24 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         eprintln!("warning: --reasoning on: the chat template does not mark reasoning with <think>; answers stay whole");
     }
     let reasoning = config.reasoning != Reasoning::Off && marks_reasoning;
+    let tool_format = config
+        .tool_format
+        .unwrap_or_else(|| ToolFormat::detect(template_source.as_deref().unwrap_or_default()));
+    let tool_support = template.as_ref().map_or(
+        TemplateSupport {
+            tools: false,
+            tool_turns: false,
+        },
+        TemplateSupport::probe,
+    );
+    eprintln!(
+        "tool calls: {tool_format} format, tools {}",
+        if tool_support.tools && tool_format != ToolFormat::Generic {
+            "shown by the chat template"
+        } else {
+            "shown by tandem's system prompt"
+        }
+    );
     let mut ecfg = config.engine;
     if ecfg.n_ctx == 0 {
         ecfg.n_ctx = hp.n_ctx_train;
@@ -335,6 +361,8 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         tok,
         template,
         template_source,
+        tool_format,
+        tool_support,
         reasoning,
         model_id,
         defaults: config.defaults.clone(),

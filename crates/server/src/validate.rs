@@ -10,6 +10,7 @@ use text::RenderOptions;
 use crate::constrain::{self, RawChain};
 use crate::error::ApiError;
 use crate::state::Ready;
+use crate::tools::{self, ToolSpec};
 
 /// Parses a JSON body into `T`; a type error names the field's path (`messages[0].role`).
 pub fn parse<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
@@ -116,6 +117,8 @@ pub struct RawRequest {
     pub cache_prompt: Option<bool>,
     pub echo: Option<bool>,
     pub tools: Option<Value>,
+    pub tool_choice: Option<Value>,
+    pub parallel_tool_calls: Option<Value>,
     pub chat_template_kwargs: Option<Map<String, Value>>,
     /// llama-server's flat keys for per-request draft bounds.
     #[serde(rename = "speculative.n_max")]
@@ -173,6 +176,8 @@ pub struct ValidGen {
     pub logprobs: Option<LogprobsSpec>,
     /// The prompt text as rendered (chat) or given, for `/completion`'s `prompt` field.
     pub prompt_text: String,
+    /// The tools the answer may call, when it may call any: its text is parsed for calls.
+    pub tools: Option<ToolSpec>,
 }
 
 fn range(name: &str, v: Option<f64>, lo: f64, hi: f64) -> Result<Option<f64>, ApiError> {
@@ -217,11 +222,12 @@ const ROLES: [&str; 6] = [
     "function",
 ];
 
-/// Renders chat messages with the model's template into the prompt text.
+/// Renders chat messages with the model's template into the prompt text, with the tools
+/// `spec` offers shown the way the model expects ([`tools::prepare_messages`]).
 pub fn render_chat(
     ready: &Ready,
     messages: Vec<RawMessage>,
-    tools: Option<Value>,
+    spec: &ToolSpec,
     kwargs: Option<Map<String, Value>>,
 ) -> Result<String, ApiError> {
     if messages.is_empty() {
@@ -232,7 +238,7 @@ pub fn render_chat(
             "this model has no chat template; pass --chat-template or use /v1/completions",
         )
     })?;
-    let msgs = messages
+    let mut msgs = messages
         .into_iter()
         .enumerate()
         .map(|(i, m)| {
@@ -252,6 +258,7 @@ pub fn render_chat(
             Ok(Value::Object(obj))
         })
         .collect::<Result<Vec<_>, ApiError>>()?;
+    let tools = tools::prepare_messages(&mut msgs, ready.tool_support, ready.tool_format, spec);
     let options = RenderOptions {
         add_generation_prompt: true,
         tools,
@@ -263,6 +270,25 @@ pub fn render_chat(
 }
 
 impl RawRequest {
+    /// `tools`, `tool_choice` and `parallel_tool_calls`, validated.
+    pub fn tool_spec(&self) -> Result<ToolSpec, ApiError> {
+        ToolSpec::from_request(
+            self.tools.as_ref(),
+            self.tool_choice.as_ref(),
+            self.parallel_tool_calls.as_ref(),
+        )
+    }
+
+    /// The prompt a chat request renders to, tools and `chat_template_kwargs` included:
+    /// what `/apply-template` answers.
+    pub fn chat_prompt(self, ready: &Ready) -> Result<String, ApiError> {
+        let spec = self.tool_spec()?;
+        let messages = self
+            .messages
+            .ok_or_else(|| ApiError::invalid("messages", "messages is required"))?;
+        render_chat(ready, messages, &spec, self.chat_template_kwargs)
+    }
+
     /// Validates a request of `route` into a [`ValidGen`].
     pub fn validate(self, route: Route, ready: &Ready) -> Result<ValidGen, ApiError> {
         let d = &ready.defaults;
@@ -300,9 +326,28 @@ impl RawRequest {
             ..d.sampling
         })?;
         let logit_bias = self.chain.logit_bias(ready)?;
-        let constraint = match self.chain.grammar_spec()? {
-            None => None,
-            Some((field, spec)) => Some(constrain::compile(ready, &field, &spec)?),
+        let spec = self.tool_spec()?;
+        if route != Route::Chat && !spec.tools.is_empty() {
+            return Err(ApiError::invalid(
+                "tools",
+                "tools are offered through /v1/chat/completions only",
+            ));
+        }
+        let tool_grammar = tools::lark(ready.tool_format, &spec, &ready.tok);
+        let constraint = match (self.chain.grammar_spec()?, tool_grammar) {
+            (None, None) => None,
+            (Some((field, g)), None) => Some(Box::new(constrain::compile(ready, &field, &g)?)),
+            (None, Some(lark)) => Some(Box::new(constrain::compile(
+                ready,
+                "tools",
+                &text::GrammarSpec::Lark(lark),
+            )?)),
+            (Some((field, _)), Some(_)) => {
+                return Err(ApiError::invalid(
+                    field.clone(),
+                    format!("{field} cannot be combined with tools (use tool_choice: none)"),
+                ))
+            }
         };
 
         let (max_name, max) = match route {
@@ -365,7 +410,7 @@ impl RawRequest {
                 let messages = self
                     .messages
                     .ok_or_else(|| ApiError::invalid("messages", "messages is required"))?;
-                let text = render_chat(ready, messages, self.tools, self.chat_template_kwargs)?;
+                let text = render_chat(ready, messages, &spec, self.chat_template_kwargs)?;
                 let ids = encode(ready, &text)?;
                 (text, ids)
             }
@@ -438,6 +483,7 @@ impl RawRequest {
             include_usage: self.stream_options.is_some_and(|o| o.include_usage),
             logprobs,
             prompt_text,
+            tools: spec.active().then_some(spec),
         })
     }
 }

@@ -62,6 +62,10 @@ pub struct ServeArgs {
     pub chat_template: Option<String>,
     #[arg(long = "chat-template-file")]
     pub chat_template_file: Option<PathBuf>,
+    /// How the model writes tool calls: hermes (Qwen's `<tool_call>`), llama3, mistral or
+    /// generic (a JSON answer taught by the system prompt); default: read from the template.
+    #[arg(long = "tool-format")]
+    pub tool_format: Option<server::tools::ToolFormat>,
     /// on, off or auto.
     #[arg(long = "reasoning", value_parser = ["on", "off", "auto"])]
     pub reasoning: Option<String>,
@@ -83,11 +87,23 @@ pub struct ServeArgs {
     #[arg(long = "repeat-penalty", default_value_t = 1.0)]
     pub repeat_penalty: f32,
     /// Tokens the penalties look back over (0: off, -1: the whole context).
-    #[arg(long = "repeat-last-n", default_value_t = 64, allow_negative_numbers = true)]
+    #[arg(
+        long = "repeat-last-n",
+        default_value_t = 64,
+        allow_negative_numbers = true
+    )]
     pub repeat_last_n: i64,
-    #[arg(long = "presence-penalty", default_value_t = 0.0, allow_negative_numbers = true)]
+    #[arg(
+        long = "presence-penalty",
+        default_value_t = 0.0,
+        allow_negative_numbers = true
+    )]
     pub presence_penalty: f32,
-    #[arg(long = "frequency-penalty", default_value_t = 0.0, allow_negative_numbers = true)]
+    #[arg(
+        long = "frequency-penalty",
+        default_value_t = 0.0,
+        allow_negative_numbers = true
+    )]
     pub frequency_penalty: f32,
     /// The sampler stages in order, separated by ';' (llama.cpp's names: penalties, top_k,
     /// typ_p, top_p, min_p, temperature; dry, xtc and top_n_sigma are inert here).
@@ -329,10 +345,11 @@ impl ServeArgs {
                     },
                     order: match &self.samplers {
                         None => engine::sampling::Order::default(),
-                        Some(s) => engine::sampling::Order::from_names(s.split(';'))
-                            .map_err(|n| {
+                        Some(s) => {
+                            engine::sampling::Order::from_names(s.split(';')).map_err(|n| {
                                 CliError::Usage(format!("--samplers: unknown sampler '{n}'"))
-                            })?,
+                            })?
+                        }
                     },
                     seed: 0,
                 },
@@ -340,6 +357,7 @@ impl ServeArgs {
                 n_predict: usize::try_from(self.n_predict).ok().filter(|&n| n > 0),
             },
             chat_template,
+            tool_format: self.tool_format,
             reasoning: match self.reasoning.as_deref() {
                 Some("on") => server::Reasoning::On,
                 Some("off") => server::Reasoning::Off,

@@ -103,9 +103,12 @@ impl Grammars {
                 _ => Vec::new(),
             })
             .collect();
-        let eos = tok.eog_ids().first().copied().or(tok.eos()).ok_or_else(|| {
-            GrammarError("the vocabulary has no end-of-generation token".into())
-        })?;
+        let eos = tok
+            .eog_ids()
+            .first()
+            .copied()
+            .or(tok.eos())
+            .ok_or_else(|| GrammarError("the vocabulary has no end-of-generation token".into()))?;
         let mut info = TokRxInfo::new(n_vocab as u32, eos);
         info.tok_bos = tok.bos();
         let trie = TokTrie::from(&info, &words).with_eos_tokens(tok.eog_ids());
@@ -123,10 +126,12 @@ impl Grammars {
     /// A fresh constraint for `spec`, or the reason it does not compile.
     pub fn compile(&self, spec: &GrammarSpec) -> Result<Constraint, GrammarError> {
         let grammar = match spec {
-            GrammarSpec::JsonObject => {
-                TopLevelGrammar::from_json_schema(serde_json::json!({"type": "object"}))
+            GrammarSpec::JsonObject => TopLevelGrammar::from_json_schema(bounded_whitespace(
+                serde_json::json!({"type": "object"}),
+            )),
+            GrammarSpec::JsonSchema(s) => {
+                TopLevelGrammar::from_json_schema(bounded_whitespace(s.clone()))
             }
-            GrammarSpec::JsonSchema(s) => TopLevelGrammar::from_json_schema(s.clone()),
             GrammarSpec::Lark(s) => TopLevelGrammar::from_lark(s.clone()),
             GrammarSpec::Regex(r) => TopLevelGrammar::from_regex(r),
             GrammarSpec::Gbnf(g) => TopLevelGrammar::from_lark(crate::gbnf::to_lark(g)?),
@@ -144,6 +149,21 @@ impl Grammars {
             n_vocab: self.n_vocab,
         })
     }
+}
+
+/// Whitespace between JSON tokens, as llama.cpp's schema grammars allow it: one space, or
+/// one or two newlines and up to 20 spaces or tabs of indentation. llguidance's default
+/// (any run of whitespace) lets a small model pad an answer until `max_tokens`.
+const JSON_WHITESPACE: &str = r"(?: |\n{1,2}[ \t]{0,20})";
+
+/// `schema` with [`JSON_WHITESPACE`] unless its top level sets llguidance's own
+/// `x-guidance` options.
+fn bounded_whitespace(mut schema: serde_json::Value) -> serde_json::Value {
+    if let Some(obj) = schema.as_object_mut() {
+        obj.entry("x-guidance")
+            .or_insert_with(|| serde_json::json!({"whitespace_pattern": JSON_WHITESPACE}));
+    }
+    schema
 }
 
 /// One request's grammar state: which tokens may come next.

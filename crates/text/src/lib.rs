@@ -5,10 +5,10 @@
 mod byte_level;
 mod detok;
 mod error;
-pub mod gbnf;
-mod grammar;
 #[doc(hidden)]
 pub mod fuzz;
+pub mod gbnf;
+mod grammar;
 mod jinja_fns;
 mod pretokenize;
 mod special;

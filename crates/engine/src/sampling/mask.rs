@@ -10,7 +10,7 @@ pub type LogitBias = Vec<(u32, f32)>;
 /// when banned. A token at −∞ is never sampled and a draft token at −∞ is always rejected.
 #[derive(Debug, Clone, Default)]
 pub struct Mask {
-    pub constraint: Option<Constraint>,
+    pub constraint: Option<Box<Constraint>>,
     pub bias: LogitBias,
     /// `ignore_eos`: end-of-generation tokens are never sampled.
     pub ban_eog: bool,
@@ -47,6 +47,6 @@ impl Mask {
 
     /// Whether the grammar is complete and allows nothing more.
     pub fn is_finished(&self) -> bool {
-        self.constraint.as_ref().is_some_and(Constraint::is_finished)
+        self.constraint.as_ref().is_some_and(|c| c.is_finished())
     }
 }

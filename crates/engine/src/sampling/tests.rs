@@ -131,7 +131,10 @@ fn the_mask_bans_biases_and_ends() {
 
 #[test]
 fn stage_names_and_letters() {
-    assert_eq!(Stage::from_name("typ_p"), Some(Named::Stage(Stage::Typical)));
+    assert_eq!(
+        Stage::from_name("typ_p"),
+        Some(Named::Stage(Stage::Typical))
+    );
     assert_eq!(Stage::from_name("dry"), Some(Named::Inert));
     assert_eq!(Stage::from_name("bogus"), None);
     assert_eq!(Stage::from_char('k'), Some(Named::Stage(Stage::TopK)));

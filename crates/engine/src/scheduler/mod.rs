@@ -261,7 +261,11 @@ impl Engine {
 
     fn command(&mut self, c: Command) {
         match c {
-            Command::Submit { task, req, out } => self.queue.push_back(Queued { task, req, out }),
+            Command::Submit { task, req, out } => self.queue.push_back(Queued {
+                task,
+                req: *req,
+                out,
+            }),
             Command::Snapshot(reply) => {
                 let _ = reply.send(self.snapshot());
             }

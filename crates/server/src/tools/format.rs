@@ -1,0 +1,230 @@
+//! How a model writes tool calls in its answer, and calls written that way.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+/// The text a model's tool calls take.
+///
+/// ```text
+/// Hermes   <tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call>   (one block per call)
+/// Llama3   {"name": "f", "parameters": {"x": 1}}                             (the whole answer)
+///          <|python_tag|>{"name": "f", "parameters": {"x": 1}}                (`;` or lines between calls)
+/// Mistral  [TOOL_CALLS][{"name": "f", "arguments": {"x": 1}}]
+///          [TOOL_CALLS]f[ARGS]{"x": 1}                                        (newer templates)
+/// Generic  {"tool_calls": [{"name": "f", "arguments": {"x": 1}}]}             (the whole answer)
+///          {"response": "text"}                                               (an answer in text)
+/// ```
+///
+/// Generic is llama.cpp's format for templates with no tool syntax of their own: the system
+/// prompt asks for it ([`super::fallback_system_prompt`]), so it is always taught, never
+/// native. Parsing accepts `"arguments"` and `"parameters"` in every format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ToolFormat {
+    /// Hermes 2 Pro, Qwen 2.5 / Qwen 3.
+    Hermes,
+    /// Llama 3.1 – 3.3 JSON tool calling.
+    Llama3,
+    /// Mistral v3 / Nemo / Small.
+    Mistral,
+    Generic,
+}
+
+impl ToolFormat {
+    /// The format a chat template's source implies: Hermes when it mentions `<tool_call>`,
+    /// Mistral for `[TOOL_CALLS]`, Llama 3.x for `<|python_tag|>` or the `ipython` role,
+    /// Generic otherwise (templates that do not render tools, or in a syntax not known here).
+    pub fn detect(template_source: &str) -> Self {
+        if template_source.contains("<tool_call>") {
+            ToolFormat::Hermes
+        } else if template_source.contains("[TOOL_CALLS]") {
+            ToolFormat::Mistral
+        } else if template_source.contains("<|python_tag|>") || template_source.contains("ipython")
+        {
+            ToolFormat::Llama3
+        } else {
+            ToolFormat::Generic
+        }
+    }
+
+    /// The `--tool-format` spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            ToolFormat::Hermes => "hermes",
+            ToolFormat::Llama3 => "llama3",
+            ToolFormat::Mistral => "mistral",
+            ToolFormat::Generic => "generic",
+        }
+    }
+
+    /// The text that opens calls, for formats that mark them.
+    pub(crate) fn marker(self) -> Option<&'static str> {
+        match self {
+            ToolFormat::Hermes => Some(HERMES_OPEN),
+            ToolFormat::Llama3 => Some(PYTHON_TAG),
+            ToolFormat::Mistral => Some(MISTRAL_OPEN),
+            ToolFormat::Generic => None,
+        }
+    }
+
+    /// The key holding a call's arguments when this format writes one.
+    pub(crate) fn args_key(self) -> &'static str {
+        match self {
+            ToolFormat::Llama3 => "parameters",
+            _ => "arguments",
+        }
+    }
+
+    /// `calls` (name, arguments object) written as this format's model writes them, for
+    /// assistant turns a template cannot render itself. [`super::parse_whole`] reads it back.
+    pub fn write_calls(self, calls: &[(&str, &Value)]) -> String {
+        let key = self.args_key();
+        let objects = calls
+            .iter()
+            .map(|(name, args)| json!({"name": name, key: args}));
+        match self {
+            ToolFormat::Hermes => objects
+                .map(|o| format!("{HERMES_OPEN}\n{}\n{HERMES_CLOSE}", py_json(&o)))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            ToolFormat::Llama3 => objects.map(|o| py_json(&o)).collect::<Vec<_>>().join("; "),
+            ToolFormat::Mistral => {
+                format!(
+                    "{MISTRAL_OPEN}{}",
+                    py_json(&Value::Array(objects.collect()))
+                )
+            }
+            ToolFormat::Generic => py_json(&json!({"tool_calls": objects.collect::<Vec<_>>()})),
+        }
+    }
+}
+
+pub(crate) const HERMES_OPEN: &str = "<tool_call>";
+pub(crate) const HERMES_CLOSE: &str = "</tool_call>";
+pub(crate) const MISTRAL_OPEN: &str = "[TOOL_CALLS]";
+pub(crate) const MISTRAL_ARGS: &str = "[ARGS]";
+pub(crate) const MISTRAL_CALL_ID: &str = "[CALL_ID]";
+pub(crate) const PYTHON_TAG: &str = "<|python_tag|>";
+
+impl fmt::Display for ToolFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for ToolFormat {
+    type Err = String;
+
+    /// `hermes` (also `qwen`), `llama3`, `mistral` or `generic`, in any case.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "hermes" | "qwen" => Ok(ToolFormat::Hermes),
+            "llama3" | "llama" => Ok(ToolFormat::Llama3),
+            "mistral" => Ok(ToolFormat::Mistral),
+            "generic" => Ok(ToolFormat::Generic),
+            _ => Err(format!(
+                "unknown tool format '{s}' (expected hermes, llama3, mistral or generic)"
+            )),
+        }
+    }
+}
+
+/// JSON on one line as Python's `json.dumps` writes it (`{"a": 1, "b": [2, 3]}`, non-ASCII
+/// kept), the spelling chat templates' `tojson` gives and models are trained on.
+pub(crate) fn py_json(v: &Value) -> String {
+    let mut out = Vec::new();
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, PyFormatter);
+    v.serialize(&mut ser)
+        .expect("a JSON value always serializes");
+    String::from_utf8(out).expect("serde_json writes UTF-8")
+}
+
+struct PyFormatter;
+
+impl serde_json::ser::Formatter for PyFormatter {
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            w.write_all(b", ")
+        }
+    }
+
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.begin_array_value(w, first)
+    }
+
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b": ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detects_by_template_text() {
+        let cases = [
+            ("{{- '<tool_call>\\n' }}", ToolFormat::Hermes),
+            ("{{- '[TOOL_CALLS][' }}", ToolFormat::Mistral),
+            ("{{- '<|python_tag|>' + x }}", ToolFormat::Llama3),
+            ("{{- 'Environment: ipython\\n' }}", ToolFormat::Llama3),
+            (
+                "{% for m in messages %}{{ m.content }}{% endfor %}",
+                ToolFormat::Generic,
+            ),
+        ];
+        for (src, want) in cases {
+            assert_eq!(ToolFormat::detect(src), want, "{src}");
+        }
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for f in [
+            ToolFormat::Hermes,
+            ToolFormat::Llama3,
+            ToolFormat::Mistral,
+            ToolFormat::Generic,
+        ] {
+            assert_eq!(f.to_string().parse::<ToolFormat>(), Ok(f));
+        }
+        assert_eq!("Qwen".parse::<ToolFormat>(), Ok(ToolFormat::Hermes));
+        assert!("xml".parse::<ToolFormat>().is_err());
+    }
+
+    #[test]
+    fn writes_like_python() {
+        let v = json!({"a": [1, "é"], "b": {}});
+        assert_eq!(py_json(&v), r#"{"a": [1, "é"], "b": {}}"#);
+        let args = json!({"city": "Paris"});
+        let calls = [("get_weather", &args)];
+        assert_eq!(
+            ToolFormat::Hermes.write_calls(&calls),
+            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
+        );
+        assert_eq!(
+            ToolFormat::Llama3.write_calls(&calls),
+            r#"{"name": "get_weather", "parameters": {"city": "Paris"}}"#
+        );
+        assert_eq!(
+            ToolFormat::Mistral.write_calls(&calls),
+            r#"[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]"#
+        );
+        assert_eq!(
+            ToolFormat::Generic.write_calls(&calls),
+            r#"{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}"#
+        );
+    }
+}
