@@ -1,6 +1,6 @@
 //! What the engine is asked for and what it answers, per request.
 
-use crate::sampling::LogitBias;
+use crate::sampling::{Dry, LogitBias};
 use crate::SamplerConfig;
 
 /// A generation request the edge has validated: the engine trusts every field.
@@ -11,6 +11,8 @@ use crate::SamplerConfig;
 pub struct GenRequest {
     pub prompt: Vec<u32>,
     pub sampling: SamplerConfig,
+    /// DRY's settings, when the request turns it on.
+    pub dry: Option<Dry>,
     /// Tokens to generate at most; `None`: until an end token, a stop string or the
     /// slot's context is full.
     pub max_tokens: Option<usize>,
@@ -89,6 +91,8 @@ pub struct Summary {
     pub predicted_ms: f64,
     pub draft_n: usize,
     pub draft_n_accepted: usize,
+    /// Time the request's grammar took: masking logits and advancing past tokens.
+    pub grammar_ms: f64,
 }
 
 /// What the engine sends back on a request's channel: deltas, then exactly one `Done`,

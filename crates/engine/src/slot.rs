@@ -38,6 +38,8 @@ pub(crate) struct Sequence {
     /// Draft tokens verified, and accepted, over the request.
     pub draft_n: usize,
     pub draft_n_accepted: usize,
+    /// Time the grammar took (masks and advancing past tokens), over the request.
+    grammar_time: std::time::Duration,
     /// Whether this step's rows still verify (no rejection, the request goes on).
     verifying: bool,
     /// Draft tokens verified, and accepted, in this step (a draft token after the end of
@@ -74,6 +76,7 @@ impl Sequence {
             draft_limits: req.draft,
             draft_n: 0,
             draft_n_accepted: 0,
+            grammar_time: std::time::Duration::ZERO,
             verifying: false,
             step_verified: 0,
             step_accepted: 0,
@@ -86,7 +89,7 @@ impl Sequence {
                 bias: req.logit_bias,
                 ban_eog: req.ignore_eos,
             },
-            sampler: Sampler::new(req.sampling),
+            sampler: Sampler::new(req.sampling).with_dry(req.dry),
             detok: Detokenizer::new(),
             held: String::new(),
             out_tokens: Vec::new(),
@@ -159,9 +162,13 @@ impl Sequence {
             return Ok(None);
         }
         let i = self.step_accepted;
+        let t0 = Instant::now();
         self.mask
             .apply(logits, tok.eog_ids())
             .map_err(|e| format!("the grammar failed: {e}"))?;
+        if self.mask.constraint.is_some() {
+            self.grammar_time += t0.elapsed();
+        }
         let id = if i < self.draft.len() {
             let v =
                 self.sampler
@@ -190,9 +197,13 @@ impl Sequence {
                     .into(),
             );
         }
+        let t0 = Instant::now();
         self.mask
             .commit(id)
             .map_err(|e| format!("the grammar failed: {e}"))?;
+        if self.mask.constraint.is_some() {
+            self.grammar_time += t0.elapsed();
+        }
         let summary = self.emit(logits, id, tok);
         if summary.is_some() {
             self.verifying = false;
@@ -275,6 +286,7 @@ impl Sequence {
             predicted_ms: (now - t_first).as_secs_f64() * 1e3,
             draft_n: self.draft_n,
             draft_n_accepted: self.draft_n_accepted,
+            grammar_ms: self.grammar_time.as_secs_f64() * 1e3,
         };
         let _ = self.out.send(Event::Done(summary.clone()));
         summary
@@ -301,15 +313,9 @@ impl Sequence {
 
     /// Bytes at the end of the held text that could begin a stop string.
     fn stop_prefix_len(&self) -> usize {
-        let h = &self.held;
         self.stop
             .iter()
-            .flat_map(|s| {
-                (1..s.len().min(h.len() + 1))
-                    .rev()
-                    .filter(|&n| h.is_char_boundary(h.len() - n) && s.is_char_boundary(n))
-                    .find(|&n| h.ends_with(&s[..n]))
-            })
+            .map(|s| text::partial_suffix(&self.held, s))
             .max()
             .unwrap_or(0)
     }

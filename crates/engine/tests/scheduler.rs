@@ -53,6 +53,7 @@ fn greedy(prompt: Vec<u32>, max_tokens: usize) -> GenRequest {
     GenRequest {
         prompt,
         sampling: SamplerConfig::greedy(),
+        dry: None,
         max_tokens: Some(max_tokens),
         stop: vec![],
         ignore_eos: true,

@@ -3,7 +3,7 @@
 //! `grammar`, vLLM's `guided_*`), validated into the engine's types. A llama.cpp sampler
 //! tandem does not implement is refused unless it is given its inert value.
 
-use engine::sampling::{LogitBias, Order, Penalties};
+use engine::sampling::{Dry, LogitBias, Order, Penalties};
 use engine::SamplerConfig;
 use serde::Deserialize;
 use serde_json::Value;
@@ -24,6 +24,10 @@ pub struct RawChain {
     pub logit_bias: Option<Value>,
     pub samplers: Option<Value>,
     pub dry_multiplier: Option<f64>,
+    pub dry_base: Option<f64>,
+    pub dry_allowed_length: Option<i64>,
+    pub dry_penalty_last_n: Option<i64>,
+    pub dry_sequence_breakers: Option<Vec<String>>,
     pub xtc_probability: Option<f64>,
     pub top_n_sigma: Option<f64>,
     pub mirostat: Option<i64>,
@@ -65,7 +69,6 @@ fn inert<T: PartialEq + std::fmt::Display>(
 impl RawChain {
     /// The chain's settings over `base` (the server's defaults and the basic fields).
     pub fn sampling(&self, base: SamplerConfig) -> Result<SamplerConfig, ApiError> {
-        inert("dry_multiplier", self.dry_multiplier, 0.0)?;
         inert("xtc_probability", self.xtc_probability, 0.0)?;
         inert("top_n_sigma", self.top_n_sigma, -1.0)?;
         inert("mirostat", self.mirostat, 0)?;
@@ -249,6 +252,69 @@ impl RawChain {
             ));
         }
         Ok(given.pop())
+    }
+}
+
+/// llama.cpp's default DRY sequence breakers.
+const DRY_BREAKERS: [&str; 4] = ["\n", ":", "\"", "*"];
+
+impl RawChain {
+    /// DRY, when `dry_multiplier` is above 0: breakers are the tokens whose text holds one
+    /// of `dry_sequence_breakers` (llama.cpp's four by default).
+    pub fn dry(&self, ready: &Ready) -> Result<Option<Dry>, ApiError> {
+        let Some(multiplier) = range("dry_multiplier", self.dry_multiplier, 0.0, 100.0)? else {
+            return Ok(None);
+        };
+        if multiplier == 0.0 {
+            return Ok(None);
+        }
+        let base = range("dry_base", self.dry_base, 1.0, 100.0)?.unwrap_or(1.75);
+        let allowed_length = match self.dry_allowed_length {
+            None => 2,
+            Some(n) if (1..=1000).contains(&n) => n as usize,
+            Some(n) => {
+                return Err(ApiError::invalid(
+                    "dry_allowed_length",
+                    format!("dry_allowed_length must be between 1 and 1000, got {n}"),
+                ))
+            }
+        };
+        let last_n = match self.dry_penalty_last_n {
+            None | Some(-1) => usize::MAX,
+            Some(n) if n >= 0 => n as usize,
+            Some(n) => {
+                return Err(ApiError::invalid(
+                    "dry_penalty_last_n",
+                    format!(
+                        "dry_penalty_last_n must be -1 (the whole context) or at least 0, got {n}"
+                    ),
+                ))
+            }
+        };
+        let given: Vec<&str> = match &self.dry_sequence_breakers {
+            Some(v) if v.iter().any(String::is_empty) => {
+                return Err(ApiError::invalid(
+                    "dry_sequence_breakers",
+                    "dry_sequence_breakers must not hold an empty string",
+                ))
+            }
+            Some(v) => v.iter().map(String::as_str).collect(),
+            None => DRY_BREAKERS.to_vec(),
+        };
+        let tok = &ready.tok;
+        let breakers = (0..tok.n_vocab() as u32)
+            .filter(|&id| {
+                let piece = String::from_utf8_lossy(tok.token_to_piece(id));
+                given.iter().any(|b| piece.contains(b))
+            })
+            .collect();
+        Ok(Some(Dry {
+            multiplier,
+            base,
+            allowed_length,
+            last_n,
+            breakers,
+        }))
     }
 }
 

@@ -9,7 +9,8 @@ use text::Tokenizer;
 
 use crate::reasoning::Splitter;
 use crate::state::Ready;
-use crate::tools::{CallParser, Piece, ToolCall};
+use crate::tools::{CallParser, ToolCall};
+use crate::transform::{Chain, Out};
 use crate::validate::Route;
 
 /// llama.cpp's `timings`. `prompt_n` counts the prompt tokens computed, not those reused.
@@ -29,6 +30,7 @@ pub fn timings(s: &Summary) -> Value {
         "predicted_per_second": per_s(s.predicted_n, s.predicted_ms),
         "draft_n": s.draft_n,
         "draft_n_accepted": s.draft_n_accepted,
+        "grammar_ms": s.grammar_ms,
     })
 }
 
@@ -53,12 +55,8 @@ pub struct Reply {
     pub prompt_text: String,
     /// Bytes of text sent so far (completions' `text_offset`).
     offset: usize,
-    /// Splits reasoning out of chat answers when the template marks it.
-    splitter: Option<Splitter>,
-    /// Parses tool calls out of chat answers to requests that offer tools.
-    calls: Option<CallParser>,
-    /// Tool calls sent so far.
-    n_calls: usize,
+    /// Reasoning split and tool calls parsed out of chat answers.
+    chain: Chain,
 }
 
 impl Reply {
@@ -86,36 +84,13 @@ impl Reply {
             tok: ready.tok.clone(),
             prompt_text,
             offset: 0,
-            splitter,
-            calls,
-            n_calls: 0,
+            chain: Chain::new(splitter, calls),
         }
-    }
-
-    /// The content and the tool calls that `text` (after the reasoning split) decides;
-    /// `end`: the answer is over.
-    fn calls_in(&mut self, text: String, end: bool) -> (String, Vec<ToolCall>) {
-        let Some(p) = &mut self.calls else {
-            return (text, Vec::new());
-        };
-        let mut pieces = p.push(&text);
-        if end {
-            pieces.extend(p.finish());
-        }
-        let (mut content, mut calls) = (String::new(), Vec::new());
-        for piece in pieces {
-            match piece {
-                Piece::Text(t) => content.push_str(&t),
-                Piece::Call(c) => calls.push(c),
-            }
-        }
-        self.n_calls += calls.len();
-        (content, calls)
     }
 
     /// OpenAI's `finish_reason`: `tool_calls` when the answer called a tool.
     fn finish_reason(&self, s: &Summary) -> &'static str {
-        if self.n_calls > 0 {
+        if self.chain.n_calls > 0 {
             "tool_calls"
         } else {
             s.finish.openai()
@@ -234,33 +209,28 @@ impl Reply {
         lps: &[TokenLogprob],
         asked: bool,
     ) -> Option<Value> {
-        let (reasoning, text) = match &mut self.splitter {
-            Some(sp) => sp.push(text),
-            None => (String::new(), text.to_string()),
-        };
-        let (text, calls) = self.calls_in(text, false);
-        if text.is_empty() && reasoning.is_empty() && calls.is_empty() && (lps.is_empty() || !asked)
-        {
+        let out = self.chain.push(text);
+        if out.is_empty() && (lps.is_empty() || !asked) {
             return None;
         }
         let logprobs = self.logprobs(lps, asked);
         Some(match self.route {
             Route::Chat => self.chunk(json!({
                 "index": 0,
-                "delta": chat_delta(reasoning, text, &calls),
+                "delta": chat_delta(&out),
                 "logprobs": logprobs,
                 "finish_reason": null,
             })),
             Route::Completions => self.chunk(json!({
                 "index": 0,
-                "text": text,
+                "text": out.content,
                 "logprobs": logprobs,
                 "finish_reason": null,
             })),
             Route::Native => {
                 let mut v = json!({
                     "index": 0,
-                    "content": text,
+                    "content": out.content,
                     "tokens": tokens,
                     "stop": false,
                     "id_slot": -1,
@@ -278,15 +248,11 @@ impl Reply {
     /// The closing bodies of a stream (the `[DONE]` marker is added by the caller).
     pub fn closing(&mut self, s: &Summary) -> Vec<Value> {
         let mut out = Vec::new();
-        let (reasoning, text) = self
-            .splitter
-            .as_mut()
-            .map_or_else(Default::default, Splitter::finish);
-        let (text, calls) = self.calls_in(text, true);
-        if !(reasoning.is_empty() && text.is_empty() && calls.is_empty()) {
+        let rest = self.chain.finish();
+        if !rest.is_empty() {
             out.push(self.chunk(json!({
                 "index": 0,
-                "delta": chat_delta(reasoning, text, &calls),
+                "delta": chat_delta(&rest),
                 "logprobs": null,
                 "finish_reason": null,
             })));
@@ -362,25 +328,20 @@ impl Reply {
         s: &Summary,
     ) -> Value {
         let logprobs = self.logprobs(lps, asked);
-        let mut message = json!({"role": "assistant", "content": text});
-        let mut content = text.clone();
-        if let Some(sp) = &mut self.splitter {
-            let (mut reasoning, c) = sp.push(&text);
-            content = c;
-            let (r, c) = sp.finish();
-            reasoning.push_str(&r);
-            content.push_str(&c);
-            if !reasoning.is_empty() {
-                message["reasoning_content"] = json!(reasoning);
-            }
+        let mut out = self.chain.push(&text);
+        let rest = self.chain.finish();
+        out.reasoning.push_str(&rest.reasoning);
+        out.content.push_str(&rest.content);
+        out.calls.extend(rest.calls);
+        let mut message = json!({"role": "assistant", "content": out.content});
+        if !out.reasoning.is_empty() {
+            message["reasoning_content"] = json!(out.reasoning);
         }
-        let (content, calls) = self.calls_in(content, true);
-        message["content"] = match (content.is_empty(), calls.is_empty()) {
-            (true, false) => Value::Null,
-            _ => json!(content),
-        };
-        if !calls.is_empty() {
-            message["tool_calls"] = tool_calls(&calls, false);
+        if !out.calls.is_empty() {
+            if out.content.is_empty() {
+                message["content"] = Value::Null;
+            }
+            message["tool_calls"] = tool_calls(&out.calls, false);
         }
         match self.route {
             Route::Chat => json!({
@@ -427,16 +388,16 @@ impl Reply {
 }
 
 /// A chat delta with whichever of reasoning, content and tool calls it has.
-fn chat_delta(reasoning: String, text: String, calls: &[ToolCall]) -> Value {
+fn chat_delta(out: &Out) -> Value {
     let mut d = serde_json::Map::new();
-    if !reasoning.is_empty() {
-        d.insert("reasoning_content".into(), json!(reasoning));
+    if !out.reasoning.is_empty() {
+        d.insert("reasoning_content".into(), json!(out.reasoning));
     }
-    if !text.is_empty() || (reasoning.is_empty() && calls.is_empty()) {
-        d.insert("content".into(), json!(text));
+    if !out.content.is_empty() || (out.reasoning.is_empty() && out.calls.is_empty()) {
+        d.insert("content".into(), json!(out.content));
     }
-    if !calls.is_empty() {
-        d.insert("tool_calls".into(), tool_calls(calls, true));
+    if !out.calls.is_empty() {
+        d.insert("tool_calls".into(), tool_calls(&out.calls, true));
     }
     Value::Object(d)
 }

@@ -15,6 +15,7 @@ mod info;
 mod reasoning;
 mod state;
 pub mod tools;
+mod transform;
 mod validate;
 
 use std::sync::Arc;

@@ -24,14 +24,6 @@ pub struct Splitter {
     held: String,
 }
 
-/// Bytes at the end of `s` that begin `tag` (a proper prefix of it).
-fn partial_tag(s: &str, tag: &str) -> usize {
-    (1..tag.len().min(s.len() + 1))
-        .rev()
-        .find(|&n| s.is_char_boundary(s.len() - n) && s.ends_with(&tag[..n]))
-        .unwrap_or(0)
-}
-
 impl Splitter {
     /// `in_reasoning`: the prompt already opened the block (it ends with `<think>`).
     pub fn new(in_reasoning: bool) -> Self {
@@ -72,7 +64,7 @@ impl Splitter {
                         self.held = self.held[at + CLOSE.len()..].trim_start().to_string();
                         self.phase = Phase::Content;
                     } else {
-                        let keep = partial_tag(&self.held, CLOSE);
+                        let keep = text::partial_suffix(&self.held, CLOSE);
                         let rest = self.held.split_off(self.held.len() - keep);
                         reasoning.push_str(&std::mem::replace(&mut self.held, rest));
                         break;

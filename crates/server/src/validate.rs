@@ -326,6 +326,7 @@ impl RawRequest {
             ..d.sampling
         })?;
         let logit_bias = self.chain.logit_bias(ready)?;
+        let dry = self.chain.dry(ready)?;
         let spec = self.tool_spec()?;
         if route != Route::Chat && !spec.tools.is_empty() {
             return Err(ApiError::invalid(
@@ -470,6 +471,7 @@ impl RawRequest {
             req: GenRequest {
                 prompt,
                 sampling,
+                dry,
                 max_tokens,
                 stop,
                 ignore_eos: self.ignore_eos.unwrap_or(false),

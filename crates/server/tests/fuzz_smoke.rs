@@ -1,6 +1,6 @@
 //! A short stable run of the request fuzz target (`fuzz/`; the long runs are
 //! `scripts/fuzz`): 3,000 bodies from random bytes and from mutated valid requests,
-//! validated for every route against a loaded SmolLM2; only 4xx may come back.
+//! validated for every route (tools, schemas and grammars among them) against a loaded SmolLM2; only 4xx may come back.
 
 use std::path::PathBuf;
 
@@ -24,6 +24,9 @@ fn request_smoke() {
         r#"{"messages":[{"role":"user","content":"Hi"}],"max_tokens":4}"#,
         r#"{"prompt":"Hi","max_tokens":4,"stop":["\n"],"logprobs":2,"stream":true}"#,
         r#"{"messages":[{"role":"user","content":[{"type":"text","text":"Hi"}]}],"speculative":{"n_max":2}}"#,
+        r#"{"messages":[{"role":"user","content":"Hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"string"}}}}}],"tool_choice":"required"}"#,
+        r#"{"prompt":"Hi","response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object","properties":{"n":{"enum":[1,2]}}}}},"logit_bias":{"1":-2},"samplers":["top_k","temperature"],"dry_multiplier":0.5}"#,
+        r#"{"prompt":"Hi","grammar":"root ::= [a-c]{2,4} ("x" | "y")*","presence_penalty":1.5}"#,
     ]
     .iter()
     .map(|s| [b"\x08".as_slice(), s.as_bytes()].concat())

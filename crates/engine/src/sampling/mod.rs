@@ -2,12 +2,14 @@
 //!
 //! A request's logits pass, in order: the mask (a grammar's forbidden tokens, `logit_bias`,
 //! end-of-generation when `ignore_eos`: [`Mask`], applied by the sequence), then the stages
-//! of [`SamplerConfig::order`] (llama.cpp's default: penalties → top-k → typical → top-p →
-//! min-p → temperature), then the draw. At temperature 0 the draw is the argmax of the
+//! of [`SamplerConfig::order`] (llama.cpp's default: penalties → DRY → top-k → typical →
+//! top-p → min-p → temperature), then the draw. Penalties and DRY act on the whole
+//! vocabulary's logits, in their order, before the stages that cut candidates. At temperature 0 the draw is the argmax of the
 //! masked, penalized logits (first index wins a tie) and truncating stages do not matter.
 //! Every stage reads only this sequence's logits and history, so a row's token never
 //! depends on its batch.
 
+mod dry;
 mod mask;
 mod rng;
 mod stages;
@@ -15,6 +17,7 @@ mod stages;
 use serde::{Deserialize, Serialize};
 
 pub use device::argmax;
+pub use dry::Dry;
 pub use mask::{LogitBias, Mask};
 pub use rng::Rng;
 pub use stages::{Named, Order, Penalties, Stage};
@@ -66,6 +69,8 @@ impl SamplerConfig {
 #[derive(Debug, Clone)]
 pub struct Sampler {
     pub config: SamplerConfig,
+    /// DRY, when the request asked for it.
+    dry: Option<Dry>,
     rng: Rng,
     candidates: Vec<(u32, f32)>,
     /// The logits with penalties applied, when a penalty is active.
@@ -76,10 +81,17 @@ impl Sampler {
     pub fn new(config: SamplerConfig) -> Sampler {
         Sampler {
             config,
+            dry: None,
             rng: Rng::new(config.seed),
             candidates: Vec::new(),
             penalized: Vec::new(),
         }
+    }
+
+    /// This chain with DRY in its [`Stage::Dry`] place.
+    pub fn with_dry(mut self, dry: Option<Dry>) -> Sampler {
+        self.dry = dry;
+        self
     }
 
     /// The final distribution of the chain over the surviving candidates, as
@@ -90,10 +102,19 @@ impl Sampler {
     pub fn distribution(&mut self, logits: &[f32], history: &[u32]) -> &[(u32, f32)] {
         let c = self.config;
         let penalize = c.penalties.is_active() && c.order.has(Stage::Penalties);
-        let logits = if penalize {
+        let dry = self.dry.as_ref().filter(|_| c.order.has(Stage::Dry));
+        let logits = if penalize || dry.is_some() {
             self.penalized.clear();
             self.penalized.extend_from_slice(logits);
-            c.penalties.apply(&mut self.penalized, history);
+            for stage in c.order.stages() {
+                match (stage, dry) {
+                    (Stage::Penalties, _) if penalize => {
+                        c.penalties.apply(&mut self.penalized, history)
+                    }
+                    (Stage::Dry, Some(d)) => d.apply(&mut self.penalized, history),
+                    _ => {}
+                }
+            }
             &self.penalized[..]
         } else {
             logits
@@ -118,7 +139,7 @@ impl Sampler {
         for stage in c.order.stages() {
             let cands = &mut self.candidates;
             match stage {
-                Stage::Penalties => {}
+                Stage::Penalties | Stage::Dry => {}
                 Stage::TopK => stages::top_k(cands, c.top_k, &mut sorted),
                 Stage::Typical => stages::typical(cands, c.typical_p, &mut sorted),
                 Stage::TopP => stages::top_p(cands, c.top_p, &mut sorted),

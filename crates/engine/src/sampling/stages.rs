@@ -64,6 +64,7 @@ impl Penalties {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Stage {
     Penalties,
+    Dry,
     TopK,
     Typical,
     TopP,
@@ -85,32 +86,34 @@ impl Stage {
     pub fn from_name(name: &str) -> Option<Named> {
         Some(match name {
             "penalties" => Named::Stage(Stage::Penalties),
+            "dry" => Named::Stage(Stage::Dry),
             "top_k" => Named::Stage(Stage::TopK),
             "typ_p" | "typical_p" | "typical" => Named::Stage(Stage::Typical),
             "top_p" => Named::Stage(Stage::TopP),
             "min_p" => Named::Stage(Stage::MinP),
             "temperature" | "temp" => Named::Stage(Stage::Temperature),
-            "dry" | "xtc" | "top_n_sigma" | "infill" => Named::Inert,
+            "xtc" | "top_n_sigma" | "infill" => Named::Inert,
             _ => return None,
         })
     }
 
-    /// A stage by its llama-server letter (`k`, `y`, `p`, `m`, `t`, `e`); `None`: unknown.
+    /// A stage by its llama-server letter (`e`, `d`, `k`, `y`, `p`, `m`, `t`); `None`: unknown.
     pub fn from_char(c: char) -> Option<Named> {
         Some(match c {
             'e' => Named::Stage(Stage::Penalties),
+            'd' => Named::Stage(Stage::Dry),
             'k' => Named::Stage(Stage::TopK),
             'y' => Named::Stage(Stage::Typical),
             'p' => Named::Stage(Stage::TopP),
             'm' => Named::Stage(Stage::MinP),
             't' => Named::Stage(Stage::Temperature),
-            'd' | 'x' | 's' | 'i' => Named::Inert,
+            'x' | 's' | 'i' => Named::Inert,
             _ => return None,
         })
     }
 }
 
-const N_STAGES: usize = 6;
+const N_STAGES: usize = 7;
 
 /// The stages after the mask, in order, each at most once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -125,6 +128,7 @@ impl Default for Order {
         Order {
             stages: [
                 Stage::Penalties,
+                Stage::Dry,
                 Stage::TopK,
                 Stage::Typical,
                 Stage::TopP,

@@ -135,9 +135,37 @@ fn stage_names_and_letters() {
         Stage::from_name("typ_p"),
         Some(Named::Stage(Stage::Typical))
     );
-    assert_eq!(Stage::from_name("dry"), Some(Named::Inert));
+    assert_eq!(Stage::from_name("dry"), Some(Named::Stage(Stage::Dry)));
+    assert_eq!(Stage::from_name("xtc"), Some(Named::Inert));
     assert_eq!(Stage::from_name("bogus"), None);
     assert_eq!(Stage::from_char('k'), Some(Named::Stage(Stage::TopK)));
     let o = Order::new([Stage::MinP, Stage::TopK, Stage::MinP]);
     assert_eq!(o.stages(), &[Stage::MinP, Stage::TopK]);
+}
+
+/// The worked example of [`Dry`], on logits.
+#[test]
+fn dry_penalizes_what_would_extend_a_repetition() {
+    let (a, b, c, x, nl) = (0u32, 1, 2, 3, 4);
+    let dry = Dry {
+        multiplier: 1.0,
+        base: 2.0,
+        allowed_length: 2,
+        last_n: usize::MAX,
+        breakers: vec![nl],
+    };
+    let mut logits = vec![0.0; 5];
+    dry.apply(&mut logits, &[a, b, c, x, a, b]);
+    assert_eq!(logits, vec![0.0, 0.0, -1.0, 0.0, 0.0]);
+    let mut logits = vec![0.0; 5];
+    dry.apply(&mut logits, &[a, b, c, x, a, b, c, x, a, b]);
+    assert_eq!(logits, vec![0.0, 0.0, -16.0, 0.0, 0.0]);
+    // A breaker inside the earlier copy cuts it: `nl b` is one token shorter than needed.
+    let mut logits = vec![0.0; 5];
+    dry.apply(&mut logits, &[nl, b, c, x, a, b]);
+    assert_eq!(logits, vec![0.0; 5]);
+    let mut s = Sampler::new(SamplerConfig::greedy()).with_dry(Some(dry));
+    assert_eq!(s.sample(&[0.0, 0.0, 0.5, 0.0, 0.0], &[a, b, c, x, a, b]), 0);
+    s.config.order = Order::new([Stage::Temperature]);
+    assert_eq!(s.sample(&[0.0, 0.0, 0.5, 0.0, 0.0], &[a, b, c, x, a, b]), 2);
 }

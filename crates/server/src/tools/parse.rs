@@ -97,14 +97,6 @@ fn first_json(s: &str) -> Json {
     }
 }
 
-/// Bytes at the end of `s` that begin `tag` (a proper prefix of it).
-fn partial_tag(s: &str, tag: &str) -> usize {
-    (1..tag.len().min(s.len() + 1))
-        .rev()
-        .find(|&n| s.is_char_boundary(s.len() - n) && s.ends_with(&tag[..n]))
-        .unwrap_or(0)
-}
-
 /// `(name, arguments as JSON text)` when `v` is a call object: a non-empty string `name`
 /// and an object (or JSON text, or nothing) under `arguments` or `parameters`.
 fn call_of(v: &Value) -> Option<(String, String)> {
@@ -267,7 +259,7 @@ impl CallParser {
             self.block_calls = 0;
             return Step::Go;
         }
-        let keep = partial_tag(&self.held, marker);
+        let keep = text::partial_suffix(&self.held, marker);
         let rest = self.held.split_off(self.held.len() - keep);
         let shown = std::mem::replace(&mut self.held, rest);
         self.text(out, &shown);
