@@ -27,6 +27,14 @@ const PROMPTS: [&str; 8] = [
     "In 1969, the first humans",
 ];
 
+/// Engines here measure their costs when they start and plan steps by them, and two
+/// tests are timed: each test runs alone, so that another test's model loading or forwards
+/// do not enter this one's measurements.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn load() -> (Model, Arc<Tokenizer>) {
     let (_, file, name) = MODELS[0];
     let model = Model::load(model_path(file, name)).unwrap();
@@ -141,6 +149,7 @@ fn snapshot(handle: &EngineHandle) -> engine::Snapshot {
 
 #[test]
 fn batched_greedy_equals_alone_and_single_context() {
+    let _serial = serial();
     let (model, tok) = load();
     let prompts: Vec<Vec<u32>> = PROMPTS
         .iter()
@@ -161,6 +170,7 @@ fn batched_greedy_equals_alone_and_single_context() {
 
 #[test]
 fn preemption_under_a_small_pool_keeps_the_tokens() {
+    let _serial = serial();
     let (model, tok) = load();
     let prompts: Vec<Vec<u32>> = PROMPTS[..4]
         .iter()
@@ -181,6 +191,7 @@ fn preemption_under_a_small_pool_keeps_the_tokens() {
 /// alone, and the stream goes on receiving tokens meanwhile.
 #[test]
 fn a_prompt_read_in_chunks_while_another_streams_gives_its_tokens_alone() {
+    let _serial = serial();
     let (model, tok) = load();
     let long = tok
         .encode(&PROMPTS.join(" ").repeat(2), true, false)
@@ -230,6 +241,7 @@ fn a_prompt_read_in_chunks_while_another_streams_gives_its_tokens_alone() {
 
 #[test]
 fn prefix_cache_reuses_a_resumed_conversation() {
+    let _serial = serial();
     let (model, tok) = load();
     let text = PROMPTS.join(" ").repeat(3);
     let prompt = tok.encode(&text, true, false).unwrap();
@@ -248,6 +260,7 @@ fn prefix_cache_reuses_a_resumed_conversation() {
 
 #[test]
 fn stop_strings_end_the_text_and_dropped_requests_free_their_slot() {
+    let _serial = serial();
     let (model, tok) = load();
     let prompt = tok.encode(PROMPTS[2], true, false).unwrap();
     let handle = engine::start(model, tok, config(1024, 2), None, None).unwrap();
@@ -284,6 +297,7 @@ fn spec(n_max: usize, policy: PolicyKind) -> SpecConfig {
 
 #[test]
 fn speculation_gives_the_plain_text_alone_and_with_8_users() {
+    let _serial = serial();
     let (model, tok) = load();
     let prompts: Vec<Vec<u32>> = PROMPTS
         .iter()
@@ -414,6 +428,7 @@ fn tiny(dir: &std::path::Path) -> std::path::PathBuf {
 /// every token with the text unchanged.
 #[test]
 fn the_scheduler_on_the_reference_backend() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let path = tiny(dir.path());
     let (_, tok) = load();
