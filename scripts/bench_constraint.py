@@ -3,11 +3,14 @@
 under a 20-field schema (response_format json_schema), 1 and 8 users at once, in one run per
 model. Reported per arm: served tok/s (all completion tokens over the wall time), the mean
 decode tok/s of a request (its own timings), and for the schema arm the time the grammar's
-mask took per token (timings.grammar_ms / predicted_n) against the decode step time at the
-same number of users (1000 / the plain arm's per-request decode tok/s).
+took per token (timings.grammar_ms / predicted_n: the mask and advancing past the token),
+times the users (each decoding user's mask is computed in every step), against the decode
+step time at the same number of users (1000 / the plain arm's per-request decode tok/s). Schema answers end
+where their JSON does; each plain answer is then made exactly as long (ignore_eos), so that
+both arms attend over the same lengths.
 
 usage: scripts/bench_constraint.py BINARY [--models smollm2-135m,qwen2.5-coder-1.5b]
-       [--users 1,8] [--tokens 192] [--threads 2] [--json OUT]
+       [--users 1,8] [--threads 2] [--json OUT]
 """
 import argparse
 import json
@@ -77,14 +80,18 @@ def start(binary, model, threads):
     raise RuntimeError(open(log).read())
 
 
-def run(url, users, tokens, schema):
+def run(url, users, lengths, schema):
+    """`users` requests at once; plain ones generate `lengths[i]` tokens (ignore_eos), schema
+    ones until their JSON ends (at most 1024)."""
     def one(i):
         body = {"messages": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}],
-                "max_tokens": tokens, "temperature": 0, "cache_prompt": False}
+                "temperature": 0, "cache_prompt": False}
         if schema:
             body["response_format"] = {"type": "json_schema", "json_schema": {"name": "r", "schema": SCHEMA}}
+            body["max_tokens"] = 1024
         else:
             body["ignore_eos"] = True
+            body["max_tokens"] = lengths[i]
         return post(url + "/v1/chat/completions", body)
 
     post(url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})
@@ -97,8 +104,10 @@ def run(url, users, tokens, schema):
     grammar_ms = sum(a["timings"].get("grammar_ms", 0.0) for a in answers)
     if schema:
         for a in answers:
+            assert a["choices"][0]["finish_reason"] == "stop", a
             json.loads(a["choices"][0]["message"]["content"])
-    return {"users": users, "schema": schema, "tokens": n, "wall_s": wall, "served_tok_s": n / wall,
+    return {"users": users, "schema": schema, "lengths": [a["usage"]["completion_tokens"] for a in answers],
+            "tokens": n, "wall_s": wall, "served_tok_s": n / wall,
             "decode_tok_s": sum(decode) / len(decode), "grammar_ms_per_token": grammar_ms / n}
 
 
@@ -107,7 +116,6 @@ def main():
     ap.add_argument("binary")
     ap.add_argument("--models", default="smollm2-135m,qwen2.5-coder-1.5b")
     ap.add_argument("--users", default="1,8")
-    ap.add_argument("--tokens", type=int, default=192)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json")
     a = ap.parse_args()
@@ -116,23 +124,24 @@ def main():
         proc, url = start(a.binary, model, a.threads)
         try:
             for users in [int(u) for u in a.users.split(",")]:
-                plain = run(url, users, a.tokens, False)
-                constrained = run(url, users, a.tokens, True)
+                constrained = run(url, users, None, True)
+                plain = run(url, users, constrained["lengths"], False)
+                # Every decoding user's mask is computed on the engine thread in each step.
                 step_ms = 1000.0 / plain["decode_tok_s"]
-                share = constrained["grammar_ms_per_token"] / step_ms
+                share = users * constrained["grammar_ms_per_token"] / step_ms
                 rows.append({"model": model, "plain": plain, "schema": constrained, "step_ms": step_ms,
                              "mask_share_of_step": share})
                 print(f"{model} {users} user(s): served tok/s plain {plain['served_tok_s']:.1f} schema "
                       f"{constrained['served_tok_s']:.1f} ({constrained['served_tok_s'] / plain['served_tok_s']:.3f}x); "
                       f"decode tok/s per request {plain['decode_tok_s']:.1f} / {constrained['decode_tok_s']:.1f}; "
-                      f"mask {constrained['grammar_ms_per_token']:.3f} ms/token = {100 * share:.2f}% of a "
-                      f"{step_ms:.1f} ms step", flush=True)
+                      f"grammar {constrained['grammar_ms_per_token']:.3f} ms/token, x{users} per step = "
+                      f"{100 * share:.2f}% of a {step_ms:.1f} ms step", flush=True)
         finally:
             os.kill(proc.pid, signal.SIGTERM)
             proc.wait()
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"schema_fields": len(FIELDS), "tokens": a.tokens, "rows": rows}, f, indent=1)
+            json.dump({"schema_fields": len(FIELDS), "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -190,9 +190,21 @@ impl Constraint {
             .matcher
             .compute_mask_or_eos()
             .map_err(|e| GrammarError(e.to_string()))?;
-        for (id, l) in logits.iter_mut().enumerate() {
-            if id >= self.n_vocab || !allowed.is_allowed(id as u32) {
-                *l = f32::NEG_INFINITY;
+        // A word of the mask per 32 tokens; ids past the vocabulary have no bits.
+        let words = allowed.as_slice();
+        let n_words = self.n_vocab.div_ceil(32);
+        for (w, chunk) in logits.chunks_mut(32).enumerate() {
+            let bits = if w < n_words { words.get(w).copied().unwrap_or(0) } else { 0 };
+            match bits {
+                0 => chunk.fill(f32::NEG_INFINITY),
+                u32::MAX if (w + 1) * 32 <= self.n_vocab => {}
+                _ => {
+                    for (i, l) in chunk.iter_mut().enumerate() {
+                        if bits >> i & 1 == 0 || w * 32 + i >= self.n_vocab {
+                            *l = f32::NEG_INFINITY;
+                        }
+                    }
+                }
             }
         }
         Ok(())
