@@ -74,6 +74,20 @@ def test_stop_strings_are_held_back_across_chunks(client, model_id):
     assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == want
 
 
+def test_stop_strings_past_the_cap_are_refused_and_the_largest_allowed_work(client, model_id):
+    full = chat(client, model_id, max_tokens=40, extra_body={"ignore_eos": True}).choices[0].message.content
+    stop = " ".join(full.split()[2:4])
+    for stops in (["x" * (1 << 20) + str(i) for i in range(16)], [f"@{i}@" for i in range(17)]):
+        with pytest.raises(openai.BadRequestError) as e:
+            chat(client, model_id, max_tokens=4, extra_body={"stop": stops})
+        assert e.value.body["param"] == "stop", e.value.body
+    # 15 strings of 1 KiB and the answer's own stop: near the 16 KiB allowed.
+    stops = ["@" * 1023 + str(i % 10) for i in range(15)] + [stop]
+    r = chat(client, model_id, max_tokens=40, extra_body={"stop": stops})
+    assert r.choices[0].message.content == full[: full.index(stop)]
+    assert r.choices[0].finish_reason == "stop"
+
+
 def test_logprobs(client, model_id):
     r = chat(client, model_id, max_tokens=6, logprobs=True, top_logprobs=3, extra_body={"ignore_eos": True})
     content = r.choices[0].logprobs.content

@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use kv::SeqKv;
-use text::{Detokenizer, Tokenizer};
+use text::{Detokenizer, StopMatcher, Stops, Tokenizer};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::request::{DraftLimits, Event, FinishReason, GenRequest, Summary, TokenLogprob};
@@ -48,7 +48,9 @@ pub(crate) struct Sequence {
     step_accepted: usize,
     max_tokens: Option<usize>,
     slot_ctx: usize,
-    stop: Vec<String>,
+    /// The request's stop strings, matched as the text streams.
+    stops: StopMatcher,
+    stop_words: Vec<String>,
     logprobs: Option<usize>,
     mask: Mask,
     sampler: Sampler,
@@ -82,7 +84,8 @@ impl Sequence {
             step_accepted: 0,
             max_tokens: req.max_tokens,
             slot_ctx,
-            stop: req.stop,
+            stops: StopMatcher::new(Stops::new(&req.stop)),
+            stop_words: req.stop,
             logprobs: req.logprobs,
             mask: Mask {
                 constraint: req.constraint,
@@ -238,8 +241,11 @@ impl Sequence {
         self.tokens.push(id);
         let piece = self.detok.push(tok, id);
         self.held.push_str(&piece);
-        if let Some((at, word)) = self.find_stop() {
-            self.held.truncate(at);
+        if let Some(f) = self.stops.feed(&piece) {
+            // The stop string ends in this piece and began in the held text.
+            let end = self.held.len() - piece.len() + f.end;
+            self.held.truncate(end - f.len);
+            let word = self.stop_words[f.index].clone();
             return Some(self.finish(FinishReason::StopWord(word)));
         }
         if self.max_tokens.is_some_and(|m| self.n_generated >= m) {
@@ -251,7 +257,7 @@ impl Sequence {
         if self.mask.is_finished() {
             return Some(self.finish(FinishReason::Eos));
         }
-        let keep = self.stop_prefix_len();
+        let keep = self.stops.partial().min(self.held.len());
         let text = self.held.split_off(self.held.len() - keep);
         let text = std::mem::replace(&mut self.held, text);
         self.send_delta(text);
@@ -301,23 +307,6 @@ impl Sequence {
             tokens: std::mem::take(&mut self.out_tokens),
             logprobs: std::mem::take(&mut self.out_logprobs),
         });
-    }
-
-    /// The first stop string in the held text: (byte offset, the string).
-    fn find_stop(&self) -> Option<(usize, String)> {
-        self.stop
-            .iter()
-            .filter_map(|s| self.held.find(s.as_str()).map(|at| (at, s.clone())))
-            .min_by_key(|(at, _)| *at)
-    }
-
-    /// Bytes at the end of the held text that could begin a stop string.
-    fn stop_prefix_len(&self) -> usize {
-        self.stop
-            .iter()
-            .map(|s| text::partial_suffix(&self.held, s))
-            .max()
-            .unwrap_or(0)
     }
 }
 

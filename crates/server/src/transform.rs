@@ -2,7 +2,8 @@
 //! answers alike: stop strings first (in the engine, since a stop ends generation), then
 //! here the reasoning split (`<think>…</think>` becomes `reasoning_content`) and tool-call
 //! parsing of what remains. Each stage holds back text that may still turn into its tag or
-//! marker, through [`text::partial_suffix`].
+//! marker, through [`text::partial_suffix`] (the stop strings through their automaton's
+//! depth, [`text::StopMatcher::partial`]).
 //!
 //! ```text
 //! push("<think>look it up</think><tool_ca") -> reasoning "look it up", nothing else yet

@@ -139,6 +139,11 @@ pub struct RawSpeculative {
     pub n_min: Option<i64>,
 }
 
+/// Most stop strings a request may give, and their bytes in all: matching costs time
+/// proportional to the new text whatever they are, but the automaton is built per request.
+const MAX_STOPS: usize = 16;
+const MAX_STOP_BYTES: usize = 16 << 10;
+
 /// Largest per-request draft bound accepted.
 const MAX_DRAFT: i64 = 256;
 
@@ -375,10 +380,18 @@ impl RawRequest {
             Some(Stop::One(s)) => vec![s],
             Some(Stop::Many(v)) => v,
         };
-        if stop.len() > 16 || stop.iter().any(String::is_empty) {
+        let stop_bytes: usize = stop.iter().map(String::len).sum();
+        if stop.len() > MAX_STOPS
+            || stop.iter().any(String::is_empty)
+            || stop_bytes > MAX_STOP_BYTES
+        {
             return Err(ApiError::invalid(
                 "stop",
-                "stop takes at most 16 non-empty strings",
+                format!(
+                    "stop takes at most {MAX_STOPS} non-empty strings of {MAX_STOP_BYTES} bytes in all \
+                     (got {} strings, {stop_bytes} bytes)",
+                    stop.len()
+                ),
             ));
         }
 

@@ -194,7 +194,11 @@ impl Constraint {
         let words = allowed.as_slice();
         let n_words = self.n_vocab.div_ceil(32);
         for (w, chunk) in logits.chunks_mut(32).enumerate() {
-            let bits = if w < n_words { words.get(w).copied().unwrap_or(0) } else { 0 };
+            let bits = if w < n_words {
+                words.get(w).copied().unwrap_or(0)
+            } else {
+                0
+            };
             match bits {
                 0 => chunk.fill(f32::NEG_INFINITY),
                 u32::MAX if (w + 1) * 32 <= self.n_vocab => {}

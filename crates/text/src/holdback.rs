@@ -1,7 +1,7 @@
 //! Text held back from a stream while it may still become something else: the end of the
-//! text so far that could begin a stop string, a reasoning tag or a tool-call marker. Every
-//! stage of the output chain (the engine's stop strings, the server's reasoning split and
-//! tool-call parsing) holds back through this one function.
+//! text so far that could begin a reasoning tag or a tool-call marker. The server's stages
+//! of the output chain hold back through this one function; the engine's stop strings hold
+//! back the same way, reading the bytes off their automaton ([`crate::StopMatcher`]).
 
 /// Bytes at the end of `s` that are a proper prefix of `needle`, cut on character
 /// boundaries of both.

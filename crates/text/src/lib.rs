@@ -13,6 +13,7 @@ mod holdback;
 mod jinja_fns;
 mod pretokenize;
 mod special;
+mod stops;
 mod template;
 mod tokenizer;
 
@@ -22,5 +23,6 @@ pub use grammar::{Constraint, GrammarError, GrammarSpec, Grammars};
 pub use holdback::partial_suffix;
 pub use pretokenize::PreTokenizer;
 pub use special::TokenKind;
+pub use stops::{StopFound, StopMatcher, Stops};
 pub use template::{ChatMessage, ChatTemplate, RenderOptions};
 pub use tokenizer::{ControlTokens, Tokenizer};
