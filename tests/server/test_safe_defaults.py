@@ -141,3 +141,33 @@ def test_keys_from_a_file():
             s.stop()
     finally:
         os.unlink(f.name)
+
+
+def test_big_prompts_are_prepared_off_the_runtime(server):
+    """Two 30 MB prompts are parsed and tokenized on the blocking pool (large bodies one core
+    short of all the cores at once; small ones in a lane of their own): meanwhile /health
+    answers within 100 ms and a normal chat completes; the big prompts then get a 400 (they
+    do not fit the context)."""
+    import time
+
+    big = "lorem ipsum dolor sit amet " * (30 << 20 >> 5)
+
+    def send_big():
+        return server.post("/v1/completions", json={"prompt": big, "max_tokens": 4}, timeout=600)
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        bigs = [pool.submit(send_big) for _ in range(2)]
+        time.sleep(1.0)
+        assert not any(f.done() for f in bigs), "the big prompts should still be in preparation"
+        for _ in range(10):
+            t0 = time.monotonic()
+            assert httpx.get(server.url + "/health", timeout=5).status_code == 200
+            assert time.monotonic() - t0 < 0.1
+            time.sleep(0.05)
+        r = server.post("/v1/chat/completions",
+                        json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})
+        assert r.status_code == 200, r.text
+        assert not all(f.done() for f in bigs), "the chat should not have waited for the big prompts"
+        for f in bigs:
+            r = f.result()
+            assert r.status_code == 400, r.text

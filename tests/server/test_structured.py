@@ -175,7 +175,8 @@ def test_regex_and_choice_constrain_the_answer(client, model_id):
         ({"guided_regex": "(unclosed"}, "guided_regex"),
         ({"response_format": {"type": "xml"}}, "response_format.type"),
         ({"grammar": 'root ::= "a"', "guided_regex": "a"}, "guided_regex"),
-        ({"dry_multiplier": 0.8}, "dry_multiplier"),
+        ({"xtc_probability": 0.5}, "xtc_probability"),
+        ({"dry_multiplier": 0.8, "dry_allowed_length": 0}, "dry_allowed_length"),
         ({"logit_bias": {"99999999": 1}}, "logit_bias"),
     ],
 )

@@ -41,14 +41,9 @@ pub struct RawChain {
     pub guided_grammar: Option<String>,
 }
 
+/// `v` within `lo..=hi`, as the engine's `f32`.
 fn range(name: &str, v: Option<f64>, lo: f64, hi: f64) -> Result<Option<f32>, ApiError> {
-    match v {
-        Some(x) if !(x.is_finite() && (lo..=hi).contains(&x)) => Err(ApiError::invalid(
-            name,
-            format!("{name} must be between {lo} and {hi}, got {x}"),
-        )),
-        v => Ok(v.map(|x| x as f32)),
-    }
+    Ok(crate::validate::range(name, v, lo, hi)?.map(|x| x as f32))
 }
 
 /// Refuses a llama.cpp sampler tandem lacks unless it has its inert value.

@@ -22,7 +22,7 @@ use crate::format::Reply;
 use crate::state::Shared;
 use crate::tools::CallParser;
 use crate::validate::{parse, RawRequest, Route, ValidGen};
-use crate::{body, ready};
+use crate::{body, off_runtime, ready};
 
 pub async fn chat(
     State(s): State<Shared>,
@@ -51,9 +51,12 @@ async fn run(
     route: Route,
 ) -> Result<Response, ApiError> {
     let bytes = body(&s, b)?;
+    let v: ValidGen = off_runtime(&s, bytes.len(), move |ready| {
+        let raw: RawRequest = parse(&bytes)?;
+        raw.validate(route, ready)
+    })
+    .await?;
     let ready = ready(&s)?;
-    let raw: RawRequest = parse(&bytes)?;
-    let v: ValidGen = raw.validate(route, ready)?;
     let (task, events) = ready.engine.submit(v.req)?;
     let calls = v.tools.as_ref().map(|spec| {
         CallParser::new(

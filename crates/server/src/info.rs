@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use crate::error::ApiError;
 use crate::state::Shared;
 use crate::validate::{parse, RawRequest};
-use crate::{body, ready};
+use crate::{body, off_runtime, ready};
 
 pub async fn health(State(s): State<Shared>) -> Result<Json<Value>, ApiError> {
     ready(&s)?;
@@ -401,13 +401,17 @@ pub async fn tokenize(
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let bytes = body(&s, b)?;
+    let (with_pieces, ids) = off_runtime(&s, bytes.len(), move |r| {
+        let q: TokenizeReq = parse(&bytes)?;
+        let ids = r
+            .tok
+            .encode(&q.content, q.add_special, q.parse_special)
+            .map_err(|e| ApiError::invalid("content", e.to_string()))?;
+        Ok((q.with_pieces, ids))
+    })
+    .await?;
     let r = ready(&s)?;
-    let q: TokenizeReq = parse(&bytes)?;
-    let ids = r
-        .tok
-        .encode(&q.content, q.add_special, q.parse_special)
-        .map_err(|e| ApiError::invalid("content", e.to_string()))?;
-    let tokens: Vec<Value> = if q.with_pieces {
+    let tokens: Vec<Value> = if with_pieces {
         ids.iter()
             .map(|&id| {
                 let b = r.tok.token_to_piece(id);
@@ -455,7 +459,9 @@ pub async fn apply_template(
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let bytes = body(&s, b)?;
-    let r = ready(&s)?;
-    let q: RawRequest = parse(&bytes)?;
-    Ok(Json(json!({"prompt": q.chat_prompt(r)?})))
+    let prompt = off_runtime(&s, bytes.len(), move |r| {
+        parse::<RawRequest>(&bytes)?.chat_prompt(r)
+    })
+    .await?;
+    Ok(Json(json!({"prompt": prompt})))
 }

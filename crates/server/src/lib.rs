@@ -53,6 +53,27 @@ fn ready(s: &AppState) -> Result<&Ready, ApiError> {
         .ok_or_else(|| ApiError::unavailable("Loading model", 1))
 }
 
+/// Runs `prepare` (the parsing, templating, tokenizing of a body of `bytes`: work that
+/// grows with the prompt) on the blocking pool, in its lane of [`state::Lanes`], so that the
+/// runtime's threads stay free for `/health`, streams and other requests meanwhile.
+async fn off_runtime<T, F>(s: &Shared, bytes: usize, prepare: F) -> Result<T, ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce(&Ready) -> Result<T, ApiError> + Send + 'static,
+{
+    ready(s)?;
+    let _turn = s
+        .preparing
+        .of(bytes)
+        .acquire()
+        .await
+        .map_err(|_| ApiError::internal("the server is shutting down"))?;
+    let shared = s.clone();
+    tokio::task::spawn_blocking(move || prepare(ready(&shared)?))
+        .await
+        .map_err(|e| ApiError::internal(format!("preparing the request failed: {e}")))?
+}
+
 /// The request body, or 413 over the limit.
 fn body(s: &AppState, b: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     b.map_err(|e| {

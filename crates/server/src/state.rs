@@ -172,6 +172,39 @@ pub struct AppState {
     pub ready: OnceLock<Ready>,
     pub started: Instant,
     pub created: u64,
+    /// Turns to prepare a request (parse, template, tokenize, compile a grammar) on the
+    /// blocking pool, for small bodies and for large ones; requests beyond them wait
+    /// without holding a runtime thread.
+    pub preparing: Lanes,
+}
+
+/// The preparation turns: large bodies get one less than the cores (one at least), so that
+/// preparing them never takes every core from the engine and the runtime; small bodies
+/// (quick to prepare) have turns of their own and never queue behind large ones.
+pub struct Lanes {
+    pub small: tokio::sync::Semaphore,
+    pub large: tokio::sync::Semaphore,
+}
+
+impl Lanes {
+    /// Bodies up to this many bytes are small.
+    pub const SMALL: usize = 256 << 10;
+
+    fn new() -> Lanes {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Lanes {
+            small: tokio::sync::Semaphore::new(4),
+            large: tokio::sync::Semaphore::new(cores.saturating_sub(1).max(1)),
+        }
+    }
+
+    /// The lane for a body of `bytes`.
+    pub fn of(&self, bytes: usize) -> &tokio::sync::Semaphore {
+        match bytes <= Lanes::SMALL {
+            true => &self.small,
+            false => &self.large,
+        }
+    }
 }
 
 impl AppState {
@@ -180,6 +213,7 @@ impl AppState {
         AppState {
             config,
             ready: OnceLock::new(),
+            preparing: Lanes::new(),
             started: Instant::now(),
             created: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

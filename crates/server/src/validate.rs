@@ -185,7 +185,8 @@ pub struct ValidGen {
     pub tools: Option<ToolSpec>,
 }
 
-fn range(name: &str, v: Option<f64>, lo: f64, hi: f64) -> Result<Option<f64>, ApiError> {
+/// `v` unless it is outside `lo..=hi` (or not finite): then a 400 naming `name`.
+pub(crate) fn range(name: &str, v: Option<f64>, lo: f64, hi: f64) -> Result<Option<f64>, ApiError> {
     match v {
         Some(x) if !(x.is_finite() && (lo..=hi).contains(&x)) => Err(ApiError::invalid(
             name,

@@ -79,6 +79,16 @@ enum Step {
     Go,
 }
 
+/// How a call's closing tag stands in the held text.
+enum Closing {
+    /// The call and its tag take this many bytes.
+    At(usize),
+    /// The tag may still come.
+    Wait,
+    /// Something else follows the call.
+    Missing,
+}
+
 /// The first JSON value at the start of a text.
 enum Json {
     Incomplete,
@@ -276,17 +286,10 @@ impl CallParser {
             Json::Complete(v, n) => (v, lead + n),
             _ => return self.give_up_marker(out),
         };
-        let after = &self.held[n..];
-        let gap = after.len() - after.trim_start().len();
-        let taken = if after[gap..].starts_with(HERMES_CLOSE) {
-            n + gap + HERMES_CLOSE.len()
-        } else if HERMES_CLOSE.starts_with(&after[gap..]) {
-            if !at_end {
-                return Step::Wait;
-            }
-            self.held.len()
-        } else {
-            return self.give_up_marker(out);
+        let taken = match self.closed_by(n, HERMES_CLOSE, at_end) {
+            Closing::At(taken) => taken,
+            Closing::Wait => return Step::Wait,
+            Closing::Missing => return self.give_up_marker(out),
         };
         let body: String = self.held.drain(..taken).collect();
         self.state = State::Text;
@@ -469,23 +472,33 @@ impl CallParser {
         let Some((name, args)) = call_of(&v).filter(|c| self.names.contains(&c.0)) else {
             return self.give_up_fence(out);
         };
-        let after = &self.held[n..];
-        let gap = after.len() - after.trim_start().len();
-        let taken = if after[gap..].starts_with(FENCE) {
-            n + gap + FENCE.len()
-        } else if FENCE.starts_with(&after[gap..]) {
-            if !at_end {
-                return Step::Wait;
-            }
-            self.held.len()
-        } else {
-            return self.give_up_fence(out);
+        let taken = match self.closed_by(n, FENCE, at_end) {
+            Closing::At(taken) => taken,
+            Closing::Wait => return Step::Wait,
+            Closing::Missing => return self.give_up_fence(out),
         };
         self.held.drain(..taken);
         self.fence.clear();
         self.state = State::Text;
         self.call(out, name, args);
         Step::Go
+    }
+
+    /// Whether the held text closes with `tag` after its first `n` bytes (whitespace
+    /// between them allowed); at the end of the answer a missing or partial tag is forgiven.
+    fn closed_by(&self, n: usize, tag: &str, at_end: bool) -> Closing {
+        let after = &self.held[n..];
+        let gap = after.len() - after.trim_start().len();
+        if after[gap..].starts_with(tag) {
+            Closing::At(n + gap + tag.len())
+        } else if tag.starts_with(&after[gap..]) {
+            match at_end {
+                true => Closing::At(self.held.len()),
+                false => Closing::Wait,
+            }
+        } else {
+            Closing::Missing
+        }
     }
 
     fn give_up_fence(&mut self, out: &mut Vec<Piece>) -> Step {
