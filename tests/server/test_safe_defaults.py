@@ -171,3 +171,30 @@ def test_big_prompts_are_prepared_off_the_runtime(server):
         for f in bigs:
             r = f.result()
             assert r.status_code == 400, r.text
+
+
+def test_prefix_cache_is_apart_per_key_and_salt():
+    """A prompt cached for one API key is not reused (cached_tokens 0) for another key or
+    another cache_salt; the same key and salt reuse it."""
+    s = Server("-c", "4096", "-np", "2", "--api-key", "key-one,key-two")
+    try:
+        prompt = "Tell me about the history of the printing press in Europe, in detail. " * 4
+
+        def cached(key, salt=None):
+            body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": 2}
+            if salt is not None:
+                body["cache_salt"] = salt
+            r = httpx.post(s.url + "/v1/chat/completions", json=body,
+                           headers={"Authorization": f"Bearer {key}"}, timeout=120)
+            assert r.status_code == 200, r.text
+            return r.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+        assert cached("key-one") == 0
+        assert cached("key-one") > 0
+        assert cached("key-two") == 0
+        assert cached("key-two") > 0
+        assert cached("key-one", salt="alice") == 0
+        assert cached("key-one", salt="bob") == 0
+        assert cached("key-one", salt="alice") > 0
+    finally:
+        s.stop()

@@ -29,6 +29,9 @@ pub struct GenRequest {
     pub logprobs: Option<usize>,
     /// Reuse cached KV blocks of an earlier request with the same prefix.
     pub cache_prompt: bool,
+    /// The prefix-cache namespace this request's blocks are cached in and taken from
+    /// (`kv::SHARED`, or one per API key and `cache_salt`): no other namespace sees them.
+    pub cache_namespace: u64,
     /// This request's bounds on draft length (llama-server's `speculative.n_max` /
     /// `speculative.n_min`), within the server's.
     pub draft: DraftLimits,

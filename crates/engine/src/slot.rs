@@ -32,6 +32,8 @@ pub(crate) struct Sequence {
     pub n_cached: usize,
     /// Whether to look the prompt up in the prefix cache when the KV is empty.
     pub cache_prompt: bool,
+    /// The prefix-cache namespace of its blocks.
+    pub cache_namespace: u64,
     pub n_generated: usize,
     pub draft: Draft,
     pub draft_limits: DraftLimits,
@@ -73,6 +75,7 @@ impl Sequence {
             kv: SeqKv::default(),
             n_cached: 0,
             cache_prompt: req.cache_prompt,
+            cache_namespace: req.cache_namespace,
             n_generated: 0,
             draft: Draft::default(),
             draft_limits: req.draft,

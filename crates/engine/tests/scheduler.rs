@@ -69,6 +69,7 @@ fn greedy(prompt: Vec<u32>, max_tokens: usize) -> GenRequest {
         constraint: None,
         logprobs: None,
         cache_prompt: true,
+        cache_namespace: kv::SHARED,
         draft: Default::default(),
     }
 }

@@ -7,7 +7,7 @@
 use gguf::GgmlType;
 
 mod prefix;
-pub use prefix::PrefixCache;
+pub use prefix::{PrefixCache, SHARED};
 
 /// Positions per block.
 pub const BLOCK_SIZE: usize = 16;

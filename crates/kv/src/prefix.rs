@@ -14,6 +14,10 @@
 //! Since the forward is batch-invariant, a reused block holds exactly the keys and values
 //! the new sequence would have computed, so reuse never changes an answer.
 //!
+//! Prefixes live in namespaces: the chain starts from the namespace instead of `ROOT`
+//! (`k0 = h(ns, t0..t15)`), so a prefix cached in one namespace is invisible from any other
+//! (the server gives each API key, and each `cache_salt`, its own; 0 is the shared one).
+//!
 //! Ownership is exclusive: a block is either free, in the cache, or in one sequence. `take`
 //! moves blocks from the cache into a sequence; `give` moves a finished sequence's blocks
 //! back. Eviction frees the least recently used blocks, deepest blocks of a prefix first.
@@ -24,7 +28,8 @@ use std::hash::{Hash, Hasher};
 
 use crate::{KvPool, SeqKv, BLOCK_SIZE};
 
-const ROOT: u64 = 0;
+/// The shared namespace.
+pub const SHARED: u64 = 0;
 
 struct Entry {
     block: u32,
@@ -59,12 +64,19 @@ impl PrefixCache {
         self.entries.len()
     }
 
-    /// Moves the longest cached prefix of `tokens` that fits in `max_positions` (whole
-    /// blocks) into the empty `seq`, and returns the positions it now holds.
-    pub fn take(&mut self, seq: &mut SeqKv, tokens: &[u32], max_positions: usize) -> usize {
+    /// Moves the longest prefix of `tokens` cached in namespace `ns` that fits in
+    /// `max_positions` (whole blocks) into the empty `seq`, and returns the positions it now
+    /// holds.
+    pub fn take(
+        &mut self,
+        seq: &mut SeqKv,
+        tokens: &[u32],
+        max_positions: usize,
+        ns: u64,
+    ) -> usize {
         assert!(seq.blocks.is_empty(), "take needs an empty sequence");
         let n_max = max_positions.min(tokens.len()) / BLOCK_SIZE;
-        let mut parent = ROOT;
+        let mut parent = ns;
         for chunk in tokens.chunks_exact(BLOCK_SIZE).take(n_max) {
             let k = key(parent, chunk);
             match self.entries.get(&k) {
@@ -81,12 +93,13 @@ impl PrefixCache {
     }
 
     /// Returns all of `seq`'s blocks: each full block whose positions are cached goes into
-    /// the cache (or back to the pool when the cache already has that prefix), the rest to
-    /// the pool. `tokens` are the sequence's tokens, at least `seq.len()` of them.
-    pub fn give(&mut self, pool: &mut KvPool, seq: &mut SeqKv, tokens: &[u32]) {
+    /// the cache under namespace `ns` (or back to the pool when the cache already has that
+    /// prefix), the rest to the pool. `tokens` are the sequence's tokens, at least
+    /// `seq.len()` of them.
+    pub fn give(&mut self, pool: &mut KvPool, seq: &mut SeqKv, tokens: &[u32], ns: u64) {
         let n_full = seq.len.min(tokens.len()) / BLOCK_SIZE;
         let mut keys = Vec::with_capacity(n_full);
-        let mut parent = ROOT;
+        let mut parent = ns;
         for chunk in tokens.chunks_exact(BLOCK_SIZE).take(n_full) {
             let k = key(parent, chunk);
             keys.push((k, parent));
@@ -167,21 +180,21 @@ mod tests {
         let turn1: Vec<u32> = (0..40).collect();
         let mut s = filled(&mut pool, &turn1, 40);
         let blocks = s.blocks.clone();
-        cache.give(&mut pool, &mut s, &turn1);
+        cache.give(&mut pool, &mut s, &turn1, 0);
         assert_eq!((cache.n_blocks(), pool.free_blocks()), (2, 6));
 
         let mut turn2 = turn1.clone();
         turn2.extend(100..120);
         let mut t = SeqKv::default();
-        assert_eq!(cache.take(&mut t, &turn2, turn2.len() - 1), 32);
+        assert_eq!(cache.take(&mut t, &turn2, turn2.len() - 1, 0), 32);
         assert_eq!(t.blocks, blocks[..2]);
         assert_eq!(cache.n_blocks(), 0);
 
         let mut other: Vec<u32> = (0..40).collect();
         other[20] = 999;
         let mut u = SeqKv::default();
-        cache.give(&mut pool, &mut t, &turn2);
-        assert_eq!(cache.take(&mut u, &other, 40), 16);
+        cache.give(&mut pool, &mut t, &turn2, 0);
+        assert_eq!(cache.take(&mut u, &other, 40, 0), 16);
     }
 
     #[test]
@@ -190,10 +203,10 @@ mod tests {
         let mut cache = PrefixCache::new();
         let toks: Vec<u32> = (0..50).collect();
         let mut s = filled(&mut pool, &toks, 20);
-        cache.give(&mut pool, &mut s, &toks);
+        cache.give(&mut pool, &mut s, &toks, 0);
         assert_eq!((cache.n_blocks(), pool.free_blocks()), (1, 3));
         let mut t = SeqKv::default();
-        assert_eq!(cache.take(&mut t, &toks, 15), 0);
+        assert_eq!(cache.take(&mut t, &toks, 15, 0), 0);
     }
 
     #[test]
@@ -203,14 +216,14 @@ mod tests {
         let a: Vec<u32> = (0..32).collect();
         let b: Vec<u32> = (100..132).collect();
         let mut s = filled(&mut pool, &a, 32);
-        cache.give(&mut pool, &mut s, &a);
+        cache.give(&mut pool, &mut s, &a, 0);
         let mut s = filled(&mut pool, &b, 32);
-        cache.give(&mut pool, &mut s, &b);
+        cache.give(&mut pool, &mut s, &b, 0);
         assert_eq!(pool.free_blocks(), 0);
         assert!(cache.evict(&mut pool, 1));
         let mut t = SeqKv::default();
         assert_eq!(
-            cache.take(&mut t, &a, 32),
+            cache.take(&mut t, &a, 32, 0),
             16,
             "a's deeper block went first"
         );
@@ -226,8 +239,21 @@ mod tests {
         let a: Vec<u32> = (0..16).collect();
         let mut s1 = filled(&mut pool, &a, 16);
         let mut s2 = filled(&mut pool, &a, 16);
-        cache.give(&mut pool, &mut s1, &a);
-        cache.give(&mut pool, &mut s2, &a);
+        cache.give(&mut pool, &mut s1, &a, 0);
+        cache.give(&mut pool, &mut s2, &a, 0);
         assert_eq!((cache.n_blocks(), pool.free_blocks()), (1, 3));
+    }
+
+    #[test]
+    fn a_namespace_sees_only_its_own_prefixes() {
+        let mut pool = pool(8);
+        let mut cache = PrefixCache::new();
+        let toks: Vec<u32> = (0..40).collect();
+        let mut s = filled(&mut pool, &toks, 40);
+        cache.give(&mut pool, &mut s, &toks, 7);
+        let mut t = SeqKv::default();
+        assert_eq!(cache.take(&mut t, &toks, 39, SHARED), 0);
+        assert_eq!(cache.take(&mut t, &toks, 39, 8), 0);
+        assert_eq!(cache.take(&mut t, &toks, 39, 7), 32);
     }
 }

@@ -33,6 +33,7 @@ const KEYS: &[&str] = &[
     "presence_penalty",
     "frequency_penalty",
     "echo",
+    "cache_salt",
     "typical_p",
     "repeat_penalty",
     "repeat_last_n",

@@ -12,7 +12,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use engine::{Event, EventStream, TokenLogprob};
 use futures_util::stream::{self, Stream};
 use serde_json::Value;
@@ -22,40 +22,47 @@ use crate::format::Reply;
 use crate::state::Shared;
 use crate::tools::CallParser;
 use crate::validate::{parse, RawRequest, Route, ValidGen};
-use crate::{body, off_runtime, ready};
+use crate::{body, namespace_of, off_runtime, ready, KeyNamespace};
 
 pub async fn chat(
     State(s): State<Shared>,
+    key: Option<Extension<KeyNamespace>>,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    run(s, b, Route::Chat).await
+    run(s, key, b, Route::Chat).await
 }
 
 pub async fn completions(
     State(s): State<Shared>,
+    key: Option<Extension<KeyNamespace>>,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    run(s, b, Route::Completions).await
+    run(s, key, b, Route::Completions).await
 }
 
 pub async fn native(
     State(s): State<Shared>,
+    key: Option<Extension<KeyNamespace>>,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    run(s, b, Route::Native).await
+    run(s, key, b, Route::Native).await
 }
 
 async fn run(
     s: Shared,
+    key: Option<Extension<KeyNamespace>>,
     b: Result<Bytes, BytesRejection>,
     route: Route,
 ) -> Result<Response, ApiError> {
     let bytes = body(&s, b)?;
-    let v: ValidGen = off_runtime(&s, bytes.len(), move |ready| {
+    let mut v: ValidGen = off_runtime(&s, bytes.len(), move |ready| {
         let raw: RawRequest = parse(&bytes)?;
         raw.validate(route, ready)
     })
     .await?;
+    if let Some(Extension(KeyNamespace(k))) = key {
+        v.req.cache_namespace = namespace_of((k, v.req.cache_namespace));
+    }
     let ready = ready(&s)?;
     let (task, events) = ready.engine.submit(v.req)?;
     let calls = v.tools.as_ref().map(|spec| {

@@ -85,7 +85,20 @@ fn body(s: &AppState, b: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiErro
     })
 }
 
-async fn auth(State(s): State<Shared>, req: Request, next: Next) -> Result<Response, ApiError> {
+/// The prefix-cache namespace of the API key a request came with: prompts cached for one key
+/// are never reused, nor seen through `cached_tokens` or timing, by another.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct KeyNamespace(pub u64);
+
+/// A namespace id for `parts` (never the shared namespace's 0).
+pub(crate) fn namespace_of<T: std::hash::Hash>(parts: T) -> u64 {
+    use std::hash::Hasher;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    parts.hash(&mut h);
+    h.finish().max(1)
+}
+
+async fn auth(State(s): State<Shared>, mut req: Request, next: Next) -> Result<Response, ApiError> {
     let path = req.uri().path();
     let public = PUBLIC.contains(&path) || (s.config.metrics_public && path == "/metrics");
     if s.config.api_keys.is_empty() || public {
@@ -101,7 +114,9 @@ async fn auth(State(s): State<Shared>, req: Request, next: Next) -> Result<Respo
         .map(|(_, key)| key);
     let x_key = h.get("x-api-key").and_then(|v| v.to_str().ok());
     let given = bearer.or(x_key).map(str::trim);
-    if given.is_some_and(|k| key_matches(&s.config.api_keys, k)) {
+    if let Some(key) = given.filter(|k| key_matches(&s.config.api_keys, k)) {
+        let ns = KeyNamespace(namespace_of(("api-key", key)));
+        req.extensions_mut().insert(ns);
         Ok(next.run(req).await)
     } else {
         Err(ApiError::unauthorized())

@@ -115,6 +115,8 @@ pub struct RawRequest {
     pub n: Option<i64>,
     pub ignore_eos: Option<bool>,
     pub cache_prompt: Option<bool>,
+    /// vLLM's: prompts are cached apart for each salt.
+    pub cache_salt: Option<String>,
     pub echo: Option<bool>,
     pub tools: Option<Value>,
     pub tool_choice: Option<Value>,
@@ -493,6 +495,16 @@ impl RawRequest {
                 constraint,
                 logprobs: logprobs.map(|l| l.n_top),
                 cache_prompt: self.cache_prompt.unwrap_or(true),
+                cache_namespace: match &self.cache_salt {
+                    None => kv::SHARED,
+                    Some(salt) if salt.is_empty() => {
+                        return Err(ApiError::invalid(
+                            "cache_salt",
+                            "cache_salt must not be empty",
+                        ))
+                    }
+                    Some(salt) => crate::namespace_of(("cache-salt", salt)),
+                },
                 draft,
             },
             stream: self.stream.unwrap_or(false),

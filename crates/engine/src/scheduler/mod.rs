@@ -428,9 +428,12 @@ impl Engine {
         if !a.seq.kv.is_empty() || !cached || self.front.is_some() {
             return;
         }
-        let n = self
-            .cache
-            .take(&mut a.seq.kv, &a.seq.tokens, a.seq.tokens.len() - 1);
+        let n = self.cache.take(
+            &mut a.seq.kv,
+            &a.seq.tokens,
+            a.seq.tokens.len() - 1,
+            a.seq.cache_namespace,
+        );
         if !a.resumed {
             a.seq.n_cached = n;
             self.counters.tokens.cached_tokens_total += n as u64;
@@ -529,7 +532,7 @@ fn give_kv(
     seq: &mut Sequence,
 ) {
     match front {
-        None => cache.give(kv, &mut seq.kv, &seq.tokens),
+        None => cache.give(kv, &mut seq.kv, &seq.tokens, seq.cache_namespace),
         Some(_) => release_kv(kv, front, seq),
     }
 }
