@@ -198,3 +198,77 @@ def test_prefix_cache_is_apart_per_key_and_salt():
         assert cached("key-one", salt="alice") > 0
     finally:
         s.stop()
+
+
+def test_slow_clients_are_cut_off_and_connections_are_capped():
+    """300 connections trickling a request's head a byte at a time are closed by the header
+    deadline while a normal request is served; a body shorter than its Content-Length gets
+    408 after the body deadline; JSON followed by more bytes is a 400; past the connection cap
+    a new connection is closed at once."""
+    import socket
+    import time
+
+    s = Server("-c", "2048", "-np", "2", "--timeout-header", "2", "--timeout-body", "2",
+               "--max-connections", "400")
+    host, port = urlparse(s.url).hostname, urlparse(s.url).port
+    socks = []
+    try:
+        for _ in range(300):
+            c = socket.create_connection((host, port))
+            c.sendall(b"GET /health HTTP/1.1\r\n")
+            socks.append(c)
+        t0 = time.monotonic()
+        served = False
+        alive = list(socks)
+        while alive and time.monotonic() - t0 < 10:
+            if not served and time.monotonic() - t0 > 0.5:
+                r = httpx.post(s.url + "/v1/completions", json={"prompt": "Hi", "max_tokens": 2}, timeout=30)
+                assert r.status_code == 200, r.text
+                served = True
+            still = []
+            for c in alive:
+                try:
+                    c.sendall(b"X")
+                    still.append(c)
+                except OSError:
+                    pass
+            alive = still
+            time.sleep(0.5)
+        assert served and not alive, f"{len(alive)} trickling connections still open after 10 s"
+        assert time.monotonic() - t0 > 1.5, "closed before the header deadline"
+
+        c = socket.create_connection((host, port))
+        c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: " + host.encode() + b"\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"prompt\":")
+        t0 = time.monotonic()
+        c.settimeout(10)
+        status = c.recv(4096).split(b"\r\n")[0]
+        assert b" 408 " in status and time.monotonic() - t0 > 1.5, status
+        c.close()
+
+        r = httpx.post(s.url + "/v1/completions", content=b'{"prompt": "Hi", "max_tokens": 2} trailing',
+                       headers={"Content-Type": "application/json"}, timeout=30)
+        assert r.status_code == 400 and "trailing" in r.json()["error"]["message"], r.text
+    finally:
+        for c in socks:
+            c.close()
+        s.stop()
+
+    capped = Server("-c", "2048", "-np", "2", "--max-connections", "5")
+    host, port = urlparse(capped.url).hostname, urlparse(capped.url).port
+    held = [socket.create_connection((host, port)) for _ in range(5)]
+    try:
+        time.sleep(0.3)
+        extra = socket.create_connection((host, port))
+        extra.settimeout(5)
+        extra.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        try:
+            assert extra.recv(100) == b"", "a connection past the cap must be closed"
+        except ConnectionResetError:
+            pass
+        for c in held:
+            c.close()
+        time.sleep(0.3)
+        assert httpx.get(capped.url + "/health", timeout=5).status_code == 200
+    finally:
+        capped.stop()

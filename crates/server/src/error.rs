@@ -100,6 +100,20 @@ impl ApiError {
         }
     }
 
+    /// 408 for a body that did not arrive whole within the body deadline.
+    pub fn body_timeout(limit: std::time::Duration) -> Self {
+        ApiError {
+            status: StatusCode::REQUEST_TIMEOUT,
+            message: format!(
+                "the request body did not arrive within {} s (--timeout-body)",
+                limit.as_secs_f64()
+            ),
+            kind: "invalid_request_error",
+            param: None,
+            retry_after: None,
+        }
+    }
+
     /// 503 for a split model whose box is down: retry once it may be back.
     pub fn box_down(message: impl Into<String>) -> Self {
         Self::unavailable(message, BOX_RETRY_AFTER_S)

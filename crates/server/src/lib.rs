@@ -5,6 +5,7 @@
 //! `/health` (and `/metrics` with `--metrics-public`) needs the API key when one is set;
 //! CORS headers are sent only for the origins `--cors` names.
 
+mod conn;
 mod constrain;
 mod error;
 mod format;
@@ -29,6 +30,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
+pub use conn::Limits;
 pub use error::{ApiError, Error};
 pub use state::{Defaults, Drafter, Reasoning, ServerConfig, SpecSettings, SplitSettings};
 
@@ -261,6 +263,10 @@ pub fn router(state: Shared) -> Router {
         .route("/completion", post(generate::native))
         .fallback(not_found)
         .layer(middleware::from_fn(json_only))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            conn::read_body,
+        ))
         .layer(middleware::from_fn_with_state(state.clone(), auth))
         .layer(middleware::from_fn_with_state(state.clone(), cors))
         .layer(middleware::from_fn_with_state(state.clone(), hosts))
@@ -320,7 +326,15 @@ async fn serve(config: ServerConfig) -> Result<(), Error> {
             Ok::<(), Error>(())
         })
     };
-    let server = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown_signal());
+    let files = conn::raise_file_limit();
+    let limits = state.config.limits;
+    eprintln!(
+        "connections: at most {}, {} s for a request's head (and a kept-alive connection's idle time), {} s for its body; open-file limit {files}",
+        limits.max_connections,
+        limits.header_timeout.as_secs_f64(),
+        limits.body_timeout.as_secs_f64(),
+    );
+    let server = conn::serve(listener, router(state), limits, shutdown_signal());
     let failed_load = async {
         match loader.await {
             Ok(Ok(())) => std::future::pending().await,

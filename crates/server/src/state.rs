@@ -81,6 +81,8 @@ pub struct ServerConfig {
     pub mem_limit: Option<u64>,
     /// Largest request body accepted.
     pub body_limit: usize,
+    /// Deadlines for clients and the cap on connections.
+    pub limits: crate::conn::Limits,
     pub speculation: Option<SpecSettings>,
     /// Serve the last stage of a model split across two machines.
     pub split: Option<SplitSettings>,
@@ -128,6 +130,7 @@ impl ServerConfig {
             slots: true,
             mem_limit: None,
             body_limit: 32 << 20,
+            limits: crate::conn::Limits::default(),
             speculation: None,
             split: None,
         }

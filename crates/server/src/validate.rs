@@ -21,7 +21,7 @@ pub fn parse<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
         ));
     }
     let de = &mut serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(de).map_err(|e| {
+    let value = serde_path_to_error::deserialize(&mut *de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         if inner.is_syntax() || inner.is_eof() {
@@ -31,7 +31,10 @@ pub fn parse<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
         } else {
             ApiError::invalid(path.clone(), format!("{path}: {inner}"))
         }
-    })
+    })?;
+    de.end()
+        .map_err(|e| ApiError::bad_request(format!("trailing bytes after the JSON body: {e}")))?;
+    Ok(value)
 }
 
 /// `stop`: one string or a list.

@@ -211,6 +211,27 @@ pub struct ServeArgs {
     /// Largest request body in bytes; larger ones get 413.
     #[arg(long = "body-limit", default_value_t = 32 << 20)]
     pub body_limit: usize,
+    /// Seconds a client has to send a request's head; also how long a kept-alive
+    /// connection may stay idle.
+    #[arg(long = "timeout-header", default_value_t = 15.0)]
+    pub timeout_header: f64,
+    /// Seconds a client has to send a request's body (408 after).
+    #[arg(long = "timeout-body", default_value_t = 60.0)]
+    pub timeout_body: f64,
+    /// Connections open at once; more are closed as soon as they are accepted.
+    #[arg(long = "max-connections", default_value_t = 1024)]
+    pub max_connections: usize,
+}
+
+/// A positive, finite number of seconds from flag `name`.
+fn seconds(name: &str, v: f64) -> Result<std::time::Duration, CliError> {
+    if v.is_finite() && v > 0.0 {
+        Ok(std::time::Duration::from_secs_f64(v))
+    } else {
+        Err(CliError::Usage(format!(
+            "{name} takes a positive number of seconds, got {v}"
+        )))
+    }
 }
 
 fn parse_bytes(s: &str) -> Result<u64, String> {
@@ -369,6 +390,11 @@ impl ServeArgs {
             slots: !self.no_slots,
             mem_limit: self.mem_limit,
             body_limit: self.body_limit,
+            limits: server::Limits {
+                header_timeout: seconds("--timeout-header", self.timeout_header)?,
+                body_timeout: seconds("--timeout-body", self.timeout_body)?,
+                max_connections: self.max_connections.max(1),
+            },
             speculation,
             split: self
                 .split_at
