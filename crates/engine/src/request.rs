@@ -18,6 +18,9 @@ pub struct GenRequest {
     pub max_tokens: Option<usize>,
     /// Generation ends where any of these appears in the text; it is not part of the answer.
     pub stop: Vec<String>,
+    /// Control tokens whose text stays in the answer (a tool-call marker the server parses);
+    /// other control tokens are left out.
+    pub shown_tokens: Vec<u32>,
     /// End-of-generation tokens are never sampled.
     pub ignore_eos: bool,
     /// Added to the logits of these tokens before sampling (−∞ bans a token).

@@ -96,7 +96,7 @@ impl Sequence {
                 ban_eog: req.ignore_eos,
             },
             sampler: Sampler::new(req.sampling).with_dry(req.dry),
-            detok: Detokenizer::new(),
+            detok: Detokenizer::new().showing(req.shown_tokens),
             held: String::new(),
             out_tokens: Vec::new(),
             out_logprobs: Vec::new(),

@@ -64,6 +64,7 @@ fn greedy(prompt: Vec<u32>, max_tokens: usize) -> GenRequest {
         dry: None,
         max_tokens: Some(max_tokens),
         stop: vec![],
+        shown_tokens: vec![],
         ignore_eos: true,
         logit_bias: vec![],
         constraint: None,

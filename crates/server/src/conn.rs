@@ -64,7 +64,9 @@ pub fn raise_file_limit() -> u64 {
             }
         }
     }
-    lim.rlim_cur as u64
+    #[allow(clippy::unnecessary_cast)] // rlim_t is not u64 on every unix
+    let soft = lim.rlim_cur as u64;
+    soft
 }
 
 #[cfg(not(unix))]

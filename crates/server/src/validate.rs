@@ -493,6 +493,10 @@ impl RawRequest {
                 dry,
                 max_tokens,
                 stop,
+                shown_tokens: match spec.active() {
+                    true => tools::marker_tokens(ready.tool_format, &ready.tok),
+                    false => Vec::new(),
+                },
                 ignore_eos: self.ignore_eos.unwrap_or(false),
                 logit_bias,
                 constraint,

@@ -19,6 +19,8 @@ use crate::tokenizer::{ControlTokens, Tokenizer};
 #[derive(Debug, Clone, Default)]
 pub struct Detokenizer {
     control: ControlTokens,
+    /// Control tokens whose text is kept whatever `control` says, ascending.
+    shown: Vec<u32>,
     pending: Vec<u8>,
 }
 
@@ -32,13 +34,26 @@ impl Detokenizer {
     pub fn with_control(control: ControlTokens) -> Self {
         Self {
             control,
+            shown: Vec::new(),
             pending: Vec::new(),
         }
     }
 
+    /// This detokenizer, keeping the text of the control tokens `ids` (a tool-call marker
+    /// such as `[TOOL_CALLS]` that a parser downstream reads).
+    pub fn showing(mut self, mut ids: Vec<u32>) -> Self {
+        ids.sort_unstable();
+        self.shown = ids;
+        self
+    }
+
     /// Adds token `id` and returns the text it completes (possibly empty).
     pub fn push(&mut self, tok: &Tokenizer, id: u32) -> String {
-        self.pending.extend_from_slice(tok.piece(id, self.control));
+        let control = match self.shown.binary_search(&id) {
+            Ok(_) => ControlTokens::Render,
+            Err(_) => self.control,
+        };
+        self.pending.extend_from_slice(tok.piece(id, control));
         let mut out = String::new();
         let mut rest: &[u8] = &self.pending;
         loop {

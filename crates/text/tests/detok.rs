@@ -114,3 +114,16 @@ fn streaming_a_whole_file_gives_the_file() {
     let (deltas, rest) = stream(&tok, &mut det, &ids);
     assert_eq!(deltas.concat() + &rest, text);
 }
+
+#[test]
+fn shown_control_tokens_keep_their_text() {
+    let tok = real("qwen2.5-coder-0.5b");
+    let ids = tok.encode("<|im_start|>hi<|im_end|>", false, true).unwrap();
+    let (start, end) = (ids[0], *ids.last().unwrap());
+    assert!(tok.is_control(start) && tok.is_control(end));
+    let (deltas, rest) = stream(&tok, &mut Detokenizer::new(), &ids);
+    assert_eq!(deltas.concat() + &rest, "hi");
+    let mut shown = Detokenizer::new().showing(vec![end]);
+    let (deltas, rest) = stream(&tok, &mut shown, &ids);
+    assert_eq!(deltas.concat() + &rest, "hi<|im_end|>");
+}

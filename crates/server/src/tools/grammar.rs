@@ -127,6 +127,19 @@ fn literal(tok: &Tokenizer, text: &str) -> String {
     }
 }
 
+/// The control tokens among `format`'s call markers in `tok`'s vocabulary: the detokenizer
+/// must keep their text for [`super::CallParser`] to see the calls.
+pub fn marker_tokens(format: ToolFormat, tok: &Tokenizer) -> Vec<u32> {
+    [
+        format.marker(),
+        (format == ToolFormat::Hermes).then_some(HERMES_CLOSE),
+    ]
+    .into_iter()
+    .flatten()
+    .filter_map(|m| control_token(tok, m))
+    .collect()
+}
+
 fn control_token(tok: &Tokenizer, text: &str) -> Option<u32> {
     match tok.encode(text, false, true).ok()?.as_slice() {
         &[id] if tok.token_kind(id) == Some(TokenKind::Control) => Some(id),

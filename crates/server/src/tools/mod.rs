@@ -32,7 +32,7 @@ mod request;
 mod testing;
 
 pub use format::ToolFormat;
-pub use grammar::lark;
+pub use grammar::{lark, marker_tokens};
 pub use history::{flatten_tool_turns, normalize_messages};
 pub use parse::{parse_whole, CallParser, Piece, ToolCall};
 pub use prompt::{add_to_system, fallback_system_prompt, prepare_messages, TemplateSupport};
