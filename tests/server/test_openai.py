@@ -157,3 +157,28 @@ def test_wrong_or_missing_api_key_is_401(server, model_id):
 
 def test_models(client, model_id):
     assert model_id == "SmolLM2-135M-Instruct.Q4_1"
+
+
+def test_only_a_prompt_that_does_not_fit_is_refused():
+    """As llama-server: max_tokens past the slot's end is not an error (the answer stops there
+    with `length`); a prompt that leaves no room is a 400 of type exceed_context_size_error with
+    its sizes; n_predict wins over max_tokens on the OpenAI routes too."""
+    from conftest import Server
+
+    s = Server("-c", "256", "-np", "1")
+    try:
+        c = s.client()
+        r = c.completions.create(model="m", prompt="Count: 1, 2, 3,", max_tokens=100000, temperature=0,
+                                 extra_body={"ignore_eos": True})
+        assert r.choices[0].finish_reason == "length"
+        assert r.usage.prompt_tokens + r.usage.completion_tokens == 256
+        with pytest.raises(openai.BadRequestError) as e:
+            c.completions.create(model="m", prompt="word " * 400, max_tokens=1)
+        err = e.value.body
+        assert err["type"] == "exceed_context_size_error" and err["n_ctx"] == 256, err
+        assert err["n_prompt_tokens"] >= 256 and err["param"] == "prompt", err
+        r = c.chat.completions.create(model="m", messages=QUESTION, max_tokens=30, temperature=0,
+                                      extra_body={"n_predict": 3, "ignore_eos": True})
+        assert r.usage.completion_tokens == 3 and r.choices[0].finish_reason == "length"
+    finally:
+        s.stop()

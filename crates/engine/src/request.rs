@@ -6,7 +6,8 @@ use crate::SamplerConfig;
 /// A generation request the edge has validated: the engine trusts every field.
 ///
 /// Contract (checked by the server before submitting): `prompt` is non-empty, every id is
-/// below the vocabulary size, and `prompt.len() + max_tokens.unwrap_or(1) <= slot_ctx`.
+/// below the vocabulary size, and `prompt.len() < slot_ctx`; generation stops at the slot's
+/// end whatever `max_tokens` says.
 #[derive(Debug, Clone)]
 pub struct GenRequest {
     pub prompt: Vec<u32>,

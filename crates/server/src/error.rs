@@ -46,6 +46,8 @@ pub struct ApiError {
     /// The request field at fault.
     pub param: Option<String>,
     pub retry_after: Option<u32>,
+    /// `(n_prompt_tokens, n_ctx)` of a prompt that does not fit, reported as llama-server does.
+    pub context: Option<(usize, usize)>,
 }
 
 impl ApiError {
@@ -57,6 +59,7 @@ impl ApiError {
             kind: "invalid_request_error",
             param: Some(param.into()).filter(|p: &String| !p.is_empty()),
             retry_after: None,
+            context: None,
         }
     }
 
@@ -77,6 +80,7 @@ impl ApiError {
             kind: "permission_error",
             param: None,
             retry_after: None,
+            context: None,
         }
     }
 
@@ -87,6 +91,7 @@ impl ApiError {
             kind: "authentication_error",
             param: None,
             retry_after: None,
+            context: None,
         }
     }
 
@@ -97,6 +102,7 @@ impl ApiError {
             kind: "invalid_request_error",
             param: None,
             retry_after: None,
+            context: None,
         }
     }
 
@@ -111,6 +117,7 @@ impl ApiError {
             kind: "invalid_request_error",
             param: None,
             retry_after: None,
+            context: None,
         }
     }
 
@@ -126,6 +133,7 @@ impl ApiError {
             kind: "unavailable_error",
             param: None,
             retry_after: Some(retry_after),
+            context: None,
         }
     }
 
@@ -136,6 +144,7 @@ impl ApiError {
             kind: "not_supported_error",
             param: None,
             retry_after: None,
+            context: None,
         }
     }
 
@@ -146,17 +155,38 @@ impl ApiError {
             kind: "server_error",
             param: None,
             retry_after: None,
+            context: None,
+        }
+    }
+
+    /// 400 for a prompt that leaves no room in a slot for one generated token (llama-server's
+    /// `exceed_context_size_error`, with its sizes).
+    pub fn exceeds_context(field: &str, n_prompt_tokens: usize, n_ctx: usize) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: format!(
+                "the prompt ({n_prompt_tokens} tokens) exceeds the context of a slot ({n_ctx} positions, with one for the answer)"
+            ),
+            kind: "exceed_context_size_error",
+            param: Some(field.into()),
+            retry_after: None,
+            context: Some((n_prompt_tokens, n_ctx)),
         }
     }
 
     /// The JSON body (also sent as an SSE event when a stream fails).
     pub fn body(&self) -> serde_json::Value {
-        json!({"error": {
+        let mut error = json!({
             "message": self.message,
             "type": self.kind,
             "param": self.param,
             "code": self.status.as_u16(),
-        }})
+        });
+        if let Some((n_prompt_tokens, n_ctx)) = self.context {
+            error["n_prompt_tokens"] = json!(n_prompt_tokens);
+            error["n_ctx"] = json!(n_ctx);
+        }
+        json!({ "error": error })
     }
 }
 

@@ -224,6 +224,7 @@ async fn json_only(req: Request, next: Next) -> Result<Response, ApiError> {
                 kind: "invalid_request_error",
                 param: Some("Content-Type".into()),
                 retry_after: None,
+                context: None,
             })
         }
         _ => Ok(next.run(req).await),
@@ -237,6 +238,7 @@ async fn not_found() -> ApiError {
         kind: "not_found_error",
         param: None,
         retry_after: None,
+        context: None,
     }
 }
 

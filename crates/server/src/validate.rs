@@ -362,16 +362,17 @@ impl RawRequest {
             }
         };
 
-        let (max_name, max) = match route {
-            Route::Native => ("n_predict", self.n_predict.or(self.max_tokens)),
-            _ if self.max_completion_tokens.is_some() => {
-                ("max_completion_tokens", self.max_completion_tokens)
-            }
-            _ => ("max_tokens", self.max_tokens),
+        // llama-server's `n_predict` wins on every route.
+        let (max_name, max) = if self.n_predict.is_some() {
+            ("n_predict", self.n_predict)
+        } else if route != Route::Native && self.max_completion_tokens.is_some() {
+            ("max_completion_tokens", self.max_completion_tokens)
+        } else {
+            ("max_tokens", self.max_tokens)
         };
         let max_tokens = match max {
             None => d.n_predict,
-            Some(-1) if route == Route::Native => None,
+            Some(-1) if max_name == "n_predict" => None,
             Some(n) if n >= 1 => Some(n as usize),
             Some(n) => {
                 return Err(ApiError::invalid(
@@ -465,21 +466,15 @@ impl RawRequest {
             ));
         }
         let slot_ctx = ready.engine.config().slot_ctx();
-        let needed = prompt.len() + max_tokens.unwrap_or(1);
-        if needed > slot_ctx {
+        // As llama-server: only a prompt that leaves no room for one token is refused; an
+        // answer that reaches the slot's end stops there with `length`.
+        if prompt.len() >= slot_ctx {
             let field = if route == Route::Chat {
                 "messages"
             } else {
                 "prompt"
             };
-            return Err(ApiError::invalid(
-                if max.is_some() { max_name } else { field },
-                format!(
-                    "the prompt ({} tokens) plus {max_name} ({}) need {needed} positions but the context holds {slot_ctx} per request",
-                    prompt.len(),
-                    max_tokens.map_or("1".into(), |m| m.to_string()),
-                ),
-            ));
+            return Err(ApiError::exceeds_context(field, prompt.len(), slot_ctx));
         }
         let nested = self.speculative.unwrap_or_default();
         let draft = DraftLimits {

@@ -327,18 +327,17 @@ impl Engine {
         self.queued.fetch_sub(dropped, Ordering::AcqRel);
     }
 
-    /// Moves queued requests into free slots, in arrival order; one whose prompt and
-    /// `max_tokens` cannot fit a slot, or whose tokens are outside the vocabulary, is
-    /// rejected.
+    /// Moves queued requests into free slots, in arrival order; one whose prompt leaves a
+    /// slot no room for a generated token, or whose tokens are outside the vocabulary, is
+    /// rejected. (An answer that reaches the slot's end stops there.)
     fn admit(&mut self) {
         let slot_ctx = self.cfg.slot_ctx();
         let n_vocab = self.exec.model().hparams.n_vocab;
         let before = self.queue.len();
         let check = |q: &Queued| {
-            let needed = q.req.prompt.len() + q.req.max_tokens.unwrap_or(1);
-            if q.req.prompt.is_empty() || needed > slot_ctx {
+            if q.req.prompt.is_empty() || q.req.prompt.len() >= slot_ctx {
                 return Err(format!(
-                    "the prompt ({} tokens) and max_tokens need {needed} positions but a slot holds {slot_ctx}",
+                    "the prompt ({} tokens) leaves no room for an answer in a slot of {slot_ctx}",
                     q.req.prompt.len()
                 ));
             }
