@@ -178,3 +178,16 @@ def test_only_a_prompt_that_does_not_fit_is_refused():
         assert r.usage.completion_tokens == 3 and r.choices[0].finish_reason == "length"
     finally:
         s.stop()
+
+
+def test_a_model_by_id_and_json_errors_for_404_and_405(server, client, model_id):
+    m = client.models.retrieve(model_id)
+    assert m.id == model_id and m.object == "model"
+    with pytest.raises(openai.NotFoundError) as e:
+        client.models.retrieve("no-such-model")
+    assert "no-such-model" in e.value.message
+    for method, path, status in [("GET", "/v1/no-such-route", 404), ("GET", "/v1/chat/completions", 405),
+                                 ("DELETE", "/v1/models", 405)]:
+        r = httpx.request(method, server.url + path, headers={"Authorization": "Bearer test-key-123"}, timeout=30)
+        assert r.status_code == status, (method, path, r.status_code)
+        assert r.json()["error"]["code"] == status, r.text

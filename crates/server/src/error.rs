@@ -106,6 +106,30 @@ impl ApiError {
         }
     }
 
+    /// 404: no such route or object.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: message.into(),
+            kind: "not_found_error",
+            param: None,
+            retry_after: None,
+            context: None,
+        }
+    }
+
+    /// 405: the route exists, the method does not.
+    pub fn method_not_allowed() -> Self {
+        ApiError {
+            status: StatusCode::METHOD_NOT_ALLOWED,
+            message: "this route does not take this method".into(),
+            kind: "invalid_request_error",
+            param: None,
+            retry_after: None,
+            context: None,
+        }
+    }
+
     /// 408 for a body that did not arrive whole within the body deadline.
     pub fn body_timeout(limit: std::time::Duration) -> Self {
         ApiError {

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
-use crate::state::Shared;
+use crate::state::{AppState, Shared};
 use crate::validate::{parse, RawRequest};
 use crate::{body, off_runtime, ready};
 
@@ -34,23 +34,42 @@ pub async fn ready_route(State(s): State<Shared>) -> Result<Json<Value>, ApiErro
     }
 }
 
+/// The served model as OpenAI's model object.
+fn model_object(s: &AppState, r: &crate::Ready) -> Value {
+    json!({
+        "id": r.model_id,
+        "object": "model",
+        "created": s.created,
+        "owned_by": "tandem",
+        "meta": {
+            "n_vocab": r.n_vocab,
+            "n_ctx_train": r.n_ctx_train,
+            "n_params": r.n_params,
+            "size": r.model_bytes,
+        },
+    })
+}
+
 pub async fn models(State(s): State<Shared>) -> Result<Json<Value>, ApiError> {
     let r = ready(&s)?;
-    Ok(Json(json!({
-        "object": "list",
-        "data": [{
-            "id": r.model_id,
-            "object": "model",
-            "created": s.created,
-            "owned_by": "tandem",
-            "meta": {
-                "n_vocab": r.n_vocab,
-                "n_ctx_train": r.n_ctx_train,
-                "n_params": r.n_params,
-                "size": r.model_bytes,
-            },
-        }],
-    })))
+    Ok(Json(
+        json!({"object": "list", "data": [model_object(&s, r)]}),
+    ))
+}
+
+/// `/v1/models/{id}`: the served model, or 404 naming the id asked for.
+pub async fn model(
+    State(s): State<Shared>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let r = ready(&s)?;
+    if id != r.model_id {
+        return Err(ApiError::not_found(format!(
+            "the model '{id}' does not exist (this server serves '{}')",
+            r.model_id
+        )));
+    }
+    Ok(Json(model_object(&s, r)))
 }
 
 pub async fn props(State(s): State<Shared>) -> Result<Json<Value>, ApiError> {

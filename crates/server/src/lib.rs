@@ -232,14 +232,11 @@ async fn json_only(req: Request, next: Next) -> Result<Response, ApiError> {
 }
 
 async fn not_found() -> ApiError {
-    ApiError {
-        status: StatusCode::NOT_FOUND,
-        message: "File Not Found".into(),
-        kind: "not_found_error",
-        param: None,
-        retry_after: None,
-        context: None,
-    }
+    ApiError::not_found("File Not Found")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::method_not_allowed()
 }
 
 /// The router over `state`.
@@ -252,6 +249,8 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/ready", get(info::ready_route))
         .route("/models", get(info::models))
         .route("/v1/models", get(info::models))
+        .route("/v1/models/{id}", get(info::model))
+        .route("/models/{id}", get(info::model))
         .route("/props", get(info::props))
         .route("/slots", get(info::slots))
         .route("/metrics", get(info::metrics))
@@ -264,6 +263,7 @@ pub fn router(state: Shared) -> Router {
         .route("/completions", post(generate::completions))
         .route("/completion", post(generate::native))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn(json_only))
         .layer(middleware::from_fn_with_state(
             state.clone(),
