@@ -40,8 +40,6 @@ pub(crate) struct Sequence {
     /// Draft tokens verified, and accepted, over the request.
     pub draft_n: usize,
     pub draft_n_accepted: usize,
-    /// Time the grammar took (masks and advancing past tokens), over the request.
-    grammar_time: std::time::Duration,
     /// Whether this step's rows still verify (no rejection, the request goes on).
     verifying: bool,
     /// Draft tokens verified, and accepted, in this step (a draft token after the end of
@@ -81,7 +79,6 @@ impl Sequence {
             draft_limits: req.draft,
             draft_n: 0,
             draft_n_accepted: 0,
-            grammar_time: std::time::Duration::ZERO,
             verifying: false,
             step_verified: 0,
             step_accepted: 0,
@@ -94,6 +91,7 @@ impl Sequence {
                 constraint: req.constraint,
                 bias: req.logit_bias,
                 ban_eog: req.ignore_eos,
+                grammar_time: Default::default(),
             },
             sampler: Sampler::new(req.sampling).with_dry(req.dry),
             detok: Detokenizer::new().showing(req.shown_tokens),
@@ -168,13 +166,9 @@ impl Sequence {
             return Ok(None);
         }
         let i = self.step_accepted;
-        let t0 = Instant::now();
         self.mask
             .apply(logits, tok.eog_ids())
             .map_err(|e| format!("the grammar failed: {e}"))?;
-        if self.mask.constraint.is_some() {
-            self.grammar_time += t0.elapsed();
-        }
         let id = if i < self.draft.len() {
             let v =
                 self.sampler
@@ -203,13 +197,9 @@ impl Sequence {
                     .into(),
             );
         }
-        let t0 = Instant::now();
         self.mask
             .commit(id)
             .map_err(|e| format!("the grammar failed: {e}"))?;
-        if self.mask.constraint.is_some() {
-            self.grammar_time += t0.elapsed();
-        }
         let summary = self.emit(logits, id, tok);
         if summary.is_some() {
             self.verifying = false;
@@ -295,7 +285,7 @@ impl Sequence {
             predicted_ms: (now - t_first).as_secs_f64() * 1e3,
             draft_n: self.draft_n,
             draft_n_accepted: self.draft_n_accepted,
-            grammar_ms: self.grammar_time.as_secs_f64() * 1e3,
+            grammar_ms: self.mask.grammar_time.as_secs_f64() * 1e3,
         };
         let _ = self.out.send(Event::Done(summary.clone()));
         summary

@@ -96,33 +96,7 @@ impl RawChain {
         }
         let order = match &self.samplers {
             None => base.order,
-            Some(Value::String(s)) => Order::from_chars(s).map_err(|c| {
-                ApiError::invalid(
-                    "samplers",
-                    format!("samplers: unknown sampler letter '{c}'"),
-                )
-            })?,
-            Some(Value::Array(a)) => {
-                let names = a
-                    .iter()
-                    .map(|v| v.as_str())
-                    .collect::<Option<Vec<&str>>>()
-                    .ok_or_else(|| {
-                        ApiError::invalid(
-                            "samplers",
-                            "samplers must be a list of names or a string of letters",
-                        )
-                    })?;
-                Order::from_names(names).map_err(|n| {
-                    ApiError::invalid("samplers", format!("samplers: unknown sampler '{n}'"))
-                })?
-            }
-            Some(_) => {
-                return Err(ApiError::invalid(
-                    "samplers",
-                    "samplers must be a list of names or a string of letters",
-                ))
-            }
+            Some(v) => samplers(v)?,
         };
         Ok(SamplerConfig {
             typical_p: range("typical_p", self.typical_p, 0.0, 1.0)?.unwrap_or(base.typical_p),
@@ -250,6 +224,22 @@ impl RawChain {
     }
 }
 
+/// llama-server's `samplers`: a list of names or a string of letters.
+fn samplers(v: &Value) -> Result<Order, ApiError> {
+    let bad = |m: String| ApiError::invalid("samplers", format!("samplers: {m}"));
+    match v {
+        Value::String(s) => {
+            Order::from_chars(s).map_err(|c| bad(format!("unknown sampler letter '{c}'")))
+        }
+        Value::Array(a) => {
+            let names: Option<Vec<&str>> = a.iter().map(Value::as_str).collect();
+            let names = names.ok_or_else(|| bad("the list must hold names".into()))?;
+            Order::from_names(names).map_err(|n| bad(format!("unknown sampler '{n}'")))
+        }
+        _ => Err(bad("must be a list of names or a string of letters".into())),
+    }
+}
+
 /// llama.cpp's default DRY sequence breakers.
 const DRY_BREAKERS: [&str; 4] = ["\n", ":", "\"", "*"];
 
@@ -299,8 +289,11 @@ impl RawChain {
         let tok = &ready.tok;
         let breakers = (0..tok.n_vocab() as u32)
             .filter(|&id| {
-                let piece = String::from_utf8_lossy(tok.token_to_piece(id));
-                given.iter().any(|b| piece.contains(b))
+                let piece = tok.token_to_piece(id);
+                given.iter().any(|b| {
+                    let b = b.as_bytes();
+                    piece.len() >= b.len() && piece.windows(b.len()).any(|w| w == b)
+                })
             })
             .collect();
         Ok(Some(Dry {

@@ -54,7 +54,7 @@ async fn run(
     b: Result<Bytes, BytesRejection>,
     route: Route,
 ) -> Result<Response, ApiError> {
-    let bytes = body(&s, b)?;
+    let bytes = body(b)?;
     let mut v: ValidGen = off_runtime(&s, bytes.len(), move |ready| {
         let raw: RawRequest = parse(&bytes)?;
         raw.validate(route, ready)

@@ -419,7 +419,7 @@ pub async fn tokenize(
     State(s): State<Shared>,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let bytes = body(&s, b)?;
+    let bytes = body(b)?;
     let (with_pieces, ids) = off_runtime(&s, bytes.len(), move |r| {
         let q: TokenizeReq = parse(&bytes)?;
         let ids = r
@@ -456,7 +456,7 @@ pub async fn detokenize(
     State(s): State<Shared>,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let bytes = body(&s, b)?;
+    let bytes = body(b)?;
     let r = ready(&s)?;
     let q: DetokenizeReq = parse(&bytes)?;
     if let Some((i, &bad)) = q
@@ -477,7 +477,7 @@ pub async fn apply_template(
     State(s): State<Shared>,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let bytes = body(&s, b)?;
+    let bytes = body(b)?;
     let prompt = off_runtime(&s, bytes.len(), move |r| {
         parse::<RawRequest>(&bytes)?.chat_prompt(r)
     })

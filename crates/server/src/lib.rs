@@ -76,15 +76,9 @@ where
         .map_err(|e| ApiError::internal(format!("preparing the request failed: {e}")))?
 }
 
-/// The request body, or 413 over the limit.
-fn body(s: &AppState, b: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
-    b.map_err(|e| {
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::too_large(s.config.body_limit)
-        } else {
-            ApiError::bad_request(e.body_text())
-        }
-    })
+/// The request body, already read whole and within `--body-limit` by [`conn::read_body`].
+fn body(b: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    b.map_err(|e| ApiError::bad_request(e.body_text()))
 }
 
 /// The prefix-cache namespace of the API key a request came with: prompts cached for one key
@@ -241,7 +235,6 @@ async fn method_not_allowed() -> ApiError {
 
 /// The router over `state`.
 pub fn router(state: Shared) -> Router {
-    let limit = state.config.body_limit;
     Router::new()
         .route("/health", get(info::health))
         .route("/v1/health", get(info::health))
@@ -272,7 +265,8 @@ pub fn router(state: Shared) -> Router {
         .layer(middleware::from_fn_with_state(state.clone(), auth))
         .layer(middleware::from_fn_with_state(state.clone(), cors))
         .layer(middleware::from_fn_with_state(state.clone(), hosts))
-        .layer(DefaultBodyLimit::max(limit))
+        // conn::read_body enforces --body-limit (413) before any extractor runs.
+        .layer(DefaultBodyLimit::disable())
         .with_state(state)
 }
 

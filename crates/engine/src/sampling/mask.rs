@@ -1,5 +1,7 @@
 //! The chain's first stage: what a request forbids or favours before any sampling.
 
+use std::time::{Duration, Instant};
+
 use text::{Constraint, GrammarError};
 
 /// `logit_bias`: `(token, bias)` added to the token's logit; a bias of −∞ bans the token.
@@ -14,13 +16,17 @@ pub struct Mask {
     pub bias: LogitBias,
     /// `ignore_eos`: end-of-generation tokens are never sampled.
     pub ban_eog: bool,
+    /// Time the grammar took so far (its masks and advancing past tokens).
+    pub grammar_time: Duration,
 }
 
 impl Mask {
     /// Applies the mask to `logits` (`[n_vocab]`); `eog` are the end-of-generation ids.
     pub fn apply(&mut self, logits: &mut [f32], eog: &[u32]) -> Result<(), GrammarError> {
         if let Some(c) = &mut self.constraint {
+            let t0 = Instant::now();
             c.mask(logits)?;
+            self.grammar_time += t0.elapsed();
         }
         for &(t, b) in &self.bias {
             if let Some(l) = logits.get_mut(t as usize) {
@@ -39,10 +45,12 @@ impl Mask {
 
     /// Advances the grammar past the emitted token `id`.
     pub fn commit(&mut self, id: u32) -> Result<(), GrammarError> {
-        match &mut self.constraint {
-            Some(c) => c.commit(id),
-            None => Ok(()),
+        if let Some(c) = &mut self.constraint {
+            let t0 = Instant::now();
+            c.commit(id)?;
+            self.grammar_time += t0.elapsed();
         }
+        Ok(())
     }
 
     /// Whether the grammar is complete and allows nothing more.

@@ -4,8 +4,9 @@
 //! end-of-generation when `ignore_eos`: [`Mask`], applied by the sequence), then the stages
 //! of [`SamplerConfig::order`] (llama.cpp's default: penalties → DRY → top-k → typical →
 //! top-p → min-p → temperature), then the draw. Penalties and DRY act on the whole
-//! vocabulary's logits, in their order, before the stages that cut candidates. At temperature 0 the draw is the argmax of the
-//! masked, penalized logits (first index wins a tie) and truncating stages do not matter.
+//! vocabulary's logits, in their order, before the stages that cut candidates. At
+//! temperature 0 the draw is the argmax of the masked, penalized logits (first index wins
+//! a tie) and truncating stages do not matter.
 //! Every stage reads only this sequence's logits and history, so a row's token never
 //! depends on its batch.
 
@@ -73,7 +74,7 @@ pub struct Sampler {
     dry: Option<Dry>,
     rng: Rng,
     candidates: Vec<(u32, f32)>,
-    /// The logits with penalties applied, when a penalty is active.
+    /// The logits with penalties and DRY applied, when either is active.
     penalized: Vec<f32>,
 }
 
