@@ -2,8 +2,8 @@
 and blocks 0..15, `tandem serve --split-at 15 --box ADDR` the other 15 and the output head.
 At temperature 0 the split server's answers are byte-identical to one process's, for 4 users
 at once, plainly, with a draft, and with prompts streamed in chunks and two cohorts
-pipelined; a box killed (-9) mid-answer and started again is replayed
-and the answer completes byte-identical; a box that stays down past the grace window gives
+pipelined; a box with a key killed (-9) mid-answer and started again is
+replayed and the answer completes byte-identical; a box that stays down past the grace window gives
 503 with Retry-After (and the streaming answer in flight a retryable error event), /ready
 says so while /health stays 200; a hung box is lost by its heartbeats, while answering and
 while idle; a head whose box is not there refuses to start."""
@@ -43,18 +43,18 @@ def free_port():
 
 
 class Box:
-    def __init__(self, port=0):
+    def __init__(self, port=0, flags=()):
         self.log = tempfile.NamedTemporaryFile(prefix="tandem-box-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
             [BINARY, "box", "-m", "smollm2-135m", "--layers", f"0:{SPLIT}", "--listen", f"127.0.0.1:{port}",
-             "-t", "2", "-c", "8192"],
+             "-t", "2", "-c", "8192", *flags],
             stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            m = re.search(r"listening on ([\d.]+:\d+)", Path(self.log.name).read_text())
+            m = re.search(r"listening on ([\d.]+:\d+) \(epoch \w+, model (\w+)", Path(self.log.name).read_text())
             if m:
-                self.addr = m.group(1)
+                self.addr, self.model_hash = m.group(1), int(m.group(2), 16)
                 return
             if self.proc.poll() is not None:
                 raise RuntimeError(Path(self.log.name).read_text())
@@ -151,21 +151,24 @@ def stream_chat(server, on_chunk=None):
     return text, error
 
 
-def test_a_box_killed_mid_answer_is_replayed_and_the_text_stays(tmp_path):
+def test_a_keyed_box_killed_mid_answer_is_replayed_and_the_text_stays(tmp_path):
     s = Server(*FLAGS)
     try:
         want, _ = stream_chat(s)
     finally:
         s.stop()
     port = free_port()
-    box = [Box(port)]
-    s = Server(*FLAGS, "--split-at", str(SPLIT), "--box", f"127.0.0.1:{port}", "--box-grace", "30")
+    key = tmp_path / "box.key"
+    key.write_text("correct horse battery staple\n")
+    box = [Box(port, ["--box-key-file", str(key)])]
+    s = Server(*FLAGS, "--split-at", str(SPLIT), "--box", f"127.0.0.1:{port}", "--box-grace", "30",
+               "--box-key", "correct horse battery staple")
 
     def kill_and_restart(n):
         if n == 20:
             box[0].stop()
             time.sleep(0.5)
-            box[0] = Box(port)
+            box[0] = Box(port, ["--box-key-file", str(key)])
 
     try:
         got, error = stream_chat(s, kill_and_restart)

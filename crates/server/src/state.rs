@@ -101,6 +101,8 @@ pub struct SplitSettings {
     pub chunk: usize,
     /// Two cohorts of requests take turns, one on each stage.
     pub pipeline: bool,
+    /// The link's key and TLS.
+    pub credentials: split::Credentials,
 }
 
 impl ServerConfig {
@@ -377,7 +379,7 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
     let front: Option<Box<dyn engine::Front>> = match &config.split {
         None => None,
         Some(s) => {
-            let client = BoxClient::connect(s.box_addr, &model, s.states)?
+            let client = BoxClient::connect(s.box_addr, &model, s.states, s.credentials.clone())?
                 .with_grace(s.grace)
                 .with_chunk(s.chunk)
                 .with_pipeline(s.pipeline);

@@ -76,12 +76,20 @@ pub(crate) struct Compute {
     fast: Option<UnboundedSender<Frame>>,
     bulk: Option<UnboundedSender<Frame>>,
     sessions: HashMap<u64, SeqKv>,
+    /// Sessions the head may hold at once.
+    max_sessions: usize,
     /// In the order they came; the oldest with credit advances first.
     streams: Vec<Stream>,
 }
 
 impl Compute {
-    pub(crate) fn new(model: Model, cfg: ContextConfig, hash: u64, epoch: u64) -> Result<Self> {
+    pub(crate) fn new(
+        model: Model,
+        cfg: ContextConfig,
+        hash: u64,
+        epoch: u64,
+        max_sessions: usize,
+    ) -> Result<Self> {
         Ok(Compute {
             exec: Executor::new(model, cfg)?,
             cfg,
@@ -92,6 +100,7 @@ impl Compute {
             fast: None,
             bulk: None,
             sessions: HashMap::new(),
+            max_sessions,
             streams: Vec::new(),
         })
     }
@@ -215,6 +224,16 @@ impl Compute {
                 );
                 self.reply_fast(self.frame(seq, session, 0, Message::Refused { reason }));
             }
+            Message::Stream { .. }
+                if self.streams.len() >= self.max_sessions
+                    && !self.streams.iter().any(|st| st.session == session) =>
+            {
+                let reason = format!(
+                    "a stream for a session beyond the {} this box holds for a head (--max-sessions)",
+                    self.max_sessions
+                );
+                self.reply_fast(self.frame(seq, session, 0, Message::Refused { reason }));
+            }
             Message::Stream { chunk, tokens } => {
                 self.streams.retain(|st| st.session != session);
                 self.streams.push(Stream {
@@ -330,6 +349,14 @@ impl Compute {
                     return Err(Error::Protocol(format!(
                         "the rows of session {} are not together",
                         r.session
+                    )));
+                }
+                if !self.sessions.contains_key(&r.session)
+                    && self.sessions.len() >= self.max_sessions
+                {
+                    return Err(Error::Protocol(format!(
+                        "session {} would be one more than the {} this box holds for a head (--max-sessions)",
+                        r.session, self.max_sessions
                     )));
                 }
                 ids.push(r.session);

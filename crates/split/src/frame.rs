@@ -7,15 +7,17 @@
 //!
 //! A head opens two connections to its box, a link: the fast lane (hello, step rows,
 //! commits, releases, pings, prompt streams and their credits) and the bulk lane (the
-//! states of the streams' chunks).
+//! states of the streams' chunks). On each, the box speaks first: a challenge, which the
+//! hello answers ([`crate::auth`]).
 
 use bytes::{Buf, BufMut, BytesMut};
 
+use crate::auth::{Nonce, Proof, NONCE_BYTES};
 use crate::{Error, Result};
 
 pub const MAGIC: [u8; 4] = *b"TDSP";
 /// Bumped whenever a frame's layout or meaning changes; peers of other versions are refused.
-pub const VERSION: u16 = 4;
+pub const VERSION: u16 = 5;
 pub const HEADER_BYTES: usize = 44;
 /// Flag: the hidden states of the frame are f16 (else f32).
 pub const F16_STATES: u8 = 1;
@@ -47,20 +49,33 @@ pub struct StepRow {
 /// What a frame says.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Message {
-    /// Head → box, first on a connection: the head runs blocks `split..` of a model of
+    /// Box → head, first on every connection, with no model hash or epoch in its header:
+    /// the nonce the hello's proof must cover, and whether the box holds a key.
+    Challenge {
+        nonce: Nonce,
+        keyed: bool,
+    },
+    /// Head → box, in answer to the challenge: the head runs blocks `split..` of a model of
     /// width `n_embd`. `lane` is [`FAST_LANE`] (a new link; `link` 0) or [`BULK_LANE`]
-    /// (joining the link the fast lane's welcome named).
+    /// (joining the link the fast lane's welcome named). `head` names the head across its
+    /// reconnects; `proof` covers the challenge, `nonce` and the rest of the frame (zero
+    /// without a key).
     Hello {
         split: u32,
         n_embd: u32,
         lane: u8,
         link: u64,
+        head: u64,
+        nonce: Nonce,
+        proof: Proof,
     },
     /// Box → head: the box holds blocks `0..split` of the same model (epoch in the header);
-    /// the connection belongs to `link`.
+    /// the connection belongs to `link`. `proof` covers the hello's nonce, the challenge
+    /// and the rest of the frame (zero without a key).
     Welcome {
         split: u32,
         link: u64,
+        proof: Proof,
     },
     /// Box → head: the connection is refused (model, split or version differ) or a
     /// request failed; the text says why.
@@ -122,6 +137,7 @@ impl Message {
             Message::Pong => 9,
             Message::Stream { .. } => 10,
             Message::Credit { .. } => 11,
+            Message::Challenge { .. } => 12,
         }
     }
 }
@@ -147,20 +163,31 @@ impl Frame {
         out.put_u64_le(h.seq);
         out.put_u32_le(h.pos);
         match &self.message {
+            Message::Challenge { nonce, keyed } => {
+                out.put_slice(nonce);
+                out.put_u8(*keyed as u8);
+            }
             Message::Hello {
                 split,
                 n_embd,
                 lane,
                 link,
+                head,
+                nonce,
+                proof,
             } => {
                 out.put_u32_le(*split);
                 out.put_u32_le(*n_embd);
                 out.put_u8(*lane);
                 out.put_u64_le(*link);
+                out.put_u64_le(*head);
+                out.put_slice(nonce);
+                out.put_slice(proof);
             }
-            Message::Welcome { split, link } => {
+            Message::Welcome { split, link, proof } => {
                 out.put_u32_le(*split);
                 out.put_u64_le(*link);
+                out.put_slice(proof);
             }
             Message::Refused { reason } => out.put_slice(reason.as_bytes()),
             Message::Forward { rows } => {
@@ -201,6 +228,17 @@ impl Frame {
             }
             Message::Credit { chunks } => out.put_u32_le(*chunks),
         }
+    }
+
+    /// What a hello's or a welcome's proof covers: the frame's bytes without the proof,
+    /// which comes last.
+    pub(crate) fn unproved(&self) -> Vec<u8> {
+        let mut b = BytesMut::new();
+        self.encode(&mut b);
+        if let Message::Hello { .. } | Message::Welcome { .. } = self.message {
+            b.truncate(b.len() - NONCE_BYTES);
+        }
+        b.to_vec()
     }
 
     /// Parses one frame (without its length prefix), checking magic and version.
@@ -265,6 +303,13 @@ impl Body<'_> {
         Ok(self.0.get_u64_le())
     }
 
+    fn nonce(&mut self) -> Result<Nonce> {
+        self.need(NONCE_BYTES)?;
+        let mut n = [0u8; NONCE_BYTES];
+        self.0.copy_to_slice(&mut n);
+        Ok(n)
+    }
+
     /// A count of items of `each` bytes, checked against the bytes left.
     fn count(&mut self, each: usize) -> Result<usize> {
         let n = self.u32()? as usize;
@@ -279,10 +324,14 @@ impl Body<'_> {
                 n_embd: self.u32()?,
                 lane: self.u8()?,
                 link: self.u64()?,
+                head: self.u64()?,
+                nonce: self.nonce()?,
+                proof: self.nonce()?,
             },
             2 => Message::Welcome {
                 split: self.u32()?,
                 link: self.u64()?,
+                proof: self.nonce()?,
             },
             3 => Message::Refused {
                 reason: String::from_utf8_lossy(std::mem::take(&mut self.0)).into_owned(),
@@ -335,6 +384,10 @@ impl Body<'_> {
             11 => Message::Credit {
                 chunks: self.u32()?,
             },
+            12 => Message::Challenge {
+                nonce: self.nonce()?,
+                keyed: self.u8()? != 0,
+            },
             other => return Err(Error::Protocol(format!("unknown message kind {other}"))),
         };
         if !self.0.is_empty() {
@@ -366,13 +419,24 @@ mod tests {
     #[test]
     fn every_message_survives_a_round_trip() {
         let messages = [
+            Message::Challenge {
+                nonce: [7; NONCE_BYTES],
+                keyed: true,
+            },
             Message::Hello {
                 split: 14,
                 n_embd: 1536,
                 lane: BULK_LANE,
                 link: 3,
+                head: 11,
+                nonce: [1; NONCE_BYTES],
+                proof: [2; NONCE_BYTES],
             },
-            Message::Welcome { split: 14, link: 3 },
+            Message::Welcome {
+                split: 14,
+                link: 3,
+                proof: [3; NONCE_BYTES],
+            },
             Message::Refused {
                 reason: "model hash differs".into(),
             },

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 use model::Model;
 use tokio::runtime::Runtime;
 
+use crate::auth::NONCE_BYTES;
+use crate::dial::{self, timed_out, Credentials};
 use crate::frame::{Frame, Header, Message, StepRow, BULK_LANE, F16_STATES, FAST_LANE, VERSION};
 use crate::{Conn, Error, Result};
 
@@ -70,6 +72,9 @@ struct Incoming {
 pub struct BoxClient {
     rt: Runtime,
     addr: SocketAddr,
+    credentials: Credentials,
+    /// Names this head to the box across its reconnects.
+    head: u64,
     fast: Conn,
     bulk: Conn,
     link: u64,
@@ -114,26 +119,28 @@ fn state_hash(row: &[f32]) -> u64 {
     })
 }
 
-fn timed_out(what: impl std::fmt::Display) -> Error {
-    Error::Io(std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        what.to_string(),
-    ))
-}
-
 impl BoxClient {
     /// Connects both lanes and says hello: the box must hold blocks
-    /// `0..model.stage.layers.start` of the same file (same [`crate::model_hash`]), or it
-    /// refuses and this is the error.
-    pub fn connect(addr: SocketAddr, model: &Model, states: StateType) -> Result<BoxClient> {
+    /// `0..model.stage.layers.start` of the same file (same [`crate::model_hash`]) and
+    /// take `credentials`, or it refuses and this is the error.
+    pub fn connect(
+        addr: SocketAddr,
+        model: &Model,
+        states: StateType,
+        credentials: Credentials,
+    ) -> Result<BoxClient> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let fast = Self::open(&rt, addr)?;
-        let bulk = Self::open(&rt, addr)?;
+        let fast = Self::open(&rt, addr, &credentials)?;
+        let bulk = Self::open(&rt, addr, &credentials)?;
+        let mut head = [0u8; 8];
+        getrandom::fill(&mut head).map_err(|e| Error::Key(format!("no randomness: {e}")))?;
         let mut client = BoxClient {
             rt,
             addr,
+            credentials,
+            head: u64::from_le_bytes(head),
             fast,
             bulk,
             link: 0,
@@ -189,16 +196,8 @@ impl BoxClient {
         self.epoch
     }
 
-    fn open(rt: &Runtime, addr: SocketAddr) -> Result<Conn> {
-        let connect = async {
-            tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(addr)).await
-        };
-        match rt.block_on(connect) {
-            Ok(stream) => Conn::new(stream?),
-            Err(_) => Err(timed_out(format!(
-                "no answer from {addr} in {CONNECT_TIMEOUT:?}"
-            ))),
-        }
+    fn open(rt: &Runtime, addr: SocketAddr, credentials: &Credentials) -> Result<Conn> {
+        rt.block_on(dial::open(addr, credentials.tls.as_ref(), CONNECT_TIMEOUT))
     }
 
     /// The fast lane's hello opens a link, the bulk lane's joins it.
@@ -222,23 +221,22 @@ impl BoxClient {
                 n_embd: self.n_embd as u32,
                 lane,
                 link,
+                head: self.head,
+                nonce: [0; NONCE_BYTES],
+                proof: [0; NONCE_BYTES],
             },
         );
+        let key = self.credentials.key.clone();
         let (rt, conn) = self.lane(lane);
-        let reply = rt.block_on(async {
-            conn.send(&frame).await?;
-            tokio::time::timeout(REPLY_TIMEOUT, conn.recv())
-                .await
-                .map_err(|_| timed_out(format!("no welcome within {REPLY_TIMEOUT:?}")))?
-        })?;
-        match reply.map(|f| (f.header.epoch, f.message)) {
-            Some((epoch, Message::Welcome { split, link })) if split == self.split => {
+        let welcome = rt.block_on(dial::hello(conn, frame, key.as_ref(), REPLY_TIMEOUT))?;
+        match welcome.message {
+            Message::Welcome { split, link, .. } if split == self.split => {
                 self.unanswered = [None; 2];
-                Ok((link, epoch))
+                Ok((link, welcome.header.epoch))
             }
-            Some((_, Message::Refused { reason })) => Err(Error::Refused(reason)),
             other => Err(Error::Protocol(format!(
-                "expected a welcome, got {other:?}"
+                "expected a welcome for block {}, got {other:?}",
+                self.split
             ))),
         }
     }
@@ -254,8 +252,8 @@ impl BoxClient {
         self.replies.clear();
         self.submitted.clear();
         self.broken = false;
-        self.fast = Self::open(&self.rt, self.addr)?;
-        self.bulk = Self::open(&self.rt, self.addr)?;
+        self.fast = Self::open(&self.rt, self.addr, &self.credentials)?;
+        self.bulk = Self::open(&self.rt, self.addr, &self.credentials)?;
         self.handshake()
     }
 

@@ -3,54 +3,23 @@
 //! commit, a released session, prompts streamed in chunks and rows submitted ahead of
 //! their step; a head of another model or split is refused.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use common::{config, load};
 use device::Row;
-use engine::{ContextConfig, Enter, Executor, Out, Outputs};
-use gguf::GgmlType;
-use kernels::Precision;
+use engine::{Enter, Executor, Out, Outputs};
 use kv::SeqKv;
 use model::{Model, Part};
 use split::frame::StepRow;
 use split::head::{BoxClient, StateType};
-use split::worker::BoxWorker;
+use split::worker::Access;
+use split::Credentials;
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../model/tests/fixtures/");
-
-fn load(file: &str, part: Part) -> Model {
-    Model::load_stage(format!("{FIXTURES}{file}"), part).unwrap()
-}
-
-/// The sizes of both the box and the whole-model reference.
-fn config() -> ContextConfig {
-    ContextConfig {
-        n_ctx: 512,
-        n_ubatch: 64,
-        n_threads: 1,
-        kv_type: GgmlType::F16,
-        precision: Precision::Int8,
-        device: engine::DeviceKind::Cpu,
-    }
-}
-
-/// Starts a box over blocks `0..split` of `file` on a free port of 127.0.0.1.
 fn start_box(file: &str, split: usize) -> SocketAddr {
-    let model = load(file, Part::First(split));
-    let worker = BoxWorker::new(model, config()).unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(listener.local_addr().unwrap()).unwrap();
-            let _ = worker.serve(listener).await;
-        });
-    });
-    rx.recv().unwrap()
+    common::start_box(file, split, Access::default()).0
 }
 
 /// The head: blocks `split..n` and the output head on an executor of its own, and the box.
@@ -69,7 +38,7 @@ impl Head {
     fn with_chunk(file: &str, split: usize, addr: SocketAddr, chunk: usize) -> Head {
         let model = load(file, Part::Last(split));
         Head {
-            client: BoxClient::connect(addr, &model, StateType::F32)
+            client: BoxClient::connect(addr, &model, StateType::F32, Credentials::default())
                 .unwrap()
                 .with_chunk(chunk),
             exec: Executor::new(model, config()).unwrap(),
@@ -262,14 +231,14 @@ fn rows_submitted_ahead_are_the_ones_their_step_takes() {
 fn a_head_of_another_model_or_split_is_refused() {
     let addr = start_box("qwen3-tiny.gguf", 1);
     let other = load("qwen2-tiny.gguf", Part::Last(1));
-    let err = BoxClient::connect(addr, &other, StateType::F32)
+    let err = BoxClient::connect(addr, &other, StateType::F32, Credentials::default())
         .err()
         .unwrap()
         .to_string();
     assert!(err.contains("is not the box's"), "{err}");
     let addr = start_box("qwen3moe-moe-k5.gguf", 1);
     let wrong_split = load("qwen3moe-moe-k5.gguf", Part::Last(2));
-    let err = BoxClient::connect(addr, &wrong_split, StateType::F32)
+    let err = BoxClient::connect(addr, &wrong_split, StateType::F32, Credentials::default())
         .err()
         .unwrap()
         .to_string();

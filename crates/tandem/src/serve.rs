@@ -177,6 +177,16 @@ pub struct ServeArgs {
     /// The box's address (HOST:PORT).
     #[arg(long = "box", requires = "split_at")]
     pub box_addr: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    pub box_key: crate::box_worker::LinkKeyArgs,
+    /// TLS on the link to the box, trusting the certificates in this PEM file (a CA's, or
+    /// the box's own); the box's certificate must name --box-tls-name, or the address of
+    /// --box.
+    #[arg(long = "box-tls-ca", requires = "box_addr")]
+    pub box_tls_ca: Option<PathBuf>,
+    /// The name the box's certificate must carry (a DNS name or an IP address).
+    #[arg(long = "box-tls-name", requires = "box_tls_ca")]
+    pub box_tls_name: Option<String>,
     /// Hidden states cross the link as f16 (half the bytes, no longer exact).
     #[arg(long = "split-f16")]
     pub split_f16: bool,
@@ -332,6 +342,16 @@ impl ServeArgs {
         let ctx = self.model.context_config();
         let model_path = self.model.path()?;
         let speculation = self.speculation()?;
+        let credentials = split::Credentials {
+            key: self.box_key.key()?,
+            tls: match &self.box_tls_ca {
+                Some(ca) => Some(split::tls::TlsClient::from_pem(
+                    ca,
+                    self.box_tls_name.as_deref(),
+                )?),
+                None => None,
+            },
+        };
         Ok(server::ServerConfig {
             model_path,
             alias: self.alias,
@@ -410,6 +430,7 @@ impl ServeArgs {
                     grace: std::time::Duration::from_secs_f64(self.box_grace.max(0.0)),
                     chunk: self.box_chunk as usize,
                     pipeline: self.box_pipeline,
+                    credentials,
                 }),
         })
     }

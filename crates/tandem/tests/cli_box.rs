@@ -39,7 +39,7 @@ fn a_box_serves_a_head_of_its_model() {
         }
     };
     let head = Model::load_stage(FIXTURE, Part::Last(1)).unwrap();
-    let mut client = BoxClient::connect(addr, &head, StateType::F16).unwrap();
+    let mut client = BoxClient::connect(addr, &head, StateType::F16, Default::default()).unwrap();
     client.ping().unwrap();
     let rows = [split::frame::StepRow {
         session: 1,
