@@ -43,6 +43,15 @@ pub fn usage(s: &Summary) -> Value {
     })
 }
 
+/// The transforms of a chat answer to `prompt_text`: the reasoning split when the model
+/// reasons (already thinking when the prompt ends in `<think>`), and the tool calls.
+pub fn chat_chain(ready: &Ready, prompt_text: &str, calls: Option<CallParser>) -> Chain {
+    let splitter = ready
+        .reasoning
+        .then(|| Splitter::new(prompt_text.trim_end().ends_with("<think>")));
+    Chain::new(splitter, calls)
+}
+
 /// Builds the bodies of one request's answer, streamed or whole.
 pub struct Reply {
     pub route: Route,
@@ -70,8 +79,10 @@ impl Reply {
         prompt_text: String,
         calls: Option<CallParser>,
     ) -> Self {
-        let splitter = (ready.reasoning && route == Route::Chat)
-            .then(|| Splitter::new(prompt_text.trim_end().ends_with("<think>")));
+        let chain = match route {
+            Route::Chat => chat_chain(ready, &prompt_text, calls),
+            _ => Chain::new(None, calls),
+        };
         let created = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -84,7 +95,7 @@ impl Reply {
             tok: ready.tok.clone(),
             prompt_text,
             offset: 0,
-            chain: Chain::new(splitter, calls),
+            chain,
         }
     }
 

@@ -13,15 +13,16 @@ use axum::extract::State;
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use engine::{Event, EventStream, TokenLogprob};
+use engine::{Event, EventStream, Summary, TokenLogprob};
 use futures_util::stream::{self, Stream};
 use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::format::Reply;
+use crate::state::Ready;
 use crate::state::Shared;
 use crate::tools::CallParser;
-use crate::validate::{parse, RawRequest, Route, ValidGen};
+use crate::validate::{parse, AnswerSpec, RawRequest, Route, ValidGen};
 use crate::{body, namespace_of, off_runtime, ready, KeyNamespace};
 
 pub async fn chat(
@@ -48,45 +49,84 @@ pub async fn native(
     run(s, key, b, Route::Native).await
 }
 
-async fn run(
-    s: Shared,
+/// A request queued: its task, its events, how its answer is given, and the parser of its
+/// tool calls when it offered tools.
+pub(crate) struct Submitted {
+    pub task: u64,
+    /// Tokens in the prompt.
+    pub n_prompt: usize,
+    pub events: EventStream,
+    pub answer: AnswerSpec,
+    pub calls: Option<CallParser>,
+}
+
+/// Validates a body with `prepare` off the runtime, and queues it (its prompts cached in the
+/// namespace of its API key).
+pub(crate) async fn submit<F>(
+    s: &Shared,
     key: Option<Extension<KeyNamespace>>,
     b: Result<Bytes, BytesRejection>,
-    route: Route,
-) -> Result<Response, ApiError> {
+    prepare: F,
+) -> Result<Submitted, ApiError>
+where
+    F: FnOnce(&Bytes, &Ready) -> Result<ValidGen, ApiError> + Send + 'static,
+{
     let bytes = body(b)?;
-    let mut v: ValidGen = off_runtime(&s, bytes.len(), move |ready| {
-        let raw: RawRequest = parse(&bytes)?;
-        raw.validate(route, ready)
-    })
-    .await?;
+    let mut v = off_runtime(s, bytes.len(), move |ready| prepare(&bytes, ready)).await?;
     if let Some(Extension(KeyNamespace(k))) = key {
         v.req.cache_namespace = namespace_of((k, v.req.cache_namespace));
     }
-    let ready = ready(&s)?;
+    let ready = ready(s)?;
+    let n_prompt = v.req.prompt.len();
     let (task, events) = ready.engine.submit(v.req)?;
-    let calls = v.tools.as_ref().map(|spec| {
+    let calls = v.answer.tools.as_ref().map(|spec| {
         CallParser::new(
             ready.tool_format,
             &spec.tools,
             crate::validate::rand_seed() ^ task,
         )
     });
-    let reply = Reply::new(route, task, ready, v.include_usage, v.prompt_text, calls);
-    let asked = v.logprobs.is_some();
-    if v.stream {
-        Ok(sse(reply, events, asked).into_response())
+    Ok(Submitted {
+        task,
+        n_prompt,
+        events,
+        answer: v.answer,
+        calls,
+    })
+}
+
+async fn run(
+    s: Shared,
+    key: Option<Extension<KeyNamespace>>,
+    b: Result<Bytes, BytesRejection>,
+    route: Route,
+) -> Result<Response, ApiError> {
+    let sub = submit(&s, key, b, move |bytes, ready| {
+        let raw: RawRequest = parse(bytes)?;
+        raw.validate(route, ready)
+    })
+    .await?;
+    let a = sub.answer;
+    let reply = Reply::new(
+        route,
+        sub.task,
+        ready(&s)?,
+        a.include_usage,
+        a.prompt_text,
+        sub.calls,
+    );
+    let asked = a.logprobs.is_some();
+    if a.stream {
+        Ok(sse(OpenAiStream { reply, asked }, sub.events).into_response())
     } else {
-        whole(reply, events, asked).await
+        whole(reply, sub.events, asked).await
     }
 }
 
-/// Waits for the end of the request and answers in one body.
-async fn whole(
-    mut reply: Reply,
+/// Waits for the end of a request: its text, tokens and log-probabilities, and summary.
+pub(crate) async fn collect(
     mut events: EventStream,
-    asked: bool,
-) -> Result<Response, ApiError> {
+) -> Result<(String, Vec<u32>, Vec<TokenLogprob>, Summary), ApiError> {
     let (mut text, mut tokens, mut lps) = (String::new(), Vec::new(), Vec::<TokenLogprob>::new());
     while let Some(ev) = events.recv().await {
         match ev {
@@ -99,9 +139,7 @@ async fn whole(
                 tokens.extend(ids);
                 lps.extend(logprobs);
             }
-            Event::Done(summary) => {
-                return Ok(Json(reply.complete(text, tokens, &lps, asked, &summary)).into_response())
-            }
+            Event::Done(summary) => return Ok((text, tokens, lps, summary)),
             Event::Rejected(m) => return Err(ApiError::bad_request(m)),
             Event::Failed(m) => return Err(ApiError::internal(m)),
             Event::Unavailable(m) => return Err(ApiError::box_down(m)),
@@ -110,29 +148,76 @@ async fn whole(
     Err(ApiError::internal("the engine stopped"))
 }
 
-struct StreamState {
-    events: EventStream,
-    reply: Reply,
-    asked: bool,
-    out: VecDeque<SseEvent>,
-    finished: bool,
+/// Waits for the end of the request and answers in one body.
+async fn whole(mut reply: Reply, events: EventStream, asked: bool) -> Result<Response, ApiError> {
+    let (text, tokens, lps, summary) = collect(events).await?;
+    Ok(Json(reply.complete(text, tokens, &lps, asked, &summary)).into_response())
+}
+
+/// The events of an answer as it is streamed, in some API's shape.
+pub(crate) trait Streamed: Send + 'static {
+    /// What the stream starts with.
+    fn opening(&mut self) -> Vec<SseEvent>;
+    /// The events of the next piece of the answer.
+    fn delta(&mut self, text: &str, tokens: &[u32], lps: &[TokenLogprob]) -> Vec<SseEvent>;
+    /// The events that end the stream.
+    fn closing(&mut self, s: &Summary) -> Vec<SseEvent>;
+    /// The event that ends a stream that failed.
+    fn failed(&self, e: ApiError) -> SseEvent;
 }
 
 fn data(v: &Value) -> SseEvent {
     SseEvent::default().data(v.to_string())
 }
 
-/// Streams the answer as server-sent events; OpenAI routes end with `data: [DONE]`.
-fn sse(
+/// OpenAI's and llama.cpp's streams: `data:` lines, the OpenAI routes ending with `[DONE]`.
+struct OpenAiStream {
     reply: Reply,
-    events: EventStream,
     asked: bool,
+}
+
+impl Streamed for OpenAiStream {
+    fn opening(&mut self) -> Vec<SseEvent> {
+        self.reply.opening().iter().map(data).collect()
+    }
+
+    fn delta(&mut self, text: &str, tokens: &[u32], lps: &[TokenLogprob]) -> Vec<SseEvent> {
+        self.reply
+            .delta(text, tokens, lps, self.asked)
+            .iter()
+            .map(data)
+            .collect()
+    }
+
+    fn closing(&mut self, s: &Summary) -> Vec<SseEvent> {
+        let mut out: Vec<SseEvent> = self.reply.closing(s).iter().map(data).collect();
+        if self.reply.route != Route::Native {
+            out.push(SseEvent::default().data("[DONE]"));
+        }
+        out
+    }
+
+    fn failed(&self, e: ApiError) -> SseEvent {
+        data(&e.body())
+    }
+}
+
+struct StreamState<A> {
+    events: EventStream,
+    answer: A,
+    out: VecDeque<SseEvent>,
+    finished: bool,
+}
+
+/// Streams the answer as server-sent events.
+pub(crate) fn sse<A: Streamed>(
+    mut answer: A,
+    events: EventStream,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
-    let out = reply.opening().iter().map(data).collect();
+    let out = answer.opening().into();
     let state = StreamState {
         events,
-        reply,
-        asked,
+        answer,
         out,
         finished: false,
     };
@@ -144,41 +229,27 @@ fn sse(
             if st.finished {
                 return None;
             }
-            match st.events.recv().await {
+            let failed = match st.events.recv().await {
                 Some(Event::Delta {
                     text,
                     tokens,
                     logprobs,
                 }) => {
-                    if let Some(v) = st.reply.delta(&text, &tokens, &logprobs, st.asked) {
-                        st.out.push_back(data(&v));
-                    }
+                    st.out.extend(st.answer.delta(&text, &tokens, &logprobs));
+                    continue;
                 }
                 Some(Event::Done(summary)) => {
-                    st.out.extend(st.reply.closing(&summary).iter().map(data));
-                    if st.reply.route != Route::Native {
-                        st.out.push_back(SseEvent::default().data("[DONE]"));
-                    }
+                    st.out.extend(st.answer.closing(&summary));
                     st.finished = true;
+                    continue;
                 }
-                Some(Event::Rejected(m)) => {
-                    st.out.push_back(data(&ApiError::bad_request(m).body()));
-                    st.finished = true;
-                }
-                Some(Event::Failed(m)) => {
-                    st.out.push_back(data(&ApiError::internal(m).body()));
-                    st.finished = true;
-                }
-                Some(Event::Unavailable(m)) => {
-                    st.out.push_back(data(&ApiError::box_down(m).body()));
-                    st.finished = true;
-                }
-                None => {
-                    st.out
-                        .push_back(data(&ApiError::internal("the engine stopped").body()));
-                    st.finished = true;
-                }
-            }
+                Some(Event::Rejected(m)) => ApiError::bad_request(m),
+                Some(Event::Failed(m)) => ApiError::internal(m),
+                Some(Event::Unavailable(m)) => ApiError::box_down(m),
+                None => ApiError::internal("the engine stopped"),
+            };
+            st.out.push_back(st.answer.failed(failed));
+            st.finished = true;
         }
     }))
 }

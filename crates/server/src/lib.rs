@@ -5,6 +5,7 @@
 //! `/health` (and `/metrics` with `--metrics-public`) needs the API key when one is set;
 //! CORS headers are sent only for the origins `--cors` names.
 
+mod anthropic;
 mod conn;
 mod constrain;
 mod error;
@@ -255,6 +256,8 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/completions", post(generate::completions))
         .route("/completions", post(generate::completions))
         .route("/completion", post(generate::native))
+        .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn(json_only))

@@ -125,6 +125,11 @@ pub struct RawRequest {
     pub tool_choice: Option<Value>,
     pub parallel_tool_calls: Option<Value>,
     pub chat_template_kwargs: Option<Map<String, Value>>,
+    /// vLLM's: continue the final assistant message (default: when the last message is the
+    /// assistant's, as llama-server does).
+    pub continue_final_message: Option<bool>,
+    /// vLLM's: open the assistant's turn after the messages (default: unless continuing).
+    pub add_generation_prompt: Option<bool>,
     /// llama-server's flat keys for per-request draft bounds.
     #[serde(rename = "speculative.n_max")]
     pub speculative_n_max: Option<i64>,
@@ -177,10 +182,17 @@ pub struct LogprobsSpec {
     pub n_top: usize,
 }
 
-/// A generation request that passed validation.
+/// A generation request that passed validation: what the engine runs, and how the answer
+/// is given.
 #[derive(Debug)]
 pub struct ValidGen {
     pub req: GenRequest,
+    pub answer: AnswerSpec,
+}
+
+/// How an answer is given back.
+#[derive(Debug)]
+pub struct AnswerSpec {
     pub stream: bool,
     pub include_usage: bool,
     pub logprobs: Option<LogprobsSpec>,
@@ -233,13 +245,46 @@ const ROLES: [&str; 6] = [
     "function",
 ];
 
+/// How a chat prompt ends: `continue_final_message` and `add_generation_prompt` as sent.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ending {
+    pub continue_final: Option<bool>,
+    pub generation_prompt: Option<bool>,
+}
+
+impl Ending {
+    /// Whether to continue the final message (its role `last`), and whether to open the
+    /// assistant's turn: llama-server continues a final assistant message unless told not
+    /// to; asking for both is a 400.
+    fn decide(self, last: &str) -> Result<(bool, bool), ApiError> {
+        let continues = self.continue_final.unwrap_or(last == "assistant");
+        if continues && last != "assistant" {
+            return Err(ApiError::invalid(
+                "continue_final_message",
+                format!("continue_final_message needs a final assistant message; the last is the {last}'s"),
+            ));
+        }
+        match (continues, self.generation_prompt) {
+            (true, Some(true)) => Err(ApiError::invalid(
+                "continue_final_message",
+                "continue_final_message and add_generation_prompt cannot both be true: the answer either continues the final message or opens a new turn",
+            )),
+            (true, _) => Ok((true, false)),
+            (false, g) => Ok((false, g.unwrap_or(true))),
+        }
+    }
+}
+
 /// Renders chat messages with the model's template into the prompt text, with the tools
-/// `spec` offers shown the way the model expects ([`tools::prepare_messages`]).
+/// `spec` offers shown the way the model expects ([`tools::prepare_messages`]). A final
+/// assistant message that `ending` continues is taken out, the rest rendered with the
+/// assistant's turn opened, and its text appended (as llama-server prefills).
 pub fn render_chat(
     ready: &Ready,
     messages: Vec<RawMessage>,
     spec: &ToolSpec,
     kwargs: Option<Map<String, Value>>,
+    ending: Ending,
 ) -> Result<String, ApiError> {
     if messages.is_empty() {
         return Err(ApiError::invalid("messages", "messages must not be empty"));
@@ -269,15 +314,43 @@ pub fn render_chat(
             Ok(Value::Object(obj))
         })
         .collect::<Result<Vec<_>, ApiError>>()?;
+    let last = msgs.len() - 1;
+    let (continues, add_generation_prompt) =
+        ending.decide(msgs[last]["role"].as_str().unwrap_or(""))?;
+    let prefill = match continues {
+        false => String::new(),
+        true => continued(&mut msgs)?,
+    };
     let tools = tools::prepare_messages(&mut msgs, ready.tool_support, ready.tool_format, spec);
     let options = RenderOptions {
-        add_generation_prompt: true,
+        add_generation_prompt: add_generation_prompt || continues,
         tools,
         extra: kwargs.unwrap_or_default().into_iter().collect(),
     };
-    template
+    let mut prompt = template
         .render_with(&msgs, &options)
-        .map_err(|e| ApiError::invalid("messages", format!("the chat template failed: {e}")))
+        .map_err(|e| ApiError::invalid("messages", format!("the chat template failed: {e}")))?;
+    prompt.push_str(&prefill);
+    Ok(prompt)
+}
+
+/// Takes the final assistant message out of `msgs`: its text, which the answer continues.
+fn continued(msgs: &mut Vec<Value>) -> Result<String, ApiError> {
+    let at = msgs.len() - 1;
+    let last = msgs.pop().expect("messages are not empty");
+    if last.get("tool_calls").is_some_and(|c| !c.is_null()) {
+        return Err(ApiError::invalid(
+            format!("messages[{at}].tool_calls"),
+            format!("messages[{at}]: a final assistant message with tool_calls cannot be continued; send the tool results, or set continue_final_message: false"),
+        ));
+    }
+    if msgs.last().is_some_and(|m| m["role"] == "assistant") {
+        return Err(ApiError::invalid(
+            format!("messages[{at}]"),
+            format!("messages[{at}]: two assistant messages end the conversation; only one can be continued"),
+        ));
+    }
+    Ok(last["content"].as_str().unwrap_or("").to_string())
 }
 
 impl RawRequest {
@@ -290,14 +363,22 @@ impl RawRequest {
         )
     }
 
+    fn ending(&self) -> Ending {
+        Ending {
+            continue_final: self.continue_final_message,
+            generation_prompt: self.add_generation_prompt,
+        }
+    }
+
     /// The prompt a chat request renders to, tools and `chat_template_kwargs` included:
     /// what `/apply-template` answers.
     pub fn chat_prompt(self, ready: &Ready) -> Result<String, ApiError> {
         let spec = self.tool_spec()?;
+        let ending = self.ending();
         let messages = self
             .messages
             .ok_or_else(|| ApiError::invalid("messages", "messages is required"))?;
-        render_chat(ready, messages, &spec, self.chat_template_kwargs)
+        render_chat(ready, messages, &spec, self.chat_template_kwargs, ending)
     }
 
     /// Validates a request of `route` into a [`ValidGen`].
@@ -339,12 +420,31 @@ impl RawRequest {
         let logit_bias = self.chain.logit_bias(ready)?;
         let dry = self.chain.dry(ready)?;
         let spec = self.tool_spec()?;
+        if route != Route::Chat {
+            let chat_only = [
+                (
+                    "continue_final_message",
+                    self.continue_final_message.is_some(),
+                ),
+                (
+                    "add_generation_prompt",
+                    self.add_generation_prompt.is_some(),
+                ),
+            ];
+            if let Some((name, _)) = chat_only.iter().find(|(_, given)| *given) {
+                return Err(ApiError::invalid(
+                    *name,
+                    format!("{name} applies to /v1/chat/completions only"),
+                ));
+            }
+        }
         if route != Route::Chat && !spec.tools.is_empty() {
             return Err(ApiError::invalid(
                 "tools",
                 "tools are offered through /v1/chat/completions only",
             ));
         }
+        let ending = self.ending();
         let tool_grammar = tools::lark(ready.tool_format, &spec, &ready.tok);
         let constraint = match (self.chain.grammar_spec()?, tool_grammar) {
             (None, None) => None,
@@ -431,7 +531,7 @@ impl RawRequest {
                 let messages = self
                     .messages
                     .ok_or_else(|| ApiError::invalid("messages", "messages is required"))?;
-                let text = render_chat(ready, messages, &spec, self.chat_template_kwargs)?;
+                let text = render_chat(ready, messages, &spec, self.chat_template_kwargs, ending)?;
                 let ids = encode(ready, &text)?;
                 (text, ids)
             }
@@ -509,11 +609,13 @@ impl RawRequest {
                 },
                 draft,
             },
-            stream: self.stream.unwrap_or(false),
-            include_usage: self.stream_options.is_some_and(|o| o.include_usage),
-            logprobs,
-            prompt_text,
-            tools: spec.active().then_some(spec),
+            answer: AnswerSpec {
+                stream: self.stream.unwrap_or(false),
+                include_usage: self.stream_options.is_some_and(|o| o.include_usage),
+                logprobs,
+                prompt_text,
+                tools: spec.active().then_some(spec),
+            },
         })
     }
 }

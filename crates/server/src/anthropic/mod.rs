@@ -1,0 +1,114 @@
+//! Anthropic's Messages API: `/v1/messages` (whole or streamed) and
+//! `/v1/messages/count_tokens`. A request is read into the chat request the OpenAI route
+//! runs ([`request`]), so templates, tools, constraints and sampling are the same; the
+//! answer goes out in Anthropic's shapes ([`reply`]), errors too. Keys come in `x-api-key`
+//! (or `Authorization: Bearer`), as on every route.
+
+mod reply;
+mod request;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{header, HeaderValue};
+use axum::response::sse::Event as SseEvent;
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use engine::{Summary, TokenLogprob};
+use serde_json::json;
+
+use crate::error::ApiError;
+use crate::format::chat_chain;
+use crate::generate::{collect, sse, submit, Streamed};
+use crate::state::Shared;
+use crate::validate::{parse, Route};
+use crate::{body, off_runtime, ready, KeyNamespace};
+use reply::{error_body, MessageReply, SseData};
+use request::{renamed, MessagesRequest};
+
+/// An error in Anthropic's shape, with its status (and Retry-After).
+fn answer_error(e: ApiError) -> Response {
+    let mut r = (e.status, Json(error_body(&e))).into_response();
+    if let Some(s) = e.retry_after {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(s));
+    }
+    r
+}
+
+pub async fn messages(
+    State(s): State<Shared>,
+    key: Option<Extension<KeyNamespace>>,
+    b: Result<Bytes, BytesRejection>,
+) -> Response {
+    run(s, key, b).await.unwrap_or_else(answer_error)
+}
+
+pub async fn count_tokens(State(s): State<Shared>, b: Result<Bytes, BytesRejection>) -> Response {
+    let counted = async {
+        let bytes = body(b)?;
+        off_runtime(&s, bytes.len(), move |ready| {
+            let req: MessagesRequest = parse(&bytes)?;
+            let raw = req.into_chat(true)?;
+            let prompt = raw.chat_prompt(ready).map_err(renamed)?;
+            let n = ready
+                .tok
+                .encode(&prompt, true, true)
+                .map_err(|e| ApiError::invalid("messages", format!("cannot tokenize: {e}")))?
+                .len();
+            Ok(Json(json!({"input_tokens": n})).into_response())
+        })
+        .await
+    };
+    counted.await.unwrap_or_else(answer_error)
+}
+
+async fn run(
+    s: Shared,
+    key: Option<Extension<KeyNamespace>>,
+    b: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let sub = submit(&s, key, b, |bytes, ready| {
+        let req: MessagesRequest = parse(bytes)?;
+        let raw = req.into_chat(false)?;
+        raw.validate(Route::Chat, ready).map_err(renamed)
+    })
+    .await?;
+    let ready = ready(&s)?;
+    let chain = chat_chain(ready, &sub.answer.prompt_text, sub.calls);
+    let mut reply = MessageReply::new(sub.task, ready.model_id.clone(), sub.n_prompt, chain);
+    if sub.answer.stream {
+        return Ok(sse(AnthropicStream(reply), sub.events).into_response());
+    }
+    let (text, _, _, summary) = collect(sub.events).await?;
+    Ok(Json(reply.complete(&text, &summary)).into_response())
+}
+
+/// Named events, each with its JSON.
+struct AnthropicStream(MessageReply);
+
+fn events(v: Vec<SseData>) -> Vec<SseEvent> {
+    v.into_iter()
+        .map(|(name, data)| SseEvent::default().event(name).data(data.to_string()))
+        .collect()
+}
+
+impl Streamed for AnthropicStream {
+    fn opening(&mut self) -> Vec<SseEvent> {
+        events(self.0.opening())
+    }
+
+    fn delta(&mut self, text: &str, _: &[u32], _: &[TokenLogprob]) -> Vec<SseEvent> {
+        events(self.0.delta(text))
+    }
+
+    fn closing(&mut self, s: &Summary) -> Vec<SseEvent> {
+        events(self.0.closing(s))
+    }
+
+    fn failed(&self, e: ApiError) -> SseEvent {
+        SseEvent::default()
+            .event("error")
+            .data(error_body(&e).to_string())
+    }
+}
