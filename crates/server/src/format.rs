@@ -339,11 +339,7 @@ impl Reply {
         s: &Summary,
     ) -> Value {
         let logprobs = self.logprobs(lps, asked);
-        let mut out = self.chain.push(&text);
-        let rest = self.chain.finish();
-        out.reasoning.push_str(&rest.reasoning);
-        out.content.push_str(&rest.content);
-        out.calls.extend(rest.calls);
+        let out = self.chain.whole(&text);
         let mut message = json!({"role": "assistant", "content": out.content});
         if !out.reasoning.is_empty() {
             message["reasoning_content"] = json!(out.reasoning);

@@ -49,30 +49,32 @@ pub async fn native(
     run(s, key, b, Route::Native).await
 }
 
-/// A request queued: its task, its events, how its answer is given, and the parser of its
-/// tool calls when it offered tools.
-pub(crate) struct Submitted {
+/// A request queued: its task, its events, how its answer is given, the parser of its
+/// tool calls when it offered tools, and what else its route took from the body.
+pub(crate) struct Submitted<X = ()> {
     pub task: u64,
     /// Tokens in the prompt.
     pub n_prompt: usize,
     pub events: EventStream,
     pub answer: AnswerSpec,
     pub calls: Option<CallParser>,
+    pub extra: X,
 }
 
 /// Validates a body with `prepare` off the runtime, and queues it (its prompts cached in the
 /// namespace of its API key).
-pub(crate) async fn submit<F>(
+pub(crate) async fn submit<F, X>(
     s: &Shared,
     key: Option<Extension<KeyNamespace>>,
     b: Result<Bytes, BytesRejection>,
     prepare: F,
-) -> Result<Submitted, ApiError>
+) -> Result<Submitted<X>, ApiError>
 where
-    F: FnOnce(&Bytes, &Ready) -> Result<ValidGen, ApiError> + Send + 'static,
+    F: FnOnce(&Bytes, &Ready) -> Result<(ValidGen, X), ApiError> + Send + 'static,
+    X: Send + 'static,
 {
     let bytes = body(b)?;
-    let mut v = off_runtime(s, bytes.len(), move |ready| prepare(&bytes, ready)).await?;
+    let (mut v, extra) = off_runtime(s, bytes.len(), move |ready| prepare(&bytes, ready)).await?;
     if let Some(Extension(KeyNamespace(k))) = key {
         v.req.cache_namespace = namespace_of((k, v.req.cache_namespace));
     }
@@ -92,6 +94,7 @@ where
         events,
         answer: v.answer,
         calls,
+        extra,
     })
 }
 
@@ -103,7 +106,7 @@ async fn run(
 ) -> Result<Response, ApiError> {
     let sub = submit(&s, key, b, move |bytes, ready| {
         let raw: RawRequest = parse(bytes)?;
-        raw.validate(route, ready)
+        Ok((raw.validate(route, ready)?, ()))
     })
     .await?;
     let a = sub.answer;
@@ -163,7 +166,7 @@ pub(crate) trait Streamed: Send + 'static {
     /// The events that end the stream.
     fn closing(&mut self, s: &Summary) -> Vec<SseEvent>;
     /// The event that ends a stream that failed.
-    fn failed(&self, e: ApiError) -> SseEvent;
+    fn failed(&mut self, e: ApiError) -> SseEvent;
 }
 
 fn data(v: &Value) -> SseEvent {
@@ -197,7 +200,7 @@ impl Streamed for OpenAiStream {
         out
     }
 
-    fn failed(&self, e: ApiError) -> SseEvent {
+    fn failed(&mut self, e: ApiError) -> SseEvent {
         data(&e.body())
     }
 }
@@ -252,4 +255,63 @@ pub(crate) fn sse<A: Streamed>(
             st.finished = true;
         }
     }))
+}
+
+/// An event of a stream of named events: its name and its JSON.
+pub(crate) type SseData = (&'static str, Value);
+
+/// An answer in an API whose streams are named events (Anthropic's Messages, OpenAI's
+/// Responses).
+pub(crate) trait EventReply: Send + 'static {
+    /// The whole answer to `text`.
+    fn complete(&mut self, text: &str, s: &Summary) -> Value;
+    /// What a stream starts with.
+    fn opening(&mut self) -> Vec<SseData>;
+    /// The events of the next piece of the answer.
+    fn delta(&mut self, text: &str) -> Vec<SseData>;
+    /// The events that end the stream.
+    fn closing(&mut self, s: &Summary) -> Vec<SseData>;
+    /// The event that ends a stream that failed.
+    fn failed(&mut self, e: &ApiError) -> SseData;
+}
+
+struct Named<R>(R);
+
+fn named(v: Vec<SseData>) -> Vec<SseEvent> {
+    v.into_iter().map(named_one).collect()
+}
+
+fn named_one((name, data): SseData) -> SseEvent {
+    SseEvent::default().event(name).data(data.to_string())
+}
+
+impl<R: EventReply> Streamed for Named<R> {
+    fn opening(&mut self) -> Vec<SseEvent> {
+        named(self.0.opening())
+    }
+
+    fn delta(&mut self, text: &str, _: &[u32], _: &[TokenLogprob]) -> Vec<SseEvent> {
+        named(self.0.delta(text))
+    }
+
+    fn closing(&mut self, s: &Summary) -> Vec<SseEvent> {
+        named(self.0.closing(s))
+    }
+
+    fn failed(&mut self, e: ApiError) -> SseEvent {
+        named_one(self.0.failed(&e))
+    }
+}
+
+/// Answers with `reply`: a stream of its events, or its whole answer at the end.
+pub(crate) async fn answer<R: EventReply>(
+    mut reply: R,
+    stream: bool,
+    events: EventStream,
+) -> Result<Response, ApiError> {
+    if stream {
+        return Ok(sse(Named(reply), events).into_response());
+    }
+    let (text, _, _, summary) = collect(events).await?;
+    Ok(Json(reply.complete(&text, &summary)).into_response())
 }

@@ -15,6 +15,7 @@ pub mod fuzz;
 mod generate;
 mod info;
 mod reasoning;
+mod responses;
 mod state;
 pub mod tools;
 mod transform;
@@ -257,6 +258,7 @@ pub fn router(state: Shared) -> Router {
         .route("/completions", post(generate::completions))
         .route("/completion", post(generate::native))
         .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/responses", post(responses::responses))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

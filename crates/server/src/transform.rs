@@ -56,6 +56,16 @@ impl Chain {
         self.run("", true)
     }
 
+    /// What a whole answer `text` decides: [`Self::push`] then [`Self::finish`], joined.
+    pub fn whole(&mut self, text: &str) -> Out {
+        let mut out = self.push(text);
+        let rest = self.finish();
+        out.reasoning.push_str(&rest.reasoning);
+        out.content.push_str(&rest.content);
+        out.calls.extend(rest.calls);
+        out
+    }
+
     fn run(&mut self, text: &str, end: bool) -> Out {
         let (reasoning, content) = match &mut self.reasoning {
             Some(sp) => {

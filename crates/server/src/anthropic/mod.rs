@@ -11,19 +11,17 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::{header, HeaderValue};
-use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use engine::{Summary, TokenLogprob};
 use serde_json::json;
 
 use crate::error::ApiError;
 use crate::format::chat_chain;
-use crate::generate::{collect, sse, submit, Streamed};
+use crate::generate::{answer, submit};
 use crate::state::Shared;
 use crate::validate::{parse, Route};
 use crate::{body, off_runtime, ready, KeyNamespace};
-use reply::{error_body, MessageReply, SseData};
+use reply::{error_body, MessageReply};
 use request::{renamed, MessagesRequest};
 
 /// An error in Anthropic's shape, with its status (and Retry-After).
@@ -71,44 +69,11 @@ async fn run(
     let sub = submit(&s, key, b, |bytes, ready| {
         let req: MessagesRequest = parse(bytes)?;
         let raw = req.into_chat(false)?;
-        raw.validate(Route::Chat, ready).map_err(renamed)
+        Ok((raw.validate(Route::Chat, ready).map_err(renamed)?, ()))
     })
     .await?;
     let ready = ready(&s)?;
     let chain = chat_chain(ready, &sub.answer.prompt_text, sub.calls);
-    let mut reply = MessageReply::new(sub.task, ready.model_id.clone(), sub.n_prompt, chain);
-    if sub.answer.stream {
-        return Ok(sse(AnthropicStream(reply), sub.events).into_response());
-    }
-    let (text, _, _, summary) = collect(sub.events).await?;
-    Ok(Json(reply.complete(&text, &summary)).into_response())
-}
-
-/// Named events, each with its JSON.
-struct AnthropicStream(MessageReply);
-
-fn events(v: Vec<SseData>) -> Vec<SseEvent> {
-    v.into_iter()
-        .map(|(name, data)| SseEvent::default().event(name).data(data.to_string()))
-        .collect()
-}
-
-impl Streamed for AnthropicStream {
-    fn opening(&mut self) -> Vec<SseEvent> {
-        events(self.0.opening())
-    }
-
-    fn delta(&mut self, text: &str, _: &[u32], _: &[TokenLogprob]) -> Vec<SseEvent> {
-        events(self.0.delta(text))
-    }
-
-    fn closing(&mut self, s: &Summary) -> Vec<SseEvent> {
-        events(self.0.closing(s))
-    }
-
-    fn failed(&self, e: ApiError) -> SseEvent {
-        SseEvent::default()
-            .event("error")
-            .data(error_body(&e).to_string())
-    }
+    let reply = MessageReply::new(sub.task, ready.model_id.clone(), sub.n_prompt, chain);
+    answer(reply, sub.answer.stream, sub.events).await
 }

@@ -8,6 +8,7 @@ use engine::{FinishReason, Summary};
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
+use crate::generate::{EventReply, SseData};
 use crate::tools::ToolCall;
 use crate::transform::{Chain, Out};
 
@@ -29,9 +30,6 @@ pub struct MessageReply {
     blocks: usize,
     open: Option<Open>,
 }
-
-/// An event: its name and its data.
-pub type SseData = (&'static str, Value);
 
 fn input(call: &ToolCall) -> Value {
     serde_json::from_str::<Value>(&call.arguments)
@@ -87,50 +85,6 @@ impl MessageReply {
             "cache_creation_input_tokens": 0,
             "output_tokens": s.predicted_n,
         })
-    }
-
-    /// The whole answer to `text`.
-    pub fn complete(&mut self, text: &str, s: &Summary) -> Value {
-        let mut out = self.chain.push(text);
-        let rest = self.chain.finish();
-        out.reasoning.push_str(&rest.reasoning);
-        out.content.push_str(&rest.content);
-        out.calls.extend(rest.calls);
-        let mut content = Vec::new();
-        if !out.reasoning.is_empty() {
-            content.push(json!({"type": "thinking", "thinking": out.reasoning, "signature": ""}));
-        }
-        if !out.content.is_empty() {
-            content.push(json!({"type": "text", "text": out.content}));
-        }
-        content.extend(out.calls.iter().map(|c| tool_use(c, input(c))));
-        let (stop_reason, stop_sequence) = self.stop_reason(s);
-        json!({
-            "id": self.id,
-            "type": "message",
-            "role": "assistant",
-            "model": self.model,
-            "content": content,
-            "stop_reason": stop_reason,
-            "stop_sequence": stop_sequence,
-            "usage": Self::usage(s),
-        })
-    }
-
-    /// What a stream starts with.
-    pub fn opening(&self) -> Vec<SseData> {
-        let message = json!({
-            "id": self.id, "type": "message", "role": "assistant", "model": self.model,
-            "content": [], "stop_reason": null, "stop_sequence": null,
-            "usage": {"input_tokens": self.n_prompt, "output_tokens": 0},
-        });
-        vec![
-            (
-                "message_start",
-                json!({"type": "message_start", "message": message}),
-            ),
-            ("ping", json!({"type": "ping"})),
-        ]
     }
 
     fn close(&mut self, events: &mut Vec<SseData>) {
@@ -200,15 +154,53 @@ impl MessageReply {
         }
         events
     }
+}
 
-    /// The events of the next piece of the answer.
-    pub fn delta(&mut self, text: &str) -> Vec<SseData> {
+impl EventReply for MessageReply {
+    fn complete(&mut self, text: &str, s: &Summary) -> Value {
+        let out = self.chain.whole(text);
+        let mut content = Vec::new();
+        if !out.reasoning.is_empty() {
+            content.push(json!({"type": "thinking", "thinking": out.reasoning, "signature": ""}));
+        }
+        if !out.content.is_empty() {
+            content.push(json!({"type": "text", "text": out.content}));
+        }
+        content.extend(out.calls.iter().map(|c| tool_use(c, input(c))));
+        let (stop_reason, stop_sequence) = self.stop_reason(s);
+        json!({
+            "id": self.id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": content,
+            "stop_reason": stop_reason,
+            "stop_sequence": stop_sequence,
+            "usage": Self::usage(s),
+        })
+    }
+
+    fn opening(&mut self) -> Vec<SseData> {
+        let message = json!({
+            "id": self.id, "type": "message", "role": "assistant", "model": self.model,
+            "content": [], "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": self.n_prompt, "output_tokens": 0},
+        });
+        vec![
+            (
+                "message_start",
+                json!({"type": "message_start", "message": message}),
+            ),
+            ("ping", json!({"type": "ping"})),
+        ]
+    }
+
+    fn delta(&mut self, text: &str) -> Vec<SseData> {
         let out = self.chain.push(text);
         self.events(out)
     }
 
-    /// The events that end the stream.
-    pub fn closing(&mut self, s: &Summary) -> Vec<SseData> {
+    fn closing(&mut self, s: &Summary) -> Vec<SseData> {
         let rest = self.chain.finish();
         let mut events = self.events(rest);
         self.close(&mut events);
@@ -223,5 +215,9 @@ impl MessageReply {
         ));
         events.push(("message_stop", json!({"type": "message_stop"})));
         events
+    }
+
+    fn failed(&mut self, e: &ApiError) -> SseData {
+        ("error", error_body(e))
     }
 }
