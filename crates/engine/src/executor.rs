@@ -88,6 +88,23 @@ pub enum Out<'a> {
     },
     /// The final hidden states of every row (`[rows, n_embd]`): a first stage's output.
     States(&'a mut [f32]),
+    /// `on_row(r, RowOut::Logits(..))` for each row index `r` of `logits` and
+    /// `on_row(r, RowOut::State(..))` (the row's hidden state after the output norm,
+    /// `[n_embd]`) for each of `states`, but for the rows of a sequence whose states came out
+    /// NaN or infinite (as [`Out::Logits`]).
+    Rows {
+        logits: &'a [usize],
+        states: &'a [usize],
+        on_row: &'a mut dyn FnMut(usize, RowOut<'_>),
+    },
+}
+
+/// What [`Out::Rows`] gives for one row.
+pub enum RowOut<'a> {
+    /// The row's logits (`[n_logits]`).
+    Logits(&'a mut [f32]),
+    /// The row's hidden state after the output norm (`[n_embd]`).
+    State(&'a [f32]),
 }
 
 /// See the module doc.
@@ -324,36 +341,67 @@ impl Executor {
         for (seq, &len) in seqs.iter_mut().zip(&next) {
             self.kv.commit(seq, len);
         }
+        let mut sane = vec![true; seqs.len()];
+        for (r, &ok) in rows.iter().zip(&finite) {
+            sane[r.seq] &= ok;
+        }
+        let sane = |wanted: &[usize]| -> Vec<usize> {
+            wanted
+                .iter()
+                .copied()
+                .filter(|&r| sane[rows[r].seq])
+                .collect()
+        };
         match out {
             Out::Nothing => {}
-            Out::States(states) => dev.download(self.hidden, 0, &mut states[..n * e]),
+            Out::States(states) => self.dev.download(self.hidden, 0, &mut states[..n * e]),
             Out::Logits {
                 rows: wanted,
                 on_logits,
-            } => {
-                let nl = model.n_logits();
-                let mut sane = vec![true; seqs.len()];
-                for (r, &ok) in rows.iter().zip(&finite) {
-                    sane[r.seq] &= ok;
+            } => self.rows_out(&sane(wanted), &[], &mut |r, o| {
+                if let RowOut::Logits(l) = o {
+                    on_logits(r, l)
                 }
-                let wanted: Vec<usize> = wanted
-                    .iter()
-                    .copied()
-                    .filter(|&r| sane[rows[r].seq])
-                    .collect();
-                for group in wanted.chunks(LOGIT_ROWS) {
-                    let g = group.len();
-                    dev.gather_rows(self.hidden, group, e, self.picked);
-                    model.output(dev, w, self.picked, g, self.logits);
-                    let host = &mut self.host_logits[..g * nl];
-                    dev.download(self.logits, 0, host);
-                    for (&r, l) in group.iter().zip(host.chunks_exact_mut(nl)) {
-                        on_logits(r, l);
-                    }
-                }
+            }),
+            Out::Rows {
+                logits,
+                states,
+                on_row,
+            } => self.rows_out(&sane(logits), &sane(states), on_row),
+        }
+        self.dev.finish();
+        Ok(finite)
+    }
+
+    /// The logits of rows `logits` and the normed states of rows `states` of the forward
+    /// just computed, `LOGIT_ROWS` at a time.
+    fn rows_out(
+        &mut self,
+        logits: &[usize],
+        states: &[usize],
+        on_row: &mut dyn FnMut(usize, RowOut<'_>),
+    ) {
+        let (model, dev, w) = (&*self.model, &mut *self.dev, &self.weights);
+        let (e, nl) = (model.hparams.n_embd, model.n_logits());
+        for group in logits.chunks(LOGIT_ROWS) {
+            let g = group.len();
+            dev.gather_rows(self.hidden, group, e, self.picked);
+            model.output(dev, w, self.picked, g, self.logits);
+            let host = &mut self.host_logits[..g * nl];
+            dev.download(self.logits, 0, host);
+            for (&r, l) in group.iter().zip(host.chunks_exact_mut(nl)) {
+                on_row(r, RowOut::Logits(l));
             }
         }
-        dev.finish();
-        Ok(finite)
+        let mut host = vec![0f32; LOGIT_ROWS.min(states.len()) * e];
+        for group in states.chunks(LOGIT_ROWS) {
+            let g = group.len();
+            dev.gather_rows(self.hidden, group, e, self.picked);
+            model.output_norm(dev, w, self.picked, g);
+            dev.download(self.picked, 0, &mut host[..g * e]);
+            for (&r, state) in group.iter().zip(host.chunks_exact(e)) {
+                on_row(r, RowOut::State(state));
+            }
+        }
     }
 }

@@ -15,13 +15,13 @@ mod slot;
 pub mod speculative;
 
 pub use backend::DeviceKind;
-pub use executor::{ContextConfig, Enter, Executor, Out, Outputs, LOGIT_ROWS};
+pub use executor::{ContextConfig, Enter, Executor, Out, Outputs, RowOut, LOGIT_ROWS};
 pub use front::{Front, FrontState, FrontStats};
 pub use handle::{
     Counters, EngineConfig, EngineHandle, EventStream, SlotState, Snapshot, StepBudget,
 };
 pub use plan::{available_memory, MemoryPlan};
-pub use request::{DraftLimits, Event, FinishReason, GenRequest, Summary, TokenLogprob};
+pub use request::{DraftLimits, Event, FinishReason, GenRequest, Pooling, Summary, TokenLogprob};
 pub use sampling::{Sampler, SamplerConfig};
 pub use scheduler::{start, start_with};
 

@@ -39,6 +39,24 @@ pub struct GenRequest {
     /// This request's bounds on draft length (llama-server's `speculative.n_max` /
     /// `speculative.n_min`), within the server's.
     pub draft: DraftLimits,
+    /// Embed the prompt instead of generating: the prompt's hidden states after the output
+    /// norm, pooled so, come back in one [`Event::Embedding`] before `Done` (whose `finish`
+    /// is then `Eos` and `predicted_n` 0). Every prompt row is computed (the prefix cache
+    /// is not read).
+    pub embed: Option<Pooling>,
+}
+
+/// How an embedding request pools its prompt's states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pooling {
+    /// One vector per prompt token.
+    None,
+    /// The mean over the prompt's tokens.
+    Mean,
+    /// The first token's.
+    Cls,
+    /// The last token's.
+    Last,
 }
 
 /// Per-request bounds on speculative drafts; `None`: the server's setting.
@@ -115,6 +133,8 @@ pub enum Event {
         logprobs: Vec<TokenLogprob>,
     },
     Done(Summary),
+    /// An embedding request's vectors (`[n_embd]` each): one, or one per prompt token.
+    Embedding(Vec<Vec<f32>>),
     /// The request cannot be served as asked (it does not fit a slot, a token is outside the
     /// vocabulary): the client's error.
     Rejected(String),

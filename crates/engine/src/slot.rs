@@ -6,7 +6,9 @@ use kv::SeqKv;
 use text::{Detokenizer, StopMatcher, Stops, Tokenizer};
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::request::{DraftLimits, Event, FinishReason, GenRequest, Summary, TokenLogprob};
+use crate::request::{
+    DraftLimits, Event, FinishReason, GenRequest, Pooling, Summary, TokenLogprob,
+};
 use crate::sampling::Mask;
 use crate::speculative::Draft;
 use crate::Sampler;
@@ -17,6 +19,15 @@ pub(crate) struct StepDrafts {
     pub computed: usize,
     pub verified: usize,
     pub accepted: usize,
+}
+
+/// An embedding request's states so far: the running sum (mean), the first (cls), or
+/// every one (none, last); positions `0..taken` are in them (a preempted request computes
+/// them again, and they are not taken twice).
+struct Pooled {
+    pooling: Pooling,
+    vectors: Vec<Vec<f32>>,
+    taken: usize,
 }
 
 /// A sequence in a slot. Its tokens are the prompt then the generated tokens; positions
@@ -62,6 +73,8 @@ pub(crate) struct Sequence {
     out: UnboundedSender<Event>,
     t_start: Instant,
     t_first: Option<Instant>,
+    /// An embedding request's pooling and states.
+    pooled: Option<Pooled>,
 }
 
 impl Sequence {
@@ -72,7 +85,7 @@ impl Sequence {
             tokens: req.prompt,
             kv: SeqKv::default(),
             n_cached: 0,
-            cache_prompt: req.cache_prompt,
+            cache_prompt: req.cache_prompt && req.embed.is_none(),
             cache_namespace: req.cache_namespace,
             n_generated: 0,
             draft: Draft::default(),
@@ -101,7 +114,53 @@ impl Sequence {
             out,
             t_start: Instant::now(),
             t_first: None,
+            pooled: req.embed.map(|pooling| Pooled {
+                pooling,
+                vectors: Vec::new(),
+                taken: 0,
+            }),
         }
+    }
+
+    /// Whether this request embeds its prompt instead of generating.
+    pub fn embeds(&self) -> bool {
+        self.pooled.is_some()
+    }
+
+    /// Whether an embedding request takes the normed state of position `pos` (its pooling's
+    /// rows, and always the prompt's last, which ends it).
+    pub fn wants_state(&self, pos: usize) -> bool {
+        let last = pos + 1 == self.n_prompt;
+        match self.pooled.as_ref().map(|p| p.pooling) {
+            None => false,
+            Some(Pooling::None | Pooling::Mean) => pos < self.n_prompt,
+            Some(Pooling::Cls) => pos == 0 || last,
+            Some(Pooling::Last) => last,
+        }
+    }
+
+    /// Takes the normed state of position `pos` (in ascending order); at the prompt's last,
+    /// sends the embedding and ends the request with its summary.
+    pub fn take_state(&mut self, pos: usize, state: &[f32]) -> Option<Summary> {
+        let p = self.pooled.as_mut().filter(|p| pos >= p.taken)?;
+        p.taken = pos + 1;
+        match (p.pooling, p.vectors.first_mut()) {
+            (Pooling::Mean, Some(sum)) => sum.iter_mut().zip(state).for_each(|(s, &v)| *s += v),
+            (Pooling::Cls, Some(_)) => {}
+            (Pooling::Last, _) => p.vectors = vec![state.to_vec()],
+            _ => p.vectors.push(state.to_vec()),
+        }
+        if pos + 1 < self.n_prompt {
+            return None;
+        }
+        let mut vectors = std::mem::take(&mut p.vectors);
+        if p.pooling == Pooling::Mean {
+            let n = self.n_prompt as f32;
+            vectors[0].iter_mut().for_each(|v| *v /= n);
+        }
+        let _ = self.out.send(Event::Embedding(vectors));
+        self.t_first = Some(Instant::now());
+        Some(self.finish(FinishReason::Eos))
     }
 
     /// Tokens not yet computed.

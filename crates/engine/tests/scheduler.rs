@@ -72,6 +72,7 @@ fn greedy(prompt: Vec<u32>, max_tokens: usize) -> GenRequest {
         cache_prompt: true,
         cache_namespace: kv::SHARED,
         draft: Default::default(),
+        embed: None,
     }
 }
 
@@ -92,6 +93,7 @@ fn collect(mut events: engine::EventStream) -> (Vec<u32>, String, Summary) {
             Event::Rejected(m) | Event::Failed(m) | Event::Unavailable(m) => {
                 panic!("request failed: {m}")
             }
+            Event::Embedding(_) => panic!("a generation request answered an embedding"),
         }
     }
 }

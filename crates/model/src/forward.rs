@@ -136,10 +136,16 @@ impl Model {
     /// Final norm and output head: `logits` (`[n, n_logits]`) for `x` (`[n, n_embd]`,
     /// normalized in place).
     pub fn output(&self, dev: &mut dyn Device, w: &DeviceWeights, x: Buf, n: usize, logits: Buf) {
+        let head = w.output.expect("the stage holds the output head");
+        self.output_norm(dev, w, x, n);
+        dev.matmul(&[head], x, n, &[device::MatOut::to(logits)]);
+    }
+
+    /// The output norm of `x` (`[n, n_embd]`, in place): the final hidden states that
+    /// embeddings pool.
+    pub fn output_norm(&self, dev: &mut dyn Device, w: &DeviceWeights, x: Buf, n: usize) {
         let hp = &self.hparams;
         let norm = w.output_norm.expect("the stage holds the output head");
-        let head = w.output.expect("the stage holds the output head");
         dev.rms_norm(x, norm, n, hp.n_embd, hp.rms_eps, x);
-        dev.matmul(&[head], x, n, &[device::MatOut::to(logits)]);
     }
 }

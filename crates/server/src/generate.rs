@@ -126,6 +126,11 @@ async fn run(
     }
 }
 
+/// A generation request answered with an embedding: a bug of this server.
+fn not_text() -> ApiError {
+    ApiError::internal("the engine answered an embedding where text was asked")
+}
+
 /// Waits for the end of a request: its text, tokens and log-probabilities, and summary.
 pub(crate) async fn collect(
     mut events: EventStream,
@@ -146,6 +151,7 @@ pub(crate) async fn collect(
             Event::Rejected(m) => return Err(ApiError::bad_request(m)),
             Event::Failed(m) => return Err(ApiError::internal(m)),
             Event::Unavailable(m) => return Err(ApiError::box_down(m)),
+            Event::Embedding(_) => return Err(not_text()),
         }
     }
     Err(ApiError::internal("the engine stopped"))
@@ -249,6 +255,7 @@ pub(crate) fn sse<A: Streamed>(
                 Some(Event::Rejected(m)) => ApiError::bad_request(m),
                 Some(Event::Failed(m)) => ApiError::internal(m),
                 Some(Event::Unavailable(m)) => ApiError::box_down(m),
+                Some(Event::Embedding(_)) => not_text(),
                 None => ApiError::internal("the engine stopped"),
             };
             st.out.push_back(st.answer.failed(failed));

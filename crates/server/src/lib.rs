@@ -8,6 +8,7 @@
 mod anthropic;
 mod conn;
 mod constrain;
+mod embeddings;
 mod error;
 mod format;
 #[doc(hidden)]
@@ -259,6 +260,9 @@ pub fn router(state: Shared) -> Router {
         .route("/completion", post(generate::native))
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/responses", post(responses::responses))
+        .route("/v1/embeddings", post(embeddings::openai))
+        .route("/embedding", post(embeddings::native))
+        .route("/embeddings", post(embeddings::native))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -86,6 +86,10 @@ pub struct ServerConfig {
     pub speculation: Option<SpecSettings>,
     /// Serve the last stage of a model split across two machines.
     pub split: Option<SplitSettings>,
+    /// Serve embeddings (`--embeddings`), pooled as `pooling` (`None`: as the GGUF says,
+    /// else `none`).
+    pub embeddings: bool,
+    pub pooling: Option<engine::Pooling>,
 }
 
 /// The head of a split model: blocks `at..n` and the output head here, the embeddings and
@@ -135,6 +139,8 @@ impl ServerConfig {
             limits: crate::conn::Limits::default(),
             speculation: None,
             split: None,
+            embeddings: false,
+            pooling: None,
         }
     }
 }
@@ -155,6 +161,9 @@ pub struct Ready {
     pub defaults: Defaults,
     pub n_ctx_train: usize,
     pub n_vocab: usize,
+    pub n_embd: usize,
+    /// How embeddings are pooled; `None`: the server does not compute them.
+    pub embeddings: Option<engine::Pooling>,
     pub n_params: u64,
     pub model_bytes: u64,
     pub plan: MemoryPlan,
@@ -375,7 +384,15 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         .map(|t| t.n_elements())
         .sum();
     let model_bytes = MemoryPlan::new(&model, &ecfg.context_config()).weights;
-    let (n_ctx_train, n_vocab) = (hp.n_ctx_train, hp.n_vocab);
+    let (n_ctx_train, n_vocab, n_embd) = (hp.n_ctx_train, hp.n_vocab, hp.n_embd);
+    let embeddings = config.embeddings.then(|| {
+        let pooling = config
+            .pooling
+            .or_else(|| crate::embeddings::gguf_pooling(&model.file.header.metadata))
+            .unwrap_or(engine::Pooling::None);
+        eprintln!("embeddings: pooling {pooling:?}");
+        pooling
+    });
     let front: Option<Box<dyn engine::Front>> = match &config.split {
         None => None,
         Some(s) => {
@@ -407,6 +424,8 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         defaults: config.defaults.clone(),
         n_ctx_train,
         n_vocab,
+        n_embd,
+        embeddings,
         n_params,
         model_bytes,
         plan,

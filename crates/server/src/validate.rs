@@ -608,6 +608,7 @@ impl RawRequest {
                     Some(salt) => crate::namespace_of(("cache-salt", salt)),
                 },
                 draft,
+                embed: None,
             },
             answer: AnswerSpec {
                 stream: self.stream.unwrap_or(false),

@@ -115,6 +115,14 @@ pub struct ServeArgs {
     /// Serve Prometheus metrics at /metrics.
     #[arg(long)]
     pub metrics: bool,
+    /// Serve embeddings at /v1/embeddings, /embedding and /embeddings, computed in the
+    /// same steps as generations.
+    #[arg(long, alias = "embedding")]
+    pub embeddings: bool,
+    /// How embeddings pool the prompt's final states; default: the GGUF's
+    /// `{arch}.pooling_type`, else `none` (a vector per token, /embedding only).
+    #[arg(long, value_parser = ["none", "mean", "cls", "last"], requires = "embeddings")]
+    pub pooling: Option<String>,
     /// /metrics answers without the API key (for a scraper on a trusted network).
     #[arg(long = "metrics-public")]
     pub metrics_public: bool,
@@ -405,6 +413,13 @@ impl ServeArgs {
                 _ => server::Reasoning::Auto,
             },
             metrics: self.metrics,
+            embeddings: self.embeddings,
+            pooling: self.pooling.as_deref().map(|p| match p {
+                "mean" => engine::Pooling::Mean,
+                "cls" => engine::Pooling::Cls,
+                "last" => engine::Pooling::Last,
+                _ => engine::Pooling::None,
+            }),
             metrics_public: self.metrics_public,
             cors: self.cors.clone(),
             slots: !self.no_slots,

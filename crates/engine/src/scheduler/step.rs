@@ -9,7 +9,7 @@ use kv::SeqKv;
 use super::planner::Planned;
 use super::{release_kv, Engine};
 use crate::cost::Shape;
-use crate::executor::{Enter, Out};
+use crate::executor::{Enter, Out, RowOut};
 use crate::request::Summary;
 use crate::Result;
 
@@ -62,10 +62,15 @@ impl Engine {
     /// request was ended then).
     fn forward_plan(&mut self, plan: &[Planned]) -> Option<Done> {
         let rows = self.rows(plan);
-        // A row's logits are wanted when it computes the last token or a draft token.
-        let wanted: Vec<bool> = rows
+        // A row's logits are wanted when it computes the last token or a draft token of a
+        // generating request; an embedding request wants its pooling's states.
+        let wanted: Vec<(bool, bool)> = rows
             .iter()
-            .map(|&(slot, pos, _)| pos + 1 >= self.active(slot).seq.tokens.len())
+            .map(|&(slot, pos, _)| {
+                let seq = &self.active(slot).seq;
+                let logits = !seq.embeds() && pos + 1 >= seq.tokens.len();
+                (logits, seq.wants_state(pos))
+            })
             .collect();
         for p in plan {
             self.slots[p.slot]
@@ -86,8 +91,9 @@ impl Engine {
             let waited = t0.elapsed();
             let computing = Instant::now();
             let n = chunk.len();
-            let out_rows: Vec<usize> = (0..n).filter(|&r| wanted[ci * ub + r]).collect();
-            if let Err(e) = self.forward_chunk(chunk, &out_rows, &mut done) {
+            let out_rows: Vec<usize> = (0..n).filter(|&r| wanted[ci * ub + r].0).collect();
+            let state_rows: Vec<usize> = (0..n).filter(|&r| wanted[ci * ub + r].1).collect();
+            if let Err(e) = self.forward_chunk(chunk, (&out_rows, &state_rows), &mut done) {
                 for &(slot, _, _) in chunk {
                     let why = format!("the engine could not compute this request: {e}");
                     done.fail(slot, why);
@@ -168,12 +174,13 @@ impl Engine {
 
     /// One forward of `chunk`'s rows (`(slot, position, token)`, a slot's rows together):
     /// their states enter from the front (in `self.entered`) or are embedded; each slot in
-    /// it commits its rows; the logits of rows `out_rows` are verified or sampled, unless a
-    /// row of that slot came out NaN or infinite (then the slot fails at that row).
+    /// it commits its rows; the logits of rows `out_rows.0` are verified or sampled and the
+    /// normed states of rows `out_rows.1` pooled into their embeddings, unless a row of that
+    /// slot came out NaN or infinite (then the slot fails at that row).
     fn forward_chunk(
         &mut self,
         chunk: &[(usize, usize, u32)],
-        out_rows: &[usize],
+        (out_rows, state_rows): (&[usize], &[usize]),
         done: &mut Done,
     ) -> Result<()> {
         let mut seq_slots: Vec<usize> = Vec::new();
@@ -200,17 +207,20 @@ impl Engine {
             None => Enter::Tokens(&tokens),
         };
         let (slots, tok) = (&mut self.slots, &self.tok);
-        let mut on_logits = |r: usize, logits: &mut [f32]| {
+        let mut on_row = |r: usize, out: RowOut<'_>| {
             let (slot, pos, _) = chunk[r];
             if done.has_failed(slot) {
                 return;
             }
-            if !kernels::ops::all_finite(logits) {
-                done.poison(slot, pos);
-                return;
-            }
             let seq = &mut slots[slot].as_mut().expect("planned").seq;
-            match seq.accept(logits, tok) {
+            let ended = match out {
+                RowOut::Logits(logits) if !kernels::ops::all_finite(logits) => {
+                    return done.poison(slot, pos)
+                }
+                RowOut::Logits(logits) => seq.accept(logits, tok),
+                RowOut::State(state) => Ok(seq.take_state(pos, state)),
+            };
+            match ended {
                 Ok(Some(summary)) => done.finished.push((slot, summary)),
                 Ok(None) => {}
                 Err(why) => done.fail(slot, why),
@@ -221,9 +231,10 @@ impl Engine {
             &mut seqs,
             &rows,
             enter,
-            Out::Logits {
-                rows: out_rows,
-                on_logits: &mut on_logits,
+            Out::Rows {
+                logits: out_rows,
+                states: state_rows,
+                on_row: &mut on_row,
             },
         );
         for (&s, kv) in seq_slots.iter().zip(kvs) {
