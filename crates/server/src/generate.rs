@@ -49,6 +49,15 @@ pub async fn native(
     run(s, key, b, Route::Native).await
 }
 
+/// llama-server's `/infill`: a `/completion` of the FIM prompt ([`crate::infill`]).
+pub async fn infill(
+    State(s): State<Shared>,
+    key: Option<Extension<KeyNamespace>>,
+    b: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    answer_with(s, key, b, Route::Native, crate::infill::prepare).await
+}
+
 /// A request queued: its task, its events, how its answer is given, the parser of its
 /// tool calls when it offered tools, and what else its route took from the body.
 pub(crate) struct Submitted<X = ()> {
@@ -104,9 +113,24 @@ async fn run(
     b: Result<Bytes, BytesRejection>,
     route: Route,
 ) -> Result<Response, ApiError> {
+    let prepare =
+        move |bytes: &Bytes, ready: &Ready| parse::<RawRequest>(bytes)?.validate(route, ready);
+    answer_with(s, key, b, route, prepare).await
+}
+
+/// Validates a body of `route` with `prepare`, queues it, and answers in the route's shape.
+async fn answer_with<F>(
+    s: Shared,
+    key: Option<Extension<KeyNamespace>>,
+    b: Result<Bytes, BytesRejection>,
+    route: Route,
+    prepare: F,
+) -> Result<Response, ApiError>
+where
+    F: FnOnce(&Bytes, &Ready) -> Result<ValidGen, ApiError> + Send + 'static,
+{
     let sub = submit(&s, key, b, move |bytes, ready| {
-        let raw: RawRequest = parse(bytes)?;
-        Ok((raw.validate(route, ready)?, ()))
+        Ok((prepare(bytes, ready)?, ()))
     })
     .await?;
     let a = sub.answer;

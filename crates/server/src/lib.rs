@@ -14,6 +14,7 @@ mod format;
 #[doc(hidden)]
 pub mod fuzz;
 mod generate;
+mod infill;
 mod info;
 mod reasoning;
 mod responses;
@@ -258,6 +259,7 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/completions", post(generate::completions))
         .route("/completions", post(generate::completions))
         .route("/completion", post(generate::native))
+        .route("/infill", post(generate::infill))
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/responses", post(responses::responses))
         .route("/v1/embeddings", post(embeddings::openai))

@@ -22,7 +22,7 @@ pub use error::{Error, Result};
 pub use grammar::{Constraint, GrammarError, GrammarSpec, Grammars};
 pub use holdback::partial_suffix;
 pub use pretokenize::PreTokenizer;
-pub use special::TokenKind;
+pub use special::{FimTokens, TokenKind};
 pub use stops::{StopFound, StopMatcher, Stops};
 pub use template::{ChatMessage, ChatTemplate, RenderOptions};
 pub use tokenizer::{ControlTokens, Tokenizer};

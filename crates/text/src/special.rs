@@ -87,6 +87,38 @@ const FIM_REP_TEXTS: &[&str] = &[
     "<reponame>",
 ];
 const FIM_SEP_TEXTS: &[&str] = &["<|file_sep|>"];
+const FIM_PRE_TEXTS: &[&str] = &[
+    "<|fim_prefix|>",
+    "<fim-prefix>",
+    "<fim_prefix>",
+    "<PRE>",
+    "▁<PRE>",
+];
+const FIM_SUF_TEXTS: &[&str] = &[
+    "<|fim_suffix|>",
+    "<fim-suffix>",
+    "<fim_suffix>",
+    "<SUF>",
+    "▁<SUF>",
+];
+const FIM_MID_TEXTS: &[&str] = &[
+    "<|fim_middle|>",
+    "<fim-middle>",
+    "<fim_middle>",
+    "<MID>",
+    "▁<MID>",
+];
+
+/// A model's fill-in-the-middle tokens: prefix, suffix and middle markers, and the
+/// repository and file separators of repo-level prompts where it has them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FimTokens {
+    pub pre: u32,
+    pub suf: u32,
+    pub mid: u32,
+    pub rep: Option<u32>,
+    pub sep: Option<u32>,
+}
 
 /// Special token ids and the end-of-generation set.
 #[derive(Debug, Clone, Default)]
@@ -96,6 +128,7 @@ pub(crate) struct SpecialIds {
     pub eot: Option<u32>,
     /// Sorted, no duplicates.
     pub eog: Vec<u32>,
+    pub fim: Option<FimTokens>,
 }
 
 /// An optional token id key, checked against the vocabulary size.
@@ -132,6 +165,19 @@ pub(crate) fn read(md: &Metadata, texts: &[&str], kinds: &mut [TokenKind]) -> Re
     let fim_pad = by_key_or_text("tokenizer.ggml.fim_pad_token_id", FIM_PAD_TEXTS)?;
     let fim_rep = by_key_or_text("tokenizer.ggml.fim_rep_token_id", FIM_REP_TEXTS)?;
     let fim_sep = by_key_or_text("tokenizer.ggml.fim_sep_token_id", FIM_SEP_TEXTS)?;
+    let fim_pre = by_key_or_text("tokenizer.ggml.fim_pre_token_id", FIM_PRE_TEXTS)?;
+    let fim_suf = by_key_or_text("tokenizer.ggml.fim_suf_token_id", FIM_SUF_TEXTS)?;
+    let fim_mid = by_key_or_text("tokenizer.ggml.fim_mid_token_id", FIM_MID_TEXTS)?;
+    let fim = match (fim_pre, fim_suf, fim_mid) {
+        (Some(pre), Some(suf), Some(mid)) => Some(FimTokens {
+            pre,
+            suf,
+            mid,
+            rep: fim_rep,
+            sep: fim_sep,
+        }),
+        _ => None,
+    };
 
     let mut eog: Vec<u32> = texts
         .iter()
@@ -139,11 +185,13 @@ pub(crate) fn read(md: &Metadata, texts: &[&str], kinds: &mut [TokenKind]) -> Re
         .filter(|(_, t)| EOG_TEXTS.contains(t))
         .map(|(i, _)| i as u32)
         .collect();
-    for id in eog
-        .iter()
-        .copied()
-        .chain([eot, eom, fim_pad, fim_rep, fim_sep].into_iter().flatten())
-    {
+    for id in eog.iter().copied().chain(
+        [
+            eot, eom, fim_pad, fim_rep, fim_sep, fim_pre, fim_suf, fim_mid,
+        ]
+        .into_iter()
+        .flatten(),
+    ) {
         kinds[id as usize] = TokenKind::Control;
     }
     eog.extend(
@@ -171,5 +219,11 @@ pub(crate) fn read(md: &Metadata, texts: &[&str], kinds: &mut [TokenKind]) -> Re
         }
     }
 
-    Ok(SpecialIds { bos, eos, eot, eog })
+    Ok(SpecialIds {
+        bos,
+        eos,
+        eot,
+        eog,
+        fim,
+    })
 }

@@ -327,6 +327,12 @@ impl Tokenizer {
     }
 
     /// Whether `encode` with `add_special` puts BOS first.
+    /// The fill-in-the-middle tokens, when the vocabulary has prefix, suffix and middle
+    /// markers (by GGUF key, or by their text as llama.cpp finds them).
+    pub fn fim(&self) -> Option<crate::FimTokens> {
+        self.ids.fim
+    }
+
     pub fn add_bos(&self) -> bool {
         self.add_bos
     }
