@@ -11,7 +11,7 @@ use crate::reasoning::Splitter;
 use crate::state::Ready;
 use crate::tools::{CallParser, ToolCall};
 use crate::transform::{Chain, Out};
-use crate::validate::Route;
+use crate::validate::{AnswerSpec, Route};
 
 /// llama.cpp's `timings`. `prompt_n` counts the prompt tokens computed, not those reused.
 pub fn timings(s: &Summary) -> Value {
@@ -43,12 +43,14 @@ pub fn usage(s: &Summary) -> Value {
     })
 }
 
-/// The transforms of a chat answer to `prompt_text`: the reasoning split when the model
-/// reasons (already thinking when the prompt ends in `<think>`), and the tool calls.
-pub fn chat_chain(ready: &Ready, prompt_text: &str, calls: Option<CallParser>) -> Chain {
-    let splitter = ready
+/// The transforms of a chat answer: the reasoning split when the model reasons or the
+/// request asks for it (already thinking when the prompt ends in `<think>`), and the tool
+/// calls.
+pub fn chat_chain(ready: &Ready, answer: &AnswerSpec, calls: Option<CallParser>) -> Chain {
+    let splitter = answer
         .reasoning
-        .then(|| Splitter::new(prompt_text.trim_end().ends_with("<think>")));
+        .unwrap_or(ready.reasoning)
+        .then(|| Splitter::new(answer.prompt_text.trim_end().ends_with("<think>")));
     Chain::new(splitter, calls)
 }
 
@@ -75,14 +77,14 @@ impl Reply {
         route: Route,
         task: u64,
         ready: &Ready,
-        include_usage: bool,
-        prompt_text: String,
+        answer: AnswerSpec,
         calls: Option<CallParser>,
     ) -> Self {
         let chain = match route {
-            Route::Chat => chat_chain(ready, &prompt_text, calls),
+            Route::Chat => chat_chain(ready, &answer, calls),
             _ => Chain::new(None, calls),
         };
+        let (include_usage, prompt_text) = (answer.include_usage, answer.prompt_text);
         let created = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());

@@ -133,17 +133,9 @@ where
         Ok((prepare(bytes, ready)?, ()))
     })
     .await?;
-    let a = sub.answer;
-    let reply = Reply::new(
-        route,
-        sub.task,
-        ready(&s)?,
-        a.include_usage,
-        a.prompt_text,
-        sub.calls,
-    );
-    let asked = a.logprobs.is_some();
-    if a.stream {
+    let (asked, stream) = (sub.answer.logprobs.is_some(), sub.answer.stream);
+    let reply = Reply::new(route, sub.task, ready(&s)?, sub.answer, sub.calls);
+    if stream {
         Ok(sse(OpenAiStream { reply, asked }, sub.events).into_response())
     } else {
         whole(reply, sub.events, asked).await

@@ -307,6 +307,11 @@ pub async fn metrics(State(s): State<Shared>) -> Result<Response, ApiError> {
     );
     let _ = writeln!(
         out,
+        "# HELP tandem:request_unknown_fields_total Request fields no API documents, ignored.\n# TYPE tandem:request_unknown_fields_total counter\ntandem:request_unknown_fields_total {}",
+        crate::fields::unknown_total()
+    );
+    let _ = writeln!(
+        out,
         "# HELP tandem:preemptions_total Requests whose KV was taken back for older ones.\n# TYPE tandem:preemptions_total counter\ntandem:preemptions_total {}",
         c.requests.preemptions_total
     );

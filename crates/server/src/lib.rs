@@ -10,6 +10,7 @@ mod conn;
 mod constrain;
 mod embeddings;
 mod error;
+mod fields;
 mod format;
 #[doc(hidden)]
 pub mod fuzz;

@@ -137,9 +137,17 @@ pub struct RawRequest {
     pub speculative_n_min: Option<i64>,
     /// The same bounds as an object: `{"n_max": .., "n_min": ..}`.
     pub speculative: Option<RawSpeculative>,
+    /// llama-server's: `none` leaves reasoning in the content; `auto` and `deepseek` split
+    /// it out (the server's default, `--reasoning-format`, otherwise).
+    pub reasoning_format: Option<String>,
+    /// llama-server's: `false` leaves tool calls as text in the answer.
+    pub parse_tool_calls: Option<bool>,
     /// Penalties, typical-p, the stage order, logit_bias and the structured-output fields.
     #[serde(flatten)]
     pub chain: RawChain,
+    /// The fields read by none of the above ([`crate::fields::check`]).
+    #[serde(flatten)]
+    pub rest: Map<String, Value>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -200,6 +208,8 @@ pub struct AnswerSpec {
     pub prompt_text: String,
     /// The tools the answer may call, when it may call any: its text is parsed for calls.
     pub tools: Option<ToolSpec>,
+    /// Whether reasoning is split out of the content (`None`: the server's setting).
+    pub reasoning: Option<bool>,
 }
 
 /// `v` unless it is outside `lo..=hi` (or not finite): then a 400 naming `name`.
@@ -383,7 +393,19 @@ impl RawRequest {
 
     /// Validates a request of `route` into a [`ValidGen`].
     pub fn validate(self, route: Route, ready: &Ready) -> Result<ValidGen, ApiError> {
+        crate::fields::check(&self.rest)?;
         let d = &ready.defaults;
+        let reasoning = match self.reasoning_format.as_deref() {
+            None => None,
+            Some("none") => Some(false),
+            Some("auto" | "deepseek") => Some(true),
+            Some(other) => {
+                return Err(ApiError::invalid(
+                    "reasoning_format",
+                    format!("reasoning_format must be none, auto or deepseek, got '{other}'"),
+                ))
+            }
+        };
         if let Some(n) = self.n.filter(|&n| n != 1) {
             return Err(ApiError::invalid(
                 "n",
@@ -615,7 +637,8 @@ impl RawRequest {
                 include_usage: self.stream_options.is_some_and(|o| o.include_usage),
                 logprobs,
                 prompt_text,
-                tools: spec.active().then_some(spec),
+                tools: (spec.active() && self.parse_tool_calls != Some(false)).then_some(spec),
+                reasoning,
             },
         })
     }

@@ -73,7 +73,7 @@ async fn run(
     })
     .await?;
     let ready = ready(&s)?;
-    let chain = chat_chain(ready, &sub.answer.prompt_text, sub.calls);
+    let chain = chat_chain(ready, &sub.answer, sub.calls);
     let reply = MessageReply::new(sub.task, ready.model_id.clone(), sub.n_prompt, chain);
     answer(reply, sub.answer.stream, sub.events).await
 }

@@ -34,7 +34,7 @@ pub async fn responses(
     })
     .await?;
     let ready = ready(&s)?;
-    let chain = chat_chain(ready, &sub.answer.prompt_text, sub.calls);
+    let chain = chat_chain(ready, &sub.answer, sub.calls);
     let reply = ResponseReply::new(sub.task, ready.model_id.clone(), sub.extra, chain);
     answer(reply, sub.answer.stream, sub.events).await
 }
