@@ -244,6 +244,38 @@ fn a_prompt_read_in_chunks_while_another_streams_gives_its_tokens_alone() {
 }
 
 #[test]
+fn requests_running_at_once_share_their_common_prefix_and_keep_their_tokens() {
+    let _serial = serial();
+    let (model, tok) = load();
+    let text = PROMPTS.join(" ").repeat(2);
+    let prompt = tok.encode(&text, true, false).unwrap();
+    let want = reference(&model, &prompt, 64);
+    let handle = engine::start(model, tok.clone(), config(2048, 4), None, None).unwrap();
+    let mut first = handle.submit(greedy(prompt.clone(), 64)).unwrap().1;
+    let mut tokens = match first.blocking_recv().expect("engine answers") {
+        Event::Delta { tokens, .. } => tokens,
+        other => panic!("expected the first token, got {other:?}"),
+    };
+    // The first request is decoding, and goes on after the second is done: its prompt's
+    // full blocks are computed and held, and the second holds them too.
+    let second = handle.submit(greedy(prompt.clone(), 24)).unwrap().1;
+    let (shared, _, summary) = collect(second);
+    let (rest, _, _) = collect(first);
+    tokens.extend(rest);
+    assert_eq!(summary.cache_n, (prompt.len() - 1) / 16 * 16);
+    assert_eq!(tokens, want);
+    assert_eq!(shared, want[..24], "a shared prefix gives the same tokens");
+    // Both let go: every block is free again or in the prefix cache, none lost.
+    let (again, _) = run_all(&handle, std::slice::from_ref(&prompt), 64).remove(0);
+    assert_eq!(again, want);
+    let free = snapshot(&handle);
+    assert_eq!(
+        free.kv_blocks_free + free.kv_blocks_cached,
+        free.kv_blocks_total
+    );
+}
+
+#[test]
 fn prefix_cache_reuses_a_resumed_conversation() {
     let _serial = serial();
     let (model, tok) = load();

@@ -3,6 +3,10 @@
 //! (`device::Device::kv_alloc`): each block holds `BLOCK_SIZE` positions of
 //! `[n_head_kv, head_dim]` keys (and the same of values) of every layer, in the pool's
 //! element type (F16, BF16, F32 or Q8_0).
+//!
+//! A block may be held by several sequences (and the prefix cache) at once: a full block of
+//! a prompt prefix they have in common, which none of them writes again. Each holder counts
+//! as one reference; the block is free when the last lets go.
 
 use gguf::GgmlType;
 
@@ -106,10 +110,12 @@ impl SeqKv {
     }
 }
 
-/// The pool's free blocks.
+/// The pool's free blocks, and the holders of every other block.
 pub struct KvPool {
     cfg: KvConfig,
     free: Vec<u32>,
+    /// Per block: the sequences (and cache entry) holding it.
+    refs: Vec<u32>,
 }
 
 impl KvPool {
@@ -118,6 +124,7 @@ impl KvPool {
         Ok(KvPool {
             cfg,
             free: (0..cfg.n_blocks() as u32).rev().collect(),
+            refs: vec![0; cfg.n_blocks()],
         })
     }
 
@@ -142,8 +149,33 @@ impl KvPool {
             });
         }
         let at = self.free.len() - needed;
-        seq.blocks.extend(self.free.drain(at..).rev());
+        for b in self.free.drain(at..).rev() {
+            self.refs[b as usize] = 1;
+            seq.blocks.push(b);
+        }
         Ok(())
+    }
+
+    /// Lets the empty `seq` hold `blocks` too: full, computed blocks at the start of another
+    /// sequence whose tokens `seq` starts with (their positions are never written again).
+    /// `seq` then holds `blocks.len() * BLOCK_SIZE` positions.
+    pub fn share(&mut self, blocks: &[u32], seq: &mut SeqKv) {
+        assert!(seq.blocks.is_empty(), "share needs an empty sequence");
+        for &b in blocks {
+            assert!(self.refs[b as usize] > 0, "a shared block is held");
+            self.refs[b as usize] += 1;
+        }
+        seq.blocks.extend_from_slice(blocks);
+        seq.len = blocks.len() * BLOCK_SIZE;
+    }
+
+    /// Drops one hold of `block`; the last frees it.
+    pub(crate) fn unref(&mut self, block: u32) {
+        let r = &mut self.refs[block as usize];
+        *r -= 1;
+        if *r == 0 {
+            self.free.push(block);
+        }
     }
 
     /// Forgets positions `len..` of `seq` and returns the blocks no longer needed.
@@ -151,7 +183,8 @@ impl KvPool {
         seq.len = seq.len.min(len);
         let keep = len.div_ceil(BLOCK_SIZE);
         while seq.blocks.len() > keep {
-            self.free.push(seq.blocks.pop().expect("len > keep"));
+            let b = seq.blocks.pop().expect("len > keep");
+            self.unref(b);
         }
     }
 
@@ -196,6 +229,23 @@ mod tests {
         pool.truncate(&mut a, 5);
         assert_eq!((a.len(), a.capacity(), pool.free_blocks()), (5, 16, 3));
         pool.release(&mut a);
+        assert_eq!(pool.free_blocks(), 4);
+    }
+
+    #[test]
+    fn a_shared_block_is_free_when_its_last_holder_lets_go() {
+        let mut pool = KvPool::new(cfg(64)).unwrap();
+        let mut a = SeqKv::default();
+        pool.reserve(&mut a, 40).unwrap();
+        pool.commit(&mut a, 40);
+        let mut b = SeqKv::default();
+        pool.share(&a.blocks()[..2], &mut b);
+        assert_eq!((b.len(), pool.free_blocks()), (32, 1));
+        pool.reserve(&mut b, 33).unwrap();
+        assert_eq!(pool.free_blocks(), 0);
+        pool.release(&mut a);
+        assert_eq!(pool.free_blocks(), 1, "only a's own third block is free");
+        pool.release(&mut b);
         assert_eq!(pool.free_blocks(), 4);
     }
 

@@ -18,9 +18,10 @@
 //! (`k0 = h(ns, t0..t15)`), so a prefix cached in one namespace is invisible from any other
 //! (the server gives each API key, and each `cache_salt`, its own; 0 is the shared one).
 //!
-//! Ownership is exclusive: a block is either free, in the cache, or in one sequence. `take`
-//! moves blocks from the cache into a sequence; `give` moves a finished sequence's blocks
-//! back. Eviction frees the least recently used blocks, deepest blocks of a prefix first.
+//! The cache holds one reference to each block it keeps ([`crate::KvPool::share`]: live
+//! sequences may hold the same block). `take` moves the cache's references into a sequence;
+//! `give` moves a finished sequence's back. Eviction drops the least recently used blocks'
+//! references, deepest blocks of a prefix first, until enough blocks are free.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap};
@@ -64,6 +65,22 @@ impl PrefixCache {
         self.entries.len()
     }
 
+    /// Positions [`Self::take`] would give `tokens` now.
+    pub fn peek(&self, tokens: &[u32], max_positions: usize, ns: u64) -> usize {
+        let n_max = max_positions.min(tokens.len()) / BLOCK_SIZE;
+        let mut parent = ns;
+        let mut n = 0;
+        for chunk in tokens.chunks_exact(BLOCK_SIZE).take(n_max) {
+            let k = key(parent, chunk);
+            match self.entries.get(&k) {
+                Some(e) if e.parent == parent && e.tokens[..] == *chunk => n += 1,
+                _ => break,
+            }
+            parent = k;
+        }
+        n * BLOCK_SIZE
+    }
+
     /// Moves the longest prefix of `tokens` cached in namespace `ns` that fits in
     /// `max_positions` (whole blocks) into the empty `seq`, and returns the positions it now
     /// holds.
@@ -75,15 +92,11 @@ impl PrefixCache {
         ns: u64,
     ) -> usize {
         assert!(seq.blocks.is_empty(), "take needs an empty sequence");
-        let n_max = max_positions.min(tokens.len()) / BLOCK_SIZE;
+        let n = self.peek(tokens, max_positions, ns) / BLOCK_SIZE;
         let mut parent = ns;
-        for chunk in tokens.chunks_exact(BLOCK_SIZE).take(n_max) {
+        for chunk in tokens.chunks_exact(BLOCK_SIZE).take(n) {
             let k = key(parent, chunk);
-            match self.entries.get(&k) {
-                Some(e) if e.parent == parent && e.tokens[..] == *chunk => {}
-                _ => break,
-            }
-            let e = self.entries.remove(&k).expect("present");
+            let e = self.entries.remove(&k).expect("peeked");
             self.lru.remove(&e.tick);
             seq.blocks.push(e.block);
             parent = k;
@@ -112,7 +125,7 @@ impl PrefixCache {
             self.tick += 1;
             let tick = self.tick;
             if let Some(e) = self.entries.get_mut(&k) {
-                pool.free.push(block);
+                pool.unref(block);
                 self.lru.remove(&e.tick);
                 e.tick = tick;
                 self.lru.insert(tick, k);
@@ -143,7 +156,7 @@ impl PrefixCache {
                 return false;
             };
             let e = self.entries.remove(&k).expect("lru and entries agree");
-            pool.free.push(e.block);
+            pool.unref(e.block);
         }
         true
     }

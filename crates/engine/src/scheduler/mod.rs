@@ -427,16 +427,50 @@ impl Engine {
         if !a.seq.kv.is_empty() || !cached || self.front.is_some() {
             return;
         }
-        let n = self.cache.take(
-            &mut a.seq.kv,
-            &a.seq.tokens,
-            a.seq.tokens.len() - 1,
-            a.seq.cache_namespace,
-        );
+        let max = a.seq.tokens.len() - 1;
+        let cached = self.cache.peek(&a.seq.tokens, max, a.seq.cache_namespace);
+        let n = match self.live_prefix(slot) {
+            Some(blocks) if blocks.len() * BLOCK_SIZE > cached => {
+                let a = self.slots[slot].as_mut().expect("slot is active");
+                self.exec.kv_mut().share(&blocks, &mut a.seq.kv);
+                a.seq.kv.len()
+            }
+            _ => {
+                let a = self.slots[slot].as_mut().expect("slot is active");
+                let ns = a.seq.cache_namespace;
+                self.cache.take(&mut a.seq.kv, &a.seq.tokens, max, ns)
+            }
+        };
+        let a = self.slots[slot].as_mut().expect("slot is active");
         if !a.resumed {
             a.seq.n_cached = n;
             self.counters.tokens.cached_tokens_total += n as u64;
         }
+    }
+
+    /// The full computed blocks of the live sequence that shares the longest prompt prefix
+    /// with `slot`'s (in its namespace, short of its last token), for `slot` to hold too:
+    /// requests with a common prefix running at once compute it once.
+    fn live_prefix(&self, slot: usize) -> Option<Vec<u32>> {
+        let a = &self.active(slot).seq;
+        let max = a.tokens.len() - 1;
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != slot)
+            .filter_map(|(_, s)| s.as_ref().map(|s| &s.seq))
+            .filter(|s| s.cache_namespace == a.cache_namespace)
+            .map(|s| {
+                let n = s.tokens[..s.kv.len().min(s.tokens.len())]
+                    .iter()
+                    .zip(&a.tokens[..max])
+                    .take_while(|(x, y)| x == y)
+                    .count();
+                &s.kv.blocks()[..n / BLOCK_SIZE]
+            })
+            .max_by_key(|b| b.len())
+            .filter(|b| !b.is_empty())
+            .map(<[u32]>::to_vec)
     }
 
     /// Reserves KV for `positions` positions of `slot`, evicting the prefix cache and then
