@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 use crate::error::ApiError;
 use crate::state::{Ready, Shared};
-use crate::validate::{parse, Prompt};
+use crate::validate::{parse, OnePrompt, Prompt};
 use crate::{body, namespace_of, off_runtime, ready, KeyNamespace};
 
 /// Most inputs in one request (OpenAI's limit).
@@ -90,12 +90,14 @@ fn parse_embed(bytes: &Bytes, ready: &Ready, openai: bool) -> Result<Asked, ApiE
             ),
         ));
     }
-    let texts: Vec<Result<String, Vec<u32>>> = match input {
-        Prompt::Text(t) => vec![Ok(t)],
-        Prompt::Texts(v) => v.into_iter().map(Ok).collect(),
-        Prompt::Tokens(ids) => vec![Err(ids)],
-        Prompt::TokenLists(v) => v.into_iter().map(Err).collect(),
-    };
+    let texts: Vec<Result<String, Vec<u32>>> = input
+        .each()
+        .into_iter()
+        .map(|p| match p {
+            OnePrompt::Text(t) => Ok(t),
+            OnePrompt::Tokens(ids) => Err(ids),
+        })
+        .collect();
     if texts.is_empty() || texts.len() > MAX_INPUTS {
         return Err(ApiError::invalid(
             name,

@@ -66,6 +66,8 @@ pub struct Reply {
     pub prompt_text: String,
     /// Bytes of text sent so far (completions' `text_offset`).
     offset: usize,
+    /// The choice's place among the request's choices.
+    pub index: usize,
     /// Reasoning split and tool calls parsed out of chat answers.
     chain: Chain,
 }
@@ -97,6 +99,7 @@ impl Reply {
             tok: ready.tok.clone(),
             prompt_text,
             offset: 0,
+            index: 0,
             chain,
         }
     }
@@ -205,7 +208,7 @@ impl Reply {
     pub fn opening(&self) -> Vec<Value> {
         match self.route {
             Route::Chat => vec![self.chunk(json!({
-                "index": 0,
+                "index": self.index,
                 "delta": {"role": "assistant", "content": ""},
                 "logprobs": null,
                 "finish_reason": null,
@@ -229,20 +232,20 @@ impl Reply {
         let logprobs = self.logprobs(lps, asked);
         Some(match self.route {
             Route::Chat => self.chunk(json!({
-                "index": 0,
+                "index": self.index,
                 "delta": chat_delta(&out),
                 "logprobs": logprobs,
                 "finish_reason": null,
             })),
             Route::Completions => self.chunk(json!({
-                "index": 0,
+                "index": self.index,
                 "text": out.content,
                 "logprobs": logprobs,
                 "finish_reason": null,
             })),
             Route::Native => {
                 let mut v = json!({
-                    "index": 0,
+                    "index": self.index,
                     "content": out.content,
                     "tokens": tokens,
                     "stop": false,
@@ -264,7 +267,7 @@ impl Reply {
         let rest = self.chain.finish();
         if !rest.is_empty() {
             out.push(self.chunk(json!({
-                "index": 0,
+                "index": self.index,
                 "delta": chat_delta(&rest),
                 "logprobs": null,
                 "finish_reason": null,
@@ -279,11 +282,11 @@ impl Reply {
             Route::Chat | Route::Completions => {
                 let choice = match self.route {
                     Route::Chat => json!({
-                        "index": 0, "delta": {}, "logprobs": null,
+                        "index": self.index, "delta": {}, "logprobs": null,
                         "finish_reason": self.finish_reason(s),
                     }),
                     _ => json!({
-                        "index": 0, "text": "", "logprobs": null,
+                        "index": self.index, "text": "", "logprobs": null,
                         "finish_reason": s.finish.openai(),
                     }),
                 };
@@ -291,10 +294,7 @@ impl Reply {
                 last["timings"] = timings(s);
                 let mut out = vec![last];
                 if self.include_usage {
-                    let mut u = self.chunk(Value::Null);
-                    u["choices"] = json!([]);
-                    u["usage"] = usage(s);
-                    out.push(u);
+                    out.push(self.usage_chunk(usage(s)));
                 }
                 out
             }
@@ -306,6 +306,14 @@ impl Reply {
         }
     }
 
+    /// The chunk that ends a stream asked `include_usage`: no choices, and `usage`.
+    pub fn usage_chunk(&self, usage: Value) -> Value {
+        let mut u = self.chunk(Value::Null);
+        u["choices"] = json!([]);
+        u["usage"] = usage;
+        u
+    }
+
     fn native_summary(&self, s: &Summary) -> Value {
         let (stop_type, word) = match &s.finish {
             FinishReason::Eos => ("eos", String::new()),
@@ -313,7 +321,7 @@ impl Reply {
             FinishReason::MaxTokens | FinishReason::ContextFull => ("limit", String::new()),
         };
         json!({
-            "index": 0,
+            "index": self.index,
             "id_slot": -1,
             "stop": true,
             "model": self.model,
@@ -360,7 +368,7 @@ impl Reply {
                 "model": self.model,
                 "system_fingerprint": fingerprint(),
                 "choices": [{
-                    "index": 0,
+                    "index": self.index,
                     "message": message,
                     "logprobs": logprobs,
                     "finish_reason": self.finish_reason(s),
@@ -375,7 +383,7 @@ impl Reply {
                 "model": self.model,
                 "system_fingerprint": fingerprint(),
                 "choices": [{
-                    "index": 0,
+                    "index": self.index,
                     "text": text,
                     "logprobs": logprobs,
                     "finish_reason": s.finish.openai(),

@@ -61,13 +61,22 @@ pub async fn infill(
 /// A request queued: its task, its events, how its answer is given, the parser of its
 /// tool calls when it offered tools, and what else its route took from the body.
 pub(crate) struct Submitted<X = ()> {
+    /// The first choice's task.
     pub task: u64,
-    /// Tokens in the prompt.
+    /// Tokens in the first prompt.
     pub n_prompt: usize,
-    pub events: EventStream,
+    /// Per choice: its events, and the parser of its tool calls.
+    pub events: Vec<EventStream>,
+    pub calls: Vec<Option<CallParser>>,
     pub answer: AnswerSpec,
-    pub calls: Option<CallParser>,
     pub extra: X,
+}
+
+impl<X> Submitted<X> {
+    /// The only choice of a route that gives one: its events and tool-call parser.
+    pub fn only(&mut self) -> (EventStream, Option<CallParser>) {
+        (self.events.remove(0), self.calls.remove(0))
+    }
 }
 
 /// Validates a body with `prepare` off the runtime, and queues it (its prompts cached in the
@@ -85,24 +94,30 @@ where
     let bytes = body(b)?;
     let (mut v, extra) = off_runtime(s, bytes.len(), move |ready| prepare(&bytes, ready)).await?;
     if let Some(Extension(KeyNamespace(k))) = key {
-        v.req.cache_namespace = namespace_of((k, v.req.cache_namespace));
+        for c in &mut v.choices {
+            c.cache_namespace = namespace_of((k, c.cache_namespace));
+        }
     }
     let ready = ready(s)?;
-    let n_prompt = v.req.prompt.len();
-    let (task, events) = ready.engine.submit(v.req)?;
-    let calls = v.answer.tools.as_ref().map(|spec| {
-        CallParser::new(
-            ready.tool_format,
-            &spec.tools,
-            crate::validate::rand_seed() ^ task,
-        )
-    });
+    let n_prompt = v.choices[0].prompt.len();
+    let (task, events) = crate::choices::queue(&ready.engine, v.choices, v.answer.n).await?;
+    let calls = (0..events.len() as u64)
+        .map(|i| {
+            v.answer.tools.as_ref().map(|spec| {
+                CallParser::new(
+                    ready.tool_format,
+                    &spec.tools,
+                    crate::validate::rand_seed() ^ task ^ (i << 48),
+                )
+            })
+        })
+        .collect();
     Ok(Submitted {
         task,
         n_prompt,
         events,
-        answer: v.answer,
         calls,
+        answer: v.answer,
         extra,
     })
 }
@@ -129,16 +144,44 @@ async fn answer_with<F>(
 where
     F: FnOnce(&Bytes, &Ready) -> Result<ValidGen, ApiError> + Send + 'static,
 {
-    let sub = submit(&s, key, b, move |bytes, ready| {
+    let mut sub = submit(&s, key, b, move |bytes, ready| {
         Ok((prepare(bytes, ready)?, ()))
     })
     .await?;
-    let (asked, stream) = (sub.answer.logprobs.is_some(), sub.answer.stream);
-    let reply = Reply::new(route, sub.task, ready(&s)?, sub.answer, sub.calls);
-    if stream {
-        Ok(sse(OpenAiStream { reply, asked }, sub.events).into_response())
-    } else {
-        whole(reply, sub.events, asked).await
+    let (asked, stream, n) = (
+        sub.answer.logprobs.is_some(),
+        sub.answer.stream,
+        sub.answer.n,
+    );
+    let ready = ready(&s)?;
+    if sub.events.len() == 1 {
+        let (events, calls) = sub.only();
+        let reply = Reply::new(route, sub.task, ready, sub.answer, calls);
+        return match stream {
+            true => Ok(sse(
+                OpenAiStream {
+                    reply,
+                    asked,
+                    among: None,
+                },
+                events,
+            )
+            .into_response()),
+            false => whole(reply, events, asked).await,
+        };
+    }
+    let replies: Vec<Reply> = std::mem::take(&mut sub.calls)
+        .into_iter()
+        .enumerate()
+        .map(|(i, calls)| {
+            let mut r = Reply::new(route, sub.task, ready, sub.answer.clone(), calls);
+            r.index = i;
+            r
+        })
+        .collect();
+    match stream {
+        true => Ok(crate::choices::streamed(replies, sub.events, asked, n).into_response()),
+        false => crate::choices::whole(replies, sub.events, asked, n).await,
     }
 }
 
@@ -196,9 +239,11 @@ fn data(v: &Value) -> SseEvent {
 }
 
 /// OpenAI's and llama.cpp's streams: `data:` lines, the OpenAI routes ending with `[DONE]`.
-struct OpenAiStream {
-    reply: Reply,
-    asked: bool,
+/// One choice among several leaves the end to [`crate::choices`], and tells it its summary.
+pub(crate) struct OpenAiStream {
+    pub reply: Reply,
+    pub asked: bool,
+    pub among: Option<crate::choices::Ended>,
 }
 
 impl Streamed for OpenAiStream {
@@ -216,8 +261,15 @@ impl Streamed for OpenAiStream {
 
     fn closing(&mut self, s: &Summary) -> Vec<SseEvent> {
         let mut out: Vec<SseEvent> = self.reply.closing(s).iter().map(data).collect();
-        if self.reply.route != Route::Native {
-            out.push(SseEvent::default().data("[DONE]"));
+        match &self.among {
+            Some(all) => all
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((self.reply.index, s.clone())),
+            None if self.reply.route != Route::Native => {
+                out.push(SseEvent::default().data("[DONE]"))
+            }
+            None => {}
         }
         out
     }
@@ -236,9 +288,17 @@ struct StreamState<A> {
 
 /// Streams the answer as server-sent events.
 pub(crate) fn sse<A: Streamed>(
-    mut answer: A,
+    answer: A,
     events: EventStream,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+    Sse::new(sse_events(answer, events))
+}
+
+/// The server-sent events of an answer.
+pub(crate) fn sse_events<A: Streamed>(
+    mut answer: A,
+    events: EventStream,
+) -> impl Stream<Item = Result<SseEvent, Infallible>> {
     let out = answer.opening().into();
     let state = StreamState {
         events,
@@ -246,7 +306,7 @@ pub(crate) fn sse<A: Streamed>(
         out,
         finished: false,
     };
-    Sse::new(stream::unfold(state, |mut st| async move {
+    stream::unfold(state, |mut st| async move {
         loop {
             if let Some(e) = st.out.pop_front() {
                 return Some((Ok(e), st));
@@ -277,7 +337,7 @@ pub(crate) fn sse<A: Streamed>(
             st.out.push_back(st.answer.failed(failed));
             st.finished = true;
         }
-    }))
+    })
 }
 
 /// An event of a stream of named events: its name and its JSON.

@@ -6,6 +6,7 @@
 //! CORS headers are sent only for the origins `--cors` names.
 
 mod anthropic;
+mod choices;
 mod conn;
 mod constrain;
 mod embeddings;

@@ -45,14 +45,32 @@ pub enum Stop {
     Many(Vec<String>),
 }
 
-/// A prompt: text, token ids, or a list holding one of those.
+/// A prompt: text, token ids, or a list of those (texts and token lists mixed).
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 pub enum Prompt {
     Text(String),
     Tokens(Vec<u32>),
-    Texts(Vec<String>),
-    TokenLists(Vec<Vec<u32>>),
+    Many(Vec<OnePrompt>),
+}
+
+/// One prompt of a list.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum OnePrompt {
+    Text(String),
+    Tokens(Vec<u32>),
+}
+
+impl Prompt {
+    /// Each prompt: its text, or its tokens.
+    pub fn each(self) -> Vec<OnePrompt> {
+        match self {
+            Prompt::Text(t) => vec![OnePrompt::Text(t)],
+            Prompt::Tokens(ids) => vec![OnePrompt::Tokens(ids)],
+            Prompt::Many(v) => v,
+        }
+    }
 }
 
 /// `logprobs`: a bool (chat) or a count (completions).
@@ -162,6 +180,9 @@ pub struct RawSpeculative {
 const MAX_STOPS: usize = 16;
 const MAX_STOP_BYTES: usize = 16 << 10;
 
+/// Most choices a request may ask for (its prompts times `n`).
+const MAX_CHOICES: usize = 16;
+
 /// Largest per-request draft bound accepted.
 const MAX_DRAFT: i64 = 256;
 
@@ -190,17 +211,19 @@ pub struct LogprobsSpec {
     pub n_top: usize,
 }
 
-/// A generation request that passed validation: what the engine runs, and how the answer
-/// is given.
+/// A generation request that passed validation: what the engine runs (a request per
+/// choice: `n` for each prompt, in OpenAI's order of choices), and how the answer is given.
 #[derive(Debug)]
 pub struct ValidGen {
-    pub req: GenRequest,
+    pub choices: Vec<GenRequest>,
     pub answer: AnswerSpec,
 }
 
 /// How an answer is given back.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct AnswerSpec {
+    /// Choices per prompt.
+    pub n: usize,
     pub stream: bool,
     pub include_usage: bool,
     pub logprobs: Option<LogprobsSpec>,
@@ -406,12 +429,23 @@ impl RawRequest {
                 ))
             }
         };
-        if let Some(n) = self.n.filter(|&n| n != 1) {
-            return Err(ApiError::invalid(
-                "n",
-                format!("only n=1 is supported, got {n}"),
-            ));
-        }
+        let n =
+            match self.n {
+                None | Some(1) => 1,
+                Some(n) if route == Route::Native => return Err(ApiError::invalid(
+                    "n",
+                    format!(
+                        "/completion gives one answer (n=1), got n={n}; /v1/completions takes n"
+                    ),
+                )),
+                Some(n) if (1..=MAX_CHOICES as i64).contains(&n) => n as usize,
+                Some(n) => {
+                    return Err(ApiError::invalid(
+                        "n",
+                        format!("n must be between 1 and {MAX_CHOICES}, got {n}"),
+                    ))
+                }
+            };
         if self.echo == Some(true) {
             return Err(ApiError::invalid("echo", "echo is not supported"));
         }
@@ -547,92 +581,85 @@ impl RawRequest {
         }
         .map(|n_top| LogprobsSpec { n_top });
 
-        let tok = &ready.tok;
-        let (prompt_text, prompt) = match route {
+        let prompts = match route {
             Route::Chat => {
                 let messages = self
                     .messages
                     .ok_or_else(|| ApiError::invalid("messages", "messages is required"))?;
                 let text = render_chat(ready, messages, &spec, self.chat_template_kwargs, ending)?;
-                let ids = encode(ready, &text)?;
-                (text, ids)
+                vec![OnePrompt::Text(text)]
             }
-            Route::Completions | Route::Native => match self.prompt {
+            Route::Completions | Route::Native => match self.prompt.map(Prompt::each) {
                 None => return Err(ApiError::invalid("prompt", "prompt is required")),
-                Some(Prompt::Text(t)) => (encode(ready, &t).map(|ids| (t, ids)))?,
-                Some(Prompt::Tokens(ids)) => (tok.decode(&ids), ids),
-                Some(Prompt::Texts(mut v)) if v.len() == 1 => {
-                    let t = v.remove(0);
-                    (encode(ready, &t).map(|ids| (t, ids)))?
+                Some(v) if v.is_empty() => return Err(ApiError::invalid("prompt", "the prompt list is empty")),
+                Some(v) if v.len() > 1 && route == Route::Native => {
+                    return Err(ApiError::invalid("prompt", "/completion takes one prompt; /v1/completions takes several"))
                 }
-                Some(Prompt::TokenLists(mut v)) if v.len() == 1 => {
-                    let ids = v.remove(0);
-                    (tok.decode(&ids), ids)
-                }
-                Some(_) => {
+                Some(v) if v.len() * n > MAX_CHOICES => {
                     return Err(ApiError::invalid(
                         "prompt",
-                        "only one prompt per request is supported",
+                        format!("{} prompts of n={n} choices each exceed the {MAX_CHOICES} choices of a request", v.len()),
                     ))
                 }
+                Some(v) => v,
             },
         };
-        if prompt.is_empty() {
-            return Err(ApiError::invalid("prompt", "the prompt is empty"));
-        }
-        let n_vocab = tok.n_vocab();
-        if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= n_vocab) {
-            return Err(ApiError::invalid(
-                "prompt",
-                format!("token id {bad} is outside the vocabulary of {n_vocab}"),
-            ));
-        }
-        let slot_ctx = ready.engine.config().slot_ctx();
-        // As llama-server: only a prompt that leaves no room for one token is refused; an
-        // answer that reaches the slot's end stops there with `length`.
-        if prompt.len() >= slot_ctx {
-            let field = if route == Route::Chat {
-                "messages"
-            } else {
-                "prompt"
-            };
-            return Err(ApiError::exceeds_context(field, prompt.len(), slot_ctx));
-        }
+        let many = prompts.len() > 1;
+        let prompts = prompts
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| checked_prompt(ready, route, p, many.then_some(i)))
+            .collect::<Result<Vec<_>, _>>()?;
         let nested = self.speculative.unwrap_or_default();
         let draft = DraftLimits {
             n_max: draft_bound("speculative.n_max", self.speculative_n_max.or(nested.n_max))?,
             n_min: draft_bound("speculative.n_min", self.speculative_n_min.or(nested.n_min))?,
         };
-        Ok(ValidGen {
-            req: GenRequest {
-                prompt,
-                sampling,
-                dry,
-                max_tokens,
-                stop,
-                shown_tokens: match spec.active() {
-                    true => tools::marker_tokens(ready.tool_format, &ready.tok),
-                    false => Vec::new(),
-                },
-                ignore_eos: self.ignore_eos.unwrap_or(false),
-                logit_bias,
-                constraint,
-                logprobs: logprobs.map(|l| l.n_top),
-                cache_prompt: self.cache_prompt.unwrap_or(true),
-                cache_namespace: match &self.cache_salt {
-                    None => kv::SHARED,
-                    Some(salt) if salt.is_empty() => {
-                        return Err(ApiError::invalid(
-                            "cache_salt",
-                            "cache_salt must not be empty",
-                        ))
-                    }
-                    Some(salt) => crate::namespace_of(("cache-salt", salt)),
-                },
-                draft,
-                embed: None,
+        let first = GenRequest {
+            prompt: Vec::new(),
+            sampling,
+            dry,
+            max_tokens,
+            stop,
+            shown_tokens: match spec.active() {
+                true => tools::marker_tokens(ready.tool_format, &ready.tok),
+                false => Vec::new(),
             },
+            ignore_eos: self.ignore_eos.unwrap_or(false),
+            logit_bias,
+            constraint,
+            logprobs: logprobs.map(|l| l.n_top),
+            cache_prompt: self.cache_prompt.unwrap_or(true),
+            cache_namespace: match &self.cache_salt {
+                None => kv::SHARED,
+                Some(salt) if salt.is_empty() => {
+                    return Err(ApiError::invalid(
+                        "cache_salt",
+                        "cache_salt must not be empty",
+                    ))
+                }
+                Some(salt) => crate::namespace_of(("cache-salt", salt)),
+            },
+            draft,
+            embed: None,
+        };
+        let prompt_text = prompts[0].0.clone();
+        let choices = prompts
+            .into_iter()
+            .flat_map(|(_, ids)| (0..n).map(move |j| (ids.clone(), j)))
+            .map(|(prompt, j)| GenRequest {
+                prompt,
+                sampling: SamplerConfig {
+                    seed: first.sampling.seed.wrapping_add(j as u64),
+                    ..first.sampling
+                },
+                ..first.clone()
+            })
+            .collect();
+        Ok(ValidGen {
+            choices,
             answer: AnswerSpec {
+                n,
                 stream: self.stream.unwrap_or(false),
                 include_usage: self.stream_options.is_some_and(|o| o.include_usage),
                 logprobs,
@@ -642,6 +669,47 @@ impl RawRequest {
             },
         })
     }
+}
+
+/// A prompt's text and tokens, checked: not empty, in the vocabulary, and leaving a slot
+/// room for one token (as llama-server, an answer that reaches the slot's end stops there
+/// with `length`). `at` is its place in a list of prompts.
+fn checked_prompt(
+    ready: &Ready,
+    route: Route,
+    p: OnePrompt,
+    at: Option<usize>,
+) -> Result<(String, Vec<u32>), ApiError> {
+    let field = match (route, at) {
+        (Route::Chat, _) => "messages".to_string(),
+        (_, None) => "prompt".to_string(),
+        (_, Some(i)) => format!("prompt[{i}]"),
+    };
+    let (text, ids) = match p {
+        OnePrompt::Text(t) => {
+            let ids = encode(ready, &t)?;
+            (t, ids)
+        }
+        OnePrompt::Tokens(ids) => (ready.tok.decode(&ids), ids),
+    };
+    if ids.is_empty() {
+        return Err(ApiError::invalid(
+            &field,
+            format!("{field}: the prompt is empty"),
+        ));
+    }
+    let n_vocab = ready.tok.n_vocab();
+    if let Some(&bad) = ids.iter().find(|&&t| t as usize >= n_vocab) {
+        return Err(ApiError::invalid(
+            &field,
+            format!("{field}: token id {bad} is outside the vocabulary of {n_vocab}"),
+        ));
+    }
+    let slot_ctx = ready.engine.config().slot_ctx();
+    if ids.len() >= slot_ctx {
+        return Err(ApiError::exceeds_context(&field, ids.len(), slot_ctx));
+    }
+    Ok((text, ids))
 }
 
 fn count(name: &str, n: i64) -> Result<Option<usize>, ApiError> {

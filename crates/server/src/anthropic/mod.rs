@@ -66,14 +66,15 @@ async fn run(
     key: Option<Extension<KeyNamespace>>,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let sub = submit(&s, key, b, |bytes, ready| {
+    let mut sub = submit(&s, key, b, |bytes, ready| {
         let req: MessagesRequest = parse(bytes)?;
         let raw = req.into_chat(false)?;
         Ok((raw.validate(Route::Chat, ready).map_err(renamed)?, ()))
     })
     .await?;
     let ready = ready(&s)?;
-    let chain = chat_chain(ready, &sub.answer, sub.calls);
+    let (events, calls) = sub.only();
+    let chain = chat_chain(ready, &sub.answer, calls);
     let reply = MessageReply::new(sub.task, ready.model_id.clone(), sub.n_prompt, chain);
-    answer(reply, sub.answer.stream, sub.events).await
+    answer(reply, sub.answer.stream, events).await
 }

@@ -26,7 +26,7 @@ pub async fn responses(
     key: Option<Extension<KeyNamespace>>,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let sub = submit(&s, key, b, |bytes, ready| {
+    let mut sub = submit(&s, key, b, |bytes, ready| {
         let req: ResponsesRequest = parse(bytes)?;
         let echo = req.echo();
         let raw = req.into_chat()?;
@@ -34,7 +34,8 @@ pub async fn responses(
     })
     .await?;
     let ready = ready(&s)?;
-    let chain = chat_chain(ready, &sub.answer, sub.calls);
+    let (events, calls) = sub.only();
+    let chain = chat_chain(ready, &sub.answer, calls);
     let reply = ResponseReply::new(sub.task, ready.model_id.clone(), sub.extra, chain);
-    answer(reply, sub.answer.stream, sub.events).await
+    answer(reply, sub.answer.stream, events).await
 }
