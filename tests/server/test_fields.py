@@ -48,7 +48,7 @@ OPENAI_CHAT = [
     ("max_tokens", 3, lambda b, _: b["usage"]["completion_tokens"] <= 3),
     ("metadata", {"k": "v"}, lambda b, _: True),
     ("modalities", ["text", "audio"], None),
-    ("n", 2, None),
+    ("n", 2, lambda b, _: [c["index"] for c in b["choices"]] == [0, 1]),
     ("parallel_tool_calls", False, lambda b, _: True),
     ("prediction", {"type": "content", "content": "one"}, None),
     ("presence_penalty", 2.0, lambda b, base: differs("/v1/chat/completions", b, base)),
@@ -77,7 +77,7 @@ OPENAI_COMPLETIONS = [
     ("best_of", 2, None),
     ("echo", True, None),
     ("logprobs", 2, lambda b, _: all(len(t) == 2 for t in b["choices"][0]["logprobs"]["top_logprobs"])),
-    ("n", 3, None),
+    ("n", 3, lambda b, _: len(b["choices"]) == 3),
     ("suffix", " eleven", None),
     ("user", "u1", lambda b, _: True),
 ]

@@ -7,9 +7,7 @@ mod common;
 
 use common::{model_path, MODELS};
 use device::Row;
-use engine::{
-    ContextConfig, EngineConfig, Event, Executor, GenRequest, Out, Pooling, RowOut, SamplerConfig,
-};
+use engine::{ContextConfig, EngineConfig, Event, Executor, GenRequest, Out, Pooling, RowOut};
 use gguf::GgmlType;
 use model::Model;
 use text::Tokenizer;
@@ -28,22 +26,7 @@ fn load() -> (Model, Tokenizer) {
 }
 
 fn request(prompt: Vec<u32>, embed: Option<Pooling>) -> GenRequest {
-    GenRequest {
-        prompt,
-        sampling: SamplerConfig::greedy(),
-        dry: None,
-        max_tokens: Some(24),
-        stop: vec![],
-        shown_tokens: vec![],
-        ignore_eos: true,
-        logit_bias: vec![],
-        constraint: None,
-        logprobs: None,
-        cache_prompt: true,
-        cache_namespace: kv::SHARED,
-        draft: Default::default(),
-        embed,
-    }
+    common::request(prompt, 24, embed)
 }
 
 /// The vectors an embedding request answers, after which it is done.

@@ -58,22 +58,7 @@ fn config(n_ctx: usize, n_parallel: usize) -> EngineConfig {
 }
 
 fn greedy(prompt: Vec<u32>, max_tokens: usize) -> GenRequest {
-    GenRequest {
-        prompt,
-        sampling: SamplerConfig::greedy(),
-        dry: None,
-        max_tokens: Some(max_tokens),
-        stop: vec![],
-        shown_tokens: vec![],
-        ignore_eos: true,
-        logit_bias: vec![],
-        constraint: None,
-        logprobs: None,
-        cache_prompt: true,
-        cache_namespace: kv::SHARED,
-        draft: Default::default(),
-        embed: None,
-    }
+    common::request(prompt, max_tokens, None)
 }
 
 /// Collects a request's tokens, text and summary.

@@ -429,23 +429,24 @@ impl RawRequest {
                 ))
             }
         };
-        let n =
-            match self.n {
-                None | Some(1) => 1,
-                Some(n) if route == Route::Native => return Err(ApiError::invalid(
+        let n = match self.n {
+            None | Some(1) => 1,
+            Some(n) if route == Route::Native => {
+                return Err(ApiError::invalid(
                     "n",
                     format!(
                         "/completion gives one answer (n=1), got n={n}; /v1/completions takes n"
                     ),
-                )),
-                Some(n) if (1..=MAX_CHOICES as i64).contains(&n) => n as usize,
-                Some(n) => {
-                    return Err(ApiError::invalid(
-                        "n",
-                        format!("n must be between 1 and {MAX_CHOICES}, got {n}"),
-                    ))
-                }
-            };
+                ))
+            }
+            Some(n) if (1..=MAX_CHOICES as i64).contains(&n) => n as usize,
+            Some(n) => {
+                return Err(ApiError::invalid(
+                    "n",
+                    format!("n must be between 1 and {MAX_CHOICES}, got {n}"),
+                ))
+            }
+        };
         if self.echo == Some(true) {
             return Err(ApiError::invalid("echo", "echo is not supported"));
         }

@@ -53,3 +53,28 @@ pub const MODELS: [(&str, &str, &str); 3] = [
         "qwen2.5-coder-1.5b",
     ),
 ];
+
+/// A greedy request for `prompt` of at most `max_tokens` tokens, its end token ignored; an
+/// embedding request instead when `embed` says how to pool.
+pub fn request(
+    prompt: Vec<u32>,
+    max_tokens: usize,
+    embed: Option<engine::Pooling>,
+) -> engine::GenRequest {
+    engine::GenRequest {
+        prompt,
+        sampling: engine::SamplerConfig::greedy(),
+        dry: None,
+        max_tokens: Some(max_tokens),
+        stop: vec![],
+        shown_tokens: vec![],
+        ignore_eos: true,
+        logit_bias: vec![],
+        constraint: None,
+        logprobs: None,
+        cache_prompt: true,
+        cache_namespace: kv::SHARED,
+        draft: Default::default(),
+        embed,
+    }
+}
