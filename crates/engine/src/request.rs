@@ -103,6 +103,8 @@ impl FinishReason {
 /// The end of a request: counts and timings (llama.cpp's `timings` fields).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Summary {
+    /// The slot the request ran in.
+    pub slot: usize,
     pub finish: FinishReason,
     /// Prompt tokens.
     pub prompt_n: usize,
@@ -128,6 +130,8 @@ pub enum Event {
     /// stop string is held back), the tokens generated since then, and their
     /// log-probabilities when the request asked for them.
     Delta {
+        /// The slot the request runs in.
+        slot: usize,
         text: String,
         tokens: Vec<u32>,
         logprobs: Vec<TokenLogprob>,

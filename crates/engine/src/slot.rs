@@ -36,6 +36,8 @@ struct Pooled {
 /// proposed to follow it, computed in the same step and verified row by row.
 pub(crate) struct Sequence {
     pub task: u64,
+    /// The slot it runs in.
+    pub slot: usize,
     pub tokens: Vec<u32>,
     pub n_prompt: usize,
     pub kv: SeqKv,
@@ -78,9 +80,16 @@ pub(crate) struct Sequence {
 }
 
 impl Sequence {
-    pub fn new(task: u64, req: GenRequest, out: UnboundedSender<Event>, slot_ctx: usize) -> Self {
+    pub fn new(
+        task: u64,
+        slot: usize,
+        req: GenRequest,
+        out: UnboundedSender<Event>,
+        slot_ctx: usize,
+    ) -> Self {
         Sequence {
             task,
+            slot,
             n_prompt: req.prompt.len(),
             tokens: req.prompt,
             kv: SeqKv::default(),
@@ -336,6 +345,7 @@ impl Sequence {
         let now = Instant::now();
         let t_first = self.t_first.unwrap_or(now);
         let summary = Summary {
+            slot: self.slot,
             finish,
             prompt_n: self.n_prompt,
             cache_n: self.n_cached,
@@ -355,6 +365,7 @@ impl Sequence {
             return;
         }
         let _ = self.out.send(Event::Delta {
+            slot: self.slot,
             text,
             tokens: std::mem::take(&mut self.out_tokens),
             logprobs: std::mem::take(&mut self.out_logprobs),

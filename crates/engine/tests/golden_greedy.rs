@@ -7,6 +7,7 @@
 //! in numpy moves SmolLM2's top-5 log-probabilities by up to ~0.2. The tolerances below
 //! are sized to that noise; greedy texts may part at a near-tie, where comparison stops.
 
+#[allow(dead_code)]
 mod common;
 
 use common::{ids, log_softmax, model_path, MODELS};

@@ -1,6 +1,7 @@
 //! The forward pass against an exact reference: scripts/ref_forward.py computes the same
 //! models in numpy with float64 activations from gguf.quants-dequantized weights.
 
+#[allow(dead_code)]
 mod common;
 
 use common::{ids, log_softmax, model_path, MODELS};

@@ -241,7 +241,7 @@ fn samplers(v: &Value) -> Result<Order, ApiError> {
 }
 
 /// llama.cpp's default DRY sequence breakers.
-const DRY_BREAKERS: [&str; 4] = ["\n", ":", "\"", "*"];
+pub(crate) const DRY_BREAKERS: [&str; 4] = ["\n", ":", "\"", "*"];
 
 impl RawChain {
     /// DRY, when `dry_multiplier` is above 0: breakers are the tokens whose text holds one

@@ -68,6 +68,12 @@ pub struct Reply {
     offset: usize,
     /// The choice's place among the request's choices.
     pub index: usize,
+    /// Tokens of the prompt (`tokens_evaluated` in `/completion` chunks).
+    pub n_prompt: usize,
+    /// Tokens generated so far.
+    n_predicted: usize,
+    /// llama-server's `generation_settings` (in `/completion`'s last answer).
+    settings: Value,
     /// Reasoning split and tool calls parsed out of chat answers.
     chain: Chain,
 }
@@ -86,7 +92,8 @@ impl Reply {
             Route::Chat => chat_chain(ready, &answer, calls),
             _ => Chain::new(None, calls),
         };
-        let (include_usage, prompt_text) = (answer.include_usage, answer.prompt_text);
+        let (include_usage, prompt_text, settings) =
+            (answer.include_usage, answer.prompt_text, answer.settings);
         let created = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -100,6 +107,9 @@ impl Reply {
             prompt_text,
             offset: 0,
             index: 0,
+            n_prompt: 0,
+            n_predicted: 0,
+            settings,
             chain,
         }
     }
@@ -217,14 +227,17 @@ impl Reply {
         }
     }
 
-    /// One streamed delta; `None` when it carries nothing to show.
+    /// One streamed delta of the request running in `slot`; `None` when it carries
+    /// nothing to show.
     pub fn delta(
         &mut self,
+        slot: usize,
         text: &str,
         tokens: &[u32],
         lps: &[TokenLogprob],
         asked: bool,
     ) -> Option<Value> {
+        self.n_predicted += tokens.len();
         let out = self.chain.push(text);
         if out.is_empty() && (lps.is_empty() || !asked) {
             return None;
@@ -249,9 +262,9 @@ impl Reply {
                     "content": out.content,
                     "tokens": tokens,
                     "stop": false,
-                    "id_slot": -1,
-                    "tokens_predicted": 0,
-                    "tokens_evaluated": 0,
+                    "id_slot": slot,
+                    "tokens_predicted": self.n_predicted,
+                    "tokens_evaluated": self.n_prompt,
                 });
                 if asked {
                     v["completion_probabilities"] = logprobs;
@@ -322,7 +335,7 @@ impl Reply {
         };
         json!({
             "index": self.index,
-            "id_slot": -1,
+            "id_slot": s.slot,
             "stop": true,
             "model": self.model,
             "tokens_predicted": s.predicted_n,
@@ -336,6 +349,7 @@ impl Reply {
             "stopped_limit": stop_type == "limit",
             "stopping_word": word,
             "timings": timings(s),
+            "generation_settings": self.settings,
         })
     }
 

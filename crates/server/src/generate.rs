@@ -156,7 +156,8 @@ where
     let ready = ready(&s)?;
     if sub.events.len() == 1 {
         let (events, calls) = sub.only();
-        let reply = Reply::new(route, sub.task, ready, sub.answer, calls);
+        let mut reply = Reply::new(route, sub.task, ready, sub.answer, calls);
+        reply.n_prompt = sub.n_prompt;
         return match stream {
             true => Ok(sse(
                 OpenAiStream {
@@ -201,6 +202,7 @@ pub(crate) async fn collect(
                 text: t,
                 tokens: ids,
                 logprobs,
+                ..
             } => {
                 text.push_str(&t);
                 tokens.extend(ids);
@@ -227,7 +229,13 @@ pub(crate) trait Streamed: Send + 'static {
     /// What the stream starts with.
     fn opening(&mut self) -> Vec<SseEvent>;
     /// The events of the next piece of the answer.
-    fn delta(&mut self, text: &str, tokens: &[u32], lps: &[TokenLogprob]) -> Vec<SseEvent>;
+    fn delta(
+        &mut self,
+        slot: usize,
+        text: &str,
+        tokens: &[u32],
+        lps: &[TokenLogprob],
+    ) -> Vec<SseEvent>;
     /// The events that end the stream.
     fn closing(&mut self, s: &Summary) -> Vec<SseEvent>;
     /// The event that ends a stream that failed.
@@ -251,9 +259,15 @@ impl Streamed for OpenAiStream {
         self.reply.opening().iter().map(data).collect()
     }
 
-    fn delta(&mut self, text: &str, tokens: &[u32], lps: &[TokenLogprob]) -> Vec<SseEvent> {
+    fn delta(
+        &mut self,
+        slot: usize,
+        text: &str,
+        tokens: &[u32],
+        lps: &[TokenLogprob],
+    ) -> Vec<SseEvent> {
         self.reply
-            .delta(text, tokens, lps, self.asked)
+            .delta(slot, text, tokens, lps, self.asked)
             .iter()
             .map(data)
             .collect()
@@ -316,11 +330,13 @@ pub(crate) fn sse_events<A: Streamed>(
             }
             let failed = match st.events.recv().await {
                 Some(Event::Delta {
+                    slot,
                     text,
                     tokens,
                     logprobs,
                 }) => {
-                    st.out.extend(st.answer.delta(&text, &tokens, &logprobs));
+                    st.out
+                        .extend(st.answer.delta(slot, &text, &tokens, &logprobs));
                     continue;
                 }
                 Some(Event::Done(summary)) => {
@@ -373,7 +389,7 @@ impl<R: EventReply> Streamed for Named<R> {
         named(self.0.opening())
     }
 
-    fn delta(&mut self, text: &str, _: &[u32], _: &[TokenLogprob]) -> Vec<SseEvent> {
+    fn delta(&mut self, _: usize, text: &str, _: &[u32], _: &[TokenLogprob]) -> Vec<SseEvent> {
         named(self.0.delta(text))
     }
 

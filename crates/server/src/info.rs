@@ -35,9 +35,9 @@ pub async fn ready_route(State(s): State<Shared>) -> Result<Json<Value>, ApiErro
 }
 
 /// The served model as OpenAI's model object.
-fn model_object(s: &AppState, r: &crate::Ready) -> Value {
+fn model_object(s: &AppState, r: &crate::Ready, id: &str) -> Value {
     json!({
-        "id": r.model_id,
+        "id": id,
         "object": "model",
         "created": s.created,
         "owned_by": "tandem",
@@ -53,7 +53,7 @@ fn model_object(s: &AppState, r: &crate::Ready) -> Value {
 pub async fn models(State(s): State<Shared>) -> Result<Json<Value>, ApiError> {
     let r = ready(&s)?;
     Ok(Json(
-        json!({"object": "list", "data": [model_object(&s, r)]}),
+        json!({"object": "list", "data": r.aliases.iter().map(|a| model_object(&s, r, a)).collect::<Vec<_>>()}),
     ))
 }
 
@@ -63,13 +63,13 @@ pub async fn model(
     axum::extract::Path(id): axum::extract::Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let r = ready(&s)?;
-    if id != r.model_id {
+    if !r.aliases.contains(&id) {
         return Err(ApiError::not_found(format!(
             "the model '{id}' does not exist (this server serves '{}')",
-            r.model_id
+            r.aliases.join("', '")
         )));
     }
-    Ok(Json(model_object(&s, r)))
+    Ok(Json(model_object(&s, r, &id)))
 }
 
 pub async fn props(State(s): State<Shared>) -> Result<Json<Value>, ApiError> {

@@ -55,7 +55,8 @@ pub struct SpecSettings {
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub model_path: PathBuf,
-    /// The model id clients see (`--alias`); default: the file name without `.gguf`.
+    /// The model ids clients see (`--alias`, several separated by commas; the first is the
+    /// one answers carry); default: the file name without `.gguf`.
     pub alias: Option<String>,
     pub host: String,
     pub port: u16,
@@ -157,7 +158,10 @@ pub struct Ready {
     pub tool_support: TemplateSupport,
     /// Chat answers carry `reasoning_content`.
     pub reasoning: bool,
+    /// The first of `aliases`, the name answers carry.
     pub model_id: String,
+    /// Every name the model answers to (`--alias a,b`).
+    pub aliases: Vec<String>,
     pub defaults: Defaults,
     pub n_ctx_train: usize,
     pub n_vocab: usize,
@@ -370,12 +374,23 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
             source_of_limit,
         });
     }
-    let model_id = config.alias.clone().unwrap_or_else(|| {
-        config
-            .model_path
-            .file_stem()
-            .map_or("model".into(), |s| s.to_string_lossy().into_owned())
-    });
+    let mut aliases: Vec<String> = config
+        .alias
+        .iter()
+        .flat_map(|a| a.split(','))
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .map(String::from)
+        .collect();
+    if aliases.is_empty() {
+        aliases.push(
+            config
+                .model_path
+                .file_stem()
+                .map_or("model".into(), |s| s.to_string_lossy().into_owned()),
+        );
+    }
+    let model_id = aliases[0].clone();
     let n_params = model
         .file
         .header
@@ -421,6 +436,7 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         tool_support,
         reasoning,
         model_id,
+        aliases,
         defaults: config.defaults.clone(),
         n_ctx_train,
         n_vocab,

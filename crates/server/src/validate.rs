@@ -233,6 +233,8 @@ pub struct AnswerSpec {
     pub tools: Option<ToolSpec>,
     /// Whether reasoning is split out of the content (`None`: the server's setting).
     pub reasoning: Option<bool>,
+    /// llama-server's `generation_settings`: what the request runs with.
+    pub settings: Value,
 }
 
 /// `v` unless it is outside `lo..=hi` (or not finite): then a 400 naming `name`.
@@ -645,6 +647,7 @@ impl RawRequest {
             embed: None,
         };
         let prompt_text = prompts[0].0.clone();
+        let settings = generation_settings(&first, self.stream.unwrap_or(false), &self.chain);
         let choices = prompts
             .into_iter()
             .flat_map(|(_, ids)| (0..n).map(move |j| (ids.clone(), j)))
@@ -667,9 +670,63 @@ impl RawRequest {
                 prompt_text,
                 tools: (spec.active() && self.parse_tool_calls != Some(false)).then_some(spec),
                 reasoning,
+                settings,
             },
         })
     }
+}
+
+/// llama-server's `generation_settings` of `req`: the settings tandem has, and the inert
+/// values of those it does not (refused unless inert, see [`crate::fields`]).
+fn generation_settings(req: &GenRequest, stream: bool, chain: &RawChain) -> Value {
+    let s = &req.sampling;
+    let dry = req.dry.as_ref();
+    let breakers = chain.dry_sequence_breakers.clone().unwrap_or_else(|| {
+        constrain::DRY_BREAKERS
+            .iter()
+            .map(|b| b.to_string())
+            .collect()
+    });
+    serde_json::json!({
+        "n_predict": req.max_tokens.map_or(-1, |n| n as i64),
+        "seed": s.seed,
+        "temperature": s.temperature,
+        "dynatemp_range": 0.0,
+        "dynatemp_exponent": 1.0,
+        "top_k": s.top_k,
+        "top_p": s.top_p,
+        "min_p": s.min_p,
+        "top_n_sigma": -1.0,
+        "xtc_probability": 0.0,
+        "xtc_threshold": 0.1,
+        "typical_p": s.typical_p,
+        "repeat_last_n": s.penalties.last_n,
+        "repeat_penalty": s.penalties.repeat,
+        "presence_penalty": s.penalties.presence,
+        "frequency_penalty": s.penalties.frequency,
+        "dry_multiplier": dry.map_or(0.0, |d| d.multiplier),
+        "dry_base": dry.map_or(1.75, |d| d.base),
+        "dry_allowed_length": dry.map_or(2, |d| d.allowed_length),
+        "dry_penalty_last_n": dry.map_or(-1, |d| d.last_n as i64),
+        "dry_sequence_breakers": breakers,
+        "mirostat": 0,
+        "mirostat_tau": 5.0,
+        "mirostat_eta": 0.1,
+        "stop": req.stop,
+        "max_tokens": req.max_tokens.map_or(-1, |n| n as i64),
+        "n_keep": 0,
+        "n_discard": 0,
+        "ignore_eos": req.ignore_eos,
+        "stream": stream,
+        "n_probs": req.logprobs.unwrap_or(0),
+        "min_keep": 0,
+        "samplers": s.order.stages().iter().map(|st| st.name()).collect::<Vec<_>>(),
+        "speculative.n_max": req.draft.n_max,
+        "speculative.n_min": req.draft.n_min,
+        "timings_per_token": false,
+        "post_sampling_probs": false,
+        "lora": [],
+    })
 }
 
 /// A prompt's text and tokens, checked: not empty, in the vocabulary, and leaving a slot

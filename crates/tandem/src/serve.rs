@@ -134,7 +134,7 @@ pub struct ServeArgs {
     /// Hide /slots.
     #[arg(long = "no-slots")]
     pub no_slots: bool,
-    /// Model id shown to clients.
+    /// Model ids shown to clients, separated by commas (answers carry the first).
     #[arg(short = 'a', long = "alias")]
     pub alias: Option<String>,
     /// This server never shifts the context (requests are bounded by it).

@@ -97,6 +97,19 @@ impl Stage {
         })
     }
 
+    /// Its name in llama-server's `samplers`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Penalties => "penalties",
+            Stage::Dry => "dry",
+            Stage::TopK => "top_k",
+            Stage::Typical => "typ_p",
+            Stage::TopP => "top_p",
+            Stage::MinP => "min_p",
+            Stage::Temperature => "temperature",
+        }
+    }
+
     /// A stage by its llama-server letter (`e`, `d`, `k`, `y`, `p`, `m`, `t`); `None`: unknown.
     pub fn from_char(c: char) -> Option<Named> {
         Some(match c {

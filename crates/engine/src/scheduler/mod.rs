@@ -356,13 +356,13 @@ impl Engine {
             |q, why| {
                 let _ = q.out.send(Event::Rejected(why));
             },
-            |q| {
+            |q, slot| {
                 let order = *next_order;
                 *next_order += 1;
                 Active {
                     order,
                     resumed: false,
-                    seq: Sequence::new(q.task, q.req, q.out, slot_ctx),
+                    seq: Sequence::new(q.task, slot, q.req, q.out, slot_ctx),
                 }
             },
         );

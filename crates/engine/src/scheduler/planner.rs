@@ -254,14 +254,14 @@ pub(super) fn victim(holders: &[Holder], order: u64) -> Option<usize> {
 }
 
 /// Moves queued requests into free slots (`None`), in arrival order, each into the lowest
-/// free slot. A request that `check` refuses is handed to `refuse` with the reason and
-/// takes no slot. Returns the slots filled, in order.
+/// free slot (`enter` is told which). A request that `check` refuses is handed to `refuse`
+/// with the reason and takes no slot. Returns the slots filled, in order.
 pub(super) fn admit<T, Q>(
     slots: &mut [Option<T>],
     queue: &mut VecDeque<Q>,
     check: impl Fn(&Q) -> Result<(), String>,
     mut refuse: impl FnMut(Q, String),
-    mut enter: impl FnMut(Q) -> T,
+    mut enter: impl FnMut(Q, usize) -> T,
 ) -> Vec<usize> {
     let mut filled = Vec::new();
     while let Some(free) = slots.iter().position(Option::is_none) {
@@ -271,7 +271,7 @@ pub(super) fn admit<T, Q>(
         match check(&q) {
             Err(why) => refuse(q, why),
             Ok(()) => {
-                slots[free] = Some(enter(q));
+                slots[free] = Some(enter(q, free));
                 filled.push(free);
             }
         }
@@ -506,7 +506,7 @@ mod tests {
             &mut queue,
             |&q| (q < 1000).then_some(()).ok_or(format!("{q} is too long")),
             |q, why| refused.push((q, why)),
-            |q| q,
+            |q, _| q,
         );
         assert_eq!(filled, [1, 2, 4]);
         assert_eq!(slots, [Some(100), Some(7), Some(8), Some(101), Some(9)]);
