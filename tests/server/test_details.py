@@ -1,6 +1,7 @@
 """The details clients read: /completion stream chunks carry the request's slot, the tokens
 predicted so far and the prompt's tokens; the last answer carries llama-server's
-generation_settings as the request set them; top_logprobs come ordered by probability; a body
+generation_settings as the request set them; post_sampling_probs gives the probabilities of the
+distribution each token was drawn from; top_logprobs come ordered by probability; a body
 without a Content-Type is read as JSON; --alias takes several names, each a model."""
 
 import json
@@ -36,6 +37,22 @@ def test_generation_settings_are_the_requests(server):
     assert (g["n_predict"], g["temperature"], g["top_k"], g["seed"]) == (4, 0.5, 7, 11)
     assert g["samplers"] == ["top_k", "temperature"] and g["stop"] == ["."]
     assert 0 <= r["id_slot"] < 8
+
+
+def test_post_sampling_probs_are_those_of_the_drawn_distribution(server):
+    greedy = server.post("/completion", json={"prompt": PROMPT, "n_predict": 4, "temperature": 0, "n_probs": 3,
+                                              "post_sampling_probs": True}).json()
+    for p in greedy["completion_probabilities"]:
+        assert p["prob"] == 1.0 and [t["id"] for t in p["top_probs"]] == [p["id"]], p
+    sampled = server.post("/completion", json={"prompt": PROMPT, "n_predict": 6, "temperature": 1.0, "top_k": 3,
+                                               "seed": 5, "n_probs": 5, "post_sampling_probs": True}).json()
+    for p in sampled["completion_probabilities"]:
+        probs = [t["prob"] for t in p["top_probs"]]
+        assert len(probs) <= 3 and abs(sum(probs) - 1) < 1e-4 and probs == sorted(probs, reverse=True), p
+        assert p["prob"] in probs and "logprob" not in p
+    r = server.post("/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "Hi"}],
+                                                  "post_sampling_probs": True})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "post_sampling_probs", r.text
 
 
 def test_top_logprobs_are_ordered_by_probability(server):

@@ -119,7 +119,7 @@ LLAMA = [
     ("samplers", ["top_k", "temperature"], lambda b, _: True),
     ("timings_per_token", True, None),
     ("return_progress", True, None),
-    ("post_sampling_probs", True, None),
+    ("post_sampling_probs", True, lambda b, _: all(0 <= p["prob"] <= 1 for p in b["completion_probabilities"])),
     ("response_fields", ["content"], None),
     ("lora", [{"id": 0, "scale": 1.0}], None),
     ("top_n_sigma", 1.0, None),
@@ -131,7 +131,7 @@ LLAMA = [
     ("multimodal_data", ["aGk="], None),
 ]
 # What a field needs beside it to show its effect: its companion field, or room for a whole JSON value.
-NEEDS = {"top_logprobs": {"logprobs": True}, "response_format": {"max_tokens": 64}, "json_schema": {"n_predict": 64}}
+NEEDS = {"top_logprobs": {"logprobs": True}, "post_sampling_probs": {"n_probs": 2}, "response_format": {"max_tokens": 64}, "json_schema": {"n_predict": 64}}
 CASES = ([("/v1/chat/completions", *c) for c in OPENAI_CHAT] + [("/v1/completions", *c) for c in OPENAI_COMPLETIONS]
          + [("/completion", *c) for c in LLAMA])
 

@@ -31,6 +31,11 @@ pub struct GenRequest {
     pub constraint: Option<Box<text::Constraint>>,
     /// Report each token's log-probability and this many top alternatives.
     pub logprobs: Option<usize>,
+    /// Report them after the sampling chain (llama-server's `post_sampling_probs`): the
+    /// log of each token's probability in the distribution it was drawn from, its
+    /// alternatives the most probable survivors; before it otherwise (temperature 1, no
+    /// truncation).
+    pub post_sampling: bool,
     /// Reuse cached KV blocks of an earlier request with the same prefix.
     pub cache_prompt: bool,
     /// The prefix-cache namespace this request's blocks are cached in and taken from

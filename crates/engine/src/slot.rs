@@ -65,6 +65,7 @@ pub(crate) struct Sequence {
     stops: StopMatcher,
     stop_words: Vec<String>,
     logprobs: Option<usize>,
+    post_sampling: bool,
     mask: Mask,
     sampler: Sampler,
     detok: Detokenizer,
@@ -109,6 +110,7 @@ impl Sequence {
             stops: StopMatcher::new(Stops::new(&req.stop)),
             stop_words: req.stop,
             logprobs: req.logprobs,
+            post_sampling: req.post_sampling,
             mask: Mask {
                 constraint: req.constraint,
                 bias: req.logit_bias,
@@ -291,7 +293,10 @@ impl Sequence {
     /// Records the sampled or accepted token `id` and streams its text.
     fn emit(&mut self, logits: &[f32], id: u32, tok: &Tokenizer) -> Option<Summary> {
         if let Some(n_top) = self.logprobs {
-            self.out_logprobs.push(token_logprob(logits, id, n_top));
+            self.out_logprobs.push(match self.post_sampling {
+                true => drawn_logprob(self.sampler.drawn_from(), id, n_top),
+                false => token_logprob(logits, id, n_top),
+            });
         }
         self.t_first.get_or_insert_with(Instant::now);
         self.n_generated += 1;
@@ -370,6 +375,20 @@ impl Sequence {
             tokens: std::mem::take(&mut self.out_tokens),
             logprobs: std::mem::take(&mut self.out_logprobs),
         });
+    }
+}
+
+/// The log-probability of `id` in the distribution `dist` it was drawn from (sorted by
+/// decreasing probability; −∞ when it is not there) and the `n_top` first of `dist`.
+fn drawn_logprob(dist: &[(u32, f32)], id: u32, n_top: usize) -> TokenLogprob {
+    let ln = |p: f32| p.ln();
+    TokenLogprob {
+        id,
+        logprob: dist
+            .iter()
+            .find(|c| c.0 == id)
+            .map_or(f32::NEG_INFINITY, |c| ln(c.1)),
+        top: dist.iter().take(n_top).map(|&(t, p)| (t, ln(p))).collect(),
     }
 }
 

@@ -179,6 +179,7 @@ fn request(prompt: Vec<u32>, pooling: Pooling, namespace: u64) -> GenRequest {
         logit_bias: vec![],
         constraint: None,
         logprobs: None,
+        post_sampling: false,
         cache_prompt: false,
         cache_namespace: namespace,
         draft: Default::default(),

@@ -91,7 +91,6 @@ const INERT: &[Inert] = &[
     Inert { name: "n_keep", takes: keep, why: "the context is never shifted here (an answer stops at the slot's end), so nothing is kept" },
     Inert { name: "t_max_predict_ms", takes: null_or_zero, why: "a time limit on generation is not supported" },
     Inert { name: "return_progress", takes: null_or_false, why: "prompt progress events are not supported" },
-    Inert { name: "post_sampling_probs", takes: null_or_false, why: "post-sampling probabilities are not supported" },
     Inert { name: "timings_per_token", takes: null_or_false, why: "timings come with the last chunk only" },
     Inert { name: "return_tokens", takes: any, why: "" },
     Inert { name: "lora", takes: null_or_empty, why: "LoRA adapters are not supported" },

@@ -74,6 +74,8 @@ pub struct Reply {
     n_predicted: usize,
     /// llama-server's `generation_settings` (in `/completion`'s last answer).
     settings: Value,
+    /// `/completion`'s probabilities are after the sampling chain.
+    post_sampling: bool,
     /// Reasoning split and tool calls parsed out of chat answers.
     chain: Chain,
 }
@@ -109,6 +111,7 @@ impl Reply {
             index: 0,
             n_prompt: 0,
             n_predicted: 0,
+            post_sampling: settings["post_sampling_probs"] == json!(true),
             settings,
             chain,
         }
@@ -176,22 +179,32 @@ impl Reply {
                 }
                 json!({"tokens": tokens, "token_logprobs": lp, "top_logprobs": top, "text_offset": offsets})
             }
-            Route::Native => Value::Array(
-                lps.iter()
-                    .map(|t| {
-                        let (token, bytes) = self.piece(t.id);
-                        let top: Vec<Value> = t
-                            .top
-                            .iter()
-                            .map(|&(id, lp)| {
-                                let (token, bytes) = self.piece(id);
-                                json!({"id": id, "token": token, "bytes": bytes, "logprob": lp})
-                            })
-                            .collect();
-                        json!({"id": t.id, "token": token, "bytes": bytes, "logprob": t.logprob, "top_logprobs": top})
-                    })
-                    .collect(),
-            ),
+            Route::Native => {
+                // After the sampling chain, llama-server gives probabilities, not logs.
+                let (key, top_key) = match self.post_sampling {
+                    true => ("prob", "top_probs"),
+                    false => ("logprob", "top_logprobs"),
+                };
+                let value = |lp: f32| match self.post_sampling {
+                    true => json!(lp.exp()),
+                    false => json!(lp),
+                };
+                let entry = |id: u32, lp: f32| {
+                    let (token, bytes) = self.piece(id);
+                    let mut v = json!({"id": id, "token": token, "bytes": bytes});
+                    v[key] = value(lp);
+                    v
+                };
+                Value::Array(
+                    lps.iter()
+                        .map(|t| {
+                            let mut v = entry(t.id, t.logprob);
+                            v[top_key] = t.top.iter().map(|&(id, lp)| entry(id, lp)).collect();
+                            v
+                        })
+                        .collect(),
+                )
+            }
         }
     }
 

@@ -160,6 +160,8 @@ pub struct RawRequest {
     pub reasoning_format: Option<String>,
     /// llama-server's: `false` leaves tool calls as text in the answer.
     pub parse_tool_calls: Option<bool>,
+    /// llama-server's: `n_probs` reports probabilities after the sampling chain.
+    pub post_sampling_probs: Option<bool>,
     /// Penalties, typical-p, the stage order, logit_bias and the structured-output fields.
     #[serde(flatten)]
     pub chain: RawChain,
@@ -504,6 +506,13 @@ impl RawRequest {
             ));
         }
         let ending = self.ending();
+        let post_sampling = self.post_sampling_probs == Some(true);
+        if post_sampling && route != Route::Native {
+            return Err(ApiError::invalid(
+                "post_sampling_probs",
+                "post_sampling_probs applies to /completion's n_probs",
+            ));
+        }
         let tool_grammar = tools::lark(ready.tool_format, &spec, &ready.tok);
         let constraint = match (self.chain.grammar_spec()?, tool_grammar) {
             (None, None) => None,
@@ -632,6 +641,7 @@ impl RawRequest {
             logit_bias,
             constraint,
             logprobs: logprobs.map(|l| l.n_top),
+            post_sampling,
             cache_prompt: self.cache_prompt.unwrap_or(true),
             cache_namespace: match &self.cache_salt {
                 None => kv::SHARED,
@@ -724,7 +734,7 @@ fn generation_settings(req: &GenRequest, stream: bool, chain: &RawChain) -> Valu
         "speculative.n_max": req.draft.n_max,
         "speculative.n_min": req.draft.n_min,
         "timings_per_token": false,
-        "post_sampling_probs": false,
+        "post_sampling_probs": req.post_sampling,
         "lora": [],
     })
 }

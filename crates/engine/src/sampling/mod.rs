@@ -164,6 +164,11 @@ impl Sampler {
         pick(&self.candidates, u)
     }
 
+    /// The distribution the last token was drawn from or verified against.
+    pub fn drawn_from(&self) -> &[(u32, f32)] {
+        &self.candidates
+    }
+
     /// Draws the next token and returns it with the distribution it was drawn from.
     pub fn sample_with_distribution(
         &mut self,

@@ -72,6 +72,7 @@ pub fn request(
         logit_bias: vec![],
         constraint: None,
         logprobs: None,
+        post_sampling: false,
         cache_prompt: true,
         cache_namespace: kv::SHARED,
         draft: Default::default(),
