@@ -82,3 +82,14 @@ def test_several_aliases_are_each_a_model():
         assert r.model == "small"
     finally:
         s.stop()
+
+
+def test_props_cannot_be_changed_and_slots_hold_nothing_to_save(server):
+    r = server.post("/props", json={"n_predict": 4})
+    assert r.status_code == 501 and "not supported" in r.json()["error"]["message"], r.text
+    assert server.post("/slots/0?action=erase", json={}).json() == {"id_slot": 0, "n_erased": 0}
+    r = server.post("/slots/0?action=save", json={"filename": "a.bin"})
+    assert r.status_code == 501 and "prefix cache" in r.json()["error"]["message"], r.text
+    assert server.post("/slots/99?action=erase", json={}).status_code == 404
+    r = server.post("/slots/0?action=fly", json={})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "action", r.text
