@@ -1,6 +1,6 @@
 """The details clients read: /completion stream chunks carry the request's slot, the tokens
 predicted so far and the prompt's tokens; the last answer carries llama-server's
-generation_settings as the request set them; post_sampling_probs gives the probabilities of the
+generation_settings as the request set them; POST /props is refused; post_sampling_probs gives the probabilities of the
 distribution each token was drawn from; top_logprobs come ordered by probability; a body
 without a Content-Type is read as JSON; --alias takes several names, each a model."""
 
@@ -84,12 +84,11 @@ def test_several_aliases_are_each_a_model():
         s.stop()
 
 
-def test_props_cannot_be_changed_and_slots_hold_nothing_to_save(server):
+def test_props_cannot_be_changed_and_slots_need_a_save_path(server):
     r = server.post("/props", json={"n_predict": 4})
     assert r.status_code == 501 and "not supported" in r.json()["error"]["message"], r.text
-    assert server.post("/slots/0?action=erase", json={}).json() == {"id_slot": 0, "n_erased": 0}
     r = server.post("/slots/0?action=save", json={"filename": "a.bin"})
-    assert r.status_code == 501 and "prefix cache" in r.json()["error"]["message"], r.text
+    assert r.status_code == 501 and "--slot-save-path" in r.json()["error"]["message"], r.text
     assert server.post("/slots/99?action=erase", json={}).status_code == 404
     r = server.post("/slots/0?action=fly", json={})
     assert r.status_code == 400 and r.json()["error"]["param"] == "action", r.text

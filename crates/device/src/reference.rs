@@ -232,6 +232,25 @@ impl Device for Reference {
         }
     }
 
+    fn kv_read_block(&mut self, block: u32, out: &mut Vec<u8>) {
+        let kv = self.kv.as_ref().expect("kv_alloc first");
+        let bb = kv.cfg.block_bytes();
+        let f = block as usize * bb;
+        for store in kv.keys.iter().chain(kv.values.iter()) {
+            out.extend_from_slice(&store[f..f + bb]);
+        }
+    }
+
+    fn kv_write_block(&mut self, block: u32, data: &[u8]) {
+        let kv = self.kv.as_mut().expect("kv_alloc first");
+        let bb = kv.cfg.block_bytes();
+        let t = block as usize * bb;
+        let stores = kv.keys.iter_mut().chain(kv.values.iter_mut());
+        for (store, src) in stores.zip(data.chunks_exact(bb)) {
+            store[t..t + bb].copy_from_slice(src);
+        }
+    }
+
     fn begin(&mut self, step: &Step<'_>) {
         self.rows = step.rows.to_vec();
         self.tables = step.tables.iter().map(|t| t.to_vec()).collect();

@@ -280,6 +280,11 @@ pub trait Device: Send {
     fn kv_alloc(&mut self, cfg: KvConfig) -> Result<()>;
     /// Copies block `from` of every layer's keys and values to block `to`.
     fn kv_copy_block(&mut self, from: u32, to: u32);
+    /// Appends the bytes of block `block` to `out`: every layer's keys, then every layer's
+    /// values (`2 · n_layer · block_bytes`).
+    fn kv_read_block(&mut self, block: u32, out: &mut Vec<u8>);
+    /// Writes block `block` from bytes laid out as [`Device::kv_read_block`] gives them.
+    fn kv_write_block(&mut self, block: u32, data: &[u8]);
 
     /// Starts a forward over `step`'s rows.
     fn begin(&mut self, step: &Step<'_>);

@@ -197,6 +197,16 @@ impl Executor {
         &mut self.kv
     }
 
+    /// Appends KV block `block`'s bytes ([`device::Device::kv_read_block`]).
+    pub fn read_kv_block(&mut self, block: u32, out: &mut Vec<u8>) {
+        self.dev.kv_read_block(block, out);
+    }
+
+    /// Writes KV block `block` from bytes [`Self::read_kv_block`] gave.
+    pub fn write_kv_block(&mut self, block: u32, data: &[u8]) {
+        self.dev.kv_write_block(block, data);
+    }
+
     /// Mixture-of-experts blocks computed so far, and the experts they streamed.
     pub fn moe_stats(&self) -> model::MoeStats {
         self.dev.moe_stats()

@@ -10,6 +10,7 @@ use tokio::sync::{mpsc as tmpsc, oneshot};
 
 use crate::front::FrontState;
 use crate::request::{Event, GenRequest};
+use crate::scheduler::persist::{SlotDone, SlotOp};
 use crate::{ContextConfig, DeviceKind, Error, Result};
 
 /// How the engine is sized; everything is allocated once from this at start.
@@ -252,6 +253,12 @@ pub(crate) enum Command {
         out: tmpsc::UnboundedSender<Event>,
     },
     Snapshot(oneshot::Sender<Snapshot>),
+    Slot {
+        slot: usize,
+        ns: u64,
+        op: SlotOp,
+        reply: oneshot::Sender<std::result::Result<SlotDone, String>>,
+    },
 }
 
 /// The events of one request. Dropping it cancels the request: the engine frees its slot
@@ -321,6 +328,26 @@ impl EngineHandle {
             .send(Command::Snapshot(tx))
             .map_err(|_| Error::Stopped)?;
         Ok(rx)
+    }
+
+    /// Saves, restores or erases slot `slot`'s cached prefix in namespace `ns`
+    /// ([`crate::scheduler::persist`]); the inner error says why it could not be done.
+    pub async fn slot(
+        &self,
+        slot: usize,
+        ns: u64,
+        op: SlotOp,
+    ) -> Result<std::result::Result<SlotDone, String>> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Command::Slot {
+                slot,
+                ns,
+                op,
+                reply,
+            })
+            .map_err(|_| Error::Stopped)?;
+        rx.await.map_err(|_| Error::Stopped)
     }
 
     /// Where the box of a split model stands (`Up` for a whole model).

@@ -23,6 +23,7 @@ pub use handle::{
 pub use plan::{available_memory, MemoryPlan};
 pub use request::{DraftLimits, Event, FinishReason, GenRequest, Pooling, Summary, TokenLogprob};
 pub use sampling::{Sampler, SamplerConfig};
+pub use scheduler::persist::{SavedPrefix, SlotDone, SlotOp};
 pub use scheduler::{start, start_with};
 
 #[derive(Debug, thiserror::Error)]

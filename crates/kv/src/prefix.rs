@@ -67,18 +67,33 @@ impl PrefixCache {
 
     /// Positions [`Self::take`] would give `tokens` now.
     pub fn peek(&self, tokens: &[u32], max_positions: usize, ns: u64) -> usize {
+        self.blocks(tokens, max_positions, ns).len() * BLOCK_SIZE
+    }
+
+    /// The blocks cached in namespace `ns` for the longest prefix of `tokens` that fits in
+    /// `max_positions` (whole blocks), in order; the cache keeps them.
+    pub fn blocks(&self, tokens: &[u32], max_positions: usize, ns: u64) -> Vec<u32> {
         let n_max = max_positions.min(tokens.len()) / BLOCK_SIZE;
         let mut parent = ns;
-        let mut n = 0;
+        let mut blocks = Vec::new();
         for chunk in tokens.chunks_exact(BLOCK_SIZE).take(n_max) {
             let k = key(parent, chunk);
             match self.entries.get(&k) {
-                Some(e) if e.parent == parent && e.tokens[..] == *chunk => n += 1,
+                Some(e) if e.parent == parent && e.tokens[..] == *chunk => blocks.push(e.block),
                 _ => break,
             }
             parent = k;
         }
-        n * BLOCK_SIZE
+        blocks
+    }
+
+    /// Drops the cached prefix of `tokens` in namespace `ns` (its blocks go back to the pool
+    /// unless a sequence holds them); the positions dropped.
+    pub fn forget(&mut self, pool: &mut KvPool, tokens: &[u32], ns: u64) -> usize {
+        let mut seq = SeqKv::default();
+        let n = self.take(&mut seq, tokens, tokens.len(), ns);
+        pool.release(&mut seq);
+        n
     }
 
     /// Moves the longest prefix of `tokens` cached in namespace `ns` that fits in

@@ -140,53 +140,6 @@ pub async fn change_props() -> ApiError {
     )
 }
 
-#[derive(Deserialize)]
-pub struct SlotAction {
-    action: Option<String>,
-}
-
-/// `POST /slots/{id}?action=save|restore|erase`. A slot holds a request's KV only while
-/// the request runs (then it goes to the shared prefix cache, where later requests find
-/// it), so an idle slot has nothing to erase, and saving or restoring a slot's KV to a file
-/// is not supported.
-pub async fn slot_action(
-    State(s): State<Shared>,
-    axum::extract::Path(id): axum::extract::Path<String>,
-    axum::extract::Query(q): axum::extract::Query<SlotAction>,
-) -> Result<Json<Value>, ApiError> {
-    if !s.config.slots {
-        return Err(ApiError::not_supported(
-            "This server does not support slots endpoint (start it without --no-slots)",
-        ));
-    }
-    let r = ready(&s)?;
-    let snap = r.engine.snapshot().await?;
-    let slot = id
-        .parse::<usize>()
-        .ok()
-        .and_then(|i| snap.slots.iter().find(|sl| sl.id == i))
-        .ok_or_else(|| {
-            ApiError::not_found(format!(
-                "no slot '{id}' (slots 0 to {})",
-                snap.slots.len().saturating_sub(1)
-            ))
-        })?;
-    match q.action.as_deref() {
-        Some("erase") if slot.task.is_some() => Err(ApiError::invalid(
-            "id_slot",
-            format!("slot {} is processing a request; its KV goes when the request ends", slot.id),
-        )),
-        Some("erase") => Ok(Json(json!({"id_slot": slot.id, "n_erased": 0}))),
-        Some("save" | "restore") => Err(ApiError::not_supported(
-            "saving and restoring a slot's KV is not supported: slots hold no KV between requests here (the prefix cache keeps prompts for later requests)",
-        )),
-        other => Err(ApiError::invalid(
-            "action",
-            format!("action must be save, restore or erase, got {}", other.unwrap_or("none")),
-        )),
-    }
-}
-
 /// Prometheus text: llama.cpp's metric names and vLLM's speculative-decoding counters.
 pub async fn metrics(State(s): State<Shared>) -> Result<Response, ApiError> {
     if !s.config.metrics {

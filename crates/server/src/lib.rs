@@ -20,6 +20,7 @@ mod infill;
 mod info;
 mod reasoning;
 mod responses;
+mod slots;
 mod state;
 pub mod tools;
 mod transform;
@@ -252,7 +253,7 @@ pub fn router(state: Shared) -> Router {
         .route("/models/{id}", get(info::model))
         .route("/props", get(info::props).post(info::change_props))
         .route("/slots", get(info::slots))
-        .route("/slots/{id}", post(info::slot_action))
+        .route("/slots/{id}", post(slots::action))
         .route("/metrics", get(info::metrics))
         .route("/tokenize", post(info::tokenize))
         .route("/detokenize", post(info::detokenize))

@@ -91,6 +91,8 @@ pub struct ServerConfig {
     /// else `none`).
     pub embeddings: bool,
     pub pooling: Option<engine::Pooling>,
+    /// Where `/slots/{id}?action=save|restore` files live (`--slot-save-path`).
+    pub slot_save_path: Option<PathBuf>,
 }
 
 /// The head of a split model: blocks `at..n` and the output head here, the embeddings and
@@ -142,6 +144,7 @@ impl ServerConfig {
             split: None,
             embeddings: false,
             pooling: None,
+            slot_save_path: None,
         }
     }
 }
@@ -168,6 +171,10 @@ pub struct Ready {
     pub n_embd: usize,
     /// How embeddings are pooled; `None`: the server does not compute them.
     pub embeddings: Option<engine::Pooling>,
+    /// [`split::model_hash`] of the model: saved slots name it.
+    pub model_hash: u64,
+    /// The KV pool's shape.
+    pub kv_config: kv::KvConfig,
     pub n_params: u64,
     pub model_bytes: u64,
     pub plan: MemoryPlan,
@@ -400,6 +407,8 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         .sum();
     let model_bytes = MemoryPlan::new(&model, &ecfg.context_config()).weights;
     let (n_ctx_train, n_vocab, n_embd) = (hp.n_ctx_train, hp.n_vocab, hp.n_embd);
+    let model_hash = split::model_hash(&model.file);
+    let kv_config = ecfg.context_config().kv_config(&model);
     let embeddings = config.embeddings.then(|| {
         let pooling = config
             .pooling
@@ -442,6 +451,8 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         n_vocab,
         n_embd,
         embeddings,
+        model_hash,
+        kv_config,
         n_params,
         model_bytes,
         plan,

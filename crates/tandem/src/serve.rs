@@ -123,6 +123,9 @@ pub struct ServeArgs {
     /// `{arch}.pooling_type`, else `none` (a vector per token, /embedding only).
     #[arg(long, value_parser = ["none", "mean", "cls", "last"], requires = "embeddings")]
     pub pooling: Option<String>,
+    /// Directory of the files `/slots/{id}?action=save|restore` write and read.
+    #[arg(long = "slot-save-path")]
+    pub slot_save_path: Option<PathBuf>,
     /// /metrics answers without the API key (for a scraper on a trusted network).
     #[arg(long = "metrics-public")]
     pub metrics_public: bool,
@@ -414,6 +417,7 @@ impl ServeArgs {
             },
             metrics: self.metrics,
             embeddings: self.embeddings,
+            slot_save_path: self.slot_save_path.clone(),
             pooling: self.pooling.as_deref().map(|p| match p {
                 "mean" => engine::Pooling::Mean,
                 "cls" => engine::Pooling::Cls,

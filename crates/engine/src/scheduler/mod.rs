@@ -39,6 +39,7 @@ use crate::Result;
 mod calibrate;
 mod cohorts;
 mod drafting;
+pub mod persist;
 mod planner;
 mod recovery;
 mod step;
@@ -89,6 +90,9 @@ pub struct Engine {
     overlap: Overlap,
     /// The cohorts that take turns through a pipelining front (one without).
     cohorts: Cohorts,
+    /// Per slot: the tokens and namespace of the last request it served (whose prefix the
+    /// cache may hold).
+    last: Vec<Option<(Vec<u32>, u64)>>,
 }
 
 /// Allocates everything `cfg` asks for (and the drafter `spec` makes), measures what
@@ -143,6 +147,7 @@ pub fn start_with(
         cfg,
         cache: PrefixCache::new(),
         slots: (0..cfg.n_parallel).map(|_| None).collect(),
+        last: (0..cfg.n_parallel).map(|_| None).collect(),
         queue: VecDeque::new(),
         rx,
         queued: queued.clone(),
@@ -269,6 +274,14 @@ impl Engine {
             Command::Snapshot(reply) => {
                 let _ = reply.send(self.snapshot());
             }
+            Command::Slot {
+                slot,
+                ns,
+                op,
+                reply,
+            } => {
+                let _ = reply.send(self.slot_op(slot, ns, op));
+            }
         }
     }
 
@@ -374,6 +387,7 @@ impl Engine {
     /// box) and empties it.
     fn free_slot(&mut self, slot: usize) {
         if let Some(mut a) = self.slots[slot].take() {
+            self.last[slot] = Some((a.seq.tokens.clone(), a.seq.cache_namespace));
             give_kv(
                 self.exec.kv_mut(),
                 &mut self.cache,

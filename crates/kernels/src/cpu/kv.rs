@@ -60,6 +60,29 @@ impl KvStore {
         })
     }
 
+    /// Appends block `block`'s bytes: every layer's keys, then every layer's values.
+    pub fn read_block(&self, block: u32, out: &mut Vec<u8>) {
+        let bb = self.cfg.block_bytes();
+        let f = block as usize * bb;
+        for store in self.keys.iter().chain(self.values.iter()) {
+            out.extend_from_slice(&store[f..f + bb]);
+        }
+    }
+
+    /// Writes block `block` from bytes laid out as [`Self::read_block`] gives them.
+    pub fn write_block(&mut self, block: u32, data: &[u8]) {
+        let bb = self.cfg.block_bytes();
+        let t = block as usize * bb;
+        for (store, src) in self
+            .keys
+            .iter_mut()
+            .chain(self.values.iter_mut())
+            .zip(data.chunks_exact(bb))
+        {
+            store[t..t + bb].copy_from_slice(src);
+        }
+    }
+
     pub fn copy_block(&mut self, from: u32, to: u32) {
         let bb = self.cfg.block_bytes();
         let (f, t) = (from as usize * bb, to as usize * bb);

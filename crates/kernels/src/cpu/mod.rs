@@ -212,6 +212,20 @@ impl Device for Cpu {
             .copy_block(from, to);
     }
 
+    fn kv_read_block(&mut self, block: u32, out: &mut Vec<u8>) {
+        self.kv
+            .as_ref()
+            .expect("kv_alloc first")
+            .read_block(block, out);
+    }
+
+    fn kv_write_block(&mut self, block: u32, data: &[u8]) {
+        self.kv
+            .as_mut()
+            .expect("kv_alloc first")
+            .write_block(block, data);
+    }
+
     fn begin(&mut self, step: &Step<'_>) {
         self.rows.clear();
         self.rows.extend_from_slice(step.rows);
