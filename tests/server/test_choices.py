@@ -1,8 +1,12 @@
 """Several choices in one answer, with the official `openai` client: `n` choices of a prompt each draw
 from their own seed stream (seed + i), hold the first choice's prompt KV blocks instead of computing
 the prompt again (their cached tokens), and stream interleaved with one usage chunk and one [DONE];
-/v1/completions takes lists of prompts (texts and token lists mixed), choices in OpenAI's order."""
+/v1/completions takes lists of prompts (texts and token lists mixed), choices in OpenAI's order, and
+/completion several prompts (an array of answers) and texts and ids mixed in one prompt."""
 
+import json
+
+import httpx
 import pytest
 
 ASK = [{"role": "user", "content": "Write a short poem about the sea and the sky."}]
@@ -55,9 +59,34 @@ def test_completions_take_lists_of_prompts(server):
     ("/v1/chat/completions", {"messages": ASK, "n": 17}, "n"),
     ("/v1/completions", {"prompt": ["a"] * 9, "n": 2}, "prompt"),
     ("/completion", {"prompt": "a", "n": 2}, "n"),
-    ("/completion", {"prompt": ["a", "b"]}, "prompt"),
     ("/v1/completions", {"prompt": ["a", []]}, "prompt[1]"),
 ])
 def test_too_many_choices_are_400s(server, route, body, field):
     r = server.post(route, json={"model": "m", **body})
     assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
+
+
+def test_completion_takes_several_prompts_and_mixed_ones(server):
+    one = server.post("/completion", json={"prompt": "The sea is", "n_predict": 6, "temperature": 0}).json()
+    two = server.post("/completion", json={"prompt": "The moon is", "n_predict": 6, "temperature": 0}).json()
+    both = server.post("/completion", json={"prompt": ["The sea is", "The moon is"], "n_predict": 6,
+                                            "temperature": 0}).json()
+    assert [b["index"] for b in both] == [0, 1]
+    assert [b["content"] for b in both] == [one["content"], two["content"]]
+    assert [b["tokens_evaluated"] for b in both] == [one["tokens_evaluated"], two["tokens_evaluated"]]
+    # Texts and token ids mixed in one list are one prompt, as llama-server reads it.
+    ids = server.post("/tokenize", json={"content": " is"}).json()["tokens"]
+    mixed = server.post("/completion", json={"prompt": ["The sea", *ids], "n_predict": 6, "temperature": 0}).json()
+    assert mixed["content"] == one["content"] and mixed["tokens_evaluated"] == one["tokens_evaluated"]
+    chunks = []
+    with httpx.stream("POST", server.url + "/completion", headers={"Authorization": "Bearer test-key-123"},
+                      json={"prompt": ["The sea is", "The moon is"], "n_predict": 6, "temperature": 0,
+                            "stream": True}, timeout=60) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                chunks.append(json.loads(line[6:]))
+    texts = ["", ""]
+    for c in chunks:
+        texts[c["index"]] += c["content"]
+    assert texts == [one["content"], two["content"]]
+    assert sum(1 for c in chunks if c["stop"]) == 2

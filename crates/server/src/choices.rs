@@ -6,7 +6,9 @@
 //!
 //! The answer has OpenAI's choices in order (index = prompt × n + choice) and their usage
 //! summed (the prompt tokens of each prompt counted once); streamed, the choices' chunks
-//! interleave as they come, and one usage chunk and one `[DONE]` end the stream.
+//! interleave as they come, and one usage chunk and one `[DONE]` end the stream. On
+//! `/completion` (several prompts) the answer is the array of each prompt's answer, and a
+//! stream interleaves their chunks, each with its `index`.
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
@@ -21,6 +23,7 @@ use serde_json::Value;
 use crate::error::ApiError;
 use crate::format::{usage, Reply};
 use crate::generate::{collect, sse_events, OpenAiStream};
+use crate::validate::Route;
 
 /// The summaries of the choices that ended, by choice.
 pub(crate) type Ended = Arc<Mutex<Vec<(usize, Summary)>>>;
@@ -95,10 +98,14 @@ pub(crate) async fn whole(
 ) -> Result<Response, ApiError> {
     let done = futures_util::future::try_join_all(events.into_iter().map(collect)).await?;
     let summaries: Vec<Summary> = done.iter().map(|d| d.3.clone()).collect();
+    let native = replies[0].route == Route::Native;
     let mut bodies = replies
         .iter_mut()
         .zip(done)
         .map(|(r, (text, tokens, lps, s))| r.complete(text, tokens, &lps, asked, &s));
+    if native {
+        return Ok(Json(Value::Array(bodies.collect())).into_response());
+    }
     let mut body = bodies.next().expect("at least one choice");
     let mut choices = vec![body["choices"][0].take()];
     choices.extend(bodies.map(|mut b| b["choices"][0].take()));
@@ -115,6 +122,7 @@ pub(crate) fn streamed(
     n: usize,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let among: Ended = Arc::default();
+    let native = replies[0].route == Route::Native;
     let include_usage = replies[0].include_usage;
     let mut last = replies[0].usage_chunk(Value::Null);
     let streams: Vec<_> = replies
@@ -135,6 +143,9 @@ pub(crate) fn streamed(
         got.sort_by_key(|g| g.0);
         let got: Vec<Summary> = got.into_iter().map(|g| g.1).collect();
         let mut out = Vec::new();
+        if native {
+            return stream::iter(out);
+        }
         if include_usage && !got.is_empty() {
             last["usage"] = usage(&total(&got, n));
             out.push(Ok(SseEvent::default().data(last.to_string())));

@@ -94,10 +94,14 @@ fn parse_embed(bytes: &Bytes, ready: &Ready, openai: bool) -> Result<Asked, ApiE
         .each()
         .into_iter()
         .map(|p| match p {
-            OnePrompt::Text(t) => Ok(t),
-            OnePrompt::Tokens(ids) => Err(ids),
+            OnePrompt::Text(t) => Ok(Ok(t)),
+            OnePrompt::Tokens(ids) => Ok(Err(ids)),
+            OnePrompt::Mixed(_) => Err(ApiError::invalid(
+                name,
+                format!("{name}: texts and token ids mixed in one input are not supported here"),
+            )),
         })
-        .collect();
+        .collect::<Result<_, _>>()?;
     if texts.is_empty() || texts.len() > MAX_INPUTS {
         return Err(ApiError::invalid(
             name,

@@ -65,6 +65,8 @@ pub(crate) struct Submitted<X = ()> {
     pub task: u64,
     /// Tokens in the first prompt.
     pub n_prompt: usize,
+    /// Tokens in each choice's prompt.
+    pub n_prompts: Vec<usize>,
     /// Per choice: its events, and the parser of its tool calls.
     pub events: Vec<EventStream>,
     pub calls: Vec<Option<CallParser>>,
@@ -99,7 +101,8 @@ where
         }
     }
     let ready = ready(s)?;
-    let n_prompt = v.choices[0].prompt.len();
+    let n_prompts: Vec<usize> = v.choices.iter().map(|c| c.prompt.len()).collect();
+    let n_prompt = n_prompts[0];
     let (task, events) = crate::choices::queue(&ready.engine, v.choices, v.answer.n).await?;
     let calls = (0..events.len() as u64)
         .map(|i| {
@@ -115,6 +118,7 @@ where
     Ok(Submitted {
         task,
         n_prompt,
+        n_prompts,
         events,
         calls,
         answer: v.answer,
@@ -177,6 +181,7 @@ where
         .map(|(i, calls)| {
             let mut r = Reply::new(route, sub.task, ready, sub.answer.clone(), calls);
             r.index = i;
+            r.n_prompt = sub.n_prompts[i];
             r
         })
         .collect();

@@ -45,13 +45,23 @@ pub enum Stop {
     Many(Vec<String>),
 }
 
-/// A prompt: text, token ids, or a list of those (texts and token lists mixed).
+/// A prompt as sent, as llama-server reads it: a text, token ids, a list of texts and ids
+/// (one prompt when it holds both, else a prompt per text), or a list of prompts.
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 pub enum Prompt {
     Text(String),
     Tokens(Vec<u32>),
+    List(Vec<Piece>),
     Many(Vec<OnePrompt>),
+}
+
+/// A piece of a mixed prompt.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Piece {
+    Token(u32),
+    Text(String),
 }
 
 /// One prompt of a list.
@@ -60,14 +70,23 @@ pub enum Prompt {
 pub enum OnePrompt {
     Text(String),
     Tokens(Vec<u32>),
+    Mixed(Vec<Piece>),
 }
 
 impl Prompt {
-    /// Each prompt: its text, or its tokens.
+    /// Each prompt: its text, its tokens, or texts and tokens mixed.
     pub fn each(self) -> Vec<OnePrompt> {
         match self {
             Prompt::Text(t) => vec![OnePrompt::Text(t)],
             Prompt::Tokens(ids) => vec![OnePrompt::Tokens(ids)],
+            Prompt::List(pieces) if pieces.iter().all(|p| matches!(p, Piece::Text(_))) => pieces
+                .into_iter()
+                .filter_map(|p| match p {
+                    Piece::Text(t) => Some(OnePrompt::Text(t)),
+                    Piece::Token(_) => None,
+                })
+                .collect(),
+            Prompt::List(pieces) => vec![OnePrompt::Mixed(pieces)],
             Prompt::Many(v) => v,
         }
     }
@@ -604,9 +623,6 @@ impl RawRequest {
             Route::Completions | Route::Native => match self.prompt.map(Prompt::each) {
                 None => return Err(ApiError::invalid("prompt", "prompt is required")),
                 Some(v) if v.is_empty() => return Err(ApiError::invalid("prompt", "the prompt list is empty")),
-                Some(v) if v.len() > 1 && route == Route::Native => {
-                    return Err(ApiError::invalid("prompt", "/completion takes one prompt; /v1/completions takes several"))
-                }
                 Some(v) if v.len() * n > MAX_CHOICES => {
                     return Err(ApiError::invalid(
                         "prompt",
@@ -759,6 +775,21 @@ fn checked_prompt(
             (t, ids)
         }
         OnePrompt::Tokens(ids) => (ready.tok.decode(&ids), ids),
+        OnePrompt::Mixed(pieces) => {
+            // As llama.cpp: special tokens are added only when the first piece is a text.
+            let mut ids = Vec::new();
+            for (i, p) in pieces.into_iter().enumerate() {
+                match p {
+                    Piece::Token(t) => ids.push(t),
+                    Piece::Text(t) => {
+                        ids.extend(ready.tok.encode(&t, i == 0, true).map_err(|e| {
+                            ApiError::invalid(&field, format!("cannot tokenize {field}: {e}"))
+                        })?)
+                    }
+                }
+            }
+            (ready.tok.decode(&ids), ids)
+        }
     };
     if ids.is_empty() {
         return Err(ApiError::invalid(
