@@ -2,8 +2,10 @@
 the same conversation (instructions, text or items), whole and streamed as the Responses events the
 client assembles; a short max_output_tokens gives an incomplete response; text.format follows a
 JSON schema; on Qwen2.5-Coder-0.5B function tools give function_call items, streamed or not, and
-function_call_output items in the input get the chat route's text answer; what cannot be honored
-(storage, built-in tools, reasoning options) is a 400 naming the field."""
+function_call_output items in the input get the chat route's text answer; a stored response is
+retrieved, continued with previous_response_id (the chat route's answer to the whole conversation),
+deleted, and invisible to another key; what cannot be honored (built-in tools, reasoning options) is a
+400 naming the field."""
 
 import json
 
@@ -78,7 +80,6 @@ def test_a_text_format_is_followed(server):
 
 
 @pytest.mark.parametrize("extra, field", [
-    ({"store": True}, "store"),
     ({"previous_response_id": "resp_1"}, "previous_response_id"),
     ({"tools": [{"type": "web_search"}]}, "tools[0]"),
     ({"reasoning": {"effort": "low"}}, "reasoning"),
@@ -89,6 +90,40 @@ def test_what_cannot_be_honored_is_a_400_naming_it(server, extra, field):
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert field in err["message"] and err["param"].startswith(field.split("[")[0]), err
+
+
+def test_a_stored_response_is_retrieved_continued_and_deleted(server):
+    c = server.client()
+    first = c.responses.create(model="m", input="My name is Ada. Say hello to me.", max_output_tokens=24,
+                               temperature=0)
+    assert first.store and c.responses.retrieve(first.id).output_text == first.output_text
+    second = c.responses.create(model="m", previous_response_id=first.id, input="What is my name?",
+                                max_output_tokens=24, temperature=0)
+    assert second.previous_response_id == first.id
+    want = chat_text(server, [{"role": "user", "content": "My name is Ada. Say hello to me."},
+                              {"role": "assistant", "content": first.output_text},
+                              {"role": "user", "content": "What is my name?"}], max_tokens=24)
+    assert second.output_text == want.message.content
+    c.responses.delete(second.id)
+    assert server.get(f"/v1/responses/{second.id}").status_code == 404
+    unstored = respond(server, store=False)
+    assert server.get(f"/v1/responses/{unstored.id}").status_code == 404
+
+
+def test_another_key_cannot_see_a_stored_response():
+    s = Server("-c", "1024", "-np", "1", "--api-key", "alice,bob")
+    try:
+        import openai
+        alice = openai.OpenAI(base_url=s.url + "/v1", api_key="alice", max_retries=0)
+        bob = openai.OpenAI(base_url=s.url + "/v1", api_key="bob", max_retries=0)
+        r = alice.responses.create(model="m", input="Hello", max_output_tokens=4)
+        assert alice.responses.retrieve(r.id).id == r.id
+        with pytest.raises(openai.NotFoundError):
+            bob.responses.retrieve(r.id)
+        with pytest.raises(openai.BadRequestError):
+            bob.responses.create(model="m", input="Hi", previous_response_id=r.id, max_output_tokens=4)
+    finally:
+        s.stop()
 
 
 TOOLS = [{"type": "function", "name": "get_weather", "description": "Get the current weather in a city",

@@ -266,6 +266,10 @@ pub fn router(state: Shared) -> Router {
         .route("/infill", post(generate::infill))
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/responses", post(responses::responses))
+        .route(
+            "/v1/responses/{id}",
+            get(responses::get).delete(responses::delete),
+        )
         .route("/v1/embeddings", post(embeddings::openai))
         .route("/embedding", post(embeddings::native))
         .route("/embeddings", post(embeddings::native))

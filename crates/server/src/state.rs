@@ -201,6 +201,8 @@ pub struct AppState {
     /// blocking pool, for small bodies and for large ones; requests beyond them wait
     /// without holding a runtime thread.
     pub preparing: Lanes,
+    /// Stored Responses-API responses.
+    pub responses: crate::responses::store::Store,
 }
 
 /// The preparation turns: large bodies get one less than the cores (one at least), so that
@@ -239,6 +241,7 @@ impl AppState {
             config,
             ready: OnceLock::new(),
             preparing: Lanes::new(),
+            responses: Default::default(),
             started: Instant::now(),
             created: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

@@ -38,6 +38,8 @@ pub struct ResponseReply {
     items: Vec<Value>,
     open: Option<Open>,
     seq: u64,
+    /// Told the finished response (to store it).
+    on_done: Option<Box<dyn FnOnce(&Value) + Send>>,
 }
 
 fn function_call(c: &ToolCall, arguments: &str, status: &str) -> Value {
@@ -90,6 +92,19 @@ impl ResponseReply {
             items: Vec::new(),
             open: None,
             seq: 0,
+            on_done: None,
+        }
+    }
+
+    /// `on_done` is told the finished response.
+    pub fn when_done(mut self, on_done: impl FnOnce(&Value) + Send + 'static) -> Self {
+        self.on_done = Some(Box::new(on_done));
+        self
+    }
+
+    fn done(&mut self, response: &Value) {
+        if let Some(f) = self.on_done.take() {
+            f(response);
         }
     }
 
@@ -244,7 +259,9 @@ impl EventReply for ResponseReply {
         for c in &out.calls {
             self.items.push(function_call(c, &c.arguments, "completed"));
         }
-        self.response("completed", Some(s))
+        let r = self.response("completed", Some(s));
+        self.done(&r);
+        r
     }
 
     fn opening(&mut self) -> Vec<SseData> {
@@ -265,6 +282,7 @@ impl EventReply for ResponseReply {
         let mut events = self.events(rest);
         self.close(&mut events);
         let r = self.response("completed", Some(s));
+        self.done(&r);
         let kind = match r["status"].as_str() {
             Some("incomplete") => "response.incomplete",
             _ => "response.completed",

@@ -1,8 +1,9 @@
 //! OpenAI's Responses request, read into the chat request the rest of the server runs:
 //! `instructions` becomes the first message, `input` (text, or items: messages,
 //! `function_call`, `function_call_output`, `reasoning`) the conversation, `tools` and
-//! `tool_choice` their chat forms, `text.format` the `response_format`. Nothing is stored:
-//! `store: true`, `previous_response_id` and `conversation` are refused, as is every other
+//! `tool_choice` their chat forms, `text.format` the `response_format`. A stored response's
+//! conversation comes before the input with `previous_response_id` ([`super::store`]);
+//! `conversation` objects are refused, as is every other
 //! field this server cannot honor. Errors name the Responses field.
 
 use serde::Deserialize;
@@ -253,19 +254,9 @@ impl ResponsesRequest {
     fn refused(&self) -> Option<(&'static str, &'static str)> {
         let named = [
             (
-                "store",
-                self.store == Some(true),
-                "responses are not stored here; send store: false and the whole input",
-            ),
-            (
-                "previous_response_id",
-                self.previous_response_id.is_some(),
-                "responses are not stored here; send the whole input",
-            ),
-            (
                 "conversation",
                 self.conversation.is_some(),
-                "conversations are not stored here; send the whole input",
+                "conversation objects are not supported; continue with previous_response_id",
             ),
             (
                 "background",
@@ -348,6 +339,8 @@ impl ResponsesRequest {
         put("parallel_tool_calls", json!(self.parallel_tool_calls));
         put("metadata", json!(self.metadata));
         put("user", json!(self.user));
+        put("store", json!(self.store != Some(false)));
+        put("previous_response_id", json!(self.previous_response_id));
         if let Some(f) = self.text.as_ref().and_then(|t| t.format.as_ref()) {
             put("text", json!({"format": f}));
         }
@@ -355,7 +348,10 @@ impl ResponsesRequest {
     }
 
     /// The chat request this asks for.
-    pub fn into_chat(self) -> Result<RawRequest, ApiError> {
+    /// The chat request this asks for after the conversation `previous` (a stored
+    /// response's items), and the conversation's items with this input (what a stored
+    /// response keeps).
+    pub fn into_chat(self, previous: Vec<Value>) -> Result<(RawRequest, Vec<Value>), ApiError> {
         if let Some((name, why)) = self.refused() {
             return Err(ApiError::invalid(name, format!("{name}: {why}")));
         }
@@ -363,15 +359,21 @@ impl ResponsesRequest {
         if let Some(i) = self.instructions {
             messages.push(message("system", i, Map::new()));
         }
+        let mut items = previous;
         match self.input {
             None => return Err(ApiError::invalid("input", "input is required")),
-            Some(Input::Text(t)) => messages.push(message("user", t, Map::new())),
-            Some(Input::Items(items)) => {
-                let mut reasoning = String::new();
-                for (i, it) in items.iter().enumerate() {
-                    item(i, it, &mut messages, &mut reasoning)?;
-                }
-            }
+            Some(Input::Text(t)) => items.push(json!({"role": "user", "content": t})),
+            Some(Input::Items(given)) => items.extend(given.into_iter().map(Value::Object)),
+        }
+        let mut reasoning = String::new();
+        for (i, it) in items.iter().enumerate() {
+            let it = it.as_object().ok_or_else(|| {
+                ApiError::invalid(
+                    format!("input[{i}]"),
+                    format!("input[{i}] must be an object"),
+                )
+            })?;
+            item(i, it, &mut messages, &mut reasoning)?;
         }
         let tools = self
             .tools
@@ -386,7 +388,7 @@ impl ResponsesRequest {
             None => None,
             Some(f) => format(f)?,
         };
-        Ok(RawRequest {
+        let raw = RawRequest {
             model: self.model,
             messages: Some(messages),
             max_tokens: self.max_output_tokens,
@@ -401,7 +403,8 @@ impl ResponsesRequest {
                 ..RawChain::default()
             },
             ..RawRequest::default()
-        })
+        };
+        Ok((raw, items))
     }
 }
 
