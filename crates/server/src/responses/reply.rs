@@ -26,6 +26,9 @@ struct Open {
     text: String,
 }
 
+/// What is told a finished response.
+type OnDone = Box<dyn FnOnce(&Value) + Send>;
+
 /// One answer's bodies.
 pub struct ResponseReply {
     id: String,
@@ -39,7 +42,7 @@ pub struct ResponseReply {
     open: Option<Open>,
     seq: u64,
     /// Told the finished response (to store it).
-    on_done: Option<Box<dyn FnOnce(&Value) + Send>>,
+    on_done: Option<OnDone>,
 }
 
 fn function_call(c: &ToolCall, arguments: &str, status: &str) -> Value {
