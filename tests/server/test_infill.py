@@ -1,7 +1,7 @@
 """llama-server's /infill on Qwen2.5-Coder-0.5B: the answer is /completion's answer to the FIM prompt
 built as llama-server builds it (repo-level pattern: <|repo_name|>myproject, a <|file_sep|> per extra
 chunk with its file name, then <|fim_prefix|>prefix<|fim_suffix|>suffix<|fim_middle|>), whole and
-streamed; a model without FIM tokens gets a 400 saying so."""
+streamed; with --spm-infill the suffix comes first; a model without FIM tokens gets a 400 saying so."""
 
 import json
 
@@ -64,3 +64,16 @@ def test_extra_context_is_cut_to_fit_the_slot(qwen):
     # Extra context up to the slot less a batch and twice n_predict, 3/4 of a batch of prefix, the rest of
     # the last quarter of suffix, and the three FIM tokens: 1520 + 384 + 126 + 3.
     assert r.json()["tokens_evaluated"] == 2033
+
+
+def test_spm_infill_puts_the_suffix_first():
+    s = Server("-c", "4096", "-np", "2", "-b", "512", "--spm-infill", model="qwen2.5-coder-0.5b")
+    try:
+        got = s.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 12,
+                                      "temperature": 0}).json()
+        text = (f"<|repo_name|>myproject\n<|file_sep|>filename\n"
+                f"<|fim_suffix|>{SUFFIX}<|fim_prefix|>{PREFIX}<|fim_middle|>")
+        want = s.post("/completion", json={"prompt": text, "n_predict": 12, "temperature": 0}).json()
+        assert got["content"] == want["content"] and got["tokens_evaluated"] == want["tokens_evaluated"]
+    finally:
+        s.stop()

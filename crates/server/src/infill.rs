@@ -9,7 +9,8 @@
 //! the extra chunks (`input_extra`) kept from their end to fill the context left after a
 //! batch and twice `n_predict`, the prefix cut to its last ¾ of a batch and the suffix to
 //! what is left of the last ¼. Without FIM_REP/FIM_SEP the chunks are joined by a snippet
-//! marker. Every other field is `/completion`'s, and so is the answer.
+//! marker. With `--spm-infill` the suffix part comes before the prefix part. Every other
+//! field is `/completion`'s, and so is the answer.
 
 use axum::body::Bytes;
 use serde::Deserialize;
@@ -105,11 +106,15 @@ pub fn prepare(bytes: &Bytes, ready: &Ready) -> Result<ValidGen, ApiError> {
     if ready.tok.add_bos() {
         ids.extend(ready.tok.bos());
     }
-    ids.push(fim.pre);
-    ids.extend(prefix);
-    ids.extend(prompt);
-    ids.push(fim.suf);
-    ids.extend(suffix);
+    let mut prefix_part = vec![fim.pre];
+    prefix_part.extend(prefix);
+    prefix_part.extend(prompt);
+    let mut suffix_part = vec![fim.suf];
+    suffix_part.extend(suffix);
+    match ready.spm_infill {
+        false => ids.extend(prefix_part.into_iter().chain(suffix_part)),
+        true => ids.extend(suffix_part.into_iter().chain(prefix_part)),
+    }
     ids.push(fim.mid);
     rest.prompt = Some(Prompt::Tokens(ids));
     rest.validate(Route::Native, ready)

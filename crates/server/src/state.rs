@@ -93,6 +93,8 @@ pub struct ServerConfig {
     pub pooling: Option<engine::Pooling>,
     /// Where `/slots/{id}?action=save|restore` files live (`--slot-save-path`).
     pub slot_save_path: Option<PathBuf>,
+    /// `/infill` prompts put the suffix before the prefix (`--spm-infill`).
+    pub spm_infill: bool,
 }
 
 /// The head of a split model: blocks `at..n` and the output head here, the embeddings and
@@ -145,6 +147,7 @@ impl ServerConfig {
             embeddings: false,
             pooling: None,
             slot_save_path: None,
+            spm_infill: false,
         }
     }
 }
@@ -175,6 +178,8 @@ pub struct Ready {
     pub model_hash: u64,
     /// The KV pool's shape.
     pub kv_config: kv::KvConfig,
+    /// `/infill` prompts put the suffix before the prefix.
+    pub spm_infill: bool,
     pub n_params: u64,
     pub model_bytes: u64,
     pub plan: MemoryPlan,
@@ -456,6 +461,7 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         embeddings,
         model_hash,
         kv_config,
+        spm_infill: config.spm_infill,
         n_params,
         model_bytes,
         plan,

@@ -126,6 +126,9 @@ pub struct ServeArgs {
     /// Directory of the files `/slots/{id}?action=save|restore` write and read.
     #[arg(long = "slot-save-path")]
     pub slot_save_path: Option<PathBuf>,
+    /// `/infill` prompts in suffix-prefix-middle order, as some code models prefer.
+    #[arg(long = "spm-infill")]
+    pub spm_infill: bool,
     /// /metrics answers without the API key (for a scraper on a trusted network).
     #[arg(long = "metrics-public")]
     pub metrics_public: bool,
@@ -418,6 +421,7 @@ impl ServeArgs {
             metrics: self.metrics,
             embeddings: self.embeddings,
             slot_save_path: self.slot_save_path.clone(),
+            spm_infill: self.spm_infill,
             pooling: self.pooling.as_deref().map(|p| match p {
                 "mean" => engine::Pooling::Mean,
                 "cls" => engine::Pooling::Cls,
