@@ -15,8 +15,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
+use crate::prompts::{OnePrompt, Prompt};
 use crate::state::{Ready, Shared};
-use crate::validate::{parse, OnePrompt, Prompt};
+use crate::validate::parse;
 use crate::{body, namespace_of, off_runtime, ready, KeyNamespace};
 
 /// Most inputs in one request (OpenAI's limit).

@@ -16,8 +16,9 @@ use axum::body::Bytes;
 use serde::Deserialize;
 
 use crate::error::ApiError;
+use crate::prompts::Prompt;
 use crate::state::Ready;
-use crate::validate::{parse, Prompt, RawRequest, Route, ValidGen};
+use crate::validate::{parse, RawRequest, Route, ValidGen};
 
 #[derive(Debug, Deserialize)]
 struct Chunk {

@@ -6,6 +6,7 @@
 //! CORS headers are sent only for the origins `--cors` names.
 
 mod anthropic;
+mod chat;
 mod choices;
 mod conn;
 mod constrain;
@@ -18,6 +19,7 @@ pub mod fuzz;
 mod generate;
 mod infill;
 mod info;
+mod prompts;
 mod reasoning;
 mod responses;
 mod slots;

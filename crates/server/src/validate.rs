@@ -5,10 +5,11 @@ use engine::{DraftLimits, GenRequest, SamplerConfig};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use text::RenderOptions;
 
+use crate::chat::{render_chat, Ending, RawMessage};
 use crate::constrain::{self, RawChain};
 use crate::error::ApiError;
+use crate::prompts::{checked_prompt, OnePrompt, Prompt};
 use crate::state::Ready;
 use crate::tools::{self, ToolSpec};
 
@@ -45,53 +46,6 @@ pub enum Stop {
     Many(Vec<String>),
 }
 
-/// A prompt as sent, as llama-server reads it: a text, token ids, a list of texts and ids
-/// (one prompt when it holds both, else a prompt per text), or a list of prompts.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub enum Prompt {
-    Text(String),
-    Tokens(Vec<u32>),
-    List(Vec<Piece>),
-    Many(Vec<OnePrompt>),
-}
-
-/// A piece of a mixed prompt.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub enum Piece {
-    Token(u32),
-    Text(String),
-}
-
-/// One prompt of a list.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub enum OnePrompt {
-    Text(String),
-    Tokens(Vec<u32>),
-    Mixed(Vec<Piece>),
-}
-
-impl Prompt {
-    /// Each prompt: its text, its tokens, or texts and tokens mixed.
-    pub fn each(self) -> Vec<OnePrompt> {
-        match self {
-            Prompt::Text(t) => vec![OnePrompt::Text(t)],
-            Prompt::Tokens(ids) => vec![OnePrompt::Tokens(ids)],
-            Prompt::List(pieces) if pieces.iter().all(|p| matches!(p, Piece::Text(_))) => pieces
-                .into_iter()
-                .filter_map(|p| match p {
-                    Piece::Text(t) => Some(OnePrompt::Text(t)),
-                    Piece::Token(_) => None,
-                })
-                .collect(),
-            Prompt::List(pieces) => vec![OnePrompt::Mixed(pieces)],
-            Prompt::Many(v) => v,
-        }
-    }
-}
-
 /// `logprobs`: a bool (chat) or a count (completions).
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
@@ -104,31 +58,6 @@ pub enum Logprobs {
 pub struct StreamOptions {
     #[serde(default)]
     pub include_usage: bool,
-}
-
-/// One chat message as sent: `content` is a string, a list of parts, or null.
-#[derive(Debug, Deserialize)]
-pub struct RawMessage {
-    pub role: String,
-    #[serde(default)]
-    pub content: Option<Content>,
-    #[serde(flatten)]
-    pub rest: Map<String, Value>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub enum Content {
-    Text(String),
-    Parts(Vec<Part>),
-}
-
-#[derive(Debug, Deserialize)]
-pub struct Part {
-    #[serde(rename = "type")]
-    pub kind: String,
-    #[serde(default)]
-    pub text: Option<String>,
 }
 
 /// Every field the generation routes read; each route uses its own subset.
@@ -267,146 +196,6 @@ pub(crate) fn range(name: &str, v: Option<f64>, lo: f64, hi: f64) -> Result<Opti
         )),
         v => Ok(v),
     }
-}
-
-fn content_text(c: Option<Content>, at: usize) -> Result<Value, ApiError> {
-    match c {
-        None => Ok(Value::Null),
-        Some(Content::Text(s)) => Ok(Value::String(s)),
-        Some(Content::Parts(parts)) => {
-            let mut s = String::new();
-            for (j, p) in parts.into_iter().enumerate() {
-                match (p.kind.as_str(), p.text) {
-                    ("text", Some(t)) => s.push_str(&t),
-                    (kind, _) => {
-                        return Err(ApiError::invalid(
-                            format!("messages[{at}].content[{j}]"),
-                            format!("content part of type '{kind}' is not supported (text only, with a 'text' field)"),
-                        ))
-                    }
-                }
-            }
-            Ok(Value::String(s))
-        }
-    }
-}
-
-/// The message roles of the OpenAI chat API.
-const ROLES: [&str; 6] = [
-    "system",
-    "developer",
-    "user",
-    "assistant",
-    "tool",
-    "function",
-];
-
-/// How a chat prompt ends: `continue_final_message` and `add_generation_prompt` as sent.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Ending {
-    pub continue_final: Option<bool>,
-    pub generation_prompt: Option<bool>,
-}
-
-impl Ending {
-    /// Whether to continue the final message (its role `last`), and whether to open the
-    /// assistant's turn: llama-server continues a final assistant message unless told not
-    /// to; asking for both is a 400.
-    fn decide(self, last: &str) -> Result<(bool, bool), ApiError> {
-        let continues = self.continue_final.unwrap_or(last == "assistant");
-        if continues && last != "assistant" {
-            return Err(ApiError::invalid(
-                "continue_final_message",
-                format!("continue_final_message needs a final assistant message; the last is the {last}'s"),
-            ));
-        }
-        match (continues, self.generation_prompt) {
-            (true, Some(true)) => Err(ApiError::invalid(
-                "continue_final_message",
-                "continue_final_message and add_generation_prompt cannot both be true: the answer either continues the final message or opens a new turn",
-            )),
-            (true, _) => Ok((true, false)),
-            (false, g) => Ok((false, g.unwrap_or(true))),
-        }
-    }
-}
-
-/// Renders chat messages with the model's template into the prompt text, with the tools
-/// `spec` offers shown the way the model expects ([`tools::prepare_messages`]). A final
-/// assistant message that `ending` continues is taken out, the rest rendered with the
-/// assistant's turn opened, and its text appended (as llama-server prefills).
-pub fn render_chat(
-    ready: &Ready,
-    messages: Vec<RawMessage>,
-    spec: &ToolSpec,
-    kwargs: Option<Map<String, Value>>,
-    ending: Ending,
-) -> Result<String, ApiError> {
-    if messages.is_empty() {
-        return Err(ApiError::invalid("messages", "messages must not be empty"));
-    }
-    let template = ready.template.as_ref().ok_or_else(|| {
-        ApiError::bad_request(
-            "this model has no chat template; pass --chat-template or use /v1/completions",
-        )
-    })?;
-    let mut msgs = messages
-        .into_iter()
-        .enumerate()
-        .map(|(i, m)| {
-            if !ROLES.contains(&m.role.as_str()) {
-                return Err(ApiError::invalid(
-                    format!("messages[{i}].role"),
-                    format!(
-                        "messages[{i}].role: unknown role '{}' (expected one of {})",
-                        m.role,
-                        ROLES.join(", ")
-                    ),
-                ));
-            }
-            let mut obj = m.rest;
-            obj.insert("role".into(), Value::String(m.role));
-            obj.insert("content".into(), content_text(m.content, i)?);
-            Ok(Value::Object(obj))
-        })
-        .collect::<Result<Vec<_>, ApiError>>()?;
-    let last = msgs.len() - 1;
-    let (continues, add_generation_prompt) =
-        ending.decide(msgs[last]["role"].as_str().unwrap_or(""))?;
-    let prefill = match continues {
-        false => String::new(),
-        true => continued(&mut msgs)?,
-    };
-    let tools = tools::prepare_messages(&mut msgs, ready.tool_support, ready.tool_format, spec);
-    let options = RenderOptions {
-        add_generation_prompt: add_generation_prompt || continues,
-        tools,
-        extra: kwargs.unwrap_or_default().into_iter().collect(),
-    };
-    let mut prompt = template
-        .render_with(&msgs, &options)
-        .map_err(|e| ApiError::invalid("messages", format!("the chat template failed: {e}")))?;
-    prompt.push_str(&prefill);
-    Ok(prompt)
-}
-
-/// Takes the final assistant message out of `msgs`: its text, which the answer continues.
-fn continued(msgs: &mut Vec<Value>) -> Result<String, ApiError> {
-    let at = msgs.len() - 1;
-    let last = msgs.pop().expect("messages are not empty");
-    if last.get("tool_calls").is_some_and(|c| !c.is_null()) {
-        return Err(ApiError::invalid(
-            format!("messages[{at}].tool_calls"),
-            format!("messages[{at}]: a final assistant message with tool_calls cannot be continued; send the tool results, or set continue_final_message: false"),
-        ));
-    }
-    if msgs.last().is_some_and(|m| m["role"] == "assistant") {
-        return Err(ApiError::invalid(
-            format!("messages[{at}]"),
-            format!("messages[{at}]: two assistant messages end the conversation; only one can be continued"),
-        ));
-    }
-    Ok(last["content"].as_str().unwrap_or("").to_string())
 }
 
 impl RawRequest {
@@ -755,62 +544,6 @@ fn generation_settings(req: &GenRequest, stream: bool, chain: &RawChain) -> Valu
     })
 }
 
-/// A prompt's text and tokens, checked: not empty, in the vocabulary, and leaving a slot
-/// room for one token (as llama-server, an answer that reaches the slot's end stops there
-/// with `length`). `at` is its place in a list of prompts.
-fn checked_prompt(
-    ready: &Ready,
-    route: Route,
-    p: OnePrompt,
-    at: Option<usize>,
-) -> Result<(String, Vec<u32>), ApiError> {
-    let field = match (route, at) {
-        (Route::Chat, _) => "messages".to_string(),
-        (_, None) => "prompt".to_string(),
-        (_, Some(i)) => format!("prompt[{i}]"),
-    };
-    let (text, ids) = match p {
-        OnePrompt::Text(t) => {
-            let ids = encode(ready, &t)?;
-            (t, ids)
-        }
-        OnePrompt::Tokens(ids) => (ready.tok.decode(&ids), ids),
-        OnePrompt::Mixed(pieces) => {
-            // As llama.cpp: special tokens are added only when the first piece is a text.
-            let mut ids = Vec::new();
-            for (i, p) in pieces.into_iter().enumerate() {
-                match p {
-                    Piece::Token(t) => ids.push(t),
-                    Piece::Text(t) => {
-                        ids.extend(ready.tok.encode(&t, i == 0, true).map_err(|e| {
-                            ApiError::invalid(&field, format!("cannot tokenize {field}: {e}"))
-                        })?)
-                    }
-                }
-            }
-            (ready.tok.decode(&ids), ids)
-        }
-    };
-    if ids.is_empty() {
-        return Err(ApiError::invalid(
-            &field,
-            format!("{field}: the prompt is empty"),
-        ));
-    }
-    let n_vocab = ready.tok.n_vocab();
-    if let Some(&bad) = ids.iter().find(|&&t| t as usize >= n_vocab) {
-        return Err(ApiError::invalid(
-            &field,
-            format!("{field}: token id {bad} is outside the vocabulary of {n_vocab}"),
-        ));
-    }
-    let slot_ctx = ready.engine.config().slot_ctx();
-    if ids.len() >= slot_ctx {
-        return Err(ApiError::exceeds_context(&field, ids.len(), slot_ctx));
-    }
-    Ok((text, ids))
-}
-
 fn count(name: &str, n: i64) -> Result<Option<usize>, ApiError> {
     if (0..=20).contains(&n) {
         Ok(Some(n as usize))
@@ -820,13 +553,6 @@ fn count(name: &str, n: i64) -> Result<Option<usize>, ApiError> {
             format!("{name} must be between 0 and 20, got {n}"),
         ))
     }
-}
-
-fn encode(ready: &Ready, text: &str) -> Result<Vec<u32>, ApiError> {
-    ready
-        .tok
-        .encode(text, true, true)
-        .map_err(|e| ApiError::invalid("prompt", format!("cannot tokenize the prompt: {e}")))
 }
 
 /// A seed for requests that give none: the clock, mixed.

@@ -7,9 +7,10 @@
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use crate::chat::{Content, RawMessage};
 use crate::constrain::RawChain;
 use crate::error::ApiError;
-use crate::validate::{Content, RawMessage, RawRequest, Stop};
+use crate::validate::{RawRequest, Stop};
 
 /// The fields of `/v1/messages` (and `/v1/messages/count_tokens`, which has no
 /// `max_tokens`). Names nobody defines are ignored, as on the other routes.

@@ -9,9 +9,10 @@
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use crate::chat::{Content, RawMessage};
 use crate::constrain::RawChain;
 use crate::error::ApiError;
-use crate::validate::{Content, RawMessage, RawRequest};
+use crate::validate::RawRequest;
 
 /// The fields of `/v1/responses`. Names nobody defines are ignored, as on the other routes.
 #[derive(Debug, Deserialize, Default)]

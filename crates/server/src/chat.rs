@@ -1,0 +1,176 @@
+//! Chat prompts: the messages as sent, rendered with the model's template, the tools shown
+//! as the model expects them, and the prompt ended as asked (the assistant's turn opened,
+//! a final assistant message continued, or neither).
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use text::RenderOptions;
+
+use crate::error::ApiError;
+use crate::state::Ready;
+use crate::tools::{self, ToolSpec};
+
+/// One chat message as sent: `content` is a string, a list of parts, or null.
+#[derive(Debug, Deserialize)]
+pub struct RawMessage {
+    pub role: String,
+    #[serde(default)]
+    pub content: Option<Content>,
+    #[serde(flatten)]
+    pub rest: Map<String, Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<Part>),
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Part {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+fn content_text(c: Option<Content>, at: usize) -> Result<Value, ApiError> {
+    match c {
+        None => Ok(Value::Null),
+        Some(Content::Text(s)) => Ok(Value::String(s)),
+        Some(Content::Parts(parts)) => {
+            let mut s = String::new();
+            for (j, p) in parts.into_iter().enumerate() {
+                match (p.kind.as_str(), p.text) {
+                    ("text", Some(t)) => s.push_str(&t),
+                    (kind, _) => {
+                        return Err(ApiError::invalid(
+                            format!("messages[{at}].content[{j}]"),
+                            format!("content part of type '{kind}' is not supported (text only, with a 'text' field)"),
+                        ))
+                    }
+                }
+            }
+            Ok(Value::String(s))
+        }
+    }
+}
+
+/// The message roles of the OpenAI chat API.
+const ROLES: [&str; 6] = [
+    "system",
+    "developer",
+    "user",
+    "assistant",
+    "tool",
+    "function",
+];
+
+/// How a chat prompt ends: `continue_final_message` and `add_generation_prompt` as sent.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ending {
+    pub continue_final: Option<bool>,
+    pub generation_prompt: Option<bool>,
+}
+
+impl Ending {
+    /// Whether to continue the final message (its role `last`), and whether to open the
+    /// assistant's turn: llama-server continues a final assistant message unless told not
+    /// to; asking for both is a 400.
+    fn decide(self, last: &str) -> Result<(bool, bool), ApiError> {
+        let continues = self.continue_final.unwrap_or(last == "assistant");
+        if continues && last != "assistant" {
+            return Err(ApiError::invalid(
+                "continue_final_message",
+                format!("continue_final_message needs a final assistant message; the last is the {last}'s"),
+            ));
+        }
+        match (continues, self.generation_prompt) {
+            (true, Some(true)) => Err(ApiError::invalid(
+                "continue_final_message",
+                "continue_final_message and add_generation_prompt cannot both be true: the answer either continues the final message or opens a new turn",
+            )),
+            (true, _) => Ok((true, false)),
+            (false, g) => Ok((false, g.unwrap_or(true))),
+        }
+    }
+}
+
+/// Renders chat messages with the model's template into the prompt text, with the tools
+/// `spec` offers shown the way the model expects ([`tools::prepare_messages`]). A final
+/// assistant message that `ending` continues is taken out, the rest rendered with the
+/// assistant's turn opened, and its text appended (as llama-server prefills).
+pub fn render_chat(
+    ready: &Ready,
+    messages: Vec<RawMessage>,
+    spec: &ToolSpec,
+    kwargs: Option<Map<String, Value>>,
+    ending: Ending,
+) -> Result<String, ApiError> {
+    if messages.is_empty() {
+        return Err(ApiError::invalid("messages", "messages must not be empty"));
+    }
+    let template = ready.template.as_ref().ok_or_else(|| {
+        ApiError::bad_request(
+            "this model has no chat template; pass --chat-template or use /v1/completions",
+        )
+    })?;
+    let mut msgs = messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| {
+            if !ROLES.contains(&m.role.as_str()) {
+                return Err(ApiError::invalid(
+                    format!("messages[{i}].role"),
+                    format!(
+                        "messages[{i}].role: unknown role '{}' (expected one of {})",
+                        m.role,
+                        ROLES.join(", ")
+                    ),
+                ));
+            }
+            let mut obj = m.rest;
+            obj.insert("role".into(), Value::String(m.role));
+            obj.insert("content".into(), content_text(m.content, i)?);
+            Ok(Value::Object(obj))
+        })
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    let last = msgs.len() - 1;
+    let (continues, add_generation_prompt) =
+        ending.decide(msgs[last]["role"].as_str().unwrap_or(""))?;
+    let prefill = match continues {
+        false => String::new(),
+        true => continued(&mut msgs)?,
+    };
+    let tools = tools::prepare_messages(&mut msgs, ready.tool_support, ready.tool_format, spec);
+    let options = RenderOptions {
+        add_generation_prompt: add_generation_prompt || continues,
+        tools,
+        extra: kwargs.unwrap_or_default().into_iter().collect(),
+    };
+    let mut prompt = template
+        .render_with(&msgs, &options)
+        .map_err(|e| ApiError::invalid("messages", format!("the chat template failed: {e}")))?;
+    prompt.push_str(&prefill);
+    Ok(prompt)
+}
+
+/// Takes the final assistant message out of `msgs`: its text, which the answer continues.
+fn continued(msgs: &mut Vec<Value>) -> Result<String, ApiError> {
+    let at = msgs.len() - 1;
+    let last = msgs.pop().expect("messages are not empty");
+    if last.get("tool_calls").is_some_and(|c| !c.is_null()) {
+        return Err(ApiError::invalid(
+            format!("messages[{at}].tool_calls"),
+            format!("messages[{at}]: a final assistant message with tool_calls cannot be continued; send the tool results, or set continue_final_message: false"),
+        ));
+    }
+    if msgs.last().is_some_and(|m| m["role"] == "assistant") {
+        return Err(ApiError::invalid(
+            format!("messages[{at}]"),
+            format!("messages[{at}]: two assistant messages end the conversation; only one can be continued"),
+        ));
+    }
+    Ok(last["content"].as_str().unwrap_or("").to_string())
+}

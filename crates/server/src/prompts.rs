@@ -1,0 +1,118 @@
+//! Completion prompts as llama-server reads them (texts, token ids, both mixed, several),
+//! and the check every prompt passes before it is queued.
+
+use serde::Deserialize;
+
+use crate::error::ApiError;
+use crate::state::Ready;
+use crate::validate::Route;
+
+/// A prompt as sent, as llama-server reads it: a text, token ids, a list of texts and ids
+/// (one prompt when it holds both, else a prompt per text), or a list of prompts.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Prompt {
+    Text(String),
+    Tokens(Vec<u32>),
+    List(Vec<Piece>),
+    Many(Vec<OnePrompt>),
+}
+
+/// A piece of a mixed prompt.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Piece {
+    Token(u32),
+    Text(String),
+}
+
+/// One prompt of a list.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum OnePrompt {
+    Text(String),
+    Tokens(Vec<u32>),
+    Mixed(Vec<Piece>),
+}
+
+impl Prompt {
+    /// Each prompt: its text, its tokens, or texts and tokens mixed.
+    pub fn each(self) -> Vec<OnePrompt> {
+        match self {
+            Prompt::Text(t) => vec![OnePrompt::Text(t)],
+            Prompt::Tokens(ids) => vec![OnePrompt::Tokens(ids)],
+            Prompt::List(pieces) if pieces.iter().all(|p| matches!(p, Piece::Text(_))) => pieces
+                .into_iter()
+                .filter_map(|p| match p {
+                    Piece::Text(t) => Some(OnePrompt::Text(t)),
+                    Piece::Token(_) => None,
+                })
+                .collect(),
+            Prompt::List(pieces) => vec![OnePrompt::Mixed(pieces)],
+            Prompt::Many(v) => v,
+        }
+    }
+}
+
+/// A prompt's text and tokens, checked: not empty, in the vocabulary, and leaving a slot
+/// room for one token (as llama-server, an answer that reaches the slot's end stops there
+/// with `length`). `at` is its place in a list of prompts.
+pub fn checked_prompt(
+    ready: &Ready,
+    route: Route,
+    p: OnePrompt,
+    at: Option<usize>,
+) -> Result<(String, Vec<u32>), ApiError> {
+    let field = match (route, at) {
+        (Route::Chat, _) => "messages".to_string(),
+        (_, None) => "prompt".to_string(),
+        (_, Some(i)) => format!("prompt[{i}]"),
+    };
+    let (text, ids) = match p {
+        OnePrompt::Text(t) => {
+            let ids = encode(ready, &t)?;
+            (t, ids)
+        }
+        OnePrompt::Tokens(ids) => (ready.tok.decode(&ids), ids),
+        OnePrompt::Mixed(pieces) => {
+            // As llama.cpp: special tokens are added only when the first piece is a text.
+            let mut ids = Vec::new();
+            for (i, p) in pieces.into_iter().enumerate() {
+                match p {
+                    Piece::Token(t) => ids.push(t),
+                    Piece::Text(t) => {
+                        ids.extend(ready.tok.encode(&t, i == 0, true).map_err(|e| {
+                            ApiError::invalid(&field, format!("cannot tokenize {field}: {e}"))
+                        })?)
+                    }
+                }
+            }
+            (ready.tok.decode(&ids), ids)
+        }
+    };
+    if ids.is_empty() {
+        return Err(ApiError::invalid(
+            &field,
+            format!("{field}: the prompt is empty"),
+        ));
+    }
+    let n_vocab = ready.tok.n_vocab();
+    if let Some(&bad) = ids.iter().find(|&&t| t as usize >= n_vocab) {
+        return Err(ApiError::invalid(
+            &field,
+            format!("{field}: token id {bad} is outside the vocabulary of {n_vocab}"),
+        ));
+    }
+    let slot_ctx = ready.engine.config().slot_ctx();
+    if ids.len() >= slot_ctx {
+        return Err(ApiError::exceeds_context(&field, ids.len(), slot_ctx));
+    }
+    Ok((text, ids))
+}
+
+fn encode(ready: &Ready, text: &str) -> Result<Vec<u32>, ApiError> {
+    ready
+        .tok
+        .encode(text, true, true)
+        .map_err(|e| ApiError::invalid("prompt", format!("cannot tokenize the prompt: {e}")))
+}
