@@ -63,8 +63,6 @@ pub async fn infill(
 pub(crate) struct Submitted<X = ()> {
     /// The first choice's task.
     pub task: u64,
-    /// Tokens in the first prompt.
-    pub n_prompt: usize,
     /// Tokens in each choice's prompt.
     pub n_prompts: Vec<usize>,
     /// Per choice: its events, and the parser of its tool calls.
@@ -102,7 +100,6 @@ where
     }
     let ready = ready(s)?;
     let n_prompts: Vec<usize> = v.choices.iter().map(|c| c.prompt.len()).collect();
-    let n_prompt = n_prompts[0];
     let (task, events) = crate::choices::queue(&ready.engine, v.choices, v.answer.n).await?;
     let calls = (0..events.len() as u64)
         .map(|i| {
@@ -117,7 +114,6 @@ where
         .collect();
     Ok(Submitted {
         task,
-        n_prompt,
         n_prompts,
         events,
         calls,
@@ -161,7 +157,7 @@ where
     if sub.events.len() == 1 {
         let (events, calls) = sub.only();
         let mut reply = Reply::new(route, sub.task, ready, sub.answer, calls);
-        reply.n_prompt = sub.n_prompt;
+        reply.n_prompt = sub.n_prompts[0];
         return match stream {
             true => Ok(sse(
                 OpenAiStream {

@@ -75,6 +75,6 @@ async fn run(
     let ready = ready(&s)?;
     let (events, calls) = sub.only();
     let chain = chat_chain(ready, &sub.answer, calls);
-    let reply = MessageReply::new(sub.task, ready.model_id.clone(), sub.n_prompt, chain);
+    let reply = MessageReply::new(sub.task, ready.model_id.clone(), sub.n_prompts[0], chain);
     answer(reply, sub.answer.stream, events).await
 }
