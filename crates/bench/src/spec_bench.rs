@@ -3,8 +3,10 @@
 //! prompts at temperature 0 by one user and then by several at once, and stopped.
 //!
 //! Figures per arm: decode tok/s of each prompt alone (the server's own `timings`), draft
-//! tokens and accepted ones, total output tok/s with N users (completion tokens of all
-//! requests / wall time from the first request sent to the last answer), peak RSS, and the
+//! tokens and accepted ones, per prompt and number of users the total output tok/s
+//! (completion tokens of all requests / wall time from the first request sent to the last
+//! answer) and what a tandem policy chose meanwhile (depths, paused slots, catching up,
+//! its predicted step time against the measured one, from `/metrics`), peak RSS, and the
 //! answers' text, so that speculation's byte-identity with plain decoding can be checked.
 
 use std::io::{BufRead, BufReader};
@@ -49,12 +51,105 @@ pub struct Single {
     pub text: String,
 }
 
+/// One cell: `users` requests of one prompt at once.
 #[derive(Debug, Clone, Serialize)]
 pub struct Multi {
+    pub prompt: String,
     pub users: usize,
     pub tok_s: f64,
     pub tokens: u64,
     pub seconds: f64,
+    /// A tandem server's speculation during the cell (none for other servers).
+    pub policy: Option<PolicyCell>,
+}
+
+/// What a tandem server's speculation policy did during one cell, from its `/metrics`
+/// before and after.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PolicyCell {
+    /// Slot-steps at each chosen depth (index = depth).
+    pub depths: Vec<u64>,
+    /// Slot-steps whose drafter was paused (depth 0, behind the sequence).
+    pub paused: u64,
+    pub catch_up_tokens: u64,
+    /// Predicted and measured seconds of the steps the policy chose depths for.
+    pub predicted_s: f64,
+    pub measured_s: f64,
+}
+
+impl PolicyCell {
+    fn slot_steps(&self) -> u64 {
+        self.depths.iter().sum()
+    }
+
+    /// Share of slot-steps at depth 0, and paused.
+    pub fn shares(&self) -> (f64, f64) {
+        let n = self.slot_steps().max(1) as f64;
+        (
+            self.depths.first().copied().unwrap_or(0) as f64 / n,
+            self.paused as f64 / n,
+        )
+    }
+
+    /// `depth:count` for every depth chosen.
+    pub fn histogram(&self) -> String {
+        let cells: Vec<String> = (self.depths.iter().enumerate())
+            .filter(|(_, &n)| n > 0)
+            .map(|(d, n)| format!("{d}:{n}"))
+            .collect();
+        cells.join(" ")
+    }
+}
+
+/// The speculation counters of a tandem server's `/metrics`; `None` from other servers.
+fn policy_counters(port: u16) -> Option<PolicyCell> {
+    let r = minreq::get(local_url(port, "/metrics"))
+        .with_timeout(30)
+        .send()
+        .ok()?;
+    let text = r.as_str().ok()?;
+    let mut c = PolicyCell::default();
+    let mut seen = false;
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((name, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let v: f64 = value.parse().unwrap_or(0.0);
+        if let Some(d) = name
+            .strip_prefix("tandem:spec_depth_chosen_total{depth=\"")
+            .and_then(|r| r.strip_suffix("\"}"))
+            .and_then(|d| d.parse::<usize>().ok())
+        {
+            if c.depths.len() <= d {
+                c.depths.resize(d + 1, 0);
+            }
+            c.depths[d] = v as u64;
+            seen = true;
+        }
+        match name {
+            "tandem:spec_paused_slot_steps_total" => c.paused = v as u64,
+            "tandem:spec_catch_up_tokens_total" => c.catch_up_tokens = v as u64,
+            "tandem:spec_step_predicted_seconds_total" => c.predicted_s = v,
+            "tandem:spec_step_measured_seconds_total" => c.measured_s = v,
+            _ => continue,
+        }
+        seen = true;
+    }
+    seen.then_some(c)
+}
+
+/// `after - before`, counter by counter.
+fn since(before: &PolicyCell, after: &PolicyCell) -> PolicyCell {
+    let at = |v: &[u64], i: usize| v.get(i).copied().unwrap_or(0);
+    PolicyCell {
+        depths: (0..after.depths.len())
+            .map(|d| at(&after.depths, d).saturating_sub(at(&before.depths, d)))
+            .collect(),
+        paused: after.paused.saturating_sub(before.paused),
+        catch_up_tokens: after.catch_up_tokens.saturating_sub(before.catch_up_tokens),
+        predicted_s: after.predicted_s - before.predicted_s,
+        measured_s: after.measured_s - before.measured_s,
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -150,41 +245,62 @@ fn measure(
         });
     }
     let mut multi = Vec::new();
-    for &users in &cfg.users {
-        let t0 = Instant::now();
-        let answers: Vec<Result<Value, String>> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..users)
-                .map(|u| {
-                    let (_, message) = &cfg.prompts[u % cfg.prompts.len()];
-                    let message = format!("(user {u}) {message}");
-                    s.spawn(move || chat(port, &message, cfg.n_predict))
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err("client thread panicked".into()))
-                })
-                .collect()
-        });
-        let seconds = t0.elapsed().as_secs_f64();
-        let mut tokens = 0;
-        for a in answers {
-            tokens += field(&a?, &["usage", "completion_tokens"]).unwrap_or(0.0) as u64;
+    for (label, message) in &cfg.prompts {
+        for &users in &cfg.users {
+            multi.push(cell(port, label, message, users, cfg.n_predict)?);
         }
-        multi.push(Multi {
-            users,
-            tok_s: tokens as f64 / seconds,
-            tokens,
-            seconds,
-        });
     }
     Ok((single, multi))
 }
 
-/// Markdown: one row per arm with its ratios to its baseline, then text identity and
-/// the tandem cost curves.
+/// `users` requests of `message` at once (each with its user number in front, so that no
+/// answer comes from another's cached prompt), timed from the first sent to the last
+/// answered.
+fn cell(
+    port: u16,
+    label: &str,
+    message: &str,
+    users: usize,
+    n_predict: usize,
+) -> Result<Multi, String> {
+    let before = policy_counters(port);
+    let t0 = Instant::now();
+    let answers: Vec<Result<Value, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..users)
+            .map(|u| {
+                let message = format!("(user {u}) {message}");
+                s.spawn(move || chat(port, &message, n_predict))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("client thread panicked".into()))
+            })
+            .collect()
+    });
+    let seconds = t0.elapsed().as_secs_f64();
+    let mut tokens = 0;
+    for a in answers {
+        tokens += field(&a?, &["usage", "completion_tokens"]).unwrap_or(0.0) as u64;
+    }
+    let policy = before
+        .zip(policy_counters(port))
+        .map(|(b, a)| since(&b, &a));
+    Ok(Multi {
+        prompt: label.to_string(),
+        users,
+        tok_s: tokens as f64 / seconds,
+        tokens,
+        seconds,
+        policy,
+    })
+}
+
+/// Markdown: one row per arm for one user (its ratios to its baseline), a table per
+/// prompt of total tok/s by users, what the policy chose in each cell, then text identity
+/// and the tandem cost curves.
 pub fn markdown(reports: &[ArmReport]) -> String {
     let mut out = String::new();
     let find = |name: &Option<String>| {
@@ -192,16 +308,13 @@ pub fn markdown(reports: &[ArmReport]) -> String {
             .and_then(|n| reports.iter().find(|r| &r.arm.name == n))
     };
     let first = &reports[0];
-    let mut header = vec!["arm".to_string()];
+    let mut header = vec!["arm (one user, server timings)".to_string()];
     for s in &first.single {
         header.extend([
             format!("{} tok/s", s.prompt),
             "× plain".into(),
             "accepted".into(),
         ]);
-    }
-    for m in &first.multi {
-        header.extend([format!("{} users tok/s", m.users), "× plain".into()]);
     }
     header.push("peak RSS MiB".into());
     let mut table = Table::new(&header);
@@ -217,14 +330,37 @@ pub fn markdown(reports: &[ArmReport]) -> String {
             };
             row.extend([format!("{:.1}", s.tok_s), ratio(s.tok_s, b), acc]);
         }
-        for (i, m) in r.multi.iter().enumerate() {
-            let b = base.and_then(|b| b.multi.get(i)).map_or(0.0, |b| b.tok_s);
-            row.extend([format!("{:.1}", m.tok_s), ratio(m.tok_s, b)]);
-        }
         row.push(format!("{:.0}", r.peak_rss_mib));
         table.row(&row);
     }
     out += &table.markdown();
+    for s in &first.single {
+        out += &format!("\nTotal tok/s, {} prompts, by users at once:\n\n", s.prompt);
+        let mut header = vec!["users".to_string()];
+        for r in reports {
+            header.push(r.arm.name.clone());
+            if r.arm.baseline.is_some() {
+                header.push("× plain".into());
+            }
+        }
+        let mut table = Table::new(&header);
+        for (i, m) in first.multi.iter().enumerate() {
+            if m.prompt != s.prompt {
+                continue;
+            }
+            let mut row = vec![m.users.to_string()];
+            for r in reports {
+                let tok_s = r.multi.get(i).map_or(0.0, |m| m.tok_s);
+                row.push(format!("{tok_s:.1}"));
+                if let Some(b) = find(&r.arm.baseline) {
+                    row.push(ratio(tok_s, b.multi.get(i).map_or(0.0, |m| m.tok_s)));
+                }
+            }
+            table.row(&row);
+        }
+        out += &table.markdown();
+    }
+    out += &policy_table(reports);
     out += "\nText at temperature 0 against the arm's baseline (one user):\n";
     for r in reports {
         let Some(base) = find(&r.arm.baseline) else {
@@ -244,4 +380,42 @@ pub fn markdown(reports: &[ArmReport]) -> String {
         }
     }
     out
+}
+
+/// The policy's choices in each cell of the arms that draft with a tandem server.
+fn policy_table(reports: &[ArmReport]) -> String {
+    let mut table = Table::new(&[
+        "arm",
+        "prompts",
+        "users",
+        "depth 0",
+        "paused",
+        "depths chosen (depth:slot-steps)",
+        "catch-up tokens",
+        "measured / predicted step time",
+    ]);
+    let mut any = false;
+    for r in reports.iter().filter(|r| r.arm.baseline.is_some()) {
+        for m in &r.multi {
+            let Some(p) = &m.policy else {
+                continue;
+            };
+            any = true;
+            let (zero, paused) = p.shares();
+            table.row(&[
+                r.arm.name.clone(),
+                m.prompt.clone(),
+                m.users.to_string(),
+                format!("{:.0}%", 100.0 * zero),
+                format!("{:.0}%", 100.0 * paused),
+                p.histogram(),
+                p.catch_up_tokens.to_string(),
+                ratio(p.measured_s, p.predicted_s),
+            ]);
+        }
+    }
+    match any {
+        true => format!("\nThe policy in each cell:\n\n{}", table.markdown()),
+        false => String::new(),
+    }
 }

@@ -185,8 +185,10 @@ pub struct TokenCounters {
     pub tokens_predicted_total: u64,
     pub predicted_seconds_total: f64,
     pub cached_tokens_total: u64,
-    /// Forward passes.
+    /// Forward passes, and the rows they computed (prompt tokens, sampled tokens and
+    /// draft tokens being verified).
     pub n_decode_total: u64,
+    pub rows_total: u64,
     /// Busy slots summed over forward passes.
     pub n_busy_slots_total: u64,
 }
@@ -214,6 +216,17 @@ pub struct SpecCounters {
     pub spec_accepted_per_pos: Vec<u64>,
     /// Per depth: how often the policy chose it for a slot.
     pub spec_depth_chosen: Vec<u64>,
+    /// Slots whose drafter is paused now (depth 0, behind the sequence), and slot-steps
+    /// so far at depth 0 with the drafter paused.
+    pub spec_paused_slots: u64,
+    pub spec_paused_slot_steps_total: u64,
+    /// Tokens drafters computed for tokens they had missed (beyond the one each drafting
+    /// slot drafts from), and seconds of the draft forwards that computed them.
+    pub spec_catch_up_tokens_total: u64,
+    pub spec_catch_up_seconds_total: f64,
+    /// Predicted and measured seconds of the steps the policy chose depths for.
+    pub spec_step_predicted_seconds_total: f64,
+    pub spec_step_measured_seconds_total: f64,
 }
 
 /// A split model's link to its box.

@@ -352,10 +352,7 @@ fn speculation_gives_the_plain_text_alone_and_with_8_users() {
         (
             "scripted and always right, adaptive",
             Speculation::with(
-                Scripted {
-                    scripts: scripts.clone(),
-                    wrong_every: 0,
-                },
+                Scripted::new(scripts.clone(), 0, 0),
                 spec(6, PolicyKind::Adaptive),
             ),
             true,
@@ -373,10 +370,7 @@ fn speculation_gives_the_plain_text_alone_and_with_8_users() {
         (
             "scripted, every third position wrong",
             Speculation::with(
-                Scripted {
-                    scripts: scripts.clone(),
-                    wrong_every: 3,
-                },
+                Scripted::new(scripts.clone(), 3, 0),
                 spec(5, PolicyKind::Fixed),
             ),
             false,
@@ -407,13 +401,7 @@ fn speculation_gives_the_plain_text_alone_and_with_8_users() {
             c.spec.spec_draft_tokens_total
         );
     }
-    let exact = Speculation::with(
-        Scripted {
-            scripts,
-            wrong_every: 0,
-        },
-        spec(8, PolicyKind::Fixed),
-    );
+    let exact = Speculation::with(Scripted::new(scripts, 0, 0), spec(8, PolicyKind::Fixed));
     let handle = engine::start(load().0, tok, config(4096, 8), Some(exact), None).unwrap();
     let (_, text, s) = collect(handle.submit(stopped).unwrap().1);
     assert_eq!(s.finish, FinishReason::StopWord(word));
@@ -512,6 +500,11 @@ fn the_scheduler_on_the_reference_backend() {
             assert!(snapshot(&handle).counters.requests.preemptions_total > 0);
         }
     }
+    let plain = engine::start(model(), tok.clone(), on_ref(2048, 4), None, None).unwrap();
+    run_all(&plain, &prompts, n);
+    let plain_rows = snapshot(&plain).counters.tokens.rows_total;
+    drop(plain);
+    paused_drafts_leave_the_plain_rows(&path, &tok, &prompts, &want, plain_rows);
     let s = Speculation::draft_model(model(), spec(4, PolicyKind::Fixed));
     let handle = engine::start(model(), tok, on_ref(2048, 4), Some(s), None).unwrap();
     for ((got, summary), w) in run_all(&handle, &prompts, n).iter().zip(&want) {
@@ -519,4 +512,45 @@ fn the_scheduler_on_the_reference_backend() {
         assert!(summary.draft_n > 0);
         assert_eq!(summary.draft_n, summary.draft_n_accepted, "self-draft");
     }
+}
+
+/// A drafter wrong on the first 8 tokens of every answer is paused (on the reference
+/// backend rows cost as much as tokens, so drafts do not pay): the target then computes
+/// the rows plain decoding computes, and nothing else but the draft rows rejected when
+/// the paused drafter probes; probes after the 8th token catch up on everything missed
+/// and are accepted; the texts are the plain ones.
+fn paused_drafts_leave_the_plain_rows(
+    path: &std::path::Path,
+    tok: &Arc<Tokenizer>,
+    prompts: &[Vec<u32>],
+    want: &[Vec<u32>],
+    plain_rows: u64,
+) {
+    let longest = prompts.iter().map(Vec::len).max().unwrap();
+    let scripts: Vec<Vec<u32>> = prompts
+        .iter()
+        .zip(want)
+        .map(|(p, w)| [p.as_slice(), w].concat())
+        .collect();
+    let drafter = Scripted::new(scripts, 0, longest + 8);
+    let s = Speculation::with(drafter, spec(4, PolicyKind::Adaptive));
+    let cfg = EngineConfig {
+        device: engine::DeviceKind::Reference,
+        ..config(2048, 4)
+    };
+    let handle =
+        engine::start(Model::load(path).unwrap(), tok.clone(), cfg, Some(s), None).unwrap();
+    for ((got, _), w) in run_all(&handle, prompts, want[0].len()).iter().zip(want) {
+        assert_eq!(got, w, "across pause and resume");
+    }
+    let c = snapshot(&handle).counters;
+    assert!(c.spec.spec_paused_slot_steps_total > 0, "{:?}", c.spec);
+    assert!(c.spec.spec_accepted_tokens_total > 0, "{:?}", c.spec);
+    let rejected = c.spec.spec_draft_tokens_total - c.spec.spec_accepted_tokens_total;
+    assert_eq!(
+        c.tokens.rows_total - rejected,
+        plain_rows,
+        "the rows of plain decoding (an accepted draft row is the row of its token), and \
+         the rejected draft rows of probes"
+    );
 }

@@ -253,8 +253,46 @@ pub async fn metrics(State(s): State<Shared>) -> Result<Response, ApiError> {
             c.spec.spec_accepted_tokens_total as f64,
         ),
     ];
+    let policy = [
+        (
+            "tandem:spec_paused_slots",
+            "gauge",
+            "Slots whose drafter is paused now (depth 0, behind the sequence).",
+            c.spec.spec_paused_slots as f64,
+        ),
+        (
+            "tandem:spec_paused_slot_steps_total",
+            "counter",
+            "Slot-steps at depth 0 with the drafter paused.",
+            c.spec.spec_paused_slot_steps_total as f64,
+        ),
+        (
+            "tandem:spec_catch_up_tokens_total",
+            "counter",
+            "Tokens drafters computed that they had missed (beyond the one each drafting slot drafts from).",
+            c.spec.spec_catch_up_tokens_total as f64,
+        ),
+        (
+            "tandem:spec_catch_up_seconds_total",
+            "counter",
+            "Seconds of the draft forwards that caught up on missed tokens.",
+            c.spec.spec_catch_up_seconds_total,
+        ),
+        (
+            "tandem:spec_step_predicted_seconds_total",
+            "counter",
+            "Seconds the speculation policy predicted for the steps it chose depths for.",
+            c.spec.spec_step_predicted_seconds_total,
+        ),
+        (
+            "tandem:spec_step_measured_seconds_total",
+            "counter",
+            "Seconds those steps took.",
+            c.spec.spec_step_measured_seconds_total,
+        ),
+    ];
     let mut out = String::new();
-    for (name, kind, help, v) in metrics {
+    for (name, kind, help, v) in metrics.into_iter().chain(policy) {
         let _ = writeln!(
             out,
             "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"

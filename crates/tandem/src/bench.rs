@@ -71,9 +71,12 @@ pub struct SpecBenchArgs {
     /// Tokens per answer.
     #[arg(short = 'n', long = "n-predict", default_value_t = 256)]
     pub n_predict: usize,
-    /// Users at once for the total-throughput runs.
-    #[arg(long, value_delimiter = ',', default_value = "4,8")]
+    /// Users at once for the total-throughput runs, each prompt separately.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
     pub users: Vec<usize>,
+    /// Leave out tandem's fixed-depth arm.
+    #[arg(long)]
+    pub no_fixed: bool,
     /// Draft length of the fixed arms (tandem --spec-policy fixed, llama-server --draft-max).
     #[arg(long = "draft-max", default_value_t = 8)]
     pub draft_max: usize,
@@ -232,7 +235,11 @@ fn spec(a: SpecBenchArgs) -> Result<(), CliError> {
     let (target, draft) = (target.display().to_string(), draft.display().to_string());
     let common = s(&["-m", &target, "-t", &t, "-c", &c, "-np", &np]);
     let tandem = |extra: &[&str]| {
-        let mut v = vec![exe.display().to_string(), "serve".into()];
+        let mut v = vec![
+            exe.display().to_string(),
+            "serve".into(),
+            "--metrics".into(),
+        ];
         v.extend(common.clone());
         v.extend(s(extra));
         v
@@ -249,7 +256,9 @@ fn spec(a: SpecBenchArgs) -> Result<(), CliError> {
             tandem(&["-md", &draft, "--spec-draft-n-max", &n]),
             Some("tandem plain"),
         ),
-        arm(
+    ];
+    if !a.no_fixed {
+        arms.push(arm(
             "tandem draft fixed",
             tandem(&[
                 "-md",
@@ -260,8 +269,8 @@ fn spec(a: SpecBenchArgs) -> Result<(), CliError> {
                 &n,
             ]),
             Some("tandem plain"),
-        ),
-    ];
+        ));
+    }
     if let Some(server) = &a.peer_llama_server {
         let mut llama = vec![server.display().to_string()];
         llama.extend(common.clone());

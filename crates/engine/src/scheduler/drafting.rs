@@ -11,7 +11,7 @@ use crate::cost::{CostCurve, Shape, StepCost};
 use crate::handle::{Counters, EngineConfig};
 use crate::speculative::policy::Candidate;
 use crate::speculative::{
-    Draft, DraftJob, Policy, Proposer, ProposerEnv, SpecConfig, SpecCosts, Speculation,
+    Draft, DraftJob, DraftLog, Policy, Proposer, ProposerEnv, SpecConfig, SpecCosts, Speculation,
 };
 use crate::Result;
 
@@ -144,20 +144,28 @@ impl Engine {
             }
         }
         if cands.is_empty() {
+            self.counters.spec.spec_paused_slots = 0;
             return;
         }
         waiting.sort_unstable();
         let waiting: Vec<(usize, usize)> = waiting.into_iter().map(|w| (w.1, w.2)).collect();
         let base = self.base_step(decoding, &waiting);
         let spec = self.spec.as_mut().expect("checked above");
-        let depths = spec.policy.choose(&self.cost, base, &cands);
-        let c = &mut self.counters;
-        for &d in &depths {
-            if c.spec.spec_depth_chosen.len() <= d {
-                c.spec.spec_depth_chosen.resize(d + 1, 0);
+        let depths = spec.policy.choose(&self.cost, &base, &cands);
+        let c = &mut self.counters.spec;
+        c.spec_paused_slots = 0;
+        for (cand, &d) in cands.iter().zip(&depths) {
+            if c.spec_depth_chosen.len() <= d {
+                c.spec_depth_chosen.resize(d + 1, 0);
             }
-            c.spec.spec_depth_chosen[d] += 1;
+            c.spec_depth_chosen[d] += 1;
+            match d {
+                0 if cand.paused() => c.spec_paused_slots += 1,
+                0 => {}
+                _ => c.spec_catch_up_tokens_total += cand.behind.saturating_sub(1) as u64,
+            }
         }
+        c.spec_paused_slot_steps_total += c.spec_paused_slots;
         let chosen: Vec<(Candidate, usize)> = cands
             .into_iter()
             .zip(depths)
@@ -180,9 +188,10 @@ impl Engine {
             })
             .collect();
         let mut out = vec![Draft::default(); jobs.len()];
-        let mut steps = Vec::new();
-        let result = spec.proposer.propose(&jobs, &mut out, &mut steps);
+        let mut log = DraftLog::default();
+        let result = spec.proposer.propose(&jobs, &mut out, &mut log);
         drop(jobs);
+        self.counters.spec.spec_catch_up_seconds_total += log.catch_up.as_secs_f64();
         if let Err(e) = result {
             if !std::mem::replace(&mut spec.warned, true) {
                 eprintln!(
@@ -192,7 +201,7 @@ impl Engine {
             }
             return;
         }
-        for (rows, took) in steps {
+        for (rows, took) in log.steps {
             spec.policy.draft.observe(rows, took);
         }
         for ((c, _), d) in chosen.into_iter().zip(out) {
@@ -248,7 +257,7 @@ impl Engine {
         let mut out = vec![Draft::default()];
         let t0 = Instant::now();
         spec.proposer
-            .propose(&[job], &mut out, &mut Vec::new())
+            .propose(&[job], &mut out, &mut DraftLog::default())
             .ok()?;
         let took = t0.elapsed().as_secs_f64();
         spec.proposer.release(0);
@@ -272,11 +281,11 @@ impl Engine {
             })
             .collect();
         let mut out = vec![Draft::default(); m];
-        let mut steps = Vec::new();
-        spec.proposer.propose(&jobs, &mut out, &mut steps).ok()?;
+        let mut log = DraftLog::default();
+        spec.proposer.propose(&jobs, &mut out, &mut log).ok()?;
         for slot in 0..m {
             spec.proposer.release(slot);
         }
-        steps.into_iter().map(|s| s.1).min()
+        log.steps.into_iter().map(|s| s.1).min()
     }
 }

@@ -33,6 +33,7 @@ use crate::front::{Front, FrontState, Overlap};
 use crate::handle::{Command, Counters, EngineConfig, EngineHandle, SlotState, Snapshot};
 use crate::request::{Event, GenRequest};
 use crate::slot::Sequence;
+use crate::speculative::policy::Base;
 use crate::speculative::Speculation;
 use crate::Result;
 
@@ -229,6 +230,9 @@ impl Engine {
             self.step(&plan);
             if let Some(spec) = &mut self.spec {
                 spec.policy.account(t1.elapsed() + drafting, drafting);
+                let (t, c) = (spec.policy.tally, &mut self.counters.spec);
+                c.spec_step_predicted_seconds_total = t.predicted_secs;
+                c.spec_step_measured_seconds_total = t.measured_secs;
             }
         }
     }
@@ -417,17 +421,20 @@ impl Engine {
         }
     }
 
-    /// The step's forward without drafts, as the planner would give it: the `decoding`
-    /// rows and the rows the budget leaves the `waiting` prompts (`(computed, pending)`,
-    /// oldest first).
-    fn base_step(&self, decoding: Shape, waiting: &[(usize, usize)]) -> Shape {
+    /// The step drafts would join, as the planner would give it: the `decoding` rows, the
+    /// rows the budget leaves the `waiting` prompts (`(computed, pending)`, oldest first),
+    /// and the budget's target.
+    fn base_step(&self, decoding: Shape, waiting: &[(usize, usize)]) -> Base {
         let ub = self.cfg.n_ubatch;
         let predict = |s: &Shape| self.cost.predict_step(s, ub);
         let limits = self.limits(&predict);
-        let target = planner::step_target(&limits, &decoding);
+        let cap = planner::step_target(&limits, &decoding);
         let rows_left = self.cfg.n_batch.saturating_sub(decoding.rows);
-        let shares = planner::prompt_shares(&limits, target, decoding, rows_left, waiting);
-        planner::with_prompts(decoding, &shares, waiting)
+        let shares = planner::prompt_shares(&limits, cap, decoding, rows_left, waiting);
+        Base {
+            shape: planner::with_prompts(decoding, &shares, waiting),
+            cap,
+        }
     }
 
     fn active(&self, slot: usize) -> &Active {

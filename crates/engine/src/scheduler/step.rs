@@ -100,6 +100,7 @@ impl Engine {
                 }
             }
             self.counters.tokens.n_decode_total += 1;
+            self.counters.tokens.rows_total += n as u64;
             self.counters.tokens.n_busy_slots_total += self.slots.iter().flatten().count() as u64;
             for &(slot, pos, _) in chunk {
                 if pos < self.active(slot).seq.n_prompt {

@@ -1,13 +1,13 @@
 //! A smaller model of the same vocabulary drafts autoregressively.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use kernels::ThreadPool;
 use kv::SeqKv;
 use model::Model;
 
-use super::{Draft, DraftJob, Proposer};
+use super::{Draft, DraftJob, DraftLog, Proposer};
 use crate::sampling::argmax;
 use crate::{ContextConfig, Executor, Sampler};
 
@@ -113,7 +113,7 @@ impl Proposer for DraftModel {
         &mut self,
         jobs: &[DraftJob],
         out: &mut [Draft],
-        steps: &mut Vec<(usize, Duration)>,
+        log: &mut DraftLog,
     ) -> crate::Result<()> {
         let mut rows: Vec<(usize, u32)> = Vec::new();
         let mut last_row: Vec<usize> = Vec::with_capacity(jobs.len());
@@ -143,7 +143,10 @@ impl Proposer for DraftModel {
                 })?;
         }
         if rows.len() == jobs.len() {
-            steps.push((rows.len(), t0.elapsed()));
+            log.steps.push((rows.len(), t0.elapsed()));
+        } else {
+            log.caught_up += rows.len() - jobs.len();
+            log.catch_up += t0.elapsed();
         }
         for (j, job) in jobs.iter().enumerate() {
             let logits = logits_of[j]
@@ -168,7 +171,7 @@ impl Proposer for DraftModel {
                 .append(&mut self.seqs, &rows, &wanted, &mut |_, logits| {
                     picked.push(logits.to_vec())
                 })?;
-            steps.push((rows.len(), t0.elapsed()));
+            log.steps.push((rows.len(), t0.elapsed()));
             let mut still = Vec::with_capacity(active.len());
             for (&j, logits) in active.iter().zip(&picked) {
                 if self.pick(&jobs[j], logits, &mut out[j]) {

@@ -82,6 +82,18 @@ impl Draft {
     }
 }
 
+/// What a drafter's forwards took in one [`Proposer::propose`] call.
+#[derive(Debug, Clone, Default)]
+pub struct DraftLog {
+    /// `(slots, time)` of each forward that computed exactly one row per drafting slot.
+    pub steps: Vec<(usize, Duration)>,
+    /// Rows computed for tokens the drafter had missed (beyond one row per slot).
+    pub caught_up: usize,
+    /// Time of the forwards that computed those rows (the first draft row of each slot
+    /// is in them too).
+    pub catch_up: Duration,
+}
+
 /// A source of draft tokens. The engine calls it once per step for all drafting slots
 /// and never asks which kind of drafter it is.
 ///
@@ -89,18 +101,12 @@ impl Draft {
 /// tokens for `jobs[i]`; it may give fewer, or none. A drafter that keeps per-slot state
 /// (a KV cache) finds its place by comparing `jobs[i].tokens` with what it has seen, so
 /// rejected drafts need no separate rollback call; `release` forgets a slot whose sequence
-/// ended. A drafter that runs forwards reports in `steps` the `(slots, time)` of each
-/// forward that computed exactly one row per drafting slot, so that the policy learns what
-/// a draft step costs apart from catching up on tokens the drafter had not seen.
+/// ended. A drafter that runs forwards reports them in `log`, so that the policy learns
+/// what a draft step costs apart from catching up on tokens the drafter had not seen.
 pub trait Proposer: Send {
     /// A short name for logs and metrics.
     fn name(&self) -> &str;
-    fn propose(
-        &mut self,
-        jobs: &[DraftJob],
-        out: &mut [Draft],
-        steps: &mut Vec<(usize, Duration)>,
-    ) -> Result<()>;
+    fn propose(&mut self, jobs: &[DraftJob], out: &mut [Draft], log: &mut DraftLog) -> Result<()>;
     fn release(&mut self, slot: usize);
     /// Tokens of `tokens` the drafter would have to compute before drafting for `slot`
     /// (a draft model that has not seen them); 0 for a drafter without state.

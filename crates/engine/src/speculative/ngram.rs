@@ -46,7 +46,7 @@ impl Proposer for Ngram {
         &mut self,
         jobs: &[DraftJob],
         out: &mut [Draft],
-        _steps: &mut Vec<(usize, std::time::Duration)>,
+        _log: &mut super::DraftLog,
     ) -> crate::Result<()> {
         for (job, d) in jobs.iter().zip(out) {
             let found = self.lookup(job.tokens, job.n_max);

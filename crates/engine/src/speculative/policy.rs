@@ -3,31 +3,46 @@
 //! The adaptive policy maximizes, over the draft depths `d_s` of the decoding slots,
 //!
 //! ```text
-//!            Σ_s E_s(d_s)
-//! rate = ───────────────────────────────────────────   E_s(d) = 1 + Σ_{j=1..d} Π_{i≤j} a_s(i)
-//!        T(base + drafts) + Σ_{j=1..max d} D(#{s: d_s ≥ j})
+//!                 Σ_s E_s(d_s)
+//! rate = ─────────────────────────────────   E_s(d) = 1 + Σ_{j=1..d} Π_{i≤j} a_s(i)
+//!        T(base + drafts) + D + C + K + X
 //! ```
 //!
 //! where `T` is the step's forward time as [`crate::cost::StepCost`] predicts it (the
-//! budget of the planner predicts with the same model), `base` the rows the step has
-//! anyway (one per decoding slot plus any prompt chunks), `drafts` slot `s`'s `d_s` draft
-//! rows after its position, each wanting logits, `D(r)` the time of one draft step over
-//! `r` slots, and `a_s(i)` the moving average of slot `s`'s acceptance at
-//! draft position `i` given the positions before it were accepted. `d_s = 0` (plain
-//! decoding) is always a candidate, so the chosen depths are never predicted to be slower
-//! than not drafting. Depths change only for a predicted gain of [`HYSTERESIS`] (of
-//! [`START_GAIN`] to start drafting); a slot
-//! that has not drafted for [`PROBE_AFTER`] steps drafts once so that its estimate
-//! recovers, as long as probes, with the catching up on every token the drafter missed,
-//! take at most [`PROBE_SHARE`] of the time. A slot that starts drafting is charged its
-//! catching up spread over the steps it may still draft (at most [`CATCH_UP_STEPS`]).
-//! Measured step times are compared with the predicted ones, for steps without drafts and,
-//! per number of decoding slots, with drafts; drafting is predicted slower by the ratio. The fixed policy always asks for `n_max`, as llama.cpp does.
+//! planner's step budget predicts with the same model), `base` the rows the step has
+//! anyway (one per decoding slot plus the prompt rows the budget gives), `drafts` slot
+//! `s`'s `d_s` draft rows after its position, each wanting logits and attending its
+//! slot's context; `D = Σ_{j=1..max d} D(#{s: d_s ≥ j})` the draft steps, `D(r)` one over
+//! `r` slots; `C` the drafter catching up on the tokens it has not computed for the
+//! drafting slots (the target's own token each step, a draft's last token when all were
+//! accepted: charged whole, every step); `K` the catching up of slots that resume after a
+//! pause (every token they missed, in one batched forward: spread over the steps they may
+//! still draft, at most [`CATCH_UP_STEPS`]); `X` what the measured steps showed the
+//! prediction misses: seconds per step without drafts, and per draft token with them,
+//! moving averages of measured minus predicted. `a_s(i)` is the moving average of slot
+//! `s`'s acceptance at draft position `i` given the positions before it were accepted.
 //!
-//! Worked example (1.5B target, 0.5B draft, one slot, short context): T(1 row) = 41 ms,
-//! T(2) = 46 ms, T(5) = 62 ms, D(1) = 16 ms, a = 0.9 at every position. d = 0: 1 / 41 ms = 24 tok/s;
-//! d = 1: 1.9 / 62 ms = 31 tok/s; d = 4: 4.1 / 126 ms = 32 tok/s, so the policy drafts 4.
-//! With a = 0.5, d = 1 gives 1.5 / 62 ms = 24 tok/s, no gain: it decodes plainly.
+//! A slot at depth 0 costs nothing: its drafter computes nothing for it (it is *paused*
+//! once it has missed more than a step's tokens), so a step with every slot at depth 0
+//! is a plain decoding step. The depths are chosen for the batch jointly: coordinate
+//! ascent from the depths of the last step, from all slots at depth 0 and from every
+//! slot at each same depth, the best of them kept. Drafts that would take the step past
+//! the step budget's target with its prompt rows are not considered: while prompts are
+//! read, their rows come first. The batch changes depths only for a predicted gain of
+//! [`HYSTERESIS`] (of [`START_GAIN`] when that resumes a paused slot), so slots do not
+//! flap between drafting and not. A slot that has not drafted
+//! for [`PROBE_AFTER`] steps drafts once so that its estimate recovers, as long as probes,
+//! with the catching up on every token the drafter missed, take at most [`PROBE_SHARE`]
+//! of the time. The fixed policy always asks for `n_max`, as llama.cpp does.
+//!
+//! Worked example (1.5B target, 0.5B draft, short context): T(1 row) = 41 ms,
+//! T(2) = 46 ms, T(5) = 62 ms, D(1) = 16 ms, a = 0.9 at every position. One slot:
+//! d = 0: 1 / 41 ms = 24 tok/s; d = 1: 1.9 / 62 ms = 31 tok/s; d = 4: 4.1 / 126 ms =
+//! 32 tok/s, so the policy drafts 4. With a = 0.5, d = 1 gives 1.5 / 62 ms = 24 tok/s, no
+//! gain: it decodes plainly. Eight slots where T(8) = 81 ms and T(16) = 133 ms, D(8) =
+//! 40 ms: all at d = 1 give 15.2 / 173 ms = 88 tok/s against 8 / 81 ms = 99 tok/s, so
+//! none drafts, although one slot alone drafting 1 (8.9 / 100 ms) looks no worse than its
+//! neighbours drafting.
 
 use crate::cost::{CostCurve, Shape, StepCost, ALPHA};
 
@@ -40,19 +55,22 @@ pub enum PolicyKind {
     Fixed,
 }
 
-/// Relative predicted gain below which a slot keeps its depth.
-pub const HYSTERESIS: f64 = 0.02;
-/// Relative predicted gain a slot needs to start drafting: measured costs move by several
-/// percent between runs on a shared machine, and a wrong start costs catching up.
+/// Relative predicted gain below which the batch keeps its depths.
+pub const HYSTERESIS: f64 = 0.03;
+/// Relative predicted gain the batch needs to resume a paused slot: measured costs move by
+/// several percent between runs on a shared machine, and a wrong start costs catching up.
 pub const START_GAIN: f64 = 0.10;
 /// Steps at depth 0 after which a slot drafts once.
 pub const PROBE_AFTER: usize = 16;
 /// Share of the engine's time that probes may take, catching up included.
 pub const PROBE_SHARE: f64 = 0.01;
-/// Steps, at most, over which a slot that starts drafting is expected to keep drafting
+/// Steps, at most, over which a slot that resumes drafting is expected to keep drafting
 /// (fewer when the request ends sooner): its catching up is charged to each of them in
 /// equal parts.
 const CATCH_UP_STEPS: f64 = 64.0;
+/// Tokens a drafting slot's drafter computes each step anyway (the token it drafts from,
+/// and a draft's last token when all were accepted): more means it was paused.
+const FOLLOWING: usize = 2;
 /// Acceptance assumed before anything is observed.
 const PRIOR: f64 = 0.7;
 
@@ -95,7 +113,8 @@ pub struct Candidate {
     pub n_max: usize,
     /// Drafts shorter than this are not worth verifying for this request (0 or more).
     pub n_min: usize,
-    /// Tokens the drafter must catch up on before it can draft for this slot.
+    /// Tokens the drafter must compute before it can draft for this slot (at least the
+    /// token it drafts from).
     pub behind: usize,
     /// Tokens the request may still generate.
     pub remaining: usize,
@@ -103,11 +122,50 @@ pub struct Candidate {
     pub position: usize,
 }
 
+impl Candidate {
+    /// Whether its drafter missed more than a step's tokens (it was not drafting).
+    pub fn paused(&self) -> bool {
+        self.behind > FOLLOWING
+    }
+}
+
+/// The step that drafts would join.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Base {
+    /// Its forward without drafts: the decoding rows and the prompt rows the step budget
+    /// gives.
+    pub shape: Shape,
+    /// The step budget's target (`None`: no cap). Drafts must fit in it after the prompt
+    /// rows: the planner would otherwise give their time to the drafts and read the
+    /// prompts more slowly, which no draft is worth.
+    pub cap: Option<f64>,
+}
+
 #[derive(Debug, Clone)]
 struct SlotState {
     acc: Acceptance,
     depth: usize,
     idle: usize,
+}
+
+/// What a step with some depths is predicted to give and cost.
+#[derive(Debug, Clone, Copy, Default)]
+struct Forecast {
+    tokens: f64,
+    /// Seconds of the step as the cost curves predict it, catching up included whole.
+    secs: f64,
+    /// Catching up of resuming slots, included whole in `secs`.
+    resume: f64,
+    draft_tokens: usize,
+    /// Whether the drafts fit the step budget.
+    fits: bool,
+}
+
+/// Totals of the steps the policy chose depths for.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Tally {
+    pub predicted_secs: f64,
+    pub measured_secs: f64,
 }
 
 /// The policy's state: the drafter's cost curve, acceptance per slot and over all slots.
@@ -124,16 +182,13 @@ pub struct Policy {
     probing: f64,
     /// Whether the depths chosen last are probes only.
     probe_only: bool,
-    /// Seconds predicted for the step chosen last, whether it drafts, and for how many
-    /// decoding slots.
-    predicted: f64,
-    drafted: bool,
-    n_decoding: usize,
-    /// Moving averages of measured / predicted step time, for steps without drafts and,
-    /// per number of decoding slots, with drafts: whatever the curves miss (catching up,
-    /// copies, the mix of rows) counts against drafting in proportion.
-    plain_scale: f64,
-    spec_scale: Vec<f64>,
+    /// The step chosen last, until it is accounted.
+    last: Option<Forecast>,
+    /// Moving averages of measured minus predicted seconds: of a step without drafts,
+    /// and per draft token of a step with drafts beyond that.
+    plain_extra: f64,
+    per_draft: f64,
+    pub tally: Tally,
 }
 
 impl Policy {
@@ -147,11 +202,10 @@ impl Policy {
             busy: 0.0,
             probing: 0.0,
             probe_only: false,
-            predicted: 0.0,
-            drafted: false,
-            n_decoding: 0,
-            plain_scale: 1.0,
-            spec_scale: vec![1.0; n_slots + 1],
+            last: None,
+            plain_extra: 0.0,
+            per_draft: 0.0,
+            tally: Tally::default(),
         }
     }
 
@@ -164,92 +218,132 @@ impl Policy {
         })
     }
 
-    /// Predicted tokens per second of the step with `depths` (per candidate) on top of
-    /// `base`.
-    /// Drafting steps are predicted slower by the measured / predicted ratio of their own
-    /// against that of plain steps.
-    fn rate(&self, cost: &StepCost, base: Shape, cands: &[Candidate], depths: &[usize]) -> f64 {
-        let (tokens, time) = self.predict(cost, base, cands, depths);
-        if depths.iter().any(|&d| d > 0) {
-            tokens / (time * self.spec_scale(cands.len()) / self.plain_scale)
-        } else {
-            tokens / time
-        }
+    fn expected(&self, c: &Candidate, d: usize) -> f64 {
+        self.slots[c.slot]
+            .as_ref()
+            .map_or(1.0, |s| s.acc.expected(d))
     }
 
-    /// Expected tokens and seconds of the step with `depths`, from the cost model.
-    fn predict(
+    /// Expected tokens and seconds of the step with `depths`, from the cost curves.
+    fn forecast(
         &self,
         cost: &StepCost,
-        base: Shape,
+        base: &Base,
         cands: &[Candidate],
         depths: &[usize],
-    ) -> (f64, f64) {
-        let expected = |c: &Candidate, d: usize| {
-            self.slots[c.slot]
-                .as_ref()
-                .map_or(1.0, |s| s.acc.expected(d))
-        };
-        let tokens: f64 = cands.iter().zip(depths).map(|(c, &d)| expected(c, d)).sum();
-        let forward = cands
+    ) -> Forecast {
+        let drafts = cands
             .iter()
             .zip(depths)
             .map(|(c, &d)| Shape::run(c.position + 1, d, d))
-            .fold(base, Shape::plus);
+            .fold(Shape::default(), Shape::plus);
+        let forward = base.shape.plus(drafts);
+        let fits = drafts.rows == 0 || base.cap.is_none_or(|cap| cost.predict(&forward) <= cap);
         let deepest = depths.iter().copied().max().unwrap_or(0);
         let drafting: f64 = (1..=deepest)
             .map(|j| self.draft.at(depths.iter().filter(|&&d| d >= j).count()))
             .sum();
-        let catch_up: f64 = cands
+        let (mut following, mut resume) = (0.0, 0.0);
+        for (c, _) in cands.iter().zip(depths).filter(|(_, &d)| d > 0) {
+            let missed = c.behind.saturating_sub(1) as f64 * self.catch_up;
+            match c.paused() {
+                true => resume += missed,
+                false => following += missed,
+            }
+        }
+        Forecast {
+            tokens: cands
+                .iter()
+                .zip(depths)
+                .map(|(c, &d)| self.expected(c, d))
+                .sum(),
+            secs: cost.predict(&forward) + drafting + following + resume,
+            resume,
+            draft_tokens: drafts.rows,
+            fits,
+        }
+    }
+
+    /// What the decision weighs: `f`'s seconds corrected by what measured steps showed,
+    /// with resuming slots' catching up spread over the steps they may still draft.
+    fn rate(&self, cands: &[Candidate], depths: &[usize], f: &Forecast) -> f64 {
+        if !f.fits {
+            return 0.0;
+        }
+        let spread: f64 = cands
             .iter()
             .zip(depths)
-            .filter(|(_, &d)| d > 0)
+            .filter(|(c, &d)| d > 0 && c.paused())
             .map(|(c, &d)| {
-                let steps_left = (c.remaining as f64 / expected(c, d)).clamp(1.0, CATCH_UP_STEPS);
-                c.behind.saturating_sub(2) as f64 * self.catch_up / steps_left
+                let steps = (c.remaining as f64 / self.expected(c, d)).clamp(1.0, CATCH_UP_STEPS);
+                c.behind.saturating_sub(1) as f64 * self.catch_up * (1.0 - 1.0 / steps)
             })
             .sum();
-        (tokens, cost.predict(&forward) + drafting + catch_up)
+        let secs = f.secs - spread + self.plain_extra + self.per_draft * f.draft_tokens as f64;
+        f.tokens / secs.max(1e-6)
+    }
+
+    /// Coordinate ascent from `depths`: each slot in turn takes its best depth with the
+    /// others fixed, twice over.
+    fn ascend(
+        &self,
+        cost: &StepCost,
+        base: &Base,
+        cands: &[Candidate],
+        mut depths: Vec<usize>,
+    ) -> (f64, Vec<usize>) {
+        let score = |d: &[usize]| self.rate(cands, d, &self.forecast(cost, base, cands, d));
+        let mut best = score(&depths);
+        for _pass in 0..2 {
+            for i in 0..cands.len() {
+                let options = std::iter::once(0).chain(cands[i].n_min.max(1)..=cands[i].n_max);
+                for d in options {
+                    let was = std::mem::replace(&mut depths[i], d);
+                    let r = score(&depths);
+                    if r > best {
+                        best = r;
+                    } else {
+                        depths[i] = was;
+                    }
+                }
+            }
+        }
+        (best, depths)
     }
 
     /// The depth each candidate drafts this step (0: decode plainly). `base` is the
-    /// step's forward without drafts.
-    pub fn choose(&mut self, cost: &StepCost, base: Shape, cands: &[Candidate]) -> Vec<usize> {
+    /// step without drafts.
+    pub fn choose(&mut self, cost: &StepCost, base: &Base, cands: &[Candidate]) -> Vec<usize> {
         if self.kind == PolicyKind::Fixed {
-            return cands.iter().map(|c| c.n_max).collect();
+            let depths: Vec<usize> = cands.iter().map(|c| c.n_max).collect();
+            self.last = Some(self.forecast(cost, base, cands, &depths));
+            return depths;
         }
-        let mut depths: Vec<usize> = cands
+        let allowed = |c: &Candidate, d: usize| if d < c.n_min { 0 } else { d.min(c.n_max) };
+        let current: Vec<usize> = cands
             .iter()
-            .map(|c| {
-                let d = self.slot(c.slot).depth.min(c.n_max);
-                if d < c.n_min {
-                    0
-                } else {
-                    d
-                }
-            })
+            .map(|c| allowed(c, self.slot(c.slot).depth))
             .collect();
-        for _pass in 0..2 {
-            for i in 0..cands.len() {
-                let now = self.rate(cost, base, cands, &depths);
-                let margin = if depths[i] == 0 {
-                    START_GAIN
-                } else {
-                    HYSTERESIS
-                };
-                let mut best = (now * (1.0 + margin), depths[i]);
-                let options = std::iter::once(0).chain(cands[i].n_min.max(1)..=cands[i].n_max);
-                for d in options {
-                    let mut trial = depths.clone();
-                    trial[i] = d;
-                    let r = self.rate(cost, base, cands, &trial);
-                    if r > best.0 {
-                        best = (r, d);
-                    }
-                }
-                depths[i] = best.1;
+        let deepest = cands.iter().map(|c| c.n_max).max().unwrap_or(0);
+        let starts = std::iter::once(current.clone())
+            .chain((0..=deepest).map(|d| cands.iter().map(|c| allowed(c, d)).collect()));
+        let mut best = (f64::MIN, current.clone());
+        for start in starts {
+            let found = self.ascend(cost, base, cands, start);
+            if found.0 > best.0 {
+                best = found;
             }
         }
+        let now = self.rate(cands, &current, &self.forecast(cost, base, cands, &current));
+        let resumes = cands.iter().zip(&best.1).any(|(c, &d)| d > 0 && c.paused());
+        let margin = match resumes {
+            true => START_GAIN,
+            false => HYSTERESIS,
+        };
+        let mut depths = match best.0 > now * (1.0 + margin) {
+            true => best.1,
+            false => current,
+        };
         let chosen = depths.iter().any(|&d| d > 0);
         let mut budget = PROBE_SHARE * self.busy - self.probing;
         let mut probed = false;
@@ -270,29 +364,27 @@ impl Policy {
             }
         }
         self.probe_only = probed && !chosen;
-        self.drafted = depths.iter().any(|&d| d > 0);
-        self.n_decoding = cands.len();
-        self.predicted = self.predict(cost, base, cands, &depths).1;
+        self.last = Some(self.forecast(cost, base, cands, &depths));
         depths
     }
 
-    fn spec_scale(&self, n_decoding: usize) -> f64 {
-        self.spec_scale[n_decoding.min(self.spec_scale.len() - 1)]
-    }
-
-    /// Accounts one engine step that took `step`, of which `drafting` was spent drafting.
+    /// Accounts one engine step that took `step`, of which `drafting` was spent drafting:
+    /// what the curves missed enters the corrections, from steps without probes or
+    /// resuming slots (whose catching up is rarer and noisier than the rest).
     pub fn account(&mut self, step: std::time::Duration, drafting: std::time::Duration) {
-        self.busy += step.as_secs_f64();
-        if self.predicted > 0.0 {
-            let ratio = (step.as_secs_f64() / self.predicted).clamp(0.25, 4.0);
-            let last = self.spec_scale.len() - 1;
-            let scale = if self.drafted {
-                &mut self.spec_scale[self.n_decoding.min(last)]
-            } else {
-                &mut self.plain_scale
-            };
-            *scale += ALPHA * (ratio - *scale);
-            self.predicted = 0.0;
+        let secs = step.as_secs_f64();
+        self.busy += secs;
+        if let Some(f) = self.last.take() {
+            self.tally.predicted_secs +=
+                f.secs + self.plain_extra + self.per_draft * f.draft_tokens as f64;
+            self.tally.measured_secs += secs;
+            let missed = secs - f.secs;
+            if f.draft_tokens == 0 {
+                self.plain_extra += ALPHA * (missed - self.plain_extra);
+            } else if f.resume == 0.0 && !self.probe_only {
+                let per = (missed - self.plain_extra) / f.draft_tokens as f64;
+                self.per_draft += ALPHA * (per.clamp(-0.1, 0.1) - self.per_draft);
+            }
         }
         if std::mem::take(&mut self.probe_only) {
             self.probing += drafting.as_secs_f64();
@@ -320,11 +412,15 @@ impl Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
+    fn ms(p: &[(usize, f64)]) -> Vec<(usize, f64)> {
+        p.iter().map(|&(r, t)| (r, t / 1e3)).collect()
+    }
 
     /// The target's forwards as one curve (no separate head, no attention term), and the
     /// drafter's steps.
     fn costs() -> (StepCost, CostCurve) {
-        let ms = |p: &[(usize, f64)]| p.iter().map(|&(r, t)| (r, t / 1e3)).collect::<Vec<_>>();
         let mut target = StepCost::unmeasured(64);
         target.rows = CostCurve::from_points(
             &ms(&[(1, 41.0), (2, 46.4), (4, 56.2), (8, 80.9), (16, 133.4)]),
@@ -336,23 +432,28 @@ mod tests {
         )
     }
 
-    fn one(n_max: usize) -> Vec<Candidate> {
-        vec![Candidate {
-            slot: 0,
+    fn cand(slot: usize, n_max: usize, behind: usize) -> Candidate {
+        Candidate {
+            slot,
             n_max,
             n_min: 0,
-            behind: 1,
+            behind,
             remaining: 256,
             position: 100,
-        }]
+        }
     }
 
-    fn rows(n: usize) -> Shape {
-        Shape {
+    fn one(n_max: usize) -> Vec<Candidate> {
+        vec![cand(0, n_max, 1)]
+    }
+
+    fn rows(n: usize) -> Base {
+        let shape = Shape {
             rows: n,
             logits: 1,
             attended: 0,
-        }
+        };
+        Base { shape, cap: None }
     }
 
     #[test]
@@ -362,12 +463,12 @@ mod tests {
         for _ in 0..50 {
             p.observe(0, 8, 8);
         }
-        let deep = p.choose(&t, rows(1), &one(8))[0];
+        let deep = p.choose(&t, &rows(1), &one(8))[0];
         assert!(deep >= 4, "depth {deep} with everything accepted");
         for _ in 0..50 {
             p.observe(0, 4, 0);
         }
-        assert_eq!(p.choose(&t, rows(1), &one(8))[0], 0);
+        assert_eq!(p.choose(&t, &rows(1), &one(8))[0], 0);
     }
 
     #[test]
@@ -379,10 +480,10 @@ mod tests {
             p.observe(0, 4, 0);
         }
         let step = |p: &mut Policy, drafting_ms: u64| {
-            let d = p.choose(&t, rows(1), &one(8))[0];
+            let d = p.choose(&t, &rows(1), &one(8))[0];
             p.account(
-                std::time::Duration::from_millis(41 + drafting_ms * d as u64),
-                std::time::Duration::from_millis(drafting_ms * d as u64),
+                Duration::from_millis(41 + drafting_ms * d as u64),
+                Duration::from_millis(drafting_ms * d as u64),
             );
             d
         };
@@ -394,7 +495,7 @@ mod tests {
             "one probe that took 5 s stops probing for a while"
         );
         let mut f = Policy::new(PolicyKind::Fixed, 8, 1, d);
-        assert_eq!(f.choose(&t, rows(1), &one(5)), vec![5]);
+        assert_eq!(f.choose(&t, &rows(1), &one(5)), vec![5]);
     }
 
     #[test]
@@ -404,12 +505,108 @@ mod tests {
         for _ in 0..50 {
             p.observe(0, 2, 1);
         }
-        let alone = p.choose(&t, rows(1), &one(8))[0];
-        let with_prompt = p.choose(&t, rows(40), &one(8))[0];
+        let alone = p.choose(&t, &rows(1), &one(8))[0];
+        let with_prompt = p.choose(&t, &rows(40), &one(8))[0];
         assert!(with_prompt >= alone, "{with_prompt} < {alone}");
         assert!(alone > 0, "the first draft position is always accepted");
         t.attend = 1e-3;
-        let far = p.choose(&t, rows(1), &one(8))[0];
+        let far = p.choose(&t, &rows(1), &one(8))[0];
         assert_eq!(far, 0, "a draft row attending 100 positions costs 0.1 s");
+    }
+
+    /// Eight slots drafting 1 each: the module doc's example. Any one slot leaving alone
+    /// gains little (the draft step stays), all leaving together gain.
+    #[test]
+    fn the_batch_stops_drafting_together_when_no_slot_alone_would() {
+        let (t, _) = costs();
+        let d = CostCurve::from_points(&ms(&[(1, 16.0), (8, 40.0)]), 8);
+        let mut p = Policy::new(PolicyKind::Adaptive, 8, 8, d);
+        let cands: Vec<Candidate> = (0..8).map(|s| cand(s, 8, 1)).collect();
+        for s in 0..8 {
+            for _ in 0..50 {
+                p.observe(s, 1, 1);
+            }
+            p.slot(s).depth = 1;
+        }
+        let all = vec![1; 8];
+        let mut one_less = all.clone();
+        one_less[0] = 0;
+        let r = |dd: &[usize]| p.rate(&cands, dd, &p.forecast(&t, &rows(8), &cands, dd));
+        assert!(r(&one_less) < r(&all), "no single slot gains by leaving");
+        assert_eq!(p.choose(&t, &rows(8), &cands), vec![0; 8]);
+    }
+
+    #[test]
+    fn a_paused_slot_resumes_only_when_its_catching_up_pays() {
+        let (t, d) = costs();
+        let mut p = Policy::new(PolicyKind::Adaptive, 8, 1, d);
+        p.catch_up = 2e-3;
+        for _ in 0..50 {
+            p.observe(0, 8, 8);
+        }
+        let mut short = cand(0, 8, 400);
+        short.remaining = 4;
+        assert_eq!(
+            p.choose(&t, &rows(1), &[short])[0],
+            0,
+            "0.8 s of catching up for 4 tokens"
+        );
+        assert!(short.paused());
+        let long = cand(0, 8, 400);
+        assert!(
+            p.choose(&t, &rows(1), &[long])[0] > 0,
+            "spread over 64 steps"
+        );
+    }
+
+    #[test]
+    fn drafts_never_take_the_step_budget_from_prompt_rows() {
+        let (t, d) = costs();
+        let mut p = Policy::new(PolicyKind::Adaptive, 8, 1, d);
+        for _ in 0..50 {
+            p.observe(0, 8, 8);
+        }
+        let cap = Some(t.predict(&Shape::run(101, 3, 3)));
+        let alone = Base { cap, ..rows(1) };
+        let depth = p.choose(&t, &alone, &one(8))[0];
+        assert!(
+            (1..=2).contains(&depth),
+            "1 + {depth} rows within 3 rows' time"
+        );
+        let with_prompt = Base { cap, ..rows(3) };
+        assert_eq!(
+            p.choose(&t, &with_prompt, &one(8))[0],
+            0,
+            "two prompt rows fill the budget"
+        );
+    }
+
+    #[test]
+    fn steps_slower_than_predicted_stop_drafting() {
+        let (t, d) = costs();
+        let mut p = Policy::new(PolicyKind::Adaptive, 8, 1, d);
+        for _ in 0..50 {
+            p.observe(0, 4, 2);
+        }
+        assert!(p.choose(&t, &rows(1), &one(4))[0] > 0);
+        let mut drafted = Vec::new();
+        for _ in 0..40 {
+            let depth = p.choose(&t, &rows(1), &one(4))[0];
+            drafted.push(depth > 0);
+            let took = match depth {
+                0 => 0.041,
+                d => 0.041 + 0.05 * d as f64,
+            };
+            p.account(Duration::from_secs_f64(took), Duration::ZERO);
+            if depth > 0 {
+                p.observe(0, depth, 2.min(depth));
+            }
+        }
+        let late = drafted[20..].iter().filter(|&&d| d).count();
+        assert!(
+            late <= 1,
+            "50 ms a draft token measured: {late} of the last 20 steps drafted (a probe at most)"
+        );
+        assert!(p.tally.measured_secs > 0.0 && p.tally.predicted_secs > 0.0);
     }
 }
