@@ -434,6 +434,7 @@ impl Engine {
         Base {
             shape: planner::with_prompts(decoding, &shares, waiting),
             cap,
+            reading: shares.iter().any(|&n| n > 0),
         }
     }
 

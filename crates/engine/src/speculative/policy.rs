@@ -16,8 +16,9 @@
 //! `r` slots; `C` the drafter catching up on the tokens it has not computed for the
 //! drafting slots (the target's own token each step, a draft's last token when all were
 //! accepted: charged whole, every step); `K` the catching up of slots that resume after a
-//! pause (every token they missed, in one batched forward: spread over the steps they may
-//! still draft, at most [`CATCH_UP_STEPS`]); `X` what the measured steps showed the
+//! pause (every token they missed, in one batched forward: spread over the steps they are
+//! expected to draft before they pause again, the moving average of the spells measured,
+//! fewer when the request ends sooner); `X` what the measured steps showed the
 //! prediction misses: seconds per step without drafts, and per draft token with them,
 //! moving averages of measured minus predicted. `a_s(i)` is the moving average of slot
 //! `s`'s acceptance at draft position `i` given the positions before it were accepted.
@@ -28,7 +29,7 @@
 //! ascent from the depths of the last step, from all slots at depth 0 and from every
 //! slot at each same depth, the best of them kept. Drafts that would take the step past
 //! the step budget's target with its prompt rows are not considered: while prompts are
-//! read, their rows come first. The batch changes depths only for a predicted gain of
+//! read, their rows come first, and no paused slot resumes (the batch is about to grow). The batch changes depths only for a predicted gain of
 //! [`HYSTERESIS`] (of [`START_GAIN`] when that resumes a paused slot), so slots do not
 //! flap between drafting and not. A slot that has not drafted
 //! for [`PROBE_AFTER`] steps drafts once so that its estimate recovers, as long as probes,
@@ -64,10 +65,10 @@ pub const START_GAIN: f64 = 0.10;
 pub const PROBE_AFTER: usize = 16;
 /// Share of the engine's time that probes may take, catching up included.
 pub const PROBE_SHARE: f64 = 0.01;
-/// Steps, at most, over which a slot that resumes drafting is expected to keep drafting
-/// (fewer when the request ends sooner): its catching up is charged to each of them in
-/// equal parts.
-const CATCH_UP_STEPS: f64 = 64.0;
+/// Steps a slot that resumes drafting is taken to keep drafting, before any spell was
+/// measured, and the bounds of that average.
+const SPELL_PRIOR: f64 = 8.0;
+const SPELL_BOUNDS: (f64, f64) = (1.0, 64.0);
 /// Tokens a drafting slot's drafter computes each step anyway (the token it drafts from,
 /// and a draft's last token when all were accepted): more means it was paused.
 const FOLLOWING: usize = 2;
@@ -139,6 +140,10 @@ pub struct Base {
     /// rows: the planner would otherwise give their time to the drafts and read the
     /// prompts more slowly, which no draft is worth.
     pub cap: Option<f64>,
+    /// Whether prompts are read in this step: their sequences will soon decode too, so
+    /// the batch that a paused slot's catching up would be paid back in will not last,
+    /// and no paused slot resumes.
+    pub reading: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -146,6 +151,8 @@ struct SlotState {
     acc: Acceptance,
     depth: usize,
     idle: usize,
+    /// Steps drafted since it last resumed (probes aside).
+    spell: usize,
 }
 
 /// What a step with some depths is predicted to give and cost.
@@ -188,6 +195,8 @@ pub struct Policy {
     /// and per draft token of a step with drafts beyond that.
     plain_extra: f64,
     per_draft: f64,
+    /// Moving average of the steps a slot drafts between a resume and its next pause.
+    spell: f64,
     pub tally: Tally,
 }
 
@@ -205,6 +214,7 @@ impl Policy {
             last: None,
             plain_extra: 0.0,
             per_draft: 0.0,
+            spell: SPELL_PRIOR,
             tally: Tally::default(),
         }
     }
@@ -215,6 +225,7 @@ impl Policy {
             acc: global.clone(),
             depth: 0,
             idle: 0,
+            spell: 0,
         })
     }
 
@@ -238,7 +249,10 @@ impl Policy {
             .map(|(c, &d)| Shape::run(c.position + 1, d, d))
             .fold(Shape::default(), Shape::plus);
         let forward = base.shape.plus(drafts);
-        let fits = drafts.rows == 0 || base.cap.is_none_or(|cap| cost.predict(&forward) <= cap);
+        let resumes = cands.iter().zip(depths).any(|(c, &d)| d > 0 && c.paused());
+        let fits = drafts.rows == 0
+            || !(base.reading && resumes)
+                && base.cap.is_none_or(|cap| cost.predict(&forward) <= cap);
         let deepest = depths.iter().copied().max().unwrap_or(0);
         let drafting: f64 = (1..=deepest)
             .map(|j| self.draft.at(depths.iter().filter(|&&d| d >= j).count()))
@@ -275,7 +289,7 @@ impl Policy {
             .zip(depths)
             .filter(|(c, &d)| d > 0 && c.paused())
             .map(|(c, &d)| {
-                let steps = (c.remaining as f64 / self.expected(c, d)).clamp(1.0, CATCH_UP_STEPS);
+                let steps = (c.remaining as f64 / self.expected(c, d)).clamp(1.0, self.spell);
                 c.behind.saturating_sub(1) as f64 * self.catch_up * (1.0 - 1.0 / steps)
             })
             .sum();
@@ -349,8 +363,12 @@ impl Policy {
         let mut probed = false;
         for (c, d) in cands.iter().zip(depths.iter_mut()) {
             let cost = self.draft.at(1) + c.behind as f64 * self.catch_up;
+            if *d == 0 {
+                self.end_spell(c.slot);
+            }
             let s = self.slot(c.slot);
             s.depth = *d;
+            s.spell += (*d > 0) as usize;
             if *d == 0 && c.n_max > 0 {
                 s.idle += 1;
                 if s.idle >= PROBE_AFTER && cost <= budget {
@@ -400,7 +418,17 @@ impl Policy {
 
     /// Slot `slot`'s sequence ended.
     pub fn release(&mut self, slot: usize) {
+        self.end_spell(slot);
         self.slots[slot] = None;
+    }
+
+    /// Slot `slot` stops drafting: the steps it drafted enter the average spell.
+    fn end_spell(&mut self, slot: usize) {
+        let Some(s) = self.slots[slot].as_mut().filter(|s| s.spell > 0) else {
+            return;
+        };
+        let n = std::mem::take(&mut s.spell) as f64;
+        self.spell = (self.spell + ALPHA * (n - self.spell)).clamp(SPELL_BOUNDS.0, SPELL_BOUNDS.1);
     }
 
     /// The expected acceptance at each draft position, over all slots.
@@ -453,7 +481,11 @@ mod tests {
             logits: 1,
             attended: 0,
         };
-        Base { shape, cap: None }
+        Base {
+            shape,
+            cap: None,
+            reading: false,
+        }
     }
 
     #[test]
@@ -553,9 +585,18 @@ mod tests {
         );
         assert!(short.paused());
         let long = cand(0, 8, 400);
+        let reading = Base {
+            reading: true,
+            ..rows(1)
+        };
+        assert_eq!(
+            p.choose(&t, &reading, &[long])[0],
+            0,
+            "not while a prompt is read"
+        );
         assert!(
             p.choose(&t, &rows(1), &[long])[0] > 0,
-            "spread over 64 steps"
+            "spread over the spells drafted"
         );
     }
 
