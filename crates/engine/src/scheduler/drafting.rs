@@ -64,7 +64,7 @@ impl Spec {
                 .map(|r| p.draft.at(r) * 1e3)
                 .collect(),
             catch_up_ms: p.catch_up * 1e3,
-            acceptance: p.acceptance().to_vec(),
+            acceptance: p.acceptance(),
         }
     }
 

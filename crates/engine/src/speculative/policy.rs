@@ -75,15 +75,30 @@ const FOLLOWING: usize = 2;
 /// Acceptance assumed before anything is observed.
 const PRIOR: f64 = 0.7;
 
-/// Moving averages of conditional acceptance per draft position.
+/// Moving averages of conditional acceptance per draft position. A position never
+/// observed is taken to accept as the deepest one observed: a slot drafting shallow
+/// never learns the deeper positions otherwise, and code accepted at the first position
+/// is accepted at the next ones too.
 #[derive(Debug, Clone)]
 struct Acceptance {
     a: Vec<f64>,
+    /// Leading positions observed at least once.
+    seen: usize,
 }
 
 impl Acceptance {
     fn new(n: usize, prior: f64) -> Self {
-        Acceptance { a: vec![prior; n] }
+        Acceptance {
+            a: vec![prior; n],
+            seen: 0,
+        }
+    }
+
+    fn at(&self, i: usize) -> f64 {
+        match self.seen {
+            0 => self.a[i],
+            n => self.a[i.min(n - 1)],
+        }
     }
 
     /// Expected tokens a step yields with `d` drafts: the target's own token plus each
@@ -91,15 +106,20 @@ impl Acceptance {
     fn expected(&self, d: usize) -> f64 {
         let mut run = 1.0;
         let mut e = 1.0;
-        for &a in &self.a[..d.min(self.a.len())] {
-            run *= a;
+        for i in 0..d.min(self.a.len()) {
+            run *= self.at(i);
             e += run;
         }
         e
     }
 
     fn observe(&mut self, drafted: usize, accepted: usize) {
-        for i in 0..drafted.min(accepted + 1).min(self.a.len()) {
+        let reached = drafted.min(accepted + 1).min(self.a.len());
+        for i in self.seen..reached {
+            self.a[i] = self.at(i);
+        }
+        self.seen = self.seen.max(reached);
+        for i in 0..reached {
             let hit = if i < accepted { 1.0 } else { 0.0 };
             self.a[i] += ALPHA * (hit - self.a[i]);
         }
@@ -432,8 +452,10 @@ impl Policy {
     }
 
     /// The expected acceptance at each draft position, over all slots.
-    pub fn acceptance(&self) -> &[f64] {
-        &self.global.a
+    pub fn acceptance(&self) -> Vec<f64> {
+        (0..self.global.a.len())
+            .map(|i| self.global.at(i))
+            .collect()
     }
 }
 
@@ -528,6 +550,19 @@ mod tests {
         );
         let mut f = Policy::new(PolicyKind::Fixed, 8, 1, d);
         assert_eq!(f.choose(&t, &rows(1), &one(5)), vec![5]);
+    }
+
+    #[test]
+    fn a_slot_drafting_shallow_learns_to_draft_deeper() {
+        let (t, d) = costs();
+        let mut p = Policy::new(PolicyKind::Adaptive, 8, 1, d);
+        for _ in 0..50 {
+            p.observe(0, 1, 1);
+        }
+        assert!(
+            p.choose(&t, &rows(1), &one(8))[0] >= 4,
+            "positions 2..8 taken as position 1"
+        );
     }
 
     #[test]
