@@ -63,8 +63,12 @@ pub const HYSTERESIS: f64 = 0.03;
 pub const START_GAIN: f64 = 0.10;
 /// Steps at depth 0 after which a slot drafts once.
 pub const PROBE_AFTER: usize = 16;
-/// Share of the engine's time that probes may take, catching up included.
+/// Share of the engine's time that probes may take, catching up included, over about the
+/// last [`PROBE_WINDOW`] steps: counted since the start, the time of long runs without
+/// probes let one busy batch probe every slot every [`PROBE_AFTER`] steps (a 5% loss at
+/// 8 users).
 pub const PROBE_SHARE: f64 = 0.01;
+pub const PROBE_WINDOW: f64 = 256.0;
 /// Steps a slot that resumes drafting is taken to keep drafting, before any spell was
 /// measured, and the bounds of that average.
 const SPELL_PRIOR: f64 = 8.0;
@@ -204,7 +208,8 @@ pub struct Policy {
     pub catch_up: f64,
     global: Acceptance,
     slots: Vec<Option<SlotState>>,
-    /// Seconds of engine steps, and of drafting in steps that only probed.
+    /// Seconds of engine steps, and of drafting in steps that only probed, over about the
+    /// last [`PROBE_WINDOW`] steps (older steps fade out).
     busy: f64,
     probing: f64,
     /// Whether the depths chosen last are probes only.
@@ -411,7 +416,9 @@ impl Policy {
     /// resuming slots (whose catching up is rarer and noisier than the rest).
     pub fn account(&mut self, step: std::time::Duration, drafting: std::time::Duration) {
         let secs = step.as_secs_f64();
-        self.busy += secs;
+        let keep = 1.0 - 1.0 / PROBE_WINDOW;
+        self.busy = self.busy * keep + secs;
+        self.probing *= keep;
         if let Some(f) = self.last.take() {
             self.tally.predicted_secs +=
                 f.secs + self.plain_extra + self.per_draft * f.draft_tokens as f64;
@@ -550,6 +557,39 @@ mod tests {
         );
         let mut f = Policy::new(PolicyKind::Fixed, 8, 1, d);
         assert_eq!(f.choose(&t, &rows(1), &one(5)), vec![5]);
+    }
+
+    #[test]
+    fn probes_take_their_share_of_recent_time_only() {
+        let (t, d) = costs();
+        let mut p = Policy::new(PolicyKind::Adaptive, 8, 8, d);
+        p.catch_up = 2e-3;
+        for _ in 0..10_000 {
+            p.account(Duration::from_millis(40), Duration::ZERO);
+        }
+        for s in 0..8 {
+            for _ in 0..50 {
+                p.observe(s, 4, 0);
+            }
+        }
+        let cands: Vec<Candidate> = (0..8).map(|s| cand(s, 8, 20)).collect();
+        let (mut probing, mut total) = (0.0, 0.0);
+        for _ in 0..256 {
+            let depths = p.choose(&t, &rows(8), &cands);
+            let n = depths.iter().filter(|&&d| d > 0).count() as f64;
+            let drafting = n * (0.016 + 20.0 * 2e-3);
+            probing += drafting;
+            total += 0.081 + drafting;
+            p.account(
+                Duration::from_secs_f64(0.081 + drafting),
+                Duration::from_secs_f64(drafting),
+            );
+        }
+        assert!(probing > 0.0);
+        assert!(
+            probing / total < 2.0 * PROBE_SHARE,
+            "{probing:.2} s of {total:.2} s probing after 400 s without probes"
+        );
     }
 
     #[test]
