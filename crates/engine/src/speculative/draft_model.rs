@@ -145,7 +145,6 @@ impl Proposer for DraftModel {
         if rows.len() == jobs.len() {
             log.steps.push((rows.len(), t0.elapsed()));
         } else {
-            log.caught_up += rows.len() - jobs.len();
             log.catch_up += t0.elapsed();
         }
         for (j, job) in jobs.iter().enumerate() {

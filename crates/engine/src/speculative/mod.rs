@@ -87,10 +87,8 @@ impl Draft {
 pub struct DraftLog {
     /// `(slots, time)` of each forward that computed exactly one row per drafting slot.
     pub steps: Vec<(usize, Duration)>,
-    /// Rows computed for tokens the drafter had missed (beyond one row per slot).
-    pub caught_up: usize,
-    /// Time of the forwards that computed those rows (the first draft row of each slot
-    /// is in them too).
+    /// Time of the forwards that computed rows for tokens the drafter had missed (beyond
+    /// one row per slot; the first draft row of each slot is in them too).
     pub catch_up: Duration,
 }
 
