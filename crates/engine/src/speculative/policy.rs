@@ -154,6 +154,11 @@ impl Candidate {
     }
 }
 
+/// Whether `depths` has a paused candidate draft.
+fn resumes(cands: &[Candidate], depths: &[usize]) -> bool {
+    cands.iter().zip(depths).any(|(c, &d)| d > 0 && c.paused())
+}
+
 /// The step that drafts would join.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Base {
@@ -274,9 +279,8 @@ impl Policy {
             .map(|(c, &d)| Shape::run(c.position + 1, d, d))
             .fold(Shape::default(), Shape::plus);
         let forward = base.shape.plus(drafts);
-        let resumes = cands.iter().zip(depths).any(|(c, &d)| d > 0 && c.paused());
         let fits = drafts.rows == 0
-            || !(base.reading && resumes)
+            || !(base.reading && resumes(cands, depths))
                 && base.cap.is_none_or(|cap| cost.predict(&forward) <= cap);
         let deepest = depths.iter().copied().max().unwrap_or(0);
         let drafting: f64 = (1..=deepest)
@@ -374,7 +378,7 @@ impl Policy {
             }
         }
         let now = self.rate(cands, &current, &self.forecast(cost, base, cands, &current));
-        let resumes = cands.iter().zip(&best.1).any(|(c, &d)| d > 0 && c.paused());
+        let resumes = resumes(cands, &best.1);
         let margin = match resumes {
             true => START_GAIN,
             false => HYSTERESIS,
