@@ -50,7 +50,7 @@ pub fn random_blocks(ty: GgmlType, n_rows: usize, k: usize, seed: u64) -> Vec<u8
 pub fn noise_blocks(ty: GgmlType, n_rows: usize, k: usize, seed: u64) -> Vec<u8> {
     let rb = ty.row_bytes(k as u64).unwrap() as usize;
     let mut s = seed | 1;
-    let mut bytes: Vec<u8> = (0..rb * n_rows)
+    let bytes: Vec<u8> = (0..rb * n_rows)
         .map(|_| {
             s ^= s << 13;
             s ^= s >> 7;
@@ -58,6 +58,18 @@ pub fn noise_blocks(ty: GgmlType, n_rows: usize, k: usize, seed: u64) -> Vec<u8>
             s as u8
         })
         .collect();
+    with_scales(ty, bytes)
+}
+
+/// Every bit of every field set but the f16 scales, which get small finite values: the
+/// largest quants of every format, the worst case for sums kept in narrow integers.
+pub fn saturated_blocks(ty: GgmlType, n_rows: usize, k: usize) -> Vec<u8> {
+    let rb = ty.row_bytes(k as u64).unwrap() as usize;
+    with_scales(ty, vec![0xFF; rb * n_rows])
+}
+
+/// `bytes` with the f16 scales of every block set to small finite values.
+fn with_scales(ty: GgmlType, mut bytes: Vec<u8>) -> Vec<u8> {
     let ts = ty.type_size() as usize;
     let scale_at: &[usize] = match ty {
         GgmlType::Q2_K => &[80, 82],

@@ -61,6 +61,8 @@ pub unsafe fn b32<A: Lanes, const MR: usize, const FIVE: bool, const MIN: bool, 
                 }
             }
         } else {
+            let chunks_per_flush = partial_len::<A>(if FIVE { 31 } else { 15 }) / 2;
+            let mut p = [A::pzero(); MR];
             for c in 0..4 {
                 let (mut lo, mut hi) = A::nibbles(A::load(rec.add(at.qs + 64 * c + chunk_h)));
                 if FIVE {
@@ -69,7 +71,13 @@ pub unsafe fn b32<A: Lanes, const MR: usize, const FIVE: bool, const MIN: bool, 
                 }
                 for i in 0..MR {
                     let xq = x[i].q.add(32 * b + 4 * c);
-                    is[i] = A::dot(A::dot(is[i], lo, xq), hi, xq.add(16));
+                    p[i] = A::pdot(A::pdot(p[i], lo, xq), hi, xq.add(16));
+                }
+                if (c + 1) % chunks_per_flush == 0 || c == 3 {
+                    for i in 0..MR {
+                        is[i] = A::flush(is[i], p[i]);
+                        p[i] = A::pzero();
+                    }
                 }
             }
         }
@@ -92,13 +100,19 @@ pub unsafe fn b32<A: Lanes, const MR: usize, const FIVE: bool, const MIN: bool, 
     }
 }
 
+/// How many `pdot`s of weights up to `w_max` a partial holds (at least 1).
+#[inline(always)]
+fn partial_len<A: Lanes>(w_max: i32) -> usize {
+    (A::PARTIAL_CAP / w_max).max(1) as usize
+}
+
 /// The scale of sub-block `2p + e` (`e` 0 or 1) from the lanes of scale pairs `p`.
 #[inline(always)]
 unsafe fn pair_half<A: Lanes, const SIGNED: bool>(pairs: A::I, e: usize) -> A::I {
     if e == 0 {
-        A::half::<SIGNED, false>(pairs)
+        A::pair_scale::<SIGNED, false>(pairs)
     } else {
-        A::half::<SIGNED, true>(pairs)
+        A::pair_scale::<SIGNED, true>(pairs)
     }
 }
 
@@ -111,6 +125,7 @@ pub unsafe fn q4_k<A: Lanes, const MR: usize>(
     x: &[XRow; MR],
     out: &mut [*mut f32; MR],
 ) {
+    const { assert!(A::PARTIAL_CAP >= 8 * 15, "a sub-block's 8 pdots fit one partial") };
     let (f16_h, chunk_h) = (h * 2 * A::LANES, h * 4 * A::LANES);
     let mut acc = [A::fzero(); MR];
     for s in 0..ns {
@@ -122,17 +137,17 @@ pub unsafe fn q4_k<A: Lanes, const MR: usize>(
             for e in 0..2 {
                 let sc = pair_half::<A, false>(scp, e);
                 let j = 2 * p + e;
-                let mut is = [A::izero(); MR];
+                let mut p = [A::pzero(); MR];
                 for c in 0..4 {
                     let v = A::load(rec.add(Q4K::QS + 256 * j + 64 * c + chunk_h));
                     let (lo, hi) = A::nibbles(v);
                     for i in 0..MR {
                         let xq = x[i].q.add(256 * s + 32 * j + 4 * c);
-                        is[i] = A::dot(A::dot(is[i], lo, xq), hi, xq.add(16));
+                        p[i] = A::pdot(A::pdot(p[i], lo, xq), hi, xq.add(16));
                     }
                 }
                 for i in 0..MR {
-                    tot[i] = A::add(tot[i], A::mullo(is[i], sc));
+                    tot[i] = A::flush_scaled(tot[i], p[i], sc);
                 }
             }
         }
@@ -184,13 +199,17 @@ pub unsafe fn q6_k<A: Lanes, const MR: usize>(
                     A::or(h0, A::q6_high(qh, 2)),
                     A::or(h1, A::q6_high(qh, 3)),
                 ];
+                let per = partial_len::<A>(63);
                 for i in 0..MR {
                     let xq = x[i].q.add(256 * s + 16 * j);
-                    let mut is = A::izero();
+                    let mut p = A::pzero();
                     for (t, gt) in g.iter().enumerate() {
-                        is = A::dot(is, *gt, xq.add(4 * t));
+                        p = A::pdot(p, *gt, xq.add(4 * t));
+                        if (t + 1) % per == 0 || t == 3 {
+                            tot[i] = A::flush_scaled(tot[i], p, sc);
+                            p = A::pzero();
+                        }
                     }
-                    tot[i] = A::add(tot[i], A::mullo(is, sc));
                 }
             }
         }

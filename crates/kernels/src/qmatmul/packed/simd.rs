@@ -15,10 +15,15 @@ use std::arch::x86_64::*;
 pub trait Lanes: Copy {
     type I: Copy;
     type F: Copy;
+    /// A partial: `pdot`s gathered before they are added into an `I` (AVX2: in i16).
+    type P: Copy;
     const LANES: usize;
     /// How much the weight bytes of a Q8_0 tile are biased: `dot` computes
     /// `Σ w·x` on bytes that hold `q + Q8_BIAS`.
     const Q8_BIAS: i32;
+    /// A partial holds `n` `pdot`s of weights up to `w_max` exactly while
+    /// `n · w_max <= PARTIAL_CAP`.
+    const PARTIAL_CAP: i32;
 
     unsafe fn izero() -> Self::I;
     unsafe fn fzero() -> Self::F;
@@ -26,25 +31,30 @@ pub trait Lanes: Copy {
     unsafe fn load(p: *const u8) -> Self::I;
     /// The low and high nibbles of every byte.
     unsafe fn nibbles(v: Self::I) -> (Self::I, Self::I);
-    /// `acc + Σ_{j<4} w[4l + j] · x[j]` per lane `l`: `w` unsigned bytes below 64,
-    /// `x` four signed bytes (read at `x`).
-    unsafe fn dot(acc: Self::I, w: Self::I, x: *const i8) -> Self::I;
-    /// `dot` for Q8_0 bytes (`q + Q8_BIAS`, any value).
+    unsafe fn pzero() -> Self::P;
+    /// `p + Σ_{j<4} w[4l + j] · x[j]` per lane `l`: `w` unsigned bytes below 64, `x` four
+    /// signed bytes (read at `x`).
+    unsafe fn pdot(p: Self::P, w: Self::I, x: *const i8) -> Self::P;
+    /// `acc + p` per lane.
+    unsafe fn flush(acc: Self::I, p: Self::P) -> Self::I;
+    /// `acc + p · s` per lane, `s` a [`Lanes::pair_scale`].
+    unsafe fn flush_scaled(acc: Self::I, p: Self::P, s: Self::I) -> Self::I;
+    /// `pdot` for Q8_0 bytes (`q + Q8_BIAS`, any value), added into an `I`.
     unsafe fn dot_q8(acc: Self::I, w: Self::I, x: *const i8) -> Self::I;
     /// Sets bit 4 of byte `i` where bit `i` of the `4 · LANES`-bit mask at `bits` is set.
     unsafe fn fifth_bit(v: Self::I, bits: *const u8) -> Self::I;
     /// `(v >> 2t) & 3) << 4` per byte, `t` in 0..4.
     unsafe fn q6_high(v: Self::I, t: usize) -> Self::I;
     unsafe fn or(a: Self::I, b: Self::I) -> Self::I;
-    unsafe fn add(a: Self::I, b: Self::I) -> Self::I;
     unsafe fn sub(a: Self::I, b: Self::I) -> Self::I;
     unsafe fn mullo(a: Self::I, b: Self::I) -> Self::I;
     unsafe fn splat(v: i32) -> Self::I;
     /// `2 · LANES` bytes widened to i16 (`SIGNED`: sign-extended), lane `l` holding the
     /// pair of bytes `2l, 2l + 1`.
     unsafe fn pairs<const SIGNED: bool>(p: *const u8) -> Self::I;
-    /// The first (`HIGH` false) or second i16 of each lane's pair, as i32.
-    unsafe fn half<const SIGNED: bool, const HIGH: bool>(v: Self::I) -> Self::I;
+    /// The first (`HIGH` false) or second i16 of each lane's pair (from `pairs::<SIGNED>`),
+    /// in the form `flush_scaled` takes.
+    unsafe fn pair_scale<const SIGNED: bool, const HIGH: bool>(v: Self::I) -> Self::I;
     /// `acc + a.0 · b.0 + a.1 · b.1` per lane, `a` a lane of i16 pairs, `b` two i16 at `b`.
     unsafe fn madd_pairs(acc: Self::I, a: Self::I, b: *const i16) -> Self::I;
     /// `LANES` f16 at `p`.
@@ -67,8 +77,11 @@ pub struct Avx512;
 impl Lanes for Avx512 {
     type I = __m512i;
     type F = __m512;
+    type P = __m512i;
     const LANES: usize = 16;
     const Q8_BIAS: i32 = 128;
+    /// Each i32 gathers four products of a weight and an activation in -127..=127.
+    const PARTIAL_CAP: i32 = i32::MAX / (4 * 127);
 
     #[inline(always)]
     unsafe fn izero() -> __m512i {
@@ -91,16 +104,24 @@ impl Lanes for Avx512 {
         )
     }
     #[inline(always)]
-    unsafe fn dot(acc: __m512i, w: __m512i, x: *const i8) -> __m512i {
-        _mm512_dpbusd_epi32(
-            acc,
-            w,
-            _mm512_set1_epi32((x as *const i32).read_unaligned()),
-        )
+    unsafe fn pzero() -> __m512i {
+        _mm512_setzero_si512()
+    }
+    #[inline(always)]
+    unsafe fn pdot(p: __m512i, w: __m512i, x: *const i8) -> __m512i {
+        _mm512_dpbusd_epi32(p, w, _mm512_set1_epi32((x as *const i32).read_unaligned()))
+    }
+    #[inline(always)]
+    unsafe fn flush(acc: __m512i, p: __m512i) -> __m512i {
+        _mm512_add_epi32(acc, p)
+    }
+    #[inline(always)]
+    unsafe fn flush_scaled(acc: __m512i, p: __m512i, s: __m512i) -> __m512i {
+        _mm512_add_epi32(acc, _mm512_mullo_epi32(p, s))
     }
     #[inline(always)]
     unsafe fn dot_q8(acc: __m512i, w: __m512i, x: *const i8) -> __m512i {
-        Self::dot(acc, w, x)
+        Self::pdot(acc, w, x)
     }
     #[inline(always)]
     unsafe fn fifth_bit(v: __m512i, bits: *const u8) -> __m512i {
@@ -121,10 +142,6 @@ impl Lanes for Avx512 {
     #[inline(always)]
     unsafe fn or(a: __m512i, b: __m512i) -> __m512i {
         _mm512_or_si512(a, b)
-    }
-    #[inline(always)]
-    unsafe fn add(a: __m512i, b: __m512i) -> __m512i {
-        _mm512_add_epi32(a, b)
     }
     #[inline(always)]
     unsafe fn sub(a: __m512i, b: __m512i) -> __m512i {
@@ -148,7 +165,7 @@ impl Lanes for Avx512 {
         }
     }
     #[inline(always)]
-    unsafe fn half<const SIGNED: bool, const HIGH: bool>(v: __m512i) -> __m512i {
+    unsafe fn pair_scale<const SIGNED: bool, const HIGH: bool>(v: __m512i) -> __m512i {
         match (SIGNED, HIGH) {
             (_, false) => _mm512_srai_epi32::<16>(_mm512_slli_epi32::<16>(v)),
             (true, true) => _mm512_srai_epi32::<16>(v),
@@ -200,8 +217,12 @@ pub struct Avx2;
 impl Lanes for Avx2 {
     type I = __m256i;
     type F = __m256;
+    /// 16 i16, two per lane: `maddubs` pair sums, added without widening.
+    type P = __m256i;
     const LANES: usize = 8;
     const Q8_BIAS: i32 = 0;
+    /// Each i16 gathers two products of a weight and an activation in -127..=127.
+    const PARTIAL_CAP: i32 = i16::MAX as i32 / (2 * 127);
 
     #[inline(always)]
     unsafe fn izero() -> __m256i {
@@ -224,10 +245,22 @@ impl Lanes for Avx2 {
         )
     }
     #[inline(always)]
-    unsafe fn dot(acc: __m256i, w: __m256i, x: *const i8) -> __m256i {
+    unsafe fn pzero() -> __m256i {
+        _mm256_setzero_si256()
+    }
+    #[inline(always)]
+    unsafe fn pdot(p: __m256i, w: __m256i, x: *const i8) -> __m256i {
         let xv = _mm256_set1_epi32((x as *const i32).read_unaligned());
-        let pairs = _mm256_maddubs_epi16(w, xv);
-        _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+        _mm256_add_epi16(p, _mm256_maddubs_epi16(w, xv))
+    }
+    #[inline(always)]
+    unsafe fn flush(acc: __m256i, p: __m256i) -> __m256i {
+        _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)))
+    }
+    /// `s` holds each lane's scale in both of its i16.
+    #[inline(always)]
+    unsafe fn flush_scaled(acc: __m256i, p: __m256i, s: __m256i) -> __m256i {
+        _mm256_add_epi32(acc, _mm256_madd_epi16(p, s))
     }
     /// The bytes hold `q + 128`; flipping the top bit gives `q` as i8, and the sign
     /// trick keeps `maddubs` from saturating.
@@ -268,10 +301,6 @@ impl Lanes for Avx2 {
         _mm256_or_si256(a, b)
     }
     #[inline(always)]
-    unsafe fn add(a: __m256i, b: __m256i) -> __m256i {
-        _mm256_add_epi32(a, b)
-    }
-    #[inline(always)]
     unsafe fn sub(a: __m256i, b: __m256i) -> __m256i {
         _mm256_sub_epi32(a, b)
     }
@@ -292,13 +321,23 @@ impl Lanes for Avx2 {
             _mm256_cvtepu8_epi16(v)
         }
     }
+    /// The chosen i16 copied into both halves of its lane, for `madd` (`shuffle_epi8`
+    /// picks within each 128-bit half).
     #[inline(always)]
-    unsafe fn half<const SIGNED: bool, const HIGH: bool>(v: __m256i) -> __m256i {
-        match (SIGNED, HIGH) {
-            (_, false) => _mm256_srai_epi32::<16>(_mm256_slli_epi32::<16>(v)),
-            (true, true) => _mm256_srai_epi32::<16>(v),
-            (false, true) => _mm256_srli_epi32::<16>(v),
-        }
+    unsafe fn pair_scale<const SIGNED: bool, const HIGH: bool>(v: __m256i) -> __m256i {
+        let first = if HIGH { 0x0302_0302 } else { 0x0100_0100 };
+        let step = 0x0404_0404;
+        let pick = _mm256_setr_epi32(
+            first,
+            first + step,
+            first + 2 * step,
+            first + 3 * step,
+            first,
+            first + step,
+            first + 2 * step,
+            first + 3 * step,
+        );
+        _mm256_shuffle_epi8(v, pick)
     }
     #[inline(always)]
     unsafe fn madd_pairs(acc: __m256i, a: __m256i, b: *const i16) -> __m256i {

@@ -3,7 +3,7 @@ use gguf::GgmlType;
 use super::*;
 use crate::qmatmul::decode::Scheme;
 use crate::qmatmul::scalar;
-use crate::testing::{data, noise_blocks, random_blocks};
+use crate::testing::{data, noise_blocks, random_blocks, saturated_blocks};
 
 const PACKED: [GgmlType; 7] = [
     GgmlType::Q4_0,
@@ -25,16 +25,20 @@ fn isas() -> Vec<PackedIsa> {
 }
 
 /// Every packed kernel, for rows alone, inside batches of 3 to 64 and at 1 or 2 threads,
-/// gives each output the scalar twin's bits, on quantized data and on random bit
-/// patterns; 37 rows leave a partial tile.
+/// gives each output the scalar twin's bits, on quantized data, on random bit patterns
+/// and on the largest quants against activations all at +127 (row 0) or -127 (row 1);
+/// 37 rows leave a partial tile.
 #[test]
 fn packed_kernels_give_the_scalar_twins_bits() {
     let (n, k, m_all) = (37, 512, 64);
-    let x = data(m_all * k, 21);
+    let mut x = data(m_all * k, 21);
+    x[..k].fill(1.0);
+    x[k..2 * k].fill(-1.0);
     for ty in PACKED {
         for (fill, bytes) in [
             ("quantized", random_blocks(ty, n, k, 3)),
             ("noise", noise_blocks(ty, n, k, 4)),
+            ("saturated", saturated_blocks(ty, n, k)),
         ] {
             let w = QMatrix::new(ty, &bytes, n, k).unwrap();
             let packed = PackedMatrix::pack(&w).unwrap();
