@@ -285,16 +285,17 @@ impl Lanes for Avx2 {
         let set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, mask), _mm256_set1_epi64x(-1));
         _mm256_or_si256(v, _mm256_and_si256(set, _mm256_set1_epi8(0x10)))
     }
+    /// Bits `2t..2t + 2` shifted to 4..6 in one shift (none for `t` = 2); the mask drops
+    /// what the 16-bit shift carried over from the neighbouring byte.
     #[inline(always)]
     unsafe fn q6_high(v: __m256i, t: usize) -> __m256i {
-        let three = _mm256_set1_epi8(3);
         let s = match t {
-            0 => v,
-            1 => _mm256_srli_epi16::<2>(v),
-            2 => _mm256_srli_epi16::<4>(v),
-            _ => _mm256_srli_epi16::<6>(v),
+            0 => _mm256_slli_epi16::<4>(v),
+            1 => _mm256_slli_epi16::<2>(v),
+            2 => v,
+            _ => _mm256_srli_epi16::<2>(v),
         };
-        _mm256_slli_epi16::<4>(_mm256_and_si256(s, three))
+        _mm256_and_si256(s, _mm256_set1_epi8(0x30))
     }
     #[inline(always)]
     unsafe fn or(a: __m256i, b: __m256i) -> __m256i {
