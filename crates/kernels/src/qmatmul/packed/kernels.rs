@@ -125,7 +125,12 @@ pub unsafe fn q4_k<A: Lanes, const MR: usize>(
     x: &[XRow; MR],
     out: &mut [*mut f32; MR],
 ) {
-    const { assert!(A::PARTIAL_CAP >= 8 * 15, "a sub-block's 8 pdots fit one partial") };
+    const {
+        assert!(
+            A::PARTIAL_CAP >= 8 * 15,
+            "a sub-block's 8 pdots fit one partial"
+        )
+    };
     let (f16_h, chunk_h) = (h * 2 * A::LANES, h * 4 * A::LANES);
     let mut acc = [A::fzero(); MR];
     for s in 0..ns {

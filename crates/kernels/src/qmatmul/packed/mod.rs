@@ -225,24 +225,52 @@ unsafe fn run<A: Lanes>(
     max_group: usize,
 ) {
     let rows: Vec<XRow> = (0..acts.m).map(|i| xrow(acts, i)).collect();
-    for t in tiles {
-        let mut m0 = 0;
-        while m0 < acts.m {
-            let left = acts.m - m0;
-            let take = left.min(max_group);
-            let group_rows = &rows[m0..m0 + take];
-            match take {
-                8 => group::<A, 8>(w, t, group_rows, m0, out),
-                7 => group::<A, 7>(w, t, group_rows, m0, out),
-                6 => group::<A, 6>(w, t, group_rows, m0, out),
-                5 => group::<A, 5>(w, t, group_rows, m0, out),
-                4 => group::<A, 4>(w, t, group_rows, m0, out),
-                3 => group::<A, 3>(w, t, group_rows, m0, out),
-                2 => group::<A, 2>(w, t, group_rows, m0, out),
-                _ => group::<A, 1>(w, t, group_rows, m0, out),
-            }
-            m0 += take;
+    let block = row_block(acts.k, max_group);
+    for mb in (0..acts.m).step_by(block) {
+        let end = (mb + block).min(acts.m);
+        for t in tiles.clone() {
+            run_rows::<A>(w, t, &rows, mb..end, out, max_group);
         }
+    }
+}
+
+/// Activation bytes a block of rows may take: a thread runs its tiles over one block of
+/// rows at a time so that the block stays in L2 (a prompt's rows, a few MiB in all, would
+/// otherwise come from L3 once per tile).
+const ROW_BLOCK_BYTES: usize = 192 << 10;
+
+/// Rows per block for rows of `k` bytes: a multiple of `max_group`, at least one group.
+fn row_block(k: usize, max_group: usize) -> usize {
+    (ROW_BLOCK_BYTES / k.max(1) / max_group).max(1) * max_group
+}
+
+#[cfg(target_arch = "x86_64")]
+/// Tile `t` against activation rows `ms`, `max_group` at a time (the rest in one group).
+#[inline(always)]
+unsafe fn run_rows<A: Lanes>(
+    w: &PackedMatrix,
+    t: usize,
+    rows: &[XRow],
+    ms: Range<usize>,
+    out: &SharedOut,
+    max_group: usize,
+) {
+    let mut m0 = ms.start;
+    while m0 < ms.end {
+        let left = ms.end - m0;
+        let take = left.min(max_group);
+        let group_rows = &rows[m0..m0 + take];
+        match take {
+            8 => group::<A, 8>(w, t, group_rows, m0, out),
+            7 => group::<A, 7>(w, t, group_rows, m0, out),
+            6 => group::<A, 6>(w, t, group_rows, m0, out),
+            5 => group::<A, 5>(w, t, group_rows, m0, out),
+            4 => group::<A, 4>(w, t, group_rows, m0, out),
+            3 => group::<A, 3>(w, t, group_rows, m0, out),
+            2 => group::<A, 2>(w, t, group_rows, m0, out),
+            _ => group::<A, 1>(w, t, group_rows, m0, out),
+        }
+        m0 += take;
     }
 }
 

@@ -80,3 +80,36 @@ fn packed_kernels_give_the_scalar_twins_bits() {
         }
     }
 }
+
+/// Rows past one block of [`row_block`] (here 24 rows of 8192 values) get the scalar
+/// twin's bits like the first ones: a prompt's rows are run a block at a time.
+#[test]
+fn rows_of_later_blocks_give_the_scalar_twins_bits() {
+    let (n, k, m) = (20, 8192, 53);
+    assert!(row_block(k, 8) < m / 2, "the rows span several blocks");
+    let x = data(m * k, 7);
+    for ty in [GgmlType::Q4_K, GgmlType::Q8_0] {
+        let bytes = random_blocks(ty, n, k, 5);
+        let w = QMatrix::new(ty, &bytes, n, k).unwrap();
+        let packed = PackedMatrix::pack(&w).unwrap();
+        let scheme = Scheme::of(ty).unwrap();
+        let mut acts = QActs::default();
+        acts.quantize(&x, k, scheme.layout);
+        let mut row = DecodedRow::default();
+        for isa in isas() {
+            let mut y = vec![0f32; m * n];
+            matmul(&ThreadPool::new(2), isa, &packed, &acts, &mut y);
+            for r in 0..n {
+                row.decode(ty, &bytes[r * w.row_bytes()..(r + 1) * w.row_bytes()], k);
+                for i in 0..m {
+                    let want = scalar::dot(scheme, &row, acts.row(i));
+                    assert_eq!(
+                        y[i * n + r].to_bits(),
+                        want.to_bits(),
+                        "{ty} {isa:?} row {i} col {r}"
+                    );
+                }
+            }
+        }
+    }
+}
