@@ -214,8 +214,9 @@ unsafe fn run_avx2(w: &PackedMatrix, tiles: Range<usize>, acts: &QActs, out: &Sh
 }
 
 #[cfg(target_arch = "x86_64")]
-/// Every tile of `tiles` against every activation row, rows taken `max_group` at a time
-/// (the rest in one group), so that each weight vector is unpacked once per group.
+/// Every tile of `tiles` against every activation row, one block of [`row_block`] rows
+/// at a time, rows taken `max_group` at a time within it (the rest in one group), so that
+/// each weight vector is unpacked once per group.
 #[inline(always)]
 unsafe fn run<A: Lanes>(
     w: &PackedMatrix,
@@ -237,8 +238,10 @@ unsafe fn run<A: Lanes>(
 /// Activation bytes a block of rows may take: a thread runs its tiles over one block of
 /// rows at a time so that the block stays in L2 (a prompt's rows, a few MiB in all, would
 /// otherwise come from L3 once per tile).
+#[cfg(target_arch = "x86_64")]
 const ROW_BLOCK_BYTES: usize = 192 << 10;
 
+#[cfg(target_arch = "x86_64")]
 /// Rows per block for rows of `k` bytes: a multiple of `max_group`, at least one group.
 fn row_block(k: usize, max_group: usize) -> usize {
     (ROW_BLOCK_BYTES / k.max(1) / max_group).max(1) * max_group

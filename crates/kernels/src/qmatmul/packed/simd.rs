@@ -18,7 +18,7 @@ pub trait Lanes: Copy {
     /// A partial: `pdot`s gathered before they are added into an `I` (AVX2: in i16).
     type P: Copy;
     const LANES: usize;
-    /// How much the weight bytes of a Q8_0 tile are biased: `dot` computes
+    /// How much the weight bytes of a Q8_0 tile are biased: `dot_q8` computes
     /// `Σ w·x` on bytes that hold `q + Q8_BIAS`.
     const Q8_BIAS: i32;
     /// A partial holds `n` `pdot`s of weights up to `w_max` exactly while

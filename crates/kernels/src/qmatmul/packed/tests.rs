@@ -83,6 +83,7 @@ fn packed_kernels_give_the_scalar_twins_bits() {
 
 /// Rows past one block of [`row_block`] (here 24 rows of 8192 values) get the scalar
 /// twin's bits like the first ones: a prompt's rows are run a block at a time.
+#[cfg(target_arch = "x86_64")]
 #[test]
 fn rows_of_later_blocks_give_the_scalar_twins_bits() {
     let (n, k, m) = (20, 8192, 53);
