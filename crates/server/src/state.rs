@@ -8,7 +8,7 @@ use engine::speculative::{Ngram, SpecConfig, Speculation};
 use engine::{EngineConfig, EngineHandle, MemoryPlan, SamplerConfig};
 use model::{Model, Part};
 use split::head::BoxClient;
-use text::{ChatTemplate, GrammarError, Grammars, Tokenizer};
+use text::{ChatTemplate, GrammarError, Grammars, TemplateSource, Tokenizer};
 
 use crate::error::Error;
 use crate::tools::{TemplateSupport, ToolFormat};
@@ -297,21 +297,21 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
     let tok = Arc::new(Tokenizer::from_gguf(md)?);
     let template_source = match &config.chat_template {
         Some(s) => Some(s.clone()),
-        None => md
-            .opt_str("tokenizer.chat_template")
-            .map_err(text::Error::from)?
-            .map(str::to_string),
-    };
-    let template = match &template_source {
-        Some(src) => {
-            let base = ChatTemplate::from_gguf(md).ok();
-            let (bos, eos) = base
-                .as_ref()
-                .map_or(("", ""), |t| (t.bos_token(), t.eos_token()));
-            Some(ChatTemplate::new(src, bos, eos)?)
+        None => {
+            let found = TemplateSource::of(md)?;
+            match &found {
+                Some(t) => eprintln!("chat template: {t}"),
+                None => eprintln!(
+                    "chat template: none (chat requests are refused; --chat-template gives one)"
+                ),
+            }
+            found.map(|t| t.text().to_string())
         }
-        None => None,
     };
+    let template = template_source
+        .as_deref()
+        .map(|src| ChatTemplate::for_model(src, md))
+        .transpose()?;
     let marks_reasoning = template_source
         .as_deref()
         .is_some_and(|t| t.contains("<think>"));

@@ -67,7 +67,7 @@ pub fn expand_short_aliases(args: impl Iterator<Item = String>) -> Vec<String> {
 
 #[derive(Args)]
 pub struct PullArgs {
-    /// smollm2-135m, qwen2.5-coder-0.5b or qwen2.5-coder-1.5b.
+    /// smollm2-135m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b or gemma3-270m.
     pub name: String,
     #[command(flatten)]
     pub cache: CacheArgs,

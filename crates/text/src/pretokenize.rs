@@ -63,6 +63,13 @@ pub(crate) struct PreTokenizerSpec {
 }
 
 impl PreTokenizerSpec {
+    /// A SentencePiece vocabulary's: no splitting (the field is unused), BOS by default.
+    pub const SENTENCEPIECE: Self = Self {
+        kind: PreTokenizer::Default,
+        ignore_merges: false,
+        default_add_bos: true,
+    };
+
     /// The spec for a `tokenizer.ggml.pre` value; `None` (key absent) means `default`.
     pub fn from_name(name: Option<&str>) -> Result<Self> {
         let spec = |kind, ignore_merges, default_add_bos| Self {

@@ -56,12 +56,90 @@ pub struct ChatTemplate {
     eos_token: String,
 }
 
+/// Gemma's turns, as llama.cpp's built-in `gemma` template writes them: `assistant` is
+/// `model`, contents are trimmed, and system messages (which Gemma lacks) open the next user
+/// turn, followed by a blank line.
+const GEMMA: &str = r#"{%- set ns = namespace(system='') -%}
+{%- for m in messages -%}
+  {%- if m['role'] == 'system' -%}
+    {%- set ns.system = ns.system ~ (m['content'] | trim) -%}
+  {%- else -%}
+    {%- set role = 'model' if m['role'] == 'assistant' else m['role'] -%}
+    {{- '<start_of_turn>' ~ role ~ '
+' -}}
+    {%- if ns.system and role != 'model' -%}
+      {{- ns.system ~ '
+
+' -}}
+      {%- set ns.system = '' -%}
+    {%- endif -%}
+    {{- (m['content'] | trim) ~ '<end_of_turn>
+' -}}
+  {%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{- '<start_of_turn>model
+' -}}{%- endif -%}"#;
+
+/// Where a model's chat template comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TemplateSource {
+    /// `tokenizer.chat_template`.
+    File(String),
+    /// The file has none; the built-in template `name` is the architecture's.
+    Builtin {
+        name: &'static str,
+        source: &'static str,
+    },
+}
+
+impl TemplateSource {
+    /// The file's template, else the built-in one of its `general.architecture`, else
+    /// `None`.
+    pub fn of(md: &Metadata) -> Result<Option<TemplateSource>> {
+        if let Some(s) = md.opt_str("tokenizer.chat_template")? {
+            return Ok(Some(TemplateSource::File(s.to_string())));
+        }
+        let arch = md.opt_str("general.architecture")?.unwrap_or_default();
+        Ok(match arch {
+            "gemma" | "gemma2" | "gemma3" => Some(TemplateSource::Builtin {
+                name: "gemma",
+                source: GEMMA,
+            }),
+            _ => None,
+        })
+    }
+
+    pub fn text(&self) -> &str {
+        match self {
+            TemplateSource::File(s) => s,
+            TemplateSource::Builtin { source, .. } => source,
+        }
+    }
+}
+
+impl std::fmt::Display for TemplateSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TemplateSource::File(_) => write!(f, "the model file's"),
+            TemplateSource::Builtin { name, .. } => {
+                write!(
+                    f,
+                    "built-in '{name}' (the file has none; chosen by architecture)"
+                )
+            }
+        }
+    }
+}
+
 impl ChatTemplate {
-    /// The template stored in `tokenizer.chat_template`, with BOS/EOS texts from the vocabulary.
+    /// The model's template ([`TemplateSource::of`]), with BOS/EOS texts from the vocabulary.
     pub fn from_gguf(md: &Metadata) -> Result<Self> {
-        let source = md
-            .opt_str("tokenizer.chat_template")?
-            .ok_or(Error::NoChatTemplate)?;
+        let source = TemplateSource::of(md)?.ok_or(Error::NoChatTemplate)?;
+        Self::for_model(source.text(), md)
+    }
+
+    /// Compiles `source` with BOS/EOS texts from `md`'s vocabulary.
+    pub fn for_model(source: &str, md: &Metadata) -> Result<Self> {
         let token_text = |key: &str| -> Result<String> {
             let Some(id) = md.opt_u32(key)? else {
                 return Ok(String::new());

@@ -1,5 +1,6 @@
-//! The tokenizer: byte-level BPE built from GGUF metadata on the `tokenizers` crate, with
-//! llama.cpp's handling of special tokens around it.
+//! The tokenizer: byte-level BPE built from GGUF metadata on the `tokenizers` crate, or a
+//! SentencePiece vocabulary ([`crate::spm`]), with llama.cpp's handling of special tokens
+//! around either.
 
 use gguf::Metadata;
 use tokenizers::models::bpe::{Vocab, BPE};
@@ -9,6 +10,7 @@ use crate::byte_level;
 use crate::error::{Error, Result};
 use crate::pretokenize::{PreTokenizer, PreTokenizerSpec};
 use crate::special::{self, SpecialIds, TokenKind};
+use crate::spm::{self, Spm};
 
 /// Whether control tokens (`<|im_end|>`) appear in decoded text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -37,14 +39,24 @@ enum Fragment<'a> {
     Token(u32),
 }
 
-/// A byte-level BPE tokenizer that gives the same ids as llama.cpp for the same GGUF.
+/// How the pieces between added tokens become ids.
+enum Model {
+    /// `gpt2`: pre-tokenized and BPE-merged by the `tokenizers` crate.
+    Bpe(Box<HfTokenizer>),
+    /// `llama`: SentencePiece; a space is put before a piece that starts the text or
+    /// follows an added token when `add_space_prefix`.
+    Spm { spm: Spm, add_space_prefix: bool },
+}
+
+/// A tokenizer that gives the same ids as llama.cpp for the same GGUF: byte-level BPE or
+/// SentencePiece.
 ///
 /// Encoding runs in two stages, as in llama.cpp: added tokens (control tokens when special
 /// parsing is on, user-defined tokens always) are cut out of the text, longest token text first;
-/// each remaining piece is pre-tokenized and BPE-merged by the `tokenizers` crate.
+/// each remaining piece is tokenized by the vocabulary's [`Model`].
 /// The tokenizer is `Send + Sync`; encoding takes `&self`.
 pub struct Tokenizer {
-    bpe: HfTokenizer,
+    model: Model,
     pre: PreTokenizer,
     kinds: Vec<TokenKind>,
     /// Bytes of every token's piece, back to back; token `i` is `pieces[ends[i-1]..ends[i]]`.
@@ -71,17 +83,24 @@ impl std::fmt::Debug for Tokenizer {
 }
 
 impl Tokenizer {
-    /// Builds the tokenizer from `tokenizer.ggml.*` metadata. Only `gpt2` (byte-level BPE)
-    /// vocabularies are supported; `tokenizer.ggml.pre` selects the pre-tokenizer (see
-    /// [`PreTokenizer`]). BOS/EOS are added per `tokenizer.ggml.add_bos_token` /
-    /// `add_eos_token`, defaulting as llama.cpp does (BOS only for the Llama 3 family, and only
-    /// when the vocabulary names one); a flag that is set without its token id is an error.
+    /// Builds the tokenizer from `tokenizer.ggml.*` metadata: `gpt2` (byte-level BPE, whose
+    /// `tokenizer.ggml.pre` selects the pre-tokenizer, see [`PreTokenizer`]) or `llama`
+    /// (SentencePiece, with `tokenizer.ggml.scores` and `add_space_prefix`, default true).
+    /// BOS/EOS are added per `tokenizer.ggml.add_bos_token` / `add_eos_token`, defaulting as
+    /// llama.cpp does (BOS for SentencePiece and the Llama 3 family, and only when the
+    /// vocabulary names one); a flag that is set without its token id is an error.
     pub fn from_gguf(md: &Metadata) -> Result<Self> {
         let model = md.str("tokenizer.ggml.model")?;
-        if model != "gpt2" {
-            return Err(Error::UnsupportedModel(model.to_string()));
-        }
-        let spec = PreTokenizerSpec::from_name(md.opt_str("tokenizer.ggml.pre")?)?;
+        let sentencepiece = match model {
+            "gpt2" => false,
+            "llama" => true,
+            other => return Err(Error::UnsupportedModel(other.to_string())),
+        };
+        let spec = if sentencepiece {
+            PreTokenizerSpec::SENTENCEPIECE
+        } else {
+            PreTokenizerSpec::from_name(md.opt_str("tokenizer.ggml.pre")?)?
+        };
         let texts = md.str_array("tokenizer.ggml.tokens")?;
         let n = texts.len();
         // llama.cpp renames empty tokens so that every text is unique and non-empty.
@@ -132,44 +151,29 @@ impl Tokenizer {
             });
         }
 
-        let merges = md
-            .str_array("tokenizer.ggml.merges")?
-            .into_iter()
-            .enumerate()
-            .map(|(index, m)| {
-                // llama.cpp splits at the first space after the first byte, so a merge may start with a space.
-                let at = m.bytes().skip(1).position(|b| b == b' ').map(|p| p + 1);
-                match at {
-                    Some(p) => Ok((m[..p].to_string(), m[p + 1..].to_string())),
-                    None => Err(Error::BadMerge {
-                        index,
-                        merge: m.to_string(),
-                    }),
-                }
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let vocab: Vocab = texts
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.to_string(), i as u32))
-            .collect();
-        let bpe = BPE::builder()
-            .vocab_and_merges(vocab, merges)
-            .ignore_merges(spec.ignore_merges)
-            .build()
-            .map_err(|e| {
-                Error::Tokenizer(format!(
-                    "building BPE from tokenizer.ggml.tokens/merges: {e}"
-                ))
-            })?;
-        let mut hf = HfTokenizer::new(bpe);
-        hf.with_pre_tokenizer(Some(spec.kind.build()?));
+        let model = if sentencepiece {
+            let unk = md.opt_u32("tokenizer.ggml.unknown_token_id")?;
+            let scores = md.f32_array("tokenizer.ggml.scores")?;
+            Model::Spm {
+                spm: Spm::new(&texts, scores, unk)?,
+                add_space_prefix: md
+                    .opt_bool("tokenizer.ggml.add_space_prefix")?
+                    .unwrap_or(true),
+            }
+        } else {
+            Model::Bpe(Box::new(bpe(md, &texts, spec)?))
+        };
 
         let mut pieces = Vec::with_capacity(n * 6);
         let mut piece_ends = Vec::with_capacity(n);
         for (text, kind) in texts.iter().zip(&kinds) {
-            match kind {
-                TokenKind::Normal => byte_level::decode_into(text, &mut pieces),
+            match (kind, sentencepiece) {
+                (TokenKind::Normal, false) => byte_level::decode_into(text, &mut pieces),
+                (TokenKind::Normal, true) => {
+                    pieces.extend_from_slice(text.replace(spm::SPACE, " ").as_bytes())
+                }
+                (TokenKind::Byte, true) => pieces.extend(Spm::byte_of(text)),
+                (TokenKind::Byte, false) => {}
                 _ => pieces.extend_from_slice(text.as_bytes()),
             }
             piece_ends.push(pieces.len() as u32);
@@ -188,7 +192,7 @@ impl Tokenizer {
         added.sort_by(|a, b| b.text.len().cmp(&a.text.len()).then(a.id.cmp(&b.id)));
 
         Ok(Self {
-            bpe: hf,
+            model,
             pre: spec.kind,
             kinds,
             pieces,
@@ -209,21 +213,48 @@ impl Tokenizer {
         if add_special && self.add_bos {
             out.extend(self.ids.bos);
         }
+        let mut after_token = true;
         for fragment in self.partition(text, parse_special) {
-            match fragment {
-                Fragment::Token(id) => out.push(id),
-                Fragment::Text(s) => {
-                    let encoding = self.bpe.encode_fast(s, false).map_err(|e| {
-                        Error::Tokenizer(format!("encoding {} bytes of text: {e}", s.len()))
-                    })?;
-                    out.extend_from_slice(encoding.get_ids());
+            after_token = match fragment {
+                Fragment::Token(id) => {
+                    out.push(id);
+                    true
                 }
-            }
+                Fragment::Text(s) => {
+                    self.encode_piece(s, after_token, &mut out)?;
+                    false
+                }
+            };
         }
         if add_special && self.add_eos {
             out.extend(self.ids.eos);
         }
         Ok(out)
+    }
+
+    /// Appends the ids of `s`, a piece of text between added tokens (`after_token`: it
+    /// starts the text or follows an added token).
+    fn encode_piece(&self, s: &str, after_token: bool, out: &mut Vec<u32>) -> Result<()> {
+        match &self.model {
+            Model::Bpe(bpe) => {
+                let encoding = bpe.encode_fast(s, false).map_err(|e| {
+                    Error::Tokenizer(format!("encoding {} bytes of text: {e}", s.len()))
+                })?;
+                out.extend_from_slice(encoding.get_ids());
+                Ok(())
+            }
+            Model::Spm {
+                spm,
+                add_space_prefix,
+            } => {
+                let prefix = if *add_space_prefix && after_token {
+                    spm::SPACE
+                } else {
+                    ""
+                };
+                spm.encode_into(&(prefix.to_string() + &s.replace(' ', spm::SPACE)), out)
+            }
+        }
     }
 
     /// Cuts added tokens out of `text` in llama.cpp's order: for each added token, longest text
@@ -279,9 +310,9 @@ impl Tokenizer {
             return REPLACEMENT;
         };
         let shown = match kind {
-            TokenKind::Normal | TokenKind::UserDefined => true,
+            TokenKind::Normal | TokenKind::UserDefined | TokenKind::Byte => true,
             TokenKind::Control | TokenKind::Unknown => control == ControlTokens::Render,
-            TokenKind::Unused | TokenKind::Byte | TokenKind::Undefined => false,
+            TokenKind::Unused | TokenKind::Undefined => false,
         };
         if !shown {
             return &[];
@@ -366,4 +397,41 @@ impl Tokenizer {
     pub fn pre_tokenizer(&self) -> PreTokenizer {
         self.pre
     }
+}
+
+/// The byte-level BPE of a `gpt2` vocabulary of `texts`, with its merges and pre-tokenizer.
+fn bpe(md: &Metadata, texts: &[&str], spec: PreTokenizerSpec) -> Result<HfTokenizer> {
+    let merges = md
+        .str_array("tokenizer.ggml.merges")?
+        .into_iter()
+        .enumerate()
+        .map(|(index, m)| {
+            // llama.cpp splits at the first space after the first byte, so a merge may start with a space.
+            let at = m.bytes().skip(1).position(|b| b == b' ').map(|p| p + 1);
+            match at {
+                Some(p) => Ok((m[..p].to_string(), m[p + 1..].to_string())),
+                None => Err(Error::BadMerge {
+                    index,
+                    merge: m.to_string(),
+                }),
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let vocab: Vocab = texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.to_string(), i as u32))
+        .collect();
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .ignore_merges(spec.ignore_merges)
+        .build()
+        .map_err(|e| {
+            Error::Tokenizer(format!(
+                "building BPE from tokenizer.ggml.tokens/merges: {e}"
+            ))
+        })?;
+    let mut hf = HfTokenizer::new(bpe);
+    hf.with_pre_tokenizer(Some(spec.kind.build()?));
+    Ok(hf)
 }

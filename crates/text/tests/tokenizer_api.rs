@@ -214,12 +214,15 @@ fn bad_metadata_is_a_clear_error() {
         Tokenizer::from_gguf(&common::synthetic(&[], &[], extra)).unwrap_err()
     };
 
-    let e = err(&[("tokenizer.ggml.model", Value::String("llama".into()))]);
+    let e = err(&[("tokenizer.ggml.model", Value::String("bert".into()))]);
     assert!(
-        matches!(e, Error::UnsupportedModel(ref m) if m == "llama"),
+        matches!(e, Error::UnsupportedModel(ref m) if m == "bert"),
         "{e}"
     );
-    assert!(e.to_string().contains("'llama'"), "{e}");
+    assert!(e.to_string().contains("'bert'"), "{e}");
+
+    let e = err(&[("tokenizer.ggml.model", Value::String("llama".into()))]);
+    assert!(e.to_string().contains("tokenizer.ggml.scores"), "{e}");
 
     let e = err(&[("tokenizer.ggml.pre", Value::String("klingon".into()))]);
     assert!(

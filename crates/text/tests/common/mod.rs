@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 /// The project's real models: `tandem pull` name and file name.
-pub const MODELS: [(&str, &str); 3] = [
+pub const MODELS: [(&str, &str); 4] = [
     ("smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf"),
     (
         "qwen2.5-coder-0.5b",
@@ -15,12 +15,15 @@ pub const MODELS: [(&str, &str); 3] = [
         "qwen2.5-coder-1.5b",
         "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
     ),
+    ("gemma3-270m", "gemma-3-270m-q4_k_m.gguf"),
 ];
 
 /// The golden file (in `tests/golden/`) for each model.
 pub fn golden_name(model: &str) -> &'static str {
     if model.starts_with("qwen2.5-coder") {
         "qwen2.5-coder.json"
+    } else if model == "gemma3-270m" {
+        "gemma3-270m.json"
     } else {
         "smollm2-135m.json"
     }
