@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """Reference forward pass in numpy (float64 activations) for llama (and Mixtral) / qwen2 /
-qwen2moe / qwen3 / qwen3moe GGUF models, reading weights through the `gguf` package
+qwen2moe / qwen3 / qwen3moe / gemma3 GGUF models, reading weights through the `gguf` package
 (gguf.quants.dequantize). Mixtures of experts follow llama.cpp's build_moe_ffn: softmax
-(or sigmoid) router, top-k, optional renormalization and scale, shared experts.
+(or sigmoid) router, top-k, optional renormalization and scale, shared experts. Gemma 3
+follows llama.cpp's gemma3 graph: scaled embeddings, post-norms, GELU (tanh), and five of
+six blocks through a sliding window with RoPE base 10,000.
 
 It scores the golden greedy cases teacher-forced (prompt + llama.cpp's 64 tokens) and
 writes the top-5 log-probabilities at the first N_POSITIONS generated positions, so that
 tandem's forward can be checked tightly against an exact computation, independent of
-llama.cpp's quantized-activation arithmetic.
+llama.cpp's quantized-activation arithmetic. For a model with a sliding window, one more case
+repeats the first prompt past the window, so that windowed blocks see only part of it.
 
 usage: python3 scripts/ref_forward.py MODEL.gguf GREEDY_GOLDEN.json OUT.json
 (requires: pip install gguf==0.19.0 numpy)
@@ -52,12 +55,22 @@ def reference_forward(model_path):
     sigmoid_gating = meta(f"{arch}.expert_gating_func", 1) == 2
     n_dense_lead = meta(f"{arch}.leading_dense_block_count", 0)
 
+    gemma = arch == "gemma3"
+    window = meta(f"{arch}.attention.sliding_window", 0) if gemma else 0
+
+    def windowed(layer):
+        return window > 0 and layer % 6 < 5
+
     def rms(x, w):
         return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
 
     def swiglu(h, p, suffix=""):
         g, u = h @ weight(p + f"ffn_gate{suffix}.weight").T, h @ weight(p + f"ffn_up{suffix}.weight").T
-        return (g / (1 + np.exp(-g)) * u) @ weight(p + f"ffn_down{suffix}.weight").T
+        if gemma:
+            act = 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g**3)))
+        else:
+            act = g / (1 + np.exp(-g))
+        return (act * u) @ weight(p + f"ffn_down{suffix}.weight").T
 
     def moe(h, p, margins):
         logits = h @ weight(p + "ffn_gate_inp.weight").T  # [n, n_expert]
@@ -89,14 +102,16 @@ def reference_forward(model_path):
             out = out + shared
         return out
 
-    def forward(tokens, margins=None):
+    def forward(tokens, margins=None, first=0):
         n = len(tokens)
         x = weight("token_embd.weight")[tokens].astype(np.float64)
-        inv = base ** (-np.arange(0, head_dim, 2) / head_dim)
-        ang = np.arange(n)[:, None] * inv[None, :]
-        cos, sin = np.cos(ang)[:, None], np.sin(ang)[:, None]
+        if gemma:
+            x = x * np.float32(np.sqrt(np.float32(n_embd)))
 
-        def rope(q):  # [n, heads, head_dim]
+        def rope(q, base):  # [n, heads, head_dim]
+            inv = base ** (-np.arange(0, head_dim, 2) / head_dim)
+            ang = np.arange(n)[:, None] * inv[None, :]
+            cos, sin = np.cos(ang)[:, None], np.sin(ang)[:, None]
             if neox:
                 a, b = q[..., : head_dim // 2], q[..., head_dim // 2 :]
                 return np.concatenate([a * cos - b * sin, a * sin + b * cos], -1)
@@ -106,6 +121,8 @@ def reference_forward(model_path):
             return out
 
         mask = np.triu(np.full((n, n), -np.inf), 1)[None]
+        back = np.arange(n)[:, None] - np.arange(n)[None, :]
+        window_mask = np.where(back >= window, -np.inf, 0.0)[None] + mask
         for layer in range(n_layer):
             p = f"blk.{layer}."
             h = rms(x, weight(p + "attn_norm.weight"))
@@ -115,36 +132,48 @@ def reference_forward(model_path):
             q, k, v = q.reshape(n, n_head, head_dim), k.reshape(n, n_head_kv, head_dim), v.reshape(n, n_head_kv, head_dim)
             if p + "attn_q_norm.weight" in tensors:
                 q, k = rms(q, weight(p + "attn_q_norm.weight")), rms(k, weight(p + "attn_k_norm.weight"))
-            q, k = rope(q), rope(k)
+            layer_base = 10000.0 if windowed(layer) else base
+            q, k = rope(q, layer_base), rope(k, layer_base)
             rep = n_head // n_head_kv
             k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
-            s = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(head_dim) + mask
+            m = window_mask if windowed(layer) else mask
+            s = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(head_dim) + m
             s = np.exp(s - s.max(-1, keepdims=True))
             s /= s.sum(-1, keepdims=True)
             o = np.einsum("hqk,khd->qhd", s, v).reshape(n, n_head * head_dim)
-            x = x + o @ weight(p + "attn_output.weight").T
+            o = o @ weight(p + "attn_output.weight").T
+            if gemma:
+                o = rms(o, weight(p + "post_attention_norm.weight"))
+            x = x + o
             h = rms(x, weight(p + "ffn_norm.weight"))
-            x = x + (moe(h, p, margins) if n_expert and layer >= n_dense_lead else swiglu(h, p))
-        x = rms(x, weight("output_norm.weight"))
+            f = moe(h, p, margins) if n_expert and layer >= n_dense_lead else swiglu(h, p)
+            if gemma:
+                f = rms(f, weight(p + "post_ffw_norm.weight"))
+            x = x + f
+        x = rms(x[first:], weight("output_norm.weight"))
         out = weight("output.weight" if "output.weight" in tensors else "token_embd.weight")
         return x @ out.T
 
-    return forward
+    return forward, window
 
 
 def main(model_path, golden_path, out_path):
-    forward = reference_forward(model_path)
+    forward, window = reference_forward(model_path)
     golden = json.load(open(golden_path))
-    cases = []
-    for case in golden["greedy"]:
-        prompt, gen = case["prompt_tokens"], case["tokens"][:N_POSITIONS]
-        logits = forward(prompt + gen[:-1])[len(prompt) - 1 :]
+    cases = [(c["prompt_tokens"], c["tokens"][:N_POSITIONS]) for c in golden["greedy"]]
+    if window:
+        first = cases[0][0]
+        long = first + first[1:] * (window // (len(first) - 1) + 1)
+        cases.append((long, cases[0][1]))
+    out = []
+    for prompt, gen in cases:
+        logits = forward(prompt + gen[:-1], first=len(prompt) - 1)
         lp = logits - logits.max(-1, keepdims=True)
         lp = lp - np.log(np.exp(lp).sum(-1, keepdims=True))
         top5 = [[[int(i), float(row[i])] for i in np.argsort(-row, kind="stable")[:5]] for row in lp]
-        cases.append({"prompt_tokens": prompt, "forced_tokens": gen, "top5": top5})
+        out.append({"prompt_tokens": prompt, "forced_tokens": gen, "top5": top5})
         print(f"case done: top1 at first position {top5[0][0]}", file=sys.stderr)
-    json.dump({"source": "scripts/ref_forward.py on " + model_path.split("/")[-1], "cases": cases}, open(out_path, "w"))
+    json.dump({"source": "scripts/ref_forward.py on " + model_path.split("/")[-1], "cases": out}, open(out_path, "w"))
 
 
 if __name__ == "__main__":

@@ -350,14 +350,14 @@ impl Device for Reference {
         let (mut key, mut val) = (vec![0f32; nkv * hd], vec![0f32; nkv * hd]);
         for (r, row) in self.rows.iter().enumerate() {
             let table = &self.tables[row.seq];
-            let n_kv = row.pos + 1;
-            let mut scores = vec![vec![0f64; n_kv]; nh];
-            for p in 0..n_kv {
+            let span = spec.span(row.pos);
+            let mut scores = vec![vec![0f64; span.len()]; nh];
+            for (i, p) in span.clone().enumerate() {
                 kv.read(&kv.keys[layer], table, p, &mut key);
                 for (h, s) in scores.iter_mut().enumerate() {
                     let qh = &self.buf(q)[(r * nh + h) * hd..(r * nh + h + 1) * hd];
                     let kh = &key[(h / group) * hd..(h / group + 1) * hd];
-                    s[p] = spec.scale as f64 * dot(qh, kh) as f64;
+                    s[i] = spec.scale as f64 * dot(qh, kh) as f64;
                 }
             }
             for s in &mut scores {
@@ -366,12 +366,12 @@ impl Device for Reference {
                 s.iter_mut().for_each(|v| *v = (*v - max).exp() / sum);
             }
             let mut acc = vec![0f64; nh * hd];
-            for p in 0..n_kv {
+            for (i, p) in span.enumerate() {
                 kv.read(&kv.values[layer], table, p, &mut val);
                 for (h, s) in scores.iter().enumerate() {
                     let vh = &val[(h / group) * hd..(h / group + 1) * hd];
                     for (a, &v) in acc[h * hd..(h + 1) * hd].iter_mut().zip(vh) {
-                        *a += s[p] * v as f64;
+                        *a += s[i] * v as f64;
                     }
                 }
             }
@@ -407,6 +407,10 @@ impl Device for Reference {
         let xs = &mut self.bufs[x];
         xs[..len].iter_mut().zip(&ys).for_each(|(a, &b)| *a += b);
         self.bufs.put(y, ys);
+    }
+
+    fn scale(&mut self, x: Buf, len: usize, factor: f32) {
+        self.bufs[x][..len].iter_mut().for_each(|v| *v *= factor);
     }
 
     fn moe(&mut self, spec: &MoeSpec<'_>, x: Buf, rows: usize, hidden: Buf) {

@@ -127,13 +127,23 @@ pub struct RopeSpec {
 }
 
 /// Grouped-query attention: `n_head` query heads, `n_head / n_head_kv` per KV head, scores
-/// `scale · q·k`.
+/// `scale · q·k`, each row over the positions [`AttnSpec::span`] gives.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AttnSpec {
     pub n_head: usize,
     pub n_head_kv: usize,
     pub head_dim: usize,
     pub scale: f32,
+    /// Sliding-window attention: a row sees only the last `window` positions up to its own.
+    pub window: Option<usize>,
+}
+
+impl AttnSpec {
+    /// The positions a row at `pos` attends: `0..=pos`, or its last `window` of them.
+    pub fn span(&self, pos: usize) -> Range<usize> {
+        let start = self.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        start..pos + 1
+    }
 }
 
 /// How router logits become expert weights.
@@ -215,6 +225,7 @@ pub enum Op {
     Swiglu,
     Gelu,
     Add,
+    Scale,
     Moe,
     GatherRows,
     AllFinite,
@@ -222,7 +233,7 @@ pub enum Op {
 }
 
 impl Op {
-    pub const ALL: [Op; 13] = [
+    pub const ALL: [Op; 14] = [
         Op::Embed,
         Op::RmsNorm,
         Op::MatMul,
@@ -232,6 +243,7 @@ impl Op {
         Op::Swiglu,
         Op::Gelu,
         Op::Add,
+        Op::Scale,
         Op::Moe,
         Op::GatherRows,
         Op::AllFinite,
@@ -305,8 +317,8 @@ pub trait Device: Send {
     /// rows' positions in their sequences' blocks.
     fn kv_store(&mut self, layer: usize, k: Buf, v: Buf);
     /// `out` (`[step rows, n_head · head_dim]`): each row's query `q` (same shape) over
-    /// positions `0..=pos` of its sequence in KV layer `layer`, softmax over fixed chunks of
-    /// positions from position 0.
+    /// positions [`AttnSpec::span`] of its sequence in KV layer `layer`, softmax over fixed
+    /// chunks of positions from position 0.
     fn attention(&mut self, layer: usize, q: Buf, out: Buf, spec: &AttnSpec);
     /// `gate = silu(gate) · up` over `len` floats.
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize);
@@ -314,6 +326,8 @@ pub trait Device: Send {
     fn gelu(&mut self, gate: Buf, up: Buf, len: usize);
     /// `x += y` over `len` floats.
     fn add(&mut self, x: Buf, y: Buf, len: usize);
+    /// `x *= factor` over `len` floats.
+    fn scale(&mut self, x: Buf, len: usize, factor: f32);
     /// `hidden += Σ_j w_j · expert_{e_j}(x) (+ shared)` for `x` (`[rows, n_embd]`, the
     /// normalized input) and `hidden` (`[rows, n_embd]`): each row routed by
     /// [`Routing`], each chosen expert's matrices multiplied once with all the rows that

@@ -24,7 +24,7 @@ fn check(index: usize) {
     // f32 activations and KV cache, so that the only differences are f32 against f64
     // arithmetic; the 8-bit activation path is checked against its scalar twin in kernels.
     let config = ContextConfig {
-        n_ctx: 256,
+        n_ctx: 1024,
         kv_type: gguf::GgmlType::F32,
         precision: kernels::Precision::F32,
         ..Default::default()
@@ -79,4 +79,10 @@ fn qwen2_0_5b_matches_reference() {
 #[test]
 fn qwen2_1_5b_matches_reference() {
     check(2);
+}
+
+/// Gemma 3, with a fourth case longer than its sliding window.
+#[test]
+fn gemma3_270m_matches_reference() {
+    check(3);
 }

@@ -52,11 +52,12 @@ pub struct AttentionScratch {
 
 /// Grouped-query attention, flash-style, for a tile of query rows of one sequence and the
 /// query heads `heads` (all mapped to `kv_head`): row `r` (`q[r]`, its `[n_head,
-/// head_dim]`) attends positions `0..n_kv[r]`. Positions are taken in chunks of
-/// [`KV_CHUNK`] in order, each dequantized once for the whole tile; per row and head a
-/// running max `m`, sum `l` and output `o` are rescaled by `e^(m_old - m_new)` as each
-/// chunk raises the max, and `o / l` is the result, written to `out[r]`
-/// (`[heads.len(), head_dim]`).
+/// head_dim]`) attends positions `spans[r]` (`0..=pos`, or the last `window` of them).
+/// Positions are taken in chunks of [`KV_CHUNK`] from position 0 in order, each
+/// dequantized once for the whole tile (from the first position a row of it attends); per
+/// row and head a running max `m`, sum `l` and output `o` are rescaled by
+/// `e^(m_old - m_new)` as each chunk raises the max, and `o / l` is the result, written to
+/// `out[r]` (`[heads.len(), head_dim]`).
 ///
 /// Per row and head, whatever the tile: score `t` is `scale · (q·k_t)`, the dot product
 /// summed as [`dot8`] does; `e^x` is [`crate::ops::exp`]; the chunk's sum is taken in
@@ -65,7 +66,7 @@ pub struct AttentionScratch {
 #[allow(clippy::too_many_arguments)]
 pub fn attend(
     q: &[&[f32]],
-    n_kv: &[usize],
+    spans: &[std::ops::Range<usize>],
     keys: &KvView,
     values: &KvView,
     kv_head: usize,
@@ -77,7 +78,8 @@ pub fn attend(
     let hd = keys.head_dim;
     let (rows, n_group) = (q.len(), heads.len());
     let n_q = rows * n_group;
-    scratch.keys.resize(KV_CHUNK * hd, 0.0);
+    // 8 vectors more than a chunk: `dot8` reads 8 from any position of the chunk.
+    scratch.keys.resize((KV_CHUNK + 8) * hd, 0.0);
     scratch.values.resize(KV_CHUNK * hd, 0.0);
     scratch.scores.resize(n_q * KV_CHUNK, 0.0);
     scratch.max.clear();
@@ -95,22 +97,29 @@ pub fn attend(
         o[..n_group * hd].fill(0.0);
     }
     let simd = simd_for(hd);
-    let longest = n_kv.iter().copied().max().unwrap_or(0);
-    for c0 in (0..longest).step_by(KV_CHUNK) {
-        let len_of = |r: usize| n_kv[r].saturating_sub(c0).min(KV_CHUNK);
+    let first = spans.iter().map(|s| s.start).min().unwrap_or(0);
+    let longest = spans.iter().map(|s| s.end).max().unwrap_or(0);
+    for c0 in (first - first % KV_CHUNK..longest).step_by(KV_CHUNK) {
+        // Row `r`'s positions in this chunk, as offsets from `c0`.
+        let part = |r: usize| {
+            let s = &spans[r];
+            let (a, b) = (s.start.max(c0), s.end.min(c0 + KV_CHUNK));
+            (a - c0)..(b.max(a) - c0)
+        };
+        let from = first.max(c0) - c0;
         let chunk = (longest - c0).min(KV_CHUNK);
-        keys.dequantize(c0, chunk, kv_head, kc);
+        keys.dequantize(c0 + from, chunk - from, kv_head, &mut kc[from * hd..]);
         for r in 0..rows {
-            let len = len_of(r);
-            if len == 0 {
+            let part = part(r);
+            if part.is_empty() {
                 continue;
             }
             for (g, h) in heads.clone().enumerate() {
                 let qi = r * n_group + g;
-                let s = &mut scores[qi * KV_CHUNK..qi * KV_CHUNK + len];
+                let s = &mut scores[qi * KV_CHUNK + part.start..qi * KV_CHUNK + part.end];
                 let qh = &q[r][h * hd..(h + 1) * hd];
                 for (t0, block) in s.chunks_mut(8).enumerate() {
-                    dot8(simd, qh, &kc[t0 * 8 * hd..], block, scale);
+                    dot8(simd, qh, &kc[(part.start + t0 * 8) * hd..], block, scale);
                 }
                 let m = s.iter().copied().fold(max[qi], f32::max);
                 let rescale = exp(max[qi] - m);
@@ -122,13 +131,21 @@ pub fn attend(
                 (max[qi], sum[qi]) = (m, l);
             }
         }
-        values.dequantize(c0, chunk, kv_head, vc);
+        values.dequantize(c0 + from, chunk - from, kv_head, &mut vc[from * hd..]);
         for (r, o) in out.iter_mut().enumerate() {
-            let len = len_of(r);
+            let part = part(r);
+            if part.is_empty() {
+                continue;
+            }
             for g in 0..n_group {
                 let qi = r * n_group + g;
-                let p = &scores[qi * KV_CHUNK..qi * KV_CHUNK + len];
-                accumulate(simd, &mut o[g * hd..(g + 1) * hd], p, vc);
+                let p = &scores[qi * KV_CHUNK + part.start..qi * KV_CHUNK + part.end];
+                accumulate(
+                    simd,
+                    &mut o[g * hd..(g + 1) * hd],
+                    p,
+                    &vc[part.start * hd..],
+                );
             }
         }
     }
@@ -281,11 +298,12 @@ mod tests {
     }
 
     /// Flash-style chunks agree with a two-pass float64 softmax attention, for contexts
-    /// shorter and longer than a chunk, rows of a tile each with its own context.
+    /// shorter and longer than a chunk and windows starting inside one, rows of a tile
+    /// each with its own span.
     #[test]
     fn chunked_attention_matches_two_pass_reference() {
         let (hd, n_head_kv, group, bs) = (64, 2, 3, 16);
-        let n_kvs = [1usize, 5, 64, 65, 200];
+        let spans = [0..1, 0..5, 0..64, 0..65, 0..200, 130..200, 63..66, 150..151];
         let longest: usize = 200;
         let n_blocks = longest.div_ceil(bs);
         let ((kf, kb), (vf, vb)) = (
@@ -295,7 +313,7 @@ mod tests {
         let bytes = bs * n_head_kv * hd * 2;
         let kbl: Vec<&[u8]> = kb.chunks(bytes).collect();
         let vbl: Vec<&[u8]> = vb.chunks(bytes).collect();
-        let qs: Vec<Vec<f32>> = (0..n_kvs.len())
+        let qs: Vec<Vec<f32>> = (0..spans.len())
             .map(|r| {
                 data(n_head_kv * group * hd, 3 + r as u64)
                     .iter()
@@ -304,7 +322,7 @@ mod tests {
             })
             .collect();
         let q: Vec<&[f32]> = qs.iter().map(|v| v.as_slice()).collect();
-        let mut outs = vec![vec![0f32; group * hd]; n_kvs.len()];
+        let mut outs = vec![vec![0f32; group * hd]; spans.len()];
         let mut o: Vec<&mut [f32]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
         let kv_head = 1;
         let heads = group..2 * group;
@@ -312,7 +330,7 @@ mod tests {
         let mut scratch = AttentionScratch::default();
         attend(
             &q,
-            &n_kvs,
+            &spans,
             &keys,
             &values,
             kv_head,
@@ -327,10 +345,11 @@ mod tests {
                 .map(|i| f16(f[(t * n_head_kv + kv_head) * hd + i]))
                 .collect::<Vec<_>>()
         };
-        for (r, &n_kv) in n_kvs.iter().enumerate() {
+        for (r, span) in spans.iter().enumerate() {
             for (g, h) in heads.clone().enumerate() {
                 let qh = &q[r][h * hd..(h + 1) * hd];
-                let s: Vec<f64> = (0..n_kv)
+                let s: Vec<f64> = span
+                    .clone()
                     .map(|t| {
                         at(&kf, t)
                             .iter()
@@ -344,11 +363,15 @@ mod tests {
                 let w: Vec<f64> = s.iter().map(|v| (v - m).exp()).collect();
                 let z: f64 = w.iter().sum();
                 for i in 0..hd {
-                    let want: f64 = (0..n_kv).map(|t| w[t] / z * at(&vf, t)[i]).sum();
+                    let want: f64 = span
+                        .clone()
+                        .enumerate()
+                        .map(|(j, t)| w[j] / z * at(&vf, t)[i])
+                        .sum();
                     let got = outs[r][g * hd + i] as f64;
                     assert!(
                         (got - want).abs() < 1e-5,
-                        "n_kv {n_kv} head {h} dim {i}: {got} vs {want}"
+                        "span {span:?} head {h} dim {i}: {got} vs {want}"
                     );
                 }
             }
@@ -356,12 +379,13 @@ mod tests {
     }
 
     /// A row's output has the same bits alone as in any tile, for head sizes the SIMD
-    /// path takes and one it does not.
+    /// path takes and one it does not, with and without a window; positions before a
+    /// tile's windows are never read (their blocks may be gone).
     #[test]
     fn a_row_gives_the_same_bits_alone_and_in_a_tile() {
         for hd in [128, 80, 36] {
             let (n_head_kv, group, bs) = (2, 4, 16);
-            let n_kvs = [130usize, 131, 132, 190, 191];
+            let spans = [0..130, 0..131, 70..132, 127..190, 120..191];
             let n_blocks = 191usize.div_ceil(bs);
             let ((_, kb), (_, vb)) = (
                 f16_cache(n_blocks * bs, n_head_kv * hd, 5),
@@ -370,8 +394,7 @@ mod tests {
             let bytes = bs * n_head_kv * hd * 2;
             let kbl: Vec<&[u8]> = kb.chunks(bytes).collect();
             let vbl: Vec<&[u8]> = vb.chunks(bytes).collect();
-            let (keys, values) = (view(&kbl, n_head_kv, hd, bs), view(&vbl, n_head_kv, hd, bs));
-            let qs: Vec<Vec<f32>> = (0..n_kvs.len())
+            let qs: Vec<Vec<f32>> = (0..spans.len())
                 .map(|r| {
                     data(n_head_kv * group * hd, 9 + r as u64)
                         .iter()
@@ -380,12 +403,13 @@ mod tests {
                 })
                 .collect();
             let q: Vec<&[f32]> = qs.iter().map(|v| v.as_slice()).collect();
-            let run = |rows: std::ops::Range<usize>| {
+            let run = |rows: std::ops::Range<usize>, kbl: &[&[u8]], vbl: &[&[u8]]| {
+                let (keys, values) = (view(kbl, n_head_kv, hd, bs), view(vbl, n_head_kv, hd, bs));
                 let mut outs = vec![vec![0f32; group * hd]; rows.len()];
                 let mut o: Vec<&mut [f32]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
                 attend(
                     &q[rows.clone()],
-                    &n_kvs[rows],
+                    &spans[rows],
                     &keys,
                     &values,
                     0,
@@ -396,9 +420,17 @@ mod tests {
                 );
                 outs
             };
-            let tile = run(0..n_kvs.len());
-            for r in 0..n_kvs.len() {
-                let alone = run(r..r + 1).remove(0);
+            let tile = run(0..spans.len(), &kbl, &vbl);
+            // f16 NaNs in every block wholly before the row's window.
+            let nan = vec![0xFFu8; bytes];
+            for r in 0..spans.len() {
+                let (mut kg, mut vg) = (kbl.clone(), vbl.clone());
+                for b in 0..n_blocks {
+                    if (b + 1) * bs <= spans[r].start {
+                        (kg[b], vg[b]) = (&nan, &nan);
+                    }
+                }
+                let alone = run(r..r + 1, &kg, &vg).remove(0);
                 let same = alone
                     .iter()
                     .zip(&tile[r])

@@ -3,7 +3,6 @@ use std::ops::Range;
 use device::{Buf, Device, MoeScratch};
 
 use crate::hparams::HParams;
-use crate::layers::{attention, ffn};
 use crate::upload::DeviceWeights;
 use crate::{Error, Model, Result};
 
@@ -92,7 +91,8 @@ impl Scratch {
 }
 
 impl Model {
-    /// Embedding rows for `tokens` into `hidden` (`[tokens.len(), n_embd]`).
+    /// Embedding rows for `tokens` into `hidden` (`[tokens.len(), n_embd]`), scaled where
+    /// the architecture scales them.
     pub fn embed(
         &self,
         dev: &mut dyn Device,
@@ -106,6 +106,9 @@ impl Model {
             return Err(Error::TokenOutOfRange { id, n_vocab });
         }
         dev.embed(table, tokens, hidden);
+        if let Some(f) = self.hparams.embed_scale {
+            dev.scale(hidden, tokens.len() * self.hparams.n_embd, f);
+        }
         Ok(())
     }
 
@@ -126,10 +129,10 @@ impl Model {
             "{n} rows exceed the scratch of {}",
             s.max_rows
         );
+        let block = self.hparams.arch.spec().block;
         for il in layers {
             let lw = &w.layers[il - self.stage.layers.start];
-            attention::block(self, dev, il, lw, hidden, n, s);
-            ffn::block(self, dev, lw, hidden, n, s);
+            block(self, dev, il, lw, hidden, n, s);
         }
     }
 

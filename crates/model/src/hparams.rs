@@ -21,6 +21,20 @@ pub struct HParams {
     pub n_ctx_train: usize,
     /// The mixture of experts, for architectures and files that have one.
     pub moe: Option<MoeParams>,
+    /// Factor on the attention scores (`1/√head_dim` unless the architecture says otherwise).
+    pub attn_scale: f32,
+    /// Factor on the embeddings (`√n_embd` where the architecture scales them).
+    pub embed_scale: Option<f32>,
+    /// Sliding-window attention on some blocks.
+    pub sliding: Option<Sliding>,
+}
+
+/// Sliding-window attention: the windowed blocks see the last `window` positions up to
+/// their own, and turn RoPE with their own base.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sliding {
+    pub window: usize,
+    pub pattern: crate::arch::SlidingPattern,
 }
 
 /// How a mixture-of-experts block routes each row (`{arch}.expert_*` keys).
@@ -67,6 +81,7 @@ impl HParams {
     /// `{arch}.vocab_size` is absent.
     pub fn from_metadata(md: &Metadata) -> Result<HParams> {
         let arch = Arch::from_name(md.str("general.architecture")?)?;
+        let spec = arch.spec();
         let a = arch.name();
         let key = |k: &str| format!("{a}.{k}");
         let req = |k: &str| -> Result<usize> { positive(&key(k), md.u32(&key(k))?) };
@@ -100,6 +115,9 @@ impl HParams {
             rms_eps: md.f32(&key("attention.layer_norm_rms_epsilon"))?,
             n_ctx_train: md.opt_u32(&key("context_length"))?.unwrap_or(2048) as usize,
             moe: None,
+            attn_scale: 1.0 / (head_dim as f32).sqrt(),
+            embed_scale: spec.scaled_embeddings.then(|| (n_embd as f32).sqrt()),
+            sliding: None,
         };
         let bad = |k: &str, problem: String| Error::BadHParam {
             key: key(k),
@@ -126,7 +144,43 @@ impl HParams {
             }
         }
         let moe = MoeParams::from_metadata(md, arch, hp.n_ff, hp.n_layer)?;
-        Ok(HParams { moe, ..hp })
+        let window = match spec.sliding {
+            Some(_) => md.opt_u32(&key("attention.sliding_window"))?,
+            None => None,
+        };
+        let sliding = spec
+            .sliding
+            .zip(window.filter(|&w| w > 0))
+            .map(|(pattern, w)| Sliding {
+                window: w as usize,
+                pattern,
+            });
+        // Gemma 3 27B (62 blocks) scales queries by the width per head, not head_dim.
+        let attn_scale = if arch == Arch::Gemma3 && hp.n_layer == 62 {
+            1.0 / ((n_embd / n_head) as f32).sqrt()
+        } else {
+            hp.attn_scale
+        };
+        Ok(HParams {
+            moe,
+            sliding,
+            attn_scale,
+            ..hp
+        })
+    }
+
+    /// The window block `il` attends through, if it is a windowed block.
+    pub fn window(&self, il: usize) -> Option<usize> {
+        let s = self.sliding?;
+        (il % s.pattern.period < s.pattern.period - 1).then_some(s.window)
+    }
+
+    /// The RoPE base of block `il`.
+    pub fn rope_base(&self, il: usize) -> f32 {
+        match (self.window(il), self.sliding) {
+            (Some(_), Some(s)) => s.pattern.rope_freq_base,
+            _ => self.rope_freq_base,
+        }
     }
 
     /// Whether block `il` is a mixture of experts.

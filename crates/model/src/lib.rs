@@ -23,12 +23,12 @@ use std::sync::Arc;
 use device::Role;
 use gguf::{GgmlType, GgufFile};
 
-pub use arch::{Arch, ArchSpec, ExpertWidth, Experts, RoutingDefaults};
+pub use arch::{Arch, ArchSpec, Block, ExpertWidth, Experts, RoutingDefaults, SlidingPattern};
 pub use device::{Gating, MoeStats, Row};
 pub use error::{Error, Result};
 pub use forward::Scratch;
 pub use head::SubsetHead;
-pub use hparams::{HParams, MoeParams, SharedExpert};
+pub use hparams::{HParams, MoeParams, SharedExpert, Sliding};
 pub use upload::{DeviceWeights, FfnMats, LayerMats, MlpMats, MoeMats};
 pub use weights::{Ffn, LayerWeights, Mlp, MoeWeights, Part, Stage, Weight, Weights};
 

@@ -29,8 +29,10 @@ pub struct LayerMats {
     pub attn_q_norm: Option<Buf>,
     pub attn_k_norm: Option<Buf>,
     pub attn_output: Mat,
+    pub post_attn_norm: Option<Buf>,
     pub ffn_norm: Buf,
     pub ffn: FfnMats,
+    pub post_ffn_norm: Option<Buf>,
 }
 
 pub enum FfnMats {
@@ -100,6 +102,10 @@ impl Model {
         }
         if self.hparams.moe.is_some() {
             ops.push(Op::Moe);
+        }
+        ops.extend(self.hparams.arch.spec().extra_ops);
+        if self.stage.embed && self.hparams.embed_scale.is_some() {
+            ops.push(Op::Scale);
         }
         ops
     }
@@ -183,8 +189,10 @@ impl Model {
                 attn_q_norm: opt_vector(dev, &l.attn_q_norm)?,
                 attn_k_norm: opt_vector(dev, &l.attn_k_norm)?,
                 attn_output: m(attn[3]),
+                post_attn_norm: opt_vector(dev, &l.post_attn_norm)?,
                 ffn_norm: vector(dev, &l.ffn_norm)?,
                 ffn,
+                post_ffn_norm: opt_vector(dev, &l.post_ffn_norm)?,
             });
         }
         Ok(DeviceWeights {

@@ -53,8 +53,11 @@ pub struct LayerWeights {
     pub attn_q_norm: Option<Vec<f32>>,
     pub attn_k_norm: Option<Vec<f32>>,
     pub attn_output: Weight,
+    /// `[n_embd]`: norms of the attention and feed-forward outputs (Gemma).
+    pub post_attn_norm: Option<Vec<f32>>,
     pub ffn_norm: Vec<f32>,
     pub ffn: Ffn,
+    pub post_ffn_norm: Option<Vec<f32>>,
 }
 
 /// A block's feed-forward network.
@@ -108,6 +111,8 @@ impl LayerWeights {
             + opt(&self.attn_v_bias)
             + opt(&self.attn_q_norm)
             + opt(&self.attn_k_norm)
+            + opt(&self.post_attn_norm)
+            + opt(&self.post_ffn_norm)
             + shexp
     }
 }
@@ -362,8 +367,18 @@ impl Loader<'_> {
                         spec.qk_norm,
                     )?,
                     attn_output: self.matrix(&n("attn_output.weight"), e, q)?,
+                    post_attn_norm: self.opt_vector(
+                        &n("post_attention_norm.weight"),
+                        e,
+                        spec.post_norms,
+                    )?,
                     ffn_norm: self.vector(&n("ffn_norm.weight"), e)?,
                     ffn: self.ffn(hp, i)?,
+                    post_ffn_norm: self.opt_vector(
+                        &n("post_ffw_norm.weight"),
+                        e,
+                        spec.post_norms,
+                    )?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;

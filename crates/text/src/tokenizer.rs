@@ -45,7 +45,10 @@ enum Model {
     Bpe(Box<HfTokenizer>),
     /// `llama`: SentencePiece; a space is put before a piece that starts the text or
     /// follows an added token when `add_space_prefix`.
-    Spm { spm: Spm, add_space_prefix: bool },
+    Spm {
+        spm: Box<Spm>,
+        add_space_prefix: bool,
+    },
 }
 
 /// A tokenizer that gives the same ids as llama.cpp for the same GGUF: byte-level BPE or
@@ -155,7 +158,7 @@ impl Tokenizer {
             let unk = md.opt_u32("tokenizer.ggml.unknown_token_id")?;
             let scores = md.f32_array("tokenizer.ggml.scores")?;
             Model::Spm {
-                spm: Spm::new(&texts, scores, unk)?,
+                spm: Box::new(Spm::new(&texts, scores, unk)?),
                 add_space_prefix: md
                     .opt_bool("tokenizer.ggml.add_space_prefix")?
                     .unwrap_or(true),

@@ -36,7 +36,7 @@ pub fn ids(v: &serde_json::Value) -> Vec<u32> {
 }
 
 /// `(file name, pull name)` of the three real models, by golden-file stem.
-pub const MODELS: [(&str, &str, &str); 3] = [
+pub const MODELS: [(&str, &str, &str); 4] = [
     (
         "smollm2-135m-instruct-q4_1",
         "SmolLM2-135M-Instruct.Q4_1.gguf",
@@ -51,6 +51,11 @@ pub const MODELS: [(&str, &str, &str); 3] = [
         "qwen2.5-coder-1.5b-instruct-q4_k_m",
         "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
         "qwen2.5-coder-1.5b",
+    ),
+    (
+        "gemma-3-270m-q4_k_m",
+        "gemma-3-270m-q4_k_m.gguf",
+        "gemma3-270m",
     ),
 ];
 

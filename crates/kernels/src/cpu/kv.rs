@@ -117,7 +117,8 @@ impl KvStore {
         }
     }
 
-    /// `out[r]` = row `r`'s query `q[r]` over positions `0..=rows[r].pos` of its sequence.
+    /// `out[r]` = row `r`'s query `q[r]` over positions `spec.span(rows[r].pos)` of its
+    /// sequence.
     /// A sequence's consecutive rows are taken in tiles of up to [`TILE`], which share
     /// each chunk of keys and values; one unit of work per (tile, KV head), the units
     /// interleaved over the threads: a row's cost grows with its position, so contiguous
@@ -164,7 +165,7 @@ impl KvStore {
                     let (tile, g) = (tiles[unit / nkv].clone(), unit % nkv);
                     let (keys, values) = &views[rows[tile.start].seq];
                     let qs: Vec<&[f32]> = tile.clone().map(|r| &q[r * qd..(r + 1) * qd]).collect();
-                    let n_kv: Vec<usize> = tile.clone().map(|r| rows[r].pos + 1).collect();
+                    let spans: Vec<_> = tile.clone().map(|r| spec.span(rows[r].pos)).collect();
                     // SAFETY: unit (tile, g) alone writes heads g*group..(g+1)*group of
                     // the tile's rows.
                     let mut outs: Vec<&mut [f32]> = tile
@@ -172,7 +173,7 @@ impl KvStore {
                         .collect();
                     attend(
                         &qs,
-                        &n_kv,
+                        &spans,
                         keys,
                         values,
                         g,

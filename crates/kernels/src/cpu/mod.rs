@@ -352,6 +352,10 @@ impl Device for Cpu {
         self.with2(y, x, |y, x| add_inplace(&mut x[..len], &y[..len]));
     }
 
+    fn scale(&mut self, x: Buf, len: usize, factor: f32) {
+        self.bufs[x][..len].iter_mut().for_each(|v| *v *= factor);
+    }
+
     fn moe(&mut self, spec: &MoeSpec<'_>, x: Buf, rows: usize, hidden: Buf) {
         moe::block(self, spec, x, rows, hidden);
     }

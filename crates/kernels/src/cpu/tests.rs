@@ -119,7 +119,12 @@ fn matmul_of_every_weight_type_at_1_to_64_rows() {
 }
 
 /// A step of `rows` over `tables`: every op that reads positions.
-fn attention_case(dev: &mut dyn Device, kv_ty: GgmlType, mode: RopeMode) -> Vec<f32> {
+fn attention_case(
+    dev: &mut dyn Device,
+    kv_ty: GgmlType,
+    mode: RopeMode,
+    window: Option<usize>,
+) -> Vec<f32> {
     let (nh, nkv, hd) = (6, 2, 64);
     let cfg = KvConfig {
         n_layer: 2,
@@ -142,6 +147,7 @@ fn attention_case(dev: &mut dyn Device, kv_ty: GgmlType, mode: RopeMode) -> Vec<
         n_head_kv: nkv,
         head_dim: hd,
         scale: 0.125,
+        window,
     };
     let (q, out) = (
         dev.alloc(40 * nh * hd).unwrap(),
@@ -188,15 +194,19 @@ fn attention_case(dev: &mut dyn Device, kv_ty: GgmlType, mode: RopeMode) -> Vec<
 #[test]
 fn rope_kv_store_and_paged_attention_for_every_kv_type() {
     for kv_ty in [GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::F32] {
-        for mode in [RopeMode::Normal, RopeMode::Neox] {
+        for (mode, window) in [
+            (RopeMode::Normal, None),
+            (RopeMode::Neox, None),
+            (RopeMode::Neox, Some(7)),
+        ] {
             let [mut a, mut b] = both(Precision::Int8);
-            let got = attention_case(&mut *a, kv_ty, mode);
-            let want = attention_case(&mut *b, kv_ty, mode);
+            let got = attention_case(&mut *a, kv_ty, mode, window);
+            let want = attention_case(&mut *b, kv_ty, mode, window);
             let e = rel(&got, &want, 1.0);
             // The keys differ by f32 rounding before they are stored; a Q8_0 cache may
             // round such a key to the next of its 255 steps, which moves a score further.
             let bound = if kv_ty == GgmlType::Q8_0 { 1e-3 } else { 2e-5 };
-            assert!(e < bound, "{kv_ty} {mode:?}: {e}");
+            assert!(e < bound, "{kv_ty} {mode:?} window {window:?}: {e}");
         }
     }
 }
@@ -233,6 +243,8 @@ fn norms_activations_rows_and_checks() {
         out.extend(read(d, xb, rows * width));
         d.upload(xb, 0, &x);
         d.add(xb, yb, rows * width);
+        out.extend(read(d, xb, rows * width));
+        d.scale(xb, rows * width, 25.3);
         out.extend(read(d, xb, rows * width));
         d.gather_rows(xb, &[5, 0, 5], width, ob);
         out.extend(read(d, ob, 3 * width));
@@ -344,6 +356,7 @@ fn copied_kv_blocks_attend_like_the_originals() {
             n_head_kv: 1,
             head_dim: 32,
             scale: 0.2,
+            window: None,
         };
         let (q, k, v) = (
             buf(d, &data(16 * 32, 1)),

@@ -2,16 +2,13 @@
 //! so that RoPE rotates adjacent pairs. Mixtral is a llama with `llama.expert_count`
 //! experts: softmax over the chosen experts' router logits (top-k, then renormalized).
 
-use super::{ArchSpec, ExpertWidth, Experts, RoutingDefaults};
-use device::RopeMode;
+use super::{ArchSpec, ExpertWidth, Experts, RoutingDefaults, PLAIN};
 
 pub const SPEC: ArchSpec = ArchSpec {
-    rope_mode: RopeMode::Normal,
-    qkv_bias: false,
-    qk_norm: false,
     experts: Experts::IfCounted(RoutingDefaults {
         norm_weights: true,
         gated_shared_expert: false,
         expert_width: ExpertWidth::FeedForward,
     }),
+    ..PLAIN
 };

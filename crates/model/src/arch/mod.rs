@@ -1,14 +1,22 @@
-//! One file per architecture: what sets it apart from the shared transformer block.
+//! One file per architecture: what sets it apart, and its block as a recipe composed from the
+//! shared pieces of [`crate::layers`].
 
+mod gemma3;
 mod llama;
 mod qwen2;
 mod qwen2moe;
 mod qwen3;
 mod qwen3moe;
 
-use device::RopeMode;
+use device::{Buf, Device, Op, RopeMode};
 
-use crate::{Error, Result};
+use crate::forward::Scratch;
+use crate::upload::LayerMats;
+use crate::{Error, Model, Result};
+
+/// One transformer block of an architecture: `hidden` (`[n, n_embd]`) through block `il`
+/// (weights `lw`), in place, with `s` for its intermediate values.
+pub type Block = fn(&Model, &mut dyn Device, usize, &LayerMats, Buf, usize, &Scratch);
 
 /// The architectures tandem runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,10 +27,11 @@ pub enum Arch {
     Qwen2Moe,
     Qwen3,
     Qwen3Moe,
+    Gemma3,
 }
 
 /// The features of a transformer block that vary by architecture.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub struct ArchSpec {
     pub rope_mode: RopeMode,
     /// `attn_q.bias`, `attn_k.bias`, `attn_v.bias` present.
@@ -30,7 +39,39 @@ pub struct ArchSpec {
     /// Per-head RMSNorm of queries and keys before RoPE (`attn_q_norm`, `attn_k_norm`).
     pub qk_norm: bool,
     pub experts: Experts,
+    /// Norms of the attention and feed-forward outputs before their residual adds
+    /// (`post_attention_norm`, `post_ffw_norm`).
+    pub post_norms: bool,
+    /// Embeddings are multiplied by `√n_embd`.
+    pub scaled_embeddings: bool,
+    /// Sliding-window attention when the file gives `attention.sliding_window`.
+    pub sliding: Option<SlidingPattern>,
+    pub block: Block,
+    /// Device ops the block uses besides those every model needs ([`Model::ops`]).
+    pub extra_ops: &'static [Op],
 }
+
+/// Which blocks attend through a sliding window, and their RoPE base.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SlidingPattern {
+    /// Of every `period` blocks, the last attends globally and the others through the window.
+    pub period: usize,
+    /// RoPE base of the windowed blocks (the global ones keep `rope.freq_base`).
+    pub rope_freq_base: f32,
+}
+
+/// The spec most architectures share: no biases or Q/K norms, dense, pre-norm blocks.
+pub(crate) const PLAIN: ArchSpec = ArchSpec {
+    rope_mode: RopeMode::Normal,
+    qkv_bias: false,
+    qk_norm: false,
+    experts: Experts::Never,
+    post_norms: false,
+    scaled_embeddings: false,
+    sliding: None,
+    block: crate::layers::pre_norm_block,
+    extra_ops: &[],
+};
 
 /// Whether the feed-forward blocks are mixtures of experts, and the routing the
 /// architecture implies where its metadata is silent.
@@ -74,6 +115,7 @@ impl Arch {
             "qwen2moe" => Ok(Arch::Qwen2Moe),
             "qwen3" => Ok(Arch::Qwen3),
             "qwen3moe" => Ok(Arch::Qwen3Moe),
+            "gemma3" => Ok(Arch::Gemma3),
             other => Err(Error::UnknownArch(other.to_string())),
         }
     }
@@ -86,6 +128,7 @@ impl Arch {
             Arch::Qwen2Moe => "qwen2moe",
             Arch::Qwen3 => "qwen3",
             Arch::Qwen3Moe => "qwen3moe",
+            Arch::Gemma3 => "gemma3",
         }
     }
 
@@ -96,6 +139,7 @@ impl Arch {
             Arch::Qwen2Moe => qwen2moe::SPEC,
             Arch::Qwen3 => qwen3::SPEC,
             Arch::Qwen3Moe => qwen3moe::SPEC,
+            Arch::Gemma3 => gemma3::SPEC,
         }
     }
 }

@@ -2,16 +2,16 @@
 //! chosen experts keep their softmax weights as they are (no renormalization), plus a
 //! shared expert scaled by a sigmoid gate of its own (`ffn_gate_inp_shexp`).
 
-use super::{ArchSpec, ExpertWidth, Experts, RoutingDefaults};
+use super::{ArchSpec, ExpertWidth, Experts, RoutingDefaults, PLAIN};
 use device::RopeMode;
 
 pub const SPEC: ArchSpec = ArchSpec {
     rope_mode: RopeMode::Neox,
     qkv_bias: true,
-    qk_norm: false,
     experts: Experts::Always(RoutingDefaults {
         norm_weights: false,
         gated_shared_expert: true,
         expert_width: ExpertWidth::FeedForwardPerUsed,
     }),
+    ..PLAIN
 };

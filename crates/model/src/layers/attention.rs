@@ -4,20 +4,20 @@ use crate::forward::Scratch;
 use crate::upload::LayerMats;
 use crate::Model;
 
-/// Self-attention block of layer `il` over `n` rows: `hidden += attn_output(attention(x))`
-/// with `x = rms_norm(hidden)`; each row's keys and values are stored before any row
-/// attends, and a row at `pos` attends positions `0..=pos` of its own sequence.
-pub fn block(
+/// Self-attention of block `il` over `n` rows, from the normalized input `s.x` to the
+/// heads' output `s.attn` (`[n, q_dim]`, before the output projection): Q, K and V (with
+/// their biases), per-head Q/K norms where the block has them, RoPE with the block's base,
+/// then each row's keys and values stored before any row attends; a row at `pos` attends
+/// positions `0..=pos` of its own sequence, or the last window of them in a windowed block.
+pub fn attend(
     model: &Model,
     dev: &mut dyn Device,
     il: usize,
     lw: &LayerMats,
-    hidden: Buf,
     n: usize,
     s: &Scratch,
 ) {
     let hp = &model.hparams;
-    dev.rms_norm(hidden, lw.attn_norm, n, hp.n_embd, hp.rms_eps, s.x);
     // q: [n, n_head * head_dim], k and v: [n, n_head_kv * head_dim]
     let out = |y, bias| MatOut {
         y,
@@ -42,7 +42,7 @@ pub fn block(
         head_dim: hp.head_dim,
         n_rot: hp.n_rot,
         mode: hp.arch.spec().rope_mode,
-        freq_base: hp.rope_freq_base,
+        freq_base: hp.rope_base(il),
     };
     dev.rope(s.q, hp.n_head, &rope);
     dev.rope(s.k, hp.n_head_kv, &rope);
@@ -53,13 +53,19 @@ pub fn block(
         n_head: hp.n_head,
         n_head_kv: hp.n_head_kv,
         head_dim: hp.head_dim,
-        scale: 1.0 / (hp.head_dim as f32).sqrt(),
+        scale: hp.attn_scale,
+        window: hp.window(il),
     };
     dev.attention(kl, s.q, s.attn, &spec);
+}
+
+/// The output projection of [`attend`]'s heads: `s.proj = attn_output · s.attn`, and
+/// `residual += s.proj` when given.
+pub fn project(dev: &mut dyn Device, lw: &LayerMats, n: usize, s: &Scratch, residual: Option<Buf>) {
     let proj = MatOut {
         y: s.proj,
         bias: None,
-        residual: Some(hidden),
+        residual,
     };
     dev.matmul(&[lw.attn_output], s.attn, n, &[proj]);
 }

@@ -4,33 +4,42 @@ use crate::forward::Scratch;
 use crate::upload::{FfnMats, LayerMats, MlpMats, MoeMats};
 use crate::Model;
 
-/// Feed-forward block: `hidden += ffn(x)` with `x = rms_norm(hidden)`, `ffn` a dense
-/// SwiGLU network or a mixture of experts. `hidden` is `[n, n_embd]`.
-pub fn block(
+/// The gate's activation in a gated feed-forward network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// SwiGLU: `silu(gate) · up`.
+    Silu,
+    /// GeGLU: `gelu(gate) · up` (tanh approximation).
+    Gelu,
+}
+
+/// Feed-forward block on the normalized input `s.x` (`[n, n_embd]`): `hidden += ffn(s.x)`,
+/// `ffn` a dense gated network with `act` or a mixture of experts.
+pub fn feed_forward(
     model: &Model,
     dev: &mut dyn Device,
     lw: &LayerMats,
     hidden: Buf,
     n: usize,
     s: &Scratch,
+    act: Activation,
 ) {
-    let hp = &model.hparams;
-    dev.rms_norm(hidden, lw.ffn_norm, n, hp.n_embd, hp.rms_eps, s.x);
     match &lw.ffn {
-        FfnMats::Dense(mlp) => swiglu(dev, mlp, hp.n_ff, n, s, Some(hidden)),
+        FfnMats::Dense(mlp) => gated(dev, mlp, model.hparams.n_ff, n, s, Some(hidden), act),
         FfnMats::Moe(m) => moe(model, dev, m, hidden, n, s),
     }
 }
 
-/// `s.proj[..n · n_embd] = mlp.down(silu(mlp.gate(x)) · mlp.up(x))` for `x = s.x` (and
+/// `s.proj[..n · n_embd] = mlp.down(act(mlp.gate(x)) · mlp.up(x))` for `x = s.x` (and
 /// `residual += s.proj` when given); `n_ff` is the network's width.
-fn swiglu(
+pub fn gated(
     dev: &mut dyn Device,
     mlp: &MlpMats,
     n_ff: usize,
     n: usize,
     s: &Scratch,
     residual: Option<Buf>,
+    act: Activation,
 ) {
     dev.matmul(
         &[mlp.gate, mlp.up],
@@ -38,7 +47,10 @@ fn swiglu(
         n,
         &[MatOut::to(s.gate), MatOut::to(s.up)],
     );
-    dev.swiglu(s.gate, s.up, n * n_ff);
+    match act {
+        Activation::Silu => dev.swiglu(s.gate, s.up, n * n_ff),
+        Activation::Gelu => dev.gelu(s.gate, s.up, n * n_ff),
+    }
     let down = MatOut {
         y: s.proj,
         bias: None,
@@ -54,7 +66,7 @@ fn moe(model: &Model, dev: &mut dyn Device, m: &MoeMats, hidden: Buf, n: usize, 
     let p = hp.moe.as_ref().expect("a mixture-of-experts block");
     let shared = m.shared.as_ref().map(|mlp| {
         let n_ff = p.shared.expect("a shared expert's width").n_ff;
-        swiglu(dev, mlp, n_ff, n, s, None);
+        gated(dev, mlp, n_ff, n, s, None, Activation::Silu);
         SharedIn {
             out: s.proj,
             gate: m.ffn_gate_inp_shexp,
