@@ -56,36 +56,52 @@ pub fn rope(x: &mut [f32], head_dim: usize, mode: RopeMode, cos_sin: &[(f32, f32
 /// `gate[i] = silu(gate[i]) * up[i]` with `silu(v) = v / (1 + e^-v)` and `e^x` from
 /// [`exp`] (the SIMD version gives the same bits).
 pub fn swiglu_inplace(gate: &mut [f32], up: &[f32]) {
+    gated_inplace::<false>(gate, up);
+}
+
+/// `gate[i] = gelu(gate[i]) * up[i]`, GELU's tanh approximation
+/// `0.5 · v · (1 + tanh(√(2/π) · (v + 0.044715 · v³)))`, computed as the equal
+/// `v / (1 + e^-a)` with `a = 2√(2/π) · (v + 0.044715 · v³)` and `e^x` from [`exp`] (the SIMD
+/// version gives the same bits).
+pub fn gelu_inplace(gate: &mut [f32], up: &[f32]) {
+    gated_inplace::<true>(gate, up);
+}
+
+/// `2 · √(2/π)`, and GELU's cubic coefficient.
+const GELU_K: f32 = 1.595_769_1;
+const GELU_B: f32 = 0.044_715;
+
+/// The argument of `e^-a` for `v`: `v` (SiLU) or GELU's `K · (v + ((B · v) · v) · v)`, each
+/// step one rounded operation.
+#[inline(always)]
+fn gate_arg<const GELU: bool>(v: f32) -> f32 {
+    if GELU {
+        GELU_K * (v + ((GELU_B * v) * v) * v)
+    } else {
+        v
+    }
+}
+
+fn gated_inplace<const GELU: bool>(gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len());
     #[cfg(target_arch = "x86_64")]
     {
         let f = crate::cpu::CpuFeatures::get();
         if f.avx512f {
             // SAFETY: AVX-512 F was detected; the lengths are equal.
-            return unsafe { swiglu_avx512(gate, up) };
+            return unsafe { gated_avx512::<GELU>(gate, up) };
         }
         if f.avx2 && f.fma {
             // SAFETY: AVX2 and FMA were detected; the lengths are equal.
-            return unsafe { swiglu_avx2(gate, up) };
+            return unsafe { gated_avx2::<GELU>(gate, up) };
         }
     }
-    swiglu_scalar(gate, up);
+    gated_scalar::<GELU>(gate, up);
 }
 
-/// `gate[i] = gelu(gate[i]) * up[i]`, GELU's tanh approximation
-/// `0.5 · v · (1 + tanh(√(2/π) · (v + 0.044715 · v³)))`.
-pub fn gelu_inplace(gate: &mut [f32], up: &[f32]) {
-    assert_eq!(gate.len(), up.len());
-    const C: f32 = 0.797_884_6;
+fn gated_scalar<const GELU: bool>(gate: &mut [f32], up: &[f32]) {
     for (g, &u) in gate.iter_mut().zip(up) {
-        let v = *g;
-        *g = 0.5 * v * (1.0 + (C * (v + 0.044_715 * v * v * v)).tanh()) * u;
-    }
-}
-
-fn swiglu_scalar(gate: &mut [f32], up: &[f32]) {
-    for (g, &u) in gate.iter_mut().zip(up) {
-        *g = *g / (1.0 + exp(-*g)) * u;
+        *g = *g / (1.0 + exp(-gate_arg::<GELU>(*g))) * u;
     }
 }
 
@@ -238,38 +254,52 @@ unsafe fn exp_avx2(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn swiglu_avx2(gate: &mut [f32], up: &[f32]) {
+unsafe fn gated_avx2<const GELU: bool>(gate: &mut [f32], up: &[f32]) {
     use std::arch::x86_64::*;
     let n8 = gate.len() / 8 * 8;
     let one = _mm256_set1_ps(1.0);
+    let (k, b) = (_mm256_set1_ps(GELU_K), _mm256_set1_ps(GELU_B));
     for (g, u) in gate[..n8].chunks_exact_mut(8).zip(up.chunks_exact(8)) {
         let gv = _mm256_loadu_ps(g.as_ptr());
-        let e = exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), gv));
+        let a = if GELU {
+            let cube = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(b, gv), gv), gv);
+            _mm256_mul_ps(k, _mm256_add_ps(gv, cube))
+        } else {
+            gv
+        };
+        let e = exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), a));
         let s = _mm256_div_ps(gv, _mm256_add_ps(one, e));
         _mm256_storeu_ps(
             g.as_mut_ptr(),
             _mm256_mul_ps(s, _mm256_loadu_ps(u.as_ptr())),
         );
     }
-    swiglu_scalar(&mut gate[n8..], &up[n8..]);
+    gated_scalar::<GELU>(&mut gate[n8..], &up[n8..]);
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn swiglu_avx512(gate: &mut [f32], up: &[f32]) {
+unsafe fn gated_avx512<const GELU: bool>(gate: &mut [f32], up: &[f32]) {
     use std::arch::x86_64::*;
     let n16 = gate.len() / 16 * 16;
     let one = _mm512_set1_ps(1.0);
+    let (k, b) = (_mm512_set1_ps(GELU_K), _mm512_set1_ps(GELU_B));
     for (g, u) in gate[..n16].chunks_exact_mut(16).zip(up.chunks_exact(16)) {
         let gv = _mm512_loadu_ps(g.as_ptr());
-        let e = exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), gv));
+        let a = if GELU {
+            let cube = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(b, gv), gv), gv);
+            _mm512_mul_ps(k, _mm512_add_ps(gv, cube))
+        } else {
+            gv
+        };
+        let e = exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), a));
         let s = _mm512_div_ps(gv, _mm512_add_ps(one, e));
         _mm512_storeu_ps(
             g.as_mut_ptr(),
             _mm512_mul_ps(s, _mm512_loadu_ps(u.as_ptr())),
         );
     }
-    swiglu_scalar(&mut gate[n16..], &up[n16..]);
+    gated_scalar::<GELU>(&mut gate[n16..], &up[n16..]);
 }
 
 /// `x[i] += y[i]`.
@@ -333,7 +363,7 @@ mod tests {
     }
 
     #[test]
-    fn exp_is_close_to_libm_and_simd_swiglu_gives_the_scalar_bits() {
+    fn exp_is_close_to_libm_and_simd_gated_units_give_the_scalar_bits() {
         let x: Vec<f32> = (0..4000).map(|i| (i as f32 - 2000.0) * 0.043).collect();
         for &v in &x {
             let (got, want) = (exp(v), (v as f64).exp());
@@ -345,11 +375,34 @@ mod tests {
         let up = crate::testing::data(x.len() + 5, 3);
         let mut gate = x.clone();
         gate.extend([0.0, -0.0, 1e-30, -200.0, 200.0]);
+        let (mut gelu, mut gelu_twin) = (gate.clone(), gate.clone());
         let mut twin = gate.clone();
         swiglu_inplace(&mut gate, &up);
-        swiglu_scalar(&mut twin, &up);
+        gated_scalar::<false>(&mut twin, &up);
+        gelu_inplace(&mut gelu, &up);
+        gated_scalar::<true>(&mut gelu_twin, &up);
         for (i, (a, b)) in gate.iter().zip(&twin).enumerate() {
-            assert_eq!(a.to_bits(), b.to_bits(), "element {i}");
+            assert_eq!(a.to_bits(), b.to_bits(), "swiglu element {i}");
+        }
+        for (i, (a, b)) in gelu.iter().zip(&gelu_twin).enumerate() {
+            assert_eq!(a.to_bits(), b.to_bits(), "gelu element {i}");
+        }
+    }
+
+    /// GELU as `v / (1 + e^-a)` agrees with its tanh form in float64.
+    #[test]
+    fn gelu_matches_the_tanh_form() {
+        let x: Vec<f32> = (0..4000).map(|i| (i as f32 - 2000.0) * 0.011).collect();
+        let mut g = x.clone();
+        gelu_inplace(&mut g, &vec![1.0; x.len()]);
+        for (&v, &got) in x.iter().zip(&g) {
+            let v = v as f64;
+            let c = (2.0 / std::f64::consts::PI).sqrt();
+            let want = 0.5 * v * (1.0 + (c * (v + 0.044715 * v * v * v)).tanh());
+            assert!(
+                (got as f64 - want).abs() < 1e-6 * want.abs().max(1e-2),
+                "gelu({v}) = {got}, not {want}"
+            );
         }
     }
 
