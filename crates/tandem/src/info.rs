@@ -27,6 +27,20 @@ pub fn execute(a: InfoArgs) -> Result<(), CliError> {
         "n_rot {}  rope_freq_base {}  rms_eps {:e}  n_ctx_train {}",
         hp.n_rot, hp.rope_freq_base, hp.rms_eps, hp.n_ctx_train
     );
+    if let Some(sl) = hp.sliding {
+        let global: Vec<String> = (0..hp.n_layer)
+            .filter(|&il| hp.window(il).is_none())
+            .map(|il| il.to_string())
+            .collect();
+        println!(
+            "sliding:       window {} on {} of {} blocks (RoPE base {}); global blocks {}",
+            sl.window,
+            hp.n_layer - global.len(),
+            hp.n_layer,
+            sl.pattern.rope_freq_base,
+            global.join(", ")
+        );
+    }
     if let Some(moe) = &hp.moe {
         let shared = match moe.shared {
             Some(s) if s.gated => format!(", gated shared expert of {}", s.n_ff),
