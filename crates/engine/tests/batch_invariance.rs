@@ -1,6 +1,7 @@
 //! Batch invariance of the whole model (DESIGN.md invariant 1) on SmolLM2-135M: a row's
 //! logits have the same bits whether it is computed alone (M = 1), inside a forward of 8
-//! or of 64 rows, beside rows of another sequence, and with 1 or 2 threads.
+//! or of 64 rows, beside rows of another sequence, and with 1 or 2 threads; and on Gemma 3
+//! past its sliding window.
 
 use std::sync::Arc;
 #[allow(dead_code)]
@@ -23,7 +24,7 @@ fn context(model: &Arc<Model>, n_ubatch: usize, n_threads: usize) -> Executor {
     Executor::new(
         model.clone(),
         ContextConfig {
-            n_ctx: 256,
+            n_ctx: 1024,
             n_ubatch,
             n_threads,
             ..Default::default()
@@ -111,5 +112,46 @@ fn rows_have_the_same_bits_at_any_batch_size_and_thread_count() {
             &reference[8 + j],
             &format!("row {} interleaved in M=12", 8 + j),
         );
+    }
+}
+
+/// Gemma 3's windowed blocks see the last 512 positions: the last rows of a 600-token prompt
+/// have the same logits bits read 600, 64 or 7 rows per forward, and decoded one by one
+/// after the rest.
+#[test]
+fn windowed_rows_have_the_same_bits_at_any_batch_size() {
+    let (_, file, name) = MODELS[3];
+    let model = Arc::new(Model::load(model_path(file, name)).unwrap());
+    let tokens = prompt(600, 11);
+    let last = |n_ubatch: usize, chunks: &[usize]| {
+        let mut ctx = context(&model, n_ubatch, 2);
+        let mut seq = SeqKv::default();
+        let mut out = Vec::new();
+        let mut at = 0;
+        for &end in chunks {
+            ctx.eval(
+                &mut seq,
+                &tokens[at..end],
+                Outputs::From(596usize.saturating_sub(at)),
+                &mut |_, l| out.push(l.to_vec()),
+            )
+            .unwrap();
+            at = end;
+        }
+        out
+    };
+    let whole = last(600, &[600]);
+    assert_eq!(whole.len(), 4);
+    let cases: [(usize, Vec<usize>); 3] = [
+        (64, vec![600]),
+        (7, vec![600]),
+        (600, (597..=600).collect()),
+    ];
+    for (n_ubatch, chunks) in cases {
+        let got = last(n_ubatch, &chunks);
+        let got = &got[got.len() - 4..];
+        for (i, (g, w)) in got.iter().zip(&whole).enumerate() {
+            assert_same_bits(g, w, &format!("row {} at M={n_ubatch}", 596 + i));
+        }
     }
 }
