@@ -30,6 +30,8 @@ const TIE_GAP: f64 = 0.5;
 struct Agreement {
     positions: usize,
     agreed: usize,
+    /// The fewest positions a case agreed on before parting.
+    shortest: usize,
     worst_top1: f64,
 }
 
@@ -56,6 +58,7 @@ fn check(index: usize, logprobs: bool) -> Agreement {
     let mut a = Agreement {
         positions: 0,
         agreed: 0,
+        shortest: usize::MAX,
         worst_top1: 0.0,
     };
     for case in g["greedy"].as_array().unwrap() {
@@ -68,6 +71,7 @@ fn check(index: usize, logprobs: bool) -> Agreement {
         })
         .unwrap();
         a.positions += want.len();
+        let agreed_before = a.agreed;
         for (i, &w) in want.iter().enumerate() {
             let alts: Vec<(usize, f64)> = top5[i]
                 .as_array()
@@ -121,6 +125,7 @@ fn check(index: usize, logprobs: bool) -> Agreement {
             .unwrap();
         }
         ctx.release(&mut seq);
+        a.shortest = a.shortest.min(a.agreed - agreed_before);
     }
     eprintln!(
         "{name}: {} of {} greedy positions agreed; largest top-1 log-probability difference off near-ties {:.3}",
@@ -157,13 +162,18 @@ fn qwen2_1_5b_matches_llama_cpp() {
     );
 }
 
-/// Gemma 3 270M is a base model whose distributions are often flat: two of the three cases
-/// reach a near-tie, at positions 13 and 16 (93 of 192 positions agree). Its log-probabilities are not held to llama.cpp's: where the two
+/// Gemma 3 270M is a base model whose distributions are often flat: cases reach near-ties
+/// within 9–16 positions (llama.cpp's top-2 gaps 0.02–0.16), and which near-tie a case parts
+/// at moves with the last bit of an activation constant. Its log-probabilities are not held to llama.cpp's: where the two
 /// engines part most (a flat position of the second case: llama.cpp −2.795, ours −3.403),
 /// the float64 reference gives −3.009, both 8-bit arithmetics being off it; the forward's
 /// exactness is checked against that reference in reference.rs.
 #[test]
 fn gemma3_270m_parts_from_llama_cpp_only_at_near_ties() {
     let a = check(3, false);
-    assert!(a.agreed >= 40, "only {} positions agreed", a.agreed);
+    assert!(
+        a.shortest >= 8,
+        "a case parted after {} positions",
+        a.shortest
+    );
 }

@@ -42,7 +42,7 @@ fn bench(c: &mut Criterion) {
                     let heads = kv_head * group..(kv_head + 1) * group;
                     attend(
                         &[&q],
-                        &[0..n],
+                        std::slice::from_ref(&(0..n)),
                         &keys,
                         &vals,
                         kv_head,

@@ -68,7 +68,7 @@ pub fn gelu_inplace(gate: &mut [f32], up: &[f32]) {
 }
 
 /// `2 · √(2/π)`, and GELU's cubic coefficient.
-const GELU_K: f32 = 1.595_769_1;
+const GELU_K: f32 = 1.595_769_2;
 const GELU_B: f32 = 0.044_715;
 
 /// The argument of `e^-a` for `v`: `v` (SiLU) or GELU's `K · (v + ((B · v) · v) · v)`, each
