@@ -10,7 +10,7 @@ use device::{Buf, Device, Op, RopeMode};
 use super::{ArchSpec, SlidingPattern, PLAIN};
 use crate::forward::Scratch;
 use crate::layers::{attention, ffn};
-use crate::upload::LayerMats;
+use crate::upload::{FfnMats, LayerMats};
 use crate::Model;
 
 pub const SPEC: ArchSpec = ArchSpec {
@@ -40,14 +40,14 @@ fn block(
 ) {
     let hp = &model.hparams;
     let (e, eps) = (hp.n_embd, hp.rms_eps);
-    let post = |lw: Option<Buf>| lw.expect("gemma3 blocks have post norms");
+    let post = |norm: Option<Buf>| norm.expect("gemma3 blocks have post norms");
     dev.rms_norm(hidden, lw.attn_norm, n, e, eps, s.x);
     attention::attend(model, dev, il, lw, n, s);
     attention::project(dev, lw, n, s, None);
     dev.rms_norm(s.proj, post(lw.post_attn_norm), n, e, eps, s.proj);
     dev.add(hidden, s.proj, n * e);
     dev.rms_norm(hidden, lw.ffn_norm, n, e, eps, s.x);
-    let crate::upload::FfnMats::Dense(mlp) = &lw.ffn else {
+    let FfnMats::Dense(mlp) = &lw.ffn else {
         unreachable!("gemma3 blocks are dense")
     };
     ffn::gated(dev, mlp, hp.n_ff, n, s, None, ffn::Activation::Gelu);
