@@ -106,6 +106,7 @@ pub fn context_for(cfg: &ModelBenchConfig, base: ContextConfig) -> ContextConfig
             .max(max_batch * (PRIOR + BATCH_STEPS + 1))
             .max(PRIOR + max_k + 1),
         n_ubatch: cfg.pp.max(max_batch).max(max_k).max(PRIOR),
+        n_seq: max_batch,
         ..base
     }
 }

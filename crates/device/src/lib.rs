@@ -18,7 +18,7 @@ mod seam;
 
 pub use seam::{
     AttnSpec, Buf, Bytes, Device, Gating, Mat, MatOut, MatrixSource, MoeScratch, MoeSpec, MoeStats,
-    Op, Progress, Role, RopeMode, RopeSpec, Routing, Row, SharedIn, Step,
+    Op, Progress, Role, RopeMode, RopeSpec, Routing, Row, SharedIn, Step, Tables,
 };
 
 use gguf::GgmlType;

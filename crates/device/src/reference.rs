@@ -28,7 +28,8 @@ impl RefMat {
     }
 }
 
-/// KV storage: per layer, `[n_blocks, BLOCK_SIZE, n_head_kv, head_dim]` of the pool's type.
+/// KV storage: per layer, `[its class's blocks, BLOCK_SIZE, n_head_kv, head_dim]` of the
+/// pool's type.
 struct RefKv {
     cfg: KvConfig,
     keys: Vec<Vec<u8>>,
@@ -36,6 +37,17 @@ struct RefKv {
 }
 
 impl RefKv {
+    /// The stores of the layers that keep every position: keys, then values.
+    fn full_stores(&mut self) -> Vec<&mut Vec<u8>> {
+        let cfg = self.cfg;
+        let stores = self.keys.iter_mut().enumerate();
+        stores
+            .chain(self.values.iter_mut().enumerate())
+            .filter(|(l, _)| !cfg.is_windowed(*l))
+            .map(|(_, s)| s)
+            .collect()
+    }
+
     /// The byte offset of position `pos` of a sequence with blocks `table`.
     fn at(&self, table: &[u32], pos: usize) -> usize {
         table[pos / BLOCK_SIZE] as usize * self.cfg.block_bytes()
@@ -64,7 +76,7 @@ pub struct Reference {
     mats: Vec<RefMat>,
     kv: Option<RefKv>,
     rows: Vec<Row>,
-    tables: Vec<Vec<u32>>,
+    tables: Tables,
     stats: MoeStats,
 }
 
@@ -214,11 +226,11 @@ impl Device for Reference {
         if !crate::formats::is_quantize_supported(cfg.ty) {
             return Err(Error::UnsupportedType(cfg.ty));
         }
-        let bytes = cfg.n_blocks() * cfg.block_bytes();
+        let layer = |l: usize| vec![0; cfg.layer_blocks(l) * cfg.block_bytes()];
         self.kv = Some(RefKv {
             cfg,
-            keys: vec![vec![0; bytes]; cfg.n_layer],
-            values: vec![vec![0; bytes]; cfg.n_layer],
+            keys: (0..cfg.n_layer).map(layer).collect(),
+            values: (0..cfg.n_layer).map(layer).collect(),
         });
         Ok(())
     }
@@ -227,16 +239,16 @@ impl Device for Reference {
         let kv = self.kv.as_mut().expect("kv_alloc first");
         let bb = kv.cfg.block_bytes();
         let (f, t) = (from as usize * bb, to as usize * bb);
-        for store in kv.keys.iter_mut().chain(kv.values.iter_mut()) {
+        for store in kv.full_stores() {
             store.copy_within(f..f + bb, t);
         }
     }
 
     fn kv_read_block(&mut self, block: u32, out: &mut Vec<u8>) {
-        let kv = self.kv.as_ref().expect("kv_alloc first");
+        let kv = self.kv.as_mut().expect("kv_alloc first");
         let bb = kv.cfg.block_bytes();
         let f = block as usize * bb;
-        for store in kv.keys.iter().chain(kv.values.iter()) {
+        for store in kv.full_stores() {
             out.extend_from_slice(&store[f..f + bb]);
         }
     }
@@ -245,15 +257,14 @@ impl Device for Reference {
         let kv = self.kv.as_mut().expect("kv_alloc first");
         let bb = kv.cfg.block_bytes();
         let t = block as usize * bb;
-        let stores = kv.keys.iter_mut().chain(kv.values.iter_mut());
-        for (store, src) in stores.zip(data.chunks_exact(bb)) {
+        for (store, src) in kv.full_stores().into_iter().zip(data.chunks_exact(bb)) {
             store[t..t + bb].copy_from_slice(src);
         }
     }
 
     fn begin(&mut self, step: &Step<'_>) {
         self.rows = step.rows.to_vec();
-        self.tables = step.tables.iter().map(|t| t.to_vec()).collect();
+        self.tables.set(step);
     }
 
     fn finish(&mut self) {}
@@ -329,7 +340,7 @@ impl Device for Reference {
         let places: Vec<usize> = self
             .rows
             .iter()
-            .map(|r| kv.at(&self.tables[r.seq], r.pos))
+            .map(|r| kv.at(&self.tables.of(&kv.cfg, layer)[r.seq], r.pos))
             .collect();
         let (ks, vs) = (self.bufs.take(k), self.bufs.take(v));
         let kv = self.kv.as_mut().expect("kv_alloc first");
@@ -349,7 +360,7 @@ impl Device for Reference {
         let mut o = vec![0f32; self.rows.len() * nh * hd];
         let (mut key, mut val) = (vec![0f32; nkv * hd], vec![0f32; nkv * hd]);
         for (r, row) in self.rows.iter().enumerate() {
-            let table = &self.tables[row.seq];
+            let table = &self.tables.of(&kv.cfg, layer)[row.seq];
             let span = spec.span(row.pos);
             let mut scores = vec![vec![0f64; span.len()]; nh];
             for (i, p) in span.clone().enumerate() {

@@ -83,6 +83,41 @@ pub struct Row {
 pub struct Step<'a> {
     pub rows: &'a [Row],
     pub tables: &'a [&'a [u32]],
+    /// Per sequence, the blocks of the windowed layers ([`KvConfig::is_windowed`]), in the
+    /// same order; `u32::MAX` for blocks no row of the step sees. Empty when the pool has
+    /// no windowed class.
+    pub windowed: &'a [&'a [u32]],
+}
+
+/// A device's copy of a step's block tables, kept between steps to reuse the room.
+#[derive(Debug, Default)]
+pub struct Tables {
+    all: Vec<Vec<u32>>,
+    windowed: Vec<Vec<u32>>,
+}
+
+impl Tables {
+    /// Copies `step`'s tables.
+    pub fn set(&mut self, step: &Step<'_>) {
+        fn copy(to: &mut Vec<Vec<u32>>, from: &[&[u32]]) {
+            to.resize_with(from.len(), Vec::new);
+            for (t, s) in to.iter_mut().zip(from) {
+                t.clear();
+                t.extend_from_slice(s);
+            }
+        }
+        copy(&mut self.all, step.tables);
+        copy(&mut self.windowed, step.windowed);
+    }
+
+    /// Per sequence, the blocks KV layer `layer` of a pool shaped `cfg` reads and writes.
+    pub fn of(&self, cfg: &KvConfig, layer: usize) -> &[Vec<u32>] {
+        if cfg.is_windowed(layer) {
+            &self.windowed
+        } else {
+            &self.all
+        }
+    }
 }
 
 /// One output of [`Device::matmul`]: `y = W·x (+ bias)`, then `residual += y` when given
@@ -290,10 +325,12 @@ pub trait Device: Send {
     /// Allocates the storage of a KV pool of this shape (once); its blocks are those of
     /// [`kv::KvPool`].
     fn kv_alloc(&mut self, cfg: KvConfig) -> Result<()>;
-    /// Copies block `from` of every layer's keys and values to block `to`.
+    /// Copies block `from` of every layer's keys and values to block `to` (the layers
+    /// that keep every position: the windowed ones have their own blocks).
     fn kv_copy_block(&mut self, from: u32, to: u32);
-    /// Appends the bytes of block `block` to `out`: every layer's keys, then every layer's
-    /// values (`2 · n_layer · block_bytes`).
+    /// Appends the bytes of block `block` to `out`: the keys of every layer that keeps
+    /// every position, then their values (`2 · n_layer · block_bytes` without windowed
+    /// layers).
     fn kv_read_block(&mut self, block: u32, out: &mut Vec<u8>);
     /// Writes block `block` from bytes laid out as [`Device::kv_read_block`] gives them.
     fn kv_write_block(&mut self, block: u32, data: &[u8]);

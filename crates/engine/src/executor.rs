@@ -7,7 +7,7 @@ use std::sync::Arc;
 use device::{Buf, Device, Progress, Row, Step};
 use gguf::GgmlType;
 use kernels::{Precision, ThreadPool};
-use kv::{KvConfig, KvPool, SeqKv};
+use kv::{KvConfig, KvPool, SeqKv, WindowKv};
 use model::{DeviceWeights, Model, Scratch};
 
 use crate::backend::DeviceKind;
@@ -27,6 +27,12 @@ pub struct ContextConfig {
     pub kv_type: GgmlType,
     pub precision: Precision,
     pub device: DeviceKind,
+    /// Sequences computed at once (the server's slots): with sliding-window layers, each
+    /// keeps one window of their KV.
+    pub n_seq: usize,
+    /// Sliding-window layers keep every position, as the others do (llama.cpp's
+    /// `--swa-full`): any prefix can be reused, at full attention's memory.
+    pub swa_full: bool,
 }
 
 impl Default for ContextConfig {
@@ -38,20 +44,36 @@ impl Default for ContextConfig {
             kv_type: GgmlType::F16,
             precision: Precision::Int8,
             device: DeviceKind::default(),
+            n_seq: 1,
+            swa_full: false,
         }
     }
 }
 
 impl ContextConfig {
-    /// The KV pool of `model`'s stage (its blocks only).
+    /// The KV pool of `model`'s stage (its blocks only). Windowed layers get room for
+    /// `n_seq` windows and a forward's rows, never more than the pool's positions.
     pub fn kv_config(&self, model: &Model) -> KvConfig {
         let hp = &model.hparams;
+        let layers = model.stage.layers.clone();
+        let n_positions = self.n_ctx;
+        let window = hp.sliding.filter(|_| !self.swa_full).map(|s| WindowKv {
+            size: s.window,
+            layers: layers
+                .clone()
+                .enumerate()
+                .filter(|&(kl, il)| kl < 128 && hp.window(il).is_some())
+                .fold(0, |m, (kl, _)| m | 1 << kl),
+            n_blocks: WindowKv::blocks_for(s.window, self.n_seq, self.n_ubatch)
+                .min(n_positions.div_ceil(kv::BLOCK_SIZE)),
+        });
         KvConfig {
-            n_layer: model.stage.layers.len(),
+            n_layer: layers.len(),
             n_head_kv: hp.n_head_kv,
             head_dim: hp.head_dim,
             ty: self.kv_type,
-            n_positions: self.n_ctx,
+            n_positions,
+            window,
         }
     }
 }
@@ -222,9 +244,10 @@ impl Executor {
         self.kv.release(seq);
     }
 
-    /// Forgets positions `len..` of `seq`.
-    pub fn truncate(&mut self, seq: &mut SeqKv, len: usize) {
-        self.kv.truncate(seq, len);
+    /// Forgets positions `len..` of `seq`; returns the positions it keeps
+    /// ([`KvPool::truncate`]: 0 when cut back past what its sliding window kept).
+    pub fn truncate(&mut self, seq: &mut SeqKv, len: usize) -> usize {
+        self.kv.truncate(seq, len)
     }
 
     /// Evaluates `tokens` as positions `seq.len()..` of `seq`, `n_ubatch` rows per forward,
@@ -314,8 +337,10 @@ impl Executor {
             )));
         }
         let mut next: Vec<usize> = seqs.iter().map(|s| s.len()).collect();
+        let mut first: Vec<Option<usize>> = vec![None; seqs.len()];
         for r in rows {
             next[r.seq] = r.pos + 1;
+            first[r.seq].get_or_insert(r.pos);
         }
         let needed: usize = next.iter().sum();
         if needed > self.config.n_ctx {
@@ -324,15 +349,24 @@ impl Executor {
                 n_ctx: self.config.n_ctx,
             });
         }
-        for (seq, &len) in seqs.iter_mut().zip(&next) {
+        for ((seq, &len), first) in seqs.iter_mut().zip(&next).zip(&first) {
             self.kv.reserve(seq, len)?;
+            if let Some(first) = *first {
+                self.kv.prepare(seq, first, len)?;
+            }
         }
         let (model, dev, w) = (&*self.model, &mut *self.dev, &self.weights);
         let e = model.hparams.n_embd;
         let tables: Vec<&[u32]> = seqs.iter().map(|s| s.blocks()).collect();
+        let windowed: Vec<Vec<u32>> = match self.kv.config().window {
+            Some(_) => seqs.iter().map(|s| self.kv.window_table(s)).collect(),
+            None => Vec::new(),
+        };
+        let windowed: Vec<&[u32]> = windowed.iter().map(Vec::as_slice).collect();
         dev.begin(&Step {
             rows,
             tables: &tables,
+            windowed: &windowed,
         });
         let entered = match enter {
             Enter::Tokens(tokens) => model.embed(dev, w, tokens, self.hidden),

@@ -34,6 +34,8 @@ pub struct EngineConfig {
     pub device: DeviceKind,
     /// How long a step may take while a sequence is decoding (`--step-budget`).
     pub step_budget: StepBudget,
+    /// Sliding-window layers keep every position (`--swa-full`).
+    pub swa_full: bool,
 }
 
 /// How long an engine step may take while any sequence is decoding, so that a prompt
@@ -128,6 +130,8 @@ impl EngineConfig {
             n_threads: self.n_threads,
             kv_type: self.kv_type,
             device: self.device,
+            n_seq: self.n_parallel,
+            swa_full: self.swa_full,
             ..ContextConfig::default()
         }
     }

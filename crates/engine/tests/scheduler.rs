@@ -54,6 +54,7 @@ fn config(n_ctx: usize, n_parallel: usize) -> EngineConfig {
         queue_limit: 64,
         device: engine::DeviceKind::Cpu,
         step_budget: engine::StepBudget::AUTO,
+        swa_full: false,
     }
 }
 

@@ -7,11 +7,19 @@
 //! A block may be held by several sequences (and the prefix cache) at once: a full block of
 //! a prompt prefix they have in common, which none of them writes again. Each holder counts
 //! as one reference; the block is free when the last lets go.
+//!
+//! A model with sliding-window layers keeps those layers in a second, smaller class of
+//! blocks that only the window's positions occupy ([`window`]).
+
+use std::ops::Range;
 
 use gguf::GgmlType;
 
 mod prefix;
+pub mod window;
 pub use prefix::{PrefixCache, SHARED};
+use window::Companions;
+pub use window::WindowKv;
 
 /// Positions per block.
 pub const BLOCK_SIZE: usize = 16;
@@ -28,6 +36,10 @@ pub enum Error {
     },
     #[error("the KV cache is full: {needed} more blocks of {BLOCK_SIZE} positions needed, {free} free (raise -c)")]
     OutOfBlocks { needed: usize, free: usize },
+    #[error("the sliding-window KV ({n_blocks} blocks) is needed whole by the running sequences (raise --parallel or use --swa-full)")]
+    OutOfWindowBlocks { n_blocks: usize },
+    #[error("sliding-window KV supports at most 128 layers, the model has {0}")]
+    TooManyLayers(usize),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -41,6 +53,9 @@ pub struct KvConfig {
     pub ty: GgmlType,
     /// Total positions the pool holds, over all sequences (rounded up to whole blocks).
     pub n_positions: usize,
+    /// The windowed layers' smaller class of blocks; `None`: every layer keeps every
+    /// position.
+    pub window: Option<WindowKv>,
 }
 
 impl KvConfig {
@@ -60,9 +75,28 @@ impl KvConfig {
         BLOCK_SIZE * self.position_bytes()
     }
 
+    /// Whether KV layer `layer` keeps only a window (in the windowed class of blocks).
+    pub fn is_windowed(&self, layer: usize) -> bool {
+        self.window.is_some_and(|w| w.has(layer))
+    }
+
+    /// The KV layers that keep every position (all of them without a windowed class).
+    pub fn full_layers(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.n_layer).filter(|&l| !self.is_windowed(l))
+    }
+
+    /// Blocks the storage of KV layer `layer` has.
+    pub fn layer_blocks(&self, layer: usize) -> usize {
+        match self.window {
+            Some(w) if w.has(layer) => w.n_blocks,
+            _ => self.n_blocks(),
+        }
+    }
+
     /// Bytes the pool allocates: keys and values of every layer.
     pub fn total_bytes(&self) -> u64 {
-        2 * self.n_layer as u64 * self.n_blocks() as u64 * self.block_bytes() as u64
+        let blocks: usize = (0..self.n_layer).map(|l| self.layer_blocks(l)).sum();
+        2 * blocks as u64 * self.block_bytes() as u64
     }
 
     /// Checks the element type and that a head is whole blocks of it.
@@ -78,6 +112,9 @@ impl KvConfig {
                 head_dim: self.head_dim,
             });
         }
+        if self.window.is_some() && self.n_layer > 128 {
+            return Err(Error::TooManyLayers(self.n_layer));
+        }
         Ok(())
     }
 }
@@ -87,6 +124,8 @@ impl KvConfig {
 pub struct SeqKv {
     blocks: Vec<u32>,
     len: usize,
+    /// Indices into `blocks` whose windowed companions it needs ([`window`]).
+    need: Range<usize>,
 }
 
 impl SeqKv {
@@ -116,6 +155,7 @@ pub struct KvPool {
     free: Vec<u32>,
     /// Per block: the sequences (and cache entry) holding it.
     refs: Vec<u32>,
+    win: Option<Companions>,
 }
 
 impl KvPool {
@@ -125,6 +165,7 @@ impl KvPool {
             cfg,
             free: (0..cfg.n_blocks() as u32).rev().collect(),
             refs: vec![0; cfg.n_blocks()],
+            win: cfg.window.map(|w| Companions::new(w, cfg.n_blocks())),
         })
     }
 
@@ -158,15 +199,47 @@ impl KvPool {
 
     /// Lets the empty `seq` hold `blocks` too: full, computed blocks at the start of another
     /// sequence whose tokens `seq` starts with (their positions are never written again).
-    /// `seq` then holds `blocks.len() * BLOCK_SIZE` positions.
+    /// `seq` then holds `blocks.len() * BLOCK_SIZE` positions. `blocks` must be
+    /// [`Self::usable`] whole.
     pub fn share(&mut self, blocks: &[u32], seq: &mut SeqKv) {
         assert!(seq.blocks.is_empty(), "share needs an empty sequence");
+        assert_eq!(
+            self.usable(blocks),
+            blocks.len(),
+            "shared blocks are usable"
+        );
         for &b in blocks {
             assert!(self.refs[b as usize] > 0, "a shared block is held");
             self.refs[b as usize] += 1;
         }
         seq.blocks.extend_from_slice(blocks);
         seq.len = blocks.len() * BLOCK_SIZE;
+        self.adopt(seq);
+    }
+
+    /// How many of `blocks` (full, computed blocks of a prefix, in order) a sequence can
+    /// start from without computing any again: the most whose last window still has its
+    /// windowed companions (all of them without a windowed class).
+    pub fn usable(&self, blocks: &[u32]) -> usize {
+        let Some(w) = &self.win else {
+            return blocks.len();
+        };
+        (0..=blocks.len())
+            .rev()
+            .find(|&k| w.all_kept(blocks, w.cfg.first_seen(k * BLOCK_SIZE)..k))
+            .unwrap_or(0)
+    }
+
+    /// Needs the companions of the window before the next row of `seq`, which just came to
+    /// hold its blocks; they all have one ([`Self::usable`]).
+    pub(crate) fn adopt(&mut self, seq: &mut SeqKv) {
+        let Some(w) = &mut self.win else { return };
+        let lo = w.cfg.first_seen(seq.len);
+        let hi = seq.len.div_ceil(BLOCK_SIZE);
+        for &b in &seq.blocks[lo..hi] {
+            w.need(b).expect("a usable block has its companion");
+        }
+        seq.need = lo..hi;
     }
 
     /// Drops one hold of `block`; the last frees it.
@@ -175,28 +248,123 @@ impl KvPool {
         *r -= 1;
         if *r == 0 {
             self.free.push(block);
+            if let Some(w) = &mut self.win {
+                w.freed(block);
+            }
         }
     }
 
-    /// Forgets positions `len..` of `seq` and returns the blocks no longer needed.
-    pub fn truncate(&mut self, seq: &mut SeqKv, len: usize) {
+    /// Lets go of every windowed companion `seq` needs (they stay, idle, with its blocks).
+    pub(crate) fn let_go(&mut self, seq: &mut SeqKv) {
+        if let Some(w) = &mut self.win {
+            for &b in &seq.blocks[seq.need.clone()] {
+                w.let_go(b);
+            }
+        }
+        seq.need = 0..0;
+    }
+
+    /// Forgets positions `len..` of `seq`, dropping its holds of the blocks past them.
+    pub(crate) fn cut(&mut self, seq: &mut SeqKv, len: usize) {
         seq.len = seq.len.min(len);
         let keep = len.div_ceil(BLOCK_SIZE);
         while seq.blocks.len() > keep {
             let b = seq.blocks.pop().expect("len > keep");
+            let i = seq.blocks.len();
+            if seq.need.contains(&i) {
+                self.win.as_mut().expect("needs are windowed").let_go(b);
+                seq.need.end = i;
+            }
             self.unref(b);
         }
+        if seq.need.is_empty() {
+            seq.need = 0..0;
+        }
+    }
+
+    /// Forgets positions `len..` of `seq`, and returns the positions it keeps: `len` (or
+    /// fewer when it held fewer), or 0 when the window before position `len` lost its
+    /// windowed blocks (cutting back further than the last forward's rows may), in which
+    /// case all of `seq` went back to the pool.
+    pub fn truncate(&mut self, seq: &mut SeqKv, len: usize) -> usize {
+        self.cut(seq, len);
+        let Some(w) = &mut self.win else {
+            return seq.len;
+        };
+        let lo = w.cfg.first_seen(seq.len);
+        let hi = if seq.need.is_empty() {
+            seq.len.div_ceil(BLOCK_SIZE)
+        } else {
+            seq.need.start
+        };
+        if lo >= hi {
+            return seq.len;
+        }
+        if !w.all_kept(&seq.blocks, lo..hi) {
+            self.release(seq);
+            return 0;
+        }
+        for &b in &seq.blocks[lo..hi] {
+            w.need(b).expect("kept");
+        }
+        seq.need = lo..seq.need.end.max(hi);
+        seq.len
     }
 
     /// Returns all of `seq`'s blocks to the pool.
     pub fn release(&mut self, seq: &mut SeqKv) {
-        self.truncate(seq, 0);
+        self.let_go(seq);
+        self.cut(seq, 0);
+    }
+
+    /// Before a forward whose rows of `seq` are positions `first..len`: needs (attaching
+    /// where missing) the windowed companions of the blocks those rows see or write.
+    pub fn prepare(&mut self, seq: &mut SeqKv, first: usize, len: usize) -> Result<()> {
+        let Some(w) = &mut self.win else {
+            return Ok(());
+        };
+        let lo = w.cfg.first_seen(first);
+        debug_assert!(first >= seq.len, "rows follow what the sequence holds");
+        if seq.need.is_empty() || seq.need.end < lo {
+            for &b in &seq.blocks[seq.need.clone()] {
+                w.let_go(b);
+            }
+            seq.need = lo..lo;
+        }
+        let hi = len.div_ceil(BLOCK_SIZE);
+        for i in seq.need.end..hi {
+            w.need(seq.blocks[i])?;
+            seq.need.end = i + 1;
+        }
+        Ok(())
     }
 
     /// Marks positions up to `len` of `seq` as cached (after every layer has written them).
-    pub fn commit(&self, seq: &mut SeqKv, len: usize) {
+    /// The windowed blocks before the window of the row at `len` become idle.
+    pub fn commit(&mut self, seq: &mut SeqKv, len: usize) {
         assert!(len <= seq.capacity());
         seq.len = len;
+        if let Some(w) = &mut self.win {
+            let lo = w.cfg.first_seen(len).min(seq.need.end);
+            for &b in &seq.blocks[seq.need.start.min(lo)..lo] {
+                w.let_go(b);
+            }
+            seq.need.start = seq.need.start.max(lo);
+        }
+    }
+
+    /// Per block of `seq`, its windowed companion (`u32::MAX` where it has none); empty
+    /// without a windowed class.
+    pub fn window_table(&self, seq: &SeqKv) -> Vec<u32> {
+        match &self.win {
+            Some(w) => seq.blocks.iter().map(|&b| w.of(b)).collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Windowed blocks no sequence needs (free or idle); 0 without a windowed class.
+    pub fn window_available(&self) -> usize {
+        self.win.as_ref().map_or(0, Companions::available)
     }
 }
 
@@ -211,6 +379,7 @@ mod tests {
             head_dim: 32,
             ty: GgmlType::F16,
             n_positions,
+            window: None,
         }
     }
 

@@ -66,8 +66,8 @@ impl PrefixCache {
     }
 
     /// Positions [`Self::take`] would give `tokens` now.
-    pub fn peek(&self, tokens: &[u32], max_positions: usize, ns: u64) -> usize {
-        self.blocks(tokens, max_positions, ns).len() * BLOCK_SIZE
+    pub fn peek(&self, pool: &KvPool, tokens: &[u32], max_positions: usize, ns: u64) -> usize {
+        pool.usable(&self.blocks(tokens, max_positions, ns)) * BLOCK_SIZE
     }
 
     /// The blocks cached in namespace `ns` for the longest prefix of `tokens` that fits in
@@ -91,23 +91,32 @@ impl PrefixCache {
     /// unless a sequence holds them); the positions dropped.
     pub fn forget(&mut self, pool: &mut KvPool, tokens: &[u32], ns: u64) -> usize {
         let mut seq = SeqKv::default();
-        let n = self.take(&mut seq, tokens, tokens.len(), ns);
+        let n = self.blocks(tokens, tokens.len(), ns).len();
+        self.move_into(&mut seq, tokens, n, ns);
         pool.release(&mut seq);
-        n
+        n * BLOCK_SIZE
     }
 
     /// Moves the longest prefix of `tokens` cached in namespace `ns` that fits in
-    /// `max_positions` (whole blocks) into the empty `seq`, and returns the positions it now
-    /// holds.
+    /// `max_positions` (whole blocks) and is [`KvPool::usable`] into the empty `seq`, and
+    /// returns the positions it now holds.
     pub fn take(
         &mut self,
+        pool: &mut KvPool,
         seq: &mut SeqKv,
         tokens: &[u32],
         max_positions: usize,
         ns: u64,
     ) -> usize {
         assert!(seq.blocks.is_empty(), "take needs an empty sequence");
-        let n = self.peek(tokens, max_positions, ns) / BLOCK_SIZE;
+        let n = self.peek(pool, tokens, max_positions, ns) / BLOCK_SIZE;
+        self.move_into(seq, tokens, n, ns);
+        pool.adopt(seq);
+        seq.len
+    }
+
+    /// Moves the cache's first `n` blocks of `tokens`' prefix (all cached) into `seq`.
+    fn move_into(&mut self, seq: &mut SeqKv, tokens: &[u32], n: usize, ns: u64) {
         let mut parent = ns;
         for chunk in tokens.chunks_exact(BLOCK_SIZE).take(n) {
             let k = key(parent, chunk);
@@ -117,7 +126,6 @@ impl PrefixCache {
             parent = k;
         }
         seq.len = seq.blocks.len() * BLOCK_SIZE;
-        seq.len
     }
 
     /// Returns all of `seq`'s blocks: each full block whose positions are cached goes into
@@ -133,7 +141,8 @@ impl PrefixCache {
             keys.push((k, parent));
             parent = k;
         }
-        pool.truncate(seq, n_full * BLOCK_SIZE);
+        pool.let_go(seq);
+        pool.cut(seq, n_full * BLOCK_SIZE);
         // Deepest first, so that a prefix's root is the most recently used of its blocks.
         for (i, &(k, parent)) in keys.iter().enumerate().rev() {
             let block = seq.blocks[i];
@@ -190,6 +199,7 @@ mod tests {
             head_dim: 32,
             ty: GgmlType::F16,
             n_positions: n_blocks * BLOCK_SIZE,
+            window: None,
         })
         .unwrap()
     }
@@ -214,7 +224,10 @@ mod tests {
         let mut turn2 = turn1.clone();
         turn2.extend(100..120);
         let mut t = SeqKv::default();
-        assert_eq!(cache.take(&mut t, &turn2, turn2.len() - 1, 0), 32);
+        assert_eq!(
+            cache.take(&mut pool, &mut t, &turn2, turn2.len() - 1, 0),
+            32
+        );
         assert_eq!(t.blocks, blocks[..2]);
         assert_eq!(cache.n_blocks(), 0);
 
@@ -222,7 +235,7 @@ mod tests {
         other[20] = 999;
         let mut u = SeqKv::default();
         cache.give(&mut pool, &mut t, &turn2, 0);
-        assert_eq!(cache.take(&mut u, &other, 40, 0), 16);
+        assert_eq!(cache.take(&mut pool, &mut u, &other, 40, 0), 16);
     }
 
     #[test]
@@ -234,7 +247,7 @@ mod tests {
         cache.give(&mut pool, &mut s, &toks, 0);
         assert_eq!((cache.n_blocks(), pool.free_blocks()), (1, 3));
         let mut t = SeqKv::default();
-        assert_eq!(cache.take(&mut t, &toks, 15, 0), 0);
+        assert_eq!(cache.take(&mut pool, &mut t, &toks, 15, 0), 0);
     }
 
     #[test]
@@ -251,7 +264,7 @@ mod tests {
         assert!(cache.evict(&mut pool, 1));
         let mut t = SeqKv::default();
         assert_eq!(
-            cache.take(&mut t, &a, 32, 0),
+            cache.take(&mut pool, &mut t, &a, 32, 0),
             16,
             "a's deeper block went first"
         );
@@ -280,8 +293,8 @@ mod tests {
         let mut s = filled(&mut pool, &toks, 40);
         cache.give(&mut pool, &mut s, &toks, 7);
         let mut t = SeqKv::default();
-        assert_eq!(cache.take(&mut t, &toks, 39, SHARED), 0);
-        assert_eq!(cache.take(&mut t, &toks, 39, 8), 0);
-        assert_eq!(cache.take(&mut t, &toks, 39, 7), 32);
+        assert_eq!(cache.take(&mut pool, &mut t, &toks, 39, SHARED), 0);
+        assert_eq!(cache.take(&mut pool, &mut t, &toks, 39, 8), 0);
+        assert_eq!(cache.take(&mut pool, &mut t, &toks, 39, 7), 32);
     }
 }

@@ -173,6 +173,7 @@ pub fn ready(model: std::path::PathBuf) -> Result<Ready, crate::Error> {
         queue_limit: 1,
         device: engine::DeviceKind::Cpu,
         step_budget: engine::StepBudget::AUTO,
+        swa_full: false,
     };
     crate::load(&ServerConfig::new(model, engine))
 }

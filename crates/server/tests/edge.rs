@@ -23,6 +23,7 @@ fn loading_server(api_keys: &[&str]) -> axum::Router {
         queue_limit: 4,
         device: engine::DeviceKind::Cpu,
         step_budget: engine::StepBudget::AUTO,
+        swa_full: false,
     };
     let config = ServerConfig {
         api_keys: api_keys.iter().map(|k| k.to_string()).collect(),

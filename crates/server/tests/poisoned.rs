@@ -123,6 +123,7 @@ fn config(model_path: PathBuf) -> ServerConfig {
         queue_limit: 8,
         device: engine::DeviceKind::Cpu,
         step_budget: engine::StepBudget::AUTO,
+        swa_full: false,
     };
     ServerConfig {
         metrics: true,

@@ -184,6 +184,7 @@ fn spec_costs(
         queue_limit: 1,
         device: ctx.device,
         step_budget: engine::StepBudget::AUTO,
+        swa_full: false,
     };
     let handle = engine::start(model, tok, ecfg, Some(spec), None)?;
     let costs = handle

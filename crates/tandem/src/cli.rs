@@ -121,6 +121,10 @@ pub struct ModelArgs {
     /// reference (the scalar backend others are checked against; slow).
     #[arg(long = "device", default_value = "auto", value_parser = engine::DeviceKind::parse)]
     pub device: engine::DeviceKind,
+    /// Sliding-window layers keep every position, as the others do: any prefix of a
+    /// prompt can be reused, at full attention's KV memory (llama.cpp's --swa-full).
+    #[arg(long = "swa-full")]
+    pub swa_full: bool,
     #[command(flatten)]
     pub cache: CacheArgs,
 }
@@ -151,6 +155,8 @@ impl ModelArgs {
             kv_type: self.cache_type,
             precision: kernels::Precision::Int8,
             device: self.device,
+            n_seq: 1,
+            swa_full: self.swa_full,
         }
     }
 }

@@ -382,6 +382,7 @@ impl ServeArgs {
                 queue_limit: self.queue_limit,
                 device: ctx.device,
                 step_budget: self.step_budget,
+                swa_full: self.model.swa_full,
             },
             api_keys,
             allowed_hosts,

@@ -450,7 +450,9 @@ impl Engine {
             return;
         }
         let max = a.seq.tokens.len() - 1;
-        let cached = self.cache.peek(&a.seq.tokens, max, a.seq.cache_namespace);
+        let cached = self
+            .cache
+            .peek(self.exec.kv(), &a.seq.tokens, max, a.seq.cache_namespace);
         let n = match self.live_prefix(slot) {
             Some(blocks) if blocks.len() * BLOCK_SIZE > cached => {
                 let a = self.slots[slot].as_mut().expect("slot is active");
@@ -460,7 +462,8 @@ impl Engine {
             _ => {
                 let a = self.slots[slot].as_mut().expect("slot is active");
                 let ns = a.seq.cache_namespace;
-                self.cache.take(&mut a.seq.kv, &a.seq.tokens, max, ns)
+                self.cache
+                    .take(self.exec.kv_mut(), &mut a.seq.kv, &a.seq.tokens, max, ns)
             }
         };
         let a = self.slots[slot].as_mut().expect("slot is active");
@@ -471,8 +474,9 @@ impl Engine {
     }
 
     /// The full computed blocks of the live sequence that shares the longest prompt prefix
-    /// with `slot`'s (in its namespace, short of its last token), for `slot` to hold too:
-    /// requests with a common prefix running at once compute it once.
+    /// with `slot`'s (in its namespace, short of its last token, as far as its sliding
+    /// window kept them: [`kv::KvPool::usable`]), for `slot` to hold too: requests with a
+    /// common prefix running at once compute it once.
     fn live_prefix(&self, slot: usize) -> Option<Vec<u32>> {
         let a = &self.active(slot).seq;
         let max = a.tokens.len() - 1;
@@ -488,7 +492,8 @@ impl Engine {
                     .zip(&a.tokens[..max])
                     .take_while(|(x, y)| x == y)
                     .count();
-                &s.kv.blocks()[..n / BLOCK_SIZE]
+                let blocks = &s.kv.blocks()[..n / BLOCK_SIZE];
+                &blocks[..self.exec.kv().usable(blocks)]
             })
             .max_by_key(|b| b.len())
             .filter(|b| !b.is_empty())

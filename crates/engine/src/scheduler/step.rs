@@ -134,10 +134,10 @@ impl Engine {
                 continue;
             }
             let valid = (p.from + p.n - (d.computed - d.accepted)).min(seq.tokens.len());
-            self.exec.truncate(&mut seq.kv, valid);
+            let kept = self.exec.truncate(&mut seq.kv, valid);
             if let Some(f) = &mut self.front {
-                if valid < p.from + p.n {
-                    let _ = f.truncate(seq.task, valid);
+                if kept < p.from + p.n {
+                    let _ = f.truncate(seq.task, kept);
                 }
             }
             if let Some(spec) = &mut self.spec {

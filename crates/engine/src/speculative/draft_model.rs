@@ -64,9 +64,9 @@ impl DraftModel {
     /// compute (at least the last one).
     fn sync<'t>(&mut self, slot: usize, tokens: &'t [u32]) -> &'t [u32] {
         let common = self.kept(slot, tokens);
-        self.seen[slot].truncate(common);
-        self.ctx.truncate(&mut self.seqs[slot], common);
-        &tokens[common..]
+        let kept = self.ctx.truncate(&mut self.seqs[slot], common);
+        self.seen[slot].truncate(kept);
+        &tokens[kept..]
     }
 
     /// Picks the draft token from `logits` for `job` and records it in `d` unless the

@@ -2,7 +2,7 @@
 
 use std::cell::RefCell;
 
-use device::{AttnSpec, Row};
+use device::{AttnSpec, Row, Tables};
 use kv::{KvConfig, BLOCK_SIZE};
 
 use crate::attention::{attend, AttentionScratch, KvView};
@@ -14,8 +14,9 @@ thread_local! {
     static ATTN: RefCell<AttentionScratch> = RefCell::new(AttentionScratch::default());
 }
 
-/// Per layer, keys and values of every block: `[n_blocks, BLOCK_SIZE, n_head_kv, head_dim]`
-/// of the pool's type. Allocated and touched once, in `new`.
+/// Per layer, keys and values of every block of its class:
+/// `[blocks, BLOCK_SIZE, n_head_kv, head_dim]` of the pool's type. Allocated and touched
+/// once, in `new`.
 pub(super) struct KvStore {
     cfg: KvConfig,
     keys: Vec<Vec<u8>>,
@@ -52,19 +53,31 @@ impl KvStore {
         if !crate::formats::is_quantize_supported(cfg.ty) {
             return Err(device::Error::UnsupportedType(cfg.ty));
         }
-        let layer_bytes = cfg.n_blocks() * cfg.block_bytes();
+        let layer = |l: usize| touched(cfg.layer_blocks(l) * cfg.block_bytes());
         Ok(KvStore {
             cfg,
-            keys: (0..cfg.n_layer).map(|_| touched(layer_bytes)).collect(),
-            values: (0..cfg.n_layer).map(|_| touched(layer_bytes)).collect(),
+            keys: (0..cfg.n_layer).map(layer).collect(),
+            values: (0..cfg.n_layer).map(layer).collect(),
         })
     }
 
-    /// Appends block `block`'s bytes: every layer's keys, then every layer's values.
-    pub fn read_block(&self, block: u32, out: &mut Vec<u8>) {
+    /// The stores of the layers that keep every position: keys, then values.
+    fn full_stores(&mut self) -> Vec<&mut Vec<u8>> {
+        let cfg = self.cfg;
+        let stores = self.keys.iter_mut().enumerate();
+        stores
+            .chain(self.values.iter_mut().enumerate())
+            .filter(|(l, _)| !cfg.is_windowed(*l))
+            .map(|(_, s)| s)
+            .collect()
+    }
+
+    /// Appends block `block`'s bytes: the keys of every layer keeping every position, then
+    /// their values.
+    pub fn read_block(&mut self, block: u32, out: &mut Vec<u8>) {
         let bb = self.cfg.block_bytes();
         let f = block as usize * bb;
-        for store in self.keys.iter().chain(self.values.iter()) {
+        for store in self.full_stores() {
             out.extend_from_slice(&store[f..f + bb]);
         }
     }
@@ -73,12 +86,7 @@ impl KvStore {
     pub fn write_block(&mut self, block: u32, data: &[u8]) {
         let bb = self.cfg.block_bytes();
         let t = block as usize * bb;
-        for (store, src) in self
-            .keys
-            .iter_mut()
-            .chain(self.values.iter_mut())
-            .zip(data.chunks_exact(bb))
-        {
+        for (store, src) in self.full_stores().into_iter().zip(data.chunks_exact(bb)) {
             store[t..t + bb].copy_from_slice(src);
         }
     }
@@ -86,14 +94,15 @@ impl KvStore {
     pub fn copy_block(&mut self, from: u32, to: u32) {
         let bb = self.cfg.block_bytes();
         let (f, t) = (from as usize * bb, to as usize * bb);
-        for store in self.keys.iter_mut().chain(self.values.iter_mut()) {
+        for store in self.full_stores() {
             store.copy_within(f..f + bb, t);
         }
     }
 
     /// Stores row `r`'s keys `k[r]` and values `v[r]` (`[n_head_kv · head_dim]` each) at
-    /// position `rows[r].pos` of the sequence with blocks `tables[rows[r].seq]`.
-    pub fn store(&mut self, layer: usize, rows: &[Row], tables: &[Vec<u32>], k: &[f32], v: &[f32]) {
+    /// position `rows[r].pos` of the sequence with blocks `tables.of(layer)[rows[r].seq]`.
+    pub fn store(&mut self, layer: usize, rows: &[Row], tables: &Tables, k: &[f32], v: &[f32]) {
+        let tables = tables.of(&self.cfg, layer);
         let pb = self.cfg.position_bytes();
         let (bb, width) = (
             self.cfg.block_bytes(),
@@ -129,7 +138,7 @@ impl KvStore {
         pool: &ThreadPool,
         layer: usize,
         rows: &[Row],
-        tables: &[Vec<u32>],
+        tables: &Tables,
         q: &[f32],
         out: &mut [f32],
         spec: &AttnSpec,
@@ -137,10 +146,14 @@ impl KvStore {
         let bb = self.cfg.block_bytes();
         fn slices<'s>(store: &'s [u8], t: &[u32], bb: usize) -> Vec<&'s [u8]> {
             t.iter()
-                .map(|&b| &store[b as usize * bb..(b as usize + 1) * bb])
+                .map(|&b| match b {
+                    u32::MAX => &[][..],
+                    b => &store[b as usize * bb..(b as usize + 1) * bb],
+                })
                 .collect()
         }
         let blocks: Vec<(Vec<&[u8]>, Vec<&[u8]>)> = tables
+            .of(&self.cfg, layer)
             .iter()
             .map(|t| {
                 (

@@ -52,7 +52,7 @@ pub struct Cpu {
     mats: Vec<CpuMat>,
     kv: Option<kv::KvStore>,
     rows: Vec<Row>,
-    tables: Vec<Vec<u32>>,
+    tables: device::Tables,
     /// `[step rows, n_rot / 2]` RoPE angles of this step, for the `(n_rot, freq_base)` given.
     angles: Vec<(f32, f32)>,
     angles_of: Option<(usize, u32)>,
@@ -81,7 +81,7 @@ impl Cpu {
             mats: Vec::new(),
             kv: None,
             rows: Vec::new(),
-            tables: Vec::new(),
+            tables: device::Tables::default(),
             angles: Vec::new(),
             angles_of: None,
             moe: moe::Routes::default(),
@@ -214,7 +214,7 @@ impl Device for Cpu {
 
     fn kv_read_block(&mut self, block: u32, out: &mut Vec<u8>) {
         self.kv
-            .as_ref()
+            .as_mut()
             .expect("kv_alloc first")
             .read_block(block, out);
     }
@@ -229,11 +229,7 @@ impl Device for Cpu {
     fn begin(&mut self, step: &Step<'_>) {
         self.rows.clear();
         self.rows.extend_from_slice(step.rows);
-        self.tables.resize_with(step.tables.len(), Vec::new);
-        for (t, s) in self.tables.iter_mut().zip(step.tables) {
-            t.clear();
-            t.extend_from_slice(s);
-        }
+        self.tables.set(step);
         self.angles_of = None;
     }
 

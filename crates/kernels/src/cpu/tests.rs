@@ -132,6 +132,7 @@ fn attention_case(
         head_dim: hd,
         ty: kv_ty,
         n_positions: 8 * BLOCK_SIZE,
+        window: None,
     };
     dev.kv_alloc(cfg).unwrap();
     // Sequence 0 holds blocks 5, 1, 6 (40 positions); sequence 1 blocks 2, 0.
@@ -176,6 +177,7 @@ fn attention_case(
         dev.begin(&Step {
             rows,
             tables: &tables,
+            windowed: &[],
         });
         dev.upload(q, 0, &data(n * nh * hd, 10 + i as u64));
         dev.upload(k, 0, &data(n * nkv * hd, 20 + i as u64));
@@ -348,6 +350,7 @@ fn copied_kv_blocks_attend_like_the_originals() {
             head_dim: 32,
             ty: GgmlType::F16,
             n_positions: 4 * BLOCK_SIZE,
+            window: None,
         };
         d.kv_alloc(cfg).unwrap();
         let rows: Vec<Row> = (0..BLOCK_SIZE).map(|pos| Row { pos, seq: 0 }).collect();
@@ -367,6 +370,7 @@ fn copied_kv_blocks_attend_like_the_originals() {
         d.begin(&Step {
             rows: &rows,
             tables: &[&[3]],
+            windowed: &[],
         });
         d.kv_store(0, k, v);
         d.attention(0, q, o1, &spec);
@@ -375,6 +379,7 @@ fn copied_kv_blocks_attend_like_the_originals() {
         d.begin(&Step {
             rows: &rows,
             tables: &[&[1]],
+            windowed: &[],
         });
         d.attention(0, q, o2, &spec);
         d.finish();

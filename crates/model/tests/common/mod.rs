@@ -88,6 +88,7 @@ pub fn run_stages_on(
             head_dim: hp.head_dim,
             ty: kv_type,
             n_positions: 256,
+            window: None,
         };
         kvs.push(KvPool::new(cfg).unwrap());
         dev.kv_alloc(cfg).unwrap();
@@ -122,6 +123,7 @@ pub fn run_stages_on(
             dev.begin(&Step {
                 rows: &rows,
                 tables: &tables,
+                windowed: &[],
             });
             if i == 0 {
                 model.embed(&mut **dev, w, &tokens, *hidden).unwrap();

@@ -24,6 +24,7 @@ pub fn config() -> ContextConfig {
         kv_type: GgmlType::F16,
         precision: Precision::Int8,
         device: engine::DeviceKind::Cpu,
+        ..ContextConfig::default()
     }
 }
 

@@ -1,0 +1,149 @@
+//! Sliding-window KV on Gemma 3 270M (window 512, 15 of 18 blocks windowed): the windowed
+//! layers keep only their window's blocks, and a long prompt, its decoding and a draft's
+//! rollback give the same logits bits as with every position kept (`--swa-full`).
+
+use std::sync::Arc;
+#[allow(dead_code)]
+mod common;
+
+use common::{model_path, MODELS};
+use engine::{ContextConfig, Executor, Outputs};
+use kv::SeqKv;
+use model::Model;
+
+fn gemma() -> Arc<Model> {
+    let (_, file, name) = MODELS[3];
+    Arc::new(Model::load(model_path(file, name)).unwrap())
+}
+
+fn config(n_ctx: usize, swa_full: bool) -> ContextConfig {
+    ContextConfig {
+        n_ctx,
+        n_ubatch: 512,
+        n_threads: 2,
+        n_seq: 1,
+        swa_full,
+        ..Default::default()
+    }
+}
+
+fn tokens(n: usize, seed: u32) -> Vec<u32> {
+    (0..n as u32)
+        .map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed) >> 8) % 200_000 + 100)
+        .collect()
+}
+
+/// What [`run`] saw.
+struct Run {
+    /// The logits of the last 8 prompt rows, of 6 tokens decoded one by one, of a forward
+    /// of 4 draft rows, and of the token after keeping only the first draft row.
+    logits: Vec<Vec<f32>>,
+    /// The windowed blocks at the end ([`kv::KvPool::window_table`]).
+    window_table: Vec<u32>,
+    /// Positions kept when cut back to 1000 at the end.
+    kept_at_1000: usize,
+}
+
+fn run(ctx: &mut Executor, prompt: &[u32]) -> Run {
+    let mut seq = SeqKv::default();
+    let mut out = Vec::new();
+    let n = prompt.len();
+    ctx.eval(&mut seq, prompt, Outputs::From(n - 8), &mut |_, l| {
+        out.push(l.to_vec())
+    })
+    .unwrap();
+    let mut push = |ctx: &mut Executor, seq: &mut SeqKv, toks: &[u32]| {
+        let rows: Vec<(usize, u32)> = toks.iter().map(|&t| (0, t)).collect();
+        let all: Vec<usize> = (0..toks.len()).collect();
+        ctx.append(std::slice::from_mut(seq), &rows, &all, &mut |_, l| {
+            out.push(l.to_vec())
+        })
+        .unwrap();
+    };
+    for t in tokens(6, 5) {
+        push(ctx, &mut seq, &[t]);
+    }
+    push(ctx, &mut seq, &tokens(4, 9));
+    assert_eq!(
+        ctx.truncate(&mut seq, n + 7),
+        n + 7,
+        "a draft's rollback keeps"
+    );
+    push(ctx, &mut seq, &[17]);
+    let window_table = ctx.kv().window_table(&seq);
+    let kept_at_1000 = ctx.truncate(&mut seq, 1000);
+    ctx.release(&mut seq);
+    Run {
+        logits: out,
+        window_table,
+        kept_at_1000,
+    }
+}
+
+#[test]
+fn a_2000_token_prompt_has_the_same_bits_with_the_window_s_blocks_freed() {
+    let model = gemma();
+    let prompt = tokens(2000, 3);
+    let mut full = Executor::new(model.clone(), config(2048, true)).unwrap();
+    let mut windowed = Executor::new(model.clone(), config(2048, false)).unwrap();
+    let (f, w) = (*full.kv().config(), *windowed.kv().config());
+    assert!(f.window.is_none());
+    let win = w.window.expect("gemma3 has windowed layers");
+    assert_eq!(win.layers.count_ones(), 15);
+    assert_eq!(
+        win.n_blocks,
+        32 + 2 + 32,
+        "one window and one forward's rows"
+    );
+    let blocks = |c: &kv::KvConfig| (0..18).map(|l| c.layer_blocks(l)).sum::<usize>();
+    assert_eq!((blocks(&f), blocks(&w)), (18 * 128, 3 * 128 + 15 * 66));
+
+    let want = run(&mut full, &prompt);
+    let got = run(&mut windowed, &prompt);
+    assert_eq!(got.logits.len(), want.logits.len());
+    for (i, (g, w)) in got.logits.iter().zip(&want.logits).enumerate() {
+        let first = g
+            .iter()
+            .zip(w)
+            .position(|(x, y)| x.to_bits() != y.to_bits());
+        assert!(first.is_none(), "output {i}: logit {first:?} differs");
+    }
+
+    let table = &got.window_table;
+    let kept = table.iter().filter(|&&b| b != u32::MAX).count();
+    assert!(kept <= win.n_blocks, "{kept} windowed blocks");
+    assert!(
+        table[..32].iter().all(|&b| b == u32::MAX),
+        "early ones freed"
+    );
+    assert_eq!(want.kept_at_1000, 1000);
+    assert_eq!(
+        got.kept_at_1000, 0,
+        "the window before 1000 is gone: start over"
+    );
+    assert_eq!(windowed.kv().free_blocks(), w.n_blocks());
+    assert_eq!(windowed.kv().window_available(), win.n_blocks);
+}
+
+/// At `-c 32768` with the server's 4 slots, the KV plan is under a quarter of full
+/// attention's on every layer.
+#[test]
+fn a_long_context_costs_the_global_layers_and_one_window_per_slot() {
+    let model = gemma();
+    let plan = |swa_full| {
+        let cfg = ContextConfig {
+            n_seq: 4,
+            ..config(32768, swa_full)
+        };
+        cfg.kv_config(&model).total_bytes()
+    };
+    let (windowed, full) = (plan(false), plan(true));
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    eprintln!(
+        "KV at -c 32768, 4 slots: {:.1} MiB windowed, {:.1} MiB full ({:.1}%)",
+        mib(windowed),
+        mib(full),
+        100.0 * windowed as f64 / full as f64
+    );
+    assert!(windowed * 4 < full);
+}
