@@ -1,15 +1,18 @@
 //! Sliding-window KV on Gemma 3 270M (window 512, 15 of 18 blocks windowed): the windowed
 //! layers keep only their window's blocks, and a long prompt, its decoding and a draft's
-//! rollback give the same logits bits as with every position kept (`--swa-full`).
+//! rollback give the same logits bits as with every position kept (`--swa-full`); the
+//! engine's prefix cache reuses a prefix as far back as its window is kept, and the tokens
+//! stay those of the prompt evaluated alone.
 
 use std::sync::Arc;
 #[allow(dead_code)]
 mod common;
 
 use common::{model_path, MODELS};
-use engine::{ContextConfig, Executor, Outputs};
+use engine::{ContextConfig, EngineConfig, EngineHandle, Event, Executor, Outputs, Summary};
 use kv::SeqKv;
 use model::Model;
+use text::Tokenizer;
 
 fn gemma() -> Arc<Model> {
     let (_, file, name) = MODELS[3];
@@ -146,4 +149,86 @@ fn a_long_context_costs_the_global_layers_and_one_window_per_slot() {
         100.0 * windowed as f64 / full as f64
     );
     assert!(windowed * 4 < full);
+}
+
+/// Greedy tokens of `prompt` evaluated alone with every position kept.
+fn alone(model: &Arc<Model>, prompt: &[u32], n: usize) -> Vec<u32> {
+    let mut ctx = Executor::new(model.clone(), config(2048, true)).unwrap();
+    let mut seq = SeqKv::default();
+    let argmax = |l: &[f32]| (0..l.len()).fold(0, |b, i| if l[i] > l[b] { i } else { b }) as u32;
+    let (mut next, mut out) = (0, Vec::new());
+    ctx.eval(&mut seq, prompt, Outputs::Last, &mut |_, l| {
+        next = argmax(l)
+    })
+    .unwrap();
+    while out.len() < n {
+        out.push(next);
+        ctx.eval(&mut seq, &[next], Outputs::Last, &mut |_, l| {
+            next = argmax(l)
+        })
+        .unwrap();
+    }
+    out
+}
+
+fn generate(handle: &EngineHandle, prompt: &[u32], n: usize) -> (Vec<u32>, Summary) {
+    let mut events = handle
+        .submit(common::request(prompt.to_vec(), n, None))
+        .unwrap()
+        .1;
+    let mut tokens = Vec::new();
+    loop {
+        match events.blocking_recv().expect("engine answers") {
+            Event::Delta { tokens: t, .. } => tokens.extend(t),
+            Event::Done(s) => return (tokens, s),
+            other => panic!("expected tokens, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_conversation_resumed_past_the_window_reuses_its_prefix_and_keeps_its_tokens() {
+    let model = gemma();
+    let tok = Arc::new(Tokenizer::from_gguf(&model.file.header.metadata).unwrap());
+    let prose = include_str!("../../../tests/data/eval-prose.txt");
+    let prompt = tok.encode(&prose[..3200], true, false).unwrap();
+    assert!(prompt.len() > 600, "past the window: {}", prompt.len());
+    let cfg = EngineConfig {
+        n_ctx: 2048,
+        n_parallel: 1,
+        kv_unified: true,
+        n_batch: 64,
+        n_ubatch: 32,
+        n_threads: 2,
+        kv_type: gguf::GgmlType::F16,
+        queue_limit: 8,
+        device: engine::DeviceKind::Cpu,
+        step_budget: engine::StepBudget::AUTO,
+        swa_full: false,
+    };
+    let (_, file, name) = MODELS[3];
+    let engine_model = Model::load(model_path(file, name)).unwrap();
+    let handle = engine::start(engine_model, tok.clone(), cfg, None, None).unwrap();
+
+    let (first, cold) = generate(&handle, &prompt, 8);
+    assert_eq!(cold.cache_n, 0);
+    assert_eq!(first, alone(&model, &prompt, 8));
+
+    let mut turn2 = prompt.clone();
+    turn2.extend(&first);
+    turn2.extend(tok.encode(" And then", false, false).unwrap());
+    let (second, warm) = generate(&handle, &turn2, 8);
+    assert_eq!(warm.cache_n, (prompt.len() + first.len() - 1) / 16 * 16);
+    assert_eq!(second, alone(&model, &turn2, 8), "a reused window");
+
+    // An early part of the prompt: its blocks are cached, but its window's were reused
+    // for later positions, so less (or nothing) of it is taken and the rest computed.
+    let early = &prompt[..prompt.len() - 200];
+    let (third, partial) = generate(&handle, early, 8);
+    assert!(
+        partial.cache_n < (early.len() - 1) / 16 * 16,
+        "{}",
+        partial.cache_n
+    );
+    assert_eq!(third, alone(&model, early, 8));
 }

@@ -101,12 +101,23 @@ pub fn execute(a: InfoArgs) -> Result<(), CliError> {
             bytes as f64 / 1048576.0
         );
     }
-    let cfg = a.model.context_config();
+    let cfg = engine::ContextConfig {
+        n_seq: a.parallel,
+        ..a.model.context_config()
+    };
     let plan = MemoryPlan::new(&model, &cfg);
     println!(
         "context:       {} positions over {} sequence(s), ubatch {}, KV {}, {} threads",
         cfg.n_ctx, a.parallel, cfg.n_ubatch, cfg.kv_type, cfg.n_threads
     );
+    if let Some(w) = cfg.kv_config(&model).window {
+        println!(
+            "windowed KV:   {} blocks keep {} positions: a {}-position window per sequence and a forward's rows (--swa-full keeps all)",
+            w.layers.count_ones(),
+            w.n_blocks * kv::BLOCK_SIZE,
+            w.size
+        );
+    }
     println!("device:        {}", cfg.device.name());
     println!(
         "memory plan:   {plan} (on the {} device)",
