@@ -52,7 +52,7 @@ def main(binary):
             llm.eval(tokens)
             ours = np.array(llm.scores[: len(tokens)], dtype=np.float64)
             margins = []
-            ref = reference_forward(path)(tokens, margins)
+            ref = reference_forward(path)[0](tokens, margins)
             scale = np.maximum(np.abs(ref).max(-1), 1.0)
             worst = float((np.abs(ours - ref).max(-1) / scale).max())
             same_top = int((ours.argmax(-1) == ref.argmax(-1)).sum())

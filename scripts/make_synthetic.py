@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Writes tiny random-weight GGUF models and their float64 reference logits: dense llama,
-qwen2 and qwen3 (crates/model/tests/synthetic.rs), and mixtures of experts with 1 to 8
+qwen2, qwen3, phi3 (fused QKV and gate/up), Mistral (a llama with a sliding window on every
+block) and gemma3 (post-norms, GELU, a window on five of six blocks)
+(crates/model/tests/synthetic.rs), and mixtures of experts with 1 to 8
 experts per token out of 8 to 64 (Mixtral, qwen2moe with its gated shared expert, qwen3moe,
 and a DeepSeek-style variant: sigmoid gating, scaled weights, ungated shared experts and a
 leading dense block; crates/model/tests/moe.rs). Shapes no real model here has are covered
@@ -29,9 +31,10 @@ MIN_MARGIN = 1e-3
 
 
 def write(arch, n_embd, n_head, n_head_kv, head_dim, n_ff, n_layer, n_vocab, matrix_type, seed,
-          moe=None, name=None, tokens=TOKENS):
+          moe=None, name=None, tokens=TOKENS, window=None):
     """One fixture. `moe`: dict with n_expert, n_used, n_ff_exp, expert_type and optionally
-    n_ff_shexp (a gated shared expert), shared_count, gating ("sigmoid"), scale, dense_lead."""
+    n_ff_shexp (a gated shared expert), shared_count, gating ("sigmoid"), scale, dense_lead.
+    `window`: `attention.sliding_window`."""
     rng = np.random.default_rng(seed)
     path = os.path.join(OUT, f"{name or arch + '-tiny'}.gguf")
     w = gguf.GGUFWriter(path, arch)
@@ -46,6 +49,8 @@ def write(arch, n_embd, n_head, n_head_kv, head_dim, n_ff, n_layer, n_vocab, mat
     w.add_layer_norm_rms_eps(1e-6)
     w.add_rope_freq_base(10000.0)
     w.add_vocab_size(n_vocab)
+    if window:
+        w.add_sliding_window(window)
     if moe:
         w.add_expert_count(moe["n_expert"])
         w.add_expert_used_count(moe["n_used"])
@@ -83,16 +88,22 @@ def write(arch, n_embd, n_head, n_head_kv, head_dim, n_ff, n_layer, n_vocab, mat
     for i in range(n_layer):
         p = f"blk.{i}."
         vector(p + "attn_norm.weight", n_embd)
-        matrix(p + "attn_q.weight", q, n_embd)
-        matrix(p + "attn_k.weight", kv, n_embd)
-        matrix(p + "attn_v.weight", kv, n_embd)
+        if arch == "phi3":
+            matrix(p + "attn_qkv.weight", q + 2 * kv, n_embd)
+        else:
+            matrix(p + "attn_q.weight", q, n_embd)
+            matrix(p + "attn_k.weight", kv, n_embd)
+            matrix(p + "attn_v.weight", kv, n_embd)
         if arch in ("qwen2", "qwen2moe"):
             for s, n in (("q", q), ("k", kv), ("v", kv)):
                 vector(p + f"attn_{s}.bias", n, 0.5, 0.0)
-        if arch in ("qwen3", "qwen3moe"):
+        if arch in ("qwen3", "qwen3moe", "gemma3"):
             vector(p + "attn_q_norm.weight", head_dim)
             vector(p + "attn_k_norm.weight", head_dim)
         matrix(p + "attn_output.weight", n_embd, q)
+        if arch == "gemma3":
+            vector(p + "post_attention_norm.weight", n_embd)
+            vector(p + "post_ffw_norm.weight", n_embd)
         vector(p + "ffn_norm.weight", n_embd)
         if moe and i >= moe.get("dense_lead", 0):
             ne, ff, ty = moe["n_expert"], moe["n_ff_exp"], moe["expert_type"]
@@ -107,19 +118,22 @@ def write(arch, n_embd, n_head, n_head_kv, head_dim, n_ff, n_layer, n_vocab, mat
                 matrix(p + "ffn_down_shexp.weight", n_embd, shexp, Q.F16)
             if "n_ff_shexp" in moe:
                 vector(p + "ffn_gate_inp_shexp.weight", n_embd, 1.0, 0.0)
+        elif arch == "phi3":
+            matrix(p + "ffn_up.weight", 2 * n_ff, n_embd)
+            matrix(p + "ffn_down.weight", n_embd, n_ff, Q.F16)
         else:
             matrix(p + "ffn_gate.weight", n_ff, n_embd)
             matrix(p + "ffn_up.weight", n_ff, n_embd)
             matrix(p + "ffn_down.weight", n_embd, n_ff, Q.F16)
     vector("output_norm.weight", n_embd)
-    if arch not in ("qwen2", "qwen2moe"):
+    if arch not in ("qwen2", "qwen2moe", "gemma3"):
         matrix("output.weight", n_vocab, n_embd, Q.F32)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
     margins = []
-    logits = reference_forward(path)(tokens, margins)
+    logits = reference_forward(path)[0](tokens, margins)
     case = {"file": os.path.basename(path), "tokens": tokens, "logits": [[float(v) for v in row] for row in logits]}
     if moe:
         case["min_margin"] = float(min(margins))
@@ -143,6 +157,9 @@ def main():
         write("llama", 64, 4, 2, 16, 128, 2, 64, Q.Q8_0, 1),
         write("qwen2", 64, 4, 1, 16, 96, 2, 64, Q.Q4_0, 2),
         write("qwen3", 64, 4, 2, 32, 128, 2, 64, Q.F32, 3),
+        write("phi3", 64, 4, 2, 16, 96, 2, 64, Q.Q8_0, 4),
+        write("llama", 64, 4, 2, 16, 128, 2, 64, Q.Q4_0, 5, name="mistral-tiny", window=5),
+        write("gemma3", 64, 4, 1, 32, 96, 6, 64, Q.Q8_0, 6, window=4),
     ]
     json.dump({"source": "scripts/make_synthetic.py", "cases": cases}, open(os.path.join(OUT, "reference.json"), "w"))
     moe = [

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Reference forward pass in numpy (float64 activations) for llama (and Mixtral) / qwen2 /
-qwen2moe / qwen3 / qwen3moe / gemma3 GGUF models, reading weights through the `gguf` package
+"""Reference forward pass in numpy (float64 activations) for llama (and Mixtral, and Mistral:
+a llama file with `llama.attention.sliding_window`, every block windowed) / qwen2 / qwen2moe /
+qwen3 / qwen3moe / gemma3 / phi3 (fused `attn_qkv` and `ffn_up` split by rows) GGUF models,
+reading weights through the `gguf` package
 (gguf.quants.dequantize). Mixtures of experts follow llama.cpp's build_moe_ffn: softmax
 (or sigmoid) router, top-k, optional renormalization and scale, shared experts. Gemma 3
 follows llama.cpp's gemma3 graph: scaled embeddings, post-norms, GELU (tanh), and five of
@@ -56,16 +58,19 @@ def reference_forward(model_path):
     n_dense_lead = meta(f"{arch}.leading_dense_block_count", 0)
 
     gemma = arch == "gemma3"
-    window = meta(f"{arch}.attention.sliding_window", 0) if gemma else 0
+    window = meta(f"{arch}.attention.sliding_window", 0) if arch in ("gemma3", "llama") else 0
 
     def windowed(layer):
-        return window > 0 and layer % 6 < 5
+        return window > 0 and (layer % 6 < 5 if gemma else True)
 
     def rms(x, w):
         return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
 
     def swiglu(h, p, suffix=""):
-        g, u = h @ weight(p + f"ffn_gate{suffix}.weight").T, h @ weight(p + f"ffn_up{suffix}.weight").T
+        if p + "ffn_gate.weight" not in tensors and not suffix:
+            g, u = np.split(h @ weight(p + "ffn_up.weight").T, 2, axis=-1)
+        else:
+            g, u = h @ weight(p + f"ffn_gate{suffix}.weight").T, h @ weight(p + f"ffn_up{suffix}.weight").T
         if gemma:
             act = 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g**3)))
         else:
@@ -126,13 +131,17 @@ def reference_forward(model_path):
         for layer in range(n_layer):
             p = f"blk.{layer}."
             h = rms(x, weight(p + "attn_norm.weight"))
-            q, k, v = (h @ weight(p + f"attn_{s}.weight").T for s in "qkv")
+            if p + "attn_qkv.weight" in tensors:
+                qkv = h @ weight(p + "attn_qkv.weight").T
+                q, k, v = np.split(qkv, [n_head * head_dim, (n_head + n_head_kv) * head_dim], axis=-1)
+            else:
+                q, k, v = (h @ weight(p + f"attn_{s}.weight").T for s in "qkv")
             if p + "attn_q.bias" in tensors:
                 q, k, v = (m + weight(p + f"attn_{s}.bias") for m, s in zip((q, k, v), "qkv"))
             q, k, v = q.reshape(n, n_head, head_dim), k.reshape(n, n_head_kv, head_dim), v.reshape(n, n_head_kv, head_dim)
             if p + "attn_q_norm.weight" in tensors:
                 q, k = rms(q, weight(p + "attn_q_norm.weight")), rms(k, weight(p + "attn_k_norm.weight"))
-            layer_base = 10000.0 if windowed(layer) else base
+            layer_base = 10000.0 if gemma and windowed(layer) else base
             q, k = rope(q, layer_base), rope(k, layer_base)
             rep = n_head // n_head_kv
             k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)

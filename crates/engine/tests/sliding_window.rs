@@ -232,3 +232,36 @@ fn a_conversation_resumed_past_the_window_reuses_its_prefix_and_keeps_its_tokens
     );
     assert_eq!(third, alone(&model, early, 8));
 }
+
+/// Mistral's shape on a tiny synthetic model (scripts/make_synthetic.py): every block
+/// windowed (5 positions), so no layer keeps a whole prefix; 300 positions read 7 rows per
+/// forward give the bits of `--swa-full`.
+#[test]
+fn every_block_windowed_keeps_only_the_window() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../model/tests/fixtures/mistral-tiny.gguf"
+    );
+    let model = Arc::new(Model::load(path).unwrap());
+    let prompt: Vec<u32> = (0..300u32).map(|i| i * 7 % 64).collect();
+    let logits = |swa_full| {
+        let cfg = ContextConfig {
+            n_ubatch: 7,
+            ..config(512, swa_full)
+        };
+        let mut ctx = Executor::new(model.clone(), cfg).unwrap();
+        let kv = ctx.kv().config();
+        let blocks: usize = (0..kv.n_layer).map(|l| kv.layer_blocks(l)).sum();
+        let mut seq = SeqKv::default();
+        let mut out = Vec::new();
+        ctx.eval(&mut seq, &prompt, Outputs::All, &mut |_, l| {
+            out.extend(l.iter().map(|v| v.to_bits()))
+        })
+        .unwrap();
+        (out, blocks)
+    };
+    let (want, full_blocks) = logits(true);
+    let (got, windowed_blocks) = logits(false);
+    assert_eq!((full_blocks, windowed_blocks), (2 * 32, 2 * 4));
+    assert!(got == want, "the same bits");
+}

@@ -4,7 +4,7 @@ use gguf::GgmlType;
 pub enum Error {
     #[error(transparent)]
     Gguf(#[from] gguf::Error),
-    #[error("unknown architecture '{0}' (supported: llama (and Mixtral), qwen2, qwen2moe, qwen3, qwen3moe)")]
+    #[error("unknown architecture '{0}' (supported: llama (and Mixtral, Mistral), qwen2, qwen2moe, qwen3, qwen3moe, gemma3, phi3)")]
     UnknownArch(String),
     #[error("model hyper-parameter {key}: {problem}")]
     BadHParam { key: String, problem: String },
@@ -16,6 +16,8 @@ pub enum Error {
         expected: Vec<u64>,
         got: Vec<u64>,
     },
+    #[error("tensor '{tensor}': {what} is not supported yet")]
+    UnsupportedTensor { tensor: String, what: &'static str },
     #[error("tensor '{tensor}' has type {ty}, which tandem cannot compute with yet")]
     UnsupportedType { tensor: String, ty: GgmlType },
     #[error("token id {id} is out of range (vocabulary has {n_vocab} tokens)")]

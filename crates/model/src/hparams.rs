@@ -172,13 +172,13 @@ impl HParams {
     /// The window block `il` attends through, if it is a windowed block.
     pub fn window(&self, il: usize) -> Option<usize> {
         let s = self.sliding?;
-        (il % s.pattern.period < s.pattern.period - 1).then_some(s.window)
+        s.pattern.windowed(il).then_some(s.window)
     }
 
     /// The RoPE base of block `il`.
     pub fn rope_base(&self, il: usize) -> f32 {
         match (self.window(il), self.sliding) {
-            (Some(_), Some(s)) => s.pattern.rope_freq_base,
+            (Some(_), Some(s)) => s.pattern.rope_freq_base.unwrap_or(self.rope_freq_base),
             _ => self.rope_freq_base,
         }
     }

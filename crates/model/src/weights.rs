@@ -280,13 +280,60 @@ impl Loader<'_> {
             .collect())
     }
 
-    /// A SwiGLU network of width `n_ff` from `ffn_{gate,up,down}{suffix}` of block `il`.
-    fn mlp(&self, il: usize, suffix: &str, n_embd: usize, n_ff: usize) -> Result<Mlp> {
+    /// A matrix of `parts.iter().sum()` rows of `n_cols`, as consecutive slices of
+    /// `parts[i]` rows each (named `name[i]`).
+    fn row_parts(&self, name: &str, parts: &[usize], n_cols: usize) -> Result<Vec<Weight>> {
+        let all = self.matrix(name, parts.iter().sum(), n_cols)?;
+        let row_bytes = all.range.len() / all.n_rows;
+        let mut start = all.range.start;
+        Ok(parts
+            .iter()
+            .enumerate()
+            .map(|(i, &n_rows)| {
+                start += n_rows * row_bytes;
+                Weight {
+                    name: format!("{name}[{i}]"),
+                    range: start - n_rows * row_bytes..start,
+                    n_rows,
+                    ..all.clone()
+                }
+            })
+            .collect())
+    }
+
+    /// Block `il`'s query, key and value matrices: `attn_{q,k,v}`, or the rows of one
+    /// `attn_qkv` where the file has it (as llama.cpp accepts for any architecture).
+    fn qkv(&self, il: usize, q: usize, kv: usize, e: usize) -> Result<[Weight; 3]> {
+        let n = |s: &str| format!("blk.{il}.attn_{s}.weight");
+        if self.file.header.tensor(&n("qkv")).is_some() {
+            let parts = self.row_parts(&n("qkv"), &[q, kv, kv], e)?;
+            return Ok(parts.try_into().expect("three parts"));
+        }
+        Ok([
+            self.matrix(&n("q"), q, e)?,
+            self.matrix(&n("k"), kv, e)?,
+            self.matrix(&n("v"), kv, e)?,
+        ])
+    }
+
+    /// A SwiGLU network of width `n_ff` from `ffn_{gate,up,down}{suffix}` of block `il`;
+    /// `fused`: the gate is the first `n_ff` rows of `ffn_up{suffix}`, the up the rest.
+    fn mlp(&self, il: usize, suffix: &str, e: usize, n_ff: usize, fused: bool) -> Result<Mlp> {
         let n = |s: &str| format!("blk.{il}.ffn_{s}{suffix}.weight");
+        let [gate, up] = match fused {
+            true => {
+                let parts = self.row_parts(&n("up"), &[n_ff, n_ff], e)?;
+                parts.try_into().expect("two parts")
+            }
+            false => [
+                self.matrix(&n("gate"), n_ff, e)?,
+                self.matrix(&n("up"), n_ff, e)?,
+            ],
+        };
         Ok(Mlp {
-            gate: self.matrix(&n("gate"), n_ff, n_embd)?,
-            up: self.matrix(&n("up"), n_ff, n_embd)?,
-            down: self.matrix(&n("down"), n_embd, n_ff)?,
+            gate,
+            up,
+            down: self.matrix(&n("down"), e, n_ff)?,
         })
     }
 
@@ -294,13 +341,16 @@ impl Loader<'_> {
         let e = hp.n_embd;
         let moe = match &hp.moe {
             Some(moe) if hp.is_moe_layer(il) => moe,
-            _ => return Ok(Ffn::Dense(self.mlp(il, "", e, hp.n_ff)?)),
+            _ => {
+                let fused = hp.arch.spec().fused_gate_up;
+                return Ok(Ffn::Dense(self.mlp(il, "", e, hp.n_ff, fused)?));
+            }
         };
         let n = |s: &str| format!("blk.{il}.{s}.weight");
         let (ne, ff) = (moe.n_expert, moe.n_ff_exp);
         let shared = moe
             .shared
-            .map(|sh| self.mlp(il, "_shexp", e, sh.n_ff))
+            .map(|sh| self.mlp(il, "_shexp", e, sh.n_ff, false))
             .transpose()?;
         let gated = moe.shared.is_some_and(|sh| sh.gated);
         Ok(Ffn::Moe(MoeWeights {
@@ -336,6 +386,14 @@ impl Loader<'_> {
     pub fn load(&self, hp: &HParams, stage: &Stage) -> Result<Weights> {
         let spec = hp.arch.spec();
         let (e, q, kv) = (hp.n_embd, hp.q_dim(), hp.kv_dim());
+        for t in ["rope_factors_long.weight", "rope_factors_short.weight"] {
+            if self.file.header.tensor(t).is_some() {
+                return Err(Error::UnsupportedTensor {
+                    tensor: t.to_string(),
+                    what: "LongRoPE's frequency factors",
+                });
+            }
+        }
         let embd = || self.matrix("token_embd.weight", hp.n_vocab, e);
         let token_embd = stage.embed.then(embd).transpose()?;
         let output = match (stage.head, self.file.header.tensor("output.weight")) {
@@ -348,11 +406,12 @@ impl Loader<'_> {
             .clone()
             .map(|i| {
                 let n = |s: &str| format!("blk.{i}.{s}");
+                let [attn_q, attn_k, attn_v] = self.qkv(i, q, kv, e)?;
                 Ok(LayerWeights {
                     attn_norm: self.vector(&n("attn_norm.weight"), e)?,
-                    attn_q: self.matrix(&n("attn_q.weight"), q, e)?,
-                    attn_k: self.matrix(&n("attn_k.weight"), kv, e)?,
-                    attn_v: self.matrix(&n("attn_v.weight"), kv, e)?,
+                    attn_q,
+                    attn_k,
+                    attn_v,
                     attn_q_bias: self.opt_vector(&n("attn_q.bias"), q, spec.qkv_bias)?,
                     attn_k_bias: self.opt_vector(&n("attn_k.bias"), kv, spec.qkv_bias)?,
                     attn_v_bias: self.opt_vector(&n("attn_v.bias"), kv, spec.qkv_bias)?,

@@ -35,7 +35,14 @@ fn rows_are_identical_whatever_the_batch() {
 fn rows_identical(precision: Precision) {
     let a: Vec<u32> = vec![1, 5, 9, 2, 33, 61, 7, 7, 40, 12];
     let b: Vec<u32> = vec![3, 3, 8, 50, 21, 4];
-    for file in ["llama-tiny.gguf", "qwen2-tiny.gguf", "qwen3-tiny.gguf"] {
+    for file in [
+        "llama-tiny.gguf",
+        "qwen2-tiny.gguf",
+        "qwen3-tiny.gguf",
+        "phi3-tiny.gguf",
+        "mistral-tiny.gguf",
+        "gemma3-tiny.gguf",
+    ] {
         let model = Model::load(format!("{FIXTURES}{file}")).unwrap();
         let alone = |toks: &[u32], seq: usize, chunk: usize| {
             let batches: Vec<Vec<(usize, u32)>> = toks

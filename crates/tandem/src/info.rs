@@ -37,8 +37,16 @@ pub fn execute(a: InfoArgs) -> Result<(), CliError> {
             sl.window,
             hp.n_layer - global.len(),
             hp.n_layer,
-            sl.pattern.rope_freq_base,
-            global.join(", ")
+            hp.rope_base(
+                (0..hp.n_layer)
+                    .find(|&il| hp.window(il).is_some())
+                    .unwrap_or(0)
+            ),
+            if global.is_empty() {
+                "none".to_string()
+            } else {
+                global.join(", ")
+            }
         );
     }
     if let Some(moe) = &hp.moe {

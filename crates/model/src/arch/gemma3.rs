@@ -19,8 +19,8 @@ pub const SPEC: ArchSpec = ArchSpec {
     post_norms: true,
     scaled_embeddings: true,
     sliding: Some(SlidingPattern {
-        period: 6,
-        rope_freq_base: 10_000.0,
+        global_every: Some(6),
+        rope_freq_base: Some(10_000.0),
     }),
     block,
     extra_ops: &[Op::Gelu],

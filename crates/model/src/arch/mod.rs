@@ -3,6 +3,7 @@
 
 mod gemma3;
 mod llama;
+mod phi3;
 mod qwen2;
 mod qwen2moe;
 mod qwen3;
@@ -28,6 +29,7 @@ pub enum Arch {
     Qwen3,
     Qwen3Moe,
     Gemma3,
+    Phi3,
 }
 
 /// The features of a transformer block that vary by architecture.
@@ -39,6 +41,9 @@ pub struct ArchSpec {
     /// Per-head RMSNorm of queries and keys before RoPE (`attn_q_norm`, `attn_k_norm`).
     pub qk_norm: bool,
     pub experts: Experts,
+    /// The feed-forward's gate and up matrices are one `ffn_up` of `2 · n_ff` rows, the
+    /// gate's first (Phi-3).
+    pub fused_gate_up: bool,
     /// Norms of the attention and feed-forward outputs before their residual adds
     /// (`post_attention_norm`, `post_ffw_norm`).
     pub post_norms: bool,
@@ -54,10 +59,18 @@ pub struct ArchSpec {
 /// Which blocks attend through a sliding window, and their RoPE base.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SlidingPattern {
-    /// Of every `period` blocks, the last attends globally and the others through the window.
-    pub period: usize,
-    /// RoPE base of the windowed blocks (the global ones keep `rope.freq_base`).
-    pub rope_freq_base: f32,
+    /// `Some(p)`: of every `p` blocks, the last attends globally and the others through the
+    /// window; `None`: every block attends through it.
+    pub global_every: Option<usize>,
+    /// RoPE base of the windowed blocks when not `rope.freq_base`.
+    pub rope_freq_base: Option<f32>,
+}
+
+impl SlidingPattern {
+    /// Whether block `il` attends through the window.
+    pub fn windowed(&self, il: usize) -> bool {
+        self.global_every.is_none_or(|p| il % p < p - 1)
+    }
 }
 
 /// The spec most architectures share: no biases or Q/K norms, dense, pre-norm blocks.
@@ -66,6 +79,7 @@ pub(crate) const PLAIN: ArchSpec = ArchSpec {
     qkv_bias: false,
     qk_norm: false,
     experts: Experts::Never,
+    fused_gate_up: false,
     post_norms: false,
     scaled_embeddings: false,
     sliding: None,
@@ -116,6 +130,7 @@ impl Arch {
             "qwen3" => Ok(Arch::Qwen3),
             "qwen3moe" => Ok(Arch::Qwen3Moe),
             "gemma3" => Ok(Arch::Gemma3),
+            "phi3" => Ok(Arch::Phi3),
             other => Err(Error::UnknownArch(other.to_string())),
         }
     }
@@ -129,6 +144,7 @@ impl Arch {
             Arch::Qwen3 => "qwen3",
             Arch::Qwen3Moe => "qwen3moe",
             Arch::Gemma3 => "gemma3",
+            Arch::Phi3 => "phi3",
         }
     }
 
@@ -140,6 +156,7 @@ impl Arch {
             Arch::Qwen3 => qwen3::SPEC,
             Arch::Qwen3Moe => qwen3moe::SPEC,
             Arch::Gemma3 => gemma3::SPEC,
+            Arch::Phi3 => phi3::SPEC,
         }
     }
 }
