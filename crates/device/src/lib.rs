@@ -17,8 +17,9 @@ pub mod reference;
 mod seam;
 
 pub use seam::{
-    AttnSpec, Buf, Bytes, Device, Gating, Mat, MatOut, MatrixSource, MoeScratch, MoeSpec, MoeStats,
-    Op, Progress, Role, RopeMode, RopeSpec, Routing, Row, SharedIn, Step, Tables,
+    full_stores, AttnSpec, Buf, Bytes, Device, Gating, Mat, MatOut, MatrixSource, MoeScratch,
+    MoeSpec, MoeStats, Op, Progress, Role, RopeMode, RopeSpec, Routing, Row, SharedIn, Step,
+    Tables,
 };
 
 use gguf::GgmlType;

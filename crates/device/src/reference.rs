@@ -39,13 +39,7 @@ struct RefKv {
 impl RefKv {
     /// The stores of the layers that keep every position: keys, then values.
     fn full_stores(&mut self) -> Vec<&mut Vec<u8>> {
-        let cfg = self.cfg;
-        let stores = self.keys.iter_mut().enumerate();
-        stores
-            .chain(self.values.iter_mut().enumerate())
-            .filter(|(l, _)| !cfg.is_windowed(*l))
-            .map(|(_, s)| s)
-            .collect()
+        crate::full_stores(&self.cfg, &mut self.keys, &mut self.values)
     }
 
     /// The byte offset of position `pos` of a sequence with blocks `table`.

@@ -89,6 +89,21 @@ pub struct Step<'a> {
     pub windowed: &'a [&'a [u32]],
 }
 
+/// Of a KV pool shaped `cfg` stored as one byte store per layer for keys and one for
+/// values, the stores of the layers that keep every position: keys, then values (the
+/// blocks [`Device::kv_read_block`] reads).
+pub fn full_stores<'a>(
+    cfg: &KvConfig,
+    keys: &'a mut [Vec<u8>],
+    values: &'a mut [Vec<u8>],
+) -> Vec<&'a mut Vec<u8>> {
+    let keys = keys.iter_mut().enumerate();
+    keys.chain(values.iter_mut().enumerate())
+        .filter(|(l, _)| !cfg.is_windowed(*l))
+        .map(|(_, s)| s)
+        .collect()
+}
+
 /// A device's copy of a step's block tables, kept between steps to reuse the room.
 #[derive(Debug, Default)]
 pub struct Tables {

@@ -63,13 +63,7 @@ impl KvStore {
 
     /// The stores of the layers that keep every position: keys, then values.
     fn full_stores(&mut self) -> Vec<&mut Vec<u8>> {
-        let cfg = self.cfg;
-        let stores = self.keys.iter_mut().enumerate();
-        stores
-            .chain(self.values.iter_mut().enumerate())
-            .filter(|(l, _)| !cfg.is_windowed(*l))
-            .map(|(_, s)| s)
-            .collect()
+        device::full_stores(&self.cfg, &mut self.keys, &mut self.values)
     }
 
     /// Appends block `block`'s bytes: the keys of every layer keeping every position, then
