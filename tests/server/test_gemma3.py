@@ -52,3 +52,30 @@ def test_streamed_text_equals_the_whole_answer(gemma):
     ]
     assert "".join(parts) == whole
     assert "\ufffd" not in whole
+
+
+def test_slots_are_saved_only_with_every_position_kept(tmp_path):
+    """Its windowed blocks keep only the last 512 positions, so a slot cannot be saved whole:
+    refused with a 400 naming --swa-full, which keeps every position and allows it."""
+    body = {"prompt": "The old lighthouse keeper climbed the stairs " * 12, "n_predict": 4,
+            "temperature": 0, "cache_prompt": True}
+    s = Server("-c", "2048", "-np", "1", "--slot-save-path", str(tmp_path), model="gemma3-270m")
+    try:
+        slot = s.post("/completion", json=body).json()["id_slot"]
+        r = s.post(f"/slots/{slot}?action=save", json={"filename": "g.bin"})
+        assert r.status_code == 400 and "--swa-full" in r.json()["error"]["message"], r.text
+    finally:
+        s.stop()
+    s = Server("-c", "2048", "-np", "1", "--swa-full", "--slot-save-path", str(tmp_path), model="gemma3-270m")
+    try:
+        first = s.post("/completion", json=body).json()
+        saved = s.post(f"/slots/{first['id_slot']}?action=save", json={"filename": "g.bin"}).json()
+        assert saved["n_saved"] >= first["tokens_evaluated"] // 16 * 16 > 0, saved
+        erased = s.post(f"/slots/{first['id_slot']}?action=erase", json={}).json()
+        assert erased["n_erased"] == saved["n_saved"], erased
+        restored = s.post("/slots/0?action=restore", json={"filename": "g.bin"}).json()
+        assert restored["n_restored"] == saved["n_saved"], restored
+        again = s.post("/completion", json=body).json()
+        assert again["content"] == first["content"] and again["tokens_cached"] > 0, again
+    finally:
+        s.stop()
