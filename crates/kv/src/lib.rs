@@ -80,11 +80,6 @@ impl KvConfig {
         self.window.is_some_and(|w| w.has(layer))
     }
 
-    /// The KV layers that keep every position (all of them without a windowed class).
-    pub fn full_layers(&self) -> impl Iterator<Item = usize> + '_ {
-        (0..self.n_layer).filter(|&l| !self.is_windowed(l))
-    }
-
     /// Blocks the storage of KV layer `layer` has.
     pub fn layer_blocks(&self, layer: usize) -> usize {
         match self.window {

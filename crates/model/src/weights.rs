@@ -205,6 +205,25 @@ impl Part {
     }
 }
 
+/// `all` cut into consecutive slices of `parts[i]` rows (named `all.name[i]`).
+fn split_rows(all: &Weight, parts: &[usize]) -> Vec<Weight> {
+    let row_bytes = all.range.len() / all.n_rows;
+    let mut start = all.range.start;
+    parts
+        .iter()
+        .enumerate()
+        .map(|(i, &n_rows)| {
+            start += n_rows * row_bytes;
+            Weight {
+                name: format!("{}[{i}]", all.name),
+                range: start - n_rows * row_bytes..start,
+                n_rows,
+                ..all.clone()
+            }
+        })
+        .collect()
+}
+
 pub(crate) struct Loader<'a> {
     pub file: &'a GgufFile,
 }
@@ -269,36 +288,14 @@ impl Loader<'_> {
     ) -> Result<Vec<Weight>> {
         let info = self.info(name, &[n_cols as u64, n_rows as u64, n_expert as u64])?;
         let all = self.matrix_of(name, info, n_expert * n_rows, n_cols)?;
-        let slab = all.range.len() / n_expert;
-        Ok((0..n_expert)
-            .map(|e| Weight {
-                name: format!("{name}[{e}]"),
-                range: all.range.start + e * slab..all.range.start + (e + 1) * slab,
-                n_rows,
-                ..all.clone()
-            })
-            .collect())
+        Ok(split_rows(&all, &vec![n_rows; n_expert]))
     }
 
     /// A matrix of `parts.iter().sum()` rows of `n_cols`, as consecutive slices of
     /// `parts[i]` rows each (named `name[i]`).
     fn row_parts(&self, name: &str, parts: &[usize], n_cols: usize) -> Result<Vec<Weight>> {
         let all = self.matrix(name, parts.iter().sum(), n_cols)?;
-        let row_bytes = all.range.len() / all.n_rows;
-        let mut start = all.range.start;
-        Ok(parts
-            .iter()
-            .enumerate()
-            .map(|(i, &n_rows)| {
-                start += n_rows * row_bytes;
-                Weight {
-                    name: format!("{name}[{i}]"),
-                    range: start - n_rows * row_bytes..start,
-                    n_rows,
-                    ..all.clone()
-                }
-            })
-            .collect())
+        Ok(split_rows(&all, parts))
     }
 
     /// Block `il`'s query, key and value matrices: `attn_{q,k,v}`, or the rows of one
