@@ -35,7 +35,8 @@ pub struct BoxArgs {
     /// each); more are closed at once. The head's two lanes do not count.
     #[arg(long = "max-handshakes", default_value_t = Access::default().max_handshakes)]
     pub max_handshakes: usize,
-    /// Sessions the head may hold on the box at once.
+    /// Sessions the head may hold on the box at once (a sliding-window model's KV keeps
+    /// one window for each).
     #[arg(long = "max-sessions", default_value_t = Access::default().max_sessions)]
     pub max_sessions: usize,
 }
@@ -81,7 +82,10 @@ pub fn execute(a: BoxArgs) -> Result<(), CliError> {
     let available = engine::available_memory();
     let model = Model::load_stage(&path, Part::First(a.layers))?;
     let n_layer = model.hparams.n_layer;
-    let cfg = a.model.context_config();
+    let cfg = engine::ContextConfig {
+        n_seq: a.max_sessions,
+        ..a.model.context_config()
+    };
     let plan = engine::MemoryPlan::new(&model, &cfg);
     eprintln!(
         "tandem box: blocks 0..{} of {n_layer} of {}, device {}, memory plan: {plan} (context {})",
