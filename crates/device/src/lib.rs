@@ -14,10 +14,11 @@
 pub mod formats;
 pub mod host;
 pub mod reference;
+pub mod testing;
 mod seam;
 
 pub use seam::{
-    full_stores, AttnSpec, Buf, Bytes, Device, Gating, Mat, MatOut, MatrixSource, MoeScratch,
+    full_stores, rope_angles, AttnSpec, Buf, Bytes, Device, Gating, Mat, MatOut, MatrixSource, MoeScratch,
     MoeSpec, MoeStats, Op, Progress, Role, RopeMode, RopeSpec, Routing, Row, SharedIn, Step,
     Tables,
 };

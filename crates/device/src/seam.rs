@@ -176,6 +176,19 @@ pub struct RopeSpec {
     pub freq_base: f32,
 }
 
+/// Rotation angles for one position: `cos_sin[i] = (cos θ_i, sin θ_i)` with
+/// `θ_i = pos · base^(-2i/n_rot)`, computed as ggml does (θ multiplied by the f32 ratio
+/// step by step) so that positions agree with llama.cpp.
+pub fn rope_angles(pos: usize, n_rot: usize, freq_base: f32, cos_sin: &mut [(f32, f32)]) {
+    assert_eq!(cos_sin.len(), n_rot / 2);
+    let theta_scale = freq_base.powf(-2.0 / n_rot as f32);
+    let mut theta = pos as f32;
+    for cs in cos_sin.iter_mut() {
+        *cs = (theta.cos(), theta.sin());
+        theta *= theta_scale;
+    }
+}
+
 /// Grouped-query attention: `n_head` query heads, `n_head / n_head_kv` per KV head, scores
 /// `scale · q·k`, each row over the positions [`AttnSpec::span`] gives.
 #[derive(Debug, Clone, Copy, PartialEq)]

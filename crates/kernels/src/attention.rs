@@ -277,7 +277,7 @@ unsafe fn accumulate_avx2(o: &mut [f32], p: &[f32], v: &[f32]) {
 mod tests {
     use super::*;
     use crate::formats::quantize_row;
-    use crate::testing::data;
+    use device::testing::data;
 
     /// `n` positions of f16 keys or values, `[n, n_head_kv, hd]`, as floats and as bytes.
     fn f16_cache(n: usize, width: usize, seed: u64) -> (Vec<f32>, Vec<u8>) {

@@ -9,8 +9,6 @@ pub mod matmul;
 pub mod ops;
 pub mod pool;
 pub mod qmatmul;
-#[cfg(test)]
-mod testing;
 
 pub use device::formats;
 pub use device::{Error, Result};

@@ -220,7 +220,7 @@ fn matmul_f32(pool: &ThreadPool, w: &QMatrix, x: &[f32], y: &mut [f32]) {
 mod tests {
     use super::*;
     use crate::formats::quantize_row;
-    use crate::testing::data;
+    use device::testing::data;
 
     fn quantized(ty: GgmlType, n: usize, k: usize) -> Vec<u8> {
         quantized_seeded(ty, n, k, 7)

@@ -21,20 +21,8 @@ pub fn rms_norm_inplace(x: &mut [f32], weight: &[f32], eps: f32) {
     }
 }
 
-pub use device::RopeMode;
+pub use device::{rope_angles, RopeMode};
 
-/// Rotation angles for one position: `cos_sin[i] = (cos θ_i, sin θ_i)` with
-/// `θ_i = pos · base^(-2i/n_rot)`, computed as ggml does (θ multiplied by the f32 ratio
-/// step by step) so that positions agree with llama.cpp.
-pub fn rope_angles(pos: usize, n_rot: usize, freq_base: f32, cos_sin: &mut [(f32, f32)]) {
-    assert_eq!(cos_sin.len(), n_rot / 2);
-    let theta_scale = freq_base.powf(-2.0 / n_rot as f32);
-    let mut theta = pos as f32;
-    for cs in cos_sin.iter_mut() {
-        *cs = (theta.cos(), theta.sin());
-        theta *= theta_scale;
-    }
-}
 
 /// Rotates the first `2 * cos_sin.len()` dimensions of every head in `x`
 /// (`[n_heads, head_dim]`).
@@ -372,7 +360,7 @@ mod tests {
                 "exp({v}) = {got}, not {want}"
             );
         }
-        let up = crate::testing::data(x.len() + 5, 3);
+        let up = device::testing::data(x.len() + 5, 3);
         let mut gate = x.clone();
         gate.extend([0.0, -0.0, 1e-30, -200.0, 200.0]);
         let (mut gelu, mut gelu_twin) = (gate.clone(), gate.clone());

@@ -10,7 +10,7 @@ use gguf::GgmlType;
 use kv::{KvConfig, BLOCK_SIZE};
 
 use super::Cpu;
-use crate::testing::{data, random_blocks, QUANT_TYPES};
+use device::testing::{data, random_blocks, QUANT_TYPES};
 use crate::{Precision, ThreadPool};
 
 /// Every weight type the CPU backend takes.

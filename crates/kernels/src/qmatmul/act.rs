@@ -190,7 +190,7 @@ mod tests {
 
     #[test]
     fn simd_quantization_gives_the_scalar_bytes() {
-        let mut x = crate::testing::data(4096, 5);
+        let mut x = device::testing::data(4096, 5);
         for (i, v) in x.iter_mut().enumerate() {
             *v *= [1.0, 1e-3, 100.0, 0.0][i / 1024];
         }

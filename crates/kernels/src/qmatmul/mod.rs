@@ -142,7 +142,7 @@ pub fn matmul(pool: &ThreadPool, isa: QIsa, scheme: Scheme, w: &QMatrix, x: &[f3
 mod tests {
     use super::*;
     use crate::formats::dequantize_row;
-    use crate::testing::{data, random_blocks, QUANT_TYPES as TYPES};
+    use device::testing::{data, random_blocks, QUANT_TYPES as TYPES};
 
     #[test]
     fn decoded_rows_reproduce_dequantization() {

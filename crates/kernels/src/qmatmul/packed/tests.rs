@@ -3,7 +3,7 @@ use gguf::GgmlType;
 use super::*;
 use crate::qmatmul::decode::Scheme;
 use crate::qmatmul::scalar;
-use crate::testing::{data, noise_blocks, random_blocks, saturated_blocks};
+use device::testing::{data, noise_blocks, random_blocks, saturated_blocks};
 
 const PACKED: [GgmlType; 7] = [
     GgmlType::Q4_0,

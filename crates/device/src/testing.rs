@@ -1,4 +1,5 @@
-//! Helpers for the crate's unit tests.
+//! Random weights and activations for tests of backends (every backend is checked against
+//! the reference on such data).
 
 use gguf::GgmlType;
 

@@ -1,0 +1,288 @@
+//! The adapter and device, and the recorder of one forward: a command encoder, and an
+//! arena of the small inputs its dispatches read (parameters, tokens, block tables, RoPE
+//! angles), written to the device just before the encoder is submitted.
+//!
+//! Ordering: `Queue::write_buffer` lands before the *next* submit, so anything written to
+//! a buffer that recorded commands may read is written only after those commands are
+//! submitted ([`Recorder::flush`] first). Arena regions are never rewritten within a
+//! forward: they are appended, and the arena starts over at the next forward's `begin`.
+
+use wgpu::util::DeviceExt;
+
+/// Which adapters may be chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Choice {
+    /// A real GPU (discrete first), never a software one.
+    RealGpu,
+    /// The best adapter there is, a software one (Mesa's lavapipe) included.
+    Any,
+}
+
+/// A device and what was learned of its adapter.
+pub(crate) struct Ctx {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: wgpu::AdapterInfo,
+    pub limits: wgpu::Limits,
+}
+
+fn rank(t: wgpu::DeviceType) -> u32 {
+    match t {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Other => 3,
+        wgpu::DeviceType::Cpu => 4,
+    }
+}
+
+/// The adapters wgpu finds (Vulkan, Metal, DX12), best first.
+pub fn adapters() -> Vec<wgpu::Adapter> {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    desc.backends = wgpu::Backends::PRIMARY;
+    let instance = wgpu::Instance::new(desc);
+    let mut all = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::PRIMARY));
+    all.sort_by_key(|a| rank(a.get_info().device_type));
+    all
+}
+
+/// Whether a real GPU is there (what `--device auto` asks).
+pub fn has_real_gpu() -> bool {
+    adapters()
+        .iter()
+        .any(|a| a.get_info().device_type != wgpu::DeviceType::Cpu)
+}
+
+impl Ctx {
+    pub fn open(choice: Choice) -> Result<Ctx, String> {
+        let adapter = adapters()
+            .into_iter()
+            .find(|a| choice == Choice::Any || a.get_info().device_type != wgpu::DeviceType::Cpu)
+            .ok_or_else(|| match choice {
+                Choice::RealGpu => "no GPU found by wgpu (Vulkan, Metal or DX12)".to_string(),
+                Choice::Any => "no adapter found by wgpu (install a Vulkan driver, such as \
+                                Mesa's lavapipe: mesa-vulkan-drivers)"
+                    .to_string(),
+            })?;
+        let info = adapter.get_info();
+        let limits = adapter.limits();
+        let desc = wgpu::DeviceDescriptor {
+            label: Some("tandem"),
+            required_limits: limits.clone(),
+            ..Default::default()
+        };
+        let (device, queue) = pollster::block_on(adapter.request_device(&desc))
+            .map_err(|e| format!("{}: {e}", info.name))?;
+        Ok(Ctx {
+            device,
+            queue,
+            info,
+            limits,
+        })
+    }
+
+    /// The most bytes one storage binding may cover.
+    pub fn max_binding(&self) -> u64 {
+        (self.limits.max_storage_buffer_binding_size as u64).min(self.limits.max_buffer_size)
+    }
+
+    /// A buffer holding `bytes` (a multiple of 4), for reading by shaders.
+    pub fn buffer_with(&self, label: &str, bytes: &[u8]) -> wgpu::Buffer {
+        self.device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(label),
+                contents: bytes,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            })
+    }
+
+    /// A zeroed buffer of `bytes` that shaders read and write and copies use.
+    pub fn buffer(&self, label: &str, bytes: u64) -> wgpu::Buffer {
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: bytes.max(4).next_multiple_of(4),
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    }
+}
+
+/// A range of the arena.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Region {
+    chunk: usize,
+    offset: u64,
+    size: u64,
+}
+
+/// What a binding of a dispatch is bound to.
+pub(crate) enum Bind<'a> {
+    Buf(&'a wgpu::Buffer),
+    Arena(Region),
+}
+
+struct Chunk {
+    buf: wgpu::Buffer,
+    data: Vec<u8>,
+    written: usize,
+}
+
+const CHUNK_BYTES: usize = 4 << 20;
+
+/// See the module doc.
+pub(crate) struct Recorder {
+    encoder: Option<wgpu::CommandEncoder>,
+    chunks: Vec<Chunk>,
+    cur: usize,
+    align: usize,
+    staging: Option<wgpu::Buffer>,
+    /// Dispatches recorded since the recorder was made, for the op counts of a bench.
+    pub dispatches: u64,
+}
+
+impl Recorder {
+    pub fn new(ctx: &Ctx) -> Recorder {
+        Recorder {
+            encoder: None,
+            chunks: Vec::new(),
+            cur: 0,
+            align: ctx.limits.min_storage_buffer_offset_alignment.max(16) as usize,
+            staging: None,
+            dispatches: 0,
+        }
+    }
+
+    /// Starts the arena over (a new forward; everything before was submitted).
+    pub fn reset(&mut self, ctx: &Ctx) {
+        self.flush(ctx);
+        for c in &mut self.chunks {
+            c.data.clear();
+            c.written = 0;
+        }
+        self.cur = 0;
+    }
+
+    /// Appends `bytes` (a multiple of 4, at least 4) to the arena.
+    pub fn push(&mut self, ctx: &Ctx, bytes: &[u8]) -> Region {
+        loop {
+            if self.cur == self.chunks.len() {
+                let cap = CHUNK_BYTES.max(bytes.len());
+                self.chunks.push(Chunk {
+                    buf: ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some("arena"),
+                        size: cap as u64,
+                        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                        mapped_at_creation: false,
+                    }),
+                    data: Vec::with_capacity(cap),
+                    written: 0,
+                });
+            }
+            let c = &mut self.chunks[self.cur];
+            let at = c.data.len().next_multiple_of(self.align);
+            if at + bytes.len() <= c.buf.size() as usize {
+                c.data.resize(at, 0);
+                c.data.extend_from_slice(bytes);
+                return Region {
+                    chunk: self.cur,
+                    offset: at as u64,
+                    size: bytes.len() as u64,
+                };
+            }
+            self.cur += 1;
+        }
+    }
+
+    pub fn encoder(&mut self, ctx: &Ctx) -> &mut wgpu::CommandEncoder {
+        self.encoder
+            .get_or_insert_with(|| ctx.device.create_command_encoder(&Default::default()))
+    }
+
+    /// Records one dispatch of `pipeline` over `groups`, binding `i` of its group 0 bound
+    /// to `binds[i]`.
+    pub fn dispatch(
+        &mut self,
+        ctx: &Ctx,
+        pipeline: &wgpu::ComputePipeline,
+        binds: &[Bind<'_>],
+        groups: [u32; 3],
+    ) {
+        let entries: Vec<wgpu::BindGroupEntry> = binds
+            .iter()
+            .map(|b| match b {
+                Bind::Buf(buf) => buf.as_entire_binding(),
+                Bind::Arena(r) => wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: &self.chunks[r.chunk].buf,
+                    offset: r.offset,
+                    size: std::num::NonZeroU64::new(r.size),
+                }),
+            })
+            .enumerate()
+            .map(|(i, resource)| wgpu::BindGroupEntry {
+                binding: i as u32,
+                resource,
+            })
+            .collect();
+        let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &entries,
+        });
+        let enc = self
+            .encoder
+            .get_or_insert_with(|| ctx.device.create_command_encoder(&Default::default()));
+        let mut pass = enc.begin_compute_pass(&Default::default());
+        pass.set_pipeline(pipeline);
+        pass.set_bind_group(0, &group, &[]);
+        pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+        drop(pass);
+        self.dispatches += 1;
+    }
+
+    /// Writes what the arena gained and submits what was recorded.
+    pub fn flush(&mut self, ctx: &Ctx) {
+        for c in &mut self.chunks {
+            if c.data.len() > c.written {
+                ctx.queue.write_buffer(&c.buf, c.written as u64, &c.data[c.written..]);
+                c.written = c.data.len();
+            }
+        }
+        if let Some(enc) = self.encoder.take() {
+            ctx.queue.submit([enc.finish()]);
+        }
+    }
+
+    /// Copies `parts` (buffer, byte offset, bytes; each a multiple of 4) one after the
+    /// other into `out`, once everything recorded has run.
+    pub fn read(&mut self, ctx: &Ctx, parts: &[(&wgpu::Buffer, u64, u64)], out: &mut Vec<u8>) {
+        let total: u64 = parts.iter().map(|p| p.2).sum();
+        if total == 0 {
+            return;
+        }
+        if self.staging.as_ref().is_none_or(|s| s.size() < total) {
+            self.staging = Some(ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("staging"),
+                size: total.next_power_of_two(),
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }));
+        }
+        let staging = self.staging.clone().expect("made above");
+        let enc = self.encoder(ctx);
+        let mut at = 0;
+        for &(buf, offset, size) in parts {
+            enc.copy_buffer_to_buffer(buf, offset, &staging, at, size);
+            at += size;
+        }
+        self.flush(ctx);
+        let slice = staging.slice(..total);
+        slice.map_async(wgpu::MapMode::Read, |r| r.expect("mapping the staging buffer"));
+        ctx.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .expect("waiting for the device");
+        out.extend_from_slice(&slice.get_mapped_range().expect("mapped above"));
+        staging.unmap();
+    }
+}

@@ -1,0 +1,363 @@
+//! [`Device`] for [`Gpu`]: each op records one or more dispatches (or copies); `finish`,
+//! a read-back, or an upload submits them.
+
+use device::{
+    AttnSpec, Buf, Device, Error, Mat, MatOut, MatrixSource, MoeSpec, MoeStats, Op, Progress,
+    Result, Role, RopeMode, RopeSpec, Step,
+};
+use gguf::GgmlType;
+use kv::KvConfig;
+
+use crate::context::Bind::{Arena as A, Buf as B};
+use crate::formats::Layout;
+use crate::gpu::{grid, matrix_bytes, Gpu, GpuKv, GpuMat, Part, StepData};
+use crate::pipelines::Kernel;
+
+impl Device for Gpu {
+    fn describe(&self) -> String {
+        let i = &self.ctx.info;
+        format!("gpu ({}, {:?}, {:?})", i.name, i.backend, i.device_type)
+    }
+
+    fn supports(&self, op: Op) -> bool {
+        op != Op::Moe
+    }
+
+    fn supports_type(&self, ty: GgmlType) -> bool {
+        Layout::of(ty).is_some()
+    }
+
+    fn matrix_bytes(&self, ty: GgmlType, n_rows: usize, n_cols: usize, _: Role) -> u64 {
+        matrix_bytes(ty, n_rows, n_cols)
+    }
+
+    fn alloc(&mut self, len: usize) -> Result<Buf> {
+        let bytes = len as u64 * 4;
+        if bytes > self.ctx.max_binding() {
+            return Err(self.unsupported(format!(
+                "hold a buffer of {} MiB (it binds at most {} MiB): lower the batch or ubatch size",
+                bytes >> 20,
+                self.ctx.max_binding() >> 20
+            )));
+        }
+        self.bufs.push(self.ctx.buffer("activations", bytes));
+        Ok(Buf(self.bufs.len() as u32 - 1))
+    }
+
+    fn upload(&mut self, buf: Buf, at: usize, data: &[f32]) {
+        self.rec.flush(&self.ctx);
+        let b = &self.bufs[buf.0 as usize];
+        self.ctx
+            .queue
+            .write_buffer(b, at as u64 * 4, bytemuck::cast_slice(data));
+    }
+
+    fn download(&mut self, buf: Buf, at: usize, out: &mut [f32]) {
+        out.copy_from_slice(&self.read_floats(buf, at, out.len()));
+    }
+
+    /// Copies each matrix's blocks padded to words, in parts of as many rows as one
+    /// binding holds, and releases the mapped pages.
+    fn upload_matrices(
+        &mut self,
+        srcs: &[MatrixSource],
+        progress: &Progress<'_>,
+    ) -> Result<Vec<Mat>> {
+        let total: usize = srcs.iter().map(|s| s.bytes.as_slice().len()).sum();
+        let mut done = 0;
+        let mut out = Vec::with_capacity(srcs.len());
+        for s in srcs {
+            let layout = Layout::of(s.ty).ok_or(Error::UnsupportedType(s.ty))?;
+            let expected = s.ty.row_bytes(s.n_cols as u64).unwrap_or(0) as usize * s.n_rows;
+            if s.bytes.as_slice().len() != expected || s.n_cols % layout.block_elems != 0 && layout.block_elems != 32 {
+                return Err(Error::LengthMismatch {
+                    what: "matrix bytes",
+                    expected,
+                    got: s.bytes.as_slice().len(),
+                });
+            }
+            let row_bytes = layout.row_bytes(s.n_cols);
+            let per_part = (self.ctx.max_binding() as usize / row_bytes).max(1);
+            let mut parts = Vec::new();
+            for row0 in (0..s.n_rows).step_by(per_part) {
+                let n = per_part.min(s.n_rows - row0);
+                let bytes = layout.repack(s.bytes.as_slice(), s.n_cols, row0..row0 + n);
+                parts.push(Part {
+                    buf: self.ctx.buffer_with(&s.name, &bytes),
+                    row0,
+                    n,
+                });
+            }
+            s.bytes.release();
+            self.mats.push(GpuMat {
+                ty: s.ty,
+                n_rows: s.n_rows,
+                n_cols: s.n_cols,
+                row_bytes,
+                parts,
+            });
+            out.push(Mat(self.mats.len() as u32 - 1));
+            done += s.bytes.as_slice().len();
+            progress(done, total);
+        }
+        Ok(out)
+    }
+
+    fn kv_alloc(&mut self, cfg: KvConfig) -> Result<()> {
+        if !matches!(cfg.ty, GgmlType::F16 | GgmlType::F32) {
+            return Err(Error::UnsupportedType(cfg.ty));
+        }
+        let bb = cfg.block_bytes() as u64;
+        let largest = (0..cfg.n_layer).map(|l| cfg.layer_blocks(l) as u64 * bb).max();
+        if largest.unwrap_or(0) > self.ctx.max_binding() {
+            return Err(self.unsupported(format!(
+                "hold a layer's KV of {} MiB (it binds at most {} MiB): lower the context size",
+                largest.unwrap_or(0) >> 20,
+                self.ctx.max_binding() >> 20
+            )));
+        }
+        let layer = |l: usize| self.ctx.buffer("kv", cfg.layer_blocks(l) as u64 * bb);
+        self.kv = Some(GpuKv {
+            cfg,
+            keys: (0..cfg.n_layer).map(layer).collect(),
+            values: (0..cfg.n_layer).map(layer).collect(),
+            tmp: self.ctx.buffer("kv block", bb),
+        });
+        Ok(())
+    }
+
+    fn kv_copy_block(&mut self, from: u32, to: u32) {
+        let kv = self.kv.as_ref().expect("kv_alloc first");
+        let bb = kv.cfg.block_bytes() as u64;
+        let enc = self.rec.encoder(&self.ctx);
+        for store in kv.full_stores() {
+            enc.copy_buffer_to_buffer(store, from as u64 * bb, &kv.tmp, 0, bb);
+            enc.copy_buffer_to_buffer(&kv.tmp, 0, store, to as u64 * bb, bb);
+        }
+    }
+
+    fn kv_read_block(&mut self, block: u32, out: &mut Vec<u8>) {
+        let kv = self.kv.as_ref().expect("kv_alloc first");
+        let bb = kv.cfg.block_bytes() as u64;
+        let parts: Vec<_> = kv
+            .full_stores()
+            .into_iter()
+            .map(|s| (s, block as u64 * bb, bb))
+            .collect();
+        self.rec.read(&self.ctx, &parts, out);
+    }
+
+    fn kv_write_block(&mut self, block: u32, data: &[u8]) {
+        self.rec.flush(&self.ctx);
+        let kv = self.kv.as_ref().expect("kv_alloc first");
+        let bb = kv.cfg.block_bytes();
+        for (store, src) in kv.full_stores().into_iter().zip(data.chunks_exact(bb)) {
+            self.ctx.queue.write_buffer(store, (block as usize * bb) as u64, src);
+        }
+    }
+
+    fn begin(&mut self, step: &Step<'_>) {
+        self.rec.reset(&self.ctx);
+        self.rows.clear();
+        self.rows.extend_from_slice(step.rows);
+        let mut w: Vec<u32> = step
+            .rows
+            .iter()
+            .flat_map(|r| [r.pos as u32, r.seq as u32])
+            .collect();
+        let tables = |w: &mut Vec<u32>, ts: &[&[u32]]| -> u32 {
+            let at = w.len();
+            let mut next = at + ts.len();
+            for t in ts {
+                w.push(next as u32);
+                next += t.len();
+            }
+            for t in ts {
+                w.extend_from_slice(t);
+            }
+            at as u32
+        };
+        let tab_at = tables(&mut w, step.tables);
+        let win_at = tables(&mut w, step.windowed);
+        w.push(0);
+        let region = self.rec.push(&self.ctx, bytemuck::cast_slice(&w));
+        self.step = Some(StepData {
+            region,
+            tab_at,
+            win_at,
+        });
+        self.angles.clear();
+    }
+
+    fn finish(&mut self) {
+        self.rec.flush(&self.ctx);
+    }
+
+    fn embed(&mut self, table: Mat, tokens: &[u32], out: Buf) {
+        if tokens.is_empty() {
+            return;
+        }
+        let toks = self.rec.push(&self.ctx, bytemuck::cast_slice(tokens));
+        let m = &self.mats[table.0 as usize];
+        let (ty, k, row_bytes) = (m.ty, m.n_cols, m.row_bytes);
+        let parts: Vec<_> = m.parts.iter().map(|p| (p.buf.clone(), p.row0, p.n)).collect();
+        let out = self.bufs[out.0 as usize].clone();
+        let g = grid(tokens.len());
+        for (buf, row0, n) in parts {
+            let p = [tokens.len(), k, row_bytes, row0, n, g[0] as usize, 0, 0].map(|v| v as u32);
+            let p = self.params(p);
+            self.run(Kernel::Embed(ty), &[B(&buf), A(toks), B(&out), A(p)], g);
+        }
+    }
+
+    fn rms_norm(&mut self, x: Buf, w: Buf, rows: usize, width: usize, eps: f32, out: Buf) {
+        if rows == 0 {
+            return;
+        }
+        let g = grid(rows);
+        let p = self.params([rows as u32, width as u32, eps.to_bits(), g[0], 0, 0, 0, 0]);
+        let [x, w, out] = [x, w, out].map(|b| self.bufs[b.0 as usize].clone());
+        self.run(Kernel::RmsNorm, &[B(&x), B(&w), B(&out), A(p)], g);
+    }
+
+    fn matmul(&mut self, ws: &[Mat], x: Buf, rows: usize, outs: &[MatOut]) {
+        if rows == 0 {
+            return;
+        }
+        let xb = self.bufs[x.0 as usize].clone();
+        for (&w, o) in ws.iter().zip(outs) {
+            let m = &self.mats[w.0 as usize];
+            let (ty, k, n_rows, row_bytes) = (m.ty, m.n_cols, m.n_rows, m.row_bytes);
+            let parts: Vec<_> = m.parts.iter().map(|p| (p.buf.clone(), p.row0, p.n)).collect();
+            let y = self.bufs[o.residual.unwrap_or(o.y).0 as usize].clone();
+            let bias = o.bias.map_or(self.dummy.clone(), |b| self.bufs[b.0 as usize].clone());
+            let flags = o.bias.is_some() as u32 | (o.residual.is_some() as u32) << 1;
+            for (buf, row0, n) in parts {
+                let mut g = grid(n);
+                g[2] = rows.div_ceil(8) as u32;
+                let p = [n, k, rows, row_bytes, row0, n_rows, g[0] as usize, flags as usize];
+                let p = self.params(p.map(|v| v as u32));
+                self.run(Kernel::MatMul(ty), &[B(&buf), B(&xb), B(&y), B(&bias), A(p)], g);
+            }
+        }
+    }
+
+    fn rope(&mut self, x: Buf, heads: usize, spec: &RopeSpec) {
+        let rows = self.rows.len();
+        let half = spec.n_rot / 2;
+        if rows == 0 || half == 0 {
+            return;
+        }
+        let key = (spec.n_rot, spec.freq_base.to_bits());
+        let cs = match self.angles.iter().find(|a| a.0 == key) {
+            Some(&(_, r)) => r,
+            None => {
+                let mut cs = vec![(0f32, 0f32); rows * half];
+                for (row, c) in self.rows.iter().zip(cs.chunks_exact_mut(half)) {
+                    device::rope_angles(row.pos, spec.n_rot, spec.freq_base, c);
+                }
+                let flat: Vec<f32> = cs.iter().flat_map(|&(c, s)| [c, s]).collect();
+                let r = self.rec.push(&self.ctx, bytemuck::cast_slice(&flat));
+                self.angles.push((key, r));
+                r
+            }
+        };
+        let g = grid((rows * heads * half).div_ceil(64));
+        let neox = (spec.mode == RopeMode::Neox) as usize;
+        let p = [rows, heads, spec.head_dim, half, neox, g[0] as usize, 0, 0];
+        let p = self.params(p.map(|v| v as u32));
+        let x = self.bufs[x.0 as usize].clone();
+        self.run(Kernel::Rope, &[B(&x), A(cs), A(p)], g);
+    }
+
+    fn kv_store(&mut self, layer: usize, k: Buf, v: Buf) {
+        let rows = self.rows.len();
+        let kv = self.kv();
+        let (cfg, kc, vc) = (kv.cfg, kv.keys[layer].clone(), kv.values[layer].clone());
+        let width = cfg.n_head_kv * cfg.head_dim;
+        if rows == 0 {
+            return;
+        }
+        let st = self.step();
+        let (region, tab) = (st.region, self.tables_at(&cfg, layer));
+        let g = grid((rows * width / 2).div_ceil(64));
+        let p = self.params([rows as u32, width as u32, 0, tab, g[0], 0, 0, 0]);
+        let [k, v] = [k, v].map(|b| self.bufs[b.0 as usize].clone());
+        let f16 = cfg.ty == GgmlType::F16;
+        let binds = [B(&k), B(&v), B(&kc), B(&vc), A(region), A(p)];
+        self.run(Kernel::KvStore { f16 }, &binds, g);
+    }
+
+    fn attention(&mut self, layer: usize, q: Buf, out: Buf, spec: &AttnSpec) {
+        let rows = self.rows.len();
+        if rows == 0 {
+            return;
+        }
+        assert!(spec.head_dim <= 256, "head_dim {} over 256", spec.head_dim);
+        let kv = self.kv();
+        let (cfg, kc, vc) = (kv.cfg, kv.keys[layer].clone(), kv.values[layer].clone());
+        let (region, tab) = (self.step().region, self.tables_at(&cfg, layer));
+        let window = spec.window.unwrap_or(0) as u32;
+        let p = [
+            spec.n_head as u32,
+            spec.n_head_kv as u32,
+            spec.head_dim as u32,
+            spec.scale.to_bits(),
+            window,
+            0,
+            tab,
+            0,
+        ];
+        let p = self.params(p);
+        let [q, out] = [q, out].map(|b| self.bufs[b.0 as usize].clone());
+        let f16 = cfg.ty == GgmlType::F16;
+        let g = [spec.n_head as u32, rows as u32, 1];
+        let binds = [B(&q), B(&out), B(&kc), B(&vc), A(region), A(p)];
+        self.run(Kernel::Attention { f16 }, &binds, g);
+    }
+
+    fn swiglu(&mut self, gate: Buf, up: Buf, len: usize) {
+        self.eltwise(Kernel::Swiglu, gate, up, len, 0.0);
+    }
+
+    fn gelu(&mut self, gate: Buf, up: Buf, len: usize) {
+        self.eltwise(Kernel::Gelu, gate, up, len, 0.0);
+    }
+
+    fn add(&mut self, x: Buf, y: Buf, len: usize) {
+        self.eltwise(Kernel::Add, x, y, len, 0.0);
+    }
+
+    fn scale(&mut self, x: Buf, len: usize, factor: f32) {
+        self.eltwise(Kernel::Scale, x, x, len, factor);
+    }
+
+    fn moe(&mut self, _: &MoeSpec<'_>, _: Buf, _: usize, _: Buf) {
+        unreachable!("refused at load: the gpu device says it lacks Op::Moe");
+    }
+
+    fn gather_rows(&mut self, x: Buf, rows: &[usize], width: usize, out: Buf) {
+        let [x, out] = [x, out].map(|b| self.bufs[b.0 as usize].clone());
+        let enc = self.rec.encoder(&self.ctx);
+        let wb = width as u64 * 4;
+        for (j, &r) in rows.iter().enumerate() {
+            enc.copy_buffer_to_buffer(&x, r as u64 * wb, &out, j as u64 * wb, wb);
+        }
+    }
+
+    fn all_finite(&mut self, x: Buf, rows: usize, width: usize) -> Vec<bool> {
+        let v = self.read_floats(x, 0, rows * width);
+        v.chunks_exact(width.max(1))
+            .map(|r| r.iter().all(|v| v.is_finite()))
+            .collect()
+    }
+
+    fn argmax(&mut self, x: Buf, rows: usize, width: usize) -> Vec<u32> {
+        let v = self.read_floats(x, 0, rows * width);
+        v.chunks_exact(width.max(1)).map(device::argmax).collect()
+    }
+
+    fn moe_stats(&self) -> MoeStats {
+        MoeStats::default()
+    }
+}

@@ -1,0 +1,157 @@
+use device::{Buf, Device, Error, Row};
+use gguf::GgmlType;
+use kv::KvConfig;
+
+use crate::context::{Bind, Choice, Ctx, Recorder, Region};
+use crate::formats::Layout;
+use crate::pipelines::{Kernel, Pipelines};
+
+/// A run of a matrix's rows in one buffer (a matrix larger than one binding is split).
+pub(crate) struct Part {
+    pub(crate) buf: wgpu::Buffer,
+    pub(crate) row0: usize,
+    pub(crate) n: usize,
+}
+
+pub(crate) struct GpuMat {
+    pub(crate) ty: GgmlType,
+    pub(crate) n_rows: usize,
+    pub(crate) n_cols: usize,
+    pub(crate) row_bytes: usize,
+    pub(crate) parts: Vec<Part>,
+}
+
+/// KV storage: per layer one buffer of keys and one of values, `[its class's blocks, 16,
+/// n_head_kv · head_dim]` of the pool's type (f16 or f32).
+pub(crate) struct GpuKv {
+    pub(crate) cfg: KvConfig,
+    pub(crate) keys: Vec<wgpu::Buffer>,
+    pub(crate) values: Vec<wgpu::Buffer>,
+    /// One block, for copies between blocks of one buffer.
+    pub(crate) tmp: wgpu::Buffer,
+}
+
+impl GpuKv {
+    /// The stores of the layers that keep every position: keys, then values.
+    pub(crate) fn full_stores(&self) -> Vec<&wgpu::Buffer> {
+        let full = |l: &usize| !self.cfg.is_windowed(*l);
+        let keys = (0..self.cfg.n_layer).filter(full).map(|l| &self.keys[l]);
+        let values = (0..self.cfg.n_layer).filter(full).map(|l| &self.values[l]);
+        keys.chain(values).collect()
+    }
+}
+
+/// Where this step's rows and tables sit in the arena (word offsets inside `region`):
+/// row `r` at `2r` (pos, seq), then the tables of every layer, then the windowed ones.
+pub(crate) struct StepData {
+    pub(crate) region: Region,
+    pub(crate) tab_at: u32,
+    pub(crate) win_at: u32,
+}
+
+/// See the crate doc.
+pub struct Gpu {
+    pub(crate) ctx: Ctx,
+    pub(crate) rec: Recorder,
+    pub(crate) pipes: Pipelines,
+    pub(crate) bufs: Vec<wgpu::Buffer>,
+    pub(crate) mats: Vec<GpuMat>,
+    pub(crate) kv: Option<GpuKv>,
+    pub(crate) rows: Vec<Row>,
+    pub(crate) step: Option<StepData>,
+    /// This step's RoPE angles per `(n_rot, freq_base bits)`.
+    pub(crate) angles: Vec<((usize, u32), Region)>,
+    /// Bound where a kernel's optional input is absent.
+    pub(crate) dummy: wgpu::Buffer,
+}
+
+/// A dispatch grid of `n` workgroups: `[x, y, 1]` with `x · y >= n`, `x` at most 65535.
+pub(crate) fn grid(n: usize) -> [u32; 3] {
+    let x = n.clamp(1, 65535);
+    [x as u32, n.div_ceil(x).max(1) as u32, 1]
+}
+
+/// Bytes a matrix of `ty` takes on the GPU: its blocks padded to words.
+pub fn matrix_bytes(ty: GgmlType, n_rows: usize, n_cols: usize) -> u64 {
+    Layout::of(ty).map_or(0, |l| (l.row_bytes(n_cols) * n_rows) as u64)
+}
+
+impl Gpu {
+    /// A device on the best adapter `choice` allows.
+    pub fn open(choice: Choice) -> std::result::Result<Gpu, String> {
+        let ctx = Ctx::open(choice)?;
+        let rec = Recorder::new(&ctx);
+        let dummy = ctx.buffer("dummy", 16);
+        Ok(Gpu {
+            ctx,
+            rec,
+            pipes: Pipelines::default(),
+            bufs: Vec::new(),
+            mats: Vec::new(),
+            kv: None,
+            rows: Vec::new(),
+            step: None,
+            angles: Vec::new(),
+            dummy,
+        })
+    }
+
+    pub(crate) fn unsupported(&self, what: String) -> Error {
+        Error::Unsupported {
+            device: self.describe(),
+            what,
+        }
+    }
+
+    pub(crate) fn params(&mut self, p: [u32; 8]) -> Region {
+        self.rec.push(&self.ctx, bytemuck::cast_slice(&p))
+    }
+
+    pub(crate) fn step(&self) -> &StepData {
+        self.step.as_ref().expect("begin before ops")
+    }
+
+    /// Records `kernel` over `groups`, binding `i` bound to `binds[i]`.
+    pub(crate) fn run(&mut self, kernel: Kernel, binds: &[Bind<'_>], groups: [u32; 3]) {
+        let pipe = self.pipes.get(&self.ctx, kernel);
+        self.rec.dispatch(&self.ctx, &pipe, binds, groups);
+    }
+
+    /// Where the tables KV layer `layer` uses start in the step's words.
+    pub(crate) fn tables_at(&self, cfg: &KvConfig, layer: usize) -> u32 {
+        let st = self.step();
+        if cfg.is_windowed(layer) {
+            st.win_at
+        } else {
+            st.tab_at
+        }
+    }
+
+    pub(crate) fn eltwise(&mut self, kernel: Kernel, a: Buf, b: Buf, len: usize, factor: f32) {
+        if len == 0 {
+            return;
+        }
+        let g = grid(len.div_ceil(64));
+        let p = self.params([len as u32, factor.to_bits(), g[0], 0, 0, 0, 0, 0]);
+        let (a, b) = (self.bufs[a.0 as usize].clone(), self.bufs[b.0 as usize].clone());
+        if kernel == Kernel::Scale {
+            self.run(kernel, &[Bind::Buf(&a), Bind::Arena(p)], g);
+        } else {
+            self.run(kernel, &[Bind::Buf(&a), Bind::Arena(p), Bind::Buf(&b)], g);
+        }
+    }
+
+    pub(crate) fn read_floats(&mut self, buf: Buf, at: usize, n: usize) -> Vec<f32> {
+        let b = self.bufs[buf.0 as usize].clone();
+        let mut bytes = Vec::with_capacity(n * 4);
+        self.rec.read(&self.ctx, &[(&b, at as u64 * 4, n as u64 * 4)], &mut bytes);
+        bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect()
+    }
+
+    pub(crate) fn kv(&self) -> &GpuKv {
+        self.kv.as_ref().expect("kv_alloc first")
+    }
+}

@@ -1,0 +1,23 @@
+//! The wgpu backend: a [`device::Device`] whose buffers, weights and KV pool live on a GPU
+//! (Vulkan, Metal or DX12 through wgpu; Mesa's lavapipe, a Vulkan device on the CPU, in
+//! tests), its ops WGSL kernels recorded into one command buffer per forward.
+//!
+//! Precision: weights are dequantized in the shader (every GGUF type the CPU backend
+//! takes) and meet f32 activations; sums are f32. KV storage is f16 or f32.
+//!
+//! Batch invariance: every kernel computes an output element in one order fixed by the
+//! element's own coordinates (a matmul column's partial sums are taken over the same
+//! chunks by the same threads and summed by the same tree whatever the row count; each
+//! attention row is one workgroup over chunks aligned from position 0), with no atomics
+//! and no split of a reduction that depends on the batch. So a row's bits are the same
+//! alone or in any batch on one adapter; they may differ from the CPU's within the
+//! tolerances the tests state.
+
+mod context;
+mod device_impl;
+mod formats;
+mod gpu;
+mod pipelines;
+
+pub use context::{has_real_gpu, Choice};
+pub use gpu::{matrix_bytes, Gpu};

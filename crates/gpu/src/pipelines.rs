@@ -1,0 +1,86 @@
+//! The compute pipelines, built from WGSL on first use and kept.
+
+use std::collections::HashMap;
+
+use gguf::GgmlType;
+
+use crate::context::Ctx;
+use crate::formats::Layout;
+
+/// A kernel and the variant it is built for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Kernel {
+    MatMul(GgmlType),
+    Embed(GgmlType),
+    RmsNorm,
+    Swiglu,
+    Gelu,
+    Add,
+    Scale,
+    Rope,
+    /// Whether the KV storage is f16 (else f32).
+    KvStore { f16: bool },
+    Attention { f16: bool },
+}
+
+impl Kernel {
+    fn source(self) -> (String, &'static str) {
+        let kv = |f16: bool, body: &str| {
+            format!(
+                "const KV_F16: bool = {f16};\n{}\n{body}",
+                include_str!("shaders/step.wgsl")
+            )
+        };
+        let typed = |ty: GgmlType, body: &str| {
+            let layout = Layout::of(ty).expect("a supported type");
+            format!("{}\n{body}", layout.prelude())
+        };
+        let elt = include_str!("shaders/eltwise.wgsl");
+        match self {
+            Kernel::MatMul(ty) => (typed(ty, include_str!("shaders/matmul.wgsl")), "main"),
+            Kernel::Embed(ty) => (typed(ty, include_str!("shaders/embed.wgsl")), "main"),
+            Kernel::RmsNorm => (include_str!("shaders/norm.wgsl").into(), "main"),
+            Kernel::Swiglu => (elt.into(), "swiglu"),
+            Kernel::Gelu => (elt.into(), "gelu"),
+            Kernel::Add => (elt.into(), "add"),
+            Kernel::Scale => (elt.into(), "scale"),
+            Kernel::Rope => (include_str!("shaders/rope.wgsl").into(), "main"),
+            Kernel::KvStore { f16 } => (kv(f16, include_str!("shaders/kv_store.wgsl")), "main"),
+            Kernel::Attention { f16 } => {
+                (kv(f16, include_str!("shaders/attention.wgsl")), "main")
+            }
+        }
+    }
+}
+
+/// See the module doc.
+#[derive(Default)]
+pub(crate) struct Pipelines {
+    built: HashMap<Kernel, wgpu::ComputePipeline>,
+}
+
+impl Pipelines {
+    pub fn get(&mut self, ctx: &Ctx, k: Kernel) -> wgpu::ComputePipeline {
+        self.built
+            .entry(k)
+            .or_insert_with(|| {
+                let (src, entry) = k.source();
+                let module = ctx
+                    .device
+                    .create_shader_module(wgpu::ShaderModuleDescriptor {
+                        label: Some(&format!("{k:?}")),
+                        source: wgpu::ShaderSource::Wgsl(src.into()),
+                    });
+                ctx.device
+                    .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                        label: Some(&format!("{k:?}")),
+                        layout: None,
+                        module: &module,
+                        entry_point: Some(entry),
+                        compilation_options: Default::default(),
+                        cache: None,
+                    })
+            })
+            .clone()
+    }
+}

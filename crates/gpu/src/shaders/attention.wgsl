@@ -1,0 +1,140 @@
+// Paged attention of one step row and one query head per workgroup, over the positions
+// its span allows, in chunks of 64 positions aligned at multiples of 64 from position 0
+// (the same chunks whatever the batch: prompt and decode rows alike), with an online
+// softmax: per chunk, thread t scores position c + t (a sequential dot over head_dim),
+// the chunk's max and sum come from fixed trees, and thread t accumulates dimensions
+// t, t + 64, ... over the chunk's positions in order.
+
+struct P {
+    n_head: u32,
+    n_head_kv: u32,
+    head_dim: u32,
+    scale: f32,
+    window: u32,     // 0: none
+    rows_at: u32,
+    tab_at: u32,
+    _a: u32,
+}
+
+@group(0) @binding(0) var<storage, read_write> q: array<f32>;
+@group(0) @binding(1) var<storage, read_write> out: array<f32>;
+@group(0) @binding(2) var<storage, read> kc: array<u32>;
+@group(0) @binding(3) var<storage, read> vc: array<u32>;
+@group(0) @binding(4) var<storage, read> step: array<u32>;
+@group(0) @binding(5) var<storage, read> p: P;
+
+var<workgroup> qs: array<f32, 256>;
+var<workgroup> red: array<f32, 64>;
+var<workgroup> probs: array<f32, 64>;
+var<workgroup> span: vec3<u32>;
+
+fn kv_load(buf: u32, at: u32) -> f32 {
+    if (KV_F16) {
+        var word: u32;
+        if (buf == 0u) { word = kc[at / 2u]; } else { word = vc[at / 2u]; }
+        let pair = unpack2x16float(word);
+        return select(pair.x, pair.y, (at & 1u) == 1u);
+    }
+    if (buf == 0u) { return bitcast<f32>(kc[at]); }
+    return bitcast<f32>(vc[at]);
+}
+
+fn tree_max(t: u32) -> f32 {
+    for (var h = 32u; h > 0u; h >>= 1u) {
+        if (t < h) {
+            red[t] = max(red[t], red[t + h]);
+        }
+        workgroupBarrier();
+    }
+    let m = red[0];
+    workgroupBarrier();
+    return m;
+}
+
+fn tree_sum(t: u32) -> f32 {
+    for (var h = 32u; h > 0u; h >>= 1u) {
+        if (t < h) {
+            red[t] += red[t + h];
+        }
+        workgroupBarrier();
+    }
+    let s = red[0];
+    workgroupBarrier();
+    return s;
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let h = wg.x;
+    let r = wg.y;
+    let hd = p.head_dim;
+    let width = p.n_head_kv * hd;
+    let kvh = h / (p.n_head / p.n_head_kv);
+    if (t == 0u) {
+        let pos = step[p.rows_at + 2u * r];
+        var start = 0u;
+        if (p.window > 0u && pos + 1u > p.window) {
+            start = pos + 1u - p.window;
+        }
+        span = vec3<u32>(start, pos + 1u, step[p.rows_at + 2u * r + 1u]);
+    }
+    for (var d = t; d < hd; d += 64u) {
+        qs[d] = q[(r * p.n_head + h) * hd + d];
+    }
+    let sp = workgroupUniformLoad(&span);
+    let start = sp.x;
+    let end = sp.y;
+    let seq = sp.z;
+    var m = -3.4028235e38;
+    var l = 0.0;
+    var acc: array<f32, 4>;
+    for (var c = (start / 64u) * 64u; c < end; c += 64u) {
+        let pos = c + t;
+        var s = -3.4028235e38;
+        let valid = pos >= start && pos < end;
+        if (valid) {
+            let at = kv_index(block_of(p.tab_at, seq, pos), pos, width, kvh * hd);
+            var dot = 0.0;
+            for (var d = 0u; d < hd; d++) {
+                dot += qs[d] * kv_load(0u, at + d);
+            }
+            s = p.scale * dot;
+        }
+        red[t] = s;
+        workgroupBarrier();
+        let new_m = max(m, tree_max(t));
+        var e = 0.0;
+        if (valid) {
+            e = exp(s - new_m);
+        }
+        probs[t] = e;
+        red[t] = e;
+        workgroupBarrier();
+        let sum = tree_sum(t);
+        let alpha = exp(m - new_m);
+        l = l * alpha + sum;
+        let n = min(64u, end - c);
+        for (var j = 0u; j < 4u; j++) {
+            let d = t + 64u * j;
+            if (d < hd) {
+                var a = acc[j] * alpha;
+                for (var i = 0u; i < n; i++) {
+                    let ps = c + i;
+                    if (ps >= start) {
+                        let at = kv_index(block_of(p.tab_at, seq, ps), ps, width, kvh * hd);
+                        a += probs[i] * kv_load(1u, at + d);
+                    }
+                }
+                acc[j] = a;
+            }
+        }
+        m = new_m;
+        workgroupBarrier();
+    }
+    for (var j = 0u; j < 4u; j++) {
+        let d = t + 64u * j;
+        if (d < hd) {
+            out[(r * p.n_head + h) * hd + d] = acc[j] / l;
+        }
+    }
+}

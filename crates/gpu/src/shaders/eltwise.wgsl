@@ -1,0 +1,51 @@
+// Element-wise ops over `len` floats: a = f(a, b). One thread per element.
+
+struct P {
+    len: u32,
+    factor: f32,
+    groups_x: u32,
+    _a: u32,
+}
+
+@group(0) @binding(0) var<storage, read_write> a: array<f32>;
+@group(0) @binding(1) var<storage, read> p: P;
+@group(0) @binding(2) var<storage, read_write> b: array<f32>;
+
+fn index(wg: vec3<u32>, t: u32) -> u32 {
+    return (wg.x + wg.y * p.groups_x) * 64u + t;
+}
+
+@compute @workgroup_size(64)
+fn swiglu(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let i = index(wg, t);
+    if (i < p.len) {
+        let g = a[i];
+        a[i] = g / (1.0 + exp(-g)) * b[i];
+    }
+}
+
+@compute @workgroup_size(64)
+fn gelu(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let i = index(wg, t);
+    if (i < p.len) {
+        let x = a[i];
+        let u = clamp(0.7978845608 * (x + 0.044715 * x * x * x), -15.0, 15.0);
+        a[i] = 0.5 * x * (1.0 + tanh(u)) * b[i];
+    }
+}
+
+@compute @workgroup_size(64)
+fn add(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let i = index(wg, t);
+    if (i < p.len) {
+        a[i] += b[i];
+    }
+}
+
+@compute @workgroup_size(64)
+fn scale(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let i = index(wg, t);
+    if (i < p.len) {
+        a[i] *= p.factor;
+    }
+}

@@ -1,0 +1,80 @@
+// y[r, col0 + j] (+)= W[j] · x[r] (+ bias[col0 + j]) for the rows of one part of W.
+//
+// One workgroup per output column j and group of R rows. Thread t takes the 32-element
+// chunks t, t + WG, ... of W's row in order, dequantizes each once and adds its dot with
+// every row of the group (each a sequential sum over the chunk) to that row's partial;
+// the WG partials are then summed by one fixed tree. A row's result therefore depends on
+// nothing but the row: not on the group, the other rows or their number.
+// Prepended: const BLOCK_BYTES (a padded block), CPB (chunks per block), the type's deq.
+
+struct P {
+    n: u32,          // columns of this part (W rows)
+    k: u32,          // W row length = x row length
+    rows: u32,
+    row_bytes: u32,  // bytes of a padded W row
+    col0: u32,       // first output column of this part
+    y_stride: u32,   // floats per y row
+    groups_x: u32,
+    flags: u32,      // 1: add bias; 2: add into y (the residual)
+}
+
+@group(0) @binding(0) var<storage, read> w: array<u32>;
+@group(0) @binding(1) var<storage, read_write> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@group(0) @binding(3) var<storage, read_write> bias: array<f32>;
+@group(0) @binding(4) var<storage, read> p: P;
+
+const WG: u32 = 64u;
+const R: u32 = 8u;
+var<workgroup> part: array<f32, 512>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let j = wg.x + wg.y * p.groups_x;
+    if (j >= p.n) {
+        return;
+    }
+    let r0 = wg.z * R;
+    let nr = min(R, p.rows - r0);
+    var acc: array<f32, 8>;
+    var v: array<f32, 32>;
+    let n_chunks = (p.k + 31u) / 32u;
+    for (var ch = t; ch < n_chunks; ch += WG) {
+        deq(j * p.row_bytes + (ch / CPB) * BLOCK_BYTES, ch % CPB, &v);
+        let kk = ch * 32u;
+        let m = min(32u, p.k - kk);
+        for (var r = 0u; r < nr; r++) {
+            let xo = (r0 + r) * p.k + kk;
+            var s = 0.0;
+            for (var i = 0u; i < m; i++) {
+                s += v[i] * x[xo + i];
+            }
+            acc[r] += s;
+        }
+    }
+    for (var r = 0u; r < R; r++) {
+        part[r * WG + t] = acc[r];
+    }
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (t < s) {
+            for (var r = 0u; r < R; r++) {
+                part[r * WG + t] += part[r * WG + t + s];
+            }
+        }
+        workgroupBarrier();
+    }
+    if (t < nr) {
+        let col = p.col0 + j;
+        let o = (r0 + t) * p.y_stride + col;
+        var val = part[t * WG];
+        if ((p.flags & 1u) != 0u) {
+            val += bias[col];
+        }
+        if ((p.flags & 2u) != 0u) {
+            y[o] += val;
+        } else {
+            y[o] = val;
+        }
+    }
+}

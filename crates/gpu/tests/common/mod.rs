@@ -1,0 +1,67 @@
+//! What the GPU tests share: the device (lavapipe in CI), buffers, comparisons.
+
+use device::reference::Reference;
+use device::testing::random_blocks;
+use device::{Buf, Bytes, Device, MatrixSource, Role};
+use gguf::GgmlType;
+use gpu::{Choice, Gpu};
+
+/// The best adapter there is, lavapipe included. Without one the test is skipped with a
+/// message, unless `TANDEM_REQUIRE_GPU` is set (CI sets it): then it fails.
+pub fn gpu() -> Option<Gpu> {
+    match Gpu::open(Choice::Any) {
+        Ok(g) => Some(g),
+        Err(e) if std::env::var_os("TANDEM_REQUIRE_GPU").is_none() => {
+            eprintln!("skipped, no GPU adapter: {e}");
+            None
+        }
+        Err(e) => panic!("TANDEM_REQUIRE_GPU is set and {e}"),
+    }
+}
+
+/// The GPU and the reference, the same ops run on each.
+pub fn both() -> Option<[Box<dyn Device>; 2]> {
+    Some([Box::new(gpu()?), Box::new(Reference::new())])
+}
+
+pub fn source(ty: GgmlType, n_rows: usize, n_cols: usize, seed: u64) -> MatrixSource {
+    MatrixSource {
+        name: format!("{ty} [{n_rows}, {n_cols}]"),
+        ty,
+        bytes: Bytes::Owned(random_blocks(ty, n_rows, n_cols, seed).into()),
+        n_rows,
+        n_cols,
+        role: Role::Multiply,
+    }
+}
+
+/// A buffer holding `data`.
+pub fn buf(dev: &mut dyn Device, data: &[f32]) -> Buf {
+    let b = dev.alloc(data.len()).unwrap();
+    dev.upload(b, 0, data);
+    b
+}
+
+pub fn read(dev: &mut dyn Device, b: Buf, n: usize) -> Vec<f32> {
+    let mut out = vec![0f32; n];
+    dev.download(b, 0, &mut out);
+    out
+}
+
+/// The largest `|a - b|` over the largest `|b|` (at least `floor`).
+pub fn rel(a: &[f32], b: &[f32], floor: f32) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let scale = b.iter().fold(floor, |m, v| m.max(v.abs()));
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max)
+        / scale
+}
+
+/// Every weight type the GPU backend takes.
+pub fn weight_types() -> impl Iterator<Item = GgmlType> {
+    [GgmlType::F32, GgmlType::F16, GgmlType::BF16]
+        .into_iter()
+        .chain(device::testing::QUANT_TYPES)
+}
