@@ -1,10 +1,12 @@
-//! Where a backend is chosen: `--device auto|cpu|reference`.
+//! Where a backend is chosen: `--device auto|gpu|cpu|reference`.
 
 use std::sync::Arc;
 
 use device::{Device, Role};
 use gguf::GgmlType;
 use kernels::{Precision, ThreadPool};
+
+use crate::{Error, Result};
 
 /// A backend to compute on.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -14,17 +16,22 @@ pub enum DeviceKind {
     Cpu,
     /// The scalar reference backend (`device::reference`): slow; for checking others.
     Reference,
+    /// The wgpu backend (`gpu`) on the best adapter wgpu finds, a software one (Mesa's
+    /// lavapipe) included when there is no other.
+    Gpu,
 }
 
 impl DeviceKind {
-    /// `auto` (the best backend this build has: the CPU until another exists), `cpu` or
-    /// `reference`.
-    pub fn parse(s: &str) -> Result<DeviceKind, String> {
+    /// `auto` (a real GPU when wgpu finds one, never a software adapter; else the CPU),
+    /// `gpu`, `cpu` or `reference`.
+    pub fn parse(s: &str) -> std::result::Result<DeviceKind, String> {
         match s {
+            "auto" if gpu::has_real_gpu() => Ok(DeviceKind::Gpu),
             "auto" | "cpu" => Ok(DeviceKind::Cpu),
+            "gpu" => Ok(DeviceKind::Gpu),
             "reference" => Ok(DeviceKind::Reference),
             other => Err(format!(
-                "unknown device '{other}' (this build has: auto, cpu, reference)"
+                "unknown device '{other}' (this build has: auto, gpu, cpu, reference)"
             )),
         }
     }
@@ -33,15 +40,18 @@ impl DeviceKind {
         match self {
             DeviceKind::Cpu => "cpu",
             DeviceKind::Reference => "reference",
+            DeviceKind::Gpu => "gpu",
         }
     }
 
-    /// A device of this kind; the CPU computes on `pool` with `precision`.
-    pub fn open(self, pool: Arc<ThreadPool>, precision: Precision) -> Box<dyn Device> {
-        match self {
+    /// A device of this kind; the CPU computes on `pool` with `precision`. Errors: no
+    /// adapter for `gpu`.
+    pub fn open(self, pool: Arc<ThreadPool>, precision: Precision) -> Result<Box<dyn Device>> {
+        Ok(match self {
             DeviceKind::Cpu => Box::new(kernels::cpu::Cpu::new(pool, precision)),
             DeviceKind::Reference => Box::new(device::reference::Reference::new()),
-        }
+            DeviceKind::Gpu => Box::new(gpu::Gpu::open(gpu::Choice::Any).map_err(Error::Config)?),
+        })
     }
 
     /// Bytes a matrix takes on a device of this kind (for the memory plan, before any
@@ -50,6 +60,7 @@ impl DeviceKind {
         match self {
             DeviceKind::Cpu => kernels::cpu::matrix_bytes(ty, n_rows, n_cols, role),
             DeviceKind::Reference => device::reference::matrix_bytes(ty, n_rows, n_cols),
+            DeviceKind::Gpu => gpu::matrix_bytes(ty, n_rows, n_cols),
         }
     }
 }

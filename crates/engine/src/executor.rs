@@ -160,7 +160,7 @@ impl Executor {
         config: ContextConfig,
         pool: Arc<ThreadPool>,
     ) -> Result<Self> {
-        let dev = config.device.open(pool, config.precision);
+        let dev = config.device.open(pool, config.precision)?;
         Self::on(model, config, dev, &|_, _| {})
     }
 

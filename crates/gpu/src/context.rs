@@ -53,6 +53,21 @@ pub fn has_real_gpu() -> bool {
         .any(|a| a.get_info().device_type != wgpu::DeviceType::Cpu)
 }
 
+/// For tests that need an adapter: whether there is one (lavapipe will do). Without one
+/// such a test is skipped with a message, unless `TANDEM_REQUIRE_GPU` is set (CI sets it,
+/// having installed lavapipe): then this panics, failing the test.
+pub fn adapter_for_tests() -> bool {
+    if !adapters().is_empty() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("TANDEM_REQUIRE_GPU").is_none(),
+        "TANDEM_REQUIRE_GPU is set and wgpu finds no adapter"
+    );
+    eprintln!("skipped: wgpu finds no adapter (install Mesa's lavapipe: mesa-vulkan-drivers)");
+    false
+}
+
 impl Ctx {
     pub fn open(choice: Choice) -> Result<Ctx, String> {
         let adapter = adapters()

@@ -133,7 +133,7 @@ pub fn start_with(
     let pool = Arc::new(ThreadPool::new(cfg.n_threads));
     let dev = cfg
         .device
-        .open(pool.clone(), cfg.context_config().precision);
+        .open(pool.clone(), cfg.context_config().precision)?;
     let exec = Executor::on(model, cfg.context_config(), dev, progress)?;
     eprintln!("device: {}", exec.device().describe());
     let spec = spec.map(|s| Spec::new(s, &cfg, pool)).transpose()?;

@@ -6,17 +6,10 @@ use device::{Buf, Bytes, Device, MatrixSource, Role};
 use gguf::GgmlType;
 use gpu::{Choice, Gpu};
 
-/// The best adapter there is, lavapipe included. Without one the test is skipped with a
-/// message, unless `TANDEM_REQUIRE_GPU` is set (CI sets it): then it fails.
+/// The best adapter there is, lavapipe included; `None` (the test skipped) without one,
+/// as [`gpu::adapter_for_tests`] says.
 pub fn gpu() -> Option<Gpu> {
-    match Gpu::open(Choice::Any) {
-        Ok(g) => Some(g),
-        Err(e) if std::env::var_os("TANDEM_REQUIRE_GPU").is_none() => {
-            eprintln!("skipped, no GPU adapter: {e}");
-            None
-        }
-        Err(e) => panic!("TANDEM_REQUIRE_GPU is set and {e}"),
-    }
+    gpu::adapter_for_tests().then(|| Gpu::open(Choice::Any).unwrap())
 }
 
 /// The GPU and the reference, the same ops run on each.

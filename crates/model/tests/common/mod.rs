@@ -26,6 +26,8 @@ pub enum Backend {
     },
     /// The scalar reference backend.
     Reference,
+    /// The wgpu backend on the best adapter there is (lavapipe in CI).
+    Gpu,
 }
 
 impl Backend {
@@ -36,6 +38,7 @@ impl Backend {
                 precision,
             )),
             Backend::Reference => Box::new(device::reference::Reference::new()),
+            Backend::Gpu => Box::new(gpu::Gpu::open(gpu::Choice::Any).expect("a GPU adapter")),
         }
     }
 }
