@@ -12,7 +12,7 @@ use model::Model;
 /// float64 reference.
 const TOLERANCE: f64 = 1e-3;
 
-fn check(index: usize) {
+fn check(index: usize, device: engine::DeviceKind) {
     let (stem, file, name) = MODELS[index];
     let path = format!(
         "{}/tests/golden/{stem}.reference.json",
@@ -27,6 +27,7 @@ fn check(index: usize) {
         n_ctx: 1024,
         kv_type: gguf::GgmlType::F32,
         precision: kernels::Precision::F32,
+        device,
         ..Default::default()
     };
     let mut ctx = Executor::new(model, config).unwrap();
@@ -63,26 +64,34 @@ fn check(index: usize) {
             }
         }
     }
-    eprintln!("{name}: largest log-probability difference from the reference {worst:.5}");
+    eprintln!("{name} on {}: largest log-probability difference from the reference {worst:.5}", device.name());
 }
 
 #[test]
 fn smollm2_matches_reference() {
-    check(0);
+    check(0, engine::DeviceKind::Cpu);
 }
 
 #[test]
 fn qwen2_0_5b_matches_reference() {
-    check(1);
+    check(1, engine::DeviceKind::Cpu);
 }
 
 #[test]
 fn qwen2_1_5b_matches_reference() {
-    check(2);
+    check(2, engine::DeviceKind::Cpu);
 }
 
 /// Gemma 3, with a fourth case longer than its sliding window.
 #[test]
 fn gemma3_270m_matches_reference() {
-    check(3);
+    check(3, engine::DeviceKind::Cpu);
+}
+
+/// SmolLM2 on the wgpu backend (lavapipe in CI): f32 activations and sums too.
+#[test]
+fn smollm2_on_the_gpu_matches_reference() {
+    if gpu::adapter_for_tests() {
+        check(0, engine::DeviceKind::Gpu);
+    }
 }
