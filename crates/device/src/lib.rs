@@ -14,13 +14,13 @@
 pub mod formats;
 pub mod host;
 pub mod reference;
-pub mod testing;
 mod seam;
+pub mod testing;
 
 pub use seam::{
-    full_stores, rope_angles, AttnSpec, Buf, Bytes, Device, Gating, Mat, MatOut, MatrixSource, MoeScratch,
-    MoeSpec, MoeStats, Op, Progress, Role, RopeMode, RopeSpec, Routing, Row, SharedIn, Step,
-    Tables,
+    full_stores, rope_angles, AttnSpec, Buf, Bytes, Device, Gating, Mat, MatOut, MatrixSource,
+    MoeScratch, MoeSpec, MoeStats, Op, Progress, Role, RopeMode, RopeSpec, Routing, Row, SharedIn,
+    Step, Tables,
 };
 
 use gguf::GgmlType;

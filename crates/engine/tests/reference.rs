@@ -64,7 +64,10 @@ fn check(index: usize, device: engine::DeviceKind) {
             }
         }
     }
-    eprintln!("{name} on {}: largest log-probability difference from the reference {worst:.5}", device.name());
+    eprintln!(
+        "{name} on {}: largest log-probability difference from the reference {worst:.5}",
+        device.name()
+    );
 }
 
 #[test]

@@ -98,7 +98,7 @@ impl Ctx {
 
     /// The most bytes one storage binding may cover.
     pub fn max_binding(&self) -> u64 {
-        (self.limits.max_storage_buffer_binding_size as u64).min(self.limits.max_buffer_size)
+        self.limits.max_storage_buffer_binding_size.min(self.limits.max_buffer_size)
     }
 
     /// A buffer holding `bytes` (a multiple of 4), for reading by shaders.
@@ -260,7 +260,8 @@ impl Recorder {
     pub fn flush(&mut self, ctx: &Ctx) {
         for c in &mut self.chunks {
             if c.data.len() > c.written {
-                ctx.queue.write_buffer(&c.buf, c.written as u64, &c.data[c.written..]);
+                ctx.queue
+                    .write_buffer(&c.buf, c.written as u64, &c.data[c.written..]);
                 c.written = c.data.len();
             }
         }
@@ -293,7 +294,9 @@ impl Recorder {
         }
         self.flush(ctx);
         let slice = staging.slice(..total);
-        slice.map_async(wgpu::MapMode::Read, |r| r.expect("mapping the staging buffer"));
+        slice.map_async(wgpu::MapMode::Read, |r| {
+            r.expect("mapping the staging buffer")
+        });
         ctx.device
             .poll(wgpu::PollType::wait_indefinitely())
             .expect("waiting for the device");

@@ -69,7 +69,9 @@ impl Device for Gpu {
         for s in srcs {
             let layout = Layout::of(s.ty).ok_or(Error::UnsupportedType(s.ty))?;
             let expected = s.ty.row_bytes(s.n_cols as u64).unwrap_or(0) as usize * s.n_rows;
-            if s.bytes.as_slice().len() != expected || s.n_cols % layout.block_elems != 0 && layout.block_elems != 32 {
+            if s.bytes.as_slice().len() != expected
+                || s.n_cols % layout.block_elems != 0 && layout.block_elems != 32
+            {
                 return Err(Error::LengthMismatch {
                     what: "matrix bytes",
                     expected,
@@ -108,7 +110,9 @@ impl Device for Gpu {
             return Err(Error::UnsupportedType(cfg.ty));
         }
         let bb = cfg.block_bytes() as u64;
-        let largest = (0..cfg.n_layer).map(|l| cfg.layer_blocks(l) as u64 * bb).max();
+        let largest = (0..cfg.n_layer)
+            .map(|l| cfg.layer_blocks(l) as u64 * bb)
+            .max();
         if largest.unwrap_or(0) > self.ctx.max_binding() {
             return Err(self.unsupported(format!(
                 "hold a layer's KV of {} MiB (it binds at most {} MiB): lower the context size",
@@ -152,7 +156,9 @@ impl Device for Gpu {
         let kv = self.kv.as_ref().expect("kv_alloc first");
         let bb = kv.cfg.block_bytes();
         for (store, src) in kv.full_stores().into_iter().zip(data.chunks_exact(bb)) {
-            self.ctx.queue.write_buffer(store, (block as usize * bb) as u64, src);
+            self.ctx
+                .queue
+                .write_buffer(store, (block as usize * bb) as u64, src);
         }
     }
 
@@ -200,7 +206,11 @@ impl Device for Gpu {
         let toks = self.rec.push(&self.ctx, bytemuck::cast_slice(tokens));
         let m = &self.mats[table.0 as usize];
         let (ty, k, row_bytes) = (m.ty, m.n_cols, m.row_bytes);
-        let parts: Vec<_> = m.parts.iter().map(|p| (p.buf.clone(), p.row0, p.n)).collect();
+        let parts: Vec<_> = m
+            .parts
+            .iter()
+            .map(|p| (p.buf.clone(), p.row0, p.n))
+            .collect();
         let out = self.bufs[out.0 as usize].clone();
         let g = grid(tokens.len());
         for (buf, row0, n) in parts {
@@ -228,16 +238,35 @@ impl Device for Gpu {
         for (&w, o) in ws.iter().zip(outs) {
             let m = &self.mats[w.0 as usize];
             let (ty, k, n_rows, row_bytes) = (m.ty, m.n_cols, m.n_rows, m.row_bytes);
-            let parts: Vec<_> = m.parts.iter().map(|p| (p.buf.clone(), p.row0, p.n)).collect();
+            let parts: Vec<_> = m
+                .parts
+                .iter()
+                .map(|p| (p.buf.clone(), p.row0, p.n))
+                .collect();
             let y = self.bufs[o.residual.unwrap_or(o.y).0 as usize].clone();
-            let bias = o.bias.map_or(self.dummy.clone(), |b| self.bufs[b.0 as usize].clone());
+            let bias = o
+                .bias
+                .map_or(self.dummy.clone(), |b| self.bufs[b.0 as usize].clone());
             let flags = o.bias.is_some() as u32 | (o.residual.is_some() as u32) << 1;
             for (buf, row0, n) in parts {
                 let mut g = grid(n);
                 g[2] = rows.div_ceil(8) as u32;
-                let p = [n, k, rows, row_bytes, row0, n_rows, g[0] as usize, flags as usize];
+                let p = [
+                    n,
+                    k,
+                    rows,
+                    row_bytes,
+                    row0,
+                    n_rows,
+                    g[0] as usize,
+                    flags as usize,
+                ];
                 let p = self.params(p.map(|v| v as u32));
-                self.run(Kernel::MatMul(ty), &[B(&buf), B(&xb), B(&y), B(&bias), A(p)], g);
+                self.run(
+                    Kernel::MatMul(ty),
+                    &[B(&buf), B(&xb), B(&y), B(&bias), A(p)],
+                    g,
+                );
             }
         }
     }

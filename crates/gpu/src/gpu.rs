@@ -133,7 +133,10 @@ impl Gpu {
         }
         let g = grid(len.div_ceil(64));
         let p = self.params([len as u32, factor.to_bits(), g[0], 0, 0, 0, 0, 0]);
-        let (a, b) = (self.bufs[a.0 as usize].clone(), self.bufs[b.0 as usize].clone());
+        let (a, b) = (
+            self.bufs[a.0 as usize].clone(),
+            self.bufs[b.0 as usize].clone(),
+        );
         if kernel == Kernel::Scale {
             self.run(kernel, &[Bind::Buf(&a), Bind::Arena(p)], g);
         } else {
@@ -144,7 +147,8 @@ impl Gpu {
     pub(crate) fn read_floats(&mut self, buf: Buf, at: usize, n: usize) -> Vec<f32> {
         let b = self.bufs[buf.0 as usize].clone();
         let mut bytes = Vec::with_capacity(n * 4);
-        self.rec.read(&self.ctx, &[(&b, at as u64 * 4, n as u64 * 4)], &mut bytes);
+        self.rec
+            .read(&self.ctx, &[(&b, at as u64 * 4, n as u64 * 4)], &mut bytes);
         bytes
             .chunks_exact(4)
             .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))

@@ -19,8 +19,12 @@ pub(crate) enum Kernel {
     Scale,
     Rope,
     /// Whether the KV storage is f16 (else f32).
-    KvStore { f16: bool },
-    Attention { f16: bool },
+    KvStore {
+        f16: bool,
+    },
+    Attention {
+        f16: bool,
+    },
 }
 
 impl Kernel {
@@ -46,9 +50,7 @@ impl Kernel {
             Kernel::Scale => (elt.into(), "scale"),
             Kernel::Rope => (include_str!("shaders/rope.wgsl").into(), "main"),
             Kernel::KvStore { f16 } => (kv(f16, include_str!("shaders/kv_store.wgsl")), "main"),
-            Kernel::Attention { f16 } => {
-                (kv(f16, include_str!("shaders/attention.wgsl")), "main")
-            }
+            Kernel::Attention { f16 } => (kv(f16, include_str!("shaders/attention.wgsl")), "main"),
         }
     }
 }

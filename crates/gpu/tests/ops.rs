@@ -22,7 +22,7 @@ fn matmul_of_every_weight_type_at_1_to_64_rows() {
             let Some(devs) = both() else { return };
             let mut got = Vec::new();
             for mut dev in devs {
-                let mats = dev.upload_matrices(&[src.clone()], &|_, _| {}).unwrap();
+                let mats = dev.upload_matrices(std::slice::from_ref(&src), &|_, _| {}).unwrap();
                 let (xb, yb) = (buf(&mut *dev, &x), dev.alloc(m * n).unwrap());
                 let (bb, rb) = (buf(&mut *dev, &bias), buf(&mut *dev, &res0));
                 let plain = MatOut::to(yb);
@@ -37,7 +37,10 @@ fn matmul_of_every_weight_type_at_1_to_64_rows() {
                 got.push((y, read(&mut *dev, rb, m * n)));
             }
             assert!(rel(&got[0].0, &got[1].0, 1.0) < 1e-5, "{ty} m={m}");
-            assert!(rel(&got[0].1, &got[1].1, 1.0) < 1e-5, "{ty} m={m} bias+residual");
+            assert!(
+                rel(&got[0].1, &got[1].1, 1.0) < 1e-5,
+                "{ty} m={m} bias+residual"
+            );
         }
     }
 }
@@ -230,7 +233,7 @@ fn kv_blocks_copy_read_and_write() {
         buf(d, &data(16 * 32, 3)),
     );
     let (o1, o2) = (d.alloc(16 * 32).unwrap(), d.alloc(16 * 32).unwrap());
-    let mut attend = |d: &mut dyn Device, block: u32, store: bool, out: Buf| {
+    let attend = |d: &mut dyn Device, block: u32, store: bool, out: Buf| {
         d.begin(&Step {
             rows: &rows,
             tables: &[&[block]],

@@ -23,7 +23,6 @@ pub fn rms_norm_inplace(x: &mut [f32], weight: &[f32], eps: f32) {
 
 pub use device::{rope_angles, RopeMode};
 
-
 /// Rotates the first `2 * cos_sin.len()` dimensions of every head in `x`
 /// (`[n_heads, head_dim]`).
 pub fn rope(x: &mut [f32], head_dim: usize, mode: RopeMode, cos_sin: &[(f32, f32)]) {

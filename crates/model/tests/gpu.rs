@@ -85,7 +85,10 @@ fn rows_are_identical_whatever_the_batch() {
             .flatten()
             .collect();
         let mixed: Vec<Vec<(usize, u32)>> = interleaved.chunks(3).map(|c| c.to_vec()).collect();
-        for (what, got) in [("one token per forward", one_by_one), ("mixed batches of 3", run(&mixed))] {
+        for (what, got) in [
+            ("one token per forward", one_by_one),
+            ("mixed batches of 3", run(&mixed)),
+        ] {
             assert_eq!(got.len(), whole.len());
             for ((key, l), (wkey, w)) in got.iter().zip(&whole) {
                 assert_eq!(key, wkey);

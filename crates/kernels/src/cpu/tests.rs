@@ -10,8 +10,8 @@ use gguf::GgmlType;
 use kv::{KvConfig, BLOCK_SIZE};
 
 use super::Cpu;
-use device::testing::{data, random_blocks, QUANT_TYPES};
 use crate::{Precision, ThreadPool};
+use device::testing::{data, random_blocks, QUANT_TYPES};
 
 /// Every weight type the CPU backend takes.
 fn weight_types() -> impl Iterator<Item = GgmlType> {
