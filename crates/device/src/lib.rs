@@ -11,6 +11,7 @@
 //! Shared here because every backend must agree on them: the GGUF block formats
 //! ([`formats`]), the row and step types, and the parameters of each op.
 
+pub mod conformance;
 pub mod formats;
 pub mod host;
 pub mod reference;

@@ -22,11 +22,10 @@ pub enum DeviceKind {
 }
 
 impl DeviceKind {
-    /// `auto` (a real GPU when wgpu finds one, never a software adapter; else the CPU),
-    /// `gpu`, `cpu` or `reference`.
+    /// `auto` (the CPU: probing for a GPU on every start waits for a probe that does not
+    /// print the Vulkan loader's complaints), `gpu`, `cpu` or `reference`.
     pub fn parse(s: &str) -> std::result::Result<DeviceKind, String> {
         match s {
-            "auto" if gpu::has_real_gpu() => Ok(DeviceKind::Gpu),
             "auto" | "cpu" => Ok(DeviceKind::Cpu),
             "gpu" => Ok(DeviceKind::Gpu),
             "reference" => Ok(DeviceKind::Reference),

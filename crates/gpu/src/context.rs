@@ -46,13 +46,6 @@ pub fn adapters() -> Vec<wgpu::Adapter> {
     all
 }
 
-/// Whether a real GPU is there (what `--device auto` asks).
-pub fn has_real_gpu() -> bool {
-    adapters()
-        .iter()
-        .any(|a| a.get_info().device_type != wgpu::DeviceType::Cpu)
-}
-
 /// For tests that need an adapter: whether there is one (lavapipe will do). Without one
 /// such a test is skipped with a message, unless `TANDEM_REQUIRE_GPU` is set (CI sets it,
 /// having installed lavapipe): then this panics, failing the test.
@@ -98,7 +91,9 @@ impl Ctx {
 
     /// The most bytes one storage binding may cover.
     pub fn max_binding(&self) -> u64 {
-        self.limits.max_storage_buffer_binding_size.min(self.limits.max_buffer_size)
+        self.limits
+            .max_storage_buffer_binding_size
+            .min(self.limits.max_buffer_size)
     }
 
     /// A buffer holding `bytes` (a multiple of 4), for reading by shaders.

@@ -1,8 +1,9 @@
 //! What the GPU tests share: the device (lavapipe in CI), buffers, comparisons.
 
+pub use device::conformance::{buf, read};
 use device::reference::Reference;
 use device::testing::random_blocks;
-use device::{Buf, Bytes, Device, MatrixSource, Role};
+use device::{Bytes, Device, MatrixSource, Role};
 use gguf::GgmlType;
 use gpu::{Choice, Gpu};
 
@@ -26,19 +27,6 @@ pub fn source(ty: GgmlType, n_rows: usize, n_cols: usize, seed: u64) -> MatrixSo
         n_cols,
         role: Role::Multiply,
     }
-}
-
-/// A buffer holding `data`.
-pub fn buf(dev: &mut dyn Device, data: &[f32]) -> Buf {
-    let b = dev.alloc(data.len()).unwrap();
-    dev.upload(b, 0, data);
-    b
-}
-
-pub fn read(dev: &mut dyn Device, b: Buf, n: usize) -> Vec<f32> {
-    let mut out = vec![0f32; n];
-    dev.download(b, 0, &mut out);
-    out
 }
 
 /// The largest `|a - b|` over the largest `|b|` (at least `floor`).

@@ -23,3 +23,16 @@ fn wf16(o: u32) -> f32 {
 fn b4(x: u32, i: u32) -> u32 {
     return (x >> (8u * i)) & 0xffu;
 }
+
+// Q4_K and Q5_K: scale and min of sub-block `j` from the 12 bytes at b + 4 (ggml's
+// get_scale_min_k4).
+fn scale_min(b: u32, j: u32) -> vec2<u32> {
+    let s = b + 4u;
+    if (j < 4u) {
+        return vec2<u32>(wbyte(s + j) & 63u, wbyte(s + j + 4u) & 63u);
+    }
+    return vec2<u32>(
+        (wbyte(s + j + 4u) & 15u) | ((wbyte(s + j - 4u) >> 6u) << 4u),
+        (wbyte(s + j + 4u) >> 4u) | ((wbyte(s + j) >> 6u) << 4u),
+    );
+}

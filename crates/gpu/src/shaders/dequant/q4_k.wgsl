@@ -1,17 +1,6 @@
 // Q4_K, chunk c (sub-block c): d (f16) at 0, dmin (f16) at 2, 12 scale bytes at 4,
 // qs at 16: element 64p + l is the low nibble of qs[32p + l], element 64p + 32 + l the
 // high one. Value (d * sc) * q - (dmin * m).
-fn scale_min(b: u32, j: u32) -> vec2<u32> {
-    let s = b + 4u;
-    if (j < 4u) {
-        return vec2<u32>(wbyte(s + j) & 63u, wbyte(s + j + 4u) & 63u);
-    }
-    return vec2<u32>(
-        (wbyte(s + j + 4u) & 15u) | ((wbyte(s + j - 4u) >> 6u) << 4u),
-        (wbyte(s + j + 4u) >> 4u) | ((wbyte(s + j) >> 6u) << 4u),
-    );
-}
-
 fn deq(b: u32, c: u32, v: ptr<function, array<f32, 32>>) {
     let sm = scale_min(b, c);
     let dl = wf16(b) * f32(sm.x);

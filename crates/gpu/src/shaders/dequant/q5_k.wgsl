@@ -1,16 +1,5 @@
 // Q5_K, chunk c: as Q4_K with qh at 16 (bit c of qh[l]: bit 4 of element 32c + l) and
 // qs at 48.
-fn scale_min(b: u32, j: u32) -> vec2<u32> {
-    let s = b + 4u;
-    if (j < 4u) {
-        return vec2<u32>(wbyte(s + j) & 63u, wbyte(s + j + 4u) & 63u);
-    }
-    return vec2<u32>(
-        (wbyte(s + j + 4u) & 15u) | ((wbyte(s + j - 4u) >> 6u) << 4u),
-        (wbyte(s + j + 4u) >> 4u) | ((wbyte(s + j) >> 6u) << 4u),
-    );
-}
-
 fn deq(b: u32, c: u32, v: ptr<function, array<f32, 32>>) {
     let sm = scale_min(b, c);
     let dl = wf16(b) * f32(sm.x);
