@@ -148,8 +148,6 @@ pub(crate) struct Recorder {
     cur: usize,
     align: usize,
     staging: Option<wgpu::Buffer>,
-    /// Dispatches recorded since the recorder was made, for the op counts of a bench.
-    pub dispatches: u64,
 }
 
 impl Recorder {
@@ -160,7 +158,6 @@ impl Recorder {
             cur: 0,
             align: ctx.limits.min_storage_buffer_offset_alignment.max(16) as usize,
             staging: None,
-            dispatches: 0,
         }
     }
 
@@ -248,7 +245,6 @@ impl Recorder {
         pass.set_bind_group(0, &group, &[]);
         pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
         drop(pass);
-        self.dispatches += 1;
     }
 
     /// Writes what the arena gained and submits what was recorded.

@@ -69,9 +69,7 @@ impl Device for Gpu {
         for s in srcs {
             let layout = Layout::of(s.ty).ok_or(Error::UnsupportedType(s.ty))?;
             let expected = s.ty.row_bytes(s.n_cols as u64).unwrap_or(0) as usize * s.n_rows;
-            if s.bytes.as_slice().len() != expected
-                || s.n_cols % layout.block_elems != 0 && layout.block_elems != 32
-            {
+            if s.bytes.as_slice().len() != expected {
                 return Err(Error::LengthMismatch {
                     what: "matrix bytes",
                     expected,
