@@ -21,6 +21,10 @@ pub struct CpuFeatures {
     pub quant: QIsa,
     /// The tiled kernels over packed matrices (`None`: matrices stay unpacked).
     pub packed: Option<PackedIsa>,
+    /// Whether the packed kernels prefetch the weights ahead of their loads: on Intel (on
+    /// a Sapphire Rapids, 8 KiB ahead into L2 decoded 15% faster than without), not on AMD
+    /// (on a Zen 4 the hardware prefetcher alone streamed Q4_K and Q6_K 5–12% faster).
+    pub prefetch: bool,
 }
 
 impl CpuFeatures {
@@ -46,7 +50,10 @@ impl CpuFeatures {
         #[cfg(not(target_arch = "x86_64"))]
         let (avx2, fma, f16c, avx512f, avx512bw, avx512vnni) =
             (false, false, false, false, false, false);
-        Self::from_flags(avx2, fma, f16c, avx512f, avx512bw, avx512vnni)
+        CpuFeatures {
+            prefetch: !is_amd(),
+            ..Self::from_flags(avx2, fma, f16c, avx512f, avx512bw, avx512vnni)
+        }
     }
 
     /// The implementations chosen for these flags (which must be the CPU's own).
@@ -90,6 +97,7 @@ impl CpuFeatures {
             dot,
             quant,
             packed,
+            prefetch: true,
         }
     }
 
@@ -103,4 +111,18 @@ impl CpuFeatures {
             (None, Isa::Avx2Fma) => "avx2 (no f16c)",
         }
     }
+}
+
+/// Whether the CPU's vendor string (CPUID leaf 0) is AMD's.
+fn is_amd() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let r = std::arch::x86_64::__cpuid(0);
+        [r.ebx, r.edx, r.ecx]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .eq(*b"AuthenticAMD")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }

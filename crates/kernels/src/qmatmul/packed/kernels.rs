@@ -21,13 +21,17 @@ pub struct XRow {
     pub ds: *const f32,
 }
 
-/// Asks for the record `AHEAD` bytes on into L2, so that streaming the weights (decode)
-/// is bound by bandwidth rather than by one core's outstanding misses. 8 KiB into L2
-/// measured ahead of 2 KiB into L1 and of no prefetch (then 15% slower) on the 1.5B.
+/// With `on`, asks for the record `AHEAD` bytes on into L2, so that streaming the weights
+/// (decode) is bound by bandwidth rather than by one core's outstanding misses (where the
+/// CPU wants it: [`crate::cpu::CpuFeatures::prefetch`]). 8 KiB into L2 measured ahead of
+/// 2 KiB into L1 and of no prefetch (then 15% slower) on the 1.5B on Intel.
 #[inline(always)]
-unsafe fn prefetch(rec: *const u8, len: usize) {
+unsafe fn prefetch(rec: *const u8, len: usize, on: bool) {
     use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
     const AHEAD: usize = 8192;
+    if !on {
+        return;
+    }
     let mut at = 0;
     while at < len {
         _mm_prefetch::<_MM_HINT_T1>(rec.wrapping_add(AHEAD + at) as *const i8);
@@ -36,7 +40,7 @@ unsafe fn prefetch(rec: *const u8, len: usize) {
 }
 
 /// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: `nb` blocks of 32 from `tile`, half `h`; `out[i]`
-/// gets the `A::LANES` outputs of activation row `x[i]`.
+/// gets the `A::LANES` outputs of activation row `x[i]`; `pf`: prefetch the weights.
 #[inline(always)]
 pub unsafe fn b32<A: Lanes, const MR: usize, const FIVE: bool, const MIN: bool, const Q8: bool>(
     tile: *const u8,
@@ -45,13 +49,14 @@ pub unsafe fn b32<A: Lanes, const MR: usize, const FIVE: bool, const MIN: bool, 
     x: &[XRow; MR],
     offset: i32,
     out: &mut [*mut f32; MR],
+    pf: bool,
 ) {
     let at = b32_at(FIVE, MIN, Q8);
     let (f16_h, chunk_h, bits_h) = (h * 2 * A::LANES, h * 4 * A::LANES, h * A::LANES / 2);
     let mut acc = [A::fzero(); MR];
     for b in 0..nb {
         let rec = tile.add(b * at.rec);
-        prefetch(rec, at.rec);
+        prefetch(rec, at.rec, pf);
         let mut is = [A::izero(); MR];
         if Q8 {
             for g in 0..8 {
@@ -124,6 +129,7 @@ pub unsafe fn q4_k<A: Lanes, const MR: usize>(
     h: usize,
     x: &[XRow; MR],
     out: &mut [*mut f32; MR],
+    pf: bool,
 ) {
     const {
         assert!(
@@ -135,7 +141,7 @@ pub unsafe fn q4_k<A: Lanes, const MR: usize>(
     let mut acc = [A::fzero(); MR];
     for s in 0..ns {
         let rec = tile.add(s * Q4K::REC);
-        prefetch(rec, Q4K::REC);
+        prefetch(rec, Q4K::REC, pf);
         let mut tot = [A::izero(); MR];
         for p in 0..4 {
             let scp = A::pairs::<false>(rec.add(Q4K::SC + 32 * p + f16_h));
@@ -182,12 +188,13 @@ pub unsafe fn q6_k<A: Lanes, const MR: usize>(
     h: usize,
     x: &[XRow; MR],
     out: &mut [*mut f32; MR],
+    pf: bool,
 ) {
     let (f16_h, chunk_h) = (h * 2 * A::LANES, h * 4 * A::LANES);
     let mut acc = [A::fzero(); MR];
     for s in 0..ns {
         let rec = tile.add(s * Q6K::REC);
-        prefetch(rec, Q6K::REC);
+        prefetch(rec, Q6K::REC, pf);
         let mut tot = [A::izero(); MR];
         for p in 0..8 {
             let scp = A::pairs::<true>(rec.add(Q6K::SC + 32 * p + f16_h));

@@ -159,13 +159,15 @@ pub fn matmul_many(
     );
     let next = AtomicUsize::new(0);
     #[cfg(target_arch = "x86_64")]
+    let pf = crate::cpu::CpuFeatures::get().prefetch;
+    #[cfg(target_arch = "x86_64")]
     pool.run(&|_, _| {
         while let Some((i, tiles)) = chunks.get(next.fetch_add(1, Ordering::Relaxed)) {
             let (w, acts, out) = &work[*i];
             // SAFETY: the ISA was detected on this CPU.
             match isa {
-                PackedIsa::Avx512Vnni => unsafe { run_avx512(w, tiles.clone(), acts, out) },
-                PackedIsa::Avx2 => unsafe { run_avx2(w, tiles.clone(), acts, out) },
+                PackedIsa::Avx512Vnni => unsafe { run_avx512(w, tiles.clone(), acts, out, pf) },
+                PackedIsa::Avx2 => unsafe { run_avx2(w, tiles.clone(), acts, out, pf) },
             }
         }
     });
@@ -203,20 +205,26 @@ fn chunks(ws: &[&&PackedMatrix], n: usize) -> Vec<(usize, Range<usize>)> {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-unsafe fn run_avx512(w: &PackedMatrix, tiles: Range<usize>, acts: &QActs, out: &SharedOut) {
-    run::<Avx512>(w, tiles, acts, out, 8)
+unsafe fn run_avx512(
+    w: &PackedMatrix,
+    tiles: Range<usize>,
+    acts: &QActs,
+    out: &SharedOut,
+    pf: bool,
+) {
+    run::<Avx512>(w, tiles, acts, out, 8, pf)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn run_avx2(w: &PackedMatrix, tiles: Range<usize>, acts: &QActs, out: &SharedOut) {
-    run::<Avx2>(w, tiles, acts, out, 4)
+unsafe fn run_avx2(w: &PackedMatrix, tiles: Range<usize>, acts: &QActs, out: &SharedOut, pf: bool) {
+    run::<Avx2>(w, tiles, acts, out, 4, pf)
 }
 
 #[cfg(target_arch = "x86_64")]
 /// Every tile of `tiles` against every activation row, one block of [`row_block`] rows
 /// at a time, rows taken `max_group` at a time within it (the rest in one group), so that
-/// each weight vector is unpacked once per group.
+/// each weight vector is unpacked once per group; `pf`: prefetch the weights.
 #[inline(always)]
 unsafe fn run<A: Lanes>(
     w: &PackedMatrix,
@@ -224,13 +232,14 @@ unsafe fn run<A: Lanes>(
     acts: &QActs,
     out: &SharedOut,
     max_group: usize,
+    pf: bool,
 ) {
     let rows: Vec<XRow> = (0..acts.m).map(|i| xrow(acts, i)).collect();
     let block = row_block(acts.k, max_group);
     for mb in (0..acts.m).step_by(block) {
         let end = (mb + block).min(acts.m);
         for t in tiles.clone() {
-            run_rows::<A>(w, t, &rows, mb..end, out, max_group);
+            run_rows::<A>(w, t, &rows, mb..end, out, max_group, pf);
         }
     }
 }
@@ -257,6 +266,7 @@ unsafe fn run_rows<A: Lanes>(
     ms: Range<usize>,
     out: &SharedOut,
     max_group: usize,
+    pf: bool,
 ) {
     let mut m0 = ms.start;
     while m0 < ms.end {
@@ -264,14 +274,14 @@ unsafe fn run_rows<A: Lanes>(
         let take = left.min(max_group);
         let group_rows = &rows[m0..m0 + take];
         match take {
-            8 => group::<A, 8>(w, t, group_rows, m0, out),
-            7 => group::<A, 7>(w, t, group_rows, m0, out),
-            6 => group::<A, 6>(w, t, group_rows, m0, out),
-            5 => group::<A, 5>(w, t, group_rows, m0, out),
-            4 => group::<A, 4>(w, t, group_rows, m0, out),
-            3 => group::<A, 3>(w, t, group_rows, m0, out),
-            2 => group::<A, 2>(w, t, group_rows, m0, out),
-            _ => group::<A, 1>(w, t, group_rows, m0, out),
+            8 => group::<A, 8>(w, t, group_rows, m0, out, pf),
+            7 => group::<A, 7>(w, t, group_rows, m0, out, pf),
+            6 => group::<A, 6>(w, t, group_rows, m0, out, pf),
+            5 => group::<A, 5>(w, t, group_rows, m0, out, pf),
+            4 => group::<A, 4>(w, t, group_rows, m0, out, pf),
+            3 => group::<A, 3>(w, t, group_rows, m0, out, pf),
+            2 => group::<A, 2>(w, t, group_rows, m0, out, pf),
+            _ => group::<A, 1>(w, t, group_rows, m0, out, pf),
         }
         m0 += take;
     }
@@ -298,6 +308,7 @@ unsafe fn group<A: Lanes, const MR: usize>(
     rows: &[XRow],
     m0: usize,
     out: &SharedOut,
+    pf: bool,
 ) {
     let x: [XRow; MR] = std::array::from_fn(|i| rows[i]);
     let mut buf = [[0f32; TILE]; MR];
@@ -306,14 +317,22 @@ unsafe fn group<A: Lanes, const MR: usize>(
     for h in 0..TILE / A::LANES {
         let mut o: [*mut f32; MR] = std::array::from_fn(|i| buf[i].as_mut_ptr().add(h * A::LANES));
         match w.format {
-            Format::Q4_K => kernels::q4_k::<A, MR>(tile, nb, h, &x, &mut o),
-            Format::Q6_K => kernels::q6_k::<A, MR>(tile, nb, h, &x, &mut o),
-            Format::Q4_0 => kernels::b32::<A, MR, false, false, false>(tile, nb, h, &x, 8, &mut o),
-            Format::Q4_1 => kernels::b32::<A, MR, false, true, false>(tile, nb, h, &x, 0, &mut o),
-            Format::Q5_0 => kernels::b32::<A, MR, true, false, false>(tile, nb, h, &x, 16, &mut o),
-            Format::Q5_1 => kernels::b32::<A, MR, true, true, false>(tile, nb, h, &x, 0, &mut o),
+            Format::Q4_K => kernels::q4_k::<A, MR>(tile, nb, h, &x, &mut o, pf),
+            Format::Q6_K => kernels::q6_k::<A, MR>(tile, nb, h, &x, &mut o, pf),
+            Format::Q4_0 => {
+                kernels::b32::<A, MR, false, false, false>(tile, nb, h, &x, 8, &mut o, pf)
+            }
+            Format::Q4_1 => {
+                kernels::b32::<A, MR, false, true, false>(tile, nb, h, &x, 0, &mut o, pf)
+            }
+            Format::Q5_0 => {
+                kernels::b32::<A, MR, true, false, false>(tile, nb, h, &x, 16, &mut o, pf)
+            }
+            Format::Q5_1 => {
+                kernels::b32::<A, MR, true, true, false>(tile, nb, h, &x, 0, &mut o, pf)
+            }
             Format::Q8_0 => {
-                kernels::b32::<A, MR, false, false, true>(tile, nb, h, &x, A::Q8_BIAS, &mut o)
+                kernels::b32::<A, MR, false, false, true>(tile, nb, h, &x, A::Q8_BIAS, &mut o, pf)
             }
         }
     }
