@@ -159,15 +159,17 @@ pub fn matmul_many(
     );
     let next = AtomicUsize::new(0);
     #[cfg(target_arch = "x86_64")]
-    let pf = crate::cpu::CpuFeatures::get().prefetch;
+    let pf_rows = crate::cpu::CpuFeatures::get().prefetch_rows;
     #[cfg(target_arch = "x86_64")]
     pool.run(&|_, _| {
         while let Some((i, tiles)) = chunks.get(next.fetch_add(1, Ordering::Relaxed)) {
             let (w, acts, out) = &work[*i];
             // SAFETY: the ISA was detected on this CPU.
             match isa {
-                PackedIsa::Avx512Vnni => unsafe { run_avx512(w, tiles.clone(), acts, out, pf) },
-                PackedIsa::Avx2 => unsafe { run_avx2(w, tiles.clone(), acts, out, pf) },
+                PackedIsa::Avx512Vnni => unsafe {
+                    run_avx512(w, tiles.clone(), acts, out, pf_rows)
+                },
+                PackedIsa::Avx2 => unsafe { run_avx2(w, tiles.clone(), acts, out, pf_rows) },
             }
         }
     });
@@ -210,21 +212,28 @@ unsafe fn run_avx512(
     tiles: Range<usize>,
     acts: &QActs,
     out: &SharedOut,
-    pf: bool,
+    pf_rows: usize,
 ) {
-    run::<Avx512>(w, tiles, acts, out, 8, pf)
+    run::<Avx512>(w, tiles, acts, out, 8, pf_rows)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn run_avx2(w: &PackedMatrix, tiles: Range<usize>, acts: &QActs, out: &SharedOut, pf: bool) {
-    run::<Avx2>(w, tiles, acts, out, 4, pf)
+unsafe fn run_avx2(
+    w: &PackedMatrix,
+    tiles: Range<usize>,
+    acts: &QActs,
+    out: &SharedOut,
+    pf_rows: usize,
+) {
+    run::<Avx2>(w, tiles, acts, out, 4, pf_rows)
 }
 
 #[cfg(target_arch = "x86_64")]
 /// Every tile of `tiles` against every activation row, one block of [`row_block`] rows
 /// at a time, rows taken `max_group` at a time within it (the rest in one group), so that
-/// each weight vector is unpacked once per group; `pf`: prefetch the weights.
+/// each weight vector is unpacked once per group; groups of at least `pf_rows` rows prefetch
+/// the weights.
 #[inline(always)]
 unsafe fn run<A: Lanes>(
     w: &PackedMatrix,
@@ -232,14 +241,14 @@ unsafe fn run<A: Lanes>(
     acts: &QActs,
     out: &SharedOut,
     max_group: usize,
-    pf: bool,
+    pf_rows: usize,
 ) {
     let rows: Vec<XRow> = (0..acts.m).map(|i| xrow(acts, i)).collect();
     let block = row_block(acts.k, max_group);
     for mb in (0..acts.m).step_by(block) {
         let end = (mb + block).min(acts.m);
         for t in tiles.clone() {
-            run_rows::<A>(w, t, &rows, mb..end, out, max_group, pf);
+            run_rows::<A>(w, t, &rows, mb..end, out, max_group, pf_rows);
         }
     }
 }
@@ -266,7 +275,7 @@ unsafe fn run_rows<A: Lanes>(
     ms: Range<usize>,
     out: &SharedOut,
     max_group: usize,
-    pf: bool,
+    pf_rows: usize,
 ) {
     let mut m0 = ms.start;
     while m0 < ms.end {
@@ -274,14 +283,14 @@ unsafe fn run_rows<A: Lanes>(
         let take = left.min(max_group);
         let group_rows = &rows[m0..m0 + take];
         match take {
-            8 => group::<A, 8>(w, t, group_rows, m0, out, pf),
-            7 => group::<A, 7>(w, t, group_rows, m0, out, pf),
-            6 => group::<A, 6>(w, t, group_rows, m0, out, pf),
-            5 => group::<A, 5>(w, t, group_rows, m0, out, pf),
-            4 => group::<A, 4>(w, t, group_rows, m0, out, pf),
-            3 => group::<A, 3>(w, t, group_rows, m0, out, pf),
-            2 => group::<A, 2>(w, t, group_rows, m0, out, pf),
-            _ => group::<A, 1>(w, t, group_rows, m0, out, pf),
+            8 => group::<A, 8>(w, t, group_rows, m0, out, pf_rows),
+            7 => group::<A, 7>(w, t, group_rows, m0, out, pf_rows),
+            6 => group::<A, 6>(w, t, group_rows, m0, out, pf_rows),
+            5 => group::<A, 5>(w, t, group_rows, m0, out, pf_rows),
+            4 => group::<A, 4>(w, t, group_rows, m0, out, pf_rows),
+            3 => group::<A, 3>(w, t, group_rows, m0, out, pf_rows),
+            2 => group::<A, 2>(w, t, group_rows, m0, out, pf_rows),
+            _ => group::<A, 1>(w, t, group_rows, m0, out, pf_rows),
         }
         m0 += take;
     }
@@ -308,8 +317,9 @@ unsafe fn group<A: Lanes, const MR: usize>(
     rows: &[XRow],
     m0: usize,
     out: &SharedOut,
-    pf: bool,
+    pf_rows: usize,
 ) {
+    let pf = MR >= pf_rows;
     let x: [XRow; MR] = std::array::from_fn(|i| rows[i]);
     let mut buf = [[0f32; TILE]; MR];
     let tile = w.tile(t);
