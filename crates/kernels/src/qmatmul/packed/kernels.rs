@@ -149,16 +149,18 @@ pub unsafe fn q4_k<A: Lanes, const MR: usize>(
                 let sc = pair_half::<A, false>(scp, e);
                 let j = 2 * p + e;
                 let mut p = [A::pzero(); MR];
+                let mut q = [A::pzero(); MR];
                 for c in 0..4 {
                     let v = A::load(rec.add(Q4K::QS + 256 * j + 64 * c + chunk_h));
                     let (lo, hi) = A::nibbles(v);
                     for i in 0..MR {
                         let xq = x[i].q.add(256 * s + 32 * j + 4 * c);
-                        p[i] = A::pdot(A::pdot(p[i], lo, xq), hi, xq.add(16));
+                        p[i] = A::pdot(p[i], lo, xq);
+                        q[i] = A::pdot(q[i], hi, xq.add(16));
                     }
                 }
                 for i in 0..MR {
-                    tot[i] = A::flush_scaled(tot[i], p[i], sc);
+                    tot[i] = A::flush_scaled(tot[i], A::padd(p[i], q[i]), sc);
                 }
             }
         }

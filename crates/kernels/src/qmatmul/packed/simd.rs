@@ -35,6 +35,8 @@ pub trait Lanes: Copy {
     /// `p + Σ_{j<4} w[4l + j] · x[j]` per lane `l`: `w` unsigned bytes below 64, `x` four
     /// signed bytes (read at `x`).
     unsafe fn pdot(p: Self::P, w: Self::I, x: *const i8) -> Self::P;
+    /// `a + b`: one partial of the `pdot`s of both (which must fit one).
+    unsafe fn padd(a: Self::P, b: Self::P) -> Self::P;
     /// `acc + p` per lane.
     unsafe fn flush(acc: Self::I, p: Self::P) -> Self::I;
     /// `acc + p · s` per lane, `s` a [`Lanes::pair_scale`].
@@ -110,6 +112,10 @@ impl Lanes for Avx512 {
     #[inline(always)]
     unsafe fn pdot(p: __m512i, w: __m512i, x: *const i8) -> __m512i {
         _mm512_dpbusd_epi32(p, w, _mm512_set1_epi32((x as *const i32).read_unaligned()))
+    }
+    #[inline(always)]
+    unsafe fn padd(a: __m512i, b: __m512i) -> __m512i {
+        _mm512_add_epi32(a, b)
     }
     #[inline(always)]
     unsafe fn flush(acc: __m512i, p: __m512i) -> __m512i {
@@ -252,6 +258,10 @@ impl Lanes for Avx2 {
     unsafe fn pdot(p: __m256i, w: __m256i, x: *const i8) -> __m256i {
         let xv = _mm256_set1_epi32((x as *const i32).read_unaligned());
         _mm256_add_epi16(p, _mm256_maddubs_epi16(w, xv))
+    }
+    #[inline(always)]
+    unsafe fn padd(a: __m256i, b: __m256i) -> __m256i {
+        _mm256_add_epi16(a, b)
     }
     #[inline(always)]
     unsafe fn flush(acc: __m256i, p: __m256i) -> __m256i {
