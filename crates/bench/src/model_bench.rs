@@ -53,9 +53,11 @@ pub struct DecodeBandwidth {
     pub weight_bytes_per_token: u64,
     /// Those bytes times tg's tokens per second, in GB/s.
     pub gb_s: f64,
-    /// The machine's streaming-read bandwidth with the same threads (`probe::read_bandwidth`).
+    /// The machine's streaming-read bandwidth with the same threads (`probe::read_bandwidth`),
+    /// measured just before each tg repetition (their mean): the memory's rate drifts on a
+    /// shared machine, so each repetition is set against its own moment.
     pub probe_gb_s: f64,
-    /// `gb_s / probe_gb_s`.
+    /// The mean over tg's repetitions of their GB/s over the probe just before them.
     pub share: f64,
 }
 
@@ -135,7 +137,9 @@ pub fn run(model: Arc<Model>, name: &str, cfg: &ModelBenchConfig) -> Result<Mode
     }
 
     let mut tg = Vec::new();
+    let mut probes = Vec::new();
     for r in 0..reps.min(if cfg.tg > 0 { reps } else { 0 }) {
+        probes.push(crate::probe::read_bandwidth(cfg.context.n_threads));
         let gen = tokens(cfg.tg, nv, r as u64 + 100);
         let mut s = SeqKv::default();
         ctx.eval(&mut s, &gen[..1], Outputs::Last, &mut ignore)?;
@@ -222,12 +226,16 @@ pub fn run(model: Arc<Model>, name: &str, cfg: &ModelBenchConfig) -> Result<Mode
     let decode = (!tg.is_empty()).then(|| {
         let bytes = crate::probe::decode_weight_bytes(&weights_of, cfg.context.device);
         let gb_s = bytes as f64 * mean(&tg) / 1e9;
-        let probe_gb_s = crate::probe::read_bandwidth(cfg.context.n_threads);
+        let shares: Vec<f64> = tg
+            .iter()
+            .zip(&probes)
+            .map(|(t, p)| bytes as f64 * t / 1e9 / p)
+            .collect();
         DecodeBandwidth {
             weight_bytes_per_token: bytes,
             gb_s,
-            probe_gb_s,
-            share: gb_s / probe_gb_s,
+            probe_gb_s: mean(&probes),
+            share: mean(&shares),
         }
     });
 

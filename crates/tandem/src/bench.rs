@@ -437,12 +437,12 @@ fn print_tables(out: &Output) {
     println!("{}", speed.markdown());
     if let Some(d) = &r.decode {
         println!(
-            "decode: {:.1} MiB of weights per token, {:.1} GB/s streamed, {:.0}% of the {:.1} GB/s this machine reads with {} threads\n",
+            "decode: {:.1} MiB of weights per token, {:.1} GB/s streamed, {:.0}% of what this machine read with {} threads just before each run ({:.1} GB/s on average)\n",
             d.weight_bytes_per_token as f64 / 1048576.0,
             d.gb_s,
             100.0 * d.share,
-            d.probe_gb_s,
-            r.machine.threads.unwrap_or(0)
+            r.machine.threads.unwrap_or(0),
+            d.probe_gb_s
         );
     }
     println!(
