@@ -151,11 +151,25 @@ impl StepCost {
             + self.attend * s.attended as f64
     }
 
-    /// Folds in one measured forward of `s`.
+    /// Folds in one measured forward of `s`: its time less the attention term is shared
+    /// between `R(rows)` and `H(logits)` in proportion to their predictions (all of it to
+    /// `R` while both are 0). Both move together so that a start measurement spoiled by
+    /// another process (an output head timed at a second) heals from decode steps, whose
+    /// rows all want logits; folding the whole error into `R` left such a head in every
+    /// prediction, `R` pinned at 0.
     pub fn observe(&mut self, s: &Shape, took: Duration) {
-        let rest = self.head.at(s.logits) + self.attend * s.attended as f64;
-        let rows = (took.as_secs_f64() - rest).max(0.0);
-        self.rows.observe(s.rows, Duration::from_secs_f64(rows));
+        let target = (took.as_secs_f64() - self.attend * s.attended as f64).max(0.0);
+        let (r, h) = (self.rows.at(s.rows), self.head.at(s.logits));
+        let scale = |part: f64| Duration::from_secs_f64(part * target / (r + h));
+        match r + h > 0.0 {
+            true => {
+                self.rows.observe(s.rows, scale(r));
+                if s.logits > 0 {
+                    self.head.observe(s.logits, scale(h));
+                }
+            }
+            false => self.rows.observe(s.rows, Duration::from_secs_f64(target)),
+        }
     }
 }
 
@@ -197,10 +211,33 @@ mod tests {
         for _ in 0..100 {
             c.observe(&s, Duration::from_secs_f64(2.0 * before));
         }
-        assert!((c.predict(&s) / before - 2.0).abs() < 1e-3, "R(9) learned");
+        assert!(
+            (c.predict(&s) / before - 2.0).abs() < 1e-3,
+            "R(9) and H(2) learned"
+        );
         assert!(
             (c.rows.at(8) - 0.044).abs() < 1e-12,
             "other row counts kept"
+        );
+    }
+
+    /// The start line of a server calibrated while another one started: an output head of
+    /// a second for one row. Decode steps of 33 ms bring the prediction to 33 ms.
+    #[test]
+    fn a_spoiled_head_heals_from_decode_steps() {
+        let mut c = StepCost {
+            rows: CostCurve::from_points(&ms(&[(1, 135.3), (2, 51.1), (4, 139.6)]), 64),
+            head: CostCurve::from_points(&ms(&[(1, 1005.7), (8, 0.0)]), 64),
+            attend: 0.0,
+        };
+        let decode = Shape::run(300, 1, 1);
+        for _ in 0..100 {
+            c.observe(&decode, Duration::from_millis(33));
+        }
+        assert!(
+            (c.predict(&decode) - 0.033).abs() < 1e-4,
+            "{}",
+            c.predict(&decode)
         );
     }
 }
