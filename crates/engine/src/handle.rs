@@ -216,6 +216,9 @@ pub struct SpecCounters {
     pub spec_drafts_total: u64,
     pub spec_draft_tokens_total: u64,
     pub spec_accepted_tokens_total: u64,
+    /// Draft rows the target computed and dropped: each rejected draft token and the draft
+    /// tokens after it.
+    pub spec_rejected_rows_total: u64,
     /// Per draft position: drafts accepted at that position.
     pub spec_accepted_per_pos: Vec<u64>,
     /// Per depth: how often the policy chose it for a slot.

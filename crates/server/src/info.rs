@@ -267,6 +267,12 @@ pub async fn metrics(State(s): State<Shared>) -> Result<Response, ApiError> {
             c.spec.spec_paused_slot_steps_total as f64,
         ),
         (
+            "tandem:spec_rejected_rows_total",
+            "counter",
+            "Draft rows the target computed and dropped (a rejected draft token and those after it).",
+            c.spec.spec_rejected_rows_total as f64,
+        ),
+        (
             "tandem:spec_catch_up_tokens_total",
             "counter",
             "Tokens drafters computed that they had missed (beyond the one each drafting slot drafts from).",

@@ -244,7 +244,7 @@ impl Engine {
     fn time_catch_up(&mut self) -> Option<f64> {
         let spec = self.spec.as_mut()?;
         let n_vocab = self.exec.model().hparams.n_vocab;
-        let tokens: Vec<u32> = (0..CATCH_UP_TOKENS)
+        let tokens: Vec<u32> = (1..=CATCH_UP_TOKENS)
             .map(|i| (i * 7919 % n_vocab) as u32)
             .collect();
         let job = DraftJob {

@@ -142,6 +142,7 @@ impl Engine {
             }
             if let Some(spec) = &mut self.spec {
                 spec.observe(p.slot, d.verified, d.accepted, &mut self.counters);
+                self.counters.spec.spec_rejected_rows_total += (d.computed - d.accepted) as u64;
             }
         }
     }

@@ -186,9 +186,11 @@ impl Proposer for DraftModel {
         tokens.len() - self.kept(slot, tokens)
     }
 
+    /// Keeps the slot's KV: the slot's next request catches up only past the prefix it
+    /// shares with this one (a chat template's system part, a conversation's history).
+    /// Each slot's KV fits its share of the draft's context, so kept ones never crowd out
+    /// another slot's.
     fn release(&mut self, slot: usize) {
-        self.ctx.release(&mut self.seqs[slot]);
-        self.seen[slot].clear();
         self.samplers[slot] = None;
     }
 }

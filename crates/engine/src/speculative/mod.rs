@@ -98,8 +98,9 @@ pub struct DraftLog {
 /// Contract: `propose` fills `out[i]` (cleared by the caller) with at most `jobs[i].n_max`
 /// tokens for `jobs[i]`; it may give fewer, or none. A drafter that keeps per-slot state
 /// (a KV cache) finds its place by comparing `jobs[i].tokens` with what it has seen, so
-/// rejected drafts need no separate rollback call; `release` forgets a slot whose sequence
-/// ended. A drafter that runs forwards reports them in `log`, so that the policy learns
+/// rejected drafts need no separate rollback call; `release` tells it that a slot's
+/// sequence ended (it may keep what it computed as a prefix for the slot's next one). A
+/// drafter that runs forwards reports them in `log`, so that the policy learns
 /// what a draft step costs apart from catching up on tokens the drafter had not seen.
 pub trait Proposer: Send {
     /// A short name for logs and metrics.

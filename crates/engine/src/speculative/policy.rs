@@ -15,13 +15,16 @@
 //! slot's context; `D = Σ_{j=1..max d} D(#{s: d_s ≥ j})` the draft steps, `D(r)` one over
 //! `r` slots; `C` the drafter catching up on the tokens it has not computed for the
 //! drafting slots (the target's own token each step, a draft's last token when all were
-//! accepted: charged whole, every step); `K` the catching up of slots that resume after a
-//! pause (every token they missed, in one batched forward: spread over the steps they are
-//! expected to draft before they pause again, the moving average of the spells measured,
-//! fewer when the request ends sooner); `X` what the measured steps showed the
+//! accepted: charged whole, every step); `K` the catching up of slots that start or resume
+//! drafting (every token they missed, a new request's prompt included, in one batched
+//! forward: spread over the steps they are expected to draft before they pause, steps
+//! drafted per pause measured apart for a request's first spell and for spells after a
+//! pause, fewer when the request ends sooner); `X` what the measured steps showed the
 //! prediction misses: seconds per step without drafts, and per draft token with them,
-//! moving averages of measured minus predicted. `a_s(i)` is the moving average of slot
-//! `s`'s acceptance at draft position `i` given the positions before it were accepted.
+//! moving averages of measured minus predicted. `a_s(i)` is slot `s`'s acceptance at
+//! draft position `i` given the positions before it were accepted: the acceptance over
+//! all slots as its prior, then a moving average that takes its first observations at
+//! nearly full weight (`1 / (n + 2)`).
 //!
 //! A slot at depth 0 costs nothing: its drafter computes nothing for it (it is *paused*
 //! once it has missed more than a step's tokens), so a step with every slot at depth 0
@@ -31,10 +34,12 @@
 //! the step budget's target with its prompt rows are not considered: while prompts are
 //! read, their rows come first, and no paused slot resumes (the batch is about to grow). The batch changes depths only for a predicted gain of
 //! [`HYSTERESIS`] (of [`START_GAIN`] when that resumes a paused slot), so slots do not
-//! flap between drafting and not. A slot that has not drafted
-//! for [`PROBE_AFTER`] steps drafts once so that its estimate recovers, as long as probes,
-//! with the catching up on every token the drafter missed, take at most [`PROBE_SHARE`]
-//! of the time. The fixed policy always asks for `n_max`, as llama.cpp does.
+//! flap between drafting and not. A request the batch does not draft for probes
+//! [`FIRST_PROBE_DEPTH`] deep at its first step, and a slot that has not drafted for
+//! [`PROBE_AFTER`] steps drafts once, so that estimates made on other requests' texts do
+//! not keep a request from drafting, as long as probes, with the catching up on every
+//! token the drafter missed, take at most [`PROBE_SHARE`] of the time. The fixed policy
+//! always asks for `n_max`, as llama.cpp does.
 //!
 //! Worked example (1.5B target, 0.5B draft, short context): T(1 row) = 41 ms,
 //! T(2) = 46 ms, T(5) = 62 ms, D(1) = 16 ms, a = 0.9 at every position. One slot:
@@ -66,18 +71,27 @@ pub const PROBE_AFTER: usize = 16;
 /// Share of the engine's time that probes may take, catching up included, over about the
 /// last [`PROBE_WINDOW`] steps: counted since the start, the time of long runs without
 /// probes let one busy batch probe every slot every [`PROBE_AFTER`] steps (a 5% loss at
-/// 8 users).
-pub const PROBE_SHARE: f64 = 0.01;
+/// 8 users). 2%: a one-user request's first probe (its prompt's catching up and 2 draft
+/// steps, ~0.1 s for a 0.5B draft) must fit in that share of the last steps' time.
+pub const PROBE_SHARE: f64 = 0.02;
 pub const PROBE_WINDOW: f64 = 256.0;
-/// Steps a slot that resumes drafting is taken to keep drafting, before any spell was
-/// measured, and the bounds of that average.
-const SPELL_PRIOR: f64 = 8.0;
+/// Steps drafted per pause that the spell estimates start from: a request's first spell
+/// (it starts from the prompt, taken to draft to its end unless measured otherwise) and a
+/// spell after a pause (it resumed on recovered estimates, which are less sure).
+const SPELL_PRIOR: [f64; 2] = [64.0, 8.0];
 const SPELL_BOUNDS: (f64, f64) = (1.0, 64.0);
 /// Tokens a drafting slot's drafter computes each step anyway (the token it drafts from,
 /// and a draft's last token when all were accepted): more means it was paused.
 const FOLLOWING: usize = 2;
 /// Acceptance assumed before anything is observed.
 const PRIOR: f64 = 0.7;
+/// Observations a prior counts as: a position's first observations move its average by
+/// `1 / (n + PRIOR_WEIGHT)` (then by [`ALPHA`]), so that a request whose text drafts unlike
+/// the last ones' learns it in a step or two.
+const PRIOR_WEIGHT: f64 = 2.0;
+/// Depth of a request's first probe: one verification tells whether its drafts hold past
+/// the first position (deeper positions are taken as its deepest observed one).
+const FIRST_PROBE_DEPTH: usize = 2;
 
 /// Moving averages of conditional acceptance per draft position. A position never
 /// observed is taken to accept as the deepest one observed: a slot drafting shallow
@@ -88,6 +102,8 @@ struct Acceptance {
     a: Vec<f64>,
     /// Leading positions observed at least once.
     seen: usize,
+    /// Observations at each position.
+    n: Vec<f64>,
 }
 
 impl Acceptance {
@@ -95,6 +111,17 @@ impl Acceptance {
         Acceptance {
             a: vec![prior; n],
             seen: 0,
+            n: vec![0.0; n],
+        }
+    }
+
+    /// `self`'s averages as the prior of a new estimate, which takes the positions it has
+    /// not observed itself as its deepest observed one.
+    fn as_prior(&self) -> Self {
+        Acceptance {
+            a: self.a.iter().enumerate().map(|(i, _)| self.at(i)).collect(),
+            seen: 0,
+            n: vec![0.0; self.n.len()],
         }
     }
 
@@ -125,7 +152,9 @@ impl Acceptance {
         self.seen = self.seen.max(reached);
         for i in 0..reached {
             let hit = if i < accepted { 1.0 } else { 0.0 };
-            self.a[i] += ALPHA * (hit - self.a[i]);
+            self.n[i] += 1.0;
+            let rate = ALPHA.max(1.0 / (self.n[i] + PRIOR_WEIGHT));
+            self.a[i] += rate * (hit - self.a[i]);
         }
     }
 }
@@ -182,6 +211,41 @@ struct SlotState {
     idle: usize,
     /// Steps drafted since it last resumed (probes aside).
     spell: usize,
+    /// Whether it paused before in this request (its next spell is a resumed one).
+    resumed: bool,
+    /// Whether it drafted in this request, probes included.
+    tried: bool,
+}
+
+/// How many steps a slot that starts drafting keeps drafting before it pauses: steps
+/// drafted over the pauses that ended them, both decaying by [`ALPHA`] at each spell's end.
+/// A spell cut short by its request's end counts its steps but no pause (the request's
+/// end is weighed by `remaining`); counting it as a pause let one short warm-up request
+/// keep later requests from ever starting, their prompts' catching up spread over a
+/// spell of a few steps.
+#[derive(Debug, Clone, Copy)]
+struct Spells {
+    steps: f64,
+    pauses: f64,
+}
+
+impl Spells {
+    fn new(prior: f64) -> Self {
+        Spells {
+            steps: prior,
+            pauses: 1.0,
+        }
+    }
+
+    fn end(&mut self, steps: usize, paused: bool) {
+        let keep = 1.0 - ALPHA;
+        self.steps = self.steps * keep + steps as f64;
+        self.pauses = self.pauses * keep + paused as u8 as f64;
+    }
+
+    fn mean(&self) -> f64 {
+        (self.steps / self.pauses.max(1e-9)).clamp(SPELL_BOUNDS.0, SPELL_BOUNDS.1)
+    }
 }
 
 /// What a step with some depths is predicted to give and cost.
@@ -225,8 +289,9 @@ pub struct Policy {
     /// and per draft token of a step with drafts beyond that.
     plain_extra: f64,
     per_draft: f64,
-    /// Moving average of the steps a slot drafts between a resume and its next pause.
-    spell: f64,
+    /// Spells of slots starting to draft for the first time in their request, and of
+    /// slots resuming after a pause.
+    spells: [Spells; 2],
     pub tally: Tally,
 }
 
@@ -244,7 +309,7 @@ impl Policy {
             last: None,
             plain_extra: 0.0,
             per_draft: 0.0,
-            spell: SPELL_PRIOR,
+            spells: SPELL_PRIOR.map(Spells::new),
             tally: Tally::default(),
         }
     }
@@ -252,10 +317,12 @@ impl Policy {
     fn slot(&mut self, s: usize) -> &mut SlotState {
         let global = &self.global;
         self.slots[s].get_or_insert_with(|| SlotState {
-            acc: global.clone(),
+            acc: global.as_prior(),
             depth: 0,
             idle: 0,
             spell: 0,
+            resumed: false,
+            tried: false,
         })
     }
 
@@ -318,7 +385,8 @@ impl Policy {
             .zip(depths)
             .filter(|(c, &d)| d > 0 && c.paused())
             .map(|(c, &d)| {
-                let steps = (c.remaining as f64 / self.expected(c, d)).clamp(1.0, self.spell);
+                let steps =
+                    (c.remaining as f64 / self.expected(c, d)).clamp(1.0, self.spell(c.slot));
                 c.behind.saturating_sub(1) as f64 * self.catch_up * (1.0 - 1.0 / steps)
             })
             .sum();
@@ -391,24 +459,32 @@ impl Policy {
         let mut budget = PROBE_SHARE * self.busy - self.probing;
         let mut probed = false;
         for (c, d) in cands.iter().zip(depths.iter_mut()) {
-            let cost = self.draft.at(1) + c.behind as f64 * self.catch_up;
             if *d == 0 {
-                self.end_spell(c.slot);
+                self.end_spell(c.slot, true);
             }
+            let draft_step = self.draft.at(1);
+            let catch_up = c.behind as f64 * self.catch_up;
             let s = self.slot(c.slot);
             s.depth = *d;
             s.spell += (*d > 0) as usize;
             if *d == 0 && c.n_max > 0 {
                 s.idle += 1;
-                if s.idle >= PROBE_AFTER && cost <= budget {
+                let depth = match s.tried {
+                    true => c.n_min.max(1),
+                    false => c.n_min.max(FIRST_PROBE_DEPTH),
+                }
+                .min(c.n_max);
+                let cost = depth as f64 * draft_step + catch_up;
+                if (s.idle >= PROBE_AFTER || !s.tried) && cost <= budget {
                     budget -= cost;
                     s.idle = 0;
-                    *d = c.n_min.max(1).min(c.n_max);
+                    *d = depth;
                     probed = true;
                 }
             } else {
                 s.idle = 0;
             }
+            s.tried |= *d > 0;
         }
         self.probe_only = probed && !chosen;
         self.last = Some(self.forecast(cost, base, cands, &depths));
@@ -449,17 +525,25 @@ impl Policy {
 
     /// Slot `slot`'s sequence ended.
     pub fn release(&mut self, slot: usize) {
-        self.end_spell(slot);
+        self.end_spell(slot, false);
         self.slots[slot] = None;
     }
 
-    /// Slot `slot` stops drafting: the steps it drafted enter the average spell.
-    fn end_spell(&mut self, slot: usize) {
+    /// Slot `slot` stops drafting, paused or because its request ended: the steps it
+    /// drafted enter the estimate of its kind of spell.
+    fn end_spell(&mut self, slot: usize, paused: bool) {
         let Some(s) = self.slots[slot].as_mut().filter(|s| s.spell > 0) else {
             return;
         };
-        let n = std::mem::take(&mut s.spell) as f64;
-        self.spell = (self.spell + ALPHA * (n - self.spell)).clamp(SPELL_BOUNDS.0, SPELL_BOUNDS.1);
+        let n = std::mem::take(&mut s.spell);
+        self.spells[s.resumed as usize].end(n, paused);
+        s.resumed |= paused;
+    }
+
+    /// Steps slot `slot` is expected to keep drafting if it starts now.
+    fn spell(&self, slot: usize) -> f64 {
+        let resumed = self.slots[slot].as_ref().is_some_and(|s| s.resumed);
+        self.spells[resumed as usize].mean()
     }
 
     /// The expected acceptance at each draft position, over all slots.
@@ -552,6 +636,11 @@ mod tests {
             );
             d
         };
+        assert_eq!(
+            step(&mut p, 1),
+            FIRST_PROBE_DEPTH,
+            "a request's first probe"
+        );
         let depths: Vec<usize> = (0..PROBE_AFTER).map(|_| step(&mut p, 1)).collect();
         assert_eq!(depths.iter().filter(|&&d| d > 0).count(), 1);
         let costly: usize = (0..4 * PROBE_AFTER).map(|_| step(&mut p, 5000)).sum();
@@ -593,6 +682,32 @@ mod tests {
         assert!(
             probing / total < 2.0 * PROBE_SHARE,
             "{probing:.2} s of {total:.2} s probing after 400 s without probes"
+        );
+    }
+
+    /// Earlier requests drafted fully or not at all, half each: alone, that no longer pays
+    /// one slot here. A new request probes at its start, learns from that one
+    /// verification that its drafts hold, and drafts.
+    #[test]
+    fn a_new_request_probes_first_and_learns_fast() {
+        let (t, d) = costs();
+        let mut p = Policy::new(PolicyKind::Adaptive, 8, 1, d);
+        p.catch_up = 1e-3;
+        for i in 0..50 {
+            p.observe(0, 4, 4 * (i % 2));
+        }
+        p.release(0);
+        let fresh = [cand(0, 8, 40)];
+        assert_eq!(p.choose(&t, &rows(1), &fresh)[0], 0, "no probe budget yet");
+        for _ in 0..256 {
+            p.account(Duration::from_millis(41), Duration::ZERO);
+        }
+        assert_eq!(p.choose(&t, &rows(1), &fresh)[0], FIRST_PROBE_DEPTH);
+        p.account(Duration::from_millis(180), Duration::from_millis(140));
+        p.observe(0, FIRST_PROBE_DEPTH, FIRST_PROBE_DEPTH);
+        assert!(
+            p.choose(&t, &rows(1), &one(8))[0] > 0,
+            "drafts after one good probe"
         );
     }
 
