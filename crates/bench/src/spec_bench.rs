@@ -1,6 +1,10 @@
 //! Speculative decoding against plain decoding, served: each arm is a server command
-//! (tandem or llama-server, with or without a drafter) launched alone, asked the same chat
-//! prompts at temperature 0 by one user and then by several at once, and stopped.
+//! (tandem or llama-server, with or without a drafter), all launched one after the other
+//! (each ready and idle before the next starts), then asked the same chat prompts at
+//! temperature 0 by one user and by several at once, the arms taking turns cell by cell,
+//! over several rounds. This machine's memory rate moves by a fifth from minute to minute,
+//! so arms measured one after the other compared the minutes as much as the arms: each
+//! ratio here is the median over rounds of the ratio within a round.
 //!
 //! Figures per arm: decode tok/s of each prompt alone (the server's own `timings`), draft
 //! tokens and accepted ones, per prompt and number of users the total output tok/s
@@ -36,6 +40,9 @@ pub struct SpecBenchConfig {
     pub prompts: Vec<(String, String)>,
     pub n_predict: usize,
     pub users: Vec<usize>,
+    /// Times each cell is measured, arms taking turns.
+    pub rounds: usize,
+    /// The first arm's port; the others' follow.
     pub port: u16,
     /// Where each server's stderr goes.
     pub log_dir: PathBuf,
@@ -43,6 +50,7 @@ pub struct SpecBenchConfig {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Single {
+    pub round: usize,
     pub prompt: String,
     pub tok_s: f64,
     pub n: u64,
@@ -54,6 +62,7 @@ pub struct Single {
 /// One cell: `users` requests of one prompt at once.
 #[derive(Debug, Clone, Serialize)]
 pub struct Multi {
+    pub round: usize,
     pub prompt: String,
     pub users: usize,
     pub tok_s: f64,
@@ -89,6 +98,20 @@ impl PolicyCell {
             self.depths.first().copied().unwrap_or(0) as f64 / n,
             self.paused as f64 / n,
         )
+    }
+
+    /// Both cells' counts together.
+    fn plus(&self, o: &PolicyCell) -> PolicyCell {
+        let at = |v: &[u64], i: usize| v.get(i).copied().unwrap_or(0);
+        PolicyCell {
+            depths: (0..self.depths.len().max(o.depths.len()))
+                .map(|d| at(&self.depths, d) + at(&o.depths, d))
+                .collect(),
+            paused: self.paused + o.paused,
+            catch_up_tokens: self.catch_up_tokens + o.catch_up_tokens,
+            predicted_s: self.predicted_s + o.predicted_s,
+            measured_s: self.measured_s + o.measured_s,
+        }
     }
 
     /// `depth:count` for every depth chosen.
@@ -190,67 +213,89 @@ fn field(v: &Value, path: &[&str]) -> Option<f64> {
     path.iter().try_fold(v, |v, k| v.get(*k))?.as_f64()
 }
 
-/// Launches `arm`, measures it, and stops it.
-pub fn run_arm(arm: &Arm, cfg: &SpecBenchConfig) -> Result<ArmReport, String> {
-    let (program, args) = arm.command.split_first().ok_or("empty command")?;
-    let log = cfg
-        .log_dir
-        .join(format!("{}.log", arm.name.replace(' ', "_")));
-    let mut args = args.to_vec();
-    args.extend(["--port".to_string(), cfg.port.to_string()]);
-    let mut server = Launched::spawn(program, &args, &log)?;
-    let result = measure(arm, cfg, &mut server);
-    let rss = server.peak_rss_mib();
-    drop(server);
-    let cost_curves = std::fs::File::open(&log).ok().and_then(|f| {
-        BufReader::new(f)
-            .lines()
-            .map_while(Result::ok)
-            .find(|l| l.starts_with("speculation ("))
-    });
-    let (single, multi) = result?;
-    Ok(ArmReport {
-        arm: arm.clone(),
-        single,
-        multi,
-        peak_rss_mib: rss,
-        cost_curves,
-    })
-}
-
-fn measure(
-    arm: &Arm,
-    cfg: &SpecBenchConfig,
-    server: &mut Launched,
-) -> Result<(Vec<Single>, Vec<Multi>), String> {
-    let port = cfg.port;
-    server
-        .wait_ready(&local_url(port, ""), Duration::from_secs(900))
-        .map_err(|e| format!("{}: {e}", arm.name))?;
-    chat(port, "Say hello.", 8)?;
-    let mut single = Vec::new();
-    for (label, message) in &cfg.prompts {
-        let v = chat(port, message, cfg.n_predict)?;
-        let n = field(&v, &["usage", "completion_tokens"]).unwrap_or(0.0) as u64;
-        single.push(Single {
-            prompt: label.clone(),
-            tok_s: field(&v, &["timings", "predicted_per_second"]).unwrap_or(0.0),
-            n,
-            draft_n: field(&v, &["timings", "draft_n"]).unwrap_or(0.0) as u64,
-            draft_n_accepted: field(&v, &["timings", "draft_n_accepted"]).unwrap_or(0.0) as u64,
-            text: v["choices"][0]["message"]["content"]
-                .as_str()
-                .unwrap_or("")
-                .to_string(),
-        });
+/// Launches every arm, each ready before the next starts, measures them taking turns, and
+/// stops them.
+pub fn run_arms(arms: &[Arm], cfg: &SpecBenchConfig) -> Result<Vec<ArmReport>, String> {
+    let mut servers = Vec::new();
+    for (i, arm) in arms.iter().enumerate() {
+        eprintln!("bench spec: starting {}", arm.name);
+        let (program, args) = arm.command.split_first().ok_or("empty command")?;
+        let log = cfg
+            .log_dir
+            .join(format!("{}.log", arm.name.replace(' ', "_")));
+        let port = cfg.port + i as u16;
+        let mut args = args.to_vec();
+        args.extend(["--port".to_string(), port.to_string()]);
+        let mut server = Launched::spawn(program, &args, &log)?;
+        server
+            .wait_ready(&local_url(port, ""), Duration::from_secs(900))
+            .map_err(|e| format!("{}: {e}", arm.name))?;
+        chat(port, "Say hello.", 8)?;
+        servers.push((server, log, port));
     }
-    let mut multi = Vec::new();
-    for (label, message) in &cfg.prompts {
-        for &users in &cfg.users {
-            multi.push(cell(port, label, message, users, cfg.n_predict)?);
+    let mut reports: Vec<ArmReport> = arms
+        .iter()
+        .map(|arm| ArmReport {
+            arm: arm.clone(),
+            single: Vec::new(),
+            multi: Vec::new(),
+            peak_rss_mib: 0.0,
+            cost_curves: None,
+        })
+        .collect();
+    for round in 0..cfg.rounds {
+        eprintln!("bench spec: round {} of {}", round + 1, cfg.rounds);
+        for (label, message) in &cfg.prompts {
+            let message = format!("(round {round}) {message}");
+            for (r, (_, _, port)) in reports.iter_mut().zip(&servers) {
+                r.single
+                    .push(single(*port, round, label, &message, cfg.n_predict)?);
+            }
+        }
+        for (label, message) in &cfg.prompts {
+            for &users in &cfg.users {
+                let message = format!("(round {round}) {message}");
+                for (r, (_, _, port)) in reports.iter_mut().zip(&servers) {
+                    r.multi
+                        .push(cell(*port, round, label, &message, users, cfg.n_predict)?);
+                }
+            }
         }
     }
-    Ok((single, multi))
+    for (r, (server, log, _)) in reports.iter_mut().zip(servers) {
+        r.peak_rss_mib = server.peak_rss_mib();
+        drop(server);
+        r.cost_curves = std::fs::File::open(&log).ok().and_then(|f| {
+            BufReader::new(f)
+                .lines()
+                .map_while(Result::ok)
+                .find(|l| l.starts_with("speculation ("))
+        });
+    }
+    Ok(reports)
+}
+
+/// One request of `message` alone, with the server's own timings.
+fn single(
+    port: u16,
+    round: usize,
+    label: &str,
+    message: &str,
+    n_predict: usize,
+) -> Result<Single, String> {
+    let v = chat(port, message, n_predict)?;
+    Ok(Single {
+        round,
+        prompt: label.to_string(),
+        tok_s: field(&v, &["timings", "predicted_per_second"]).unwrap_or(0.0),
+        n: field(&v, &["usage", "completion_tokens"]).unwrap_or(0.0) as u64,
+        draft_n: field(&v, &["timings", "draft_n"]).unwrap_or(0.0) as u64,
+        draft_n_accepted: field(&v, &["timings", "draft_n_accepted"]).unwrap_or(0.0) as u64,
+        text: v["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap_or("")
+            .to_string(),
+    })
 }
 
 /// `users` requests of `message` at once (each with its user number in front, so that no
@@ -258,6 +303,7 @@ fn measure(
 /// answered.
 fn cell(
     port: u16,
+    round: usize,
     label: &str,
     message: &str,
     users: usize,
@@ -289,6 +335,7 @@ fn cell(
         .zip(policy_counters(port))
         .map(|(b, a)| since(&b, &a));
     Ok(Multi {
+        round,
         prompt: label.to_string(),
         users,
         tok_s: tokens as f64 / seconds,
@@ -298,9 +345,59 @@ fn cell(
     })
 }
 
+/// The median of `v` (the mean of the middle two for an even count); 0 when empty.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// The median over rounds of `x` and of its ratio to `base` in the same round (`None` for
+/// an arm without a baseline).
+fn medians<T>(
+    of: &[&T],
+    base: Option<&[&T]>,
+    round: impl Fn(&T) -> usize,
+    x: impl Fn(&T) -> f64,
+) -> (f64, Option<f64>) {
+    let ratios = base.map(|b| {
+        of.iter()
+            .filter_map(|m| {
+                let b = b.iter().find(|b| round(b) == round(m))?;
+                Some(x(m) / x(b))
+            })
+            .collect()
+    });
+    (
+        median(of.iter().map(|m| x(m)).collect()),
+        ratios.map(median),
+    )
+}
+
+/// `r`'s one-user runs of prompt `p`, every round.
+fn singles<'a>(r: &'a ArmReport, p: &str) -> Vec<&'a Single> {
+    r.single.iter().filter(|s| s.prompt == p).collect()
+}
+
+/// `r`'s cells of prompt `p` at `users`, every round.
+fn cells<'a>(r: &'a ArmReport, p: &str, users: usize) -> Vec<&'a Multi> {
+    r.multi
+        .iter()
+        .filter(|m| m.prompt == p && m.users == users)
+        .collect()
+}
+
+fn times(r: Option<f64>) -> String {
+    r.map_or("-".into(), |r| format!("{r:.2}×"))
+}
+
 /// Markdown: one row per arm for one user (its ratios to its baseline), a table per
 /// prompt of total tok/s by users, what the policy chose in each cell, then text identity
-/// and the tandem cost curves.
+/// and the tandem cost curves. Figures are medians over rounds; ratios, medians of the
+/// ratios within each round.
 pub fn markdown(reports: &[ArmReport]) -> String {
     let mut out = String::new();
     let find = |name: &Option<String>| {
@@ -308,34 +405,46 @@ pub fn markdown(reports: &[ArmReport]) -> String {
             .and_then(|n| reports.iter().find(|r| &r.arm.name == n))
     };
     let first = &reports[0];
+    let prompts: Vec<&str> = first
+        .single
+        .iter()
+        .filter(|s| s.round == 0)
+        .map(|s| s.prompt.as_str())
+        .collect();
     let mut header = vec!["arm (one user, server timings)".to_string()];
-    for s in &first.single {
-        header.extend([
-            format!("{} tok/s", s.prompt),
-            "× plain".into(),
-            "accepted".into(),
-        ]);
+    for p in &prompts {
+        header.extend([format!("{p} tok/s"), "× plain".into(), "accepted".into()]);
     }
     header.push("peak RSS MiB".into());
     let mut table = Table::new(&header);
     for r in reports {
         let base = find(&r.arm.baseline);
         let mut row = vec![r.arm.name.clone()];
-        for (i, s) in r.single.iter().enumerate() {
-            let b = base.and_then(|b| b.single.get(i)).map_or(0.0, |b| b.tok_s);
-            let acc = if s.draft_n > 0 {
-                format!("{}/{}", s.draft_n_accepted, s.draft_n)
-            } else {
-                "-".into()
+        for p in &prompts {
+            let of = singles(r, p);
+            let b = base.map(|b| singles(b, p));
+            let (tok_s, x) = medians(&of, b.as_deref(), |s| s.round, |s| s.tok_s);
+            let (acc, n) = of
+                .iter()
+                .fold((0, 0), |a, s| (a.0 + s.draft_n_accepted, a.1 + s.draft_n));
+            let acc = match n {
+                0 => "-".into(),
+                n => format!("{acc}/{n}"),
             };
-            row.extend([format!("{:.1}", s.tok_s), ratio(s.tok_s, b), acc]);
+            row.extend([format!("{tok_s:.1}"), times(x), acc]);
         }
         row.push(format!("{:.0}", r.peak_rss_mib));
         table.row(&row);
     }
     out += &table.markdown();
-    for s in &first.single {
-        out += &format!("\nTotal tok/s, {} prompts, by users at once:\n\n", s.prompt);
+    let users: Vec<usize> = first
+        .multi
+        .iter()
+        .filter(|m| m.round == 0 && m.prompt == prompts[0])
+        .map(|m| m.users)
+        .collect();
+    for p in &prompts {
+        out += &format!("\nTotal tok/s, {p} prompts, by users at once:\n\n");
         let mut header = vec!["users".to_string()];
         for r in reports {
             header.push(r.arm.name.clone());
@@ -344,16 +453,15 @@ pub fn markdown(reports: &[ArmReport]) -> String {
             }
         }
         let mut table = Table::new(&header);
-        for (i, m) in first.multi.iter().enumerate() {
-            if m.prompt != s.prompt {
-                continue;
-            }
-            let mut row = vec![m.users.to_string()];
+        for &u in &users {
+            let mut row = vec![u.to_string()];
             for r in reports {
-                let tok_s = r.multi.get(i).map_or(0.0, |m| m.tok_s);
+                let base = find(&r.arm.baseline).map(|b| cells(b, p, u));
+                let (tok_s, x) =
+                    medians(&cells(r, p, u), base.as_deref(), |m| m.round, |m| m.tok_s);
                 row.push(format!("{tok_s:.1}"));
-                if let Some(b) = find(&r.arm.baseline) {
-                    row.push(ratio(tok_s, b.multi.get(i).map_or(0.0, |m| m.tok_s)));
+                if r.arm.baseline.is_some() {
+                    row.push(times(x));
                 }
             }
             table.row(&row);
@@ -361,17 +469,24 @@ pub fn markdown(reports: &[ArmReport]) -> String {
         out += &table.markdown();
     }
     out += &policy_table(reports);
-    out += "\nText at temperature 0 against the arm's baseline (one user):\n";
+    out += "\nText at temperature 0 against the arm's baseline (one user, every round):\n";
     for r in reports {
         let Some(base) = find(&r.arm.baseline) else {
             continue;
         };
-        for (s, b) in r.single.iter().zip(&base.single) {
-            let verdict = match first_difference(&s.text, &b.text) {
+        for p in &prompts {
+            let differs = singles(r, p).iter().find_map(|s| {
+                let b = base
+                    .single
+                    .iter()
+                    .find(|b| b.prompt == s.prompt && b.round == s.round)?;
+                first_difference(&s.text, &b.text).map(|at| (s.round, at))
+            });
+            let verdict = match differs {
                 None => "byte-identical".to_string(),
-                Some(at) => format!("differs from character {at}"),
+                Some((round, at)) => format!("differs from character {at} in round {}", round + 1),
             };
-            out += &format!("- {} / {}: {verdict}\n", r.arm.name, s.prompt);
+            out += &format!("- {} / {p}: {verdict}\n", r.arm.name);
         }
     }
     for r in reports {
@@ -396,8 +511,22 @@ fn policy_table(reports: &[ArmReport]) -> String {
     ]);
     let mut any = false;
     for r in reports.iter().filter(|r| r.arm.baseline.is_some()) {
+        let mut seen: Vec<(&str, usize)> = Vec::new();
         for m in &r.multi {
-            let Some(p) = &m.policy else {
+            let key = (m.prompt.as_str(), m.users);
+            if seen.contains(&key) {
+                continue;
+            }
+            seen.push(key);
+            let Some(p) = r
+                .multi
+                .iter()
+                .filter(|o| (o.prompt.as_str(), o.users) == key)
+                .filter_map(|o| o.policy.as_ref())
+                .fold(None, |sum: Option<PolicyCell>, p| {
+                    Some(sum.map_or(p.clone(), |s| s.plus(p)))
+                })
+            else {
                 continue;
             };
             any = true;

@@ -83,6 +83,10 @@ pub struct SpecBenchArgs {
     /// llama.cpp's llama-server binary, for its arms.
     #[arg(long)]
     pub peer_llama_server: Option<PathBuf>,
+    /// Times each cell is measured, the arms taking turns (ratios: medians of the rounds').
+    #[arg(long, default_value_t = 2, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub rounds: usize,
+    /// The first arm's port; the other arms' follow it.
     #[arg(long, default_value_t = 8391)]
     pub port: u16,
     /// Where each server's log goes.
@@ -301,14 +305,11 @@ fn spec(a: SpecBenchArgs) -> Result<(), CliError> {
             .collect(),
         n_predict: a.n_predict,
         users: a.users.clone(),
+        rounds: a.rounds,
         port: a.port,
         log_dir: a.log_dir.clone(),
     };
-    let mut reports = Vec::new();
-    for arm in &arms {
-        eprintln!("bench spec: {}", arm.name);
-        reports.push(spec_bench::run_arm(arm, &cfg).map_err(CliError::Usage)?);
-    }
+    let reports = spec_bench::run_arms(&arms, &cfg).map_err(CliError::Usage)?;
     if a.json {
         let machine = bench::Machine::here(Some(a.threads));
         let out =
