@@ -27,6 +27,8 @@ pub struct DraftModel {
     seen: Vec<Vec<u32>>,
     /// Per slot: the request's sampler chain, with the draft's own random stream.
     samplers: Vec<Option<Sampler>>,
+    /// Per slot: whether its request ended (its KV is kept for the slot's next one).
+    ended: Vec<bool>,
     /// `[n_vocab]` scratch for the draft's probability of its token.
     probs: Vec<f32>,
 }
@@ -45,6 +47,7 @@ impl DraftModel {
             seqs: (0..n_slots).map(|_| SeqKv::default()).collect(),
             seen: vec![Vec::new(); n_slots],
             samplers: vec![None; n_slots],
+            ended: vec![false; n_slots],
             probs: vec![0.0; n_vocab],
         })
     }
@@ -67,6 +70,26 @@ impl DraftModel {
         let kept = self.ctx.truncate(&mut self.seqs[slot], common);
         self.seen[slot].truncate(kept);
         &tokens[kept..]
+    }
+
+    /// Frees the KV kept for ended requests when the pool may lack room for `jobs` (their
+    /// tokens and drafts, a partly filled block each): a unified pool lets one slot's
+    /// kept KV take what another slot needs.
+    fn make_room(&mut self, jobs: &[DraftJob]) {
+        for job in jobs {
+            self.ended[job.slot] = false;
+        }
+        let wanted: usize = jobs
+            .iter()
+            .map(|j| self.behind(j.slot, j.tokens) + j.n_max + kv::BLOCK_SIZE)
+            .sum();
+        if self.ctx.kv().free_blocks() * kv::BLOCK_SIZE >= wanted {
+            return;
+        }
+        for slot in (0..self.seqs.len()).filter(|&s| self.ended[s]) {
+            self.ctx.release(&mut self.seqs[slot]);
+            self.seen[slot].clear();
+        }
     }
 
     /// Picks the draft token from `logits` for `job` and records it in `d` unless the
@@ -115,6 +138,7 @@ impl Proposer for DraftModel {
         out: &mut [Draft],
         log: &mut DraftLog,
     ) -> crate::Result<()> {
+        self.make_room(jobs);
         let mut rows: Vec<(usize, u32)> = Vec::new();
         let mut last_row: Vec<usize> = Vec::with_capacity(jobs.len());
         for job in jobs {
@@ -188,9 +212,9 @@ impl Proposer for DraftModel {
 
     /// Keeps the slot's KV: the slot's next request catches up only past the prefix it
     /// shares with this one (a chat template's system part, a conversation's history).
-    /// Each slot's KV fits its share of the draft's context, so kept ones never crowd out
-    /// another slot's.
+    /// Freed when another slot needs the room ([`DraftModel::make_room`]).
     fn release(&mut self, slot: usize) {
         self.samplers[slot] = None;
+        self.ended[slot] = true;
     }
 }
