@@ -544,7 +544,10 @@ fn policy_table(reports: &[ArmReport]) -> String {
         }
     }
     match any {
-        true => format!("\nThe policy in each cell:\n\n{}", table.markdown()),
+        true => format!(
+            "\nThe policy in each cell, all rounds together:\n\n{}",
+            table.markdown()
+        ),
         false => String::new(),
     }
 }
