@@ -73,16 +73,13 @@ impl DraftModel {
     }
 
     /// Frees the KV kept for ended requests when the pool may lack room for `jobs` (their
-    /// tokens and drafts, a partly filled block each): a unified pool lets one slot's
-    /// kept KV take what another slot needs.
-    fn make_room(&mut self, jobs: &[DraftJob]) {
+    /// `rows` to catch up, their drafts, a partly filled block each): a unified pool lets
+    /// one slot's kept KV take what another slot needs.
+    fn make_room(&mut self, jobs: &[DraftJob], rows: usize) {
         for job in jobs {
             self.ended[job.slot] = false;
         }
-        let wanted: usize = jobs
-            .iter()
-            .map(|j| self.behind(j.slot, j.tokens) + j.n_max + kv::BLOCK_SIZE)
-            .sum();
+        let wanted = rows + jobs.iter().map(|j| j.n_max + kv::BLOCK_SIZE).sum::<usize>();
         if self.ctx.kv().free_blocks() * kv::BLOCK_SIZE >= wanted {
             return;
         }
@@ -138,7 +135,6 @@ impl Proposer for DraftModel {
         out: &mut [Draft],
         log: &mut DraftLog,
     ) -> crate::Result<()> {
-        self.make_room(jobs);
         let mut rows: Vec<(usize, u32)> = Vec::new();
         let mut last_row: Vec<usize> = Vec::with_capacity(jobs.len());
         for job in jobs {
@@ -147,6 +143,7 @@ impl Proposer for DraftModel {
             self.seen[job.slot].extend_from_slice(todo);
             last_row.push(rows.len() - 1);
         }
+        self.make_room(jobs, rows.len());
         let mut active: Vec<usize> = Vec::with_capacity(jobs.len());
         let n_ubatch = self.ctx.config.n_ubatch;
         let mut logits_of: Vec<Option<Vec<f32>>> = vec![None; jobs.len()];

@@ -9,6 +9,7 @@
 //! byte-identical to plain decoding.
 
 mod draft_model;
+mod estimates;
 mod ngram;
 pub mod policy;
 mod scripted;

@@ -50,6 +50,7 @@
 //! none drafts, although one slot alone drafting 1 (8.9 / 100 ms) looks no worse than its
 //! neighbours drafting.
 
+use super::estimates::{Acceptance, Spells, PRIOR, SPELL_PRIOR};
 use crate::cost::{CostCurve, Shape, StepCost, ALPHA};
 
 /// Which depths are asked for.
@@ -75,89 +76,12 @@ pub const PROBE_AFTER: usize = 16;
 /// steps, ~0.1 s for a 0.5B draft) must fit in that share of the last steps' time.
 pub const PROBE_SHARE: f64 = 0.02;
 pub const PROBE_WINDOW: f64 = 256.0;
-/// Steps drafted per pause that the spell estimates start from: a request's first spell
-/// (it starts from the prompt, taken to draft to its end unless measured otherwise) and a
-/// spell after a pause (it resumed on recovered estimates, which are less sure).
-const SPELL_PRIOR: [f64; 2] = [64.0, 8.0];
-const SPELL_BOUNDS: (f64, f64) = (1.0, 64.0);
 /// Tokens a drafting slot's drafter computes each step anyway (the token it drafts from,
 /// and a draft's last token when all were accepted): more means it was paused.
 const FOLLOWING: usize = 2;
-/// Acceptance assumed before anything is observed.
-const PRIOR: f64 = 0.7;
-/// Observations a prior counts as: a position's first observations move its average by
-/// `1 / (n + PRIOR_WEIGHT)` (then by [`ALPHA`]), so that a request whose text drafts unlike
-/// the last ones' learns it in a step or two.
-const PRIOR_WEIGHT: f64 = 2.0;
 /// Depth of a request's first probe: one verification tells whether its drafts hold past
 /// the first position (deeper positions are taken as its deepest observed one).
 const FIRST_PROBE_DEPTH: usize = 2;
-
-/// Moving averages of conditional acceptance per draft position. A position never
-/// observed is taken to accept as the deepest one observed: a slot drafting shallow
-/// never learns the deeper positions otherwise, and code accepted at the first position
-/// is accepted at the next ones too.
-#[derive(Debug, Clone)]
-struct Acceptance {
-    a: Vec<f64>,
-    /// Leading positions observed at least once.
-    seen: usize,
-    /// Observations at each position.
-    n: Vec<f64>,
-}
-
-impl Acceptance {
-    fn new(n: usize, prior: f64) -> Self {
-        Acceptance {
-            a: vec![prior; n],
-            seen: 0,
-            n: vec![0.0; n],
-        }
-    }
-
-    /// `self`'s averages as the prior of a new estimate, which takes the positions it has
-    /// not observed itself as its deepest observed one.
-    fn as_prior(&self) -> Self {
-        Acceptance {
-            a: self.a.iter().enumerate().map(|(i, _)| self.at(i)).collect(),
-            seen: 0,
-            n: vec![0.0; self.n.len()],
-        }
-    }
-
-    fn at(&self, i: usize) -> f64 {
-        match self.seen {
-            0 => self.a[i],
-            n => self.a[i.min(n - 1)],
-        }
-    }
-
-    /// Expected tokens a step yields with `d` drafts: the target's own token plus each
-    /// draft accepted together with all before it.
-    fn expected(&self, d: usize) -> f64 {
-        let mut run = 1.0;
-        let mut e = 1.0;
-        for i in 0..d.min(self.a.len()) {
-            run *= self.at(i);
-            e += run;
-        }
-        e
-    }
-
-    fn observe(&mut self, drafted: usize, accepted: usize) {
-        let reached = drafted.min(accepted + 1).min(self.a.len());
-        for i in self.seen..reached {
-            self.a[i] = self.at(i);
-        }
-        self.seen = self.seen.max(reached);
-        for i in 0..reached {
-            let hit = if i < accepted { 1.0 } else { 0.0 };
-            self.n[i] += 1.0;
-            let rate = ALPHA.max(1.0 / (self.n[i] + PRIOR_WEIGHT));
-            self.a[i] += rate * (hit - self.a[i]);
-        }
-    }
-}
 
 /// One decoding slot the policy chooses a depth for.
 #[derive(Debug, Clone, Copy)]
@@ -215,37 +139,6 @@ struct SlotState {
     resumed: bool,
     /// Whether it drafted in this request, probes included.
     tried: bool,
-}
-
-/// How many steps a slot that starts drafting keeps drafting before it pauses: steps
-/// drafted over the pauses that ended them, both decaying by [`ALPHA`] at each spell's end.
-/// A spell cut short by its request's end counts its steps but no pause (the request's
-/// end is weighed by `remaining`); counting it as a pause let one short warm-up request
-/// keep later requests from ever starting, their prompts' catching up spread over a
-/// spell of a few steps.
-#[derive(Debug, Clone, Copy)]
-struct Spells {
-    steps: f64,
-    pauses: f64,
-}
-
-impl Spells {
-    fn new(prior: f64) -> Self {
-        Spells {
-            steps: prior,
-            pauses: 1.0,
-        }
-    }
-
-    fn end(&mut self, steps: usize, paused: bool) {
-        let keep = 1.0 - ALPHA;
-        self.steps = self.steps * keep + steps as f64;
-        self.pauses = self.pauses * keep + paused as u8 as f64;
-    }
-
-    fn mean(&self) -> f64 {
-        (self.steps / self.pauses.max(1e-9)).clamp(SPELL_BOUNDS.0, SPELL_BOUNDS.1)
-    }
 }
 
 /// What a step with some depths is predicted to give and cost.
@@ -548,9 +441,7 @@ impl Policy {
 
     /// The expected acceptance at each draft position, over all slots.
     pub fn acceptance(&self) -> Vec<f64> {
-        (0..self.global.a.len())
-            .map(|i| self.global.at(i))
-            .collect()
+        self.global.extrapolated()
     }
 }
 
