@@ -100,17 +100,22 @@ impl PolicyCell {
         )
     }
 
-    /// Both cells' counts together.
-    fn plus(&self, o: &PolicyCell) -> PolicyCell {
+    /// Counter by counter, `count(self, o)` and `secs(self, o)`.
+    fn combine(
+        &self,
+        o: &PolicyCell,
+        count: impl Fn(u64, u64) -> u64,
+        secs: impl Fn(f64, f64) -> f64,
+    ) -> PolicyCell {
         let at = |v: &[u64], i: usize| v.get(i).copied().unwrap_or(0);
         PolicyCell {
             depths: (0..self.depths.len().max(o.depths.len()))
-                .map(|d| at(&self.depths, d) + at(&o.depths, d))
+                .map(|d| count(at(&self.depths, d), at(&o.depths, d)))
                 .collect(),
-            paused: self.paused + o.paused,
-            catch_up_tokens: self.catch_up_tokens + o.catch_up_tokens,
-            predicted_s: self.predicted_s + o.predicted_s,
-            measured_s: self.measured_s + o.measured_s,
+            paused: count(self.paused, o.paused),
+            catch_up_tokens: count(self.catch_up_tokens, o.catch_up_tokens),
+            predicted_s: secs(self.predicted_s, o.predicted_s),
+            measured_s: secs(self.measured_s, o.measured_s),
         }
     }
 
@@ -163,16 +168,7 @@ fn policy_counters(port: u16) -> Option<PolicyCell> {
 
 /// `after - before`, counter by counter.
 fn since(before: &PolicyCell, after: &PolicyCell) -> PolicyCell {
-    let at = |v: &[u64], i: usize| v.get(i).copied().unwrap_or(0);
-    PolicyCell {
-        depths: (0..after.depths.len())
-            .map(|d| at(&after.depths, d).saturating_sub(at(&before.depths, d)))
-            .collect(),
-        paused: after.paused.saturating_sub(before.paused),
-        catch_up_tokens: after.catch_up_tokens.saturating_sub(before.catch_up_tokens),
-        predicted_s: after.predicted_s - before.predicted_s,
-        measured_s: after.measured_s - before.measured_s,
-    }
+    after.combine(before, u64::saturating_sub, |a, b| a - b)
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -253,8 +249,8 @@ pub fn run_arms(arms: &[Arm], cfg: &SpecBenchConfig) -> Result<Vec<ArmReport>, S
             }
         }
         for (label, message) in &cfg.prompts {
+            let message = format!("(round {round}) {message}");
             for &users in &cfg.users {
-                let message = format!("(round {round}) {message}");
                 for (r, (_, _, port)) in reports.iter_mut().zip(&servers) {
                     r.multi
                         .push(cell(*port, round, label, &message, users, cfg.n_predict)?);
@@ -524,7 +520,7 @@ fn policy_table(reports: &[ArmReport]) -> String {
                 .filter(|o| (o.prompt.as_str(), o.users) == key)
                 .filter_map(|o| o.policy.as_ref())
                 .fold(None, |sum: Option<PolicyCell>, p| {
-                    Some(sum.map_or(p.clone(), |s| s.plus(p)))
+                    Some(sum.map_or(p.clone(), |s| s.combine(p, |a, b| a + b, |a, b| a + b)))
                 })
             else {
                 continue;
