@@ -60,7 +60,7 @@ pub struct AttentionScratch {
 /// `out[r]` (`[heads.len(), head_dim]`).
 ///
 /// Per row and head, whatever the tile: score `t` is `scale · (q·k_t)`, the dot product
-/// summed as [`dot8`] does; `e^x` is [`crate::ops::exp`]; the chunk's sum is taken in
+/// summed as [`dots`] does; `e^x` is [`crate::ops::exp`]; the chunk's sum is taken in
 /// position order; `o` accumulates `p_t · v_t` in position order, one fused multiply-add
 /// per element and position.
 #[allow(clippy::too_many_arguments)]
@@ -78,7 +78,7 @@ pub fn attend(
     let hd = keys.head_dim;
     let (rows, n_group) = (q.len(), heads.len());
     let n_q = rows * n_group;
-    // 8 vectors more than a chunk: `dot8` reads 8 from any position of the chunk.
+    // 8 vectors more than a chunk: `dots` reads 8 keys from any position of the chunk.
     scratch.keys.resize((KV_CHUNK + 8) * hd, 0.0);
     scratch.values.resize(KV_CHUNK * hd, 0.0);
     scratch.scores.resize(n_q * KV_CHUNK, 0.0);
@@ -114,13 +114,15 @@ pub fn attend(
             if part.is_empty() {
                 continue;
             }
-            for (g, h) in heads.clone().enumerate() {
+            let qr = &q[r][heads.start * hd..heads.end * hd];
+            let row_scores = &mut scores[r * n_group * KV_CHUNK..(r + 1) * n_group * KV_CHUNK];
+            for t in part.clone().step_by(8) {
+                let n = (part.end - t).min(8);
+                dots(simd, qr, hd, &kc[t * hd..], &mut row_scores[t..], n, scale);
+            }
+            for g in 0..n_group {
                 let qi = r * n_group + g;
-                let s = &mut scores[qi * KV_CHUNK + part.start..qi * KV_CHUNK + part.end];
-                let qh = &q[r][h * hd..(h + 1) * hd];
-                for (t0, block) in s.chunks_mut(8).enumerate() {
-                    dot8(simd, qh, &kc[(part.start + t0 * 8) * hd..], block, scale);
-                }
+                let s = &mut row_scores[g * KV_CHUNK + part.start..g * KV_CHUNK + part.end];
                 let m = s.iter().copied().fold(max[qi], f32::max);
                 let rescale = exp(max[qi] - m);
                 exp_shifted(s, m);
@@ -137,16 +139,15 @@ pub fn attend(
             if part.is_empty() {
                 continue;
             }
-            for g in 0..n_group {
-                let qi = r * n_group + g;
-                let p = &scores[qi * KV_CHUNK + part.start..qi * KV_CHUNK + part.end];
-                accumulate(
-                    simd,
-                    &mut o[g * hd..(g + 1) * hd],
-                    p,
-                    &vc[part.start * hd..],
-                );
-            }
+            let p = &scores[r * n_group * KV_CHUNK + part.start..];
+            accumulate(
+                simd,
+                &mut o[..n_group * hd],
+                hd,
+                p,
+                part.len(),
+                &vc[part.start * hd..],
+            );
         }
     }
     for (r, o) in out.iter_mut().enumerate() {
@@ -159,117 +160,257 @@ pub fn attend(
     }
 }
 
-/// Whether [`dot8`] and [`accumulate`] may take their AVX2 paths for vectors of `hd`:
-/// the CPU has AVX2 and FMA, and `hd` is a multiple of 8.
-fn simd_for(hd: usize) -> bool {
+/// The instruction set [`dots`] and [`accumulate`] run on; every one gives the scalar
+/// bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Simd {
+    Scalar,
+    /// 8 lanes, one query vector per pass.
+    Avx2,
+    /// 8 lanes, [`QUERY_BLOCK`] query vectors per pass (AVX-512 VL's 32 registers hold
+    /// their accumulators), each key and value loaded once for all of them.
+    Avx512,
+}
+
+/// Query vectors a pass of the AVX-512 kernels takes at once.
+const QUERY_BLOCK: usize = 3;
+
+/// The instruction set for vectors of `hd` (8-lane paths need `hd` a multiple of 8).
+fn simd_for(hd: usize) -> Simd {
     #[cfg(target_arch = "x86_64")]
     {
         let f = crate::cpu::CpuFeatures::get();
-        f.avx2 && f.fma && hd.is_multiple_of(8)
+        match (
+            f.avx2 && f.fma && hd.is_multiple_of(8),
+            f.avx512f && f.avx512vl,
+        ) {
+            (true, true) => Simd::Avx512,
+            (true, false) => Simd::Avx2,
+            _ => Simd::Scalar,
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = hd;
-        false
+        Simd::Scalar
     }
 }
 
-/// `out[t] = scale · (q · k[t])` for the `out.len() ≤ 8` vectors of `k` (`[.., q.len()]`,
-/// row-major). Each dot product: element `i` is fused-multiply-added into lane `i % 8`
-/// (lanes start at 0.0), and the lanes are summed `((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7))`;
-/// the AVX2 version (`simd`, from [`simd_for`]) gives the bits of the scalar one, and
-/// needs `k` to hold 8 vectors (those past `out.len()` are read and ignored).
-fn dot8(simd: bool, q: &[f32], k: &[f32], out: &mut [f32], scale: f32) {
-    let hd = q.len();
+/// Scores of the query vectors `q` (`[n_q, hd]`) against `n ≤ 8` keys `k` (`[.., hd]`,
+/// row-major): `scores[j · KV_CHUNK + t] = scale · (q_j · k_t)`. Each dot product: element
+/// `i` is fused-multiply-added into lane `i % 8` (lanes start at 0.0), and the lanes are
+/// summed `((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7))`. The SIMD paths give the scalar bits and
+/// need `k` to hold 8 keys (those past `n` are read, their scores not written).
+fn dots(simd: Simd, q: &[f32], hd: usize, k: &[f32], scores: &mut [f32], n: usize, scale: f32) {
+    let n_q = q.len() / hd;
     #[cfg(target_arch = "x86_64")]
-    if simd {
-        assert!(k.len() >= 8 * hd, "8 vectors of keys");
-        // SAFETY: `simd_for` found AVX2 and FMA; `k` holds 8 vectors of `hd`.
-        return unsafe { dot8_avx2(q, k, out, scale) };
+    if simd != Simd::Scalar {
+        assert!(k.len() >= 8 * hd && n <= 8 && scores.len() >= (n_q - 1) * KV_CHUNK + n);
+        let mut j = 0;
+        while j < n_q {
+            let (qj, sj) = (&q[j * hd..], &mut scores[j * KV_CHUNK..]);
+            // SAFETY: `simd_for` found AVX2 and FMA (and AVX-512 F and VL for `Avx512`)
+            // and `hd` a multiple of 8; `q` holds the block's vectors, `k` 8 keys and
+            // `scores` the block's rows (asserted above).
+            j += unsafe {
+                match (simd, n_q - j) {
+                    (Simd::Avx512, QUERY_BLOCK..) => {
+                        dots_avx512::<QUERY_BLOCK>(qj, hd, k, sj, n, scale)
+                    }
+                    (Simd::Avx512, 2) => dots_avx512::<2>(qj, hd, k, sj, n, scale),
+                    (Simd::Avx512, _) => dots_avx512::<1>(qj, hd, k, sj, n, scale),
+                    _ => dots_avx2(qj, hd, k, sj, n, scale),
+                }
+            };
+        }
+        return;
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = simd;
-    for (t, o) in out.iter_mut().enumerate() {
-        let mut l = [0f32; 8];
-        for (i, (&a, &b)) in q.iter().zip(&k[t * hd..(t + 1) * hd]).enumerate() {
-            l[i % 8] = a.mul_add(b, l[i % 8]);
+    for (j, qj) in q.chunks_exact(hd).enumerate() {
+        for t in 0..n {
+            let mut l = [0f32; 8];
+            for (i, (&a, &b)) in qj.iter().zip(&k[t * hd..(t + 1) * hd]).enumerate() {
+                l[i % 8] = a.mul_add(b, l[i % 8]);
+            }
+            scores[j * KV_CHUNK + t] =
+                (((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))) * scale;
         }
-        *o = (((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))) * scale;
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn dot8_avx2(q: &[f32], k: &[f32], out: &mut [f32], scale: f32) {
+unsafe fn dots_avx2(q: &[f32], hd: usize, k: &[f32], s: &mut [f32], n: usize, scale: f32) -> usize {
+    dots_block::<1>(q, hd, k, s, n, scale)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
+unsafe fn dots_avx512<const N: usize>(
+    q: &[f32],
+    hd: usize,
+    k: &[f32],
+    s: &mut [f32],
+    n: usize,
+    scale: f32,
+) -> usize {
+    dots_block::<N>(q, hd, k, s, n, scale)
+}
+
+/// [`dots`] for the first `N` vectors of `q`, 8 keys each loaded once for all of them;
+/// returns `N`. Inlined into callers whose target features give it registers enough.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dots_block<const N: usize>(
+    q: &[f32],
+    hd: usize,
+    k: &[f32],
+    scores: &mut [f32],
+    n: usize,
+    scale: f32,
+) -> usize {
     use std::arch::x86_64::*;
-    let hd = q.len();
-    let mut acc = [_mm256_setzero_ps(); 8];
+    let mut acc = [[_mm256_setzero_ps(); 8]; N];
     let (pq, pk) = (q.as_ptr(), k.as_ptr());
     for i in (0..hd).step_by(8) {
-        let qv = _mm256_loadu_ps(pq.add(i));
-        for (t, a) in acc.iter_mut().enumerate() {
-            *a = _mm256_fmadd_ps(qv, _mm256_loadu_ps(pk.add(t * hd + i)), *a);
+        let qv: [__m256; N] = std::array::from_fn(|j| _mm256_loadu_ps(pq.add(j * hd + i)));
+        for t in 0..8 {
+            let kv = _mm256_loadu_ps(pk.add(t * hd + i));
+            for j in 0..N {
+                acc[j][t] = _mm256_fmadd_ps(qv[j], kv, acc[j][t]);
+            }
         }
     }
-    let h01 = _mm256_hadd_ps(acc[0], acc[1]);
-    let h23 = _mm256_hadd_ps(acc[2], acc[3]);
-    let h45 = _mm256_hadd_ps(acc[4], acc[5]);
-    let h67 = _mm256_hadd_ps(acc[6], acc[7]);
-    let h0123 = _mm256_hadd_ps(h01, h23);
-    let h4567 = _mm256_hadd_ps(h45, h67);
-    let lo = _mm256_permute2f128_ps::<0x20>(h0123, h4567);
-    let hi = _mm256_permute2f128_ps::<0x31>(h0123, h4567);
-    let s = _mm256_mul_ps(_mm256_add_ps(lo, hi), _mm256_set1_ps(scale));
-    let mut all = [0f32; 8];
-    _mm256_storeu_ps(all.as_mut_ptr(), s);
-    out.copy_from_slice(&all[..out.len()]);
+    for (j, a) in acc.iter().enumerate() {
+        let h01 = _mm256_hadd_ps(a[0], a[1]);
+        let h23 = _mm256_hadd_ps(a[2], a[3]);
+        let h45 = _mm256_hadd_ps(a[4], a[5]);
+        let h67 = _mm256_hadd_ps(a[6], a[7]);
+        let h0123 = _mm256_hadd_ps(h01, h23);
+        let h4567 = _mm256_hadd_ps(h45, h67);
+        let lo = _mm256_permute2f128_ps::<0x20>(h0123, h4567);
+        let hi = _mm256_permute2f128_ps::<0x31>(h0123, h4567);
+        let sum = _mm256_mul_ps(_mm256_add_ps(lo, hi), _mm256_set1_ps(scale));
+        let mut all = [0f32; 8];
+        _mm256_storeu_ps(all.as_mut_ptr(), sum);
+        scores[j * KV_CHUNK..j * KV_CHUNK + n].copy_from_slice(&all[..n]);
+    }
+    N
 }
 
-/// `o[i] += p[t] · v[t][i]` for every position `t` in order (`v` row-major, rows of
-/// `o.len()`), one fused multiply-add each; the AVX2 version (`simd`, from
-/// [`simd_for`]) gives the scalar bits.
-fn accumulate(simd: bool, o: &mut [f32], p: &[f32], v: &[f32]) {
-    let hd = o.len();
+/// `o[j · hd + i] += p[j · KV_CHUNK + t] · v[t][i]` for every query vector `j` of `o`
+/// (`[n_q, hd]`) and every position `t < n` in order (`v` row-major, rows of `hd`), one
+/// fused multiply-add each; the SIMD paths give the scalar bits.
+fn accumulate(simd: Simd, o: &mut [f32], hd: usize, p: &[f32], n: usize, v: &[f32]) {
+    let n_q = o.len() / hd;
+    assert!(v.len() >= n * hd && (n_q == 0 || p.len() >= (n_q - 1) * KV_CHUNK + n));
     #[cfg(target_arch = "x86_64")]
-    if simd {
-        // SAFETY: `simd_for` found AVX2 and FMA; `accumulate_avx2` checks that `v` holds
-        // `p.len()` rows of `hd`.
-        return unsafe { accumulate_avx2(o, p, v) };
+    if simd != Simd::Scalar {
+        let mut j = 0;
+        while j < n_q {
+            let (oj, pj) = (&mut o[j * hd..], &p[j * KV_CHUNK..]);
+            // SAFETY: as in `dots`; `o`, `p` and `v` hold what the block reads and writes
+            // (asserted above).
+            j += unsafe {
+                match (simd, n_q - j) {
+                    (Simd::Avx512, QUERY_BLOCK..) => {
+                        accumulate_avx512::<QUERY_BLOCK>(oj, hd, pj, n, v)
+                    }
+                    (Simd::Avx512, 2) => accumulate_avx512::<2>(oj, hd, pj, n, v),
+                    (Simd::Avx512, _) => accumulate_avx512::<1>(oj, hd, pj, n, v),
+                    _ => accumulate_avx2(oj, hd, pj, n, v),
+                }
+            };
+        }
+        return;
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = simd;
-    for (t, &pt) in p.iter().enumerate() {
-        for (oi, &vi) in o.iter_mut().zip(&v[t * hd..(t + 1) * hd]) {
-            *oi = pt.mul_add(vi, *oi);
+    for (j, oj) in o.chunks_exact_mut(hd).enumerate() {
+        for t in 0..n {
+            let pt = p[j * KV_CHUNK + t];
+            for (oi, &vi) in oj.iter_mut().zip(&v[t * hd..(t + 1) * hd]) {
+                *oi = pt.mul_add(vi, *oi);
+            }
         }
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn accumulate_avx2(o: &mut [f32], p: &[f32], v: &[f32]) {
-    use std::arch::x86_64::*;
-    let hd = o.len();
-    assert!(v.len() >= p.len() * hd);
-    let (po, pv) = (o.as_mut_ptr(), v.as_ptr());
+unsafe fn accumulate_avx2(o: &mut [f32], hd: usize, p: &[f32], n: usize, v: &[f32]) -> usize {
+    accumulate_block::<1>(o, hd, p, n, v)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
+unsafe fn accumulate_avx512<const N: usize>(
+    o: &mut [f32],
+    hd: usize,
+    p: &[f32],
+    n: usize,
+    v: &[f32],
+) -> usize {
+    accumulate_block::<N>(o, hd, p, n, v)
+}
+
+/// [`accumulate`] for the first `N` vectors of `o`, 64 elements at a time (then 8), each
+/// value vector loaded once for all of them; returns `N`.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn accumulate_block<const N: usize>(
+    o: &mut [f32],
+    hd: usize,
+    p: &[f32],
+    n: usize,
+    v: &[f32],
+) -> usize {
     let mut d = 0;
+    while d + 64 <= hd {
+        accumulate_lanes::<N, 8>(o, hd, p, n, v, d);
+        d += 64;
+    }
     while d < hd {
-        let w = (hd - d).min(64) / 8;
-        let mut acc = [_mm256_setzero_ps(); 8];
-        for (j, a) in acc[..w].iter_mut().enumerate() {
-            *a = _mm256_loadu_ps(po.add(d + 8 * j));
-        }
-        for (t, &pt) in p.iter().enumerate() {
-            let b = _mm256_set1_ps(pt);
-            let row = pv.add(t * hd + d);
-            for (j, a) in acc[..w].iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(b, _mm256_loadu_ps(row.add(8 * j)), *a);
+        accumulate_lanes::<N, 1>(o, hd, p, n, v, d);
+        d += 8;
+    }
+    N
+}
+
+/// Elements `d..d + 8·W` of [`accumulate_block`], held in `N × W` registers.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn accumulate_lanes<const N: usize, const W: usize>(
+    o: &mut [f32],
+    hd: usize,
+    p: &[f32],
+    n: usize,
+    v: &[f32],
+    d: usize,
+) {
+    use std::arch::x86_64::*;
+    let (po, pp, pv) = (o.as_mut_ptr(), p.as_ptr(), v.as_ptr());
+    let mut acc: [[__m256; W]; N] = std::array::from_fn(|j| {
+        std::array::from_fn(|c| _mm256_loadu_ps(po.add(j * hd + d + 8 * c)))
+    });
+    for t in 0..n {
+        let b: [__m256; N] = std::array::from_fn(|j| _mm256_set1_ps(*pp.add(j * KV_CHUNK + t)));
+        let row = pv.add(t * hd + d);
+        for c in 0..W {
+            let x = _mm256_loadu_ps(row.add(8 * c));
+            for j in 0..N {
+                acc[j][c] = _mm256_fmadd_ps(b[j], x, acc[j][c]);
             }
         }
-        for (j, a) in acc[..w].iter().enumerate() {
-            _mm256_storeu_ps(po.add(d + 8 * j), *a);
+    }
+    for (j, a) in acc.iter().enumerate() {
+        for (c, &x) in a.iter().enumerate() {
+            _mm256_storeu_ps(po.add(j * hd + d + 8 * c), x);
         }
-        d += 8 * w;
     }
 }
 
@@ -440,27 +581,53 @@ mod tests {
         }
     }
 
-    /// The SIMD dot products and accumulation give the scalar twins' bits.
+    /// The instruction sets this CPU runs [`dots`] and [`accumulate`] on.
+    fn simds(hd: usize) -> Vec<Simd> {
+        match simd_for(hd) {
+            Simd::Avx512 => vec![Simd::Avx2, Simd::Avx512],
+            Simd::Avx2 => vec![Simd::Avx2],
+            Simd::Scalar => vec![],
+        }
+    }
+
+    /// The SIMD dots and accumulation give the scalar twins' bits, for every number of
+    /// query vectors a block may hold or split into and every number of keys.
     #[test]
     fn simd_dots_and_accumulation_give_the_scalar_bits() {
-        let hd = 128;
-        let (q, k) = (data(hd, 1), data(8 * hd, 2));
-        let mut simd = [0f32; 8];
-        dot8(simd_for(hd), &q, &k, &mut simd, 0.3);
-        for t in 0..8 {
-            let mut scalar = [0f32];
-            dot8(false, &q, &k[t * hd..(t + 1) * hd], &mut scalar, 0.3);
-            assert_eq!(simd[t].to_bits(), scalar[0].to_bits(), "dot {t}");
-        }
-        let (p, v) = (data(7, 3), data(7 * hd, 4));
-        let mut o = data(hd, 5);
-        let mut want = o.clone();
-        accumulate(simd_for(hd), &mut o, &p, &v);
-        for (t, &pt) in p.iter().enumerate() {
-            for (w, &vi) in want.iter_mut().zip(&v[t * hd..(t + 1) * hd]) {
-                *w = pt.mul_add(vi, *w);
+        for hd in [128, 72, 256] {
+            for simd in simds(hd) {
+                for n_q in 1..=7 {
+                    let q = data(n_q * hd, 1);
+                    let k = data(8 * hd, 2);
+                    for n in 1..=8 {
+                        let mut got = vec![0f32; n_q * KV_CHUNK];
+                        let mut want = got.clone();
+                        dots(simd, &q, hd, &k, &mut got, n, 0.3);
+                        dots(Simd::Scalar, &q, hd, &k, &mut want, n, 0.3);
+                        let same = got
+                            .iter()
+                            .zip(&want)
+                            .all(|(a, b)| a.to_bits() == b.to_bits());
+                        assert!(same, "{simd:?} dots: hd {hd}, {n_q} queries, {n} keys");
+                    }
+                    let p = data(n_q * KV_CHUNK, 3);
+                    let v = data(KV_CHUNK * hd, 4);
+                    for n in [1, 7, KV_CHUNK] {
+                        let mut got = data(n_q * hd, 5);
+                        let mut want = got.clone();
+                        accumulate(simd, &mut got, hd, &p, n, &v);
+                        accumulate(Simd::Scalar, &mut want, hd, &p, n, &v);
+                        let same = got
+                            .iter()
+                            .zip(&want)
+                            .all(|(a, b)| a.to_bits() == b.to_bits());
+                        assert!(
+                            same,
+                            "{simd:?} accumulate: hd {hd}, {n_q} queries, {n} positions"
+                        );
+                    }
+                }
             }
         }
-        assert!(o.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()));
     }
 }

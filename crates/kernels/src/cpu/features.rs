@@ -15,6 +15,8 @@ pub struct CpuFeatures {
     pub avx512f: bool,
     pub avx512bw: bool,
     pub avx512vnni: bool,
+    /// AVX-512 at 256 bits, with its 32 vector registers (attention's query blocks).
+    pub avx512vl: bool,
     /// f32 dots (float weights, attention).
     pub dot: Isa,
     /// Quantized dots over unpacked rows.
@@ -38,7 +40,7 @@ impl CpuFeatures {
 
     fn detect() -> CpuFeatures {
         #[cfg(target_arch = "x86_64")]
-        let (avx2, fma, f16c, avx512f, avx512bw, avx512vnni) = {
+        let (avx2, fma, f16c, avx512f, avx512bw, avx512vnni, avx512vl) = {
             use std::arch::is_x86_feature_detected as has;
             (
                 has!("avx2"),
@@ -47,14 +49,15 @@ impl CpuFeatures {
                 has!("avx512f"),
                 has!("avx512bw"),
                 has!("avx512vnni"),
+                has!("avx512vl"),
             )
         };
         #[cfg(not(target_arch = "x86_64"))]
-        let (avx2, fma, f16c, avx512f, avx512bw, avx512vnni) =
-            (false, false, false, false, false, false);
+        let (avx2, fma, f16c, avx512f, avx512bw, avx512vnni, avx512vl) =
+            (false, false, false, false, false, false, false);
         CpuFeatures {
             prefetch_rows: if is_amd() { 4 } else { 1 },
-            ..Self::from_flags(avx2, fma, f16c, avx512f, avx512bw, avx512vnni)
+            ..Self::from_flags(avx2, fma, f16c, avx512f, avx512bw, avx512vnni, avx512vl)
         }
     }
 
@@ -66,6 +69,7 @@ impl CpuFeatures {
         avx512f: bool,
         avx512bw: bool,
         avx512vnni: bool,
+        avx512vl: bool,
     ) -> CpuFeatures {
         let avx2_set = avx2 && fma;
         #[cfg(target_arch = "x86_64")]
@@ -96,6 +100,7 @@ impl CpuFeatures {
             avx512f,
             avx512bw,
             avx512vnni,
+            avx512vl,
             dot,
             quant,
             packed,
