@@ -219,7 +219,7 @@ fn dots(simd: Simd, q: &[f32], hd: usize, k: &[f32], scores: &mut [f32], n: usiz
                     }
                     (Simd::Avx512, 2) => dots_avx512::<2>(qj, hd, k, sj, n, scale),
                     (Simd::Avx512, _) => dots_avx512::<1>(qj, hd, k, sj, n, scale),
-                    _ => dots_avx2(qj, hd, k, sj, n, scale),
+                    _ => dots_block::<1>(qj, hd, k, sj, n, scale),
                 }
             };
         }
@@ -240,12 +240,6 @@ fn dots(simd: Simd, q: &[f32], hd: usize, k: &[f32], scores: &mut [f32], n: usiz
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dots_avx2(q: &[f32], hd: usize, k: &[f32], s: &mut [f32], n: usize, scale: f32) -> usize {
-    dots_block::<1>(q, hd, k, s, n, scale)
-}
-
-#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
 unsafe fn dots_avx512<const N: usize>(
     q: &[f32],
@@ -259,7 +253,8 @@ unsafe fn dots_avx512<const N: usize>(
 }
 
 /// [`dots`] for the first `N` vectors of `q`, 8 keys each loaded once for all of them;
-/// returns `N`. Inlined into callers whose target features give it registers enough.
+/// returns `N`. The AVX2 path calls it with `N = 1`; inlined into the AVX-512 one, whose
+/// target features give it registers enough for more.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx2,fma")]
@@ -320,7 +315,7 @@ fn accumulate(simd: Simd, o: &mut [f32], hd: usize, p: &[f32], n: usize, v: &[f3
                     }
                     (Simd::Avx512, 2) => accumulate_avx512::<2>(oj, hd, pj, n, v),
                     (Simd::Avx512, _) => accumulate_avx512::<1>(oj, hd, pj, n, v),
-                    _ => accumulate_avx2(oj, hd, pj, n, v),
+                    _ => accumulate_block::<1>(oj, hd, pj, n, v),
                 }
             };
         }
@@ -336,12 +331,6 @@ fn accumulate(simd: Simd, o: &mut [f32], hd: usize, p: &[f32], n: usize, v: &[f3
             }
         }
     }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn accumulate_avx2(o: &mut [f32], hd: usize, p: &[f32], n: usize, v: &[f32]) -> usize {
-    accumulate_block::<1>(o, hd, p, n, v)
 }
 
 #[cfg(target_arch = "x86_64")]
