@@ -267,18 +267,20 @@ unsafe fn dots_block<const N: usize>(
     scale: f32,
 ) -> usize {
     use std::arch::x86_64::*;
-    let mut acc = [[_mm256_setzero_ps(); 8]; N];
+    // `acc[t][j]`: key `t`'s lanes against query `j`.
+    let mut acc = [[_mm256_setzero_ps(); N]; 8];
     let (pq, pk) = (q.as_ptr(), k.as_ptr());
     for i in (0..hd).step_by(8) {
         let qv: [__m256; N] = std::array::from_fn(|j| _mm256_loadu_ps(pq.add(j * hd + i)));
-        for t in 0..8 {
+        for (t, at) in acc.iter_mut().enumerate() {
             let kv = _mm256_loadu_ps(pk.add(t * hd + i));
-            for j in 0..N {
-                acc[j][t] = _mm256_fmadd_ps(qv[j], kv, acc[j][t]);
+            for (a, &qj) in at.iter_mut().zip(&qv) {
+                *a = _mm256_fmadd_ps(qj, kv, *a);
             }
         }
     }
-    for (j, a) in acc.iter().enumerate() {
+    for j in 0..N {
+        let a: [__m256; 8] = std::array::from_fn(|t| acc[t][j]);
         let h01 = _mm256_hadd_ps(a[0], a[1]);
         let h23 = _mm256_hadd_ps(a[2], a[3]);
         let h45 = _mm256_hadd_ps(a[4], a[5]);
@@ -383,21 +385,22 @@ unsafe fn accumulate_lanes<const N: usize, const W: usize>(
 ) {
     use std::arch::x86_64::*;
     let (po, pp, pv) = (o.as_mut_ptr(), p.as_ptr(), v.as_ptr());
-    let mut acc: [[__m256; W]; N] = std::array::from_fn(|j| {
-        std::array::from_fn(|c| _mm256_loadu_ps(po.add(j * hd + d + 8 * c)))
+    // `acc[c][j]`: elements `d + 8c..d + 8c + 8` of query `j`.
+    let mut acc: [[__m256; N]; W] = std::array::from_fn(|c| {
+        std::array::from_fn(|j| _mm256_loadu_ps(po.add(j * hd + d + 8 * c)))
     });
     for t in 0..n {
         let b: [__m256; N] = std::array::from_fn(|j| _mm256_set1_ps(*pp.add(j * KV_CHUNK + t)));
         let row = pv.add(t * hd + d);
-        for c in 0..W {
+        for (c, ac) in acc.iter_mut().enumerate() {
             let x = _mm256_loadu_ps(row.add(8 * c));
-            for j in 0..N {
-                acc[j][c] = _mm256_fmadd_ps(b[j], x, acc[j][c]);
+            for (a, &bj) in ac.iter_mut().zip(&b) {
+                *a = _mm256_fmadd_ps(bj, x, *a);
             }
         }
     }
-    for (j, a) in acc.iter().enumerate() {
-        for (c, &x) in a.iter().enumerate() {
+    for (c, ac) in acc.iter().enumerate() {
+        for (j, &x) in ac.iter().enumerate() {
             _mm256_storeu_ps(po.add(j * hd + d + 8 * c), x);
         }
     }
