@@ -14,8 +14,8 @@
 //!    given a quarter of them (so that no prompt starves), the rest go to the prompts with
 //!    the fewest tokens left first (so that a short prompt is not queued behind long ones).
 //!    When nobody decodes yet but a prompt ends in this step, its stream starts within
-//!    the step: the other prompts' rows are then cut to the target of its first decoding
-//!    row on top of its own rows.
+//!    the step: the other prompts' rows (another ending prompt's too) are then cut to the
+//!    target of its first decoding row on top of its own rows.
 //!
 //! Worked example (`n_batch = 64`, a step predicted at 10 ms + 1 ms per row, budget
 //! 2.5×): slots in admission order A (a prompt of 2,000 tokens), B (decoding, with a draft
@@ -128,35 +128,37 @@ pub(super) fn plan(limits: &Limits, slots: &mut dyn Slots) -> Vec<Planned> {
 }
 
 /// With nobody decoding, a prompt that ends in this step starts its stream in it, at its
-/// last row: the other prompts' rows are cut so that the step is predicted within the
-/// ending prompts' rows plus the budget's target for their first decoding rows. `shares`
-/// are the rows given to the `waiting` prompts without a cap.
+/// last row: the rest of the step is then a gap in that stream. So the ending prompt with
+/// the fewest rows here (the older on ties) keeps them, and every other prompt, ending or
+/// not, is cut so that the step is predicted within those rows plus the budget's target
+/// for its first decoding row. `shares` are the rows given to the `waiting` prompts
+/// without a cap.
 fn streams_starting(
     limits: &Limits,
     rows_left: usize,
     waiting: &[(usize, usize)],
     shares: Vec<usize>,
 ) -> Vec<usize> {
-    let ending = |i: usize| shares[i] > 0 && shares[i] == waiting[i].1;
-    let streams = (0..waiting.len())
-        .filter(|&i| ending(i))
-        .map(|i| Shape::run(waiting[i].0 + waiting[i].1, 1, 1))
-        .fold(Shape::default(), Shape::plus);
-    let others: Vec<usize> = (0..waiting.len()).filter(|&i| !ending(i)).collect();
-    let Some(goal) = step_target(limits, &streams) else {
+    let Some(first) = (0..waiting.len())
+        .filter(|&i| shares[i] > 0 && shares[i] == waiting[i].1)
+        .min_by_key(|&i| (shares[i], i))
+    else {
         return shares;
     };
+    let stream = Shape::run(waiting[first].0 + waiting[first].1, 1, 1);
+    let Some(goal) = step_target(limits, &stream) else {
+        return shares;
+    };
+    let others: Vec<usize> = (0..waiting.len()).filter(|&i| i != first).collect();
     if others.is_empty() {
         return shares;
     }
-    let mut kept: Vec<usize> = (0..waiting.len())
-        .map(|i| if ending(i) { shares[i] } else { 0 })
-        .collect();
+    let mut kept = vec![0; waiting.len()];
+    kept[first] = shares[first];
     let base = with_prompts(Shape::default(), &kept, waiting);
     let rest: Vec<(usize, usize)> = others.iter().map(|&i| waiting[i]).collect();
-    let left = rows_left - kept.iter().sum::<usize>();
     let target = Some((limits.predict)(&base) + goal);
-    let more = prompt_shares(limits, target, base, left, &rest);
+    let more = prompt_shares(limits, target, base, rows_left - shares[first], &rest);
     for (&i, n) in others.iter().zip(more) {
         kept[i] = n;
     }
@@ -460,6 +462,22 @@ mod tests {
         let mut f = fake(&[(0, 34, 0, 2048), (1, 2082, 0, 0)], 100_000);
         let p = plan(&limits(2048, StepBudget::Off), &mut f);
         assert_eq!(rows(&p), [(0, 34), (1, 2014)]);
+    }
+
+    /// Two prompts that would both end in the step: the one with fewer rows starts its
+    /// stream, the other's rows are cut as any other prompt's, whichever of them is older
+    /// (a race found a 12 s first gap where both were read whole in one step).
+    #[test]
+    fn of_two_prompts_ending_together_the_longer_one_is_cut() {
+        for (short, long) in [(0, 1), (1, 0)] {
+            let mut s = [(0, 0, 0, 0); 2];
+            s[short] = (short as u64, 34, 0, 2048);
+            s[long] = (long as u64, 1300, 0, 700);
+            let mut f = fake(&s, 100_000);
+            let p = plan(&limits(2048, StepBudget::AUTO), &mut f);
+            let n = |slot| p.iter().find(|p| p.slot == slot).map_or(0, |p| p.n);
+            assert_eq!((n(short), n(long)), (34, 27), "{p:?}");
+        }
     }
 
     #[test]
