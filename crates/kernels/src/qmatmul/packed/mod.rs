@@ -153,9 +153,14 @@ pub fn matmul_many(
         assert_eq!(y.len(), acts.m * w.n_rows, "y is not [m, n_rows]");
         work.push((*w, *acts, SharedOut::new(y)));
     }
+    let rows = work.iter().map(|(_, a, _)| a.m).max().unwrap_or(1);
+    let per_thread = match rows {
+        1 => CHUNKS_PER_THREAD,
+        _ => CHUNKS_PER_THREAD_ROWS,
+    };
     let chunks = chunks(
         &work.iter().map(|(w, _, _)| w).collect::<Vec<_>>(),
-        pool.n_threads() * CHUNKS_PER_THREAD,
+        pool.n_threads() * per_thread,
     );
     let next = AtomicUsize::new(0);
     #[cfg(target_arch = "x86_64")]
@@ -180,9 +185,12 @@ pub fn matmul_many(
     }
 }
 
-/// Runs of tiles per thread and dispatch: enough to even out cores running at different
-/// speeds, few enough that each run is a long sequential stream.
+/// Runs of tiles per thread and dispatch for one activation row: enough to even out cores
+/// running at different speeds, few enough that each run is a long sequential stream.
 const CHUNKS_PER_THREAD: usize = 4;
+/// The same for several rows, where arithmetic rather than the stream binds: finer, so
+/// that the last run of a dispatch leaves the other cores idle for less.
+const CHUNKS_PER_THREAD_ROWS: usize = 16;
 
 /// The tiles of `ws`, in order, cut into about `n` runs `(matrix index, tiles)` of near-equal
 /// bytes (a run never spans two matrices).
@@ -321,11 +329,19 @@ unsafe fn group<A: Lanes, const MR: usize>(
 ) {
     let pf = MR >= pf_rows;
     let x: [XRow; MR] = std::array::from_fn(|i| rows[i]);
+    let (n, r0) = (w.n_rows, t * TILE);
+    let live = TILE.min(n - r0);
     let mut buf = [[0f32; TILE]; MR];
+    // SAFETY: this thread alone writes columns r0..r0 + live of these rows (tiles split by
+    // thread); a whole tile is stored in place, a partial one through `buf`.
+    let dst: [*mut f32; MR] = std::array::from_fn(|i| match live == TILE {
+        true => out.slice((m0 + i) * n + r0, TILE).as_mut_ptr(),
+        false => buf[i].as_mut_ptr(),
+    });
     let tile = w.tile(t);
     let nb = w.n_cols / w.format.block();
     for h in 0..TILE / A::LANES {
-        let mut o: [*mut f32; MR] = std::array::from_fn(|i| buf[i].as_mut_ptr().add(h * A::LANES));
+        let mut o: [*mut f32; MR] = std::array::from_fn(|i| dst[i].add(h * A::LANES));
         match w.format {
             Format::Q4_K => kernels::q4_k::<A, MR>(tile, nb, h, &x, &mut o, pf),
             Format::Q6_K => kernels::q6_k::<A, MR>(tile, nb, h, &x, &mut o, pf),
@@ -346,12 +362,11 @@ unsafe fn group<A: Lanes, const MR: usize>(
             }
         }
     }
-    let (n, r0) = (w.n_rows, t * TILE);
-    let live = TILE.min(n - r0);
-    for (i, vals) in buf.iter().enumerate() {
-        // SAFETY: this thread alone writes columns r0..r0 + live (tiles split by thread).
-        let ym = out.slice((m0 + i) * n + r0, live);
-        ym.copy_from_slice(&vals[..live]);
+    if live < TILE {
+        for (i, vals) in buf.iter().enumerate() {
+            out.slice((m0 + i) * n + r0, live)
+                .copy_from_slice(&vals[..live]);
+        }
     }
 }
 
