@@ -424,14 +424,18 @@ fn print_tables(out: &Output) {
         .as_ref()
         .map_or((0.0, 0.0), |l| (l.pp_tok_s, l.tg_tok_s));
     let mut speed = Table::new(&["test", "tandem t/s", "llama.cpp t/s", "ratio"]);
-    for (test, ours, theirs) in [
-        (format!("pp{}", r.pp), r.pp_tok_s, lpp),
-        (format!("tg{}", r.tg), r.tg_tok_s, ltg),
-    ] {
+    let peer_tok_s = |v: f64| match out.peer_llama_bench {
+        Some(_) => format!("{v:.1}"),
+        None => "-".into(),
+    };
+    for (test, n, ours, theirs) in [("pp", r.pp, r.pp_tok_s, lpp), ("tg", r.tg, r.tg_tok_s, ltg)] {
+        if n == 0 {
+            continue;
+        }
         speed.row(&[
-            test,
+            format!("{test}{n}"),
             format!("{ours:.1}"),
-            format!("{theirs:.1}"),
+            peer_tok_s(theirs),
             ratio(ours, theirs),
         ]);
     }
@@ -464,14 +468,17 @@ fn print_tables(out: &Output) {
             .iter()
             .flatten()
             .find(|q| q.batch == p.batch);
-        let (pt, pr) = peer.map_or((0.0, 0.0), |q| (q.tok_s, q.ratio));
+        let (pt, pr) = match peer {
+            Some(q) => (format!("{:.1}", q.tok_s), format!("{:.2}×", q.ratio)),
+            None => ("-".into(), "-".into()),
+        };
         batched.row(&[
             p.batch.to_string(),
             format!("{:.1}", p.tok_s),
             format!("{:.2}×", p.ratio),
-            format!("{pt:.1}"),
-            format!("{pr:.2}×"),
-            ratio(p.tok_s, pt),
+            pt,
+            pr,
+            ratio(p.tok_s, peer.map_or(0.0, |q| q.tok_s)),
         ]);
     }
     println!("{}", batched.markdown());
