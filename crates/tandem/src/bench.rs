@@ -419,24 +419,20 @@ fn print_tables(out: &Output) {
         r.machine.threads.unwrap_or(0),
         r.machine.commit
     );
-    let (lpp, ltg) = out
-        .peer_llama_bench
-        .as_ref()
-        .map_or((0.0, 0.0), |l| (l.pp_tok_s, l.tg_tok_s));
+    let peer = out.peer_llama_bench.as_ref();
     let mut speed = Table::new(&["test", "tandem t/s", "llama.cpp t/s", "ratio"]);
-    let peer_tok_s = |v: f64| match out.peer_llama_bench {
-        Some(_) => format!("{v:.1}"),
-        None => "-".into(),
-    };
-    for (test, n, ours, theirs) in [("pp", r.pp, r.pp_tok_s, lpp), ("tg", r.tg, r.tg_tok_s, ltg)] {
+    for (test, n, ours, theirs) in [
+        ("pp", r.pp, r.pp_tok_s, peer.map(|l| l.pp_tok_s)),
+        ("tg", r.tg, r.tg_tok_s, peer.map(|l| l.tg_tok_s)),
+    ] {
         if n == 0 {
             continue;
         }
         speed.row(&[
             format!("{test}{n}"),
             format!("{ours:.1}"),
-            peer_tok_s(theirs),
-            ratio(ours, theirs),
+            theirs.map_or("-".into(), |v| format!("{v:.1}")),
+            ratio(ours, theirs.unwrap_or(0.0)),
         ]);
     }
     println!("{}", speed.markdown());
