@@ -130,6 +130,10 @@ impl Engine {
                 .n_max
                 .min(seq.draft_limits.n_max.unwrap_or(usize::MAX))
                 .min(seq.draft_room());
+            let n_max = match n_max {
+                0 => 0,
+                n => spec.proposer.offers(slot, &seq.tokens, n),
+            };
             if n_max > 0 {
                 let n_min = seq.draft_limits.n_min.unwrap_or(spec.cfg.n_min);
                 let behind = spec.proposer.behind(slot, &seq.tokens);

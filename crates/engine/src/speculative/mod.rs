@@ -113,6 +113,13 @@ pub trait Proposer: Send {
     fn behind(&self, _slot: usize, _tokens: &[u32]) -> usize {
         0
     }
+    /// How many tokens, at most `n_max`, `propose` would give for `tokens` now: a drafter
+    /// that looks its drafts up knows without computing anything, so that the policy
+    /// weighs (and probes with) only drafts that exist; a drafter that computes its drafts
+    /// answers `n_max`.
+    fn offers(&self, _slot: usize, _tokens: &[u32], n_max: usize) -> usize {
+        n_max
+    }
 }
 
 /// What the policy works with, as of a snapshot: measured at start, refreshed while

@@ -57,6 +57,10 @@ impl Proposer for Ngram {
     }
 
     fn release(&mut self, _slot: usize) {}
+
+    fn offers(&self, _slot: usize, tokens: &[u32], n_max: usize) -> usize {
+        self.lookup(tokens, n_max).len()
+    }
 }
 
 #[cfg(test)]
@@ -71,5 +75,7 @@ mod tests {
         assert_eq!(g.lookup(&[1, 2, 3, 1, 2, 4, 1, 2], 1), &[4]);
         assert_eq!(g.lookup(&[1, 2, 3, 4], 4), &[] as &[u32]);
         assert_eq!(g.lookup(&[3, 1, 2, 8, 0, 1, 2, 3, 1, 2], 3), &[8, 0, 1]);
+        assert_eq!(g.offers(0, &[5, 6, 7, 9, 5, 6], 3), 3);
+        assert_eq!(g.offers(0, &[1, 2, 3, 4], 4), 0);
     }
 }
