@@ -246,8 +246,9 @@ impl Device for Gpu {
                 .bias
                 .map_or(self.dummy.clone(), |b| self.bufs[b.0 as usize].clone());
             let flags = o.bias.is_some() as u32 | (o.residual.is_some() as u32) << 1;
+            let cols = self.pipes.matmul_cols();
             for (buf, row0, n) in parts {
-                let mut g = grid(n);
+                let mut g = grid(n.div_ceil(cols));
                 g[2] = rows.div_ceil(8) as u32;
                 let p = [
                     n,

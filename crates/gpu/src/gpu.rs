@@ -4,7 +4,7 @@ use kv::KvConfig;
 
 use crate::context::{Bind, Choice, Ctx, Recorder, Region};
 use crate::formats::Layout;
-use crate::pipelines::{Kernel, Pipelines};
+use crate::pipelines::{matmul_threads, Kernel, Pipelines};
 
 /// A run of a matrix's rows in one buffer (a matrix larger than one binding is split).
 pub(crate) struct Part {
@@ -83,9 +83,9 @@ impl Gpu {
         let rec = Recorder::new(&ctx);
         let dummy = ctx.buffer("dummy", 16);
         Ok(Gpu {
+            pipes: Pipelines::new(matmul_threads(ctx.info.device_type)),
             ctx,
             rec,
-            pipes: Pipelines::default(),
             bufs: Vec::new(),
             mats: Vec::new(),
             kv: None,
@@ -94,6 +94,14 @@ impl Gpu {
             angles: Vec::new(),
             dummy,
         })
+    }
+
+    /// The device with `t` threads sharing each matmul output column (a power of two up
+    /// to 64) instead of its adapter's choice: the bits of a row still depend on nothing
+    /// but the row and `t`. For tests of the other adapters' kernel shape.
+    pub fn with_matmul_threads(mut self, t: u32) -> Self {
+        self.pipes = Pipelines::new(t);
+        self
     }
 
     pub(crate) fn unsupported(&self, what: String) -> Error {

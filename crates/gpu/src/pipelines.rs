@@ -27,8 +27,19 @@ pub(crate) enum Kernel {
     },
 }
 
+/// Threads that share a matmul output column on an adapter of type `t`: one on a CPU
+/// (lavapipe runs a workgroup's threads as SIMD lanes and every barrier as a switch between
+/// them, so a column's sum is best left to one thread), a subgroup's worth elsewhere.
+pub(crate) fn matmul_threads(t: wgpu::DeviceType) -> u32 {
+    match t {
+        wgpu::DeviceType::Cpu => 1,
+        _ => 32,
+    }
+}
+
 impl Kernel {
-    fn source(self) -> (String, &'static str) {
+    /// The WGSL and entry point of the kernel; a matmul's columns shared by `threads`.
+    fn source(self, threads: u32) -> (String, &'static str) {
         let kv = |f16: bool, body: &str| {
             format!(
                 "const KV_F16: bool = {f16};\n{}\n{body}",
@@ -41,7 +52,10 @@ impl Kernel {
         };
         let elt = include_str!("shaders/eltwise.wgsl");
         match self {
-            Kernel::MatMul(ty) => (typed(ty, include_str!("shaders/matmul.wgsl")), "main"),
+            Kernel::MatMul(ty) => {
+                let t = format!("const T: u32 = {threads}u;\n");
+                (typed(ty, &(t + include_str!("shaders/matmul.wgsl"))), "main")
+            }
             Kernel::Embed(ty) => (typed(ty, include_str!("shaders/embed.wgsl")), "main"),
             Kernel::RmsNorm => (include_str!("shaders/norm.wgsl").into(), "main"),
             Kernel::Swiglu => (elt.into(), "swiglu"),
@@ -56,17 +70,31 @@ impl Kernel {
 }
 
 /// See the module doc.
-#[derive(Default)]
 pub(crate) struct Pipelines {
     built: HashMap<Kernel, wgpu::ComputePipeline>,
+    /// Threads that share a matmul output column: a power of two up to 64.
+    matmul_threads: u32,
 }
 
 impl Pipelines {
+    pub fn new(matmul_threads: u32) -> Self {
+        assert!(matmul_threads.is_power_of_two() && matmul_threads <= 64);
+        Pipelines {
+            built: HashMap::new(),
+            matmul_threads,
+        }
+    }
+
+    /// Output columns one matmul workgroup computes.
+    pub fn matmul_cols(&self) -> usize {
+        (64 / self.matmul_threads) as usize
+    }
+
     pub fn get(&mut self, ctx: &Ctx, k: Kernel) -> wgpu::ComputePipeline {
         self.built
             .entry(k)
             .or_insert_with(|| {
-                let (src, entry) = k.source();
+                let (src, entry) = k.source(self.matmul_threads);
                 let module = ctx
                     .device
                     .create_shader_module(wgpu::ShaderModuleDescriptor {
@@ -79,7 +107,10 @@ impl Pipelines {
                         layout: None,
                         module: &module,
                         entry_point: Some(entry),
-                        compilation_options: Default::default(),
+                        compilation_options: wgpu::PipelineCompilationOptions {
+                            zero_initialize_workgroup_memory: !matches!(k, Kernel::MatMul(_)),
+                            ..Default::default()
+                        },
                         cache: None,
                     })
             })

@@ -7,9 +7,13 @@ mod common;
 use common::*;
 use device::conformance::{attention_case, norms_case};
 use device::testing::data;
+use device::reference::Reference;
 use device::*;
 use gguf::GgmlType;
 use kv::{KvConfig, BLOCK_SIZE};
+
+/// Threads per output column to try: lavapipe's own choice (1) and real GPUs' (32).
+const MATMUL_THREADS: [u32; 2] = [1, 32];
 
 #[test]
 fn matmul_of_every_weight_type_at_1_to_64_rows() {
@@ -20,30 +24,65 @@ fn matmul_of_every_weight_type_at_1_to_64_rows() {
         for m in [1, 2, 3, 8, 9, 17, 64] {
             let x = data(m * k, 5 + m as u64);
             let res0 = data(m * n, 77);
-            let Some(devs) = both() else { return };
-            let mut got = Vec::new();
-            for mut dev in devs {
-                let mats = dev
-                    .upload_matrices(std::slice::from_ref(&src), &|_, _| {})
-                    .unwrap();
-                let (xb, yb) = (buf(&mut *dev, &x), dev.alloc(m * n).unwrap());
-                let (bb, rb) = (buf(&mut *dev, &bias), buf(&mut *dev, &res0));
-                let plain = MatOut::to(yb);
-                let fused = MatOut {
-                    y: yb,
-                    bias: Some(bb),
-                    residual: Some(rb),
-                };
-                dev.matmul(&mats, xb, m, &[plain]);
-                let y = read(&mut *dev, yb, m * n);
-                dev.matmul(&mats, xb, m, &[fused]);
-                got.push((y, read(&mut *dev, rb, m * n)));
+            for threads in MATMUL_THREADS {
+                let Some(g) = gpu() else { return };
+                let devs: [Box<dyn Device>; 2] = [
+                    Box::new(g.with_matmul_threads(threads)),
+                    Box::new(Reference::new()),
+                ];
+                let mut got = Vec::new();
+                for mut dev in devs {
+                    let mats = dev
+                        .upload_matrices(std::slice::from_ref(&src), &|_, _| {})
+                        .unwrap();
+                    let (xb, yb) = (buf(&mut *dev, &x), dev.alloc(m * n).unwrap());
+                    let (bb, rb) = (buf(&mut *dev, &bias), buf(&mut *dev, &res0));
+                    let plain = MatOut::to(yb);
+                    let fused = MatOut {
+                        y: yb,
+                        bias: Some(bb),
+                        residual: Some(rb),
+                    };
+                    dev.matmul(&mats, xb, m, &[plain]);
+                    let y = read(&mut *dev, yb, m * n);
+                    dev.matmul(&mats, xb, m, &[fused]);
+                    got.push((y, read(&mut *dev, rb, m * n)));
+                }
+                let at = format!("{ty} m={m}, {threads} threads per column");
+                assert!(rel(&got[0].0, &got[1].0, 1.0) < 1e-5, "{at}");
+                assert!(rel(&got[0].1, &got[1].1, 1.0) < 1e-5, "{at} bias+residual");
             }
-            assert!(rel(&got[0].0, &got[1].0, 1.0) < 1e-5, "{ty} m={m}");
-            assert!(
-                rel(&got[0].1, &got[1].1, 1.0) < 1e-5,
-                "{ty} m={m} bias+residual"
-            );
+        }
+    }
+}
+
+#[test]
+fn a_matmul_rows_bits_do_not_depend_on_the_other_rows() {
+    let (n, k, m) = (40, 768, 11);
+    let x = data(m * k, 21);
+    for ty in [GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::F16] {
+        let src = source(ty, n, k, 8);
+        for threads in MATMUL_THREADS {
+            let Some(g) = gpu() else { return };
+            let mut dev = g.with_matmul_threads(threads);
+            let mats = dev
+                .upload_matrices(std::slice::from_ref(&src), &|_, _| {})
+                .unwrap();
+            let yb = dev.alloc(m * n).unwrap();
+            let xb = buf(&mut dev, &x);
+            dev.matmul(&mats, xb, m, &[MatOut::to(yb)]);
+            let all = read(&mut dev, yb, m * n);
+            for r in [0, 5, 10] {
+                let xr = buf(&mut dev, &x[r * k..(r + 1) * k]);
+                dev.matmul(&mats, xr, 1, &[MatOut::to(yb)]);
+                let alone = read(&mut dev, yb, n);
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&alone),
+                    bits(&all[r * n..(r + 1) * n]),
+                    "{ty} row {r}, {threads} threads per column"
+                );
+            }
         }
     }
 }

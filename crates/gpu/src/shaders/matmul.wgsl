@@ -1,11 +1,12 @@
 // y[r, col0 + j] (+)= W[j] · x[r] (+ bias[col0 + j]) for the rows of one part of W.
 //
-// One workgroup per output column j and group of R rows. Thread t takes the 32-element
-// chunks t, t + WG, ... of W's row in order, dequantizes each once and adds its dot with
-// every row of the group (each a sequential sum over the chunk) to that row's partial;
-// the WG partials are then summed by one fixed tree. A row's result therefore depends on
-// nothing but the row: not on the group, the other rows or their number.
-// Prepended: const BLOCK_BYTES (a padded block), CPB (chunks per block), the type's deq.
+// A workgroup of 64 threads takes 64 / T output columns and a group of R rows; T threads
+// (prepended: chosen per adapter) share a column. Thread l of a column takes the 32-element
+// chunks l, l + T, ... of W's row in order, dequantizes each once and adds its dot with
+// every row of the group (each a sequential sum over the chunk) to that row's partial; the
+// T partials are then summed by one fixed tree. A row's result therefore depends on nothing
+// but the row and T: not on the group, the other rows or their number.
+// Prepended: const BLOCK_BYTES (a padded block), CPB (chunks per block), the type's deq, T.
 
 struct P {
     n: u32,          // columns of this part (W rows)
@@ -25,21 +26,20 @@ struct P {
 @group(0) @binding(4) var<storage, read> p: P;
 
 const WG: u32 = 64u;
+const COLS: u32 = WG / T;
 const R: u32 = 8u;
 var<workgroup> part: array<f32, 512>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
-    let j = wg.x + wg.y * p.groups_x;
-    if (j >= p.n) {
-        return;
-    }
+    let l = t % T;
+    let j = (wg.x + wg.y * p.groups_x) * COLS + t / T;
     let r0 = wg.z * R;
     let nr = min(R, p.rows - r0);
     var acc: array<f32, 8>;
     var v: array<f32, 32>;
-    let n_chunks = (p.k + 31u) / 32u;
-    for (var ch = t; ch < n_chunks; ch += WG) {
+    let n_chunks = select(0u, (p.k + 31u) / 32u, j < p.n);
+    for (var ch = l; ch < n_chunks; ch += T) {
         deq(j * p.row_bytes + (ch / CPB) * BLOCK_BYTES, ch % CPB, &v);
         let kk = ch * 32u;
         let m = min(32u, p.k - kk);
@@ -52,29 +52,36 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
             acc[r] += s;
         }
     }
-    for (var r = 0u; r < R; r++) {
-        part[r * WG + t] = acc[r];
-    }
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (t < s) {
-            for (var r = 0u; r < R; r++) {
-                part[r * WG + t] += part[r * WG + t + s];
-            }
+    if (T > 1u) {
+        for (var r = 0u; r < R; r++) {
+            part[r * WG + t] = acc[r];
         }
         workgroupBarrier();
-    }
-    if (t < nr) {
-        let col = p.col0 + j;
-        let o = (r0 + t) * p.y_stride + col;
-        var val = part[t * WG];
-        if ((p.flags & 1u) != 0u) {
-            val += bias[col];
+        for (var s = T / 2u; s > 0u; s >>= 1u) {
+            if (l < s) {
+                for (var r = 0u; r < R; r++) {
+                    part[r * WG + t] += part[r * WG + t + s];
+                }
+            }
+            workgroupBarrier();
         }
-        if ((p.flags & 2u) != 0u) {
-            y[o] += val;
-        } else {
-            y[o] = val;
+        for (var r = 0u; r < R; r++) {
+            acc[r] = part[r * WG + t];
+        }
+    }
+    if (l == 0u && j < p.n) {
+        let col = p.col0 + j;
+        for (var r = 0u; r < nr; r++) {
+            let o = (r0 + r) * p.y_stride + col;
+            var val = acc[r];
+            if ((p.flags & 1u) != 0u) {
+                val += bias[col];
+            }
+            if ((p.flags & 2u) != 0u) {
+                y[o] += val;
+            } else {
+                y[o] = val;
+            }
         }
     }
 }
