@@ -54,7 +54,10 @@ impl Kernel {
         match self {
             Kernel::MatMul(ty) => {
                 let t = format!("const T: u32 = {threads}u;\n");
-                (typed(ty, &(t + include_str!("shaders/matmul.wgsl"))), "main")
+                (
+                    typed(ty, &(t + include_str!("shaders/matmul.wgsl"))),
+                    "main",
+                )
             }
             Kernel::Embed(ty) => (typed(ty, include_str!("shaders/embed.wgsl")), "main"),
             Kernel::RmsNorm => (include_str!("shaders/norm.wgsl").into(), "main"),

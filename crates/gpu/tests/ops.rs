@@ -6,8 +6,8 @@ mod common;
 
 use common::*;
 use device::conformance::{attention_case, norms_case};
-use device::testing::data;
 use device::reference::Reference;
+use device::testing::data;
 use device::*;
 use gguf::GgmlType;
 use kv::{KvConfig, BLOCK_SIZE};
