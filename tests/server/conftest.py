@@ -22,7 +22,7 @@ API_KEY = "test-key-123"
 
 
 class Server:
-    def __init__(self, *flags, model="smollm2-135m"):
+    def __init__(self, *flags, model="smollm2-135m", timeout=120.0):
         self.log = tempfile.NamedTemporaryFile(prefix="tandem-serve-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
             [BINARY, "serve", "-m", model, "--port", "0", "-t", "2", *flags],
@@ -30,7 +30,7 @@ class Server:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
         )
-        self.url = self._wait_ready()
+        self.url = self._wait_ready(timeout)
 
     def _wait_ready(self, timeout=120.0):
         deadline = time.monotonic() + timeout
