@@ -1,6 +1,6 @@
 //! Where a backend is chosen: `--device auto|gpu|cpu|reference`.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use device::{Device, Role};
 use gguf::GgmlType;
@@ -14,6 +14,9 @@ pub enum DeviceKind {
     /// The CPU backend (`kernels::cpu`): the packed kernels of the CPU's features.
     #[default]
     Cpu,
+    /// A real GPU when wgpu finds one (never a software adapter such as lavapipe), else the
+    /// CPU: decided by [`DeviceKind::resolve`], which lists the adapters.
+    Auto,
     /// The scalar reference backend (`device::reference`): slow; for checking others.
     Reference,
     /// The wgpu backend (`gpu`) on the best adapter wgpu finds, a software one (Mesa's
@@ -22,11 +25,12 @@ pub enum DeviceKind {
 }
 
 impl DeviceKind {
-    /// `auto` (the CPU: probing for a GPU on every start waits for a probe that does not
-    /// print the Vulkan loader's complaints), `gpu`, `cpu` or `reference`.
+    /// `auto`, `gpu`, `cpu` or `reference` (no adapter is listed here: see
+    /// [`DeviceKind::resolve`]).
     pub fn parse(s: &str) -> std::result::Result<DeviceKind, String> {
         match s {
-            "auto" | "cpu" => Ok(DeviceKind::Cpu),
+            "auto" => Ok(DeviceKind::Auto),
+            "cpu" => Ok(DeviceKind::Cpu),
             "gpu" => Ok(DeviceKind::Gpu),
             "reference" => Ok(DeviceKind::Reference),
             other => Err(format!(
@@ -35,8 +39,22 @@ impl DeviceKind {
         }
     }
 
+    /// `Auto` made definite: the GPU when wgpu finds a real one, else the CPU; every other
+    /// kind is itself. The adapters are listed once per process.
+    pub fn resolve(self) -> DeviceKind {
+        static AUTO: OnceLock<DeviceKind> = OnceLock::new();
+        match self {
+            DeviceKind::Auto => *AUTO.get_or_init(|| match gpu::real_gpu() {
+                true => DeviceKind::Gpu,
+                false => DeviceKind::Cpu,
+            }),
+            other => other,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
+            DeviceKind::Auto => "auto",
             DeviceKind::Cpu => "cpu",
             DeviceKind::Reference => "reference",
             DeviceKind::Gpu => "gpu",
@@ -46,7 +64,8 @@ impl DeviceKind {
     /// A device of this kind; the CPU computes on `pool` with `precision`. Errors: no
     /// adapter for `gpu`.
     pub fn open(self, pool: Arc<ThreadPool>, precision: Precision) -> Result<Box<dyn Device>> {
-        Ok(match self {
+        Ok(match self.resolve() {
+            DeviceKind::Auto => unreachable!("resolved above"),
             DeviceKind::Cpu => Box::new(kernels::cpu::Cpu::new(pool, precision)),
             DeviceKind::Reference => Box::new(device::reference::Reference::new()),
             DeviceKind::Gpu => Box::new(gpu::Gpu::open(gpu::Choice::Any).map_err(Error::Config)?),
@@ -56,7 +75,8 @@ impl DeviceKind {
     /// Bytes a matrix takes on a device of this kind (for the memory plan, before any
     /// device is made).
     pub fn matrix_bytes(self, ty: GgmlType, n_rows: usize, n_cols: usize, role: Role) -> u64 {
-        match self {
+        match self.resolve() {
+            DeviceKind::Auto => unreachable!("resolved above"),
             DeviceKind::Cpu => kernels::cpu::matrix_bytes(ty, n_rows, n_cols, role),
             DeviceKind::Reference => device::reference::matrix_bytes(ty, n_rows, n_cols),
             DeviceKind::Gpu => gpu::matrix_bytes(ty, n_rows, n_cols),

@@ -46,6 +46,27 @@ pub fn adapters() -> Vec<wgpu::Adapter> {
     all
 }
 
+/// Whether wgpu finds a real GPU (any adapter but a CPU-type one such as lavapipe).
+pub fn real_gpu() -> bool {
+    adapters()
+        .iter()
+        .any(|a| a.get_info().device_type != wgpu::DeviceType::Cpu)
+}
+
+/// Keeps Mesa's device-select Vulkan layer out of the listing of adapters, unless the user
+/// steers it (`DRI_PRIME`, `MESA_VK_DEVICE_SELECT`): it connects to a display server while
+/// adapters are listed and prints an error on machines without one (servers, CI), and
+/// [`adapters`] ranks the adapters itself. It sets the process environment: call it before
+/// any thread starts.
+pub fn quiet_device_select() {
+    let steered = ["NODEVICE_SELECT", "DRI_PRIME", "MESA_VK_DEVICE_SELECT"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some());
+    if !steered {
+        std::env::set_var("NODEVICE_SELECT", "1");
+    }
+}
+
 /// For tests that need an adapter: whether there is one (lavapipe will do). Without one
 /// such a test is skipped with a message, unless `TANDEM_REQUIRE_GPU` is set (CI sets it,
 /// having installed lavapipe): then this panics, failing the test.

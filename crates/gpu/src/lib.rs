@@ -19,5 +19,5 @@ mod formats;
 mod gpu;
 mod pipelines;
 
-pub use context::{adapter_for_tests, Choice};
+pub use context::{adapter_for_tests, quiet_device_select, real_gpu, Choice};
 pub use gpu::{matrix_bytes, Gpu};

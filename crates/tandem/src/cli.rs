@@ -117,9 +117,9 @@ pub struct ModelArgs {
     /// KV cache type: f16, bf16 or q8_0.
     #[arg(long = "cache-type-k", default_value = "f16", value_parser = parse_kv_type)]
     pub cache_type: GgmlType,
-    /// The backend to compute on: auto (the CPU for now), gpu (the wgpu backend on the best
-    /// adapter, a software one included), cpu, or reference (the scalar backend others are
-    /// checked against; slow).
+    /// The backend to compute on: auto (a GPU when wgpu finds a real one, else the CPU), gpu
+    /// (the wgpu backend on the best adapter, a software one such as lavapipe included), cpu,
+    /// or reference (the scalar backend others are checked against; slow).
     #[arg(long = "device", default_value = "auto", value_parser = engine::DeviceKind::parse)]
     pub device: engine::DeviceKind,
     /// Sliding-window layers keep every position, as the others do: any prefix of a
@@ -155,7 +155,7 @@ impl ModelArgs {
             n_threads: self.threads.unwrap_or(d.n_threads),
             kv_type: self.cache_type,
             precision: kernels::Precision::Int8,
-            device: self.device,
+            device: self.device.resolve(),
             n_seq: 1,
             swa_full: self.swa_full,
         }

@@ -11,7 +11,7 @@ use crate::CliError;
 pub fn execute(a: InfoArgs) -> Result<(), CliError> {
     let path = a.model.path()?;
     let model = Model::load(&path)?;
-    let kind = a.model.device;
+    let kind = a.model.device.resolve();
     let hp = &model.hparams;
     let md = &model.file.header.metadata;
     println!("file:          {}", path.display());

@@ -52,6 +52,7 @@ impl CliError {
 }
 
 fn main() {
+    gpu::quiet_device_select();
     let cli = cli::Cli::parse_from(cli::expand_short_aliases(std::env::args()));
     let result = match cli.command {
         cli::Command::Pull(a) => a.execute(),

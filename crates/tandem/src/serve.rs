@@ -285,7 +285,7 @@ impl ServeArgs {
         };
         say(
             self.n_gpu_layers.is_some(),
-            "-ngl: this backend runs on the CPU; the flag does nothing",
+            "-ngl: layers are not split between devices yet (the whole model runs on the --device chosen); the flag does nothing",
         );
         say(self.flash_attn.is_some(), "--flash-attn: attention is always computed block by block on the CPU; the flag does nothing");
         say(

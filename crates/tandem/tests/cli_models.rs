@@ -88,3 +88,27 @@ fn smollm2_perplexity_within_one_percent_of_llama_cpp() {
         );
     }
 }
+
+/// `--device auto` (the default) takes a real GPU when wgpu finds one and the CPU otherwise
+/// (CI's only adapter is lavapipe, a CPU-type one: auto must not take it), and listing the
+/// adapters prints nothing (Mesa's device-select layer would complain of a missing display).
+#[test]
+fn auto_takes_a_real_gpu_or_the_cpu_and_lists_adapters_quietly() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["info", "-m", "smollm2-135m"])
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("WAYLAND_DISPLAY")
+        .env_remove("DISPLAY")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+    let want = match gpu::real_gpu() {
+        true => "gpu",
+        false => "cpu",
+    };
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let device = stdout.lines().find(|l| l.starts_with("device:")).unwrap();
+    assert_eq!(device.split_whitespace().nth(1), Some(want), "{stdout}");
+}
