@@ -146,7 +146,8 @@ impl KvStore {
                 })
                 .collect()
         }
-        let blocks: Vec<(Vec<&[u8]>, Vec<&[u8]>)> = tables
+        type Blocks<'s> = Vec<&'s [u8]>;
+        let blocks: Vec<(Blocks, Blocks)> = tables
             .of(&self.cfg, layer)
             .iter()
             .map(|t| {
