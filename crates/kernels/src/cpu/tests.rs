@@ -72,7 +72,9 @@ fn matmul_of_every_weight_type_at_1_to_64_rows() {
             let mut got = Vec::new();
             for precision in [Precision::F32, Precision::Int8] {
                 for mut dev in both(precision) {
-                    let mats = dev.upload_matrices(&[src.clone()], &|_, _| {}).unwrap();
+                    let mats = dev
+                        .upload_matrices(std::slice::from_ref(&src), &|_, _| {})
+                        .unwrap();
                     let (xb, yb) = (buf(&mut *dev, &x), dev.alloc(m * n).unwrap());
                     let (bb, rb) = (buf(&mut *dev, &bias), buf(&mut *dev, &res0));
                     let out = MatOut {
