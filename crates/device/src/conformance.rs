@@ -4,7 +4,7 @@
 use gguf::GgmlType;
 use kv::{KvConfig, BLOCK_SIZE};
 
-use crate::testing::data;
+use crate::testing::{data, source};
 use crate::*;
 
 /// A buffer holding `data`.
@@ -139,4 +139,49 @@ pub fn norms_case(d: &mut dyn Device) -> Vec<f32> {
     let am = d.argmax(yb, rows, width);
     out.extend(am.iter().map(|&i| i as f32));
     out
+}
+
+/// A mixture of 6 experts, `k` per row, with a shared expert and its gate.
+pub fn moe_case(dev: &mut dyn Device, gating: Gating, k: usize, rows: usize) -> Vec<f32> {
+    let (e, ff, ne) = (256, 64, 6);
+    let ty = GgmlType::Q4_K;
+    let mut srcs = vec![source(GgmlType::Q8_0, ne, e, 1)];
+    srcs.extend((0..ne).map(|i| source(ty, ff, e, 10 + i as u64)));
+    srcs.extend((0..ne).map(|i| source(ty, ff, e, 20 + i as u64)));
+    srcs.extend((0..ne).map(|i| source(GgmlType::Q5_0, e, ff, 30 + i as u64)));
+    let m = dev.upload_matrices(&srcs, &|_, _| {}).unwrap();
+    let x = buf(dev, &data(rows * e, 2));
+    let hidden = buf(dev, &data(rows * e, 3));
+    let shared = buf(dev, &data(rows * e, 4));
+    let gate = buf(dev, &data(e, 5));
+    let mut z = |n| dev.alloc(n).unwrap();
+    let scratch = MoeScratch {
+        probs: z(rows * ne),
+        x: z(rows * k * e),
+        gate: z(rows * k * ff),
+        up: z(rows * k * ff),
+        out: z(rows * k * e),
+    };
+    let spec = MoeSpec {
+        router: m[0],
+        gate: &m[1..1 + ne],
+        up: &m[1 + ne..1 + 2 * ne],
+        down: &m[1 + 2 * ne..1 + 3 * ne],
+        routing: Routing {
+            n_expert: ne,
+            k,
+            gating,
+            norm_weights: gating == Gating::Sigmoid,
+            weights_scale: 1.5,
+        },
+        n_embd: e,
+        n_ff_exp: ff,
+        shared: Some(SharedIn {
+            out: shared,
+            gate: Some(gate),
+        }),
+        scratch,
+    };
+    dev.moe(&spec, x, rows, hidden);
+    read(dev, hidden, rows * e)
 }

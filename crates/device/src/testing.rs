@@ -4,6 +4,7 @@
 use gguf::GgmlType;
 
 use crate::formats::quantize_row;
+use crate::{Bytes, MatrixSource, Role};
 
 /// Every quantized type the kernels multiply.
 pub const QUANT_TYPES: [GgmlType; 10] = [
@@ -86,4 +87,16 @@ fn with_scales(ty: GgmlType, mut bytes: Vec<u8>) -> Vec<u8> {
         }
     }
     bytes
+}
+
+/// A random matrix of `ty` (as [`random_blocks`]), to multiply with.
+pub fn source(ty: GgmlType, n_rows: usize, n_cols: usize, seed: u64) -> MatrixSource {
+    MatrixSource {
+        name: format!("{ty} [{n_rows}, {n_cols}]"),
+        ty,
+        bytes: Bytes::Owned(random_blocks(ty, n_rows, n_cols, seed).into()),
+        n_rows,
+        n_cols,
+        role: Role::Multiply,
+    }
 }

@@ -19,8 +19,8 @@ impl Device for Gpu {
         format!("gpu ({}, {:?}, {:?})", i.name, i.backend, i.device_type)
     }
 
-    fn supports(&self, op: Op) -> bool {
-        op != Op::Moe
+    fn supports(&self, _: Op) -> bool {
+        true
     }
 
     fn supports_type(&self, ty: GgmlType) -> bool {
@@ -229,44 +229,10 @@ impl Device for Gpu {
     }
 
     fn matmul(&mut self, ws: &[Mat], x: Buf, rows: usize, outs: &[MatOut]) {
-        if rows == 0 {
-            return;
-        }
-        let xb = self.bufs[x.0 as usize].clone();
         for (&w, o) in ws.iter().zip(outs) {
-            let m = &self.mats[w.0 as usize];
-            let (ty, k, n_rows, row_bytes) = (m.ty, m.n_cols, m.n_rows, m.row_bytes);
-            let parts: Vec<_> = m
-                .parts
-                .iter()
-                .map(|p| (p.buf.clone(), p.row0, p.n))
-                .collect();
-            let y = self.bufs[o.residual.unwrap_or(o.y).0 as usize].clone();
-            let bias = o
-                .bias
-                .map_or(self.dummy.clone(), |b| self.bufs[b.0 as usize].clone());
+            let y = o.residual.unwrap_or(o.y);
             let flags = o.bias.is_some() as u32 | (o.residual.is_some() as u32) << 1;
-            let cols = self.pipes.matmul_cols();
-            for (buf, row0, n) in parts {
-                let mut g = grid(n.div_ceil(cols));
-                g[2] = rows.div_ceil(8) as u32;
-                let p = [
-                    n,
-                    k,
-                    rows,
-                    row_bytes,
-                    row0,
-                    n_rows,
-                    g[0] as usize,
-                    flags as usize,
-                ];
-                let p = self.params(p.map(|v| v as u32));
-                self.run(
-                    Kernel::MatMul(ty),
-                    &[B(&buf), B(&xb), B(&y), B(&bias), A(p)],
-                    g,
-                );
-            }
+            self.matmul_rows(w, (x, 0), rows, (y, 0), o.bias, flags);
         }
     }
 
@@ -360,8 +326,8 @@ impl Device for Gpu {
         self.eltwise(Kernel::Scale, x, x, len, factor);
     }
 
-    fn moe(&mut self, _: &MoeSpec<'_>, _: Buf, _: usize, _: Buf) {
-        unreachable!("refused at load: the gpu device says it lacks Op::Moe");
+    fn moe(&mut self, spec: &MoeSpec<'_>, x: Buf, rows: usize, hidden: Buf) {
+        self.mixture(spec, x, rows, hidden);
     }
 
     fn gather_rows(&mut self, x: Buf, rows: &[usize], width: usize, out: Buf) {
@@ -386,6 +352,6 @@ impl Device for Gpu {
     }
 
     fn moe_stats(&self) -> MoeStats {
-        MoeStats::default()
+        self.moe_stats
     }
 }

@@ -1,4 +1,4 @@
-use device::{Buf, Device, Error, Row};
+use device::{Buf, Device, Error, Mat, MoeStats, Row};
 use gguf::GgmlType;
 use kv::KvConfig;
 
@@ -63,6 +63,7 @@ pub struct Gpu {
     pub(crate) angles: Vec<((usize, u32), Region)>,
     /// Bound where a kernel's optional input is absent.
     pub(crate) dummy: wgpu::Buffer,
+    pub(crate) moe_stats: MoeStats,
 }
 
 /// A dispatch grid of `n` workgroups: `[x, y, 1]` with `x · y >= n`, `x` at most 65535.
@@ -93,6 +94,7 @@ impl Gpu {
             step: None,
             angles: Vec::new(),
             dummy,
+            moe_stats: MoeStats::default(),
         })
     }
 
@@ -111,8 +113,67 @@ impl Gpu {
         }
     }
 
+    /// The buffer behind `b`.
+    pub(crate) fn buf(&self, b: Buf) -> wgpu::Buffer {
+        self.bufs[b.0 as usize].clone()
+    }
+
     pub(crate) fn params(&mut self, p: [u32; 8]) -> Region {
         self.rec.push(&self.ctx, bytemuck::cast_slice(&p))
+    }
+
+    /// `y[y0 + r] (+)= W · x[x0 + r] (+ bias)` for `rows` rows (`flags` as the kernel's).
+    pub(crate) fn matmul_rows(
+        &mut self,
+        w: Mat,
+        (x, x0): (Buf, usize),
+        rows: usize,
+        (y, y0): (Buf, usize),
+        bias: Option<Buf>,
+        flags: u32,
+    ) {
+        if rows == 0 {
+            return;
+        }
+        let [xb, y] = [x, y].map(|b| self.bufs[b.0 as usize].clone());
+        let bias = bias.map_or(self.dummy.clone(), |b| self.bufs[b.0 as usize].clone());
+        let m = &self.mats[w.0 as usize];
+        let (ty, k, n_rows, row_bytes) = (m.ty, m.n_cols, m.n_rows, m.row_bytes);
+        let parts: Vec<_> = m
+            .parts
+            .iter()
+            .map(|p| (p.buf.clone(), p.row0, p.n))
+            .collect();
+        let cols = self.pipes.matmul_cols();
+        for (buf, row0, n) in parts {
+            let mut g = grid(n.div_ceil(cols));
+            g[2] = rows.div_ceil(8) as u32;
+            let p = [
+                n,
+                k,
+                rows,
+                row_bytes,
+                row0,
+                n_rows,
+                g[0] as usize,
+                flags as usize,
+                x0,
+                y0,
+            ];
+            let p: Vec<u32> = p.iter().map(|&v| v as u32).chain([0, 0]).collect();
+            let p = self.rec.push(&self.ctx, bytemuck::cast_slice(&p));
+            self.run(
+                Kernel::MatMul(ty),
+                &[
+                    Bind::Buf(&buf),
+                    Bind::Buf(&xb),
+                    Bind::Buf(&y),
+                    Bind::Buf(&bias),
+                    Bind::Arena(p),
+                ],
+                g,
+            );
+        }
     }
 
     pub(crate) fn step(&self) -> &StepData {

@@ -5,6 +5,9 @@
 //! Precision: weights are dequantized in the shader (every GGUF type the CPU backend
 //! takes) and meet f32 activations; sums are f32. KV storage is f16 or f32.
 //!
+//! Mixtures of experts: the router's logits are read back and rows routed on the host (see
+//! `moe.rs`), the one wait inside a mixture model's forward.
+//!
 //! Batch invariance: every kernel computes an output element in one order fixed by the
 //! element's own coordinates (a matmul column's partial sums are taken over the same
 //! chunks by the same threads and summed by the same tree whatever the row count; each
@@ -17,6 +20,7 @@ mod context;
 mod device_impl;
 mod formats;
 mod gpu;
+mod moe;
 mod pipelines;
 
 pub use context::{adapter_for_tests, quiet_device_select, real_gpu, Choice};

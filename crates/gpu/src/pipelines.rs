@@ -25,6 +25,7 @@ pub(crate) enum Kernel {
     Attention {
         f16: bool,
     },
+    MoeCombine,
 }
 
 /// Threads that share a matmul output column on an adapter of type `t`: one on a CPU
@@ -68,6 +69,7 @@ impl Kernel {
             Kernel::Rope => (include_str!("shaders/rope.wgsl").into(), "main"),
             Kernel::KvStore { f16 } => (kv(f16, include_str!("shaders/kv_store.wgsl")), "main"),
             Kernel::Attention { f16 } => (kv(f16, include_str!("shaders/attention.wgsl")), "main"),
+            Kernel::MoeCombine => (include_str!("shaders/moe.wgsl").into(), "main"),
         }
     }
 }

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use device::conformance::{attention_case, norms_case};
+use device::conformance::{attention_case, moe_case, norms_case};
 use device::reference::Reference;
 use device::testing::data;
 use device::*;
@@ -179,4 +179,19 @@ fn kv_blocks_copy_read_and_write() {
     assert_eq!(bytes.len(), 2 * 2 * cfg.block_bytes());
     d.kv_write_block(0, &bytes);
     assert_eq!(attend(d, 0, false, o2), original, "written block");
+}
+
+#[test]
+fn mixture_of_experts_with_a_gated_shared_expert() {
+    for gating in [Gating::Softmax, Gating::Sigmoid] {
+        for (k, rows) in [(1, 1), (2, 5), (4, 9)] {
+            let Some([mut a, mut b]) = both() else { return };
+            let got = moe_case(&mut *a, gating, k, rows);
+            let want = moe_case(&mut *b, gating, k, rows);
+            let e = rel(&got, &want, 1.0);
+            assert!(e < 1e-5, "{gating:?} k={k} rows={rows}: {e}");
+            assert_eq!(a.moe_stats().blocks, 1);
+            assert_eq!(a.moe_stats(), b.moe_stats(), "the same experts streamed");
+        }
+    }
 }

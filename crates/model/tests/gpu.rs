@@ -1,6 +1,6 @@
 //! The recipes on the wgpu backend (lavapipe in CI): the tiny random-weight models against
-//! their float64 numpy logits and against the CPU, rows identical whatever the batch, and
-//! a model whose ops the device lacks refused at load.
+//! their float64 numpy logits and against the CPU (mixtures of experts too), rows identical
+//! whatever the batch.
 
 mod common;
 
@@ -99,13 +99,37 @@ fn rows_are_identical_whatever_the_batch() {
     }
 }
 
+/// Every mixture of the MoE fixtures (1 to 8 experts per token, shared experts) against its
+/// float64 logits and the CPU, and its rows the same bits one token per forward as whole.
 #[test]
-fn a_mixture_of_experts_is_refused_at_load() {
+fn mixtures_match_the_float64_reference_and_the_cpu_whatever_the_batch() {
     if !gpu::adapter_for_tests() {
         return;
     }
-    let model = Model::load(format!("{FIXTURES}llama-moe-k2.gguf")).unwrap();
-    let mut dev = gpu::Gpu::open(gpu::Choice::Any).unwrap();
-    let err = model.upload(&mut dev, &|_, _| {}).err().expect("refused");
-    assert!(err.to_string().contains("Moe"), "{err}");
+    for case in reference("moe-reference.json") {
+        let file = case["file"].as_str().unwrap();
+        let model = Model::load(format!("{FIXTURES}{file}")).unwrap();
+        let run = |batches: &[Vec<(usize, u32)>], backend| {
+            run_stages_on(backend, &[&model], batches, 1, GgmlType::F32)
+        };
+        let whole = run(&one_batch(&case), Backend::Gpu);
+        let worst = whole
+            .iter()
+            .zip(case["logits"].as_array().unwrap())
+            .map(|((_, logits), want)| relative_error(logits, want))
+            .fold(0f64, f64::max);
+        let cpu = Backend::Cpu {
+            threads: 2,
+            precision: kernels::Precision::F32,
+        };
+        let d = max_diff(&whole, &run(&one_batch(&case), cpu));
+        eprintln!("{file}: relative logit error {worst:.2e}; max |logit - cpu| {d:.2e}");
+        assert!(worst < 1e-4, "{file}: relative logit error {worst}");
+        let singles: Vec<Vec<(usize, u32)>> = tokens(&case).iter().map(|&t| vec![(0, t)]).collect();
+        let one_by_one = run(&singles, Backend::Gpu);
+        for ((key, l), (_, w)) in one_by_one.iter().zip(&whole) {
+            let same = l.iter().zip(w).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "{file}: row {key:?} differs one token per forward");
+        }
+    }
 }

@@ -1,4 +1,4 @@
-// y[r, col0 + j] (+)= W[j] · x[r] (+ bias[col0 + j]) for the rows of one part of W.
+// y[y0 + r, col0 + j] (+)= W[j] · x[x0 + r] (+ bias[col0 + j]) for the rows of one part of W.
 //
 // A workgroup of 64 threads takes 64 / T output columns and a group of R rows; T threads
 // (prepended: chosen per adapter) share a column. Thread l of a column takes the 32-element
@@ -17,6 +17,10 @@ struct P {
     y_stride: u32,   // floats per y row
     groups_x: u32,
     flags: u32,      // 1: add bias; 2: add into y (the residual)
+    x0: u32,         // first row of x
+    y0: u32,         // first row of y
+    _a: u32,
+    _b: u32,
 }
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;
@@ -44,7 +48,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         let kk = ch * 32u;
         let m = min(32u, p.k - kk);
         for (var r = 0u; r < nr; r++) {
-            let xo = (r0 + r) * p.k + kk;
+            let xo = (p.x0 + r0 + r) * p.k + kk;
             var s = 0.0;
             for (var i = 0u; i < m; i++) {
                 s += v[i] * x[xo + i];
@@ -72,7 +76,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     if (l == 0u && j < p.n) {
         let col = p.col0 + j;
         for (var r = 0u; r < nr; r++) {
-            let o = (r0 + r) * p.y_stride + col;
+            let o = (p.y0 + r0 + r) * p.y_stride + col;
             var val = acc[r];
             if ((p.flags & 1u) != 0u) {
                 val += bias[col];

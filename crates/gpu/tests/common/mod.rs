@@ -2,8 +2,8 @@
 
 pub use device::conformance::{buf, read};
 use device::reference::Reference;
-use device::testing::random_blocks;
-use device::{Bytes, Device, MatrixSource, Role};
+pub use device::testing::source;
+use device::Device;
 use gguf::GgmlType;
 use gpu::{Choice, Gpu};
 
@@ -16,17 +16,6 @@ pub fn gpu() -> Option<Gpu> {
 /// The GPU and the reference, the same ops run on each.
 pub fn both() -> Option<[Box<dyn Device>; 2]> {
     Some([Box::new(gpu()?), Box::new(Reference::new())])
-}
-
-pub fn source(ty: GgmlType, n_rows: usize, n_cols: usize, seed: u64) -> MatrixSource {
-    MatrixSource {
-        name: format!("{ty} [{n_rows}, {n_cols}]"),
-        ty,
-        bytes: Bytes::Owned(random_blocks(ty, n_rows, n_cols, seed).into()),
-        n_rows,
-        n_cols,
-        role: Role::Multiply,
-    }
 }
 
 /// The largest `|a - b|` over the largest `|b|` (at least `floor`).

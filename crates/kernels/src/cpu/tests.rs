@@ -11,8 +11,8 @@ use kv::{KvConfig, BLOCK_SIZE};
 
 use super::Cpu;
 use crate::{Precision, ThreadPool};
-use device::conformance::{attention_case, buf, norms_case, read};
-use device::testing::{data, random_blocks, QUANT_TYPES};
+use device::conformance::{attention_case, buf, moe_case, norms_case, read};
+use device::testing::{data, source, QUANT_TYPES};
 
 /// Every weight type the CPU backend takes.
 fn weight_types() -> impl Iterator<Item = GgmlType> {
@@ -23,17 +23,6 @@ fn weight_types() -> impl Iterator<Item = GgmlType> {
 
 fn cpu(precision: Precision) -> Cpu {
     Cpu::new(Arc::new(ThreadPool::new(2)), precision)
-}
-
-fn source(ty: GgmlType, n_rows: usize, n_cols: usize, seed: u64) -> MatrixSource {
-    MatrixSource {
-        name: format!("{ty} [{n_rows}, {n_cols}]"),
-        ty,
-        bytes: Bytes::Owned(random_blocks(ty, n_rows, n_cols, seed).into()),
-        n_rows,
-        n_cols,
-        role: Role::Multiply,
-    }
 }
 
 /// The largest `|a - b|` over the largest `|b|` (at least `floor`).
@@ -152,51 +141,6 @@ fn embedding_rows_of_every_weight_type() {
         }
         assert_eq!(outs[0], outs[1], "{ty}: both dequantize GGUF's way");
     }
-}
-
-/// A mixture of 6 experts, `k` per row, with a shared expert and its gate.
-fn moe_case(dev: &mut dyn Device, gating: Gating, k: usize, rows: usize) -> Vec<f32> {
-    let (e, ff, ne) = (256, 64, 6);
-    let ty = GgmlType::Q4_K;
-    let mut srcs = vec![source(GgmlType::Q8_0, ne, e, 1)];
-    srcs.extend((0..ne).map(|i| source(ty, ff, e, 10 + i as u64)));
-    srcs.extend((0..ne).map(|i| source(ty, ff, e, 20 + i as u64)));
-    srcs.extend((0..ne).map(|i| source(GgmlType::Q5_0, e, ff, 30 + i as u64)));
-    let m = dev.upload_matrices(&srcs, &|_, _| {}).unwrap();
-    let x = buf(dev, &data(rows * e, 2));
-    let hidden = buf(dev, &data(rows * e, 3));
-    let shared = buf(dev, &data(rows * e, 4));
-    let gate = buf(dev, &data(e, 5));
-    let mut z = |n| dev.alloc(n).unwrap();
-    let scratch = MoeScratch {
-        probs: z(rows * ne),
-        x: z(rows * k * e),
-        gate: z(rows * k * ff),
-        up: z(rows * k * ff),
-        out: z(rows * k * e),
-    };
-    let spec = MoeSpec {
-        router: m[0],
-        gate: &m[1..1 + ne],
-        up: &m[1 + ne..1 + 2 * ne],
-        down: &m[1 + 2 * ne..1 + 3 * ne],
-        routing: Routing {
-            n_expert: ne,
-            k,
-            gating,
-            norm_weights: gating == Gating::Sigmoid,
-            weights_scale: 1.5,
-        },
-        n_embd: e,
-        n_ff_exp: ff,
-        shared: Some(SharedIn {
-            out: shared,
-            gate: Some(gate),
-        }),
-        scratch,
-    };
-    dev.moe(&spec, x, rows, hidden);
-    read(dev, hidden, rows * e)
 }
 
 #[test]
