@@ -7,6 +7,7 @@ pub mod cost;
 mod executor;
 mod front;
 mod handle;
+mod local_front;
 mod plan;
 mod request;
 pub mod sampling;
@@ -20,6 +21,7 @@ pub use front::{Front, FrontState, FrontStats};
 pub use handle::{
     Counters, EngineConfig, EngineHandle, EventStream, SlotState, Snapshot, StepBudget,
 };
+pub use local_front::LocalFront;
 pub use plan::{available_memory, MemoryPlan};
 pub use request::{DraftLimits, Event, FinishReason, GenRequest, Pooling, Summary, TokenLogprob};
 pub use sampling::{Sampler, SamplerConfig};

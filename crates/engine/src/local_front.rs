@@ -1,0 +1,139 @@
+//! The first stage of a model split between two devices of one process (`-ngl N`: the
+//! embeddings and the first blocks on the CPU, the last `N` blocks and the output head on
+//! the GPU): a [`Front`] whose stage is an [`Executor`] here, computing each step's rows
+//! when the engine asks for them.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use device::Row;
+use kv::SeqKv;
+use model::Model;
+
+use crate::front::{Front, FrontStats};
+use crate::{ContextConfig, Enter, Executor, Out};
+
+/// See the module doc. Sessions are the engine's task ids, each with its KV here.
+pub struct LocalFront {
+    exec: Executor,
+    sessions: HashMap<u64, SeqKv>,
+    busy: Vec<(Instant, Instant)>,
+    stats: FrontStats,
+}
+
+impl LocalFront {
+    /// `model` is the first stage ([`model::Part::First`]); `config` sizes its KV pool
+    /// like the engine's (the same positions for the same sessions) on its own device.
+    pub fn new(model: Model, config: ContextConfig) -> crate::Result<Self> {
+        Ok(LocalFront {
+            exec: Executor::new(model, config)?,
+            sessions: HashMap::new(),
+            busy: Vec::new(),
+            stats: FrontStats::default(),
+        })
+    }
+
+    /// The stage's executor (its device and memory, for the start lines).
+    pub fn executor(&self) -> &Executor {
+        &self.exec
+    }
+}
+
+impl Front for LocalFront {
+    fn forward(&mut self, rows: &[(u64, usize, u32)], hidden: &mut [f32]) -> Result<(), String> {
+        let mut ids: Vec<u64> = Vec::new();
+        let mut batch_rows = Vec::with_capacity(rows.len());
+        for &(session, pos, _) in rows {
+            if ids.last() != Some(&session) {
+                ids.push(session);
+            }
+            batch_rows.push(Row {
+                pos,
+                seq: ids.len() - 1,
+            });
+        }
+        let tokens: Vec<u32> = rows.iter().map(|r| r.2).collect();
+        let mut kvs: Vec<SeqKv> = ids
+            .iter()
+            .map(|id| self.sessions.remove(id).unwrap_or_default())
+            .collect();
+        let mut seqs: Vec<&mut SeqKv> = kvs.iter_mut().collect();
+        let t0 = Instant::now();
+        let done = self.exec.forward(
+            &mut seqs,
+            &batch_rows,
+            Enter::Tokens(&tokens),
+            Out::States(hidden),
+        );
+        let t1 = Instant::now();
+        self.busy.push((t0, t1));
+        for (id, kv) in ids.iter().zip(kvs) {
+            self.sessions.insert(*id, kv);
+        }
+        done.map_err(|e| e.to_string())?;
+        self.stats.requests += 1;
+        self.stats.rows += rows.len() as u64;
+        self.stats.compute_seconds += (t1 - t0).as_secs_f64();
+        self.stats.wait_seconds += (t1 - t0).as_secs_f64();
+        Ok(())
+    }
+
+    fn submit(&mut self, _: &[(u64, usize, u32)]) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn truncate(&mut self, session: u64, len: usize) -> Result<(), String> {
+        if let Some(kv) = self.sessions.get_mut(&session) {
+            self.exec.truncate(kv, len);
+        }
+        Ok(())
+    }
+
+    fn release(&mut self, session: u64) -> Result<(), String> {
+        if let Some(mut kv) = self.sessions.remove(&session) {
+            self.exec.release(&mut kv);
+        }
+        Ok(())
+    }
+
+    fn reconnect(&mut self) -> Result<(), String> {
+        for (_, mut kv) in self.sessions.drain() {
+            self.exec.release(&mut kv);
+        }
+        Ok(())
+    }
+
+    fn replay(&mut self, rows: &[(u64, usize, u32)]) -> Result<(), String> {
+        let e = self.exec.model().hparams.n_embd;
+        let mut states = vec![0f32; rows.len() * e];
+        self.forward(rows, &mut states)
+    }
+
+    fn grace(&self) -> Duration {
+        Duration::ZERO
+    }
+
+    fn pipelined(&self) -> bool {
+        false
+    }
+
+    fn stream(&mut self, _: u64, _: usize, _: &[u32]) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn streams(&self, _: u64) -> bool {
+        false
+    }
+
+    fn heartbeat(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn take_busy(&mut self) -> Vec<(Instant, Instant)> {
+        std::mem::take(&mut self.busy)
+    }
+
+    fn stats(&self) -> FrontStats {
+        self.stats
+    }
+}
