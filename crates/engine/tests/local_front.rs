@@ -69,7 +69,7 @@ fn a_model_split_between_two_local_stages_answers_as_the_whole_model() {
         step_budget: engine::StepBudget::AUTO,
         swa_full: false,
     };
-    let handle = engine::start(whole, tok.clone(), cfg.clone(), None, None).unwrap();
+    let handle = engine::start(whole, tok.clone(), cfg, None, None).unwrap();
     let want = answers(&handle, &prompts);
     drop(handle);
     let at = 12;
