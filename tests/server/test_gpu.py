@@ -1,6 +1,7 @@
 """`tandem serve --device gpu` through the openai client: the wgpu backend answers a chat,
 and with a draft model (both on the device) gives the same text, every draft accepted when
-the draft is the target itself (the device's rows are batch-invariant). CI runs it on Mesa's
+the draft is the target itself (the device's rows are batch-invariant); `-ngl` splits the
+model between the CPU and the GPU. CI runs it on Mesa's
 lavapipe, a Vulkan device on the CPU: slow, so the context, the physical batch (which bounds
 the start-up calibration's forwards) and the answers are small."""
 
@@ -67,3 +68,18 @@ def test_a_draft_model_on_the_gpu_keeps_the_text_and_is_always_right_about_itsel
     drafted = counter(metrics, "vllm:spec_decode_num_draft_tokens")
     assert drafted > 0
     assert counter(metrics, "vllm:spec_decode_num_accepted_tokens") == drafted
+
+
+def test_ngl_puts_the_last_blocks_on_the_gpu_and_the_rest_on_the_cpu():
+    s = gpu_server("-ngl", "12")
+    try:
+        r = chat(s)
+        log = s.output()
+    finally:
+        s.stop()
+    assert "-ngl 12: blocks 18..30 and the output head on the gpu device" in log, log
+    # The CPU's 8-bit activations answer this prompt differently from the GPU's f32 ones
+    # (the CPU alone: "L'Étoile, ..."), so the text is checked for being there; that a split
+    # in one process answers as the whole model is tested in the engine (local_front.rs).
+    assert r.choices[0].message.content.strip()
+    assert r.usage.completion_tokens > 0

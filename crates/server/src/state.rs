@@ -87,6 +87,10 @@ pub struct ServerConfig {
     pub speculation: Option<SpecSettings>,
     /// Serve the last stage of a model split across two machines.
     pub split: Option<SplitSettings>,
+    /// `-ngl N`: the last `N` blocks and the output head on the engine's device (a GPU),
+    /// the embeddings and the blocks before them on the CPU, in this process. `None`, or
+    /// `N` at least the model's blocks: the whole model on the engine's device.
+    pub gpu_layers: Option<usize>,
     /// Serve embeddings (`--embeddings`), pooled as `pooling` (`None`: as the GGUF says,
     /// else `none`).
     pub embeddings: bool,
@@ -144,6 +148,7 @@ impl ServerConfig {
             limits: crate::conn::Limits::default(),
             speculation: None,
             split: None,
+            gpu_layers: None,
             embeddings: false,
             pooling: None,
             slot_save_path: None,
@@ -283,12 +288,31 @@ fn start_engine(
     engine
 }
 
+/// Where `-ngl` splits the model between the CPU and the engine's device: the first block
+/// of the device's stage, when some blocks stay on the CPU.
+fn local_split(config: &ServerConfig) -> Result<Option<usize>, Error> {
+    let Some(n) = config.gpu_layers else {
+        return Ok(None);
+    };
+    if config.split.is_some() {
+        return Err(engine::Error::Config(
+            "-ngl and --split-at both split the model; give one".into(),
+        )
+        .into());
+    }
+    let file = gguf::GgufFile::open(&config.model_path).map_err(model::Error::from)?;
+    let n_layer = model::HParams::from_metadata(&file.header.metadata)?.n_layer;
+    Ok((n < n_layer).then(|| n_layer - n))
+}
+
 /// Loads the model, checks the memory plan against the limit, and starts the engine.
 pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
-    let part = config
-        .split
-        .as_ref()
-        .map_or(Part::Whole, |s| Part::Last(s.at));
+    let local_at = local_split(config)?;
+    let part = match (&config.split, local_at) {
+        (Some(s), _) => Part::Last(s.at),
+        (None, Some(at)) => Part::Last(at),
+        (None, None) => Part::Whole,
+    };
     // Before loading: the plan counts the weights, which loading takes from what is free.
     let available = engine::available_memory();
     let model = Model::load_stage(&config.model_path, part)?;
@@ -363,6 +387,25 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         let streamed = split::head::stream_bytes(s.chunk, hp.n_embd, ecfg.n_parallel);
         plan.scratch += streamed;
     }
+    let local_front = match local_at {
+        None => None,
+        Some(at) => {
+            let first = Model::load_stage(&config.model_path, Part::First(at))?;
+            let cfg = engine::ContextConfig {
+                device: engine::DeviceKind::Cpu,
+                ..ecfg.context_config()
+            };
+            let front_plan = MemoryPlan::new(&first, &cfg);
+            eprintln!(
+                "-ngl {}: blocks {at}..{} and the output head on the {} device, the embeddings and blocks 0..{at} on the cpu (memory plan there: {front_plan})",
+                hp.n_layer - at,
+                hp.n_layer,
+                ecfg.device.name(),
+            );
+            plan = plan.with(&front_plan);
+            Some(engine::LocalFront::new(first, cfg)?)
+        }
+    };
     if let Some(d) = draft_plan {
         eprintln!(
             "draft model memory plan: {d} (on the {} device)",
@@ -426,7 +469,7 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         pooling
     });
     let front: Option<Box<dyn engine::Front>> = match &config.split {
-        None => None,
+        None => local_front.map(|f| Box::new(f) as Box<dyn engine::Front>),
         Some(s) => {
             let client = BoxClient::connect(s.box_addr, &model, s.states, s.credentials.clone())?
                 .with_grace(s.grace)

@@ -8,6 +8,7 @@ use gguf::GgmlType;
 use crate::cli::{parse_kv_type, ModelArgs};
 use crate::pull;
 use crate::CliError;
+use engine::DeviceKind;
 
 /// llama-server's flags. Flags that do nothing on this backend are accepted and named in
 /// one warning each at start.
@@ -284,8 +285,8 @@ impl ServeArgs {
             }
         };
         say(
-            self.n_gpu_layers.is_some(),
-            "-ngl: layers are not split between devices yet (the whole model runs on the --device chosen); the flag does nothing",
+            self.n_gpu_layers.is_some() && self.model.context_config().device != DeviceKind::Gpu,
+            "-ngl: no GPU in use (--device cpu or reference, or auto without a real GPU): the whole model runs on the CPU",
         );
         say(self.flash_attn.is_some(), "--flash-attn: attention is always computed block by block on the CPU; the flag does nothing");
         say(
@@ -354,6 +355,7 @@ impl ServeArgs {
         let api_keys = api_keys(&self.api_key, self.api_key_file.as_deref())?;
         let allowed_hosts = allowed_hosts(&self.host, &self.allowed_hosts);
         let ctx = self.model.context_config();
+        let (device, gpu_layers) = self.gpu_layers(ctx.device)?;
         let model_path = self.model.path()?;
         let speculation = self.speculation()?;
         let credentials = split::Credentials {
@@ -380,7 +382,7 @@ impl ServeArgs {
                 n_threads: ctx.n_threads,
                 kv_type: ctx.kv_type,
                 queue_limit: self.queue_limit,
-                device: ctx.device,
+                device,
                 step_budget: self.step_budget,
                 swa_full: self.model.swa_full,
             },
@@ -456,6 +458,29 @@ impl ServeArgs {
                     pipeline: self.box_pipeline,
                     credentials,
                 }),
+            gpu_layers,
+        })
+    }
+
+    /// The engine's device and the blocks it holds, from `-ngl` (llama-server's meaning:
+    /// the last N blocks and the output head on the GPU, the rest on the CPU; `-1`, `all`
+    /// or more than the blocks: all of it; `0`: none, the CPU computes everything).
+    fn gpu_layers(&self, device: DeviceKind) -> Result<(DeviceKind, Option<usize>), CliError> {
+        let Some(v) = self.n_gpu_layers.as_deref() else {
+            return Ok((device, None));
+        };
+        let n = match v {
+            "-1" | "all" | "auto" => None,
+            v => Some(v.parse::<usize>().map_err(|_| {
+                CliError::Usage(format!(
+                    "-ngl: '{v}' is not a number of layers (a count, -1 or all)"
+                ))
+            })?),
+        };
+        Ok(match (device, n) {
+            (DeviceKind::Gpu, Some(0)) => (DeviceKind::Cpu, None),
+            (DeviceKind::Gpu, n) => (device, n),
+            _ => (device, None),
         })
     }
 

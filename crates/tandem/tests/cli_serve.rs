@@ -51,6 +51,8 @@ fn unknown_flags_are_an_error_and_no_op_flags_a_warning() {
     let (ok, err) = serve(&[
         "-m",
         "smollm2-135m",
+        "--device",
+        "cpu",
         "-ngl",
         "-1",
         "--flash-attn",
@@ -63,6 +65,17 @@ fn unknown_flags_are_an_error_and_no_op_flags_a_warning() {
     assert!(!ok);
     assert_eq!(err.matches("warning: -ngl").count(), 1, "{err}");
     assert_eq!(err.matches("warning: --flash-attn").count(), 1, "{err}");
+}
+
+#[test]
+fn ngl_takes_a_count_of_layers_or_all() {
+    let (ok, err) = serve(&["-m", "smollm2-135m", "-ngl", "many", "--port", "0"]);
+    assert!(!ok);
+    let last = err.trim_end().lines().last().unwrap();
+    assert_eq!(
+        last,
+        "error: -ngl: 'many' is not a number of layers (a count, -1 or all)"
+    );
 }
 
 #[test]
