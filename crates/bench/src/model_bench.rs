@@ -46,6 +46,19 @@ pub struct VerifyPoint {
     pub experts_per_block: Option<f64>,
 }
 
+/// One kind of op's share of a decode step, on a device that times its ops.
+#[derive(Debug, Clone, Serialize)]
+pub struct OpPoint {
+    pub op: String,
+    pub calls_per_token: f64,
+    pub ms_per_token: f64,
+    /// Weight bytes it streamed over its time, in GB/s (0 where not counted).
+    pub gb_s: f64,
+}
+
+/// Decode tokens timed op by op (after tg, on a device that can).
+pub const PROFILED_TOKENS: usize = 16;
+
 /// What tg's decode streamed, against what the machine streams.
 #[derive(Debug, Clone, Serialize)]
 pub struct DecodeBandwidth {
@@ -59,6 +72,9 @@ pub struct DecodeBandwidth {
     pub probe_gb_s: f64,
     /// The mean over tg's repetitions of their GB/s over the probe just before them.
     pub share: f64,
+    /// Whether the probe was the device's own kernel (a GPU's memory), not the host's
+    /// threads.
+    pub device_probe: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -73,6 +89,9 @@ pub struct ModelBenchReport {
     pub decode: Option<DecodeBandwidth>,
     pub batched: Vec<BatchedPoint>,
     pub verify: Vec<VerifyPoint>,
+    /// Decode op by op, where the device times its ops (the GPU's).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ops: Vec<OpPoint>,
     pub machine: Machine,
 }
 
@@ -138,8 +157,14 @@ pub fn run(model: Arc<Model>, name: &str, cfg: &ModelBenchConfig) -> Result<Mode
 
     let mut tg = Vec::new();
     let mut probes = Vec::new();
+    let mut device_probe = false;
     for r in 0..reps.min(if cfg.tg > 0 { reps } else { 0 }) {
-        probes.push(crate::probe::read_bandwidth(cfg.context.n_threads));
+        let probe = ctx.device_mut().read_bandwidth();
+        device_probe = probe.is_some();
+        probes.push(probe.map_or_else(
+            || crate::probe::read_bandwidth(cfg.context.n_threads),
+            |b| b / 1e9,
+        ));
         let gen = tokens(cfg.tg, nv, r as u64 + 100);
         let mut s = SeqKv::default();
         ctx.eval(&mut s, &gen[..1], Outputs::Last, &mut ignore)?;
@@ -150,6 +175,11 @@ pub fn run(model: Arc<Model>, name: &str, cfg: &ModelBenchConfig) -> Result<Mode
         tg.push((cfg.tg - 1) as f64 / t.elapsed().as_secs_f64());
         ctx.release(&mut s);
     }
+
+    let ops = match cfg.tg > 0 && ctx.device_mut().profile_ops(true) {
+        true => profile_decode(&mut ctx, nv)?,
+        false => Vec::new(),
+    };
 
     let mut batched: Vec<BatchedPoint> = Vec::new();
     for &b in &cfg.batch {
@@ -236,6 +266,7 @@ pub fn run(model: Arc<Model>, name: &str, cfg: &ModelBenchConfig) -> Result<Mode
             gb_s,
             probe_gb_s: mean(&probes),
             share: mean(&shares),
+            device_probe,
         }
     });
 
@@ -248,6 +279,35 @@ pub fn run(model: Arc<Model>, name: &str, cfg: &ModelBenchConfig) -> Result<Mode
         decode,
         batched,
         verify,
+        ops,
         machine: Machine::here(Some(cfg.context.n_threads)),
     })
+}
+
+/// [`PROFILED_TOKENS`] decode steps with the device timing its ops (then it stops).
+fn profile_decode(ctx: &mut Executor, nv: usize) -> Result<Vec<OpPoint>> {
+    let mut ignore = |_: usize, _: &[f32]| {};
+    let gen = tokens(PROFILED_TOKENS + 1, nv, 77);
+    let mut s = SeqKv::default();
+    ctx.eval(&mut s, &gen[..1], Outputs::Last, &mut ignore)?;
+    ctx.device_mut().op_times();
+    for &tok in &gen[1..] {
+        ctx.eval(&mut s, &[tok], Outputs::Last, &mut ignore)?;
+    }
+    let times = ctx.device_mut().op_times();
+    ctx.device_mut().profile_ops(false);
+    ctx.release(&mut s);
+    let per = PROFILED_TOKENS as f64;
+    Ok(times
+        .into_iter()
+        .map(|o| OpPoint {
+            calls_per_token: o.calls as f64 / per,
+            ms_per_token: o.seconds * 1e3 / per,
+            gb_s: match o.seconds > 0.0 {
+                true => o.bytes as f64 / o.seconds / 1e9,
+                false => 0.0,
+            },
+            op: o.op,
+        })
+        .collect())
 }

@@ -20,8 +20,8 @@ pub mod testing;
 
 pub use seam::{
     full_stores, rope_angles, AttnSpec, Buf, Bytes, Device, Gating, Mat, MatOut, MatrixSource,
-    MoeScratch, MoeSpec, MoeStats, Op, Progress, Role, RopeMode, RopeSpec, Routing, Row, SharedIn,
-    Step, Tables,
+    MoeScratch, MoeSpec, MoeStats, Op, OpTime, Progress, Role, RopeMode, RopeSpec, Routing, Row,
+    SharedIn, Step, Tables,
 };
 
 use gguf::GgmlType;

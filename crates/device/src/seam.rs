@@ -406,4 +406,29 @@ pub trait Device: Send {
     fn argmax(&mut self, x: Buf, rows: usize, width: usize) -> Vec<u32>;
     /// The mixture blocks computed so far.
     fn moe_stats(&self) -> MoeStats;
+    /// Starts (`true`) or stops timing each op on the device; whether it can.
+    fn profile_ops(&mut self, _on: bool) -> bool {
+        false
+    }
+    /// What was timed since the last call, per kind of op, most time first.
+    fn op_times(&mut self) -> Vec<OpTime> {
+        Vec::new()
+    }
+    /// The device memory's streaming-read bandwidth in bytes per second, measured by a
+    /// kernel; `None` where the device computes in the host's memory (the host's probe
+    /// applies).
+    fn read_bandwidth(&mut self) -> Option<f64> {
+        None
+    }
+}
+
+/// One kind of op's time on a device while it was timing its ops.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OpTime {
+    /// The kernel (and its variant, such as a weight type).
+    pub op: String,
+    pub calls: u64,
+    pub seconds: f64,
+    /// Bytes of weights it streamed (0 where not counted).
+    pub bytes: u64,
 }

@@ -210,6 +210,11 @@ impl Executor {
         &*self.dev
     }
 
+    /// The device, for what it measures of itself (op times, bandwidth).
+    pub fn device_mut(&mut self) -> &mut dyn Device {
+        &mut *self.dev
+    }
+
     /// The KV pool's accounting (its storage is the device's).
     pub fn kv(&self) -> &KvPool {
         &self.kv

@@ -9,6 +9,8 @@
 
 use wgpu::util::DeviceExt;
 
+use crate::profile::Profiler;
+
 /// Which adapters may be chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Choice {
@@ -98,6 +100,7 @@ impl Ctx {
         let desc = wgpu::DeviceDescriptor {
             label: Some("tandem"),
             required_limits: limits.clone(),
+            required_features: adapter.features() & wgpu::Features::TIMESTAMP_QUERY,
             ..Default::default()
         };
         let (device, queue) = pollster::block_on(adapter.request_device(&desc))
@@ -169,6 +172,8 @@ pub(crate) struct Recorder {
     cur: usize,
     align: usize,
     staging: Option<wgpu::Buffer>,
+    /// Timing every dispatch, while profiling is on.
+    pub profiler: Option<Profiler>,
 }
 
 impl Recorder {
@@ -179,6 +184,7 @@ impl Recorder {
             cur: 0,
             align: ctx.limits.min_storage_buffer_offset_alignment.max(16) as usize,
             staging: None,
+            profiler: None,
         }
     }
 
@@ -229,14 +235,18 @@ impl Recorder {
     }
 
     /// Records one dispatch of `pipeline` over `groups`, binding `i` of its group 0 bound
-    /// to `binds[i]`.
+    /// to `binds[i]`; a profiler times it as kernel `what` streaming `bytes`.
     pub fn dispatch(
         &mut self,
         ctx: &Ctx,
         pipeline: &wgpu::ComputePipeline,
         binds: &[Bind<'_>],
         groups: [u32; 3],
+        (what, bytes): (&dyn std::fmt::Debug, u64),
     ) {
+        if self.profiler.as_ref().is_some_and(Profiler::full) {
+            self.flush(ctx);
+        }
         let entries: Vec<wgpu::BindGroupEntry> = binds
             .iter()
             .map(|b| match b {
@@ -261,7 +271,14 @@ impl Recorder {
         let enc = self
             .encoder
             .get_or_insert_with(|| ctx.device.create_command_encoder(&Default::default()));
-        let mut pass = enc.begin_compute_pass(&Default::default());
+        let timestamp_writes = self
+            .profiler
+            .as_mut()
+            .map(|p| p.next(format!("{what:?}"), bytes));
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: None,
+            timestamp_writes,
+        });
         pass.set_pipeline(pipeline);
         pass.set_bind_group(0, &group, &[]);
         pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
@@ -277,8 +294,14 @@ impl Recorder {
                 c.written = c.data.len();
             }
         }
-        if let Some(enc) = self.encoder.take() {
+        if let Some(mut enc) = self.encoder.take() {
+            if let Some(p) = &self.profiler {
+                p.resolve(&mut enc);
+            }
             ctx.queue.submit([enc.finish()]);
+            if let Some(p) = &mut self.profiler {
+                p.harvest(ctx);
+            }
         }
     }
 

@@ -2,8 +2,8 @@
 //! a read-back, or an upload submits them.
 
 use device::{
-    AttnSpec, Buf, Device, Error, Mat, MatOut, MatrixSource, MoeSpec, MoeStats, Op, Progress,
-    Result, Role, RopeMode, RopeSpec, Step,
+    AttnSpec, Buf, Device, Error, Mat, MatOut, MatrixSource, MoeSpec, MoeStats, Op, OpTime,
+    Progress, Result, Role, RopeMode, RopeSpec, Step,
 };
 use gguf::GgmlType;
 use kv::KvConfig;
@@ -12,6 +12,7 @@ use crate::context::Bind::{Arena as A, Buf as B};
 use crate::formats::Layout;
 use crate::gpu::{grid, matrix_bytes, Gpu, GpuKv, GpuMat, Part, StepData};
 use crate::pipelines::Kernel;
+use crate::profile::Profiler;
 
 impl Device for Gpu {
     fn describe(&self) -> String {
@@ -353,5 +354,26 @@ impl Device for Gpu {
 
     fn moe_stats(&self) -> MoeStats {
         self.moe_stats
+    }
+
+    fn profile_ops(&mut self, on: bool) -> bool {
+        self.rec.flush(&self.ctx);
+        self.rec.profiler = match on {
+            true => Profiler::new(&self.ctx),
+            false => None,
+        };
+        self.rec.profiler.is_some()
+    }
+
+    fn op_times(&mut self) -> Vec<OpTime> {
+        self.rec.flush(&self.ctx);
+        self.rec
+            .profiler
+            .as_mut()
+            .map_or(Vec::new(), Profiler::take)
+    }
+
+    fn read_bandwidth(&mut self) -> Option<f64> {
+        Some(self.probe_bandwidth())
     }
 }

@@ -162,7 +162,8 @@ impl Gpu {
             ];
             let p: Vec<u32> = p.iter().map(|&v| v as u32).chain([0, 0]).collect();
             let p = self.rec.push(&self.ctx, bytemuck::cast_slice(&p));
-            self.run(
+            let bytes = (n * row_bytes * rows.div_ceil(8)) as u64;
+            self.run_streaming(
                 Kernel::MatMul(ty),
                 &[
                     Bind::Buf(&buf),
@@ -172,6 +173,7 @@ impl Gpu {
                     Bind::Arena(p),
                 ],
                 g,
+                bytes,
             );
         }
     }
@@ -182,8 +184,20 @@ impl Gpu {
 
     /// Records `kernel` over `groups`, binding `i` bound to `binds[i]`.
     pub(crate) fn run(&mut self, kernel: Kernel, binds: &[Bind<'_>], groups: [u32; 3]) {
+        self.run_streaming(kernel, binds, groups, 0);
+    }
+
+    /// [`Gpu::run`] of a kernel that streams `bytes` of weights (for the op times).
+    pub(crate) fn run_streaming(
+        &mut self,
+        kernel: Kernel,
+        binds: &[Bind<'_>],
+        groups: [u32; 3],
+        bytes: u64,
+    ) {
         let pipe = self.pipes.get(&self.ctx, kernel);
-        self.rec.dispatch(&self.ctx, &pipe, binds, groups);
+        self.rec
+            .dispatch(&self.ctx, &pipe, binds, groups, (&kernel, bytes));
     }
 
     /// Where the tables KV layer `layer` uses start in the step's words.

@@ -22,6 +22,7 @@ mod formats;
 mod gpu;
 mod moe;
 mod pipelines;
+mod profile;
 
 pub use context::{adapter_for_tests, quiet_device_select, real_gpu, Choice};
 pub use gpu::{matrix_bytes, Gpu};

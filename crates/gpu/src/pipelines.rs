@@ -26,6 +26,7 @@ pub(crate) enum Kernel {
         f16: bool,
     },
     MoeCombine,
+    Bandwidth,
 }
 
 /// Threads that share a matmul output column on an adapter of type `t`: one on a CPU
@@ -70,6 +71,7 @@ impl Kernel {
             Kernel::KvStore { f16 } => (kv(f16, include_str!("shaders/kv_store.wgsl")), "main"),
             Kernel::Attention { f16 } => (kv(f16, include_str!("shaders/attention.wgsl")), "main"),
             Kernel::MoeCombine => (include_str!("shaders/moe.wgsl").into(), "main"),
+            Kernel::Bandwidth => (include_str!("shaders/bandwidth.wgsl").into(), "main"),
         }
     }
 }

@@ -195,3 +195,29 @@ fn mixture_of_experts_with_a_gated_shared_expert() {
         }
     }
 }
+
+#[test]
+fn ops_are_timed_while_profiling_and_the_memory_is_probed() {
+    let Some(mut dev) = gpu() else { return };
+    assert!(dev.read_bandwidth().is_some_and(|b| b > 0.0));
+    let (n, k) = (64, 256);
+    let src = source(GgmlType::Q4_K, n, k, 2);
+    let mats = dev
+        .upload_matrices(std::slice::from_ref(&src), &|_, _| {})
+        .unwrap();
+    let (xb, yb) = (buf(&mut dev, &data(k, 1)), dev.alloc(n).unwrap());
+    if !dev.profile_ops(true) {
+        eprintln!("skipped: the adapter has no timestamp queries");
+        return;
+    }
+    dev.matmul(&mats, xb, 1, &[MatOut::to(yb)]);
+    dev.matmul(&mats, xb, 1, &[MatOut::to(yb)]);
+    let times = dev.op_times();
+    let mm = times.iter().find(|o| o.op == "MatMul(Q4_K)").expect("timed");
+    assert_eq!(mm.calls, 2);
+    assert_eq!(mm.bytes, 2 * n as u64 * 144);
+    assert!(dev.op_times().is_empty(), "taken by the first call");
+    dev.profile_ops(false);
+    dev.matmul(&mats, xb, 1, &[MatOut::to(yb)]);
+    assert!(dev.op_times().is_empty(), "not timed once off");
+}

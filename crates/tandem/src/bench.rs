@@ -437,14 +437,39 @@ fn print_tables(out: &Output) {
     }
     println!("{}", speed.markdown());
     if let Some(d) = &r.decode {
+        let reader = match d.device_probe {
+            true => "the device's own streaming kernel read".to_string(),
+            false => format!(
+                "this machine read with {} threads",
+                r.machine.threads.unwrap_or(0)
+            ),
+        };
         println!(
-            "decode: {:.1} MiB of weights per token, {:.1} GB/s streamed, {:.0}% of what this machine read with {} threads just before each run ({:.1} GB/s on average)\n",
+            "decode: {:.1} MiB of weights per token, {:.1} GB/s streamed, {:.0}% of what {reader} just before each run ({:.1} GB/s on average)\n",
             d.weight_bytes_per_token as f64 / 1048576.0,
             d.gb_s,
             100.0 * d.share,
-            r.machine.threads.unwrap_or(0),
             d.probe_gb_s
         );
+    }
+    if !r.ops.is_empty() {
+        println!(
+            "decode op by op ({} tokens, the device's timestamps):",
+            bench::model_bench::PROFILED_TOKENS
+        );
+        let mut t = Table::new(&["op", "calls/token", "ms/token", "GB/s of weights"]);
+        for o in &r.ops {
+            t.row(&[
+                o.op.clone(),
+                format!("{:.1}", o.calls_per_token),
+                format!("{:.3}", o.ms_per_token),
+                match o.gb_s > 0.0 {
+                    true => format!("{:.1}", o.gb_s),
+                    false => "-".into(),
+                },
+            ]);
+        }
+        println!("{}", t.markdown());
     }
     println!(
         "batched decode (aggregate tok/s; ratio to batch {}):",
