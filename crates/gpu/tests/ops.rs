@@ -213,7 +213,10 @@ fn ops_are_timed_while_profiling_and_the_memory_is_probed() {
     dev.matmul(&mats, xb, 1, &[MatOut::to(yb)]);
     dev.matmul(&mats, xb, 1, &[MatOut::to(yb)]);
     let times = dev.op_times();
-    let mm = times.iter().find(|o| o.op == "MatMul(Q4_K)").expect("timed");
+    let mm = times
+        .iter()
+        .find(|o| o.op == "MatMul(Q4_K)")
+        .expect("timed");
     assert_eq!(mm.calls, 2);
     assert_eq!(mm.bytes, 2 * n as u64 * 144);
     assert!(dev.op_times().is_empty(), "taken by the first call");

@@ -111,14 +111,41 @@ impl Synthetic {
 
     /// Writes the model to `path`, with the tokenizer of `tokenizer`.
     pub fn write(&self, tokenizer: &GgufFile, path: &Path) -> Result<()> {
-        self.check()?;
         let md = &tokenizer.header.metadata;
         let n_vocab = md.array("tokenizer.ggml.tokens")?.len();
+        let keys = md.iter().filter(|(k, _)| k.starts_with("tokenizer."));
+        self.write_with(keys, n_vocab, path)
+    }
+
+    /// Writes the model to `path` with a placeholder vocabulary of `n_vocab` tokens (`<0>`,
+    /// `<1>`, …; no merges, no template): for benchmarks of a real model's shape where that
+    /// model is not at hand (they run on token ids; no text can be encoded).
+    pub fn write_placeholder_vocab(&self, n_vocab: usize, path: &Path) -> Result<()> {
+        let tokens = (0..n_vocab)
+            .map(|i| Value::String(format!("<{i}>")))
+            .collect();
+        let keys = [
+            ("tokenizer.ggml.model", Value::String("none".into())),
+            (
+                "tokenizer.ggml.tokens",
+                Value::Array(gguf::ValueType::String, tokens),
+            ),
+        ];
+        self.write_with(keys.iter().map(|(k, v)| (*k, v)), n_vocab, path)
+    }
+
+    fn write_with<'k>(
+        &self,
+        tokenizer: impl Iterator<Item = (&'k str, &'k Value)>,
+        n_vocab: usize,
+        path: &Path,
+    ) -> Result<()> {
+        self.check()?;
         let a = self.arch.name();
         let mut w = GgufWriter::new();
         w.metadata("general.architecture", Value::String(a.into()));
         w.metadata("general.name", Value::String(format!("synthetic {a}")));
-        for (k, v) in md.iter().filter(|(k, _)| k.starts_with("tokenizer.")) {
+        for (k, v) in tokenizer {
             w.metadata(k, v.clone());
         }
         // llama.cpp reads a Mixtral's expert width from feed_forward_length alone.

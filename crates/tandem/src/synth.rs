@@ -47,6 +47,10 @@ pub struct SynthArgs {
     /// The model whose tokenizer and chat template are copied (a path or a known name).
     #[arg(long, default_value = DEFAULT_MODEL)]
     pub tokenizer: String,
+    /// Instead of a tokenizer, a placeholder vocabulary of this many tokens: for
+    /// benchmarks of a real model's shape where no model is at hand to copy one from.
+    #[arg(long = "placeholder-vocab", conflicts_with = "tokenizer")]
+    pub placeholder_vocab: Option<usize>,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     #[command(flatten)]
@@ -77,13 +81,21 @@ pub fn execute(a: SynthArgs) -> Result<(), CliError> {
         ty: a.ty,
         seed: a.seed,
     };
-    let tokenizer = GgufFile::open(pull::resolve(&a.tokenizer, a.cache.dir.as_deref())?)?;
-    let n_vocab = tokenizer
-        .header
-        .metadata
-        .array("tokenizer.ggml.tokens")?
-        .len();
-    spec.write(&tokenizer, &a.out)?;
+    let n_vocab = match a.placeholder_vocab {
+        Some(n) => {
+            spec.write_placeholder_vocab(n, &a.out)?;
+            n
+        }
+        None => {
+            let tokenizer = GgufFile::open(pull::resolve(&a.tokenizer, a.cache.dir.as_deref())?)?;
+            spec.write(&tokenizer, &a.out)?;
+            tokenizer
+                .header
+                .metadata
+                .array("tokenizer.ggml.tokens")?
+                .len()
+        }
+    };
     eprintln!(
         "tandem synth: {} ({:.3}B parameters) written to {}",
         a.arch,
