@@ -35,24 +35,31 @@ fn logits_match_the_float64_reference_and_the_cpu() {
         return;
     }
     for case in reference("reference.json") {
-        let file = case["file"].as_str().unwrap();
-        let model = Model::load(format!("{FIXTURES}{file}")).unwrap();
-        let batches = one_batch(&case);
-        let ours = run_stages_on(Backend::Gpu, &[&model], &batches, 1, GgmlType::F32);
-        let worst = ours
-            .iter()
-            .zip(case["logits"].as_array().unwrap())
-            .map(|((_, logits), want)| relative_error(logits, want))
-            .fold(0f64, f64::max);
-        let cpu = Backend::Cpu {
-            threads: 2,
-            precision: kernels::Precision::F32,
-        };
-        let theirs = run_stages_on(cpu, &[&model], &batches, 1, GgmlType::F32);
-        let d = max_diff(&ours, &theirs);
-        eprintln!("{file}: relative logit error {worst:.2e}; max |logit - cpu| {d:.2e}");
-        assert!(worst < 1e-4, "{file}: relative logit error {worst}");
+        against_reference_and_cpu(&case);
     }
+}
+
+/// The case's model on the GPU, its prompt in one forward, against the float64 logits
+/// (asserted) and the CPU (printed); returns the GPU's logits.
+fn against_reference_and_cpu(case: &serde_json::Value) -> Keyed {
+    let file = case["file"].as_str().unwrap();
+    let model = Model::load(format!("{FIXTURES}{file}")).unwrap();
+    let batches = one_batch(case);
+    let ours = run_stages_on(Backend::Gpu, &[&model], &batches, 1, GgmlType::F32);
+    let worst = ours
+        .iter()
+        .zip(case["logits"].as_array().unwrap())
+        .map(|((_, logits), want)| relative_error(logits, want))
+        .fold(0f64, f64::max);
+    let cpu = Backend::Cpu {
+        threads: 2,
+        precision: kernels::Precision::F32,
+    };
+    let theirs = run_stages_on(cpu, &[&model], &batches, 1, GgmlType::F32);
+    let d = max_diff(&ours, &theirs);
+    eprintln!("{file}: relative logit error {worst:.2e}; max |logit - cpu| {d:.2e}");
+    assert!(worst < 1e-4, "{file}: relative logit error {worst}");
+    ours
 }
 
 #[test]
@@ -107,26 +114,11 @@ fn mixtures_match_the_float64_reference_and_the_cpu_whatever_the_batch() {
         return;
     }
     for case in reference("moe-reference.json") {
+        let whole = against_reference_and_cpu(&case);
         let file = case["file"].as_str().unwrap();
         let model = Model::load(format!("{FIXTURES}{file}")).unwrap();
-        let run = |batches: &[Vec<(usize, u32)>], backend| {
-            run_stages_on(backend, &[&model], batches, 1, GgmlType::F32)
-        };
-        let whole = run(&one_batch(&case), Backend::Gpu);
-        let worst = whole
-            .iter()
-            .zip(case["logits"].as_array().unwrap())
-            .map(|((_, logits), want)| relative_error(logits, want))
-            .fold(0f64, f64::max);
-        let cpu = Backend::Cpu {
-            threads: 2,
-            precision: kernels::Precision::F32,
-        };
-        let d = max_diff(&whole, &run(&one_batch(&case), cpu));
-        eprintln!("{file}: relative logit error {worst:.2e}; max |logit - cpu| {d:.2e}");
-        assert!(worst < 1e-4, "{file}: relative logit error {worst}");
         let singles: Vec<Vec<(usize, u32)>> = tokens(&case).iter().map(|&t| vec![(0, t)]).collect();
-        let one_by_one = run(&singles, Backend::Gpu);
+        let one_by_one = run_stages_on(Backend::Gpu, &[&model], &singles, 1, GgmlType::F32);
         for ((key, l), (_, w)) in one_by_one.iter().zip(&whole) {
             let same = l.iter().zip(w).all(|(x, y)| x.to_bits() == y.to_bits());
             assert!(same, "{file}: row {key:?} differs one token per forward");
