@@ -51,9 +51,25 @@ impl CliError {
     }
 }
 
+/// Commands that print to a pipe end quietly when the reader closes it (`tandem info | head`),
+/// as other command-line tools do, instead of panicking in `println!`. The network commands
+/// keep Rust's default (SIGPIPE ignored: a closed socket is an error to handle).
+fn quit_on_closed_pipe() {
+    // SAFETY: called first in `main`, before any thread starts; SIG_DFL is a valid handler.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() {
     gpu::quiet_device_select();
     let cli = cli::Cli::parse_from(cli::expand_short_aliases(std::env::args()));
+    if !matches!(
+        cli.command,
+        cli::Command::Serve(_) | cli::Command::StageBox(_)
+    ) {
+        quit_on_closed_pipe();
+    }
     let result = match cli.command {
         cli::Command::Pull(a) => a.execute(),
         cli::Command::Run(a) => run::execute(a),

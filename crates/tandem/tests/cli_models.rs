@@ -112,3 +112,20 @@ fn auto_takes_a_real_gpu_or_the_cpu_and_lists_adapters_quietly() {
     let device = stdout.lines().find(|l| l.starts_with("device:")).unwrap();
     assert_eq!(device.split_whitespace().nth(1), Some(want), "{stdout}");
 }
+
+/// A reader that closes the pipe early (`tandem info | head -1`) ends the command quietly:
+/// no panic of `println!` into a closed pipe.
+#[test]
+fn printing_into_a_closed_pipe_is_no_panic() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["info", "-m", "smollm2-135m"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_ne!(out.status.code(), Some(101), "{stderr}");
+}
