@@ -185,3 +185,31 @@ pub fn moe_case(dev: &mut dyn Device, gating: Gating, k: usize, rows: usize) -> 
     dev.moe(&spec, x, rows, hidden);
     read(dev, hidden, rows * e)
 }
+
+/// The largest `|a - b|` over the largest `|b|` (at least `floor`).
+pub fn rel(a: &[f32], b: &[f32], floor: f32) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let scale = b.iter().fold(floor, |m, v| m.max(v.abs()));
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max)
+        / scale
+}
+
+/// [`moe_case`] with both gatings, 1, 2 and 4 experts per row over 1, 5 and 9 rows, on the
+/// two devices `pair` makes (none: the check is skipped): the same sums within 1e-5, one
+/// block, the same experts streamed.
+pub fn moe_agrees(pair: &mut dyn FnMut() -> Option<[Box<dyn Device>; 2]>) {
+    for gating in [Gating::Softmax, Gating::Sigmoid] {
+        for (k, rows) in [(1, 1), (2, 5), (4, 9)] {
+            let Some([mut a, mut b]) = pair() else { return };
+            let got = moe_case(&mut *a, gating, k, rows);
+            let want = moe_case(&mut *b, gating, k, rows);
+            let e = rel(&got, &want, 1.0);
+            assert!(e < 1e-5, "{gating:?} k={k} rows={rows}: {e}");
+            assert_eq!(a.moe_stats().blocks, 1);
+            assert_eq!(a.moe_stats(), b.moe_stats(), "the same experts streamed");
+        }
+    }
+}

@@ -1,6 +1,6 @@
 //! What the GPU tests share: the device (lavapipe in CI), buffers, comparisons.
 
-pub use device::conformance::{buf, read};
+pub use device::conformance::{buf, read, rel};
 use device::reference::Reference;
 pub use device::testing::source;
 use device::Device;
@@ -16,17 +16,6 @@ pub fn gpu() -> Option<Gpu> {
 /// The GPU and the reference, the same ops run on each.
 pub fn both() -> Option<[Box<dyn Device>; 2]> {
     Some([Box::new(gpu()?), Box::new(Reference::new())])
-}
-
-/// The largest `|a - b|` over the largest `|b|` (at least `floor`).
-pub fn rel(a: &[f32], b: &[f32], floor: f32) -> f32 {
-    assert_eq!(a.len(), b.len());
-    let scale = b.iter().fold(floor, |m, v| m.max(v.abs()));
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0f32, f32::max)
-        / scale
 }
 
 /// Every weight type the GPU backend takes.

@@ -11,7 +11,7 @@ use kv::{KvConfig, BLOCK_SIZE};
 
 use super::Cpu;
 use crate::{Precision, ThreadPool};
-use device::conformance::{attention_case, buf, moe_case, norms_case, read};
+use device::conformance::{attention_case, buf, moe_agrees, norms_case, read, rel};
 use device::testing::{data, source, QUANT_TYPES};
 
 /// Every weight type the CPU backend takes.
@@ -23,16 +23,6 @@ fn weight_types() -> impl Iterator<Item = GgmlType> {
 
 fn cpu(precision: Precision) -> Cpu {
     Cpu::new(Arc::new(ThreadPool::new(2)), precision)
-}
-
-/// The largest `|a - b|` over the largest `|b|` (at least `floor`).
-fn rel(a: &[f32], b: &[f32], floor: f32) -> f32 {
-    let scale = b.iter().fold(floor, |m, v| m.max(v.abs()));
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0f32, f32::max)
-        / scale
 }
 
 /// Both devices, and the same ops run on each.
@@ -145,17 +135,7 @@ fn embedding_rows_of_every_weight_type() {
 
 #[test]
 fn mixture_of_experts_with_a_gated_shared_expert() {
-    for gating in [Gating::Softmax, Gating::Sigmoid] {
-        for (k, rows) in [(1, 1), (2, 5), (4, 9)] {
-            let [mut a, mut b] = both(Precision::F32);
-            let got = moe_case(&mut *a, gating, k, rows);
-            let want = moe_case(&mut *b, gating, k, rows);
-            let e = rel(&got, &want, 1.0);
-            assert!(e < 1e-5, "{gating:?} k={k} rows={rows}: {e}");
-            assert_eq!(a.moe_stats().blocks, 1);
-            assert_eq!(a.moe_stats(), b.moe_stats(), "the same experts streamed");
-        }
-    }
+    moe_agrees(&mut || Some(both(Precision::F32)));
 }
 
 #[test]
