@@ -52,8 +52,9 @@ impl CliError {
 }
 
 /// Commands that print to a pipe end quietly when the reader closes it (`tandem info | head`),
-/// as other command-line tools do, instead of panicking in `println!`. The network commands
-/// keep Rust's default (SIGPIPE ignored: a closed socket is an error to handle).
+/// as other command-line tools do, instead of panicking in `println!`. The commands that talk
+/// to servers or children (serve, box, bench) keep Rust's default: SIGPIPE ignored, a closed
+/// socket or pipe an error they handle.
 fn quit_on_closed_pipe() {
     // SAFETY: called first in `main`, before any thread starts; SIG_DFL is a valid handler.
     unsafe {
@@ -66,7 +67,7 @@ fn main() {
     let cli = cli::Cli::parse_from(cli::expand_short_aliases(std::env::args()));
     if !matches!(
         cli.command,
-        cli::Command::Serve(_) | cli::Command::StageBox(_)
+        cli::Command::Serve(_) | cli::Command::StageBox(_) | cli::Command::Bench(_)
     ) {
         quit_on_closed_pipe();
     }
