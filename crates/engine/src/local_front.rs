@@ -32,11 +32,6 @@ impl LocalFront {
             stats: FrontStats::default(),
         })
     }
-
-    /// The stage's executor (its device and memory, for the start lines).
-    pub fn executor(&self) -> &Executor {
-        &self.exec
-    }
 }
 
 impl Front for LocalFront {

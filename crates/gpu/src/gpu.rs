@@ -135,8 +135,8 @@ impl Gpu {
         if rows == 0 {
             return;
         }
-        let [xb, y] = [x, y].map(|b| self.bufs[b.0 as usize].clone());
-        let bias = bias.map_or(self.dummy.clone(), |b| self.bufs[b.0 as usize].clone());
+        let [xb, y] = [x, y].map(|b| self.buf(b));
+        let bias = bias.map_or(self.dummy.clone(), |b| self.buf(b));
         let m = &self.mats[w.0 as usize];
         let (ty, k, n_rows, row_bytes) = (m.ty, m.n_cols, m.n_rows, m.row_bytes);
         let parts: Vec<_> = m

@@ -57,13 +57,9 @@ impl Gpu {
         }
         let words: Vec<u32> = picks
             .iter()
-            .enumerate()
-            .flat_map(|(r, p)| {
-                let slot = &slot;
-                p.iter()
-                    .enumerate()
-                    .flat_map(move |(j, &(_, w))| [slot[r * k + j], w.to_bits()])
-            })
+            .flatten()
+            .zip(&slot)
+            .flat_map(|(&(_, w), &s)| [s, w.to_bits()])
             .collect();
         let picks = self.rec.push(&self.ctx, bytemuck::cast_slice(&words));
         let g = grid(rows);
