@@ -4,7 +4,7 @@ use kv::KvConfig;
 
 use crate::context::{Bind, Choice, Ctx, Recorder, Region};
 use crate::formats::Layout;
-use crate::pipelines::{matmul_threads, Kernel, Pipelines};
+use crate::pipelines::{Kernel, MatmulShape, Pipelines};
 
 /// A run of a matrix's rows in one buffer (a matrix larger than one binding is split).
 pub(crate) struct Part {
@@ -66,6 +66,13 @@ pub struct Gpu {
     pub(crate) moe_stats: MoeStats,
 }
 
+/// Rows a matmul workgroup takes for 1 to 8 rows (decode, verification), each weight read
+/// once for them all.
+const DECODE_ROWS: usize = 8;
+/// Rows a matmul workgroup takes for more (prompt chunks): each weight chunk dequantized
+/// once for as many rows.
+const PROMPT_ROWS: usize = 32;
+
 /// A dispatch grid of `n` workgroups: `[x, y, 1]` with `x · y >= n`, `x` at most 65535.
 pub(crate) fn grid(n: usize) -> [u32; 3] {
     let x = n.clamp(1, 65535);
@@ -84,7 +91,10 @@ impl Gpu {
         let rec = Recorder::new(&ctx);
         let dummy = ctx.buffer("dummy", 16);
         Ok(Gpu {
-            pipes: Pipelines::new(matmul_threads(ctx.info.device_type)),
+            pipes: Pipelines::new(MatmulShape::new(
+                MatmulShape::threads_for(ctx.info.device_type),
+                ctx.subgroup_min,
+            )),
             ctx,
             rec,
             bufs: Vec::new(),
@@ -99,11 +109,19 @@ impl Gpu {
     }
 
     /// The device with `t` threads sharing each matmul output column (a power of two up
-    /// to 64) instead of its adapter's choice: the bits of a row still depend on nothing
-    /// but the row and `t`. For tests of the other adapters' kernel shape.
-    pub fn with_matmul_threads(mut self, t: u32) -> Self {
-        self.pipes = Pipelines::new(t);
+    /// to 64) instead of its adapter's choice, their partials summed by subgroup shuffles
+    /// where `subgroups` and the device allow, else in workgroup memory: the bits of a row
+    /// depend on nothing but the row and `t`. For tests of the other adapters' kernel shape.
+    pub fn with_matmul_threads(mut self, t: u32, subgroups: bool) -> Self {
+        let lanes = self.ctx.subgroup_min.filter(|_| subgroups);
+        self.pipes = Pipelines::new(MatmulShape::new(t, lanes));
         self
+    }
+
+    /// Threads per matmul column, and whether their sums meet by subgroup shuffles.
+    pub fn matmul_shape(&self) -> (u32, bool) {
+        let s = self.pipes.matmul_shape();
+        (s.threads, s.subgroups)
     }
 
     pub(crate) fn unsupported(&self, what: String) -> Error {
@@ -145,9 +163,14 @@ impl Gpu {
             .map(|p| (p.buf.clone(), p.row0, p.n))
             .collect();
         let cols = self.pipes.matmul_cols();
+        let per_group = if rows > DECODE_ROWS {
+            PROMPT_ROWS
+        } else {
+            DECODE_ROWS
+        };
         for (buf, row0, n) in parts {
             let mut g = grid(n.div_ceil(cols));
-            g[2] = rows.div_ceil(8) as u32;
+            g[2] = rows.div_ceil(per_group) as u32;
             let p = [
                 n,
                 k,
@@ -162,9 +185,12 @@ impl Gpu {
             ];
             let p: Vec<u32> = p.iter().map(|&v| v as u32).chain([0, 0]).collect();
             let p = self.rec.push(&self.ctx, bytemuck::cast_slice(&p));
-            let bytes = (n * row_bytes * rows.div_ceil(8)) as u64;
+            let bytes = (n * row_bytes * rows.div_ceil(per_group)) as u64;
             self.run_streaming(
-                Kernel::MatMul(ty),
+                Kernel::MatMul {
+                    ty,
+                    rows: per_group as u32,
+                },
                 &[
                     Bind::Buf(&buf),
                     Bind::Buf(&xb),

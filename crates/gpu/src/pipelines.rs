@@ -10,7 +10,11 @@ use crate::formats::Layout;
 /// A kernel and the variant it is built for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Kernel {
-    MatMul(GgmlType),
+    /// A matmul of `rows` rows per workgroup (its `R`).
+    MatMul {
+        ty: GgmlType,
+        rows: u32,
+    },
     Embed(GgmlType),
     RmsNorm,
     Swiglu,
@@ -29,19 +33,40 @@ pub(crate) enum Kernel {
     Bandwidth,
 }
 
-/// Threads that share a matmul output column on an adapter of type `t`: one on a CPU
-/// (lavapipe runs a workgroup's threads as SIMD lanes and every barrier as a switch between
-/// them, so a column's sum is best left to one thread), a subgroup's worth elsewhere.
-pub(crate) fn matmul_threads(t: wgpu::DeviceType) -> u32 {
-    match t {
-        wgpu::DeviceType::Cpu => 1,
-        _ => 32,
+/// How a matmul's output column is shared: `threads` (a power of two up to 64) each take
+/// every `threads`-th chunk of the weight row, and their partials are summed by one tree,
+/// in workgroup memory or, with `subgroups`, by shuffles within a subgroup (same bits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MatmulShape {
+    pub threads: u32,
+    pub subgroups: bool,
+}
+
+impl MatmulShape {
+    /// `threads` per column on a device whose subgroups hold at least `subgroup_min` lanes
+    /// in order (`None`: no subgroup operations): shuffles where a column fits a subgroup.
+    pub fn new(threads: u32, subgroup_min: Option<u32>) -> Self {
+        assert!(threads.is_power_of_two() && threads <= 64);
+        MatmulShape {
+            threads,
+            subgroups: threads > 1 && subgroup_min.is_some_and(|m| m >= threads),
+        }
+    }
+
+    /// Threads per column on an adapter of type `t`: one on a CPU (lavapipe runs a
+    /// workgroup's threads as SIMD lanes and every barrier as a switch between them, so a
+    /// column's sum is best left to one thread), a subgroup's worth elsewhere.
+    pub fn threads_for(t: wgpu::DeviceType) -> u32 {
+        match t {
+            wgpu::DeviceType::Cpu => 1,
+            _ => 32,
+        }
     }
 }
 
 impl Kernel {
-    /// The WGSL and entry point of the kernel; a matmul's columns shared by `threads`.
-    fn source(self, threads: u32) -> (String, &'static str) {
+    /// The WGSL and entry point of the kernel; a matmul's columns shared as `shape` says.
+    fn source(self, shape: MatmulShape) -> (String, &'static str) {
         let kv = |f16: bool, body: &str| {
             format!(
                 "const KV_F16: bool = {f16};\n{}\n{body}",
@@ -54,10 +79,17 @@ impl Kernel {
         };
         let elt = include_str!("shaders/eltwise.wgsl");
         match self {
-            Kernel::MatMul(ty) => {
-                let t = format!("const T: u32 = {threads}u;\n");
+            Kernel::MatMul { ty, rows } => {
+                let reduce = match shape.subgroups {
+                    true => include_str!("shaders/reduce_subgroup.wgsl"),
+                    false => include_str!("shaders/reduce_shared.wgsl"),
+                };
+                let consts = format!(
+                    "const T: u32 = {}u;\nconst R: u32 = {rows}u;\nconst WG: u32 = 64u;\n{reduce}\n",
+                    shape.threads
+                );
                 (
-                    typed(ty, &(t + include_str!("shaders/matmul.wgsl"))),
+                    typed(ty, &(consts + include_str!("shaders/matmul.wgsl"))),
                     "main",
                 )
             }
@@ -79,29 +111,31 @@ impl Kernel {
 /// See the module doc.
 pub(crate) struct Pipelines {
     built: HashMap<Kernel, wgpu::ComputePipeline>,
-    /// Threads that share a matmul output column: a power of two up to 64.
-    matmul_threads: u32,
+    matmul: MatmulShape,
 }
 
 impl Pipelines {
-    pub fn new(matmul_threads: u32) -> Self {
-        assert!(matmul_threads.is_power_of_two() && matmul_threads <= 64);
+    pub fn new(matmul: MatmulShape) -> Self {
         Pipelines {
             built: HashMap::new(),
-            matmul_threads,
+            matmul,
         }
+    }
+
+    pub fn matmul_shape(&self) -> MatmulShape {
+        self.matmul
     }
 
     /// Output columns one matmul workgroup computes.
     pub fn matmul_cols(&self) -> usize {
-        (64 / self.matmul_threads) as usize
+        (64 / self.matmul.threads) as usize
     }
 
     pub fn get(&mut self, ctx: &Ctx, k: Kernel) -> wgpu::ComputePipeline {
         self.built
             .entry(k)
             .or_insert_with(|| {
-                let (src, entry) = k.source(self.matmul_threads);
+                let (src, entry) = k.source(self.matmul);
                 let module = ctx
                     .device
                     .create_shader_module(wgpu::ShaderModuleDescriptor {
@@ -115,7 +149,7 @@ impl Pipelines {
                         module: &module,
                         entry_point: Some(entry),
                         compilation_options: wgpu::PipelineCompilationOptions {
-                            zero_initialize_workgroup_memory: !matches!(k, Kernel::MatMul(_)),
+                            zero_initialize_workgroup_memory: !matches!(k, Kernel::MatMul { .. }),
                             ..Default::default()
                         },
                         cache: None,

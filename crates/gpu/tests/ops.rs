@@ -12,8 +12,10 @@ use device::*;
 use gguf::GgmlType;
 use kv::{KvConfig, BLOCK_SIZE};
 
-/// Threads per output column to try: lavapipe's own choice (1) and real GPUs' (32).
-const MATMUL_THREADS: [u32; 2] = [1, 32];
+/// Matmul shapes to try (threads per output column, subgroup shuffles where the device
+/// has them): lavapipe's own choice, real GPUs' (32 threads; lavapipe's subgroups hold 8,
+/// so in workgroup memory there), and 8 threads meeting by shuffles.
+const MATMUL_SHAPES: [(u32, bool); 3] = [(1, false), (32, true), (8, true)];
 
 #[test]
 fn matmul_of_every_weight_type_at_1_to_64_rows() {
@@ -24,12 +26,11 @@ fn matmul_of_every_weight_type_at_1_to_64_rows() {
         for m in [1, 2, 3, 8, 9, 17, 64] {
             let x = data(m * k, 5 + m as u64);
             let res0 = data(m * n, 77);
-            for threads in MATMUL_THREADS {
+            for (threads, subgroups) in MATMUL_SHAPES {
                 let Some(g) = gpu() else { return };
-                let devs: [Box<dyn Device>; 2] = [
-                    Box::new(g.with_matmul_threads(threads)),
-                    Box::new(Reference::new()),
-                ];
+                let g = g.with_matmul_threads(threads, subgroups);
+                let shape = g.matmul_shape();
+                let devs: [Box<dyn Device>; 2] = [Box::new(g), Box::new(Reference::new())];
                 let mut got = Vec::new();
                 for mut dev in devs {
                     let mats = dev
@@ -48,7 +49,7 @@ fn matmul_of_every_weight_type_at_1_to_64_rows() {
                     dev.matmul(&mats, xb, m, &[fused]);
                     got.push((y, read(&mut *dev, rb, m * n)));
                 }
-                let at = format!("{ty} m={m}, {threads} threads per column");
+                let at = format!("{ty} m={m}, (threads per column, shuffles) {shape:?}");
                 assert!(rel(&got[0].0, &got[1].0, 1.0) < 1e-5, "{at}");
                 assert!(rel(&got[0].1, &got[1].1, 1.0) < 1e-5, "{at} bias+residual");
             }
@@ -58,31 +59,69 @@ fn matmul_of_every_weight_type_at_1_to_64_rows() {
 
 #[test]
 fn a_matmul_rows_bits_do_not_depend_on_the_other_rows() {
-    let (n, k, m) = (40, 768, 11);
+    let (n, k, m) = (40, 768, 40);
     let x = data(m * k, 21);
     for ty in [GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::F16] {
         let src = source(ty, n, k, 8);
-        for threads in MATMUL_THREADS {
+        for (threads, subgroups) in MATMUL_SHAPES {
             let Some(g) = gpu() else { return };
-            let mut dev = g.with_matmul_threads(threads);
+            let mut dev = g.with_matmul_threads(threads, subgroups);
+            let shape = dev.matmul_shape();
             let mats = dev
                 .upload_matrices(std::slice::from_ref(&src), &|_, _| {})
                 .unwrap();
             let yb = dev.alloc(m * n).unwrap();
             let xb = buf(&mut dev, &x);
-            dev.matmul(&mats, xb, m, &[MatOut::to(yb)]);
-            let all = read(&mut dev, yb, m * n);
-            for r in [0, 5, 10] {
-                let xr = buf(&mut dev, &x[r * k..(r + 1) * k]);
-                dev.matmul(&mats, xr, 1, &[MatOut::to(yb)]);
-                let alone = read(&mut dev, yb, n);
-                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-                assert_eq!(
-                    bits(&alone),
-                    bits(&all[r * n..(r + 1) * n]),
-                    "{ty} row {r}, {threads} threads per column"
-                );
+            let mut batches = Vec::new();
+            for rows in [m, 11] {
+                dev.matmul(&mats, xb, rows, &[MatOut::to(yb)]);
+                batches.push((rows, read(&mut dev, yb, rows * n)));
             }
+            for (rows, all) in batches {
+                for r in [0, 5, 10, 33, 39].into_iter().filter(|&r| r < rows) {
+                    let xr = buf(&mut dev, &x[r * k..(r + 1) * k]);
+                    dev.matmul(&mats, xr, 1, &[MatOut::to(yb)]);
+                    let alone = read(&mut dev, yb, n);
+                    assert_eq!(
+                        bits(&alone),
+                        bits(&all[r * n..(r + 1) * n]),
+                        "{ty} row {r} of {rows}, (threads per column, shuffles) {shape:?}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|f| f.to_bits()).collect()
+}
+
+#[test]
+fn subgroup_shuffles_sum_a_column_with_the_workgroup_trees_bits() {
+    let (n, k, m) = (24, 4096, 3);
+    let x = data(m * k, 31);
+    for ty in [GgmlType::Q4_K, GgmlType::Q5_0, GgmlType::F32] {
+        let src = source(ty, n, k, 12);
+        for threads in [2, 4, 8] {
+            let mut got = Vec::new();
+            for subgroups in [false, true] {
+                let Some(g) = gpu() else { return };
+                let mut dev = g.with_matmul_threads(threads, subgroups);
+                got.push((dev.matmul_shape(), {
+                    let mats = dev
+                        .upload_matrices(std::slice::from_ref(&src), &|_, _| {})
+                        .unwrap();
+                    let (xb, yb) = (buf(&mut dev, &x), dev.alloc(m * n).unwrap());
+                    dev.matmul(&mats, xb, m, &[MatOut::to(yb)]);
+                    bits(&read(&mut dev, yb, m * n))
+                }));
+            }
+            if !got[1].0 .1 {
+                eprintln!("skipped: the adapter has no subgroups of {threads} lanes in order");
+                continue;
+            }
+            assert_eq!(got[0].1, got[1].1, "{ty}, {threads} threads per column");
         }
     }
 }

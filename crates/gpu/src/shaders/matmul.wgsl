@@ -4,9 +4,12 @@
 // (prepended: chosen per adapter) share a column. Thread l of a column takes the 32-element
 // chunks l, l + T, ... of W's row in order, dequantizes each once and adds its dot with
 // every row of the group (each a sequential sum over the chunk) to that row's partial; the
-// T partials are then summed by one fixed tree. A row's result therefore depends on nothing
-// but the row and T: not on the group, the other rows or their number.
-// Prepended: const BLOCK_BYTES (a padded block), CPB (chunks per block), the type's deq, T.
+// T partials are then summed by one fixed tree (`reduce`: in workgroup memory, or in
+// registers by subgroup shuffles with the same bits). A row's result therefore depends on
+// nothing but the row and T: not on the group, the other rows or their number, nor on R.
+// Prepended: const BLOCK_BYTES (a padded block), CPB (chunks per block), the type's deq, T,
+// R (rows per workgroup: 8 for decode and verification, more for prompt chunks), WG and
+// `reduce`.
 
 struct P {
     n: u32,          // columns of this part (W rows)
@@ -29,10 +32,7 @@ struct P {
 @group(0) @binding(3) var<storage, read_write> bias: array<f32>;
 @group(0) @binding(4) var<storage, read> p: P;
 
-const WG: u32 = 64u;
 const COLS: u32 = WG / T;
-const R: u32 = 8u;
-var<workgroup> part: array<f32, 512>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
@@ -40,7 +40,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     let j = (wg.x + wg.y * p.groups_x) * COLS + t / T;
     let r0 = wg.z * R;
     let nr = min(R, p.rows - r0);
-    var acc: array<f32, 8>;
+    var acc: array<f32, R>;
     var v: array<f32, 32>;
     let n_chunks = select(0u, (p.k + 31u) / 32u, j < p.n);
     for (var ch = l; ch < n_chunks; ch += T) {
@@ -57,21 +57,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         }
     }
     if (T > 1u) {
-        for (var r = 0u; r < R; r++) {
-            part[r * WG + t] = acc[r];
-        }
-        workgroupBarrier();
-        for (var s = T / 2u; s > 0u; s >>= 1u) {
-            if (l < s) {
-                for (var r = 0u; r < R; r++) {
-                    part[r * WG + t] += part[r * WG + t + s];
-                }
-            }
-            workgroupBarrier();
-        }
-        for (var r = 0u; r < R; r++) {
-            acc[r] = part[r * WG + t];
-        }
+        reduce(&acc, t, l);
     }
     if (l == 0u && j < p.n) {
         let col = p.col0 + j;
