@@ -72,6 +72,19 @@ impl DeviceKind {
         })
     }
 
+    /// The adapter's name and the bytes of its own memory, where a device of this kind has
+    /// memory apart from the host's (a discrete GPU, known through Vulkan); `None` where it
+    /// computes in the host's memory.
+    pub fn own_memory(self) -> Option<(String, u64)> {
+        match self.resolve() {
+            DeviceKind::Gpu => match gpu::adapter_memory(gpu::Choice::Any)? {
+                (name, Some(bytes)) => Some((name, bytes)),
+                (_, None) => None,
+            },
+            _ => None,
+        }
+    }
+
     /// Bytes a matrix takes on a device of this kind (for the memory plan, before any
     /// device is made).
     pub fn matrix_bytes(self, ty: GgmlType, n_rows: usize, n_cols: usize, role: Role) -> u64 {

@@ -5,7 +5,7 @@ use model::{Model, Scratch};
 use crate::executor::{ContextConfig, LOGIT_ROWS};
 
 /// Memory planned before anything is allocated: weights (mapped), KV pool, scratch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MemoryPlan {
     pub weights: u64,
     pub kv: u64,

@@ -7,8 +7,6 @@
 //! submitted ([`Recorder::flush`] first). Arena regions are never rewritten within a
 //! forward: they are appended, and the arena starts over at the next forward's `begin`.
 
-use wgpu::util::DeviceExt;
-
 use crate::profile::Profiler;
 
 /// Which adapters may be chosen.
@@ -45,6 +43,7 @@ fn rank(t: wgpu::DeviceType) -> u32 {
 pub fn adapters() -> Vec<wgpu::Adapter> {
     let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
     desc.backends = wgpu::Backends::PRIMARY;
+    desc.memory_budget_thresholds.for_resource_creation = Some(95);
     let instance = wgpu::Instance::new(desc);
     let mut all = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::PRIMARY));
     all.sort_by_key(|a| rank(a.get_info().device_type));
@@ -56,6 +55,49 @@ pub fn real_gpu() -> bool {
     adapters()
         .iter()
         .any(|a| a.get_info().device_type != wgpu::DeviceType::Cpu)
+}
+
+/// The adapter `Gpu::open(choice)` takes, its name, and the bytes of its own memory where
+/// it has memory apart from the host's (a discrete GPU): the largest device-local heap,
+/// known through Vulkan. `None` for the bytes where it shares the host's memory (an
+/// integrated GPU, Apple silicon, lavapipe) or they cannot be known: the host's memory
+/// bounds it then.
+pub fn adapter_memory(choice: Choice) -> Option<(String, Option<u64>)> {
+    let adapter = pick(adapters(), choice)?;
+    let info = adapter.get_info();
+    let own = match info.device_type {
+        wgpu::DeviceType::DiscreteGpu => device_local_heap(&adapter),
+        _ => None,
+    };
+    Some((info.name, own))
+}
+
+#[cfg(not(any(target_vendor = "apple", target_arch = "wasm32")))]
+fn device_local_heap(adapter: &wgpu::Adapter) -> Option<u64> {
+    // SAFETY: the adapter outlives the guard, and only properties are read through it.
+    let hal = unsafe { adapter.as_hal::<wgpu::hal::api::Vulkan>() }?;
+    // SAFETY: the instance and physical device are the adapter's own, alive for the call.
+    let props = unsafe {
+        hal.shared_instance()
+            .raw_instance()
+            .get_physical_device_memory_properties(hal.raw_physical_device())
+    };
+    const DEVICE_LOCAL: u32 = 1;
+    props.memory_heaps[..props.memory_heap_count as usize]
+        .iter()
+        .filter(|h| h.flags.as_raw() & DEVICE_LOCAL != 0)
+        .map(|h| h.size)
+        .max()
+}
+
+#[cfg(any(target_vendor = "apple", target_arch = "wasm32"))]
+fn device_local_heap(_: &wgpu::Adapter) -> Option<u64> {
+    None
+}
+
+fn pick(all: Vec<wgpu::Adapter>, choice: Choice) -> Option<wgpu::Adapter> {
+    all.into_iter()
+        .find(|a| choice == Choice::Any || a.get_info().device_type != wgpu::DeviceType::Cpu)
 }
 
 /// Keeps Mesa's device-select Vulkan layer out of the listing of adapters, unless the user
@@ -89,15 +131,12 @@ pub fn adapter_for_tests() -> bool {
 
 impl Ctx {
     pub fn open(choice: Choice) -> Result<Ctx, String> {
-        let adapter = adapters()
-            .into_iter()
-            .find(|a| choice == Choice::Any || a.get_info().device_type != wgpu::DeviceType::Cpu)
-            .ok_or_else(|| match choice {
-                Choice::RealGpu => "no GPU found by wgpu (Vulkan, Metal or DX12)".to_string(),
-                Choice::Any => "no adapter found by wgpu (install a Vulkan driver, such as \
+        let adapter = pick(adapters(), choice).ok_or_else(|| match choice {
+            Choice::RealGpu => "no GPU found by wgpu (Vulkan, Metal or DX12)".to_string(),
+            Choice::Any => "no adapter found by wgpu (install a Vulkan driver, such as \
                                 Mesa's lavapipe: mesa-vulkan-drivers)"
-                    .to_string(),
-            })?;
+                .to_string(),
+        })?;
         let info = adapter.get_info();
         let limits = adapter.limits();
         let desc = wgpu::DeviceDescriptor {
@@ -186,6 +225,16 @@ impl Ctx {
         ok
     }
 
+    /// `make()`, or why the device could not give it the memory it asked for.
+    pub fn out_of_memory<T>(&self, make: impl FnOnce() -> T) -> Result<T, String> {
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let made = make();
+        match pollster::block_on(scope.pop()) {
+            None => Ok(made),
+            Some(e) => Err(e.to_string()),
+        }
+    }
+
     /// The most bytes one storage binding may cover.
     pub fn max_binding(&self) -> u64 {
         self.limits
@@ -193,14 +242,12 @@ impl Ctx {
             .min(self.limits.max_buffer_size)
     }
 
-    /// A buffer holding `bytes` (a multiple of 4), for reading by shaders.
-    pub fn buffer_with(&self, label: &str, bytes: &[u8]) -> wgpu::Buffer {
-        self.device
-            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: Some(label),
-                contents: bytes,
-                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
-            })
+    /// A buffer holding `bytes` (a multiple of 4), for reading by shaders; or why the
+    /// device has no room for it.
+    pub fn buffer_with(&self, label: &str, bytes: &[u8]) -> Result<wgpu::Buffer, String> {
+        let buf = self.out_of_memory(|| self.buffer(label, bytes.len() as u64))?;
+        self.queue.write_buffer(&buf, 0, bytes);
+        Ok(buf)
     }
 
     /// A zeroed buffer of `bytes` that shaders read and write and copies use.

@@ -41,7 +41,16 @@ impl Device for Gpu {
                 self.ctx.max_binding() >> 20
             )));
         }
-        self.bufs.push(self.ctx.buffer("activations", bytes));
+        let buf = self
+            .ctx
+            .out_of_memory(|| self.ctx.buffer("activations", bytes))
+            .map_err(|e| {
+                self.unsupported(format!(
+                    "hold {} MiB of activations ({e}): lower the batch or ubatch size",
+                    bytes >> 20
+                ))
+            })?;
+        self.bufs.push(buf);
         Ok(Buf(self.bufs.len() as u32 - 1))
     }
 
@@ -83,11 +92,15 @@ impl Device for Gpu {
             for row0 in (0..s.n_rows).step_by(per_part) {
                 let n = per_part.min(s.n_rows - row0);
                 let bytes = layout.repack(s.bytes.as_slice(), s.n_cols, row0..row0 + n);
-                parts.push(Part {
-                    buf: self.ctx.buffer_with(&s.name, &bytes),
-                    row0,
-                    n,
-                });
+                let buf = self.ctx.buffer_with(&s.name, &bytes).map_err(|e| {
+                    self.unsupported(format!(
+                        "hold the weights: {} at {} MiB of {} MiB ({e}): keep fewer blocks on it (-ngl)",
+                        s.name,
+                        done >> 20,
+                        total >> 20
+                    ))
+                })?;
+                parts.push(Part { buf, row0, n });
             }
             s.bytes.release();
             self.mats.push(GpuMat {
@@ -120,12 +133,18 @@ impl Device for Gpu {
             )));
         }
         let layer = |l: usize| self.ctx.buffer("kv", cfg.layer_blocks(l) as u64 * bb);
-        self.kv = Some(GpuKv {
+        let kv = self.ctx.out_of_memory(|| GpuKv {
             cfg,
             keys: (0..cfg.n_layer).map(layer).collect(),
             values: (0..cfg.n_layer).map(layer).collect(),
             tmp: self.ctx.buffer("kv block", bb),
         });
+        self.kv = Some(kv.map_err(|e| {
+            self.unsupported(format!(
+                "hold a KV cache of {} MiB ({e}): lower the context size (-c) or the slots (-np)",
+                cfg.total_bytes() >> 20
+            ))
+        })?);
         Ok(())
     }
 

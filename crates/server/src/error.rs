@@ -18,13 +18,12 @@ pub enum Error {
     Text(#[from] text::Error),
     #[error(transparent)]
     Engine(#[from] engine::Error),
-    #[error(
-        "the memory plan ({plan}) exceeds the {limit_mib:.1} MiB {source_of_limit}; shrink -c (context), -np (parallel), -ub (ubatch) or use -ctk q8_0"
-    )]
+    #[error("the memory plan ({plan}) exceeds the {limit_mib:.1} MiB {source_of_limit}; {hint}")]
     OverMemory {
         plan: engine::MemoryPlan,
         limit_mib: f64,
-        source_of_limit: &'static str,
+        source_of_limit: String,
+        hint: &'static str,
     },
     #[error("the draft model {path} cannot draft for this model: {why}")]
     DraftVocab { path: String, why: String },

@@ -19,6 +19,7 @@ pub mod fuzz;
 mod generate;
 mod infill;
 mod info;
+pub mod memory;
 mod prompts;
 mod reasoning;
 mod responses;

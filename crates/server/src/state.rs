@@ -387,6 +387,7 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         let streamed = split::head::stream_bytes(s.chunk, hp.n_embd, ecfg.n_parallel);
         plan.scratch += streamed;
     }
+    let mut host_plan = MemoryPlan::default();
     let local_front = match local_at {
         None => None,
         Some(at) => {
@@ -402,7 +403,7 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
                 hp.n_layer,
                 ecfg.device.name(),
             );
-            plan = plan.with(&front_plan);
+            host_plan = front_plan;
             Some(engine::LocalFront::new(first, cfg)?)
         }
     };
@@ -413,25 +414,20 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         );
         plan = plan.with(&d);
     }
-    let (limit, source_of_limit) = match config.mem_limit {
-        Some(l) => (Some(l), "--mem-limit"),
-        None => (available, "memory available"),
+    let host_limit = match config.mem_limit {
+        Some(l) => Some((l, "--mem-limit")),
+        None => available.map(|a| (a, "memory available")),
     };
+    let own = ecfg.device.own_memory();
     eprintln!(
-        "memory plan: {plan} (on the {} device; context {} over {} slots, {} per slot{})",
-        ecfg.device.name(),
+        "memory plan: {plan} ({}; context {} over {} slots, {} per slot{})",
+        crate::memory::placement(ecfg.device, own.as_ref()),
         ecfg.pool_positions(),
         ecfg.n_parallel,
         ecfg.slot_ctx(),
         if ecfg.kv_unified { ", unified" } else { "" }
     );
-    if let Some(limit) = limit.filter(|&l| plan.total() > l) {
-        return Err(Error::OverMemory {
-            plan,
-            limit_mib: limit as f64 / 1048576.0,
-            source_of_limit,
-        });
-    }
+    crate::memory::check(plan, host_plan, own.as_ref(), host_limit)?;
     let mut aliases: Vec<String> = config
         .alias
         .iter()

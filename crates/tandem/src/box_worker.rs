@@ -87,21 +87,16 @@ pub fn execute(a: BoxArgs) -> Result<(), CliError> {
         ..a.model.context_config()
     };
     let plan = engine::MemoryPlan::new(&model, &cfg);
+    let own = cfg.device.own_memory();
     eprintln!(
-        "tandem box: blocks 0..{} of {n_layer} of {}, device {}, memory plan: {plan} (context {})",
+        "tandem box: blocks 0..{} of {n_layer} of {}, memory plan: {plan} ({}; context {})",
         a.layers,
         path.display(),
-        cfg.device.name(),
+        server::memory::placement(cfg.device, own.as_ref()),
         cfg.n_ctx
     );
-    if let Some(limit) = available.filter(|&l| plan.total() > l) {
-        return Err(server::Error::OverMemory {
-            plan,
-            limit_mib: limit as f64 / 1048576.0,
-            source_of_limit: "memory available",
-        }
-        .into());
-    }
+    let host_limit = available.map(|a| (a, "memory available"));
+    server::memory::check(plan, Default::default(), own.as_ref(), host_limit)?;
     let access = Access {
         key: a.key.key()?,
         tls: match (&a.tls_cert, &a.tls_key) {

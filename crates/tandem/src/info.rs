@@ -127,9 +127,10 @@ pub fn execute(a: InfoArgs) -> Result<(), CliError> {
         );
     }
     println!("device:        {}", cfg.device.name());
+    let own = cfg.device.own_memory();
     println!(
-        "memory plan:   {plan} (on the {} device)",
-        cfg.device.name()
+        "memory plan:   {plan} ({})",
+        server::memory::placement(cfg.device, own.as_ref())
     );
     Ok(())
 }
