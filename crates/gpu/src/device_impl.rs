@@ -11,7 +11,7 @@ use kv::KvConfig;
 use crate::context::Bind::{Arena as A, Buf as B};
 use crate::formats::Layout;
 use crate::gpu::{grid, matrix_bytes, Gpu, GpuKv, GpuMat, Part, StepData};
-use crate::pipelines::Kernel;
+use crate::pipelines::{kv_code, Kernel};
 use crate::profile::Profiler;
 
 impl Device for Gpu {
@@ -118,8 +118,15 @@ impl Device for Gpu {
     }
 
     fn kv_alloc(&mut self, cfg: KvConfig) -> Result<()> {
-        if !matches!(cfg.ty, GgmlType::F16 | GgmlType::F32) {
+        if kv_code(cfg.ty).is_none() {
             return Err(Error::UnsupportedType(cfg.ty));
+        }
+        let width = cfg.n_head_kv * cfg.head_dim;
+        if cfg.ty == GgmlType::Q8_0 && width % 64 != 0 {
+            return Err(self.unsupported(format!(
+                "keep a q8_0 KV cache of {width} elements per position (a multiple of 64 is \
+                 needed): use -ctk f16"
+            )));
         }
         let bb = cfg.block_bytes() as u64;
         let largest = (0..cfg.n_layer)
@@ -294,12 +301,13 @@ impl Device for Gpu {
         }
         let st = self.step();
         let (region, tab) = (st.region, self.tables_at(&cfg, layer));
-        let g = grid((rows * width / 2).div_ceil(64));
+        let per_thread = if cfg.ty == GgmlType::Q8_0 { 64 } else { 2 };
+        let g = grid((rows * width / per_thread).div_ceil(64));
         let p = self.params([rows as u32, width as u32, 0, tab, g[0], 0, 0, 0]);
         let [k, v] = [k, v].map(|b| self.bufs[b.0 as usize].clone());
-        let f16 = cfg.ty == GgmlType::F16;
+        let kv = kv_code(cfg.ty).expect("checked at kv_alloc");
         let binds = [B(&k), B(&v), B(&kc), B(&vc), A(region), A(p)];
-        self.run(Kernel::KvStore { f16 }, &binds, g);
+        self.run(Kernel::KvStore { kv }, &binds, g);
     }
 
     fn attention(&mut self, layer: usize, q: Buf, out: Buf, spec: &AttnSpec) {
@@ -324,10 +332,10 @@ impl Device for Gpu {
         ];
         let p = self.params(p);
         let [q, out] = [q, out].map(|b| self.bufs[b.0 as usize].clone());
-        let f16 = cfg.ty == GgmlType::F16;
+        let kv = kv_code(cfg.ty).expect("checked at kv_alloc");
         let g = [spec.n_head as u32, rows as u32, 1];
         let binds = [B(&q), B(&out), B(&kc), B(&vc), A(region), A(p)];
-        self.run(Kernel::Attention { f16 }, &binds, g);
+        self.run(Kernel::Attention { kv }, &binds, g);
     }
 
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize) {

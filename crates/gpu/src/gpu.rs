@@ -22,7 +22,7 @@ pub(crate) struct GpuMat {
 }
 
 /// KV storage: per layer one buffer of keys and one of values, `[its class's blocks, 16,
-/// n_head_kv · head_dim]` of the pool's type (f16 or f32).
+/// n_head_kv · head_dim]` of the pool's type (f32, f16, bf16 or q8_0, as GGUF lays them out).
 pub(crate) struct GpuKv {
     pub(crate) cfg: KvConfig,
     pub(crate) keys: Vec<wgpu::Buffer>,

@@ -3,7 +3,8 @@
 //! tests), its ops WGSL kernels recorded into one command buffer per forward.
 //!
 //! Precision: weights are dequantized in the shader (every GGUF type the CPU backend
-//! takes) and meet f32 activations; sums are f32. KV storage is f16 or f32.
+//! takes) and meet f32 activations; sums are f32. KV storage is f32, f16, bf16 or q8_0
+//! (q8_0 rows of a multiple of 64 elements).
 //!
 //! Mixtures of experts: the router's logits are read back and rows routed on the host (see
 //! `moe.rs`), the one wait inside a mixture model's forward.

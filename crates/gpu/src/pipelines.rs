@@ -22,15 +22,26 @@ pub(crate) enum Kernel {
     Add,
     Scale,
     Rope,
-    /// Whether the KV storage is f16 (else f32).
+    /// Stores into a KV pool of `kv` (see [`kv_code`]).
     KvStore {
-        f16: bool,
+        kv: u32,
     },
     Attention {
-        f16: bool,
+        kv: u32,
     },
     MoeCombine,
     Bandwidth,
+}
+
+/// The code step.wgsl names the KV pool's type by; `None` for a type the GPU does not keep.
+pub(crate) fn kv_code(ty: GgmlType) -> Option<u32> {
+    match ty {
+        GgmlType::F32 => Some(0),
+        GgmlType::F16 => Some(1),
+        GgmlType::BF16 => Some(2),
+        GgmlType::Q8_0 => Some(3),
+        _ => None,
+    }
 }
 
 /// How a matmul's output column is shared: `threads` (a power of two up to 64) each take
@@ -67,9 +78,9 @@ impl MatmulShape {
 impl Kernel {
     /// The WGSL and entry point of the kernel; a matmul's columns shared as `shape` says.
     fn source(self, shape: MatmulShape) -> (String, &'static str) {
-        let kv = |f16: bool, body: &str| {
+        let kv = |code: u32, body: &str| {
             format!(
-                "const KV_F16: bool = {f16};\n{}\n{body}",
+                "const KV: u32 = {code}u;\n{}\n{body}",
                 include_str!("shaders/step.wgsl")
             )
         };
@@ -100,8 +111,8 @@ impl Kernel {
             Kernel::Add => (elt.into(), "add"),
             Kernel::Scale => (elt.into(), "scale"),
             Kernel::Rope => (include_str!("shaders/rope.wgsl").into(), "main"),
-            Kernel::KvStore { f16 } => (kv(f16, include_str!("shaders/kv_store.wgsl")), "main"),
-            Kernel::Attention { f16 } => (kv(f16, include_str!("shaders/attention.wgsl")), "main"),
+            Kernel::KvStore { kv: c } => (kv(c, include_str!("shaders/kv_store.wgsl")), "main"),
+            Kernel::Attention { kv: c } => (kv(c, include_str!("shaders/attention.wgsl")), "main"),
             Kernel::MoeCombine => (include_str!("shaders/moe.wgsl").into(), "main"),
             Kernel::Bandwidth => (include_str!("shaders/bandwidth.wgsl").into(), "main"),
         }

@@ -128,7 +128,7 @@ fn subgroup_shuffles_sum_a_column_with_the_workgroup_trees_bits() {
 
 #[test]
 fn rope_kv_store_and_paged_attention_for_every_kv_type() {
-    for kv_ty in [GgmlType::F16, GgmlType::F32] {
+    for kv_ty in [GgmlType::F16, GgmlType::F32, GgmlType::BF16, GgmlType::Q8_0] {
         for (mode, window) in [
             (RopeMode::Normal, None),
             (RopeMode::Neox, None),
@@ -138,7 +138,10 @@ fn rope_kv_store_and_paged_attention_for_every_kv_type() {
             let got = attention_case(&mut *a, kv_ty, mode, window);
             let want = attention_case(&mut *b, kv_ty, mode, window);
             let e = rel(&got, &want, 1.0);
-            assert!(e < 2e-5, "{kv_ty} {mode:?} window {window:?}: {e}");
+            // As the CPU's test: keys differ by f32 rounding before they are stored, and a
+            // Q8_0 cache may round such a key to the next of its 255 steps.
+            let bound = if kv_ty == GgmlType::Q8_0 { 1e-3 } else { 2e-5 };
+            assert!(e < bound, "{kv_ty} {mode:?} window {window:?}: {e}");
         }
     }
 }
@@ -218,6 +221,43 @@ fn kv_blocks_copy_read_and_write() {
     assert_eq!(bytes.len(), 2 * 2 * cfg.block_bytes());
     d.kv_write_block(0, &bytes);
     assert_eq!(attend(d, 0, false, o2), original, "written block");
+}
+
+#[test]
+fn kv_store_writes_the_bytes_the_reference_writes_for_every_kv_type() {
+    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0] {
+        let cfg = KvConfig {
+            n_layer: 1,
+            n_head_kv: 2,
+            head_dim: 64,
+            ty,
+            n_positions: 2 * BLOCK_SIZE,
+            window: None,
+        };
+        let rows: Vec<Row> = (3..3 + BLOCK_SIZE).map(|pos| Row { pos, seq: 0 }).collect();
+        let Some(devs) = both() else { return };
+        let blocks: Vec<Vec<u8>> = devs
+            .into_iter()
+            .map(|mut d| {
+                d.kv_alloc(cfg).unwrap();
+                let k = buf(&mut *d, &data(BLOCK_SIZE * 128, 4));
+                let v = buf(&mut *d, &data(BLOCK_SIZE * 128, 5));
+                d.begin(&Step {
+                    rows: &rows,
+                    tables: &[&[1, 0]],
+                    windowed: &[],
+                });
+                d.kv_store(0, k, v);
+                d.finish();
+                let mut bytes = Vec::new();
+                for block in [0, 1] {
+                    d.kv_read_block(block, &mut bytes);
+                }
+                bytes
+            })
+            .collect();
+        assert_eq!(blocks[0], blocks[1], "{ty}");
+    }
 }
 
 #[test]

@@ -28,15 +28,36 @@ var<workgroup> red: array<f32, 64>;
 var<workgroup> probs: array<f32, 64>;
 var<workgroup> span: vec3<u32>;
 
-fn kv_load(buf: u32, at: u32) -> f32 {
-    if (KV_F16) {
-        var word: u32;
-        if (buf == 0u) { word = kc[at / 2u]; } else { word = vc[at / 2u]; }
-        let pair = unpack2x16float(word);
-        return select(pair.x, pair.y, (at & 1u) == 1u);
+fn kv_word(buf: u32, i: u32) -> u32 {
+    if (buf == 0u) {
+        return kc[i];
     }
-    if (buf == 0u) { return bitcast<f32>(kc[at]); }
-    return bitcast<f32>(vc[at]);
+    return vc[i];
+}
+
+// Element `e` of the key (buf 0) or value (1) row whose words start at `row`.
+fn kv_load(buf: u32, row: u32, e: u32) -> f32 {
+    switch KV {
+        case KV_F32: {
+            return bitcast<f32>(kv_word(buf, row + e));
+        }
+        case KV_F16: {
+            let pair = unpack2x16float(kv_word(buf, row + e / 2u));
+            return select(pair.x, pair.y, (e & 1u) == 1u);
+        }
+        case KV_BF16: {
+            let w = kv_word(buf, row + e / 2u);
+            return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (e & 1u) == 1u));
+        }
+        default: {
+            let at = (e / 32u) * 34u;
+            let dw = kv_word(buf, row + at / 4u);
+            let d = unpack2x16float(dw >> (8u * (at % 4u))).x;
+            let byte = at + 2u + e % 32u;
+            let q = (kv_word(buf, row + byte / 4u) >> (8u * (byte % 4u))) & 0xffu;
+            return d * f32((bitcast<i32>(q << 24u)) >> 24u);
+        }
+    }
 }
 
 fn tree_max(t: u32) -> f32 {
@@ -93,10 +114,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         var s = -3.4028235e38;
         let valid = pos >= start && pos < end;
         if (valid) {
-            let at = kv_index(block_of(p.tab_at, seq, pos), pos, width, kvh * hd);
+            let row = kv_slot(block_of(p.tab_at, seq, pos), pos) * kv_row_words(width);
             var dot = 0.0;
             for (var d = 0u; d < hd; d++) {
-                dot += qs[d] * kv_load(0u, at + d);
+                dot += qs[d] * kv_load(0u, row, kvh * hd + d);
             }
             s = p.scale * dot;
         }
@@ -121,8 +142,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
                 for (var i = 0u; i < n; i++) {
                     let ps = c + i;
                     if (ps >= start) {
-                        let at = kv_index(block_of(p.tab_at, seq, ps), ps, width, kvh * hd);
-                        a += probs[i] * kv_load(1u, at + d);
+                        let row = kv_slot(block_of(p.tab_at, seq, ps), ps) * kv_row_words(width);
+                        a += probs[i] * kv_load(1u, row, kvh * hd + d);
                     }
                 }
                 acc[j] = a;
