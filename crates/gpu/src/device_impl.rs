@@ -122,7 +122,7 @@ impl Device for Gpu {
             return Err(Error::UnsupportedType(cfg.ty));
         }
         let width = cfg.n_head_kv * cfg.head_dim;
-        if cfg.ty == GgmlType::Q8_0 && width % 64 != 0 {
+        if cfg.ty == GgmlType::Q8_0 && !width.is_multiple_of(64) {
             return Err(self.unsupported(format!(
                 "keep a q8_0 KV cache of {width} elements per position (a multiple of 64 is \
                  needed): use -ctk f16"
