@@ -362,7 +362,7 @@ impl Recorder {
         pipeline: &wgpu::ComputePipeline,
         binds: &[Bind<'_>],
         groups: [u32; 3],
-        (what, bytes): (&dyn std::fmt::Debug, u64),
+        (what, bytes): (&dyn std::fmt::Display, u64),
     ) {
         if self.profiler.as_ref().is_some_and(Profiler::full) {
             self.flush(ctx);
@@ -394,7 +394,7 @@ impl Recorder {
         let timestamp_writes = self
             .profiler
             .as_mut()
-            .map(|p| p.next(format!("{what:?}"), bytes));
+            .map(|p| p.next(what.to_string(), bytes));
         let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: None,
             timestamp_writes,

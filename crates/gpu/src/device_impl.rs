@@ -10,7 +10,7 @@ use kv::KvConfig;
 
 use crate::context::Bind::{Arena as A, Buf as B};
 use crate::formats::Layout;
-use crate::gpu::{grid, matrix_bytes, Gpu, GpuKv, GpuMat, Part, StepData};
+use crate::gpu::{grid, matrix_bytes, Gpu, GpuKv, GpuMat, Part, StepData, ATTENTION_PART};
 use crate::pipelines::{kv_code, Kernel};
 use crate::profile::Profiler;
 
@@ -319,23 +319,38 @@ impl Device for Gpu {
         let kv = self.kv();
         let (cfg, kc, vc) = (kv.cfg, kv.keys[layer].clone(), kv.values[layer].clone());
         let (region, tab) = (self.step().region, self.tables_at(&cfg, layer));
-        let window = spec.window.unwrap_or(0) as u32;
-        let p = [
-            spec.n_head as u32,
-            spec.n_head_kv as u32,
-            spec.head_dim as u32,
-            spec.scale.to_bits(),
-            window,
-            0,
-            tab,
-            0,
-        ];
-        let p = self.params(p);
+        let n_parts = self.rows.iter().map(|r| r.pos / ATTENTION_PART + 1).max();
+        let n_parts = n_parts.unwrap_or(1);
+        let row_floats = spec.n_head * n_parts * (spec.head_dim + 2);
+        let per_group = (self.attention_parts_cap() / (row_floats * 4)).clamp(1, rows);
+        let parts = self.attention_parts((per_group * row_floats * 4) as u64);
         let [q, out] = [q, out].map(|b| self.bufs[b.0 as usize].clone());
-        let kv = kv_code(cfg.ty).expect("checked at kv_alloc");
-        let g = [spec.n_head as u32, rows as u32, 1];
-        let binds = [B(&q), B(&out), B(&kc), B(&vc), A(region), A(p)];
-        self.run(Kernel::Attention { kv }, &binds, g);
+        let code = kv_code(cfg.ty).expect("checked at kv_alloc");
+        for row0 in (0..rows).step_by(per_group) {
+            let n = per_group.min(rows - row0);
+            let window = spec.window.unwrap_or(0) as u32;
+            let p = [
+                spec.n_head as u32,
+                spec.n_head_kv as u32,
+                spec.head_dim as u32,
+                spec.scale.to_bits(),
+                window,
+                0,
+                tab,
+                row0 as u32,
+                n_parts as u32,
+                0,
+                0,
+                0,
+            ];
+            let p = self.rec.push(&self.ctx, bytemuck::cast_slice(&p));
+            let binds = [B(&q), B(&parts), B(&kc), B(&vc), A(region), A(p)];
+            let g = [spec.n_head as u32, n as u32, n_parts as u32];
+            self.run(Kernel::Attention { kv: code }, &binds, g);
+            let binds = [B(&parts), B(&out), A(region), A(p)];
+            let g = [spec.n_head as u32, n as u32, 1];
+            self.run(Kernel::AttentionMerge, &binds, g);
+        }
     }
 
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize) {

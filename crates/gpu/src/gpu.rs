@@ -64,7 +64,16 @@ pub struct Gpu {
     /// Bound where a kernel's optional input is absent.
     pub(crate) dummy: wgpu::Buffer,
     pub(crate) moe_stats: MoeStats,
+    /// Attention's parts (see attention.wgsl), grown as a step needs up to
+    /// `attn_parts_cap` bytes.
+    attn_parts: Option<wgpu::Buffer>,
+    attn_parts_cap: u64,
 }
+
+/// Positions one attention workgroup takes (attention.wgsl's `PART`).
+pub(crate) const ATTENTION_PART: usize = 128;
+/// The most bytes attention's parts take: rows beyond it are dispatched in groups.
+const ATTENTION_PARTS_BYTES: u64 = 64 << 20;
 
 /// Rows a matmul workgroup takes for 1 to 8 rows (decode, verification), each weight read
 /// once for them all.
@@ -105,6 +114,8 @@ impl Gpu {
             angles: Vec::new(),
             dummy,
             moe_stats: MoeStats::default(),
+            attn_parts: None,
+            attn_parts_cap: ATTENTION_PARTS_BYTES,
         })
     }
 
@@ -262,6 +273,26 @@ impl Gpu {
             .chunks_exact(4)
             .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
             .collect()
+    }
+
+    /// The device with attention's parts kept within `bytes` (rows beyond it dispatched in
+    /// groups; a row's bits do not depend on its group). For tests of the grouping.
+    pub fn with_attention_parts_bytes(mut self, bytes: u64) -> Self {
+        self.attn_parts_cap = bytes;
+        self
+    }
+
+    /// The most bytes attention's parts may take on this device.
+    pub(crate) fn attention_parts_cap(&self) -> usize {
+        self.attn_parts_cap.min(self.ctx.max_binding()) as usize
+    }
+
+    /// The buffer of attention's parts, at least `bytes` long.
+    pub(crate) fn attention_parts(&mut self, bytes: u64) -> wgpu::Buffer {
+        if self.attn_parts.as_ref().is_none_or(|b| b.size() < bytes) {
+            self.attn_parts = Some(self.ctx.buffer("attention parts", bytes));
+        }
+        self.attn_parts.clone().expect("made above")
     }
 
     pub(crate) fn kv(&self) -> &GpuKv {

@@ -12,7 +12,7 @@
 //! Batch invariance: every kernel computes an output element in one order fixed by the
 //! element's own coordinates (a matmul column's partial sums are taken over the same
 //! chunks by the same threads and summed by the same tree whatever the row count; each
-//! attention row is one workgroup over chunks aligned from position 0), with no atomics
+//! attention row's parts of 128 positions, aligned from position 0, are combined in order), with no atomics
 //! and no split of a reduction that depends on the batch. So a row's bits are the same
 //! alone or in any batch on one adapter; they may differ from the CPU's within the
 //! tolerances the tests state.

@@ -29,6 +29,7 @@ pub(crate) enum Kernel {
     Attention {
         kv: u32,
     },
+    AttentionMerge,
     MoeCombine,
     Bandwidth,
 }
@@ -75,6 +76,18 @@ impl MatmulShape {
     }
 }
 
+/// How the op times name a kernel: `MatMul(Q4_K)` for decode and verification rows,
+/// `MatMul(Q4_K, prompt)` for the prompt chunks' shape, the variant's name otherwise.
+impl std::fmt::Display for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Kernel::MatMul { ty, rows: 8 } => write!(f, "MatMul({ty})"),
+            Kernel::MatMul { ty, .. } => write!(f, "MatMul({ty}, prompt)"),
+            other => write!(f, "{other:?}"),
+        }
+    }
+}
+
 impl Kernel {
     /// The WGSL and entry point of the kernel; a matmul's columns shared as `shape` says.
     fn source(self, shape: MatmulShape) -> (String, &'static str) {
@@ -113,6 +126,7 @@ impl Kernel {
             Kernel::Rope => (include_str!("shaders/rope.wgsl").into(), "main"),
             Kernel::KvStore { kv: c } => (kv(c, include_str!("shaders/kv_store.wgsl")), "main"),
             Kernel::Attention { kv: c } => (kv(c, include_str!("shaders/attention.wgsl")), "main"),
+            Kernel::AttentionMerge => (include_str!("shaders/attention_merge.wgsl").into(), "main"),
             Kernel::MoeCombine => (include_str!("shaders/moe.wgsl").into(), "main"),
             Kernel::Bandwidth => (include_str!("shaders/bandwidth.wgsl").into(), "main"),
         }

@@ -293,3 +293,74 @@ fn ops_are_timed_while_profiling_and_the_memory_is_probed() {
     dev.matmul(&mats, xb, 1, &[MatOut::to(yb)]);
     assert!(dev.op_times().is_empty(), "not timed once off");
 }
+
+#[test]
+fn attention_over_several_parts_and_a_window_across_them() {
+    let (nh, nkv, hd, n) = (4, 2, 64, 300);
+    let cfg = KvConfig {
+        n_layer: 1,
+        n_head_kv: nkv,
+        head_dim: hd,
+        ty: GgmlType::F16,
+        n_positions: 20 * BLOCK_SIZE,
+        window: None,
+    };
+    let table: Vec<u32> = (0..20).rev().collect();
+    let rows: Vec<Row> = (0..n).map(|pos| Row { pos, seq: 0 }).collect();
+    for window in [None, Some(150)] {
+        let spec = AttnSpec {
+            n_head: nh,
+            n_head_kv: nkv,
+            head_dim: hd,
+            scale: 0.125,
+            window,
+        };
+        let Some([g, r]) = both() else { return };
+        let grouped = gpu()
+            .unwrap()
+            .with_attention_parts_bytes(7 * 3 * (nh * (hd + 2) * 4) as u64);
+        let mut outs = Vec::new();
+        for mut d in [g, r, Box::new(grouped)] {
+            d.kv_alloc(cfg).unwrap();
+            let q = buf(&mut *d, &data(n * nh * hd, 1));
+            let (k, v) = (
+                buf(&mut *d, &data(n * nkv * hd, 2)),
+                buf(&mut *d, &data(n * nkv * hd, 3)),
+            );
+            let out = d.alloc(n * nh * hd).unwrap();
+            let tables: &[&[u32]] = &[&table];
+            d.begin(&Step {
+                rows: &rows,
+                tables,
+                windowed: &[],
+            });
+            d.kv_store(0, k, v);
+            d.attention(0, q, out, &spec);
+            d.finish();
+            let all = read(&mut *d, out, n * nh * hd);
+            let last = (n - 1) * nh * hd;
+            let q1 = buf(&mut *d, &data(n * nh * hd, 1)[last..]);
+            d.begin(&Step {
+                rows: &rows[n - 1..],
+                tables,
+                windowed: &[],
+            });
+            d.attention(0, q1, out, &spec);
+            d.finish();
+            let alone = read(&mut *d, out, nh * hd);
+            assert_eq!(
+                bits(&alone),
+                bits(&all[last..]),
+                "{window:?}: the last row alone"
+            );
+            outs.push(all);
+        }
+        let e = rel(&outs[0], &outs[1], 1.0);
+        assert!(e < 2e-5, "window {window:?}: {e}");
+        assert_eq!(
+            bits(&outs[0]),
+            bits(&outs[2]),
+            "{window:?}: rows in groups of 7"
+        );
+    }
+}

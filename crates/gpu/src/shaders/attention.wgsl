@@ -1,9 +1,15 @@
-// Paged attention of one step row and one query head per workgroup, over the positions
-// its span allows, in chunks of 64 positions aligned at multiples of 64 from position 0
-// (the same chunks whatever the batch: prompt and decode rows alike), with an online
-// softmax: per chunk, thread t scores position c + t (a sequential dot over head_dim),
-// the chunk's max and sum come from fixed trees, and thread t accumulates dimensions
-// t, t + 64, ... over the chunk's positions in order.
+// Paged attention, split by position: one workgroup per step row, query head and part of
+// PART positions (parts aligned at multiples of PART from position 0), over the positions
+// of its part the row's span allows, in chunks of 64 positions aligned at multiples of 64
+// (the same chunks and parts whatever the batch: prompt and decode rows alike), with an
+// online softmax: per chunk, thread t scores position c + t (a sequential dot over
+// head_dim), the chunk's max and sum come from fixed trees, and thread t accumulates
+// dimensions t, t + 64, ... over the chunk's positions in order. A part writes its running
+// max, its sum and its unnormalized outputs to `parts`, `[rows, n_head, n_parts, 2 +
+// head_dim]`; attention_merge.wgsl combines a row's parts in order. A part the row's span
+// does not reach writes nothing.
+
+const PART: u32 = 128u;
 
 struct P {
     n_head: u32,
@@ -13,11 +19,15 @@ struct P {
     window: u32,     // 0: none
     rows_at: u32,
     tab_at: u32,
+    row0: u32,       // the step row of this dispatch's first
+    n_parts: u32,
     _a: u32,
+    _b: u32,
+    _c: u32,
 }
 
 @group(0) @binding(0) var<storage, read_write> q: array<f32>;
-@group(0) @binding(1) var<storage, read_write> out: array<f32>;
+@group(0) @binding(1) var<storage, read_write> parts: array<f32>;
 @group(0) @binding(2) var<storage, read> kc: array<u32>;
 @group(0) @binding(3) var<storage, read> vc: array<u32>;
 @group(0) @binding(4) var<storage, read> step: array<u32>;
@@ -87,7 +97,8 @@ fn tree_sum(t: u32) -> f32 {
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let h = wg.x;
-    let r = wg.y;
+    let r = p.row0 + wg.y;
+    let part = wg.z;
     let hd = p.head_dim;
     let width = p.n_head_kv * hd;
     let kvh = h / (p.n_head / p.n_head_kv);
@@ -97,15 +108,20 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         if (p.window > 0u && pos + 1u > p.window) {
             start = pos + 1u - p.window;
         }
-        span = vec3<u32>(start, pos + 1u, step[p.rows_at + 2u * r + 1u]);
-    }
-    for (var d = t; d < hd; d += 64u) {
-        qs[d] = q[(r * p.n_head + h) * hd + d];
+        span = vec3<u32>(max(start, part * PART), min(pos + 1u, part * PART + PART),
+                         step[p.rows_at + 2u * r + 1u]);
     }
     let sp = workgroupUniformLoad(&span);
     let start = sp.x;
     let end = sp.y;
     let seq = sp.z;
+    if (start >= end) {
+        return;
+    }
+    for (var d = t; d < hd; d += 64u) {
+        qs[d] = q[(r * p.n_head + h) * hd + d];
+    }
+    workgroupBarrier();
     var m = -3.4028235e38;
     var l = 0.0;
     var acc: array<f32, 4>;
@@ -152,10 +168,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         m = new_m;
         workgroupBarrier();
     }
+    let o = ((wg.y * p.n_head + h) * p.n_parts + part) * (2u + hd);
+    if (t == 0u) {
+        parts[o] = m;
+        parts[o + 1u] = l;
+    }
     for (var j = 0u; j < 4u; j++) {
         let d = t + 64u * j;
         if (d < hd) {
-            out[(r * p.n_head + h) * hd + d] = acc[j] / l;
+            parts[o + 2u + d] = acc[j];
         }
     }
 }
