@@ -34,6 +34,9 @@ pub(crate) enum Kernel {
     Bandwidth,
 }
 
+/// The KV types by their [`kv_code`].
+const KV_NAMES: [&str; 4] = ["f32", "f16", "bf16", "q8_0"];
+
 /// The code step.wgsl names the KV pool's type by; `None` for a type the GPU does not keep.
 pub(crate) fn kv_code(ty: GgmlType) -> Option<u32> {
     match ty {
@@ -77,12 +80,15 @@ impl MatmulShape {
 }
 
 /// How the op times name a kernel: `MatMul(Q4_K)` for decode and verification rows,
-/// `MatMul(Q4_K, prompt)` for the prompt chunks' shape, the variant's name otherwise.
+/// `MatMul(Q4_K, prompt)` for the prompt chunks' shape, `Attention(f16)` by the KV type,
+/// the variant's name otherwise.
 impl std::fmt::Display for Kernel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Kernel::MatMul { ty, rows: 8 } => write!(f, "MatMul({ty})"),
             Kernel::MatMul { ty, .. } => write!(f, "MatMul({ty}, prompt)"),
+            Kernel::KvStore { kv } => write!(f, "KvStore({})", KV_NAMES[*kv as usize]),
+            Kernel::Attention { kv } => write!(f, "Attention({})", KV_NAMES[*kv as usize]),
             other => write!(f, "{other:?}"),
         }
     }
