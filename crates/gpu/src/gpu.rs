@@ -70,7 +70,7 @@ pub struct Gpu {
     attn_parts_cap: u64,
 }
 
-/// Positions one attention workgroup takes (attention.wgsl's `PART`).
+/// Positions one attention workgroup takes (`PART` of the attention shaders).
 pub(crate) const ATTENTION_PART: usize = 128;
 /// The most bytes attention's parts take: rows beyond it are dispatched in groups.
 const ATTENTION_PARTS_BYTES: u64 = 64 << 20;

@@ -6,6 +6,7 @@ use gguf::GgmlType;
 
 use crate::context::Ctx;
 use crate::formats::Layout;
+use crate::gpu::ATTENTION_PART;
 
 /// A kernel and the variant it is built for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -108,6 +109,10 @@ impl Kernel {
             format!("{}\n{body}", layout.prelude())
         };
         let elt = include_str!("shaders/eltwise.wgsl");
+        let attn = format!(
+            "const PART: u32 = {ATTENTION_PART}u;\n{}",
+            include_str!("shaders/attention_common.wgsl")
+        );
         match self {
             Kernel::MatMul { ty, rows } => {
                 let reduce = match shape.subgroups {
@@ -131,8 +136,14 @@ impl Kernel {
             Kernel::Scale => (elt.into(), "scale"),
             Kernel::Rope => (include_str!("shaders/rope.wgsl").into(), "main"),
             Kernel::KvStore { kv: c } => (kv(c, include_str!("shaders/kv_store.wgsl")), "main"),
-            Kernel::Attention { kv: c } => (kv(c, include_str!("shaders/attention.wgsl")), "main"),
-            Kernel::AttentionMerge => (include_str!("shaders/attention_merge.wgsl").into(), "main"),
+            Kernel::Attention { kv: c } => {
+                let body = include_str!("shaders/attention.wgsl");
+                (kv(c, &format!("{attn}\n{body}")), "main")
+            }
+            Kernel::AttentionMerge => {
+                let body = include_str!("shaders/attention_merge.wgsl");
+                (format!("{attn}\n{body}"), "main")
+            }
             Kernel::MoeCombine => (include_str!("shaders/moe.wgsl").into(), "main"),
             Kernel::Bandwidth => (include_str!("shaders/bandwidth.wgsl").into(), "main"),
         }

@@ -7,24 +7,7 @@
 // dimensions t, t + 64, ... over the chunk's positions in order. A part writes its running
 // max, its sum and its unnormalized outputs to `parts`, `[rows, n_head, n_parts, 2 +
 // head_dim]`; attention_merge.wgsl combines a row's parts in order. A part the row's span
-// does not reach writes nothing.
-
-const PART: u32 = 128u;
-
-struct P {
-    n_head: u32,
-    n_head_kv: u32,
-    head_dim: u32,
-    scale: f32,
-    window: u32,     // 0: none
-    rows_at: u32,
-    tab_at: u32,
-    row0: u32,       // the step row of this dispatch's first
-    n_parts: u32,
-    _a: u32,
-    _b: u32,
-    _c: u32,
-}
+// does not reach writes nothing. Prepended: attention_common.wgsl.
 
 @group(0) @binding(0) var<storage, read_write> q: array<f32>;
 @group(0) @binding(1) var<storage, read_write> parts: array<f32>;
@@ -104,11 +87,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     let kvh = h / (p.n_head / p.n_head_kv);
     if (t == 0u) {
         let pos = step[p.rows_at + 2u * r];
-        var start = 0u;
-        if (p.window > 0u && pos + 1u > p.window) {
-            start = pos + 1u - p.window;
-        }
-        span = vec3<u32>(max(start, part * PART), min(pos + 1u, part * PART + PART),
+        span = vec3<u32>(max(span_start(pos), part * PART), min(pos + 1u, part * PART + PART),
                          step[p.rows_at + 2u * r + 1u]);
     }
     let sp = workgroupUniformLoad(&span);

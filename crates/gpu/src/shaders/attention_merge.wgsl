@@ -1,23 +1,7 @@
 // The parts of attention.wgsl combined, one workgroup per step row and query head: with M
 // the largest of the parts' maxima, out = Σ_i acc_i · exp(m_i - M) / Σ_i l_i · exp(m_i - M),
 // each sum over the row's parts in order (thread t: dimensions t, t + 64, ...).
-
-const PART: u32 = 128u;
-
-struct P {
-    n_head: u32,
-    n_head_kv: u32,
-    head_dim: u32,
-    scale: f32,
-    window: u32,
-    rows_at: u32,
-    tab_at: u32,
-    row0: u32,
-    n_parts: u32,
-    _a: u32,
-    _b: u32,
-    _c: u32,
-}
+// Prepended: attention_common.wgsl.
 
 @group(0) @binding(0) var<storage, read_write> parts: array<f32>;
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;
@@ -30,11 +14,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     let r = p.row0 + wg.y;
     let hd = p.head_dim;
     let pos = step[p.rows_at + 2u * r];
-    var start = 0u;
-    if (p.window > 0u && pos + 1u > p.window) {
-        start = pos + 1u - p.window;
-    }
-    let first = start / PART;
+    let first = span_start(pos) / PART;
     let last = pos / PART;
     let base = (wg.y * p.n_head + h) * p.n_parts;
     var mx = -3.4028235e38;

@@ -1,0 +1,25 @@
+// What attention.wgsl and attention_merge.wgsl share: the parameters, and where a row's
+// span starts. Prepended: const PART (positions per part).
+
+struct P {
+    n_head: u32,
+    n_head_kv: u32,
+    head_dim: u32,
+    scale: f32,
+    window: u32,     // 0: none
+    rows_at: u32,
+    tab_at: u32,
+    row0: u32,       // the step row of this dispatch's first
+    n_parts: u32,
+    _a: u32,
+    _b: u32,
+    _c: u32,
+}
+
+// The first position a row at `pos` attends to.
+fn span_start(pos: u32) -> u32 {
+    if (p.window > 0u && pos + 1u > p.window) {
+        return pos + 1u - p.window;
+    }
+    return 0u;
+}
