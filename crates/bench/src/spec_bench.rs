@@ -351,14 +351,14 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// The median over rounds of `x` and of its ratio to `base` in the same round (`None` for
-/// an arm without a baseline).
+/// The median over rounds of `x`, and its ratio to `base` in each round, in round order
+/// (`None` for an arm without a baseline).
 fn medians<T>(
     of: &[&T],
     base: Option<&[&T]>,
     round: impl Fn(&T) -> usize,
     x: impl Fn(&T) -> f64,
-) -> (f64, Option<f64>) {
+) -> (f64, Option<Vec<f64>>) {
     let ratios = base.map(|b| {
         of.iter()
             .filter_map(|m| {
@@ -367,10 +367,7 @@ fn medians<T>(
             })
             .collect()
     });
-    (
-        median(of.iter().map(|m| x(m)).collect()),
-        ratios.map(median),
-    )
+    (median(of.iter().map(|m| x(m)).collect()), ratios)
 }
 
 /// `r`'s one-user runs of prompt `p`, every round.
@@ -386,14 +383,23 @@ fn cells<'a>(r: &'a ArmReport, p: &str, users: usize) -> Vec<&'a Multi> {
         .collect()
 }
 
-fn times(r: Option<f64>) -> String {
-    r.map_or("-".into(), |r| format!("{r:.2}×"))
+/// The median of the rounds' ratios, and with more than one round each round's in order,
+/// so that a cell's spread can be read beside it: `0.97× (0.94, 1.00)`.
+fn times(r: Option<Vec<f64>>) -> String {
+    match r {
+        None => "-".into(),
+        Some(rs) if rs.len() > 1 => {
+            let each: Vec<String> = rs.iter().map(|r| format!("{r:.2}")).collect();
+            format!("{:.2}× ({})", median(rs.clone()), each.join(", "))
+        }
+        Some(rs) => format!("{:.2}×", median(rs)),
+    }
 }
 
 /// Markdown: one row per arm for one user (its ratios to its baseline), a table per
 /// prompt of total tok/s by users, what the policy chose in each cell, then text identity
 /// and the tandem cost curves. Figures are medians over rounds; ratios, medians of the
-/// ratios within each round.
+/// ratios within each round, each round's beside it.
 pub fn markdown(reports: &[ArmReport]) -> String {
     let mut out = String::new();
     let find = |name: &Option<String>| {
@@ -545,5 +551,20 @@ fn policy_table(reports: &[ArmReport]) -> String {
             table.markdown()
         ),
         false => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ratio_shows_its_median_and_every_rounds() {
+        assert_eq!(times(None), "-");
+        assert_eq!(times(Some(vec![0.874])), "0.87×");
+        assert_eq!(
+            times(Some(vec![0.874, 0.96, 1.045, 1.037])),
+            "1.00× (0.87, 0.96, 1.04, 1.04)"
+        );
     }
 }
