@@ -126,7 +126,14 @@ pub fn execute(a: InfoArgs) -> Result<(), CliError> {
             w.size
         );
     }
-    println!("device:        {}", cfg.device.name());
+    let adapter = match cfg.device.resolve() {
+        engine::DeviceKind::Gpu => gpu::adapter_memory(gpu::Choice::Any).map(|(name, _)| name),
+        _ => None,
+    };
+    match adapter {
+        Some(name) => println!("device:        {} ({name})", cfg.device.resolve().name()),
+        None => println!("device:        {}", cfg.device.resolve().name()),
+    }
     let own = cfg.device.own_memory();
     println!(
         "memory plan:   {plan} ({})",
