@@ -25,7 +25,8 @@ pub(crate) struct Ctx {
     pub info: wgpu::AdapterInfo,
     pub limits: wgpu::Limits,
     /// The fewest lanes a subgroup of this device holds, where it has subgroup operations
-    /// and its workgroups' subgroups are runs of consecutive invocations (checked at open).
+    /// and its workgroups' subgroups are runs of consecutive invocations (`Gpu::open`
+    /// checks it).
     pub subgroup_min: Option<u32>,
 }
 
@@ -148,81 +149,13 @@ impl Ctx {
         };
         let (device, queue) = pollster::block_on(adapter.request_device(&desc))
             .map_err(|e| format!("{}: {e}", info.name))?;
-        let subgroups = adapter.features().contains(wgpu::Features::SUBGROUP);
-        let mut ctx = Ctx {
+        Ok(Ctx {
             device,
             queue,
             info,
             limits,
             subgroup_min: None,
-        };
-        if subgroups && ctx.lanes_in_order() {
-            ctx.subgroup_min = Some(ctx.info.subgroup_min_size);
-        }
-        Ok(ctx)
-    }
-
-    /// Whether every invocation `t` of a 64-wide workgroup is lane `t % size` of its
-    /// subgroup (what the matmul's subgroup reduction assumes), from one small dispatch.
-    fn lanes_in_order(&self) -> bool {
-        let module = self
-            .device
-            .create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some("lanes"),
-                source: wgpu::ShaderSource::Wgsl(include_str!("shaders/lanes.wgsl").into()),
-            });
-        let pipe = self
-            .device
-            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some("lanes"),
-                layout: None,
-                module: &module,
-                entry_point: Some("main"),
-                compilation_options: Default::default(),
-                cache: None,
-            });
-        let out = self.buffer("lanes", 256);
-        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("lanes staging"),
-            size: 256,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: None,
-            layout: &pipe.get_bind_group_layout(0),
-            entries: &[wgpu::BindGroupEntry {
-                binding: 0,
-                resource: out.as_entire_binding(),
-            }],
-        });
-        let mut enc = self.device.create_command_encoder(&Default::default());
-        {
-            let mut pass = enc.begin_compute_pass(&Default::default());
-            pass.set_pipeline(&pipe);
-            pass.set_bind_group(0, &group, &[]);
-            pass.dispatch_workgroups(1, 1, 1);
-        }
-        enc.copy_buffer_to_buffer(&out, 0, &staging, 0, 256);
-        self.queue.submit([enc.finish()]);
-        let slice = staging.slice(..);
-        slice.map_async(wgpu::MapMode::Read, |_| {});
-        if self
-            .device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .is_err()
-        {
-            return false;
-        }
-        let Ok(bytes) = slice.get_mapped_range() else {
-            return false;
-        };
-        let ok = bytemuck::cast_slice::<u8, u32>(&bytes)
-            .iter()
-            .all(|&v| v == 1);
-        drop(bytes);
-        staging.unmap();
-        ok
+        })
     }
 
     /// `make()`, or why the device could not give it the memory it asked for.

@@ -305,9 +305,8 @@ impl Device for Gpu {
         let g = grid((rows * width / per_thread).div_ceil(64));
         let p = self.params([rows as u32, width as u32, 0, tab, g[0], 0, 0, 0]);
         let [k, v] = [k, v].map(|b| self.bufs[b.0 as usize].clone());
-        let kv = kv_code(cfg.ty).expect("checked at kv_alloc");
         let binds = [B(&k), B(&v), B(&kc), B(&vc), A(region), A(p)];
-        self.run(Kernel::KvStore { kv }, &binds, g);
+        self.run(Kernel::KvStore { kv: cfg.ty }, &binds, g);
     }
 
     fn attention(&mut self, layer: usize, q: Buf, out: Buf, spec: &AttnSpec) {
@@ -325,10 +324,9 @@ impl Device for Gpu {
         let per_group = (self.attention_parts_cap() / (row_floats * 4)).clamp(1, rows);
         let parts = self.attention_parts((per_group * row_floats * 4) as u64);
         let [q, out] = [q, out].map(|b| self.bufs[b.0 as usize].clone());
-        let code = kv_code(cfg.ty).expect("checked at kv_alloc");
+        let window = spec.window.unwrap_or(0) as u32;
         for row0 in (0..rows).step_by(per_group) {
             let n = per_group.min(rows - row0);
-            let window = spec.window.unwrap_or(0) as u32;
             let p = [
                 spec.n_head as u32,
                 spec.n_head_kv as u32,
@@ -346,7 +344,7 @@ impl Device for Gpu {
             let p = self.rec.push(&self.ctx, bytemuck::cast_slice(&p));
             let binds = [B(&q), B(&parts), B(&kc), B(&vc), A(region), A(p)];
             let g = [spec.n_head as u32, n as u32, n_parts as u32];
-            self.run(Kernel::Attention { kv: code }, &binds, g);
+            self.run(Kernel::Attention { kv: cfg.ty }, &binds, g);
             let binds = [B(&parts), B(&out), A(region), A(p)];
             let g = [spec.n_head as u32, n as u32, 1];
             self.run(Kernel::AttentionMerge, &binds, g);

@@ -77,7 +77,7 @@ const ATTENTION_PARTS_BYTES: u64 = 64 << 20;
 
 /// Rows a matmul workgroup takes for 1 to 8 rows (decode, verification), each weight read
 /// once for them all.
-const DECODE_ROWS: usize = 8;
+pub(crate) const DECODE_ROWS: usize = 8;
 /// Rows a matmul workgroup takes for more (prompt chunks): each weight chunk dequantized
 /// once for as many rows.
 const PROMPT_ROWS: usize = 32;
@@ -99,11 +99,9 @@ impl Gpu {
         let ctx = Ctx::open(choice)?;
         let rec = Recorder::new(&ctx);
         let dummy = ctx.buffer("dummy", 16);
-        Ok(Gpu {
-            pipes: Pipelines::new(MatmulShape::new(
-                MatmulShape::threads_for(ctx.info.device_type),
-                ctx.subgroup_min,
-            )),
+        let threads = MatmulShape::threads_for(ctx.info.device_type);
+        let mut gpu = Gpu {
+            pipes: Pipelines::new(MatmulShape::new(threads, None)),
             ctx,
             rec,
             bufs: Vec::new(),
@@ -116,7 +114,23 @@ impl Gpu {
             moe_stats: MoeStats::default(),
             attn_parts: None,
             attn_parts_cap: ATTENTION_PARTS_BYTES,
-        })
+        };
+        let subgroups = gpu.ctx.device.features().contains(wgpu::Features::SUBGROUP);
+        if subgroups && gpu.lanes_in_order() {
+            gpu.ctx.subgroup_min = Some(gpu.ctx.info.subgroup_min_size);
+            gpu.pipes = Pipelines::new(MatmulShape::new(threads, gpu.ctx.subgroup_min));
+        }
+        Ok(gpu)
+    }
+
+    /// Whether every invocation `t` of a 64-wide workgroup is lane `t % size` of its
+    /// subgroup (what the matmul's subgroup reduction assumes), from one small dispatch.
+    fn lanes_in_order(&mut self) -> bool {
+        let out = self.ctx.buffer("lanes", 256);
+        self.run(Kernel::Lanes, &[Bind::Buf(&out)], [1, 1, 1]);
+        let mut bytes = Vec::new();
+        self.rec.read(&self.ctx, &[(&out, 0, 256)], &mut bytes);
+        bytes.chunks_exact(4).all(|w| w == [1, 0, 0, 0])
     }
 
     /// The device with `t` threads sharing each matmul output column (a power of two up

@@ -6,7 +6,7 @@ use gguf::GgmlType;
 
 use crate::context::Ctx;
 use crate::formats::Layout;
-use crate::gpu::ATTENTION_PART;
+use crate::gpu::{ATTENTION_PART, DECODE_ROWS};
 
 /// A kernel and the variant it is built for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -23,20 +23,19 @@ pub(crate) enum Kernel {
     Add,
     Scale,
     Rope,
-    /// Stores into a KV pool of `kv` (see [`kv_code`]).
+    /// Stores into a KV pool of type `kv` (one [`kv_code`] names).
     KvStore {
-        kv: u32,
+        kv: GgmlType,
     },
     Attention {
-        kv: u32,
+        kv: GgmlType,
     },
     AttentionMerge,
     MoeCombine,
     Bandwidth,
+    /// Whether a workgroup's subgroups are runs of consecutive invocations.
+    Lanes,
 }
-
-/// The KV types by their [`kv_code`].
-const KV_NAMES: [&str; 4] = ["f32", "f16", "bf16", "q8_0"];
 
 /// The code step.wgsl names the KV pool's type by; `None` for a type the GPU does not keep.
 pub(crate) fn kv_code(ty: GgmlType) -> Option<u32> {
@@ -81,15 +80,17 @@ impl MatmulShape {
 }
 
 /// How the op times name a kernel: `MatMul(Q4_K)` for decode and verification rows,
-/// `MatMul(Q4_K, prompt)` for the prompt chunks' shape, `Attention(f16)` by the KV type,
+/// `MatMul(Q4_K, prompt)` for the prompt chunks' shape, `Attention(F16)` by the KV type,
 /// the variant's name otherwise.
 impl std::fmt::Display for Kernel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Kernel::MatMul { ty, rows: 8 } => write!(f, "MatMul({ty})"),
+            Kernel::MatMul { ty, rows } if *rows as usize == DECODE_ROWS => {
+                write!(f, "MatMul({ty})")
+            }
             Kernel::MatMul { ty, .. } => write!(f, "MatMul({ty}, prompt)"),
-            Kernel::KvStore { kv } => write!(f, "KvStore({})", KV_NAMES[*kv as usize]),
-            Kernel::Attention { kv } => write!(f, "Attention({})", KV_NAMES[*kv as usize]),
+            Kernel::KvStore { kv } => write!(f, "KvStore({kv})"),
+            Kernel::Attention { kv } => write!(f, "Attention({kv})"),
             other => write!(f, "{other:?}"),
         }
     }
@@ -98,9 +99,10 @@ impl std::fmt::Display for Kernel {
 impl Kernel {
     /// The WGSL and entry point of the kernel; a matmul's columns shared as `shape` says.
     fn source(self, shape: MatmulShape) -> (String, &'static str) {
-        let kv = |code: u32, body: &str| {
+        let kv = |ty: GgmlType, body: &str| {
             format!(
-                "const KV: u32 = {code}u;\n{}\n{body}",
+                "const KV: u32 = {}u;\n{}\n{body}",
+                kv_code(ty).expect("a KV type kv_alloc took"),
                 include_str!("shaders/step.wgsl")
             )
         };
@@ -146,6 +148,7 @@ impl Kernel {
             }
             Kernel::MoeCombine => (include_str!("shaders/moe.wgsl").into(), "main"),
             Kernel::Bandwidth => (include_str!("shaders/bandwidth.wgsl").into(), "main"),
+            Kernel::Lanes => (include_str!("shaders/lanes.wgsl").into(), "main"),
         }
     }
 }
