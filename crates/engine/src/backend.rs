@@ -72,17 +72,18 @@ impl DeviceKind {
         })
     }
 
-    /// The adapter's name and the bytes of its own memory, where a device of this kind has
-    /// memory apart from the host's (a discrete GPU, known through Vulkan); `None` where it
-    /// computes in the host's memory.
-    pub fn own_memory(self) -> Option<(String, u64)> {
+    /// The adapter a device of this kind computes on (the GPU's; `None` for the others).
+    pub fn adapter(self) -> Option<gpu::Adapter> {
         match self.resolve() {
-            DeviceKind::Gpu => match gpu::adapter_memory(gpu::Choice::Any)? {
-                (name, Some(bytes)) => Some((name, bytes)),
-                (_, None) => None,
-            },
+            DeviceKind::Gpu => gpu::adapter(gpu::Choice::Any),
             _ => None,
         }
+    }
+
+    /// The adapter's name and the bytes of its own memory, where a device of this kind has
+    /// memory apart from the host's; `None` where it computes in the host's memory.
+    pub fn own_memory(self) -> Option<(String, u64)> {
+        self.adapter()?.own()
     }
 
     /// Bytes a matrix takes on a device of this kind (for the memory plan, before any

@@ -58,19 +58,36 @@ pub fn real_gpu() -> bool {
         .any(|a| a.get_info().device_type != wgpu::DeviceType::Cpu)
 }
 
-/// The adapter `Gpu::open(choice)` takes, its name, and the bytes of its own memory where
-/// it has memory apart from the host's (a discrete GPU): the largest device-local heap,
-/// known through Vulkan. `None` for the bytes where it shares the host's memory (an
-/// integrated GPU, Apple silicon, lavapipe) or they cannot be known: the host's memory
-/// bounds it then.
-pub fn adapter_memory(choice: Choice) -> Option<(String, Option<u64>)> {
+/// An adapter as the memory plan sees it.
+#[derive(Debug, Clone)]
+pub struct Adapter {
+    pub name: String,
+    /// The bytes of its own memory where it has memory apart from the host's (a discrete
+    /// GPU): the largest device-local heap, known through Vulkan. `None` where it shares
+    /// the host's memory (an integrated GPU, Apple silicon, lavapipe) or they cannot be
+    /// known: the host's memory bounds it then.
+    pub own_memory: Option<u64>,
+}
+
+impl Adapter {
+    /// Its name and own memory, where it has memory of its own.
+    pub fn own(self) -> Option<(String, u64)> {
+        Some((self.name, self.own_memory?))
+    }
+}
+
+/// The adapter `Gpu::open(choice)` takes.
+pub fn adapter(choice: Choice) -> Option<Adapter> {
     let adapter = pick(adapters(), choice)?;
     let info = adapter.get_info();
-    let own = match info.device_type {
+    let own_memory = match info.device_type {
         wgpu::DeviceType::DiscreteGpu => device_local_heap(&adapter),
         _ => None,
     };
-    Some((info.name, own))
+    Some(Adapter {
+        name: info.name,
+        own_memory,
+    })
 }
 
 #[cfg(not(any(target_vendor = "apple", target_arch = "wasm32")))]

@@ -25,5 +25,5 @@ mod moe;
 mod pipelines;
 mod profile;
 
-pub use context::{adapter_for_tests, adapter_memory, quiet_device_select, real_gpu, Choice};
+pub use context::{adapter, adapter_for_tests, quiet_device_select, real_gpu, Adapter, Choice};
 pub use gpu::{matrix_bytes, Gpu};

@@ -15,15 +15,38 @@ const GPU_HINT: &str =
 /// A GPU's own memory: its adapter's name and bytes ([`DeviceKind::own_memory`]).
 pub type OwnMemory = (String, u64);
 
+/// What bounds the host's part of a plan.
+#[derive(Debug, Clone, Copy)]
+pub enum HostLimit {
+    /// `--mem-limit`: the whole plan, wherever it lives.
+    Flag(u64),
+    /// The memory the host has free: what lives on the host.
+    Free(u64),
+}
+
+impl HostLimit {
+    /// `--mem-limit` where given, else the host's free memory where known.
+    pub fn of(flag: Option<u64>, free: Option<u64>) -> Option<HostLimit> {
+        flag.map(HostLimit::Flag).or(free.map(HostLimit::Free))
+    }
+
+    fn bytes_and_source(self) -> (u64, &'static str) {
+        match self {
+            HostLimit::Flag(b) => (b, "--mem-limit"),
+            HostLimit::Free(b) => (b, "memory available"),
+        }
+    }
+}
+
 /// Refuses a plan that does not fit: `device`, the part on the device the engine computes
 /// on, within `own` memory where that device has its own, and what lives on the host
 /// (`host`, plus `device` where the device shares the host's memory) within `host_limit`
-/// (bytes, and what set them). `--mem-limit` (as `host_limit`) bounds the whole plan.
+/// (`--mem-limit` bounds the whole plan).
 pub fn check(
     device: MemoryPlan,
     host: MemoryPlan,
     own: Option<&OwnMemory>,
-    host_limit: Option<(u64, &'static str)>,
+    host_limit: Option<HostLimit>,
 ) -> Result<(), Error> {
     let over = |plan: MemoryPlan, limit: u64, source: String, hint: &'static str| {
         Err(Error::OverMemory {
@@ -36,15 +59,17 @@ pub fn check(
     if let Some((name, bytes)) = own.filter(|o| device.total() > o.1) {
         return over(device, *bytes, format!("of {name}'s own memory"), GPU_HINT);
     }
-    let on_host = match (own, host_limit) {
-        (Some(_), Some((_, "--mem-limit"))) | (None, _) => device.with(&host),
-        (Some(_), _) => host,
+    let Some(limit) = host_limit else {
+        return Ok(());
     };
-    match host_limit {
-        Some((limit, source)) if on_host.total() > limit => {
-            over(on_host, limit, source.to_string(), HOST_HINT)
-        }
-        _ => Ok(()),
+    let on_host = match (own, limit) {
+        (Some(_), HostLimit::Free(_)) => host,
+        _ => device.with(&host),
+    };
+    let (bytes, source) = limit.bytes_and_source();
+    match on_host.total() > bytes {
+        true => over(on_host, bytes, source.to_string(), HOST_HINT),
+        false => Ok(()),
     }
 }
 
@@ -75,7 +100,7 @@ mod tests {
     #[test]
     fn a_gpus_own_memory_bounds_its_part_and_the_host_the_rest() {
         let gpu = ("H200".to_string(), 1000u64 << 20);
-        let free = Some((800u64 << 20, "memory available"));
+        let free = Some(HostLimit::Free(800 << 20));
         assert!(check(plan(900), plan(100), Some(&gpu), free).is_ok());
         let e = check(plan(1100), plan(100), Some(&gpu), free).unwrap_err();
         let e = e.to_string();
@@ -89,7 +114,7 @@ mod tests {
 
     #[test]
     fn a_device_sharing_the_hosts_memory_is_counted_with_the_host() {
-        let free = Some((800u64 << 20, "memory available"));
+        let free = Some(HostLimit::Free(800 << 20));
         assert!(check(plan(500), plan(200), None, free).is_ok());
         let e = check(plan(500), plan(400), None, free).unwrap_err();
         assert!(e.to_string().contains("use -ctk q8_0"), "{e}");
@@ -99,7 +124,7 @@ mod tests {
     #[test]
     fn mem_limit_bounds_the_whole_plan_on_a_gpu_too() {
         let gpu = ("H200".to_string(), 1000u64 << 20);
-        let limit = Some((800u64 << 20, "--mem-limit"));
+        let limit = Some(HostLimit::Flag(800 << 20));
         assert!(check(plan(500), plan(200), Some(&gpu), limit).is_ok());
         let e = check(plan(700), plan(200), Some(&gpu), limit).unwrap_err();
         assert!(e.to_string().contains("800.0 MiB --mem-limit"), "{e}");

@@ -414,10 +414,7 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         );
         plan = plan.with(&d);
     }
-    let host_limit = match config.mem_limit {
-        Some(l) => Some((l, "--mem-limit")),
-        None => available.map(|a| (a, "memory available")),
-    };
+    let host_limit = crate::memory::HostLimit::of(config.mem_limit, available);
     let own = ecfg.device.own_memory();
     eprintln!(
         "memory plan: {plan} ({}; context {} over {} slots, {} per slot{})",

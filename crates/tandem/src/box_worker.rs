@@ -95,7 +95,7 @@ pub fn execute(a: BoxArgs) -> Result<(), CliError> {
         server::memory::placement(cfg.device, own.as_ref()),
         cfg.n_ctx
     );
-    let host_limit = available.map(|a| (a, "memory available"));
+    let host_limit = server::memory::HostLimit::of(None, available);
     server::memory::check(plan, Default::default(), own.as_ref(), host_limit)?;
     let access = Access {
         key: a.key.key()?,

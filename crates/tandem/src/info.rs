@@ -126,15 +126,16 @@ pub fn execute(a: InfoArgs) -> Result<(), CliError> {
             w.size
         );
     }
-    let adapter = match cfg.device.resolve() {
-        engine::DeviceKind::Gpu => gpu::adapter_memory(gpu::Choice::Any).map(|(name, _)| name),
-        _ => None,
-    };
-    match adapter {
-        Some(name) => println!("device:        {} ({name})", cfg.device.resolve().name()),
+    let adapter = cfg.device.adapter();
+    match &adapter {
+        Some(a) => println!(
+            "device:        {} ({})",
+            cfg.device.resolve().name(),
+            a.name
+        ),
         None => println!("device:        {}", cfg.device.resolve().name()),
     }
-    let own = cfg.device.own_memory();
+    let own = adapter.and_then(gpu::Adapter::own);
     println!(
         "memory plan:   {plan} ({})",
         server::memory::placement(cfg.device, own.as_ref())
