@@ -288,7 +288,7 @@ impl ServeArgs {
             self.n_gpu_layers.is_some() && self.model.context_config().device != DeviceKind::Gpu,
             "-ngl: no GPU in use (--device cpu or reference, or auto without a real GPU): the whole model runs on the CPU",
         );
-        say(self.flash_attn.is_some(), "--flash-attn: attention is always computed block by block on the CPU; the flag does nothing");
+        say(self.flash_attn.is_some(), "--flash-attn: attention is always computed block by block (on the GPU, split by position as flash attention is); the flag does nothing");
         say(
             self.mlock,
             "--mlock: weights are not locked in memory; the flag does nothing",
