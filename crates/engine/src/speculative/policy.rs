@@ -21,10 +21,14 @@
 //! drafted per pause measured apart for a request's first spell and for spells after a
 //! pause, fewer when the request ends sooner); `X` what the measured steps showed the
 //! prediction misses: seconds per step without drafts, and per draft token with them,
-//! moving averages of measured minus predicted. `a_s(i)` is slot `s`'s acceptance at
-//! draft position `i` given the positions before it were accepted: the acceptance over
-//! all slots as its prior, then a moving average that takes its first observations at
-//! nearly full weight (`1 / (n + 2)`).
+//! moving averages of measured minus predicted. A step without drafts or prompt rows is
+//! predicted at the lower of that and its *plain floor*: a slow moving average of what
+//! plain steps of as many rows measured, less their attention, plus this step's attention
+//! (the cost curve's point moves fast, and a few slow steps raised it enough to resume a
+//! paused batch that then drafted at a loss with nothing measuring plain steps again).
+//! `a_s(i)` is slot `s`'s acceptance at draft position `i` given the positions before it
+//! were accepted: the acceptance over all slots as its prior, then a moving average that
+//! takes its first observations at nearly full weight (`1 / (n + 2)`).
 //!
 //! A slot at depth 0 costs nothing: its drafter computes nothing for it (it is *paused*
 //! once it has missed more than a step's tokens), so a step with every slot at depth 0
@@ -67,6 +71,10 @@ pub const HYSTERESIS: f64 = 0.03;
 /// Relative predicted gain the batch needs to resume a paused slot: measured costs move by
 /// several percent between runs on a shared machine, and a wrong start costs catching up.
 pub const START_GAIN: f64 = 0.10;
+/// Weight of a plain step in the plain floor: a few slow steps (another process, the
+/// minute's memory rate) move the cost curve's point by [`ALPHA`] each and made a paused
+/// batch resume on a plain rate the next steps did not have; the floor moves by a fiftieth.
+const FLOOR_ALPHA: f64 = 0.02;
 /// Steps at depth 0 after which a slot drafts once.
 pub const PROBE_AFTER: usize = 16;
 /// Share of the engine's time that probes may take, catching up included, over about the
@@ -152,6 +160,9 @@ struct Forecast {
     draft_tokens: usize,
     /// Whether the drafts fit the step budget.
     fits: bool,
+    /// A step without drafts or prompt rows: its decoding rows, and its attention's
+    /// predicted seconds.
+    plain: Option<(usize, f64)>,
 }
 
 /// Totals of the steps the policy chose depths for.
@@ -182,6 +193,9 @@ pub struct Policy {
     /// and per draft token of a step with drafts beyond that.
     plain_extra: f64,
     per_draft: f64,
+    /// By decoding rows, a slow moving average of what plain steps (no drafts, no prompt
+    /// rows) measured less their attention's predicted seconds.
+    plain_floor: Vec<Option<f64>>,
     /// Spells of slots starting to draft for the first time in their request, and of
     /// slots resuming after a pause.
     spells: [Spells; 2],
@@ -202,6 +216,7 @@ impl Policy {
             last: None,
             plain_extra: 0.0,
             per_draft: 0.0,
+            plain_floor: Vec::new(),
             spells: SPELL_PRIOR.map(Spells::new),
             tally: Tally::default(),
         }
@@ -264,6 +279,8 @@ impl Policy {
             resume,
             draft_tokens: drafts.rows,
             fits,
+            plain: (drafts.rows == 0 && !base.reading)
+                .then_some((base.shape.rows, cost.attend * base.shape.attended as f64)),
         }
     }
 
@@ -283,7 +300,12 @@ impl Policy {
                 c.behind.saturating_sub(1) as f64 * self.catch_up * (1.0 - 1.0 / steps)
             })
             .sum();
-        let secs = f.secs - spread + self.plain_extra + self.per_draft * f.draft_tokens as f64;
+        let mut secs = f.secs - spread + self.plain_extra + self.per_draft * f.draft_tokens as f64;
+        if let Some((rows, attention)) = f.plain {
+            if let Some(Some(floor)) = self.plain_floor.get(rows) {
+                secs = secs.min(floor + attention);
+            }
+        }
         f.tokens / secs.max(1e-6)
     }
 
@@ -399,6 +421,14 @@ impl Policy {
             let missed = secs - f.secs;
             if f.draft_tokens == 0 {
                 self.plain_extra += ALPHA * (missed - self.plain_extra);
+            }
+            if let Some((rows, attention)) = f.plain {
+                if self.plain_floor.len() <= rows {
+                    self.plain_floor.resize(rows + 1, None);
+                }
+                let seen = secs - attention;
+                let floor = self.plain_floor[rows].get_or_insert(seen);
+                *floor += FLOOR_ALPHA * (seen - *floor);
             } else if f.resume == 0.0 && !self.probe_only {
                 let per = (missed - self.plain_extra) / f.draft_tokens as f64;
                 self.per_draft += ALPHA * (per.clamp(-0.1, 0.1) - self.per_draft);
@@ -683,6 +713,39 @@ mod tests {
             p.choose(&t, &rows(1), &[long])[0] > 0,
             "spread over the spells drafted"
         );
+    }
+
+    /// Four paused slots whose drafts would gain a little over plain steps of 80 ms. After
+    /// a long run of 56 ms plain steps, five slow ones (the cost curve's point and the
+    /// correction raised with them) do not resume them; a lasting slowdown does. (They
+    /// offer no drafts while the plain steps run, and drafted before: no probes.)
+    #[test]
+    fn a_few_slow_plain_steps_do_not_resume_a_paused_batch() {
+        let (t, d) = costs();
+        let offering = |n_max| -> Vec<Candidate> { (0..4).map(|s| cand(s, n_max, 60)).collect() };
+        let run = |steps: &[f64]| {
+            let mut p = Policy::new(PolicyKind::Adaptive, 4, 4, d.clone());
+            p.catch_up = 1e-3;
+            let mut t = t.clone();
+            let plain = rows(4);
+            for &ms in steps {
+                assert_eq!(p.choose(&t, &plain, &offering(0)), vec![0; 4]);
+                let took = Duration::from_secs_f64(ms / 1e3);
+                t.observe(&plain.shape, took);
+                p.account(took, Duration::ZERO);
+            }
+            for s in 0..4 {
+                for _ in 0..50 {
+                    p.observe(s, 4, 2);
+                }
+                p.slot(s).tried = true;
+            }
+            p.choose(&t, &plain, &offering(4))
+        };
+        let mut spike = vec![56.2; 200];
+        spike.extend([80.0; 5]);
+        assert_eq!(run(&spike), vec![0; 4], "five slow steps after 200");
+        assert_ne!(run(&[80.0; 205]), vec![0; 4], "205 slow steps");
     }
 
     #[test]
