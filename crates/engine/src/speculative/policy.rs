@@ -421,14 +421,14 @@ impl Policy {
             let missed = secs - f.secs;
             if f.draft_tokens == 0 {
                 self.plain_extra += ALPHA * (missed - self.plain_extra);
-            }
-            if let Some((rows, attention)) = f.plain {
-                if self.plain_floor.len() <= rows {
-                    self.plain_floor.resize(rows + 1, None);
+                if let Some((rows, attention)) = f.plain {
+                    if self.plain_floor.len() <= rows {
+                        self.plain_floor.resize(rows + 1, None);
+                    }
+                    let seen = secs - attention;
+                    let floor = self.plain_floor[rows].get_or_insert(seen);
+                    *floor += FLOOR_ALPHA * (seen - *floor);
                 }
-                let seen = secs - attention;
-                let floor = self.plain_floor[rows].get_or_insert(seen);
-                *floor += FLOOR_ALPHA * (seen - *floor);
             } else if f.resume == 0.0 && !self.probe_only {
                 let per = (missed - self.plain_extra) / f.draft_tokens as f64;
                 self.per_draft += ALPHA * (per.clamp(-0.1, 0.1) - self.per_draft);
@@ -746,6 +746,27 @@ mod tests {
         spike.extend([80.0; 5]);
         assert_eq!(run(&spike), vec![0; 4], "five slow steps after 200");
         assert_ne!(run(&[80.0; 205]), vec![0; 4], "205 slow steps");
+    }
+
+    /// Steps that read prompts without drafts, slower than predicted, teach the plain
+    /// correction only: a slot whose drafts are accepted still drafts afterwards.
+    #[test]
+    fn prompt_steps_without_drafts_leave_the_per_draft_correction_alone() {
+        let (t, d) = costs();
+        let mut p = Policy::new(PolicyKind::Adaptive, 8, 1, d);
+        for _ in 0..50 {
+            p.observe(0, 8, 8);
+        }
+        let reading = Base {
+            reading: true,
+            ..rows(40)
+        };
+        for _ in 0..20 {
+            assert_eq!(p.choose(&t, &reading, &[cand(0, 0, 1)]), vec![0]);
+            p.account(Duration::from_millis(400), Duration::ZERO);
+        }
+        assert_eq!(p.per_draft, 0.0);
+        assert!(p.choose(&t, &rows(1), &one(8))[0] >= 4);
     }
 
     #[test]
