@@ -42,8 +42,10 @@
 //! [`FIRST_PROBE_DEPTH`] deep at its first step, and a slot that has not drafted for
 //! [`PROBE_AFTER`] steps drafts once, so that estimates made on other requests' texts do
 //! not keep a request from drafting, as long as probes, with the catching up on every
-//! token the drafter missed, take at most [`PROBE_SHARE`] of the time. The fixed policy
-//! always asks for `n_max`, as llama.cpp does.
+//! token the drafter missed, take at most [`PROBE_SHARE`] of the time, and as long as the
+//! probe would beat the step's chosen depths if all its drafts were accepted (under load
+//! a one-slot probe often cannot, and its catching up was what paused batches lost). The
+//! fixed policy always asks for `n_max`, as llama.cpp does.
 //!
 //! Worked example (1.5B target, 0.5B draft, short context): T(1 row) = 41 ms,
 //! T(2) = 46 ms, T(5) = 62 ms, D(1) = 16 ms, a = 0.9 at every position. One slot:
@@ -373,37 +375,63 @@ impl Policy {
         let chosen = depths.iter().any(|&d| d > 0);
         let mut budget = PROBE_SHARE * self.busy - self.probing;
         let mut probed = false;
-        for (c, d) in cands.iter().zip(depths.iter_mut()) {
-            if *d == 0 {
+        for i in 0..cands.len() {
+            let c = &cands[i];
+            if depths[i] == 0 {
                 self.end_spell(c.slot, true);
             }
             let draft_step = self.draft.at(1);
             let catch_up = c.behind as f64 * self.catch_up;
             let s = self.slot(c.slot);
-            s.depth = *d;
-            s.spell += (*d > 0) as usize;
-            if *d == 0 && c.n_max > 0 {
+            s.depth = depths[i];
+            s.spell += (depths[i] > 0) as usize;
+            if depths[i] == 0 && c.n_max > 0 {
                 s.idle += 1;
                 let depth = match s.tried {
                     true => c.n_min.max(1),
                     false => c.n_min.max(FIRST_PROBE_DEPTH),
                 }
                 .min(c.n_max);
-                let cost = depth as f64 * draft_step + catch_up;
-                if (s.idle >= PROBE_AFTER || !s.tried) && cost <= budget {
-                    budget -= cost;
-                    s.idle = 0;
-                    *d = depth;
+                let cost_s = depth as f64 * draft_step + catch_up;
+                let due = s.idle >= PROBE_AFTER || !s.tried;
+                if due && cost_s <= budget && self.could_pay(cost, base, cands, &depths, i) {
+                    budget -= cost_s;
+                    self.slot(c.slot).idle = 0;
+                    depths[i] = depth;
                     probed = true;
                 }
             } else {
                 s.idle = 0;
             }
-            s.tried |= *d > 0;
+            self.slot(c.slot).tried |= depths[i] > 0;
         }
         self.probe_only = probed && !chosen;
         self.last = Some(self.forecast(cost, base, cands, &depths));
         depths
+    }
+
+    /// Whether candidate `i` drafting at some depth with every draft accepted would beat
+    /// `depths`: a probe where even that cannot pay (a batch whose plain step is cheap per
+    /// token, a prompt's catching up) only costs.
+    fn could_pay(
+        &self,
+        cost: &StepCost,
+        base: &Base,
+        cands: &[Candidate],
+        depths: &[usize],
+        i: usize,
+    ) -> bool {
+        let now = self.rate(cands, depths, &self.forecast(cost, base, cands, depths));
+        let mut with = depths.to_vec();
+        (cands[i].n_min.max(1)..=cands[i].n_max).any(|d| {
+            with[i] = d;
+            let f = self.forecast(cost, base, cands, &with);
+            let accepted = Forecast {
+                tokens: f.tokens - self.expected(&cands[i], d) + (d + 1) as f64,
+                ..f
+            };
+            self.rate(cands, &with, &accepted) > now
+        })
     }
 
     /// Accounts one engine step that took `step`, of which `drafting` was spent drafting:
@@ -476,347 +504,4 @@ impl Policy {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    fn ms(p: &[(usize, f64)]) -> Vec<(usize, f64)> {
-        p.iter().map(|&(r, t)| (r, t / 1e3)).collect()
-    }
-
-    /// The target's forwards as one curve (no separate head, no attention term), and the
-    /// drafter's steps.
-    fn costs() -> (StepCost, CostCurve) {
-        let mut target = StepCost::unmeasured(64);
-        target.rows = CostCurve::from_points(
-            &ms(&[(1, 41.0), (2, 46.4), (4, 56.2), (8, 80.9), (16, 133.4)]),
-            64,
-        );
-        (
-            target,
-            CostCurve::from_points(&ms(&[(1, 16.0), (8, 40.0)]), 8),
-        )
-    }
-
-    fn cand(slot: usize, n_max: usize, behind: usize) -> Candidate {
-        Candidate {
-            slot,
-            n_max,
-            n_min: 0,
-            behind,
-            remaining: 256,
-            position: 100,
-        }
-    }
-
-    fn one(n_max: usize) -> Vec<Candidate> {
-        vec![cand(0, n_max, 1)]
-    }
-
-    fn rows(n: usize) -> Base {
-        let shape = Shape {
-            rows: n,
-            logits: 1,
-            attended: 0,
-        };
-        Base {
-            shape,
-            cap: None,
-            reading: false,
-        }
-    }
-
-    #[test]
-    fn drafts_deep_when_drafts_are_accepted_and_not_at_all_when_rejected() {
-        let (t, d) = costs();
-        let mut p = Policy::new(PolicyKind::Adaptive, 8, 1, d);
-        for _ in 0..50 {
-            p.observe(0, 8, 8);
-        }
-        let deep = p.choose(&t, &rows(1), &one(8))[0];
-        assert!(deep >= 4, "depth {deep} with everything accepted");
-        for _ in 0..50 {
-            p.observe(0, 4, 0);
-        }
-        assert_eq!(p.choose(&t, &rows(1), &one(8))[0], 0);
-    }
-
-    #[test]
-    fn probes_after_idle_steps_and_fixed_always_drafts_n_max() {
-        let (t, d) = costs();
-        let free = CostCurve::from_points(&[], 8);
-        let mut p = Policy::new(PolicyKind::Adaptive, 8, 1, free);
-        for _ in 0..50 {
-            p.observe(0, 4, 0);
-        }
-        let step = |p: &mut Policy, drafting_ms: u64| {
-            let d = p.choose(&t, &rows(1), &one(8))[0];
-            p.account(
-                Duration::from_millis(41 + drafting_ms * d as u64),
-                Duration::from_millis(drafting_ms * d as u64),
-            );
-            d
-        };
-        assert_eq!(
-            step(&mut p, 1),
-            FIRST_PROBE_DEPTH,
-            "a request's first probe"
-        );
-        let depths: Vec<usize> = (0..PROBE_AFTER).map(|_| step(&mut p, 1)).collect();
-        assert_eq!(depths.iter().filter(|&&d| d > 0).count(), 1);
-        let costly: usize = (0..4 * PROBE_AFTER).map(|_| step(&mut p, 5000)).sum();
-        assert_eq!(
-            costly, 1,
-            "one probe that took 5 s stops probing for a while"
-        );
-        let mut f = Policy::new(PolicyKind::Fixed, 8, 1, d);
-        assert_eq!(f.choose(&t, &rows(1), &one(5)), vec![5]);
-    }
-
-    #[test]
-    fn probes_take_their_share_of_recent_time_only() {
-        let (t, d) = costs();
-        let mut p = Policy::new(PolicyKind::Adaptive, 8, 8, d);
-        p.catch_up = 2e-3;
-        for _ in 0..10_000 {
-            p.account(Duration::from_millis(40), Duration::ZERO);
-        }
-        for s in 0..8 {
-            for _ in 0..50 {
-                p.observe(s, 4, 0);
-            }
-        }
-        let cands: Vec<Candidate> = (0..8).map(|s| cand(s, 8, 20)).collect();
-        let (mut probing, mut total) = (0.0, 0.0);
-        for _ in 0..256 {
-            let depths = p.choose(&t, &rows(8), &cands);
-            let n = depths.iter().filter(|&&d| d > 0).count() as f64;
-            let drafting = n * (0.016 + 20.0 * 2e-3);
-            probing += drafting;
-            total += 0.081 + drafting;
-            p.account(
-                Duration::from_secs_f64(0.081 + drafting),
-                Duration::from_secs_f64(drafting),
-            );
-        }
-        assert!(probing > 0.0);
-        assert!(
-            probing / total < 2.0 * PROBE_SHARE,
-            "{probing:.2} s of {total:.2} s probing after 400 s without probes"
-        );
-    }
-
-    /// Earlier requests drafted fully or not at all, half each: alone, that no longer pays
-    /// one slot here. A new request probes at its start, learns from that one
-    /// verification that its drafts hold, and drafts.
-    #[test]
-    fn a_new_request_probes_first_and_learns_fast() {
-        let (t, d) = costs();
-        let mut p = Policy::new(PolicyKind::Adaptive, 8, 1, d);
-        p.catch_up = 1e-3;
-        for i in 0..50 {
-            p.observe(0, 4, 4 * (i % 2));
-        }
-        p.release(0);
-        let fresh = [cand(0, 8, 40)];
-        assert_eq!(p.choose(&t, &rows(1), &fresh)[0], 0, "no probe budget yet");
-        for _ in 0..256 {
-            p.account(Duration::from_millis(41), Duration::ZERO);
-        }
-        assert_eq!(p.choose(&t, &rows(1), &fresh)[0], FIRST_PROBE_DEPTH);
-        p.account(Duration::from_millis(180), Duration::from_millis(140));
-        p.observe(0, FIRST_PROBE_DEPTH, FIRST_PROBE_DEPTH);
-        assert!(
-            p.choose(&t, &rows(1), &one(8))[0] > 0,
-            "drafts after one good probe"
-        );
-    }
-
-    #[test]
-    fn a_slot_drafting_shallow_learns_to_draft_deeper() {
-        let (t, d) = costs();
-        let mut p = Policy::new(PolicyKind::Adaptive, 8, 1, d);
-        for _ in 0..50 {
-            p.observe(0, 1, 1);
-        }
-        assert!(
-            p.choose(&t, &rows(1), &one(8))[0] >= 4,
-            "positions 2..8 taken as position 1"
-        );
-    }
-
-    #[test]
-    fn a_large_batch_makes_drafts_cheap_and_a_long_context_dear() {
-        let (mut t, d) = costs();
-        let mut p = Policy::new(PolicyKind::Adaptive, 8, 1, d);
-        for _ in 0..50 {
-            p.observe(0, 2, 1);
-        }
-        let alone = p.choose(&t, &rows(1), &one(8))[0];
-        let with_prompt = p.choose(&t, &rows(40), &one(8))[0];
-        assert!(with_prompt >= alone, "{with_prompt} < {alone}");
-        assert!(alone > 0, "the first draft position is always accepted");
-        t.attend = 1e-3;
-        let far = p.choose(&t, &rows(1), &one(8))[0];
-        assert_eq!(far, 0, "a draft row attending 100 positions costs 0.1 s");
-    }
-
-    /// Eight slots drafting 1 each: the module doc's example. Any one slot leaving alone
-    /// gains little (the draft step stays), all leaving together gain.
-    #[test]
-    fn the_batch_stops_drafting_together_when_no_slot_alone_would() {
-        let (t, _) = costs();
-        let d = CostCurve::from_points(&ms(&[(1, 16.0), (8, 40.0)]), 8);
-        let mut p = Policy::new(PolicyKind::Adaptive, 8, 8, d);
-        let cands: Vec<Candidate> = (0..8).map(|s| cand(s, 8, 1)).collect();
-        for s in 0..8 {
-            for _ in 0..50 {
-                p.observe(s, 1, 1);
-            }
-            p.slot(s).depth = 1;
-        }
-        let all = vec![1; 8];
-        let mut one_less = all.clone();
-        one_less[0] = 0;
-        let r = |dd: &[usize]| p.rate(&cands, dd, &p.forecast(&t, &rows(8), &cands, dd));
-        assert!(r(&one_less) < r(&all), "no single slot gains by leaving");
-        assert_eq!(p.choose(&t, &rows(8), &cands), vec![0; 8]);
-    }
-
-    #[test]
-    fn a_paused_slot_resumes_only_when_its_catching_up_pays() {
-        let (t, d) = costs();
-        let mut p = Policy::new(PolicyKind::Adaptive, 8, 1, d);
-        p.catch_up = 2e-3;
-        for _ in 0..50 {
-            p.observe(0, 8, 8);
-        }
-        let mut short = cand(0, 8, 400);
-        short.remaining = 4;
-        assert_eq!(
-            p.choose(&t, &rows(1), &[short])[0],
-            0,
-            "0.8 s of catching up for 4 tokens"
-        );
-        assert!(short.paused());
-        let long = cand(0, 8, 400);
-        let reading = Base {
-            reading: true,
-            ..rows(1)
-        };
-        assert_eq!(
-            p.choose(&t, &reading, &[long])[0],
-            0,
-            "not while a prompt is read"
-        );
-        assert!(
-            p.choose(&t, &rows(1), &[long])[0] > 0,
-            "spread over the spells drafted"
-        );
-    }
-
-    /// Four paused slots whose drafts would gain a little over plain steps of 80 ms. After
-    /// a long run of 56 ms plain steps, five slow ones (the cost curve's point and the
-    /// correction raised with them) do not resume them; a lasting slowdown does. (They
-    /// offer no drafts while the plain steps run, and drafted before: no probes.)
-    #[test]
-    fn a_few_slow_plain_steps_do_not_resume_a_paused_batch() {
-        let (t, d) = costs();
-        let offering = |n_max| -> Vec<Candidate> { (0..4).map(|s| cand(s, n_max, 60)).collect() };
-        let run = |steps: &[f64]| {
-            let mut p = Policy::new(PolicyKind::Adaptive, 4, 4, d.clone());
-            p.catch_up = 1e-3;
-            let mut t = t.clone();
-            let plain = rows(4);
-            for &ms in steps {
-                assert_eq!(p.choose(&t, &plain, &offering(0)), vec![0; 4]);
-                let took = Duration::from_secs_f64(ms / 1e3);
-                t.observe(&plain.shape, took);
-                p.account(took, Duration::ZERO);
-            }
-            for s in 0..4 {
-                for _ in 0..50 {
-                    p.observe(s, 4, 2);
-                }
-                p.slot(s).tried = true;
-            }
-            p.choose(&t, &plain, &offering(4))
-        };
-        let mut spike = vec![56.2; 200];
-        spike.extend([80.0; 5]);
-        assert_eq!(run(&spike), vec![0; 4], "five slow steps after 200");
-        assert_ne!(run(&[80.0; 205]), vec![0; 4], "205 slow steps");
-    }
-
-    /// Steps that read prompts without drafts, slower than predicted, teach the plain
-    /// correction only: a slot whose drafts are accepted still drafts afterwards.
-    #[test]
-    fn prompt_steps_without_drafts_leave_the_per_draft_correction_alone() {
-        let (t, d) = costs();
-        let mut p = Policy::new(PolicyKind::Adaptive, 8, 1, d);
-        for _ in 0..50 {
-            p.observe(0, 8, 8);
-        }
-        let reading = Base {
-            reading: true,
-            ..rows(40)
-        };
-        for _ in 0..20 {
-            assert_eq!(p.choose(&t, &reading, &[cand(0, 0, 1)]), vec![0]);
-            p.account(Duration::from_millis(400), Duration::ZERO);
-        }
-        assert_eq!(p.per_draft, 0.0);
-        assert!(p.choose(&t, &rows(1), &one(8))[0] >= 4);
-    }
-
-    #[test]
-    fn drafts_never_take_the_step_budget_from_prompt_rows() {
-        let (t, d) = costs();
-        let mut p = Policy::new(PolicyKind::Adaptive, 8, 1, d);
-        for _ in 0..50 {
-            p.observe(0, 8, 8);
-        }
-        let cap = Some(t.predict(&Shape::run(101, 3, 3)));
-        let alone = Base { cap, ..rows(1) };
-        let depth = p.choose(&t, &alone, &one(8))[0];
-        assert!(
-            (1..=2).contains(&depth),
-            "1 + {depth} rows within 3 rows' time"
-        );
-        let with_prompt = Base { cap, ..rows(3) };
-        assert_eq!(
-            p.choose(&t, &with_prompt, &one(8))[0],
-            0,
-            "two prompt rows fill the budget"
-        );
-    }
-
-    #[test]
-    fn steps_slower_than_predicted_stop_drafting() {
-        let (t, d) = costs();
-        let mut p = Policy::new(PolicyKind::Adaptive, 8, 1, d);
-        for _ in 0..50 {
-            p.observe(0, 4, 2);
-        }
-        assert!(p.choose(&t, &rows(1), &one(4))[0] > 0);
-        let mut drafted = Vec::new();
-        for _ in 0..40 {
-            let depth = p.choose(&t, &rows(1), &one(4))[0];
-            drafted.push(depth > 0);
-            let took = match depth {
-                0 => 0.041,
-                d => 0.041 + 0.05 * d as f64,
-            };
-            p.account(Duration::from_secs_f64(took), Duration::ZERO);
-            if depth > 0 {
-                p.observe(0, depth, 2.min(depth));
-            }
-        }
-        let late = drafted[20..].iter().filter(|&&d| d).count();
-        assert!(
-            late <= 1,
-            "50 ms a draft token measured: {late} of the last 20 steps drafted (a probe at most)"
-        );
-        assert!(p.tally.measured_secs > 0.0 && p.tally.predicted_secs > 0.0);
-    }
-}
+mod tests;
