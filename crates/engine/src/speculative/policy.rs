@@ -392,10 +392,10 @@ impl Policy {
                     false => c.n_min.max(FIRST_PROBE_DEPTH),
                 }
                 .min(c.n_max);
-                let cost_s = depth as f64 * draft_step + catch_up;
+                let probe_secs = depth as f64 * draft_step + catch_up;
                 let due = s.idle >= PROBE_AFTER || !s.tried;
-                if due && cost_s <= budget && self.could_pay(cost, base, cands, &depths, i) {
-                    budget -= cost_s;
+                if due && probe_secs <= budget && self.could_pay(cost, base, cands, &depths, i) {
+                    budget -= probe_secs;
                     self.slot(c.slot).idle = 0;
                     depths[i] = depth;
                     probed = true;
