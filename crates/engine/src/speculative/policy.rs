@@ -21,7 +21,10 @@
 //! drafted per pause measured apart for a request's first spell and for spells after a
 //! pause, fewer when the request ends sooner); `X` what the measured steps showed the
 //! prediction misses: seconds per step without drafts, and per draft token with them,
-//! moving averages of measured minus predicted. A step without drafts or prompt rows is
+//! moving averages of measured minus predicted, the per-draft one moved by at most
+//! [`OUTLIER`] of a step's predicted time a step (only drafting steps correct it: one step
+//! in which the machine stalled for 0.1 s made drafts look 10 ms dearer a token, and one
+//! user stopped drafting for the server's life). A step without drafts or prompt rows is
 //! predicted at the lower of that and its *plain floor*: a slow moving average of what
 //! plain steps of as many rows measured, less their attention, plus this step's attention
 //! (the cost curve's point moves fast, and a few slow steps raised it enough to resume a
@@ -77,6 +80,10 @@ pub const START_GAIN: f64 = 0.10;
 /// minute's memory rate) move the cost curve's point by [`ALPHA`] each and made a paused
 /// batch resume on a plain rate the next steps did not have; the floor moves by a fiftieth.
 const FLOOR_ALPHA: f64 = 0.02;
+/// Share of a step's predicted seconds by which one step may move the per-draft
+/// correction: a stall of the machine is one step's, a change of its speed shows in every
+/// step.
+const OUTLIER: f64 = 0.25;
 /// Steps at depth 0 after which a slot drafts once.
 pub const PROBE_AFTER: usize = 16;
 /// Share of the engine's time that probes may take, catching up included, over about the
@@ -443,12 +450,13 @@ impl Policy {
         self.busy = self.busy * keep + secs;
         self.probing *= keep;
         if let Some(f) = self.last.take() {
-            self.tally.predicted_secs +=
-                f.secs + self.plain_extra + self.per_draft * f.draft_tokens as f64;
+            let drafts = f.draft_tokens as f64;
+            let predicted = f.secs + self.plain_extra + self.per_draft * drafts;
+            self.tally.predicted_secs += predicted;
             self.tally.measured_secs += secs;
-            let missed = secs - f.secs;
+            let missed = secs - predicted;
             if f.draft_tokens == 0 {
-                self.plain_extra += ALPHA * (missed - self.plain_extra);
+                self.plain_extra += ALPHA * missed;
                 if let Some((rows, attention)) = f.plain {
                     if self.plain_floor.len() <= rows {
                         self.plain_floor.resize(rows + 1, None);
@@ -458,8 +466,8 @@ impl Policy {
                     *floor += FLOOR_ALPHA * (seen - *floor);
                 }
             } else if f.resume == 0.0 && !self.probe_only {
-                let per = (missed - self.plain_extra) / f.draft_tokens as f64;
-                self.per_draft += ALPHA * (per.clamp(-0.1, 0.1) - self.per_draft);
+                let bound = OUTLIER * predicted.max(0.0);
+                self.per_draft += ALPHA * missed.clamp(-bound, bound) / drafts;
             }
         }
         if std::mem::take(&mut self.probe_only) {
