@@ -401,7 +401,8 @@ impl Policy {
                 .min(c.n_max);
                 let probe_secs = depth as f64 * draft_step + catch_up;
                 let due = s.idle >= PROBE_AFTER || !s.tried;
-                if due && probe_secs <= budget && self.could_pay(cost, base, cands, &depths, i) {
+                let affordable = probe_secs <= budget || !s.tried;
+                if due && affordable && self.could_pay(cost, base, cands, &depths, i) {
                     budget -= probe_secs;
                     self.slot(c.slot).idle = 0;
                     depths[i] = depth;

@@ -133,8 +133,9 @@ fn probes_take_their_share_of_recent_time_only() {
 }
 
 /// Earlier requests drafted fully or not at all, half each: alone, that no longer pays
-/// one slot here. A new request probes at its start, learns from that one
-/// verification that its drafts hold, and drafts.
+/// one slot here. A new request probes at its start, though earlier probes spent the
+/// probes' share of the time, learns from that one verification that its drafts hold,
+/// and drafts.
 #[test]
 fn a_new_request_probes_first_and_learns_fast() {
     let (t, d) = costs();
@@ -144,11 +145,11 @@ fn a_new_request_probes_first_and_learns_fast() {
         p.observe(0, 4, 4 * (i % 2));
     }
     p.release(0);
-    let fresh = [cand(0, 8, 40)];
-    assert_eq!(p.choose(&t, &rows(1), &fresh)[0], 0, "no probe budget yet");
     for _ in 0..256 {
         p.account(Duration::from_millis(41), Duration::ZERO);
     }
+    p.probing = PROBE_SHARE * p.busy;
+    let fresh = [cand(0, 8, 40)];
     assert_eq!(p.choose(&t, &rows(1), &fresh)[0], FIRST_PROBE_DEPTH);
     p.account(Duration::from_millis(180), Duration::from_millis(140));
     p.observe(0, FIRST_PROBE_DEPTH, FIRST_PROBE_DEPTH);
