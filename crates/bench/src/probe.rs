@@ -5,10 +5,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use device::Role;
 use engine::DeviceKind;
 use kernels::ThreadPool;
-use model::{Ffn, Model, Weight};
+use model::Model;
 
 /// Bytes the probe reads per pass: far past any cache.
 const PROBE_BYTES: usize = 512 << 20;
@@ -42,49 +41,7 @@ fn read_bandwidth_of(threads: usize, bytes: usize) -> f64 {
 /// stage once (of a mixture's experts, the `k` of `n_expert` a row picks), the output head
 /// (the restricted one when there is one), and one row of the embedding table.
 pub fn decode_weight_bytes(model: &Model, device: DeviceKind) -> u64 {
-    let bytes = |w: &Weight| device.matrix_bytes(w.ty, w.n_rows, w.n_cols, Role::Multiply);
-    let w = &model.weights;
-    let mut total = 0u64;
-    for l in &w.layers {
-        total += [&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output]
-            .into_iter()
-            .map(bytes)
-            .sum::<u64>();
-        total += match &l.ffn {
-            Ffn::Dense(m) => [&m.gate, &m.up, &m.down].into_iter().map(bytes).sum(),
-            Ffn::Moe(m) => {
-                let ne = m.ffn_gate_exps.len() as u64;
-                let k = model.hparams.moe.as_ref().map_or(0, |p| p.n_expert_used) as u64;
-                let experts: u64 = m
-                    .ffn_gate_exps
-                    .iter()
-                    .chain(&m.ffn_up_exps)
-                    .chain(&m.ffn_down_exps)
-                    .map(bytes)
-                    .sum();
-                let shared: u64 = m
-                    .shared
-                    .iter()
-                    .flat_map(|s| [&s.gate, &s.up, &s.down])
-                    .map(bytes)
-                    .sum();
-                bytes(&m.ffn_gate_inp) + experts * k / ne.max(1) + shared
-            }
-        };
-    }
-    total += match (&model.head, &w.output) {
-        (Some(h), _) => {
-            let (ty, r, c) = h.shape();
-            device.matrix_bytes(ty, r, c, Role::Multiply)
-        }
-        (None, Some(o)) => bytes(o),
-        (None, None) => 0,
-    };
-    let row = w
-        .token_embd
-        .as_ref()
-        .map_or(0, |t| t.range.len() / t.n_rows.max(1));
-    total + row as u64
+    model.decode_bytes(&|ty, r, c, role| device.matrix_bytes(ty, r, c, role))
 }
 
 #[cfg(test)]

@@ -418,7 +418,7 @@ fn tiny(dir: &std::path::Path) -> std::path::PathBuf {
     let tokenizer = gguf::GgufFile::open(model_path(file, name)).unwrap();
     let path = dir.join("tiny.gguf");
     model::synthetic::Synthetic {
-        arch: model::Arch::Llama,
+        arch: model::Arch::from_name("llama").unwrap(),
         n_embd: 64,
         n_layer: 2,
         n_head: 4,

@@ -4,8 +4,10 @@ use gguf::GgmlType;
 pub enum Error {
     #[error(transparent)]
     Gguf(#[from] gguf::Error),
-    #[error("unknown architecture '{0}' (supported: llama (and Mixtral, Mistral), qwen2, qwen2moe, qwen3, qwen3moe, gemma3, phi3)")]
-    UnknownArch(String),
+    #[error(
+        "unknown architecture '{name}' (supported: {known}; llama covers Mixtral and Mistral)"
+    )]
+    UnknownArch { name: String, known: String },
     #[error("model hyper-parameter {key}: {problem}")]
     BadHParam { key: String, problem: String },
     #[error("tensor '{0}' is missing from the model file")]

@@ -42,9 +42,7 @@ impl Model {
     /// Restricts the output head to the tokens `ids` (each below the vocabulary size).
     pub fn restrict_head(&mut self, ids: &[u32]) -> Result<()> {
         let full = self
-            .weights
-            .output
-            .as_ref()
+            .output_matrix()
             .ok_or(Error::NotInStage("the output head"))?;
         let bytes = &self.file.bytes()[full.range.clone()];
         let rb = bytes.len() / full.n_rows;

@@ -1,12 +1,87 @@
+//! Hyper-parameters: the keys every architecture of the transformer family shares, read
+//! once for all recipes as each recipe's [`Traits`] direct; a recipe adjusts what is its
+//! own ([`crate::arch::Recipe::hparams`]).
+
+use device::RopeMode;
 use gguf::Metadata;
 
-use crate::arch::{Arch, ExpertWidth, Experts};
 use crate::{Error, Result};
+
+/// What the shared reading of hyper-parameters needs to know of an architecture.
+#[derive(Debug, Clone, Copy)]
+pub struct Traits {
+    pub rope_mode: RopeMode,
+    pub experts: Experts,
+    /// Sliding-window attention when the file gives `attention.sliding_window`.
+    pub sliding: Option<SlidingPattern>,
+    /// Embeddings are multiplied by `√n_embd`.
+    pub scaled_embeddings: bool,
+}
+
+/// The traits most architectures share: RoPE on adjacent pairs, dense, no window, plain
+/// embeddings.
+pub const PLAIN: Traits = Traits {
+    rope_mode: RopeMode::Normal,
+    experts: Experts::Never,
+    sliding: None,
+    scaled_embeddings: false,
+};
+
+/// Which blocks attend through a sliding window, and their RoPE base.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SlidingPattern {
+    /// `Some(p)`: of every `p` blocks, the last attends globally and the others through the
+    /// window; `None`: every block attends through it.
+    pub global_every: Option<usize>,
+    /// RoPE base of the windowed blocks when not `rope.freq_base`.
+    pub rope_freq_base: Option<f32>,
+}
+
+impl SlidingPattern {
+    /// Whether block `il` attends through the window.
+    pub fn windowed(&self, il: usize) -> bool {
+        self.global_every.is_none_or(|p| il % p < p - 1)
+    }
+}
+
+/// Whether the feed-forward blocks are mixtures of experts, and the routing the
+/// architecture implies where its metadata is silent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Experts {
+    /// Dense feed-forward blocks only.
+    Never,
+    /// A mixture when the metadata gives `{arch}.expert_count`, dense otherwise.
+    IfCounted(RoutingDefaults),
+    /// Always a mixture.
+    Always(RoutingDefaults),
+}
+
+/// What an architecture's mixture does unless `{arch}.expert_*` keys say otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RoutingDefaults {
+    /// The chosen experts' weights are divided by their sum.
+    pub norm_weights: bool,
+    /// A shared expert (`ffn_*_shexp`) scaled by `sigmoid(ffn_gate_inp_shexp · x)` is added.
+    pub gated_shared_expert: bool,
+    /// An expert's width when `{arch}.expert_feed_forward_length` is absent.
+    pub expert_width: ExpertWidth,
+}
+
+/// Where an expert's width comes from when the metadata does not give it (llama.cpp's
+/// reading of each architecture).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpertWidth {
+    /// `feed_forward_length` (Mixtral).
+    FeedForward,
+    /// `feed_forward_length / expert_used_count` (qwen2moe, qwen3moe).
+    FeedForwardPerUsed,
+}
 
 /// Hyper-parameters read from GGUF metadata (`{arch}.*` keys).
 #[derive(Debug, Clone, PartialEq)]
 pub struct HParams {
-    pub arch: Arch,
+    /// `general.architecture`: the prefix of the keys.
+    pub arch: &'static str,
     pub n_vocab: usize,
     pub n_embd: usize,
     pub n_layer: usize,
@@ -16,6 +91,7 @@ pub struct HParams {
     pub n_ff: usize,
     /// Dimensions of each head that RoPE rotates.
     pub n_rot: usize,
+    pub rope_mode: RopeMode,
     pub rope_freq_base: f32,
     pub rms_eps: f32,
     pub n_ctx_train: usize,
@@ -34,7 +110,7 @@ pub struct HParams {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Sliding {
     pub window: usize,
-    pub pattern: crate::arch::SlidingPattern,
+    pub pattern: SlidingPattern,
 }
 
 /// How a mixture-of-experts block routes each row (`{arch}.expert_*` keys).
@@ -77,12 +153,10 @@ fn positive(key: &str, v: u32) -> Result<usize> {
 }
 
 impl HParams {
-    /// Reads and checks the hyper-parameters; `n_vocab` comes from the token list when
-    /// `{arch}.vocab_size` is absent.
-    pub fn from_metadata(md: &Metadata) -> Result<HParams> {
-        let arch = Arch::from_name(md.str("general.architecture")?)?;
-        let spec = arch.spec();
-        let a = arch.name();
+    /// Reads and checks the hyper-parameters of an architecture `arch` with `traits`;
+    /// `n_vocab` comes from the token list when `{arch}.vocab_size` is absent.
+    pub fn read(md: &Metadata, arch: &'static str, traits: &Traits) -> Result<HParams> {
+        let a = arch;
         let key = |k: &str| format!("{a}.{k}");
         let req = |k: &str| -> Result<usize> { positive(&key(k), md.u32(&key(k))?) };
         let n_embd = req("embedding_length")?;
@@ -111,12 +185,13 @@ impl HParams {
             n_rot: md
                 .opt_u32(&key("rope.dimension_count"))?
                 .map_or(head_dim, |v| v as usize),
+            rope_mode: traits.rope_mode,
             rope_freq_base: md.opt_f32(&key("rope.freq_base"))?.unwrap_or(10_000.0),
             rms_eps: md.f32(&key("attention.layer_norm_rms_epsilon"))?,
             n_ctx_train: md.opt_u32(&key("context_length"))?.unwrap_or(2048) as usize,
             moe: None,
             attn_scale: 1.0 / (head_dim as f32).sqrt(),
-            embed_scale: spec.scaled_embeddings.then(|| (n_embd as f32).sqrt()),
+            embed_scale: traits.scaled_embeddings.then(|| (n_embd as f32).sqrt()),
             sliding: None,
         };
         let bad = |k: &str, problem: String| Error::BadHParam {
@@ -143,30 +218,19 @@ impl HParams {
                 ));
             }
         }
-        let moe = MoeParams::from_metadata(md, arch, hp.n_ff, hp.n_layer)?;
-        let window = match spec.sliding {
+        let moe = MoeParams::from_metadata(md, arch, traits.experts, [hp.n_ff, hp.n_layer])?;
+        let window = match traits.sliding {
             Some(_) => md.opt_u32(&key("attention.sliding_window"))?,
             None => None,
         };
-        let sliding = spec
+        let sliding = traits
             .sliding
             .zip(window.filter(|&w| w > 0))
             .map(|(pattern, w)| Sliding {
                 window: w as usize,
                 pattern,
             });
-        // Gemma 3 27B (62 blocks) scales queries by the width per head, not head_dim.
-        let attn_scale = if arch == Arch::Gemma3 && hp.n_layer == 62 {
-            1.0 / ((n_embd / n_head) as f32).sqrt()
-        } else {
-            hp.attn_scale
-        };
-        Ok(HParams {
-            moe,
-            sliding,
-            attn_scale,
-            ..hp
-        })
+        Ok(HParams { moe, sliding, ..hp })
     }
 
     /// The window block `il` attends through, if it is a windowed block.
@@ -200,23 +264,24 @@ impl HParams {
 }
 
 impl MoeParams {
-    /// The mixture `arch` and `md` describe, or `None` for a dense model. `n_ff` is the
-    /// feed-forward length, from which expert widths follow when the file does not give
-    /// them, as llama.cpp reads them.
+    /// The mixture `md` describes for an architecture `arch` whose mixtures are
+    /// `experts`, or `None` for a dense model. `n_ff` is the feed-forward length, from
+    /// which expert widths follow when the file does not give them, as llama.cpp reads
+    /// them.
     fn from_metadata(
         md: &Metadata,
-        arch: Arch,
-        n_ff: usize,
-        n_layer: usize,
+        arch: &str,
+        experts: Experts,
+        [n_ff, n_layer]: [usize; 2],
     ) -> Result<Option<MoeParams>> {
-        let a = arch.name();
+        let a = arch;
         let key = |k: &str| format!("{a}.{k}");
         let bad = |k: &str, problem: String| Error::BadHParam {
             key: key(k),
             problem,
         };
         let count = md.opt_u32(&key("expert_count"))?.unwrap_or(0) as usize;
-        let defaults = match arch.spec().experts {
+        let defaults = match experts {
             Experts::Never => return Ok(None),
             Experts::IfCounted(_) if count == 0 => return Ok(None),
             Experts::Always(_) if count == 0 => {

@@ -2,47 +2,81 @@
 //! once against the [`device::Device`] ops, over a batch of rows from several sequences and
 //! over any contiguous range of layers.
 //!
-//! Stages: [`Model::embed`] (tokens → hidden), [`Model::forward_layers`] (hidden → hidden
-//! over `layers`), [`Model::output`] (hidden → logits), each on the weights
-//! [`Model::upload`] put on a device. Every op is batch-invariant, so a row's logits do not
-//! depend on the batch it was computed in.
+//! An architecture is a recipe ([`arch`]): it reads its hyper-parameters, loads each
+//! block's tensors through a [`TensorLoader`] (each named once) and runs each block as a
+//! [`Layer`]. Stages: [`Model::embed`] (tokens → hidden), [`Model::forward_layers`]
+//! (hidden → hidden over `layers`), [`Model::output`] (hidden → logits), each on the
+//! weights [`Model::upload`] put on a device. Every op is batch-invariant, so a row's
+//! logits do not depend on the batch it was computed in.
+//!
+//! Modules, each using only those listed before it: `error`, `tensors`, `hparams`,
+//! `stage`, `scratch`, `layers`, `arch`, then the model here and `head`, `synthetic`.
 
 pub mod arch;
 mod error;
-mod forward;
 mod head;
 mod hparams;
-mod layers;
+pub mod layers;
+mod scratch;
+mod stage;
 pub mod synthetic;
-mod upload;
-mod weights;
+mod tensors;
 
+use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
-use device::Role;
-use gguf::{GgmlType, GgufFile};
+use device::{Buf, Device, Op, Progress, Role};
+use gguf::{GgmlType, GgufFile, Metadata};
 
-pub use arch::{Arch, ArchSpec, Block, ExpertWidth, Experts, RoutingDefaults, SlidingPattern};
+pub use arch::{Arch, Recipe, RECIPES};
 pub use device::{Gating, MoeStats, Row};
 pub use error::{Error, Result};
-pub use forward::Scratch;
 pub use head::SubsetHead;
-pub use hparams::{HParams, MoeParams, SharedExpert, Sliding};
-pub use upload::{DeviceWeights, FfnMats, LayerMats, MlpMats, MoeMats};
-pub use weights::{Ffn, LayerWeights, Mlp, MoeWeights, Part, Stage, Weight, Weights};
+pub use hparams::{
+    ExpertWidth, Experts, HParams, MoeParams, RoutingDefaults, SharedExpert, Sliding,
+    SlidingPattern, Traits,
+};
+pub use layers::{Cx, Layer};
+pub use scratch::Scratch;
+pub use stage::{Part, Stage};
+pub use tensors::{
+    DeviceTensors, MatId, MatSpan, Matrix, Reads, TensorLoader, TensorTable, VecId, Vector, Weight,
+};
 
-/// A loaded model: its hyper-parameters and the weights of its stage, checked, in the map.
-/// A device holds them once [`Model::upload`] has run.
+/// A loaded model: its recipe, hyper-parameters and the tensors of its stage, checked, in
+/// the map. A device holds them once [`Model::upload`] has run.
 pub struct Model {
     pub file: Arc<GgufFile>,
+    pub arch: Arch,
     pub hparams: HParams,
     /// The part of the model this holds (the whole model unless loaded with
     /// [`Model::load_stage`]).
     pub stage: Stage,
-    pub weights: Weights,
+    /// Every tensor of the stage, as the recipe loaded them.
+    pub tensors: TensorTable,
+    /// `[n_vocab, n_embd]`, when the stage embeds.
+    token_embd: Option<MatId>,
+    /// The blocks of the stage, `layers[i]` being block `stage.layers.start + i`.
+    layers: Vec<Box<dyn Layer>>,
+    /// `[n_embd]` and `[n_vocab, n_embd]` (the embedding matrix when the model ties them),
+    /// when the stage ends with the head.
+    output_norm: Option<VecId>,
+    output: Option<MatId>,
     /// The output head restricted to part of the vocabulary ([`Model::restrict_head`]).
     pub head: Option<SubsetHead>,
+}
+
+/// A stage's weights on a device: what [`Model::upload`] gives.
+pub struct DeviceWeights {
+    t: DeviceTensors,
+}
+
+/// The hyper-parameters of the model `md` describes, as its recipe reads them.
+pub fn read_hparams(md: &Metadata) -> Result<HParams> {
+    Arch::from_name(md.str("general.architecture")?)?
+        .recipe()
+        .hparams(md)
 }
 
 impl Model {
@@ -56,46 +90,222 @@ impl Model {
     /// error before anything is loaded.
     pub fn load_stage(path: impl AsRef<Path>, part: Part) -> Result<Model> {
         let file = GgufFile::open(path)?;
-        let hparams = HParams::from_metadata(&file.header.metadata)?;
+        let md = &file.header.metadata;
+        let arch = Arch::from_name(md.str("general.architecture")?)?;
+        let recipe = arch.recipe();
+        let hparams = recipe.hparams(md)?;
         let stage = part.stage(hparams.n_layer)?;
-        let weights = weights::Loader { file: &file }.load(&hparams, &stage)?;
+        let mut t = TensorLoader::new(&file);
+        for name in ["rope_factors_long.weight", "rope_factors_short.weight"] {
+            if t.has(name) {
+                return Err(Error::UnsupportedTensor {
+                    tensor: name.to_string(),
+                    what: "LongRoPE's frequency factors",
+                });
+            }
+        }
+        let (e, nv) = (hparams.n_embd, hparams.n_vocab);
+        let embd = |t: &mut TensorLoader, role| t.matrix_for("token_embd.weight", nv, e, role);
+        let token_embd = stage.embed.then(|| embd(&mut t, Role::Rows)).transpose()?;
+        let output = match (stage.head, t.has("output.weight")) {
+            (false, _) => None,
+            (true, true) => Some(t.matrix("output.weight", nv, e)?),
+            (true, false) => Some(embd(&mut t, Role::Multiply)?),
+        };
+        let layers = stage
+            .layers
+            .clone()
+            .map(|il| recipe.layer(&mut t, &hparams, il))
+            .collect::<Result<Vec<_>>>()?;
+        let output_norm = stage
+            .head
+            .then(|| t.vector("output_norm.weight", e))
+            .transpose()?;
+        let tensors = t.finish();
         Ok(Model {
             file: Arc::new(file),
+            arch,
             hparams,
             stage,
-            weights,
+            tensors,
+            token_embd,
+            layers,
+            output_norm,
+            output,
             head: None,
         })
     }
 
-    /// Bytes of weights the stage holds on a device whose matrices take `matrix_bytes(ty,
-    /// n_rows, n_cols, role)`: its matrices, the embedding table (a tied output head is a
-    /// second matrix on top), the vectors copied at load, and a restricted head in place of
-    /// the full one.
-    pub fn weight_bytes(&self, matrix_bytes: &dyn Fn(GgmlType, usize, usize, Role) -> u64) -> u64 {
-        let w = &self.weights;
-        let of = |m: &Weight, role| matrix_bytes(m.ty, m.n_rows, m.n_cols, role);
-        let head = match (&self.head, &w.output) {
-            (Some(h), _) => {
+    /// The embedding table, when the stage embeds.
+    pub fn token_embd(&self) -> Option<&Weight> {
+        self.token_embd.map(|id| &self.tensors.matrix(id).weight)
+    }
+
+    /// The full output head, when the stage ends with it.
+    pub fn output_matrix(&self) -> Option<&Weight> {
+        self.output.map(|id| &self.tensors.matrix(id).weight)
+    }
+
+    /// `(ty, n_rows, n_cols, role)` of matrix `id` as a device holds it: the restricted
+    /// head's in place of the full one.
+    fn held_shape(&self, id: MatId) -> (GgmlType, usize, usize, Role) {
+        match &self.head {
+            Some(h) if Some(id) == self.output => {
                 let (ty, r, c) = h.shape();
-                matrix_bytes(ty, r, c, Role::Multiply)
+                (ty, r, c, Role::Multiply)
             }
-            (None, Some(o)) => of(o, Role::Multiply),
-            (None, None) => 0,
-        };
-        let blocks: u64 = w
-            .layers
+            _ => {
+                let m = self.tensors.matrix(id);
+                (m.weight.ty, m.weight.n_rows, m.weight.n_cols, m.role)
+            }
+        }
+    }
+
+    /// Bytes of weights the stage holds on a device whose matrices take `matrix_bytes(ty,
+    /// n_rows, n_cols, role)`: its matrices (a tied output head is a second matrix beside
+    /// the embedding table, a restricted head in place of the full one) and the vectors
+    /// copied at load.
+    pub fn weight_bytes(&self, matrix_bytes: &dyn Fn(GgmlType, usize, usize, Role) -> u64) -> u64 {
+        let matrices: u64 = self
+            .tensors
             .iter()
-            .flat_map(|l| {
-                [&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output]
-                    .into_iter()
-                    .chain(l.ffn.matrices())
+            .map(|(id, _)| {
+                let (ty, r, c, role) = self.held_shape(id);
+                matrix_bytes(ty, r, c, role)
             })
-            .map(|m| of(m, Role::Multiply))
             .sum();
-        let table = w.token_embd.as_ref().map_or(0, |t| of(t, Role::Rows));
-        let vectors: usize = w.layers.iter().map(LayerWeights::vector_len).sum::<usize>()
-            + w.output_norm.as_ref().map_or(0, Vec::len);
-        head + blocks + table + 4 * vectors as u64
+        matrices + 4 * self.tensors.vector_len() as u64
+    }
+
+    /// Bytes of weights one decode step of one row streams on a device whose matrices
+    /// take `matrix_bytes`: [`TensorTable::decode_bytes`], with the restricted head in
+    /// place of the full one.
+    pub fn decode_bytes(&self, matrix_bytes: &dyn Fn(GgmlType, usize, usize, Role) -> u64) -> u64 {
+        self.tensors.decode_bytes(&|id| {
+            let (ty, r, c, role) = self.held_shape(id);
+            matrix_bytes(ty, r, c, role)
+        })
+    }
+
+    /// The ops a forward of this stage needs.
+    pub fn ops(&self) -> Vec<Op> {
+        let mut ops = vec![
+            Op::RmsNorm,
+            Op::MatMul,
+            Op::Rope,
+            Op::KvStore,
+            Op::Attention,
+            Op::Add,
+            Op::Swiglu,
+            Op::AllFinite,
+        ];
+        if self.stage.embed {
+            ops.push(Op::Embed);
+        }
+        if self.stage.head {
+            ops.extend([Op::GatherRows, Op::Argmax]);
+        }
+        if self.hparams.moe.is_some() {
+            ops.push(Op::Moe);
+        }
+        ops.extend(self.arch.recipe().extra_ops());
+        if self.stage.embed && self.hparams.embed_scale.is_some() {
+            ops.push(Op::Scale);
+        }
+        ops
+    }
+
+    /// Uploads the stage's weights to `dev`, refusing (before anything is uploaded) an op
+    /// or weight type it does not run, named.
+    pub fn upload(&self, dev: &mut dyn Device, progress: &Progress<'_>) -> Result<DeviceWeights> {
+        if let Some(op) = self.ops().into_iter().find(|&op| !dev.supports(op)) {
+            return Err(Error::Device(device::Error::Unsupported {
+                device: dev.describe(),
+                what: format!("run the {op:?} op"),
+            }));
+        }
+        let sources: Vec<_> = self
+            .tensors
+            .iter()
+            .map(|(id, m)| match &self.head {
+                Some(h) if Some(id) == self.output => h.source(),
+                _ => m.weight.source(&self.file, m.role),
+            })
+            .collect();
+        if let Some(bad) = sources.iter().find(|s| !dev.supports_type(s.ty)) {
+            return Err(Error::Device(device::Error::Unsupported {
+                device: dev.describe(),
+                what: format!("compute with tensor '{}' of type {}", bad.name, bad.ty),
+            }));
+        }
+        let t = DeviceTensors::upload(dev, &self.tensors, &sources, progress)?;
+        Ok(DeviceWeights { t })
+    }
+
+    /// Embedding rows for `tokens` into `hidden` (`[tokens.len(), n_embd]`), scaled where
+    /// the architecture scales them.
+    pub fn embed(
+        &self,
+        dev: &mut dyn Device,
+        w: &DeviceWeights,
+        tokens: &[u32],
+        hidden: Buf,
+    ) -> Result<()> {
+        let table = self.token_embd.ok_or(Error::NotInStage("the embeddings"))?;
+        let n_vocab = self.hparams.n_vocab;
+        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(Error::TokenOutOfRange { id, n_vocab });
+        }
+        dev.embed(w.t[table], tokens, hidden);
+        if let Some(f) = self.hparams.embed_scale {
+            dev.scale(hidden, tokens.len() * self.hparams.n_embd, f);
+        }
+        Ok(())
+    }
+
+    /// Runs blocks `layers` (of the stage's) over `hidden` (`[n, n_embd]`, updated in place)
+    /// for the rows of the step begun on `dev`, writing each row's keys and values into the
+    /// device's KV pool (which holds the stage's blocks, the first at index 0).
+    pub fn forward_layers(
+        &self,
+        dev: &mut dyn Device,
+        w: &DeviceWeights,
+        s: &Scratch,
+        layers: Range<usize>,
+        hidden: Buf,
+        n: usize,
+    ) {
+        assert!(
+            n <= s.max_rows,
+            "{n} rows exceed the scratch of {}",
+            s.max_rows
+        );
+        for il in layers {
+            let kv_layer = il - self.stage.layers.start;
+            let cx = Cx {
+                hp: &self.hparams,
+                t: &w.t,
+                s,
+                il,
+                kv_layer,
+            };
+            self.layers[kv_layer].forward(&cx, dev, hidden, n);
+        }
+    }
+
+    /// Final norm and output head: `logits` (`[n, n_logits]`) for `x` (`[n, n_embd]`,
+    /// normalized in place).
+    pub fn output(&self, dev: &mut dyn Device, w: &DeviceWeights, x: Buf, n: usize, logits: Buf) {
+        let head = self.output.expect("the stage holds the output head");
+        self.output_norm(dev, w, x, n);
+        dev.matmul(&[w.t[head]], x, n, &[device::MatOut::to(logits)]);
+    }
+
+    /// The output norm of `x` (`[n, n_embd]`, in place): the final hidden states that
+    /// embeddings pool.
+    pub fn output_norm(&self, dev: &mut dyn Device, w: &DeviceWeights, x: Buf, n: usize) {
+        let hp = &self.hparams;
+        let norm = self.output_norm.expect("the stage holds the output head");
+        dev.rms_norm(x, w.t[norm], n, hp.n_embd, hp.rms_eps, x);
     }
 }

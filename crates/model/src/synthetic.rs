@@ -7,7 +7,8 @@ use std::path::Path;
 
 use gguf::{GgmlType, GgufFile, GgufWriter, Value};
 
-use crate::arch::{Arch, Experts};
+use crate::arch::Arch;
+use crate::hparams::Experts;
 use crate::{Error, Result};
 
 /// The shape of a synthetic model.
@@ -44,7 +45,7 @@ impl Synthetic {
     /// Checks the shape against the architecture before anything is written.
     fn check(&self) -> Result<()> {
         let bad = |problem: String| Err(Error::Synthetic(problem));
-        match (self.experts, self.arch.spec().experts) {
+        match (self.experts, self.arch.recipe().traits().experts) {
             (None, Experts::Always(_)) => {
                 return bad(format!("{} needs experts", self.arch.name()))
             }
@@ -70,8 +71,8 @@ impl Synthetic {
             ));
         }
         let block = self.ty.block_size() as usize;
-        let dense_ff = match (self.experts, self.arch) {
-            (None, _) | (Some(_), Arch::Qwen2Moe) => Some(self.n_ff),
+        let dense_ff = match (self.experts, self.arch.name()) {
+            (None, _) | (Some(_), "qwen2moe") => Some(self.n_ff),
             _ => None,
         };
         let widths = [
@@ -99,7 +100,7 @@ impl Synthetic {
         let ffn = match self.experts {
             None => 3 * e * self.n_ff,
             Some(x) => {
-                let shared = match self.arch.spec().experts {
+                let shared = match self.arch.recipe().traits().experts {
                     Experts::Always(d) if d.gated_shared_expert => 3 * e * self.n_ff + e,
                     _ => 0,
                 };
@@ -149,8 +150,8 @@ impl Synthetic {
             w.metadata(k, v.clone());
         }
         // llama.cpp reads a Mixtral's expert width from feed_forward_length alone.
-        let n_ff = match (self.arch, self.experts) {
-            (Arch::Llama, Some(x)) => x.n_ff_exp,
+        let n_ff = match (a, self.experts) {
+            ("llama", Some(x)) => x.n_ff_exp,
             _ => self.n_ff,
         };
         let mut keys = vec![
@@ -166,10 +167,10 @@ impl Synthetic {
                 ("expert_count", x.n_expert),
                 ("expert_used_count", x.n_expert_used),
             ]);
-            if self.arch != Arch::Llama {
+            if a != "llama" {
                 keys.push(("expert_feed_forward_length", x.n_ff_exp));
             }
-            if self.arch == Arch::Qwen2Moe {
+            if a == "qwen2moe" {
                 keys.push(("expert_shared_feed_forward_length", self.n_ff));
             }
         }
@@ -193,7 +194,10 @@ impl Synthetic {
     fn tensors(&self, t: &mut Tensors, n_vocab: usize) -> Result<()> {
         let (e, hd) = (self.n_embd, self.head_dim());
         let (q, kv) = (self.n_head * hd, self.n_head_kv * hd);
-        let spec = self.arch.spec();
+        let traits = self.arch.recipe().traits();
+        // The recipes' attention options, as the files of each architecture have them.
+        let qkv_bias = matches!(self.arch.name(), "qwen2" | "qwen2moe");
+        let qk_norm = matches!(self.arch.name(), "qwen3" | "qwen3moe" | "gemma3");
         t.matrix("token_embd.weight", &[e, n_vocab], GgmlType::Q8_0, 1.0)?;
         t.matrix("output.weight", &[e, n_vocab], self.ty, scale(e))?;
         t.ones("output_norm.weight", e);
@@ -203,11 +207,11 @@ impl Synthetic {
             t.ones(&n("ffn_norm.weight"), e);
             for (name, rows) in [("attn_q", q), ("attn_k", kv), ("attn_v", kv)] {
                 t.matrix(&n(&format!("{name}.weight")), &[e, rows], self.ty, scale(e))?;
-                if spec.qkv_bias {
+                if qkv_bias {
                     t.zeros(&n(&format!("{name}.bias")), rows);
                 }
             }
-            if spec.qk_norm {
+            if qk_norm {
                 t.ones(&n("attn_q_norm.weight"), hd);
                 t.ones(&n("attn_k_norm.weight"), hd);
             }
@@ -221,7 +225,7 @@ impl Synthetic {
                     t.matrix(&n("ffn_gate_exps.weight"), &[e, ff, ne], self.ty, scale(e))?;
                     t.matrix(&n("ffn_up_exps.weight"), &[e, ff, ne], self.ty, scale(e))?;
                     t.matrix(&n("ffn_down_exps.weight"), &[ff, e, ne], self.ty, scale(ff))?;
-                    if !matches!(spec.experts, Experts::Always(d) if d.gated_shared_expert) {
+                    if !matches!(traits.experts, Experts::Always(d) if d.gated_shared_expert) {
                         continue;
                     }
                     t.matrix(

@@ -50,7 +50,7 @@ fn stages_give_the_whole_models_bits() {
                     bytes(&whole),
                     "{file}: the stages hold the whole model's weights between them"
                 );
-                assert!(first.weights.output.is_none() && last.weights.token_embd.is_none());
+                assert!(first.output_matrix().is_none() && last.token_embd().is_none());
             }
         }
     }
@@ -82,7 +82,7 @@ fn a_device_lacking_an_op_or_a_weight_type_refuses_the_model_naming_it() {
     let err = moe.upload(&mut dev, &|_, _| {}).err().unwrap().to_string();
     assert!(err.contains("cannot run the Moe op"), "{err}");
     let dense = load("llama-tiny.gguf", Part::Whole);
-    let ty = dense.weights.token_embd.as_ref().unwrap().ty;
+    let ty = dense.token_embd().unwrap().ty;
     let mut dev = Reference::lacking(&[], &[ty]);
     let err = dense
         .upload(&mut dev, &|_, _| {})

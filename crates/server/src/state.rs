@@ -301,7 +301,7 @@ fn local_split(config: &ServerConfig) -> Result<Option<usize>, Error> {
         .into());
     }
     let file = gguf::GgufFile::open(&config.model_path).map_err(model::Error::from)?;
-    let n_layer = model::HParams::from_metadata(&file.header.metadata)?.n_layer;
+    let n_layer = model::read_hparams(&file.header.metadata)?.n_layer;
     Ok((n < n_layer).then(|| n_layer - n))
 }
 

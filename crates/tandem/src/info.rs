@@ -18,7 +18,7 @@ pub fn execute(a: InfoArgs) -> Result<(), CliError> {
     if let Some(name) = md.opt_str("general.name")? {
         println!("name:          {name}");
     }
-    println!("architecture:  {}", hp.arch.name());
+    println!("architecture:  {}", hp.arch);
     println!(
         "n_vocab {}  n_embd {}  n_layer {}  n_head {}  n_head_kv {}  head_dim {}  n_ff {}",
         hp.n_vocab, hp.n_embd, hp.n_layer, hp.n_head, hp.n_head_kv, hp.head_dim, hp.n_ff
@@ -73,20 +73,14 @@ pub fn execute(a: InfoArgs) -> Result<(), CliError> {
             }
         );
         let expert_bytes: u64 = model
-            .weights
-            .layers
+            .tensors
+            .matrices
             .iter()
-            .filter_map(|l| match &l.ffn {
-                model::Ffn::Moe(m) => Some(m),
-                model::Ffn::Dense(_) => None,
+            .filter(|m| matches!(m.reads, model::Reads::Expert { .. }))
+            .map(|m| {
+                let w = &m.weight;
+                kind.matrix_bytes(w.ty, w.n_rows, w.n_cols, device::Role::Multiply)
             })
-            .flat_map(|m| {
-                m.ffn_gate_exps
-                    .iter()
-                    .chain(&m.ffn_up_exps)
-                    .chain(&m.ffn_down_exps)
-            })
-            .map(|w| kind.matrix_bytes(w.ty, w.n_rows, w.n_cols, device::Role::Multiply))
             .sum::<u64>();
         let layers = hp.n_layer - moe.n_dense_lead;
         println!(

@@ -6,51 +6,91 @@
 //! already added by the converter, so the norms are plain RMS norms.
 
 use device::{Buf, Device, Op, RopeMode};
+use gguf::Metadata;
 
-use super::{ArchSpec, SlidingPattern, PLAIN};
-use crate::forward::Scratch;
-use crate::layers::{attention, ffn};
-use crate::upload::{FfnMats, LayerMats};
-use crate::Model;
+use super::Recipe;
+use crate::error::Result;
+use crate::hparams::{HParams, SlidingPattern, Traits, PLAIN};
+use crate::layers::attention::{Attention, AttentionKind};
+use crate::layers::ffn::{Activation, GateUp, Mlp};
+use crate::layers::{Cx, Layer};
+use crate::tensors::{TensorLoader, VecId};
 
-pub const SPEC: ArchSpec = ArchSpec {
-    rope_mode: RopeMode::Neox,
-    qk_norm: true,
-    post_norms: true,
-    scaled_embeddings: true,
-    sliding: Some(SlidingPattern {
-        global_every: Some(6),
-        rope_freq_base: Some(10_000.0),
-    }),
-    block,
-    extra_ops: &[Op::Gelu],
-    ..PLAIN
-};
+pub struct Gemma3;
 
-/// `h = hidden + post_attn_norm(attn(attn_norm(hidden)))`, then
-/// `hidden = h + post_ffn_norm(ffn(ffn_norm(h)))`.
-fn block(
-    model: &Model,
-    dev: &mut dyn Device,
-    il: usize,
-    lw: &LayerMats,
-    hidden: Buf,
-    n: usize,
-    s: &Scratch,
-) {
-    let hp = &model.hparams;
-    let (e, eps) = (hp.n_embd, hp.rms_eps);
-    let post = |norm: Option<Buf>| norm.expect("gemma3 blocks have post norms");
-    dev.rms_norm(hidden, lw.attn_norm, n, e, eps, s.x);
-    attention::attend(model, dev, il, lw, n, s);
-    attention::project(dev, lw, n, s, None);
-    dev.rms_norm(s.proj, post(lw.post_attn_norm), n, e, eps, s.proj);
-    dev.add(hidden, s.proj, n * e);
-    dev.rms_norm(hidden, lw.ffn_norm, n, e, eps, s.x);
-    let FfnMats::Dense(mlp) = &lw.ffn else {
-        unreachable!("gemma3 blocks are dense")
-    };
-    ffn::gated(dev, mlp, hp.n_ff, n, s, None, ffn::Activation::Gelu);
-    dev.rms_norm(s.proj, post(lw.post_ffn_norm), n, e, eps, s.proj);
-    dev.add(hidden, s.proj, n * e);
+impl Recipe for Gemma3 {
+    fn name(&self) -> &'static str {
+        "gemma3"
+    }
+
+    fn traits(&self) -> Traits {
+        Traits {
+            rope_mode: RopeMode::Neox,
+            scaled_embeddings: true,
+            sliding: Some(SlidingPattern {
+                global_every: Some(6),
+                rope_freq_base: Some(10_000.0),
+            }),
+            ..PLAIN
+        }
+    }
+
+    fn hparams(&self, md: &Metadata) -> Result<HParams> {
+        let hp = HParams::read(md, self.name(), &self.traits())?;
+        // The 27B (62 blocks) scales queries by the width per head, not head_dim.
+        let attn_scale = match hp.n_layer {
+            62 => 1.0 / ((hp.n_embd / hp.n_head) as f32).sqrt(),
+            _ => hp.attn_scale,
+        };
+        Ok(HParams { attn_scale, ..hp })
+    }
+
+    fn layer(&self, t: &mut TensorLoader, hp: &HParams, il: usize) -> Result<Box<dyn Layer>> {
+        let e = hp.n_embd;
+        let n = |s: &str| format!("blk.{il}.{s}.weight");
+        let kind = AttentionKind {
+            qkv_bias: false,
+            qk_norm: true,
+        };
+        Ok(Box::new(Block {
+            attn_norm: t.vector(&n("attn_norm"), e)?,
+            attn: Attention::load(t, hp, il, kind)?,
+            post_attention_norm: t.vector(&n("post_attention_norm"), e)?,
+            ffn_norm: t.vector(&n("ffn_norm"), e)?,
+            mlp: Mlp::load(t, hp, il, "", hp.n_ff, GateUp::Apart)?,
+            post_ffw_norm: t.vector(&n("post_ffw_norm"), e)?,
+        }))
+    }
+
+    fn extra_ops(&self) -> &'static [Op] {
+        &[Op::Gelu]
+    }
+}
+
+/// A Gemma 3 block; the norms `[n_embd]`.
+struct Block {
+    attn_norm: VecId,
+    attn: Attention,
+    post_attention_norm: VecId,
+    ffn_norm: VecId,
+    mlp: Mlp,
+    post_ffw_norm: VecId,
+}
+
+impl Layer for Block {
+    /// `h = hidden + post_attention_norm(attn(attn_norm(hidden)))`, then
+    /// `hidden = h + post_ffw_norm(mlp(ffn_norm(h)))`.
+    fn forward(&self, cx: &Cx<'_>, dev: &mut dyn Device, hidden: Buf, n: usize) {
+        let (hp, s, t) = (cx.hp, cx.s, cx.t);
+        let (e, eps) = (hp.n_embd, hp.rms_eps);
+        dev.rms_norm(hidden, t[self.attn_norm], n, e, eps, s.x);
+        self.attn.attend(cx, dev, n);
+        self.attn.project(cx, dev, n, None);
+        dev.rms_norm(s.proj, t[self.post_attention_norm], n, e, eps, s.proj);
+        dev.add(hidden, s.proj, n * e);
+        dev.rms_norm(hidden, t[self.ffn_norm], n, e, eps, s.x);
+        self.mlp.forward(cx, dev, n, None, Activation::Gelu);
+        dev.rms_norm(s.proj, t[self.post_ffw_norm], n, e, eps, s.proj);
+        dev.add(hidden, s.proj, n * e);
+    }
 }

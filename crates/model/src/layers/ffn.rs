@@ -1,8 +1,12 @@
+//! Feed-forward networks: a gated network (SwiGLU, GeGLU) and a mixture of experts with an
+//! optional shared expert.
+
 use device::{Buf, Device, MatOut, MoeSpec, Routing, SharedIn};
 
-use crate::forward::Scratch;
-use crate::upload::{FfnMats, LayerMats, MlpMats, MoeMats};
-use crate::Model;
+use super::Cx;
+use crate::error::Result;
+use crate::hparams::HParams;
+use crate::tensors::{MatId, MatSpan, TensorLoader, VecId};
 
 /// The gate's activation in a gated feed-forward network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,81 +17,185 @@ pub enum Activation {
     Gelu,
 }
 
-/// Feed-forward block on the normalized input `s.x` (`[n, n_embd]`): `hidden += ffn(s.x)`,
-/// `ffn` a dense gated network with `act` or a mixture of experts.
-pub fn feed_forward(
-    model: &Model,
-    dev: &mut dyn Device,
-    lw: &LayerMats,
-    hidden: Buf,
-    n: usize,
-    s: &Scratch,
-    act: Activation,
-) {
-    match &lw.ffn {
-        FfnMats::Dense(mlp) => gated(dev, mlp, model.hparams.n_ff, n, s, Some(hidden), act),
-        FfnMats::Moe(m) => moe(model, dev, m, hidden, n, s),
-    }
+/// How a gated network stores its gate and up matrices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateUp {
+    /// `ffn_gate` and `ffn_up`.
+    Apart,
+    /// One `ffn_up` of `2 · n_ff` rows, the gate's first (Phi-3).
+    Fused,
 }
 
-/// `s.proj[..n · n_embd] = mlp.down(act(mlp.gate(x)) · mlp.up(x))` for `x = s.x` (and
-/// `residual += s.proj` when given); `n_ff` is the network's width.
-pub fn gated(
-    dev: &mut dyn Device,
-    mlp: &MlpMats,
+/// A gated network `down(act(gate(x)) · up(x))` of width `n_ff`: GGUF's
+/// `ffn_{gate,up,down}` in a dense block, `ffn_{gate,up,down}_shexp` as a shared expert.
+/// `gate`, `up`: `[n_ff, n_embd]`; `down`: `[n_embd, n_ff]`.
+pub struct Mlp {
+    gate: MatId,
+    up: MatId,
+    down: MatId,
     n_ff: usize,
-    n: usize,
-    s: &Scratch,
-    residual: Option<Buf>,
-    act: Activation,
-) {
-    dev.matmul(
-        &[mlp.gate, mlp.up],
-        s.x,
-        n,
-        &[MatOut::to(s.gate), MatOut::to(s.up)],
-    );
-    match act {
-        Activation::Silu => dev.swiglu(s.gate, s.up, n * n_ff),
-        Activation::Gelu => dev.gelu(s.gate, s.up, n * n_ff),
-    }
-    let down = MatOut {
-        y: s.proj,
-        bias: None,
-        residual,
-    };
-    dev.matmul(&[mlp.down], s.gate, n, &[down]);
 }
 
-/// A mixture of experts: the shared expert (when the block has one) into `s.proj`, then
-/// [`Device::moe`] adds the chosen experts and it to `hidden`.
-fn moe(model: &Model, dev: &mut dyn Device, m: &MoeMats, hidden: Buf, n: usize, s: &Scratch) {
-    let hp = &model.hparams;
-    let p = hp.moe.as_ref().expect("a mixture-of-experts block");
-    let shared = m.shared.as_ref().map(|mlp| {
-        let n_ff = p.shared.expect("a shared expert's width").n_ff;
-        gated(dev, mlp, n_ff, n, s, None, Activation::Silu);
-        SharedIn {
-            out: s.proj,
-            gate: m.ffn_gate_inp_shexp,
+impl Mlp {
+    /// The network of width `n_ff` from `ffn_{gate,up,down}{suffix}` of block `il`.
+    pub fn load(
+        t: &mut TensorLoader,
+        hp: &HParams,
+        il: usize,
+        suffix: &str,
+        n_ff: usize,
+        gate_up: GateUp,
+    ) -> Result<Mlp> {
+        let e = hp.n_embd;
+        let n = |s: &str| format!("blk.{il}.ffn_{s}{suffix}.weight");
+        let [gate, up] = match gate_up {
+            GateUp::Fused => {
+                let parts = t.row_parts(&n("up"), &[n_ff, n_ff], e)?;
+                parts.try_into().expect("two parts")
+            }
+            GateUp::Apart => [t.matrix(&n("gate"), n_ff, e)?, t.matrix(&n("up"), n_ff, e)?],
+        };
+        Ok(Mlp {
+            gate,
+            up,
+            down: t.matrix(&n("down"), e, n_ff)?,
+            n_ff,
+        })
+    }
+
+    /// `s.proj[..n · n_embd] = down(act(gate(x)) · up(x))` for `x = s.x` (and
+    /// `residual += s.proj` when given).
+    pub fn forward(
+        &self,
+        cx: &Cx<'_>,
+        dev: &mut dyn Device,
+        n: usize,
+        residual: Option<Buf>,
+        act: Activation,
+    ) {
+        let (s, t) = (cx.s, cx.t);
+        dev.matmul(
+            &[t[self.gate], t[self.up]],
+            s.x,
+            n,
+            &[MatOut::to(s.gate), MatOut::to(s.up)],
+        );
+        match act {
+            Activation::Silu => dev.swiglu(s.gate, s.up, n * self.n_ff),
+            Activation::Gelu => dev.gelu(s.gate, s.up, n * self.n_ff),
         }
-    });
-    let spec = MoeSpec {
-        router: m.ffn_gate_inp,
-        gate: &m.ffn_gate_exps,
-        up: &m.ffn_up_exps,
-        down: &m.ffn_down_exps,
-        routing: Routing {
-            n_expert: p.n_expert,
-            k: p.n_expert_used,
-            gating: p.gating,
-            norm_weights: p.norm_weights,
-            weights_scale: p.weights_scale,
-        },
-        n_embd: hp.n_embd,
-        n_ff_exp: p.n_ff_exp,
-        shared,
-        scratch: s.moe.expect("mixture scratch for a model with experts"),
-    };
-    dev.moe(&spec, s.x, n, hidden);
+        let down = MatOut {
+            y: s.proj,
+            bias: None,
+            residual,
+        };
+        dev.matmul(&[t[self.down]], s.gate, n, &[down]);
+    }
+}
+
+/// A mixture of experts. GGUF stores each kind of expert matrix as one tensor
+/// `[n_expert, rows, cols]`; here each expert's slab is a matrix of its own, so that it is
+/// packed and multiplied on its own.
+pub struct Moe {
+    /// `[n_expert, n_embd]`: the router.
+    gate_inp: MatId,
+    /// `n_expert` × `[n_ff_exp, n_embd]`.
+    gate_exps: MatSpan,
+    up_exps: MatSpan,
+    /// `n_expert` × `[n_embd, n_ff_exp]`.
+    down_exps: MatSpan,
+    /// `ffn_{gate,up,down}_shexp`.
+    shared: Option<Mlp>,
+    /// `[n_embd]`: the shared expert's gate (qwen2moe).
+    gate_inp_shexp: Option<VecId>,
+}
+
+/// A block's feed-forward network: dense, or a mixture where the hyper-parameters say
+/// the block is one.
+pub enum Ffn {
+    Dense(Mlp),
+    Moe(Moe),
+}
+
+impl Ffn {
+    /// Block `il`'s network; a dense one stores its gate and up as `gate_up` says.
+    pub fn load(t: &mut TensorLoader, hp: &HParams, il: usize, gate_up: GateUp) -> Result<Ffn> {
+        let moe = match &hp.moe {
+            Some(moe) if hp.is_moe_layer(il) => moe,
+            _ => return Ok(Ffn::Dense(Mlp::load(t, hp, il, "", hp.n_ff, gate_up)?)),
+        };
+        let e = hp.n_embd;
+        let n = |s: &str| format!("blk.{il}.{s}.weight");
+        let (ne, ff) = (moe.n_expert, moe.n_ff_exp);
+        let count = [ne, moe.n_expert_used];
+        let gate_inp = t.matrix(&n("ffn_gate_inp"), ne, e)?;
+        let gate_exps = t.experts(&n("ffn_gate_exps"), il, count, ff, e)?;
+        let up_exps = t.experts(&n("ffn_up_exps"), il, count, ff, e)?;
+        let down_exps = t.experts(&n("ffn_down_exps"), il, count, e, ff)?;
+        let shared = moe
+            .shared
+            .map(|sh| Mlp::load(t, hp, il, "_shexp", sh.n_ff, GateUp::Apart))
+            .transpose()?;
+        let gated = moe.shared.is_some_and(|sh| sh.gated);
+        Ok(Ffn::Moe(Moe {
+            gate_inp,
+            gate_exps,
+            up_exps,
+            down_exps,
+            shared,
+            gate_inp_shexp: gated
+                .then(|| t.vector(&n("ffn_gate_inp_shexp"), e))
+                .transpose()?,
+        }))
+    }
+
+    /// `hidden += ffn(s.x)` for the normalized input `s.x` (`[n, n_embd]`), a dense
+    /// network gated by `act`.
+    pub fn forward(
+        &self,
+        cx: &Cx<'_>,
+        dev: &mut dyn Device,
+        hidden: Buf,
+        n: usize,
+        act: Activation,
+    ) {
+        match self {
+            Ffn::Dense(mlp) => mlp.forward(cx, dev, n, Some(hidden), act),
+            Ffn::Moe(m) => m.forward(cx, dev, hidden, n),
+        }
+    }
+}
+
+impl Moe {
+    /// The shared expert (when the block has one) into `s.proj`, then [`Device::moe`] adds
+    /// the chosen experts and it to `hidden`.
+    fn forward(&self, cx: &Cx<'_>, dev: &mut dyn Device, hidden: Buf, n: usize) {
+        let (hp, s, t) = (cx.hp, cx.s, cx.t);
+        let p = hp.moe.as_ref().expect("a mixture-of-experts block");
+        let shared = self.shared.as_ref().map(|mlp| {
+            mlp.forward(cx, dev, n, None, Activation::Silu);
+            SharedIn {
+                out: s.proj,
+                gate: t.opt(self.gate_inp_shexp),
+            }
+        });
+        let spec = MoeSpec {
+            router: t[self.gate_inp],
+            gate: &t[&self.gate_exps],
+            up: &t[&self.up_exps],
+            down: &t[&self.down_exps],
+            routing: Routing {
+                n_expert: p.n_expert,
+                k: p.n_expert_used,
+                gating: p.gating,
+                norm_weights: p.norm_weights,
+                weights_scale: p.weights_scale,
+            },
+            n_embd: hp.n_embd,
+            n_ff_exp: p.n_ff_exp,
+            shared,
+            scratch: s.moe.expect("mixture scratch for a model with experts"),
+        };
+        dev.moe(&spec, s.x, n, hidden);
+    }
 }

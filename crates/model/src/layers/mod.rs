@@ -1,32 +1,33 @@
-//! The shared pieces of a transformer block, written once for every architecture against
-//! the [`device::Device`] ops; each architecture's block ([`crate::arch::Block`]) is a
-//! recipe composed of them.
+//! The pieces blocks are made of, written once for every architecture against the
+//! [`device::Device`] ops, and the [`Layer`] seam through which the model runs a block
+//! whatever its recipe. A piece loads its own tensors (naming each once, by its GGUF name)
+//! and runs its own forward.
 
 pub mod attention;
 pub mod ffn;
+pub mod pre_norm;
 
 use device::{Buf, Device};
 
-use crate::forward::Scratch;
-use crate::upload::LayerMats;
-use crate::Model;
+use crate::hparams::HParams;
+use crate::scratch::Scratch;
+use crate::tensors::DeviceTensors;
 
-/// The pre-norm block (llama, qwen2, qwen3 and their mixtures):
-/// `hidden += attn(rms_norm(hidden))`, then `hidden += ffn(rms_norm(hidden))`, each residual
-/// add fused into its projection.
-pub fn pre_norm_block(
-    model: &Model,
-    dev: &mut dyn Device,
-    il: usize,
-    lw: &LayerMats,
-    hidden: Buf,
-    n: usize,
-    s: &Scratch,
-) {
-    let hp = &model.hparams;
-    dev.rms_norm(hidden, lw.attn_norm, n, hp.n_embd, hp.rms_eps, s.x);
-    attention::attend(model, dev, il, lw, n, s);
-    attention::project(dev, lw, n, s, Some(hidden));
-    dev.rms_norm(hidden, lw.ffn_norm, n, hp.n_embd, hp.rms_eps, s.x);
-    ffn::feed_forward(model, dev, lw, hidden, n, s, ffn::Activation::Silu);
+/// What a block's forward reads besides its own tensor ids.
+pub struct Cx<'a> {
+    pub hp: &'a HParams,
+    /// The stage's tensors on the device.
+    pub t: &'a DeviceTensors,
+    pub s: &'a Scratch,
+    /// The block's index in the model.
+    pub il: usize,
+    /// The block's index in the device's KV pool, which holds the stage's blocks only.
+    pub kv_layer: usize,
+}
+
+/// One block of a model, its tensors loaded: the unit a recipe makes and the model runs.
+pub trait Layer: Send + Sync {
+    /// `hidden` (`[n, n_embd]`) through the block, in place, for the rows of the step begun
+    /// on `dev`, writing what the block keeps of each row into its memory.
+    fn forward(&self, cx: &Cx<'_>, dev: &mut dyn Device, hidden: Buf, n: usize);
 }

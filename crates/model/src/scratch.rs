@@ -1,10 +1,9 @@
-use std::ops::Range;
+//! The activation buffers a forward works in, sized once from the hyper-parameters.
 
 use device::{Buf, Device, MoeScratch};
 
+use crate::error::Result;
 use crate::hparams::HParams;
-use crate::upload::DeviceWeights;
-use crate::{Error, Model, Result};
 
 /// Activation buffers on a device for up to `max_rows` rows, allocated once.
 pub struct Scratch {
@@ -87,68 +86,5 @@ impl Scratch {
                 + (ne + 1) * std::mem::size_of::<usize>()
         });
         (max_rows * per_row * 4 + moe) as u64
-    }
-}
-
-impl Model {
-    /// Embedding rows for `tokens` into `hidden` (`[tokens.len(), n_embd]`), scaled where
-    /// the architecture scales them.
-    pub fn embed(
-        &self,
-        dev: &mut dyn Device,
-        w: &DeviceWeights,
-        tokens: &[u32],
-        hidden: Buf,
-    ) -> Result<()> {
-        let table = w.token_embd.ok_or(Error::NotInStage("the embeddings"))?;
-        let n_vocab = self.hparams.n_vocab;
-        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
-            return Err(Error::TokenOutOfRange { id, n_vocab });
-        }
-        dev.embed(table, tokens, hidden);
-        if let Some(f) = self.hparams.embed_scale {
-            dev.scale(hidden, tokens.len() * self.hparams.n_embd, f);
-        }
-        Ok(())
-    }
-
-    /// Runs blocks `layers` (of the stage's) over `hidden` (`[n, n_embd]`, updated in place)
-    /// for the rows of the step begun on `dev`, writing each row's keys and values into the
-    /// device's KV pool (which holds the stage's blocks, the first at index 0).
-    pub fn forward_layers(
-        &self,
-        dev: &mut dyn Device,
-        w: &DeviceWeights,
-        s: &Scratch,
-        layers: Range<usize>,
-        hidden: Buf,
-        n: usize,
-    ) {
-        assert!(
-            n <= s.max_rows,
-            "{n} rows exceed the scratch of {}",
-            s.max_rows
-        );
-        let block = self.hparams.arch.spec().block;
-        for il in layers {
-            let lw = &w.layers[il - self.stage.layers.start];
-            block(self, dev, il, lw, hidden, n, s);
-        }
-    }
-
-    /// Final norm and output head: `logits` (`[n, n_logits]`) for `x` (`[n, n_embd]`,
-    /// normalized in place).
-    pub fn output(&self, dev: &mut dyn Device, w: &DeviceWeights, x: Buf, n: usize, logits: Buf) {
-        let head = w.output.expect("the stage holds the output head");
-        self.output_norm(dev, w, x, n);
-        dev.matmul(&[head], x, n, &[device::MatOut::to(logits)]);
-    }
-
-    /// The output norm of `x` (`[n, n_embd]`, in place): the final hidden states that
-    /// embeddings pool.
-    pub fn output_norm(&self, dev: &mut dyn Device, w: &DeviceWeights, x: Buf, n: usize) {
-        let hp = &self.hparams;
-        let norm = w.output_norm.expect("the stage holds the output head");
-        dev.rms_norm(x, norm, n, hp.n_embd, hp.rms_eps, x);
     }
 }

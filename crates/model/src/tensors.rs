@@ -1,0 +1,387 @@
+//! A stage's tensors, each named once, by the recipe that loads it: the recipe asks a
+//! [`TensorLoader`] for a tensor by its GGUF name and shape and keeps the id it gets; the
+//! loader checks name, shape and type against the file and records the tensor in a
+//! [`TensorTable`]. Everything that handles weights in bulk (the memory plan, the upload,
+//! `tandem info`, the bench's bytes per token) reads that table, so a new tensor is written
+//! in exactly one place: the line of the recipe that loads it.
+//!
+//! ```text
+//! recipe:   let q = t.matrix("blk.3.attn_q.weight", q_dim, n_embd)?;   // MatId(7)
+//! upload:   table.matrices ──Device::upload_matrices──▶ DeviceTensors { mats[7] = Mat(…) }
+//! forward:  dev.matmul(&[cx.t[q]], …)
+//! ```
+
+use std::collections::BTreeMap;
+use std::ops::{Index, Range};
+use std::sync::Arc;
+
+use device::{Buf, Bytes, Device, Mat, MatrixSource, Progress, Role};
+use gguf::{GgmlType, GgufFile, Metadata};
+
+use crate::{Error, Result};
+
+/// A 2-D weight in the mapped file: `n_rows` rows of `n_cols` elements (GGUF dims
+/// `[n_cols, n_rows]`).
+#[derive(Debug, Clone)]
+pub struct Weight {
+    pub name: String,
+    pub ty: GgmlType,
+    /// Absolute byte range in the file.
+    pub range: Range<usize>,
+    pub n_rows: usize,
+    pub n_cols: usize,
+}
+
+impl Weight {
+    /// The weight as a device uploads it, for `role`.
+    pub fn source(&self, file: &Arc<GgufFile>, role: Role) -> MatrixSource {
+        MatrixSource {
+            name: self.name.clone(),
+            ty: self.ty,
+            bytes: Bytes::Mapped {
+                file: file.clone(),
+                range: self.range.clone(),
+            },
+            n_rows: self.n_rows,
+            n_cols: self.n_cols,
+            role,
+        }
+    }
+}
+
+/// A matrix of the table ([`TensorTable::matrices`]`[id.0]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatId(usize);
+
+/// Consecutive matrices of the table: the experts of one kind of a mixture.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MatSpan(Range<usize>);
+
+impl MatSpan {
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// A vector of the table ([`TensorTable::vectors`]`[id.0]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VecId(usize);
+
+/// How much of a matrix one row's decode step reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reads {
+    /// All of it (also the embedding table, of which it reads one row; see
+    /// [`TensorTable::decode_bytes`]).
+    Whole,
+    /// One expert of a mixture in block `layer`, which `used` of its `n_expert` experts
+    /// share per row.
+    Expert {
+        layer: usize,
+        used: usize,
+        n_expert: usize,
+    },
+}
+
+/// A matrix as the stage uses it.
+#[derive(Debug, Clone)]
+pub struct Matrix {
+    pub weight: Weight,
+    pub role: Role,
+    pub reads: Reads,
+}
+
+/// A vector (norm, bias, gate) copied out of the map at load, as f32.
+#[derive(Debug, Clone)]
+pub struct Vector {
+    pub name: String,
+    pub data: Vec<f32>,
+}
+
+/// Every tensor a stage loaded, in the order its recipe asked for them.
+#[derive(Debug, Clone, Default)]
+pub struct TensorTable {
+    pub matrices: Vec<Matrix>,
+    pub vectors: Vec<Vector>,
+}
+
+impl TensorTable {
+    pub fn matrix(&self, id: MatId) -> &Matrix {
+        &self.matrices[id.0]
+    }
+
+    /// Floats of the vectors, all copied at load.
+    pub fn vector_len(&self) -> usize {
+        self.vectors.iter().map(|v| v.data.len()).sum()
+    }
+
+    /// The matrices with their ids.
+    pub fn iter(&self) -> impl Iterator<Item = (MatId, &Matrix)> {
+        self.matrices.iter().enumerate().map(|(i, m)| (MatId(i), m))
+    }
+
+    /// Bytes of weights one decode step of one row streams, with `bytes(id)` the bytes a
+    /// device keeps of matrix `id`: every matrix once, but of a block's experts the `used`
+    /// of `n_expert` a row picks (counted per block, rounding down), and of the embedding
+    /// table one row as the file stores it.
+    pub fn decode_bytes(&self, bytes: &dyn Fn(MatId) -> u64) -> u64 {
+        let mut experts: BTreeMap<usize, (u64, u64, u64)> = BTreeMap::new();
+        let mut total = 0;
+        for (id, m) in self.iter() {
+            match (m.role, m.reads) {
+                (Role::Rows, _) => total += (m.weight.range.len() / m.weight.n_rows.max(1)) as u64,
+                (Role::Multiply, Reads::Whole) => total += bytes(id),
+                (
+                    Role::Multiply,
+                    Reads::Expert {
+                        layer,
+                        used,
+                        n_expert,
+                    },
+                ) => {
+                    let e = experts
+                        .entry(layer)
+                        .or_insert((0, used as u64, n_expert as u64));
+                    e.0 += bytes(id);
+                }
+            }
+        }
+        total
+            + experts
+                .values()
+                .map(|&(b, k, n)| b * k / n.max(1))
+                .sum::<u64>()
+    }
+}
+
+/// Reads a stage's tensors out of a file into a [`TensorTable`], checking each one's name,
+/// shape and type; the ids it returns index that table (and, after upload, the
+/// [`DeviceTensors`]).
+pub struct TensorLoader<'a> {
+    file: &'a GgufFile,
+    table: TensorTable,
+}
+
+impl<'a> TensorLoader<'a> {
+    pub fn new(file: &'a GgufFile) -> TensorLoader<'a> {
+        TensorLoader {
+            file,
+            table: TensorTable::default(),
+        }
+    }
+
+    pub fn metadata(&self) -> &Metadata {
+        &self.file.header.metadata
+    }
+
+    /// Whether the file has a tensor named `name`.
+    pub fn has(&self, name: &str) -> bool {
+        self.file.header.tensor(name).is_some()
+    }
+
+    pub fn finish(self) -> TensorTable {
+        self.table
+    }
+
+    fn info(&self, name: &str, dims: &[u64]) -> Result<&'a gguf::TensorInfo> {
+        let info = self
+            .file
+            .header
+            .tensor(name)
+            .ok_or_else(|| Error::MissingTensor(name.to_string()))?;
+        let mut got = info.dims.clone();
+        while got.len() > dims.len() && got.last() == Some(&1) {
+            got.pop();
+        }
+        if got != dims {
+            return Err(Error::TensorShape {
+                tensor: name.to_string(),
+                expected: dims.to_vec(),
+                got: info.dims.clone(),
+            });
+        }
+        Ok(info)
+    }
+
+    fn weight(
+        &self,
+        name: &str,
+        info: &gguf::TensorInfo,
+        n_rows: usize,
+        n_cols: usize,
+    ) -> Result<Weight> {
+        if !device::formats::is_supported(info.ggml_type) {
+            return Err(Error::UnsupportedType {
+                tensor: name.to_string(),
+                ty: info.ggml_type,
+            });
+        }
+        let start = (self.file.header.data_offset + info.offset) as usize;
+        Ok(Weight {
+            name: name.to_string(),
+            ty: info.ggml_type,
+            range: start..start + info.n_bytes as usize,
+            n_rows,
+            n_cols,
+        })
+    }
+
+    fn push(&mut self, weight: Weight, role: Role, reads: Reads) -> MatId {
+        self.table.matrices.push(Matrix {
+            weight,
+            role,
+            reads,
+        });
+        MatId(self.table.matrices.len() - 1)
+    }
+
+    /// A matrix of `n_rows` rows of `n_cols`, multiplied with activations.
+    pub fn matrix(&mut self, name: &str, n_rows: usize, n_cols: usize) -> Result<MatId> {
+        self.matrix_for(name, n_rows, n_cols, Role::Multiply)
+    }
+
+    /// [`TensorLoader::matrix`] for `role` (the embedding table: [`Role::Rows`]).
+    pub fn matrix_for(
+        &mut self,
+        name: &str,
+        n_rows: usize,
+        n_cols: usize,
+        role: Role,
+    ) -> Result<MatId> {
+        let info = self.info(name, &[n_cols as u64, n_rows as u64])?;
+        let w = self.weight(name, info, n_rows, n_cols)?;
+        Ok(self.push(w, role, Reads::Whole))
+    }
+
+    /// A matrix of `parts.iter().sum()` rows of `n_cols`, as consecutive matrices of
+    /// `parts[i]` rows each (named `name[i]`): a fused `attn_qkv`, say.
+    pub fn row_parts(&mut self, name: &str, parts: &[usize], n_cols: usize) -> Result<Vec<MatId>> {
+        let n_rows = parts.iter().sum();
+        let info = self.info(name, &[n_cols as u64, n_rows as u64])?;
+        let all = self.weight(name, info, n_rows, n_cols)?;
+        let ids = split_rows(&all, parts)
+            .into_iter()
+            .map(|w| self.push(w, Role::Multiply, Reads::Whole))
+            .collect();
+        Ok(ids)
+    }
+
+    /// The `n_expert` slabs of `n_rows` rows of `n_cols` of the 3-D expert tensor `name` of
+    /// block `layer`, each a matrix of its own (named `name[e]`), of which a row uses
+    /// `used`.
+    pub fn experts(
+        &mut self,
+        name: &str,
+        layer: usize,
+        [n_expert, used]: [usize; 2],
+        n_rows: usize,
+        n_cols: usize,
+    ) -> Result<MatSpan> {
+        let info = self.info(name, &[n_cols as u64, n_rows as u64, n_expert as u64])?;
+        let all = self.weight(name, info, n_expert * n_rows, n_cols)?;
+        let reads = Reads::Expert {
+            layer,
+            used,
+            n_expert,
+        };
+        let start = self.table.matrices.len();
+        for w in split_rows(&all, &vec![n_rows; n_expert]) {
+            self.push(w, Role::Multiply, reads);
+        }
+        Ok(MatSpan(start..self.table.matrices.len()))
+    }
+
+    /// A vector of `n` values, converted to f32.
+    pub fn vector(&mut self, name: &str, n: usize) -> Result<VecId> {
+        let info = self.info(name, &[n as u64])?;
+        let mut data = vec![0f32; n];
+        device::formats::dequantize_row(info.ggml_type, self.file.tensor_bytes(info), &mut data)
+            .map_err(|_| Error::UnsupportedType {
+                tensor: name.to_string(),
+                ty: info.ggml_type,
+            })?;
+        self.table.vectors.push(Vector {
+            name: name.to_string(),
+            data,
+        });
+        Ok(VecId(self.table.vectors.len() - 1))
+    }
+}
+
+/// `all` cut into consecutive slices of `parts[i]` rows (named `all.name[i]`).
+fn split_rows(all: &Weight, parts: &[usize]) -> Vec<Weight> {
+    let row_bytes = all.range.len() / all.n_rows;
+    let mut start = all.range.start;
+    parts
+        .iter()
+        .enumerate()
+        .map(|(i, &n_rows)| {
+            start += n_rows * row_bytes;
+            Weight {
+                name: format!("{}[{i}]", all.name),
+                range: start - n_rows * row_bytes..start,
+                n_rows,
+                ..all.clone()
+            }
+        })
+        .collect()
+}
+
+/// A stage's tensors on a device, indexed by the ids the loader gave.
+pub struct DeviceTensors {
+    mats: Vec<Mat>,
+    vecs: Vec<Buf>,
+}
+
+impl DeviceTensors {
+    /// Uploads `table` to `dev`: its matrices from `sources` (one per matrix, in order:
+    /// the table's own, or a replacement such as a restricted head), its vectors copied.
+    pub fn upload(
+        dev: &mut dyn Device,
+        table: &TensorTable,
+        sources: &[MatrixSource],
+        progress: &Progress<'_>,
+    ) -> Result<DeviceTensors> {
+        debug_assert_eq!(sources.len(), table.matrices.len());
+        let mats = dev.upload_matrices(sources, progress)?;
+        let vecs = table
+            .vectors
+            .iter()
+            .map(|v| {
+                let b = dev.alloc(v.data.len())?;
+                dev.upload(b, 0, &v.data);
+                Ok(b)
+            })
+            .collect::<Result<_>>()?;
+        Ok(DeviceTensors { mats, vecs })
+    }
+
+    /// The vector `id`, when there is one.
+    pub fn opt(&self, id: Option<VecId>) -> Option<Buf> {
+        id.map(|id| self[id])
+    }
+}
+
+impl Index<MatId> for DeviceTensors {
+    type Output = Mat;
+    fn index(&self, id: MatId) -> &Mat {
+        &self.mats[id.0]
+    }
+}
+
+impl Index<&MatSpan> for DeviceTensors {
+    type Output = [Mat];
+    fn index(&self, span: &MatSpan) -> &[Mat] {
+        &self.mats[span.0.clone()]
+    }
+}
+
+impl Index<VecId> for DeviceTensors {
+    type Output = Buf;
+    fn index(&self, id: VecId) -> &Buf {
+        &self.vecs[id.0]
+    }
+}
