@@ -35,6 +35,7 @@ pub fn attention_case(
         ty: kv_ty,
         n_positions: 8 * BLOCK_SIZE,
         window: None,
+        state: None,
     };
     dev.kv_alloc(cfg).unwrap();
     // Sequence 0 holds blocks 5, 1, 6 (40 positions); sequence 1 blocks 2, 0.
@@ -80,6 +81,7 @@ pub fn attention_case(
             rows,
             tables: &tables,
             windowed: &[],
+            states: &[],
         });
         dev.upload(q, 0, &data(n * nh * hd, 10 + i as u64));
         dev.upload(k, 0, &data(n * nkv * hd, 20 + i as u64));
@@ -92,6 +94,75 @@ pub fn attention_case(
         result.extend(read(dev, out, n * nh * hd));
         dev.finish();
     }
+    result
+}
+
+/// The causal convolution of a state layer (KV layer 1 of 2) over steps of two sequences:
+/// a prompt in two steps, a step whose last rows are cut back (the state restored from its
+/// checkpoint and the rows computed again), and a sequence starting over at position 0.
+/// Gives every step's outputs and the cut-back rows' outputs computed again.
+pub fn conv_case(dev: &mut dyn Device) -> Vec<f32> {
+    let (width, k) = (24, 4);
+    let cfg = KvConfig {
+        n_layer: 2,
+        n_head_kv: 1,
+        head_dim: 32,
+        ty: GgmlType::F16,
+        n_positions: 4 * BLOCK_SIZE,
+        window: None,
+        state: Some(kv::StateKv {
+            layers: 0b10,
+            floats: (k - 1) * width,
+            n_slots: 3,
+        }),
+    };
+    dev.kv_alloc(cfg).unwrap();
+    let spec = ConvSpec { width, k };
+    let w = buf(dev, &data(width * k, 7));
+    let (x, out) = (
+        dev.alloc(16 * width).unwrap(),
+        dev.alloc(16 * width).unwrap(),
+    );
+    let row = |seq, pos| Row { pos, seq };
+    // Sequence 0 in slot 2, sequence 1 in slot 0.
+    let steps: [(Vec<Row>, u64); 5] = [
+        (
+            (0..5)
+                .map(|p| row(0, p))
+                .chain((0..3).map(|p| row(1, p)))
+                .collect(),
+            1,
+        ),
+        ((5..7).map(|p| row(0, p)).chain([row(1, 3)]).collect(), 2),
+        ((7..12).map(|p| row(0, p)).collect(), 3),
+        ((7..9).map(|p| row(0, p)).collect(), 3),
+        ((0..2).map(|p| row(1, p)).collect(), 4),
+    ];
+    let mut result = Vec::new();
+    for (i, (rows, seed)) in steps.iter().enumerate() {
+        if i == 3 {
+            dev.state_restore(2);
+        }
+        let n = rows.len();
+        dev.begin(&Step {
+            rows,
+            tables: &[&[0], &[1]],
+            windowed: &[],
+            states: &[2, 0],
+        });
+        dev.upload(x, 0, &data(n * width, *seed));
+        dev.conv1d(1, x, w, out, &spec);
+        result.extend(read(dev, out, n * width));
+        dev.finish();
+    }
+    let (first, again) = (
+        &result[11 * width..13 * width],
+        &result[16 * width..18 * width],
+    );
+    assert_eq!(
+        first, again,
+        "rows computed again from the restored checkpoint"
+    );
     result
 }
 

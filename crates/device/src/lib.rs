@@ -16,12 +16,13 @@ pub mod formats;
 pub mod host;
 pub mod reference;
 mod seam;
+pub mod state;
 pub mod testing;
 
 pub use seam::{
-    full_stores, rope_angles, AttnSpec, Buf, Bytes, Device, Gating, Mat, MatOut, MatrixSource,
-    MoeScratch, MoeSpec, MoeStats, Op, OpTime, Progress, Role, RopeMode, RopeSpec, Routing, Row,
-    SharedIn, Step, Tables,
+    full_stores, rope_angles, AttnSpec, Buf, Bytes, ConvSpec, Device, Gating, Mat, MatOut,
+    MatrixSource, MoeScratch, MoeSpec, MoeStats, Op, OpTime, Progress, Role, RopeMode, RopeSpec,
+    Routing, Row, SharedIn, Step, Tables,
 };
 
 use gguf::GgmlType;

@@ -10,6 +10,7 @@ use kv::{KvConfig, BLOCK_SIZE};
 use crate::formats::{dequantize_row, is_supported, quantize_row};
 use crate::host::HostBufs;
 use crate::seam::*;
+use crate::state::HostStates;
 use crate::{Error, Result};
 
 /// A matrix as uploaded: the GGUF bytes, shared with the map.
@@ -69,6 +70,7 @@ pub struct Reference {
     bufs: HostBufs,
     mats: Vec<RefMat>,
     kv: Option<RefKv>,
+    states: Option<HostStates>,
     rows: Vec<Row>,
     tables: Tables,
     stats: MoeStats,
@@ -221,6 +223,7 @@ impl Device for Reference {
             return Err(Error::UnsupportedType(cfg.ty));
         }
         let layer = |l: usize| vec![0; cfg.layer_blocks(l) * cfg.block_bytes()];
+        self.states = cfg.state.map(HostStates::new);
         self.kv = Some(RefKv {
             cfg,
             keys: (0..cfg.n_layer).map(layer).collect(),
@@ -256,9 +259,16 @@ impl Device for Reference {
         }
     }
 
+    fn state_restore(&mut self, slot: u32) {
+        self.states.as_mut().expect("state layers").restore(slot);
+    }
+
     fn begin(&mut self, step: &Step<'_>) {
         self.rows = step.rows.to_vec();
         self.tables.set(step);
+        if let Some(s) = &mut self.states {
+            s.begin(step);
+        }
     }
 
     fn finish(&mut self) {}
@@ -325,6 +335,13 @@ impl Device for Reference {
                 }
             }
         }
+    }
+
+    fn conv1d(&mut self, layer: usize, x: Buf, w: Buf, out: Buf, spec: &ConvSpec) {
+        let n = self.rows.len() * spec.width;
+        let (xs, ws) = (self.buf(x)[..n].to_vec(), self.buf(w).to_vec());
+        let states = self.states.as_mut().expect("state layers");
+        states.conv1d(layer, &xs, &ws, &mut self.bufs[out], spec, dot);
     }
 
     fn kv_store(&mut self, layer: usize, k: Buf, v: Buf) {

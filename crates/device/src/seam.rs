@@ -87,6 +87,11 @@ pub struct Step<'a> {
     /// same order; `u32::MAX` for blocks no row of the step sees. Empty when the pool has
     /// no windowed class.
     pub windowed: &'a [&'a [u32]],
+    /// Per sequence, its recurrent-state slot ([`kv::state`]; `kv::state::NO_SLOT` where it
+    /// holds none). Empty when the pool has no state layers. A sequence whose first row
+    /// here is at position 0 starts from the zero state; another's state before its rows
+    /// becomes its checkpoint.
+    pub states: &'a [u32],
 }
 
 /// Of a KV pool shaped `cfg` stored as one byte store per layer for keys and one for
@@ -99,7 +104,7 @@ pub fn full_stores<'a>(
 ) -> Vec<&'a mut Vec<u8>> {
     let keys = keys.iter_mut().enumerate();
     keys.chain(values.iter_mut().enumerate())
-        .filter(|(l, _)| !cfg.is_windowed(*l))
+        .filter(|(l, _)| cfg.is_full(*l))
         .map(|(_, s)| s)
         .collect()
 }
@@ -293,10 +298,11 @@ pub enum Op {
     GatherRows,
     AllFinite,
     Argmax,
+    Conv1d,
 }
 
 impl Op {
-    pub const ALL: [Op; 14] = [
+    pub const ALL: [Op; 15] = [
         Op::Embed,
         Op::RmsNorm,
         Op::MatMul,
@@ -311,6 +317,7 @@ impl Op {
         Op::GatherRows,
         Op::AllFinite,
         Op::Argmax,
+        Op::Conv1d,
     ];
 }
 
@@ -362,6 +369,9 @@ pub trait Device: Send {
     fn kv_read_block(&mut self, block: u32, out: &mut Vec<u8>);
     /// Writes block `block` from bytes laid out as [`Device::kv_read_block`] gives them.
     fn kv_write_block(&mut self, block: u32, data: &[u8]);
+    /// Puts back the checkpoint of state slot `slot` in every state layer (the pool cut
+    /// its sequence back to it: [`kv::KvPool::truncate`]).
+    fn state_restore(&mut self, slot: u32);
 
     /// Starts a forward over `step`'s rows.
     fn begin(&mut self, step: &Step<'_>);
@@ -385,6 +395,12 @@ pub trait Device: Send {
     /// positions [`AttnSpec::span`] of its sequence in KV layer `layer`, softmax over fixed
     /// chunks of positions from position 0.
     fn attention(&mut self, layer: usize, q: Buf, out: Buf, spec: &AttnSpec);
+    /// `out` (`[step rows, width]`): per row at `pos` and channel `c`,
+    /// `Σ_j w[c·k + j] · in(pos + 1 - k + j)[c]` over `j` in `0..k` ascending, `in(p)` the
+    /// input `x` (`[step rows, width]`) of position `p`, from the step or from the
+    /// sequence's state in state layer `layer` (KV layer index), which then holds the last
+    /// `k - 1` inputs. `w`: `[width, k]`.
+    fn conv1d(&mut self, layer: usize, x: Buf, w: Buf, out: Buf, spec: &ConvSpec);
     /// `gate = silu(gate) · up` over `len` floats.
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize);
     /// `gate = gelu(gate) · up` over `len` floats (tanh approximation).
@@ -420,6 +436,17 @@ pub trait Device: Send {
     fn read_bandwidth(&mut self) -> Option<f64> {
         None
     }
+}
+
+/// A causal convolution over positions, per channel, with the sequence's last `k - 1`
+/// inputs kept as its recurrent state (`[k - 1, width]`, oldest first; zero before
+/// position 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvSpec {
+    /// Channels.
+    pub width: usize,
+    /// Taps per channel.
+    pub k: usize,
 }
 
 /// One kind of op's time on a device while it was timing its ops.

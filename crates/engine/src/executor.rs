@@ -7,8 +7,8 @@ use std::sync::Arc;
 use device::{Buf, Device, Progress, Row, Step};
 use gguf::GgmlType;
 use kernels::{Precision, ThreadPool};
-use kv::{KvConfig, KvPool, SeqKv, WindowKv};
-use model::{DeviceWeights, Model, Scratch};
+use kv::{KvConfig, KvPool, SeqKv, StateKv, WindowKv};
+use model::{DeviceWeights, LayerMemory, Model, Scratch};
 
 use crate::backend::DeviceKind;
 use crate::{Error, Result};
@@ -51,29 +51,44 @@ impl Default for ContextConfig {
 }
 
 impl ContextConfig {
-    /// The KV pool of `model`'s stage (its blocks only). Windowed layers get room for
-    /// `n_seq` windows and a forward's rows, never more than the pool's positions.
+    /// The KV pool of `model`'s stage (its blocks only), from what each block keeps
+    /// ([`Model::memory`]). Windowed layers get room for `n_seq` windows and a forward's
+    /// rows, never more than the pool's positions; state layers a state for each of `n_seq`
+    /// sequences.
     pub fn kv_config(&self, model: &Model) -> KvConfig {
         let hp = &model.hparams;
-        let layers = model.stage.layers.clone();
+        let memory = model.memory();
         let n_positions = self.n_ctx;
+        let mask = |keep: &dyn Fn(&LayerMemory) -> bool| {
+            let kls = memory
+                .iter()
+                .enumerate()
+                .filter(|&(kl, m)| kl < 128 && keep(m));
+            kls.fold(0u128, |m, (kl, _)| m | 1 << kl)
+        };
         let window = hp.sliding.filter(|_| !self.swa_full).map(|s| WindowKv {
             size: s.window,
-            layers: layers
-                .clone()
-                .enumerate()
-                .filter(|&(kl, il)| kl < 128 && hp.window(il).is_some())
-                .fold(0, |m, (kl, _)| m | 1 << kl),
+            layers: mask(&|m| matches!(m, LayerMemory::Paged { window: Some(_) })),
             n_blocks: WindowKv::blocks_for(s.window, self.n_seq, self.n_ubatch)
                 .min(n_positions.div_ceil(kv::BLOCK_SIZE)),
         });
+        let floats = memory.iter().filter_map(|m| match m {
+            LayerMemory::State { floats } => Some(*floats),
+            LayerMemory::Paged { .. } => None,
+        });
+        let state = floats.max().map(|floats| StateKv {
+            layers: mask(&|m| matches!(m, LayerMemory::State { .. })),
+            floats,
+            n_slots: self.n_seq,
+        });
         KvConfig {
-            n_layer: layers.len(),
+            n_layer: memory.len(),
             n_head_kv: hp.n_head_kv,
             head_dim: hp.head_dim,
             ty: self.kv_type,
             n_positions,
             window,
+            state,
         }
     }
 }
@@ -250,9 +265,15 @@ impl Executor {
     }
 
     /// Forgets positions `len..` of `seq`; returns the positions it keeps
-    /// ([`KvPool::truncate`]: 0 when cut back past what its sliding window kept).
+    /// ([`KvPool::truncate`]: 0 when cut back past what its sliding window kept; with
+    /// state layers, the state's checkpoint, which the device restores, or 0).
     pub fn truncate(&mut self, seq: &mut SeqKv, len: usize) -> usize {
-        self.kv.truncate(seq, len)
+        let (held, slot) = (seq.len(), seq.state_slot());
+        let kept = self.kv.truncate(seq, len);
+        if let Some(slot) = slot.filter(|_| kept > 0 && kept < held) {
+            self.dev.state_restore(slot);
+        }
+        kept
     }
 
     /// Evaluates `tokens` as positions `seq.len()..` of `seq`, `n_ubatch` rows per forward,
@@ -368,10 +389,12 @@ impl Executor {
             None => Vec::new(),
         };
         let windowed: Vec<&[u32]> = windowed.iter().map(Vec::as_slice).collect();
+        let states = self.kv.state_slots(seqs);
         dev.begin(&Step {
             rows,
             tables: &tables,
             windowed: &windowed,
+            states: &states,
         });
         let entered = match enter {
             Enter::Tokens(tokens) => model.embed(dev, w, tokens, self.hidden),

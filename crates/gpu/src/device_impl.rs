@@ -2,8 +2,8 @@
 //! a read-back, or an upload submits them.
 
 use device::{
-    AttnSpec, Buf, Device, Error, Mat, MatOut, MatrixSource, MoeSpec, MoeStats, Op, OpTime,
-    Progress, Result, Role, RopeMode, RopeSpec, Step,
+    AttnSpec, Buf, ConvSpec, Device, Error, Mat, MatOut, MatrixSource, MoeSpec, MoeStats, Op,
+    OpTime, Progress, Result, Role, RopeMode, RopeSpec, Step,
 };
 use gguf::GgmlType;
 use kv::KvConfig;
@@ -20,8 +20,9 @@ impl Device for Gpu {
         format!("gpu ({}, {:?}, {:?})", i.name, i.backend, i.device_type)
     }
 
-    fn supports(&self, _: Op) -> bool {
-        true
+    /// Every op but the recurrent ones: a model with state layers is refused at load.
+    fn supports(&self, op: Op) -> bool {
+        op != Op::Conv1d
     }
 
     fn supports_type(&self, ty: GgmlType) -> bool {
@@ -118,6 +119,9 @@ impl Device for Gpu {
     }
 
     fn kv_alloc(&mut self, cfg: KvConfig) -> Result<()> {
+        if cfg.state.is_some() {
+            return Err(self.unsupported("keep recurrent state".into()));
+        }
         if kv_code(cfg.ty).is_none() {
             return Err(Error::UnsupportedType(cfg.ty));
         }
@@ -174,6 +178,14 @@ impl Device for Gpu {
             .map(|s| (s, block as u64 * bb, bb))
             .collect();
         self.rec.read(&self.ctx, &parts, out);
+    }
+
+    fn state_restore(&mut self, _: u32) {
+        unreachable!("kv_alloc refuses state layers")
+    }
+
+    fn conv1d(&mut self, _: usize, _: Buf, _: Buf, _: Buf, _: &ConvSpec) {
+        unreachable!("supports(Op::Conv1d) is false: such a model is refused at load")
     }
 
     fn kv_write_block(&mut self, block: u32, data: &[u8]) {

@@ -181,6 +181,7 @@ fn kv_blocks_copy_read_and_write() {
         ty: GgmlType::F16,
         n_positions: 4 * BLOCK_SIZE,
         window: None,
+        state: None,
     };
     d.kv_alloc(cfg).unwrap();
     let rows: Vec<Row> = (0..BLOCK_SIZE).map(|pos| Row { pos, seq: 0 }).collect();
@@ -203,6 +204,7 @@ fn kv_blocks_copy_read_and_write() {
             rows: &rows,
             tables: &[&[block]],
             windowed: &[],
+            states: &[],
         });
         for layer in 0..2 {
             if store {
@@ -233,6 +235,7 @@ fn kv_store_writes_the_bytes_the_reference_writes_for_every_kv_type() {
             ty,
             n_positions: 2 * BLOCK_SIZE,
             window: None,
+            state: None,
         };
         let rows: Vec<Row> = (3..3 + BLOCK_SIZE).map(|pos| Row { pos, seq: 0 }).collect();
         let Some(devs) = both() else { return };
@@ -246,6 +249,7 @@ fn kv_store_writes_the_bytes_the_reference_writes_for_every_kv_type() {
                     rows: &rows,
                     tables: &[&[1, 0]],
                     windowed: &[],
+                    states: &[],
                 });
                 d.kv_store(0, k, v);
                 d.finish();
@@ -304,6 +308,7 @@ fn attention_over_several_parts_and_a_window_across_them() {
         ty: GgmlType::F16,
         n_positions: 20 * BLOCK_SIZE,
         window: None,
+        state: None,
     };
     let table: Vec<u32> = (0..20).rev().collect();
     let rows: Vec<Row> = (0..n).map(|pos| Row { pos, seq: 0 }).collect();
@@ -333,6 +338,7 @@ fn attention_over_several_parts_and_a_window_across_them() {
                 rows: &rows,
                 tables,
                 windowed: &[],
+                states: &[],
             });
             d.kv_store(0, k, v);
             d.attention(0, q, out, &spec);
@@ -344,6 +350,7 @@ fn attention_over_several_parts_and_a_window_across_them() {
                 rows: &rows[n - 1..],
                 tables,
                 windowed: &[],
+                states: &[],
             });
             d.attention(0, q1, out, &spec);
             d.finish();

@@ -9,15 +9,18 @@
 //! as one reference; the block is free when the last lets go.
 //!
 //! A model with sliding-window layers keeps those layers in a second, smaller class of
-//! blocks that only the window's positions occupy ([`window`]).
+//! blocks that only the window's positions occupy ([`window`]). A model with recurrent
+//! layers keeps theirs as one state per sequence, in slots ([`state`]).
 
 use std::ops::Range;
 
 use gguf::GgmlType;
 
 mod prefix;
+pub mod state;
 pub mod window;
 pub use prefix::{PrefixCache, SHARED};
+pub use state::StateKv;
 use window::Companions;
 pub use window::WindowKv;
 
@@ -38,8 +41,10 @@ pub enum Error {
     OutOfBlocks { needed: usize, free: usize },
     #[error("the sliding-window KV ({n_blocks} blocks) is needed whole by the running sequences (raise --parallel or use --swa-full)")]
     OutOfWindowBlocks { n_blocks: usize },
-    #[error("sliding-window KV supports at most 128 layers, the model has {0}")]
+    #[error("sliding-window and state KV support at most 128 layers, the model has {0}")]
     TooManyLayers(usize),
+    #[error("all {n_slots} recurrent-state slots are held (raise --parallel)")]
+    OutOfStates { n_slots: usize },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -56,6 +61,8 @@ pub struct KvConfig {
     /// The windowed layers' smaller class of blocks; `None`: every layer keeps every
     /// position.
     pub window: Option<WindowKv>,
+    /// The state layers (they hold no blocks); `None`: every layer is paged.
+    pub state: Option<StateKv>,
 }
 
 impl KvConfig {
@@ -80,18 +87,32 @@ impl KvConfig {
         self.window.is_some_and(|w| w.has(layer))
     }
 
-    /// Blocks the storage of KV layer `layer` has.
+    /// Whether KV layer `layer` keeps a recurrent state rather than paged keys and values.
+    pub fn is_state(&self, layer: usize) -> bool {
+        self.state.is_some_and(|s| s.has(layer))
+    }
+
+    /// Whether KV layer `layer` keeps every position in the pool's blocks: the blocks a
+    /// prefix shares, and that [`KvPool`]'s block reads and writes move.
+    pub fn is_full(&self, layer: usize) -> bool {
+        !self.is_windowed(layer) && !self.is_state(layer)
+    }
+
+    /// Blocks the storage of KV layer `layer` has (none for a state layer).
     pub fn layer_blocks(&self, layer: usize) -> usize {
         match self.window {
+            _ if self.is_state(layer) => 0,
             Some(w) if w.has(layer) => w.n_blocks,
             _ => self.n_blocks(),
         }
     }
 
-    /// Bytes the pool allocates: keys and values of every layer.
+    /// Bytes the pool allocates: keys and values of every paged layer, and the states with
+    /// their checkpoints.
     pub fn total_bytes(&self) -> u64 {
         let blocks: usize = (0..self.n_layer).map(|l| self.layer_blocks(l)).sum();
-        2 * blocks as u64 * self.block_bytes() as u64
+        let states = self.state.map_or(0, |s| s.total_bytes());
+        2 * blocks as u64 * self.block_bytes() as u64 + states
     }
 
     /// Checks the element type and that a head is whole blocks of it.
@@ -107,7 +128,7 @@ impl KvConfig {
                 head_dim: self.head_dim,
             });
         }
-        if self.window.is_some() && self.n_layer > 128 {
+        if (self.window.is_some() || self.state.is_some()) && self.n_layer > 128 {
             return Err(Error::TooManyLayers(self.n_layer));
         }
         Ok(())
@@ -121,6 +142,10 @@ pub struct SeqKv {
     len: usize,
     /// Indices into `blocks` whose windowed companions it needs ([`window`]).
     need: Range<usize>,
+    /// Its recurrent-state slot ([`state`]), once it holds one.
+    state: Option<u32>,
+    /// The position of its state's checkpoint.
+    checkpoint: usize,
 }
 
 impl SeqKv {
@@ -142,6 +167,11 @@ impl SeqKv {
     pub fn blocks(&self) -> &[u32] {
         &self.blocks
     }
+
+    /// Its recurrent-state slot, when the pool has state layers and it holds one.
+    pub fn state_slot(&self) -> Option<u32> {
+        self.state
+    }
 }
 
 /// The pool's free blocks, and the holders of every other block.
@@ -151,6 +181,8 @@ pub struct KvPool {
     /// Per block: the sequences (and cache entry) holding it.
     refs: Vec<u32>,
     win: Option<Companions>,
+    /// Free recurrent-state slots.
+    free_states: Vec<u32>,
 }
 
 impl KvPool {
@@ -161,6 +193,9 @@ impl KvPool {
             free: (0..cfg.n_blocks() as u32).rev().collect(),
             refs: vec![0; cfg.n_blocks()],
             win: cfg.window.map(|w| Companions::new(w, cfg.n_blocks())),
+            free_states: (0..cfg.state.map_or(0, |s| s.n_slots as u32))
+                .rev()
+                .collect(),
         })
     }
 
@@ -172,8 +207,8 @@ impl KvPool {
         self.free.len()
     }
 
-    /// Makes room in `seq` for `n_positions` positions in all, taking blocks from the pool.
-    /// On failure nothing is taken.
+    /// Makes room in `seq` for `n_positions` positions in all, taking blocks from the pool
+    /// (and a state slot, with state layers). On failure nothing is taken.
     pub fn reserve(&mut self, seq: &mut SeqKv, n_positions: usize) -> Result<()> {
         let needed = n_positions
             .div_ceil(BLOCK_SIZE)
@@ -183,6 +218,13 @@ impl KvPool {
                 needed,
                 free: self.free.len(),
             });
+        }
+        if let Some(s) = self.cfg.state.filter(|_| seq.state.is_none()) {
+            seq.state = Some(
+                self.free_states
+                    .pop()
+                    .ok_or(Error::OutOfStates { n_slots: s.n_slots })?,
+            );
         }
         let at = self.free.len() - needed;
         for b in self.free.drain(at..).rev() {
@@ -214,8 +256,12 @@ impl KvPool {
 
     /// How many of `blocks` (full, computed blocks of a prefix, in order) a sequence can
     /// start from without computing any again: the most whose last window still has its
-    /// windowed companions (all of them without a windowed class).
+    /// windowed companions (all of them without a windowed class), and none with state
+    /// layers (a prefix's blocks do not hold the state after it).
     pub fn usable(&self, blocks: &[u32]) -> usize {
+        if self.cfg.state.is_some() {
+            return 0;
+        }
         let Some(w) = &self.win else {
             return blocks.len();
         };
@@ -275,13 +321,30 @@ impl KvPool {
         if seq.need.is_empty() {
             seq.need = 0..0;
         }
+        if seq.blocks.is_empty() {
+            if let Some(slot) = seq.state.take() {
+                self.free_states.push(slot);
+            }
+        }
     }
 
     /// Forgets positions `len..` of `seq`, and returns the positions it keeps: `len` (or
-    /// fewer when it held fewer), or 0 when the window before position `len` lost its
-    /// windowed blocks (cutting back further than the last forward's rows may), in which
-    /// case all of `seq` went back to the pool.
+    /// fewer when it held fewer); with state layers, the state's checkpoint when `len` is
+    /// short of what it holds but not of the checkpoint (its device must then restore the
+    /// checkpoint); or 0 when the window before position `len` lost its windowed blocks or
+    /// `len` is short of the checkpoint (cutting back further than the last forward's rows
+    /// may), in which case all of `seq` went back to the pool.
     pub fn truncate(&mut self, seq: &mut SeqKv, len: usize) -> usize {
+        let len = match self.cfg.state {
+            Some(_) if len >= seq.len => len,
+            Some(_) if len >= seq.checkpoint && seq.checkpoint > 0 => seq.checkpoint,
+            Some(_) => 0,
+            None => len,
+        };
+        if len == 0 && self.cfg.state.is_some() {
+            self.release(seq);
+            return 0;
+        }
         self.cut(seq, len);
         let Some(w) = &mut self.win else {
             return seq.len;
@@ -314,7 +377,12 @@ impl KvPool {
 
     /// Before a forward whose rows of `seq` are positions `first..len`: needs (attaching
     /// where missing) the windowed companions of the blocks those rows see or write.
+    /// With state layers, `first` becomes the state's checkpoint (the device keeps the state
+    /// before the rows, [`state`]).
     pub fn prepare(&mut self, seq: &mut SeqKv, first: usize, len: usize) -> Result<()> {
+        if self.cfg.state.is_some() {
+            seq.checkpoint = first;
+        }
         let Some(w) = &mut self.win else {
             return Ok(());
         };
@@ -357,6 +425,18 @@ impl KvPool {
         }
     }
 
+    /// Per sequence, its state slot ([`state::NO_SLOT`] where it holds none); empty without
+    /// state layers.
+    pub fn state_slots(&self, seqs: &[&mut SeqKv]) -> Vec<u32> {
+        match self.cfg.state {
+            Some(_) => seqs
+                .iter()
+                .map(|s| s.state.unwrap_or(state::NO_SLOT))
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+
     /// Windowed blocks no sequence needs (free or idle); 0 without a windowed class.
     pub fn window_available(&self) -> usize {
         self.win.as_ref().map_or(0, Companions::available)
@@ -375,6 +455,7 @@ mod tests {
             ty: GgmlType::F16,
             n_positions,
             window: None,
+            state: None,
         }
     }
 

@@ -131,8 +131,13 @@ impl PrefixCache {
     /// Returns all of `seq`'s blocks: each full block whose positions are cached goes into
     /// the cache under namespace `ns` (or back to the pool when the cache already has that
     /// prefix), the rest to the pool. `tokens` are the sequence's tokens, at least
-    /// `seq.len()` of them.
+    /// `seq.len()` of them. With state layers nothing is cached: no prefix of such a pool
+    /// is [`KvPool::usable`].
     pub fn give(&mut self, pool: &mut KvPool, seq: &mut SeqKv, tokens: &[u32], ns: u64) {
+        if pool.config().state.is_some() {
+            pool.release(seq);
+            return;
+        }
         let n_full = seq.len.min(tokens.len()) / BLOCK_SIZE;
         let mut keys = Vec::with_capacity(n_full);
         let mut parent = ns;
@@ -200,6 +205,7 @@ mod tests {
             ty: GgmlType::F16,
             n_positions: n_blocks * BLOCK_SIZE,
             window: None,
+            state: None,
         })
         .unwrap()
     }

@@ -169,6 +169,7 @@ mod tests {
                 layers: 0b10,
                 n_blocks: 8,
             }),
+            state: None,
         })
         .unwrap()
     }

@@ -37,7 +37,7 @@ pub use hparams::{
     ExpertWidth, Experts, HParams, MoeParams, RoutingDefaults, SharedExpert, Sliding,
     SlidingPattern, Traits,
 };
-pub use layers::{Cx, Layer};
+pub use layers::{Cx, Layer, LayerMemory};
 pub use scratch::Scratch;
 pub use stage::{Part, Stage};
 pub use tensors::{
@@ -134,6 +134,15 @@ impl Model {
             output,
             head: None,
         })
+    }
+
+    /// What each block of the stage keeps of a sequence, in order.
+    pub fn memory(&self) -> Vec<LayerMemory> {
+        let first = self.stage.layers.start;
+        let layers = self.layers.iter().enumerate();
+        layers
+            .map(|(i, l)| l.memory(&self.hparams, first + i))
+            .collect()
     }
 
     /// The embedding table, when the stage embeds.

@@ -182,6 +182,7 @@ impl Synthetic {
             Value::F32(1e-6),
         );
         w.metadata(&format!("{a}.rope.freq_base"), Value::F32(10_000.0));
+        self.arch_keys(&mut w);
         let mut t = Tensors {
             w: &mut w,
             rng: Rng::new(self.seed),
@@ -205,17 +206,19 @@ impl Synthetic {
             let n = |s: &str| format!("blk.{il}.{s}");
             t.ones(&n("attn_norm.weight"), e);
             t.ones(&n("ffn_norm.weight"), e);
-            for (name, rows) in [("attn_q", q), ("attn_k", kv), ("attn_v", kv)] {
-                t.matrix(&n(&format!("{name}.weight")), &[e, rows], self.ty, scale(e))?;
-                if qkv_bias {
-                    t.zeros(&n(&format!("{name}.bias")), rows);
+            if !self.conv_block(t, il)? {
+                for (name, rows) in [("attn_q", q), ("attn_k", kv), ("attn_v", kv)] {
+                    t.matrix(&n(&format!("{name}.weight")), &[e, rows], self.ty, scale(e))?;
+                    if qkv_bias {
+                        t.zeros(&n(&format!("{name}.bias")), rows);
+                    }
                 }
+                if qk_norm {
+                    t.ones(&n("attn_q_norm.weight"), hd);
+                    t.ones(&n("attn_k_norm.weight"), hd);
+                }
+                t.matrix(&n("attn_output.weight"), &[q, e], self.ty, scale(q))?;
             }
-            if qk_norm {
-                t.ones(&n("attn_q_norm.weight"), hd);
-                t.ones(&n("attn_k_norm.weight"), hd);
-            }
-            t.matrix(&n("attn_output.weight"), &[q, e], self.ty, scale(q))?;
             let (ff, suffix) = match self.experts {
                 None => (self.n_ff, ""),
                 Some(x) => {
@@ -258,6 +261,41 @@ impl Synthetic {
         }
         Ok(())
     }
+}
+
+#[cfg(feature = "testing")]
+impl Synthetic {
+    /// Taps of a toyconv model's convolutions.
+    const CONV_KERNEL: usize = 4;
+
+    /// Writes block `il`'s convolution in place of attention where the architecture is
+    /// toyconv and the block odd; whether it did.
+    fn conv_block(&self, t: &mut Tensors, il: usize) -> Result<bool> {
+        if self.arch.name() != "toyconv" || il.is_multiple_of(2) {
+            return Ok(false);
+        }
+        let (e, k) = (self.n_embd, Self::CONV_KERNEL);
+        let n = |s: &str| format!("blk.{il}.{s}.weight");
+        t.matrix(&n("ssm_in"), &[e, e], self.ty, scale(e))?;
+        t.matrix(&n("ssm_conv1d"), &[e * k], GgmlType::F32, scale(k))?;
+        t.matrix(&n("ssm_out"), &[e, e], self.ty, scale(e))?;
+        Ok(true)
+    }
+
+    fn arch_keys(&self, w: &mut GgufWriter) {
+        if self.arch.name() == "toyconv" {
+            w.metadata("toyconv.conv_kernel", Value::U32(Self::CONV_KERNEL as u32));
+        }
+    }
+}
+
+#[cfg(not(feature = "testing"))]
+impl Synthetic {
+    fn conv_block(&self, _: &mut Tensors, _: usize) -> Result<bool> {
+        Ok(false)
+    }
+
+    fn arch_keys(&self, _: &mut GgufWriter) {}
 }
 
 /// Uniform values of variance `1 / cols`: a product with a unit-variance input has unit

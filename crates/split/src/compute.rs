@@ -90,8 +90,14 @@ impl Compute {
         epoch: u64,
         max_sessions: usize,
     ) -> Result<Self> {
+        let exec = Executor::new(model, cfg)?;
+        if exec.kv().config().state.is_some() {
+            return Err(Error::Refused(
+                "a model with recurrent-state layers cannot be split yet".into(),
+            ));
+        }
         Ok(Compute {
-            exec: Executor::new(model, cfg)?,
+            exec,
             cfg,
             hash,
             epoch,

@@ -135,6 +135,11 @@ pub fn start_with(
         .device
         .open(pool.clone(), cfg.context_config().precision)?;
     let exec = Executor::on(model, cfg.context_config(), dev, progress)?;
+    if front.is_some() && exec.kv().config().state.is_some() {
+        return Err(crate::Error::Config(
+            "a model with recurrent-state layers cannot be split yet (its stages would have to restore states together)".into(),
+        ));
+    }
     eprintln!("device: {}", exec.device().describe());
     let spec = spec.map(|s| Spec::new(s, &cfg, pool)).transpose()?;
     let mut engine = Engine {

@@ -47,6 +47,9 @@ impl Engine {
         if self.front.is_some() {
             return Err("a split model keeps no prefix cache to save or restore".into());
         }
+        if self.exec.kv().config().state.is_some() && !matches!(op, SlotOp::Erase) {
+            return Err("this model's recurrent layers keep a state, not a prefix's KV blocks: its slots cannot be saved or restored yet".into());
+        }
         if self.exec.kv().config().window.is_some() && !matches!(op, SlotOp::Erase) {
             return Err("this model's sliding-window layers keep only their last window, not a prefix's whole KV: saving and restoring slots needs --swa-full".into());
         }

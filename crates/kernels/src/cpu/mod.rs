@@ -13,9 +13,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use device::host::HostBufs;
+use device::state::HostStates;
 use device::{
-    AttnSpec, Buf, Bytes, Device, Mat, MatOut, MatrixSource, MoeSpec, MoeStats, Op, Progress,
-    Result, Role, RopeSpec, Row, Step,
+    AttnSpec, Buf, Bytes, ConvSpec, Device, Mat, MatOut, MatrixSource, MoeSpec, MoeStats, Op,
+    Progress, Result, Role, RopeSpec, Row, Step,
 };
 use gguf::GgmlType;
 
@@ -51,6 +52,7 @@ pub struct Cpu {
     bufs: HostBufs,
     mats: Vec<CpuMat>,
     kv: Option<kv::KvStore>,
+    states: Option<HostStates>,
     rows: Vec<Row>,
     tables: device::Tables,
     /// `[step rows, n_rot / 2]` RoPE angles of this step, for the `(n_rot, freq_base)` given.
@@ -80,6 +82,7 @@ impl Cpu {
             bufs: HostBufs::default(),
             mats: Vec::new(),
             kv: None,
+            states: None,
             rows: Vec::new(),
             tables: device::Tables::default(),
             angles: Vec::new(),
@@ -202,7 +205,12 @@ impl Device for Cpu {
 
     fn kv_alloc(&mut self, cfg: ::kv::KvConfig) -> Result<()> {
         self.kv = Some(kv::KvStore::new(cfg)?);
+        self.states = cfg.state.map(HostStates::new);
         Ok(())
+    }
+
+    fn state_restore(&mut self, slot: u32) {
+        self.states.as_mut().expect("state layers").restore(slot);
     }
 
     fn kv_copy_block(&mut self, from: u32, to: u32) {
@@ -231,6 +239,25 @@ impl Device for Cpu {
         self.rows.extend_from_slice(step.rows);
         self.tables.set(step);
         self.angles_of = None;
+        if let Some(s) = &mut self.states {
+            s.begin(step);
+        }
+    }
+
+    /// Scalar: a toy's layer kind so far, not yet a kernel that pays for SIMD.
+    fn conv1d(&mut self, layer: usize, x: Buf, w: Buf, out: Buf, spec: &ConvSpec) {
+        let n = self.rows.len() * spec.width;
+        let states = self.states.as_mut().expect("state layers");
+        let mut o = self.bufs.take(out);
+        states.conv1d(
+            layer,
+            &self.bufs[x][..n],
+            &self.bufs[w],
+            &mut o,
+            spec,
+            dot_f32,
+        );
+        self.bufs.put(out, o);
     }
 
     fn finish(&mut self) {}
@@ -381,4 +408,9 @@ impl Device for Cpu {
     fn moe_stats(&self) -> MoeStats {
         self.moe.stats
     }
+}
+
+/// `Σ a[j] · b[j]` in f32, `j` ascending.
+fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).fold(0.0, |acc, (&x, &y)| acc + x * y)
 }

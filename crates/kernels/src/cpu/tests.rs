@@ -11,7 +11,7 @@ use kv::{KvConfig, BLOCK_SIZE};
 
 use super::Cpu;
 use crate::{Precision, ThreadPool};
-use device::conformance::{attention_case, buf, moe_agrees, norms_case, read, rel};
+use device::conformance::{attention_case, buf, conv_case, moe_agrees, norms_case, read, rel};
 use device::testing::{data, source, QUANT_TYPES};
 
 /// Every weight type the CPU backend takes.
@@ -149,6 +149,7 @@ fn copied_kv_blocks_attend_like_the_originals() {
             ty: GgmlType::F16,
             n_positions: 4 * BLOCK_SIZE,
             window: None,
+            state: None,
         };
         d.kv_alloc(cfg).unwrap();
         let rows: Vec<Row> = (0..BLOCK_SIZE).map(|pos| Row { pos, seq: 0 }).collect();
@@ -169,6 +170,7 @@ fn copied_kv_blocks_attend_like_the_originals() {
             rows: &rows,
             tables: &[&[3]],
             windowed: &[],
+            states: &[],
         });
         d.kv_store(0, k, v);
         d.attention(0, q, o1, &spec);
@@ -178,6 +180,7 @@ fn copied_kv_blocks_attend_like_the_originals() {
             rows: &rows,
             tables: &[&[1]],
             windowed: &[],
+            states: &[],
         });
         d.attention(0, q, o2, &spec);
         d.finish();
@@ -188,4 +191,11 @@ fn copied_kv_blocks_attend_like_the_originals() {
             d.describe()
         );
     }
+}
+
+#[test]
+fn the_state_convolution_agrees_with_the_reference() {
+    let want = conv_case(&mut Reference::new());
+    let got = conv_case(&mut cpu(Precision::Int8));
+    assert!(rel(&got, &want, 1.0) < 1e-6, "{}", rel(&got, &want, 1.0));
 }

@@ -11,6 +11,8 @@ mod qwen2;
 mod qwen2moe;
 mod qwen3;
 mod qwen3moe;
+#[cfg(feature = "testing")]
+mod toyconv;
 
 use device::Op;
 use gguf::Metadata;
@@ -54,6 +56,12 @@ pub static RECIPES: &[&dyn Recipe] = &[
     &phi3::Phi3,
 ];
 
+/// Architectures for tests of the seams (feature `testing`), never in a user's build.
+#[cfg(feature = "testing")]
+static TEST_RECIPES: &[&dyn Recipe] = &[&toyconv::ToyConv];
+#[cfg(not(feature = "testing"))]
+static TEST_RECIPES: &[&dyn Recipe] = &[];
+
 /// An architecture tandem runs: a handle to its recipe, compared by name.
 #[derive(Clone, Copy)]
 pub struct Arch(&'static dyn Recipe);
@@ -63,6 +71,7 @@ impl Arch {
     pub fn from_name(name: &str) -> Result<Arch> {
         RECIPES
             .iter()
+            .chain(TEST_RECIPES)
             .find(|r| r.name() == name)
             .map(|&r| Arch(r))
             .ok_or_else(|| Error::UnknownArch {

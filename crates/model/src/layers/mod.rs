@@ -25,8 +25,25 @@ pub struct Cx<'a> {
     pub kv_layer: usize,
 }
 
+/// What a block keeps of each sequence between forwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayerMemory {
+    /// Keys and values of every position in the paged pool, or of the last `window`
+    /// positions.
+    Paged { window: Option<usize> },
+    /// A recurrent state of `floats` values per sequence, whatever its length.
+    State { floats: usize },
+}
+
 /// One block of a model, its tensors loaded: the unit a recipe makes and the model runs.
 pub trait Layer: Send + Sync {
+    /// What block `il` keeps of each sequence: by default, attention's keys and values.
+    fn memory(&self, hp: &HParams, il: usize) -> LayerMemory {
+        LayerMemory::Paged {
+            window: hp.window(il),
+        }
+    }
+
     /// `hidden` (`[n, n_embd]`) through the block, in place, for the rows of the step begun
     /// on `dev`, writing what the block keeps of each row into its memory.
     fn forward(&self, cx: &Cx<'_>, dev: &mut dyn Device, hidden: Buf, n: usize);

@@ -92,6 +92,7 @@ pub fn run_stages_on(
             ty: kv_type,
             n_positions: 256,
             window: None,
+            state: None,
         };
         kvs.push(KvPool::new(cfg).unwrap());
         dev.kv_alloc(cfg).unwrap();
@@ -127,6 +128,7 @@ pub fn run_stages_on(
                 rows: &rows,
                 tables: &tables,
                 windowed: &[],
+                states: &[],
             });
             if i == 0 {
                 model.embed(&mut **dev, w, &tokens, *hidden).unwrap();

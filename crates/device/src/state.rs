@@ -1,0 +1,186 @@
+//! Recurrent states in host memory, for the backends whose buffers live there (the CPU,
+//! the reference): per state layer and slot, the state and its checkpoint
+//! ([`kv::state`]), and the causal convolution over them.
+
+use kv::state::NO_SLOT;
+use kv::StateKv;
+
+use crate::{ConvSpec, Row, Step};
+
+/// See the module doc.
+pub struct HostStates {
+    cfg: StateKv,
+    /// `[state layers, n_slots, floats]`.
+    state: Vec<f32>,
+    checkpoint: Vec<f32>,
+    /// Per sequence of the step, its slot.
+    slots: Vec<u32>,
+    rows: Vec<Row>,
+}
+
+impl HostStates {
+    pub fn new(cfg: StateKv) -> HostStates {
+        let n = cfg.n_layers() * cfg.n_slots * cfg.floats;
+        HostStates {
+            cfg,
+            state: vec![0.0; n],
+            checkpoint: vec![0.0; n],
+            slots: Vec::new(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// The floats of slot `slot` of KV layer `layer` in a `[layers, slots, floats]` store.
+    fn range(&self, layer: usize, slot: u32) -> std::ops::Range<usize> {
+        assert!(self.cfg.has(layer), "KV layer {layer} keeps no state");
+        let rank = (self.cfg.layers & ((1u128 << layer) - 1)).count_ones() as usize;
+        let at = (rank * self.cfg.n_slots + slot as usize) * self.cfg.floats;
+        at..at + self.cfg.floats
+    }
+
+    /// Starts a step: each sequence with rows starts from the zero state (its first row at
+    /// position 0) or keeps its state as its checkpoint.
+    pub fn begin(&mut self, step: &Step<'_>) {
+        self.slots = step.states.to_vec();
+        self.rows = step.rows.to_vec();
+        let mut seen = vec![false; self.slots.len()];
+        for r in step.rows {
+            if std::mem::replace(&mut seen[r.seq], true) || self.slots[r.seq] == NO_SLOT {
+                continue;
+            }
+            let slot = self.slots[r.seq];
+            for layer in (0..128).filter(|&l| self.cfg.has(l)) {
+                let range = self.range(layer, slot);
+                match r.pos {
+                    0 => self.state[range].fill(0.0),
+                    _ => self.checkpoint[range.clone()].copy_from_slice(&self.state[range]),
+                }
+            }
+        }
+    }
+
+    /// [`crate::Device::state_restore`].
+    pub fn restore(&mut self, slot: u32) {
+        for layer in (0..128).filter(|&l| self.cfg.has(l)) {
+            let range = self.range(layer, slot);
+            self.state[range.clone()].copy_from_slice(&self.checkpoint[range]);
+        }
+    }
+
+    /// [`crate::Device::conv1d`] over the step's rows with host buffers, each output a
+    /// sum over the taps in order as `dot(inputs, taps)` gives it (`inputs[j]` the input
+    /// `j` of the window, `taps[j] = w[c·k + j]`).
+    pub fn conv1d(
+        &mut self,
+        layer: usize,
+        x: &[f32],
+        w: &[f32],
+        out: &mut [f32],
+        spec: &ConvSpec,
+        dot: fn(&[f32], &[f32]) -> f32,
+    ) {
+        let (width, k) = (spec.width, spec.k);
+        let floats = (k - 1) * width;
+        assert!(floats <= self.cfg.floats, "a slot holds the k - 1 inputs");
+        let mut start = 0;
+        while start < self.rows.len() {
+            let seq = self.rows[start].seq;
+            let end = start
+                + self.rows[start..]
+                    .iter()
+                    .take_while(|r| r.seq == seq)
+                    .count();
+            let at = self.range(layer, self.slots[seq]).start;
+            let range = at..at + floats;
+            // [k - 1 + rows, width]: the state, then the step's inputs.
+            let mut window = self.state[range.clone()].to_vec();
+            window.extend_from_slice(&x[start * width..end * width]);
+            let (mut inputs, mut taps) = (vec![0f32; k], vec![0f32; k]);
+            for (i, r) in (start..end).enumerate() {
+                for c in 0..width {
+                    for j in 0..k {
+                        inputs[j] = window[(i + j) * width + c];
+                        taps[j] = w[c * k + j];
+                    }
+                    out[r * width + c] = dot(&inputs, &taps);
+                }
+            }
+            let n = end - start;
+            self.state[range].copy_from_slice(&window[n * width..(n + k - 1) * width]);
+            start = end;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kv::{KvConfig, StateKv};
+
+    use crate::conformance::{buf, read};
+    use crate::reference::Reference;
+    use crate::testing::data;
+    use crate::*;
+
+    /// The reference's convolution over a prompt in three steps equals the convolution of
+    /// the whole input written out, zero before position 0; a sequence starting over at
+    /// position 0 starts from the zero state.
+    #[test]
+    fn steps_through_the_state_equal_the_whole_convolution() {
+        let (width, k) = (8, 3);
+        let mut dev = Reference::new();
+        dev.kv_alloc(KvConfig {
+            n_layer: 1,
+            n_head_kv: 1,
+            head_dim: 32,
+            ty: gguf::GgmlType::F16,
+            n_positions: 16,
+            window: None,
+            state: Some(StateKv {
+                layers: 1,
+                floats: (k - 1) * width,
+                n_slots: 1,
+            }),
+        })
+        .unwrap();
+        let taps = data(width * k, 5);
+        let w = buf(&mut dev, &taps);
+        let all = data(12 * width, 6);
+        let (x, out) = (
+            dev.alloc(12 * width).unwrap(),
+            dev.alloc(12 * width).unwrap(),
+        );
+        let mut got = Vec::new();
+        // The last span starts the sequence over: position 0 again, from the zero state.
+        for span in [0..5, 5..7, 7..12, 0..5] {
+            let rows: Vec<Row> = span.clone().map(|pos| Row { pos, seq: 0 }).collect();
+            dev.begin(&Step {
+                rows: &rows,
+                tables: &[&[0]],
+                windowed: &[],
+                states: &[0],
+            });
+            dev.upload(x, 0, &all[span.start * width..span.end * width]);
+            dev.conv1d(0, x, w, out, &ConvSpec { width, k });
+            got.extend(read(&mut dev, out, span.len() * width));
+            dev.finish();
+        }
+        assert_eq!(
+            got[..5 * width],
+            got[12 * width..],
+            "starting over from zero"
+        );
+        for p in 0..12 {
+            for c in 0..width {
+                let want: f64 = (0..k)
+                    .filter(|&j| p + j + 1 >= k)
+                    .map(|j| taps[c * k + j] as f64 * all[(p + j + 1 - k) * width + c] as f64)
+                    .sum();
+                let g = got[p * width + c] as f64;
+                assert!(
+                    (g - want).abs() < 1e-6,
+                    "position {p} channel {c}: {g} vs {want}"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! A model whose layers keep a recurrent state (the test recipe toyconv: attention blocks
+//! and causal-convolution blocks alternating, random weights, SmolLM2's tokenizer) through
+//! the engine on the CPU: a user's greedy tokens do not depend on the others, on prompts
+//! read in chunks, on rejected drafts (the state goes back to its checkpoint and the engine
+//! computes again what was not kept), or on a resumed conversation (a state model shares
+//! no prefix: it computes it again).
+
+#[allow(dead_code)]
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use common::{model_path, MODELS};
+use engine::speculative::{PolicyKind, Scripted, SpecConfig, Speculation};
+use engine::{
+    ContextConfig, EngineConfig, EngineHandle, Event, Executor, Outputs, Sampler, SamplerConfig,
+    Summary,
+};
+use gguf::GgmlType;
+use model::Model;
+use text::Tokenizer;
+
+/// 4 blocks of 64 (blocks 1 and 3 convolutions) with SmolLM2's tokenizer.
+fn toy(dir: &Path) -> PathBuf {
+    let (_, file, name) = MODELS[0];
+    let tokenizer = gguf::GgufFile::open(model_path(file, name)).unwrap();
+    let path = dir.join("toyconv.gguf");
+    model::synthetic::Synthetic {
+        arch: model::Arch::from_name("toyconv").unwrap(),
+        n_embd: 64,
+        n_layer: 4,
+        n_head: 4,
+        n_head_kv: 2,
+        n_ff: 128,
+        experts: None,
+        ty: GgmlType::Q8_0,
+        seed: 5,
+    }
+    .write(&tokenizer, &path)
+    .unwrap();
+    path
+}
+
+fn config(n_parallel: usize) -> EngineConfig {
+    EngineConfig {
+        n_ctx: 4096,
+        n_parallel,
+        kv_unified: true,
+        n_batch: 64,
+        n_ubatch: 32,
+        n_threads: 2,
+        kv_type: GgmlType::F16,
+        queue_limit: 64,
+        device: engine::DeviceKind::Cpu,
+        step_budget: engine::StepBudget::AUTO,
+        swa_full: false,
+    }
+}
+
+fn start(path: &Path, n_parallel: usize, spec: Option<Speculation>) -> EngineHandle {
+    let model = Model::load(path).unwrap();
+    let tok = Tokenizer::from_gguf(&model.file.header.metadata).unwrap();
+    engine::start(model, Arc::new(tok), config(n_parallel), spec, None).unwrap()
+}
+
+/// Prompts of 9 to 75 tokens: the longer ones are read in several forwards of 32 rows.
+fn prompts(path: &Path) -> Vec<Vec<u32>> {
+    let model = Model::load(path).unwrap();
+    let tok = Tokenizer::from_gguf(&model.file.header.metadata).unwrap();
+    let text = "The quick brown fox jumps over the lazy dog while the river runs to the sea. ";
+    (0..8)
+        .map(|i| {
+            tok.encode(&text.repeat(1 + i % 4)[i..], true, false)
+                .unwrap()
+        })
+        .collect()
+}
+
+fn collect(mut events: engine::EventStream) -> (Vec<u32>, Summary) {
+    let mut tokens = Vec::new();
+    loop {
+        match events.blocking_recv().expect("engine answers") {
+            Event::Delta { tokens: ids, .. } => tokens.extend(ids),
+            Event::Done(s) => return (tokens, s),
+            Event::Rejected(m) | Event::Failed(m) | Event::Unavailable(m) => {
+                panic!("request failed: {m}")
+            }
+            Event::Embedding(_) => panic!("a generation request answered an embedding"),
+        }
+    }
+}
+
+fn run_all(handle: &EngineHandle, prompts: &[Vec<u32>], n: usize) -> Vec<(Vec<u32>, Summary)> {
+    let streams: Vec<_> = prompts
+        .iter()
+        .map(|p| {
+            handle
+                .submit(common::request(p.clone(), n, None))
+                .unwrap()
+                .1
+        })
+        .collect();
+    streams.into_iter().map(collect).collect()
+}
+
+/// Greedy tokens of one sequence, alone, a token a forward after its prompt.
+fn alone(path: &Path, prompt: &[u32], n: usize) -> Vec<u32> {
+    let cfg = ContextConfig {
+        n_ctx: 512,
+        n_ubatch: 32,
+        n_threads: 2,
+        device: engine::DeviceKind::Cpu,
+        ..ContextConfig::default()
+    };
+    let mut ctx = Executor::new(Model::load(path).unwrap(), cfg).unwrap();
+    let mut seq = kv::SeqKv::default();
+    let mut sampler = Sampler::new(SamplerConfig::greedy());
+    let (mut next, mut out) = (0, Vec::new());
+    ctx.eval(&mut seq, prompt, Outputs::Last, &mut |_, l| {
+        next = sampler.sample(l, &[])
+    })
+    .unwrap();
+    for _ in 0..n {
+        out.push(next);
+        ctx.eval(&mut seq, &[next], Outputs::Last, &mut |_, l| {
+            next = sampler.sample(l, &[])
+        })
+        .unwrap();
+    }
+    out
+}
+
+#[test]
+fn eight_users_get_the_tokens_each_gets_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = toy(dir.path());
+    let prompts = prompts(&path);
+    let n = 24;
+    let handle = start(&path, 8, None);
+    let together = run_all(&handle, &prompts, n);
+    for (i, (p, (got, _))) in prompts.iter().zip(&together).enumerate() {
+        assert_eq!(got, &alone(&path, p, n), "prompt {i} ({} tokens)", p.len());
+    }
+}
+
+#[test]
+fn rejected_drafts_take_the_state_back_and_keep_the_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = toy(dir.path());
+    let prompts = prompts(&path);
+    let n = 24;
+    let want = run_all(&start(&path, 8, None), &prompts, n);
+    let scripts: Vec<Vec<u32>> = prompts
+        .iter()
+        .zip(&want)
+        .map(|(p, w)| p.iter().chain(&w.0).copied().collect())
+        .collect();
+    let spec = |n_max| SpecConfig {
+        n_max,
+        policy: PolicyKind::Fixed,
+        ..SpecConfig::default()
+    };
+    let arms = [
+        (
+            "self-draft",
+            Speculation::draft_model(Model::load(&path).unwrap(), spec(4)),
+            true,
+        ),
+        (
+            "scripted, every third position wrong",
+            Speculation::with(Scripted::new(scripts, 3, 0), spec(5)),
+            false,
+        ),
+    ];
+    for (name, s, all_accepted) in arms {
+        let got = run_all(&start(&path, 8, Some(s)), &prompts, n);
+        for (i, ((tokens, summary), w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(tokens, &w.0, "{name}: prompt {i}");
+            assert!(summary.draft_n > 0, "{name}: prompt {i} drafted nothing");
+            let accepted = summary.draft_n_accepted == summary.draft_n;
+            assert_eq!(accepted, all_accepted, "{name}: prompt {i}: {summary:?}");
+        }
+    }
+}
+
+#[test]
+fn a_resumed_conversation_is_computed_again_with_the_same_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = toy(dir.path());
+    let prompt = prompts(&path).remove(7);
+    let handle = start(&path, 2, None);
+    let (first, cold) = run_all(&handle, std::slice::from_ref(&prompt), 8).remove(0);
+    let mut turn2 = prompt.clone();
+    turn2.extend(&first);
+    turn2.extend(&prompt[1..5]);
+    let (second, warm) = run_all(&handle, std::slice::from_ref(&turn2), 8).remove(0);
+    assert_eq!(
+        (cold.cache_n, warm.cache_n),
+        (0, 0),
+        "a state model shares no prefix"
+    );
+    assert_eq!(second, alone(&path, &turn2, 8));
+    let (again, _) = run_all(&handle, std::slice::from_ref(&prompt), 8).remove(0);
+    assert_eq!(again, first);
+}

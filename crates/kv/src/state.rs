@@ -1,0 +1,134 @@
+//! Recurrent state: layers that keep, per sequence, a state of fixed size instead of a
+//! position's keys and values (a convolution's last inputs, a linear attention's matrix).
+//!
+//! A sequence holding positions `0..len` holds one *slot* of state, which its device keeps
+//! as it is after position `len - 1`, and a *checkpoint*: the state before the rows of the
+//! last forward that computed any of its positions (position `checkpoint`). A state cannot
+//! be cut back to any position the way paged KV is; it can go back to its checkpoint, and
+//! the engine computes again what lies between (positions a truncation did not keep):
+//!
+//! ```text
+//! forward   rows 40..45 (a token and four drafts): checkpoint = 40, len = 45
+//! truncate  to 42 (two drafts accepted)  → kept 40: the device restores the checkpoint,
+//!           the engine computes 40..42 again with its next rows
+//! truncate  to 38 (before the checkpoint) → kept 0: the slot goes back to the pool
+//! ```
+//!
+//! A forward whose rows of a sequence start at position 0 starts from the zero state.
+
+/// The state layers of a pool: which KV layers they are, their state's size, and how many
+/// sequences hold one at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateKv {
+    /// Bit `l` set: KV layer `l` keeps a state (at most 128 KV layers).
+    pub layers: u128,
+    /// Floats of one layer's state of one sequence (the largest of the state layers').
+    pub floats: usize,
+    /// Slots: sequences that can hold a state at once.
+    pub n_slots: usize,
+}
+
+impl StateKv {
+    /// Whether KV layer `layer` keeps a state.
+    pub fn has(&self, layer: usize) -> bool {
+        layer < 128 && self.layers >> layer & 1 == 1
+    }
+
+    /// State layers.
+    pub fn n_layers(&self) -> usize {
+        self.layers.count_ones() as usize
+    }
+
+    /// Bytes of the states and their checkpoints (f32).
+    pub fn total_bytes(&self) -> u64 {
+        2 * 4 * (self.n_layers() * self.floats * self.n_slots) as u64
+    }
+}
+
+/// No slot.
+pub const NO_SLOT: u32 = u32::MAX;
+
+#[cfg(test)]
+mod tests {
+    use gguf::GgmlType;
+
+    use super::*;
+    use crate::{Error, KvConfig, KvPool, SeqKv};
+
+    fn pool(n_slots: usize) -> KvPool {
+        KvPool::new(KvConfig {
+            n_layer: 2,
+            n_head_kv: 1,
+            head_dim: 32,
+            ty: GgmlType::F16,
+            n_positions: 256,
+            window: None,
+            state: Some(StateKv {
+                layers: 0b10,
+                floats: 24,
+                n_slots,
+            }),
+        })
+        .unwrap()
+    }
+
+    /// A forward of rows `first..len` of `seq`.
+    fn forward(pool: &mut KvPool, seq: &mut SeqKv, first: usize, len: usize) {
+        pool.reserve(seq, len).unwrap();
+        pool.prepare(seq, first, len).unwrap();
+        pool.commit(seq, len);
+    }
+
+    #[test]
+    fn a_truncation_keeps_the_checkpoint_or_nothing() {
+        let mut p = pool(2);
+        let mut a = SeqKv::default();
+        forward(&mut p, &mut a, 0, 40);
+        forward(&mut p, &mut a, 40, 45);
+        assert_eq!(p.truncate(&mut a, 45), 45, "nothing to cut");
+        assert_eq!(p.truncate(&mut a, 42), 40, "back to the checkpoint");
+        assert_eq!(a.len(), 40);
+        assert!(a.state_slot().is_some());
+        forward(&mut p, &mut a, 40, 42);
+        assert_eq!(p.truncate(&mut a, 39), 0, "short of the checkpoint");
+        assert_eq!((a.len(), a.state_slot(), p.free_blocks()), (0, None, 16));
+    }
+
+    #[test]
+    fn a_first_forward_cut_back_keeps_nothing() {
+        let mut p = pool(1);
+        let mut a = SeqKv::default();
+        forward(&mut p, &mut a, 0, 5);
+        assert_eq!(p.truncate(&mut a, 3), 0);
+        assert_eq!(a.state_slot(), None);
+    }
+
+    #[test]
+    fn slots_are_held_until_release_and_no_prefix_is_usable() {
+        let mut p = pool(1);
+        let (mut a, mut b) = (SeqKv::default(), SeqKv::default());
+        forward(&mut p, &mut a, 0, 32);
+        let free = p.free_blocks();
+        let e = p.reserve(&mut b, 16).unwrap_err();
+        assert!(matches!(e, Error::OutOfStates { n_slots: 1 }), "{e}");
+        assert_eq!(
+            p.free_blocks(),
+            free,
+            "a refused reservation takes no block"
+        );
+        assert_eq!(p.usable(a.blocks()), 0);
+        p.release(&mut a);
+        p.reserve(&mut b, 16).unwrap();
+        assert_eq!(b.state_slot(), Some(0));
+        assert_eq!(p.state_slots(&[&mut a, &mut b]), vec![NO_SLOT, 0]);
+    }
+
+    #[test]
+    fn state_layers_hold_no_blocks_and_count_their_bytes() {
+        let cfg = *pool(3).config();
+        assert!(cfg.is_full(0) && cfg.is_state(1) && !cfg.is_full(1));
+        assert_eq!(cfg.layer_blocks(1), 0);
+        let paged = 2 * cfg.n_blocks() as u64 * cfg.block_bytes() as u64;
+        assert_eq!(cfg.total_bytes(), paged + 2 * 4 * 24 * 3);
+    }
+}
