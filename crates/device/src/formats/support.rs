@@ -58,21 +58,19 @@ impl SupportMatrix {
 
 impl fmt::Display for SupportMatrix {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const W: usize = 12;
-        write!(f, "{:<8}{:<7}", "type", "writes")?;
+        let cell = |s: &str, w: usize| format!("{s:<w$}");
+        let mut head = cell("type", 8) + &cell("writes", 7);
         for b in &self.backends {
-            write!(f, "{b:<W$}")?;
+            head += &cell(b, 12);
         }
+        write!(f, "{}", head.trim_end())?;
         for (ty, writes, forms) in &self.rows {
-            write!(
-                f,
-                "\n{:<8}{:<7}",
-                ty.to_string(),
-                if *writes { "yes" } else { "-" }
-            )?;
+            let mut line =
+                cell(&ty.to_string(), 8) + cell(if *writes { "yes" } else { "-" }, 7).as_str();
             for form in forms {
-                write!(f, "{:<W$}", form.unwrap_or("-"))?;
+                line += &cell(form.unwrap_or("-"), 12);
             }
+            write!(f, "\n{}", line.trim_end())?;
         }
         Ok(())
     }
@@ -98,6 +96,6 @@ mod tests {
             .next()
             .unwrap()
             .starts_with("type    writes reference   toy"));
-        assert!(text.contains("\nQ2_K    -      f32         -"), "{text}");
+        assert!(text.contains("\nQ2_K    -      f32         -\n"), "{text}");
     }
 }
