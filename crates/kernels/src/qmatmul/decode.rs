@@ -5,6 +5,9 @@
 //! `w = d[b] · (q - offset) + m[b]` with `q` unsigned (or signed for Q8_0, offset 0).
 //! K-quants (Q2_K..Q6_K), per super-block `s` of 256 and sub-block `j` of 16:
 //! `w = d[s] · sc[j] · (q - offset) - m[s] · mn[j]`.
+//!
+//! Each format's decoder is one function here over [`DecodedRow::decode_b32`] or
+//! `decode_k`; `crate::forms::FORMS` pairs it with its type and [`Scheme`].
 
 use gguf::GgmlType;
 
