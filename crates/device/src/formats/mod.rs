@@ -58,11 +58,16 @@ pub struct WeightFormat {
     pub scales: &'static [usize],
     /// Dequantizes whole blocks: `src` is exactly `dst.len() / block_size` blocks, or
     /// it panics.
-    pub dequantize: fn(&[u8], &mut [f32]),
+    pub dequantize: Dequantize,
     /// Quantizes whole blocks (`dst` exactly `src.len() / block_size` blocks, or it
     /// panics); `None` where tandem only reads the type.
-    pub quantize: Option<fn(&[f32], &mut [u8])>,
+    pub quantize: Option<Quantize>,
 }
+
+/// Whole blocks of bytes into their values: `(src, dst)`.
+pub type Dequantize = fn(&[u8], &mut [f32]);
+/// Values into whole blocks of bytes: `(src, dst)`.
+pub type Quantize = fn(&[f32], &mut [u8]);
 
 /// Every weight type tandem reads, one row each: the registry the functions of this
 /// module, the reference backend and every backend's `supports_type` consult.

@@ -225,8 +225,8 @@ pub(crate) fn q5_k(row: &mut DecodedRow, bytes: &[u8]) {
         let dm = q45_k(blk, &mut k, 48);
         let qh = &blk[16..48];
         for j in 0..8 {
-            for l in 0..32 {
-                k.q[32 * j + l] |= ((qh[l] >> j) & 1) << 4;
+            for (l, &h) in qh.iter().enumerate() {
+                k.q[32 * j + l] |= ((h >> j) & 1) << 4;
             }
         }
         dm
@@ -285,9 +285,9 @@ pub(crate) fn q3_k(row: &mut DecodedRow, bytes: &[u8]) {
 pub(crate) fn q2_k(row: &mut DecodedRow, bytes: &[u8]) {
     row.decode_k(bytes, formats::q2_k::TYPE_SIZE, |blk, k| {
         let (scales, qs) = (&blk[0..16], &blk[16..80]);
-        for j in 0..16 {
-            k.sc[j] = (scales[j] & 15) as i16;
-            k.mn[j] = (scales[j] >> 4) as i16;
+        for (j, &s) in scales.iter().enumerate() {
+            k.sc[j] = (s & 15) as i16;
+            k.mn[j] = (s >> 4) as i16;
         }
         for h in 0..2 {
             for kk in 0..4 {
