@@ -70,16 +70,13 @@ pub fn saturated_blocks(ty: GgmlType, n_rows: usize, k: usize) -> Vec<u8> {
     with_scales(ty, vec![0xFF; rb * n_rows])
 }
 
-/// `bytes` with the f16 scales of every block set to small finite values.
+/// `bytes` with the f16 scales of every block of `ty` (a registered type) set to small
+/// finite values.
 fn with_scales(ty: GgmlType, mut bytes: Vec<u8>) -> Vec<u8> {
     let ts = ty.type_size() as usize;
-    let scale_at: &[usize] = match ty {
-        GgmlType::Q2_K => &[80, 82],
-        GgmlType::Q3_K => &[108],
-        GgmlType::Q6_K => &[208],
-        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
-        _ => &[0],
-    };
+    let scale_at = crate::formats::format(ty)
+        .expect("a registered type")
+        .scales;
     for (i, blk) in bytes.chunks_exact_mut(ts).enumerate() {
         let d = half::f16::from_f32(0.01 + 0.001 * (i % 13) as f32);
         for &at in scale_at {

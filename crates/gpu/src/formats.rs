@@ -2,8 +2,51 @@
 //! that a shader finds every block at a word; the float types in chunks of 32 elements
 //! (a row zero-padded to whole chunks). A shader dequantizes 32 elements (a *chunk*) at a
 //! time: a block of the 32-element formats, a sub-block of the K-quants.
+//!
+//! Adding a weight type: its `deq` in `shaders/dequant/` and its row in [`SHADERS`] (the
+//! device registry gives its block layout); `q8_1.wgsl` is such a type, in test builds
+//! only.
 
+use device::formats::format;
 use gguf::GgmlType;
+
+/// One weight type on the GPU: the WGSL of its `deq(b, c, v)`, which writes the 32
+/// elements of chunk `c` of the block at byte `b` of `w` into `v`. Its block layout is the
+/// device registry's (`device::formats::FORMATS`).
+#[derive(Debug)]
+pub struct Shader {
+    pub ty: GgmlType,
+    pub wgsl: &'static str,
+}
+
+/// Every weight type the GPU backend runs, one shader each.
+pub static SHADERS: &[Shader] = &[
+    shader(GgmlType::F32, include_str!("shaders/dequant/f32.wgsl")),
+    shader(GgmlType::F16, include_str!("shaders/dequant/f16.wgsl")),
+    shader(GgmlType::BF16, include_str!("shaders/dequant/bf16.wgsl")),
+    shader(GgmlType::Q4_0, include_str!("shaders/dequant/q4_0.wgsl")),
+    shader(GgmlType::Q4_1, include_str!("shaders/dequant/q4_1.wgsl")),
+    shader(GgmlType::Q5_0, include_str!("shaders/dequant/q5_0.wgsl")),
+    shader(GgmlType::Q5_1, include_str!("shaders/dequant/q5_1.wgsl")),
+    shader(GgmlType::Q8_0, include_str!("shaders/dequant/q8_0.wgsl")),
+    shader(GgmlType::Q2_K, include_str!("shaders/dequant/q2_k.wgsl")),
+    shader(GgmlType::Q3_K, include_str!("shaders/dequant/q3_k.wgsl")),
+    shader(GgmlType::Q4_K, include_str!("shaders/dequant/q4_k.wgsl")),
+    shader(GgmlType::Q5_K, include_str!("shaders/dequant/q5_k.wgsl")),
+    shader(GgmlType::Q6_K, include_str!("shaders/dequant/q6_k.wgsl")),
+    #[cfg(any(test, feature = "test-types"))]
+    shader(GgmlType::Q8_1, include_str!("shaders/dequant/q8_1.wgsl")),
+];
+
+const fn shader(ty: GgmlType, wgsl: &'static str) -> Shader {
+    Shader { ty, wgsl }
+}
+
+/// The GPU's column of the support matrix (see `device::formats::FormOf`): `wgsl` for a
+/// type it has a shader for and the registry reads, `None` for one it refuses at load.
+pub fn form_name(ty: GgmlType) -> Option<&'static str> {
+    Layout::of(ty).map(|_| "wgsl")
+}
 
 /// How a type sits on the device.
 #[derive(Debug, Clone, Copy)]
@@ -14,39 +57,27 @@ pub(crate) struct Layout {
     pub block_bytes: usize,
     /// Bytes of a block on the device (`block_bytes` padded to a word).
     pub padded: usize,
+    /// A float type, kept in chunks of 32 elements (a row zero-padded to whole chunks).
+    float: bool,
     /// The WGSL of its `deq(b, c, v)`.
     pub wgsl: &'static str,
 }
 
 impl Layout {
+    /// The layout of a type with a row in [`SHADERS`] and in the device registry.
     pub fn of(ty: GgmlType) -> Option<Layout> {
-        use GgmlType::*;
-        let (block_elems, block_bytes, wgsl) = match ty {
-            F32 => (32, 128, include_str!("shaders/dequant/f32.wgsl")),
-            F16 => (32, 64, include_str!("shaders/dequant/f16.wgsl")),
-            BF16 => (32, 64, include_str!("shaders/dequant/bf16.wgsl")),
-            Q4_0 => (32, 18, include_str!("shaders/dequant/q4_0.wgsl")),
-            Q4_1 => (32, 20, include_str!("shaders/dequant/q4_1.wgsl")),
-            Q5_0 => (32, 22, include_str!("shaders/dequant/q5_0.wgsl")),
-            Q5_1 => (32, 24, include_str!("shaders/dequant/q5_1.wgsl")),
-            Q8_0 => (32, 34, include_str!("shaders/dequant/q8_0.wgsl")),
-            Q2_K => (256, 84, include_str!("shaders/dequant/q2_k.wgsl")),
-            Q3_K => (256, 110, include_str!("shaders/dequant/q3_k.wgsl")),
-            Q4_K => (256, 144, include_str!("shaders/dequant/q4_k.wgsl")),
-            Q5_K => (256, 176, include_str!("shaders/dequant/q5_k.wgsl")),
-            Q6_K => (256, 210, include_str!("shaders/dequant/q6_k.wgsl")),
-            _ => return None,
-        };
+        let wgsl = SHADERS.iter().find(|s| s.ty == ty)?.wgsl;
+        let f = format(ty)?;
+        let float = f.block_size == 1;
+        let block_elems = if float { 32 } else { f.block_size };
+        let block_bytes = block_elems / f.block_size * f.type_size;
         Some(Layout {
             block_elems,
             block_bytes,
             padded: block_bytes.next_multiple_of(4),
+            float,
             wgsl,
         })
-    }
-
-    fn is_float(&self) -> bool {
-        self.block_elems == 32 && self.block_bytes >= 64
     }
 
     /// Device bytes of a row of `n_cols` elements.
@@ -70,7 +101,7 @@ impl Layout {
     pub fn repack(&self, src: &[u8], n_cols: usize, rows: std::ops::Range<usize>) -> Vec<u8> {
         let row_bytes = self.row_bytes(n_cols);
         let mut out = vec![0u8; rows.len() * row_bytes];
-        if self.is_float() {
+        if self.float {
             let src_row = self.block_bytes / 32 * n_cols;
             for (i, r) in rows.enumerate() {
                 out[i * row_bytes..i * row_bytes + src_row]

@@ -8,12 +8,23 @@
 //! `ggml_compute_fp32_to_bf16`: NaN becomes a quiet NaN with the same sign and upper
 //! payload, everything else rounds to nearest even (overflowing to infinity).
 
-use super::{blocks_to_values, values_to_blocks};
+use super::{blocks_to_values, values_to_blocks, WeightFormat};
+use gguf::GgmlType;
 
 /// Elements per block.
 pub const BLOCK_SIZE: usize = 1;
 /// Bytes per block.
 pub const TYPE_SIZE: usize = 2;
+
+/// BF16's row in [`super::FORMATS`].
+pub const FORMAT: WeightFormat = WeightFormat {
+    ty: GgmlType::BF16,
+    block_size: BLOCK_SIZE,
+    type_size: TYPE_SIZE,
+    scales: &[],
+    dequantize,
+    quantize: Some(quantize),
+};
 
 /// Decodes `src` (2 bytes per value) into `dst`. Panics unless `src.len() == 2 * dst.len()`.
 pub fn dequantize(src: &[u8], dst: &mut [f32]) {

@@ -8,7 +8,8 @@
 //! converts with F16C (numpy keeps signalling NaNs signalling). Narrowing rounds to
 //! nearest even and overflows to infinity, as numpy's `astype(np.float16)` does.
 
-use super::{blocks_to_values, values_to_blocks};
+use super::{blocks_to_values, values_to_blocks, WeightFormat};
+use gguf::GgmlType;
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 
@@ -16,6 +17,16 @@ use half::slice::HalfFloatSliceExt;
 pub const BLOCK_SIZE: usize = 1;
 /// Bytes per block.
 pub const TYPE_SIZE: usize = 2;
+
+/// F16's row in [`super::FORMATS`].
+pub const FORMAT: WeightFormat = WeightFormat {
+    ty: GgmlType::F16,
+    block_size: BLOCK_SIZE,
+    type_size: TYPE_SIZE,
+    scales: &[],
+    dequantize,
+    quantize: Some(quantize),
+};
 
 /// Values converted per batch through the vectorized slice conversion of `half`.
 const CHUNK: usize = 64;

@@ -6,12 +6,23 @@
 //!
 //! Both directions copy bits unchanged (NaN payloads included).
 
-use super::{blocks_to_values, values_to_blocks};
+use super::{blocks_to_values, values_to_blocks, WeightFormat};
+use gguf::GgmlType;
 
 /// Elements per block.
 pub const BLOCK_SIZE: usize = 1;
 /// Bytes per block.
 pub const TYPE_SIZE: usize = 4;
+
+/// F32's row in [`super::FORMATS`].
+pub const FORMAT: WeightFormat = WeightFormat {
+    ty: GgmlType::F32,
+    block_size: BLOCK_SIZE,
+    type_size: TYPE_SIZE,
+    scales: &[],
+    dequantize,
+    quantize: Some(quantize),
+};
 
 /// Decodes `src` (4 bytes per value) into `dst`. Panics unless `src.len() == 4 * dst.len()`.
 pub fn dequantize(src: &[u8], dst: &mut [f32]) {

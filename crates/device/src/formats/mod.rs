@@ -1,6 +1,9 @@
 //! GGML block formats: one file per format, each with its block layout, a
-//! `dequantize(src, dst)` over whole blocks and, where tandem writes the format, a
-//! `quantize(src, dst)`. This module validates lengths and dispatches on [`GgmlType`].
+//! `dequantize(src, dst)` over whole blocks, where tandem writes the format a
+//! `quantize(src, dst)`, and its [`WeightFormat`] row; [`FORMATS`] registers the rows,
+//! and every function here reads them. A backend keeps its own per-type table (its
+//! decoded form, its shader) keyed by the same [`GgmlType`], and [`support_matrix`]
+//! joins the tables into what runs where.
 //!
 //! Dequantization is bit-identical to the reference numpy implementation in the
 //! `gguf` Python package (`gguf.quants.dequantize`): every file performs the same
@@ -11,6 +14,11 @@
 //! The per-format functions take exactly `n` blocks of bytes and `n * BLOCK_SIZE`
 //! values and panic otherwise; [`dequantize_row`] and [`quantize_row`] check first
 //! and return errors instead.
+//!
+//! Adding a weight type: its file here with `BLOCK_SIZE`, `TYPE_SIZE`, `dequantize`,
+//! optionally `quantize`, and `FORMAT`; its `mod` line and its row in [`FORMATS`]; then
+//! a row in each backend's table that runs it (`kernels::forms::FORMS`,
+//! `gpu::formats::SHADERS`). `q8_1.rs` is such a type, registered in test builds only.
 
 pub mod bf16;
 pub mod f16;
@@ -25,56 +33,84 @@ pub mod q5_1;
 pub mod q5_k;
 pub mod q6_k;
 pub mod q8_0;
+#[cfg(any(test, feature = "test-types"))]
+pub mod q8_1;
+mod support;
 
 use crate::{Error, Result};
 use gguf::GgmlType;
 
+pub use support::{reference_form, support_matrix, FormOf, SupportMatrix};
+
 /// Elements per super-block of the K-quants.
 pub const QK_K: usize = 256;
 
+/// One GGML weight type: its block layout, how tandem reads it and, where tandem writes
+/// it, how it writes it. Each format file declares its own as `FORMAT`.
+#[derive(Debug)]
+pub struct WeightFormat {
+    pub ty: GgmlType,
+    /// Elements per block (1 for the float types); equals `ty.block_size()`.
+    pub block_size: usize,
+    /// Bytes per block; equals `ty.type_size()`.
+    pub type_size: usize,
+    /// Byte offsets in a block of its f16 scales (empty for the float types).
+    pub scales: &'static [usize],
+    /// Dequantizes whole blocks: `src` is exactly `dst.len() / block_size` blocks, or
+    /// it panics.
+    pub dequantize: Dequantize,
+    /// Quantizes whole blocks (`dst` exactly `src.len() / block_size` blocks, or it
+    /// panics); `None` where tandem only reads the type.
+    pub quantize: Option<Quantize>,
+}
+
+/// Whole blocks of bytes into their values: `(src, dst)`.
+pub type Dequantize = fn(&[u8], &mut [f32]);
+/// Values into whole blocks of bytes: `(src, dst)`.
+pub type Quantize = fn(&[f32], &mut [u8]);
+
+/// Every weight type tandem reads, one row each: the registry the functions of this
+/// module, the reference backend and every backend's `supports_type` consult.
+pub static FORMATS: &[WeightFormat] = &[
+    f32::FORMAT,
+    f16::FORMAT,
+    bf16::FORMAT,
+    q4_0::FORMAT,
+    q4_1::FORMAT,
+    q5_0::FORMAT,
+    q5_1::FORMAT,
+    q8_0::FORMAT,
+    q2_k::FORMAT,
+    q3_k::FORMAT,
+    q4_k::FORMAT,
+    q5_k::FORMAT,
+    q6_k::FORMAT,
+    #[cfg(any(test, feature = "test-types"))]
+    q8_1::FORMAT,
+];
+
+/// The registered row of `ty`, `None` for a type tandem does not read.
+pub fn format(ty: GgmlType) -> Option<&'static WeightFormat> {
+    FORMATS.iter().find(|f| f.ty == ty)
+}
+
 /// Whether dequantize_row supports `ty`.
 pub fn is_supported(ty: GgmlType) -> bool {
-    use GgmlType::*;
-    matches!(
-        ty,
-        F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K
-    )
+    format(ty).is_some()
 }
 
 /// Whether quantize_row supports `ty`.
 pub fn is_quantize_supported(ty: GgmlType) -> bool {
-    use GgmlType::*;
-    matches!(
-        ty,
-        F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q6_K
-    )
+    format(ty).is_some_and(|f| f.quantize.is_some())
 }
 
 /// Dequantizes `src` (exactly dst.len()/block_size whole blocks of `ty`) into `dst`.
 /// Errors: UnsupportedType, LengthMismatch (dst.len() not a multiple of the block size,
 /// or src.len() != blocks*type_size).
 pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<()> {
-    if !is_supported(ty) {
-        return Err(Error::UnsupportedType(ty));
-    }
+    let f = format(ty).ok_or(Error::UnsupportedType(ty))?;
     check_lengths(ty, src.len(), dst.len())?;
-    use GgmlType::*;
-    match ty {
-        F32 => f32::dequantize(src, dst),
-        F16 => f16::dequantize(src, dst),
-        BF16 => bf16::dequantize(src, dst),
-        Q4_0 => q4_0::dequantize(src, dst),
-        Q4_1 => q4_1::dequantize(src, dst),
-        Q5_0 => q5_0::dequantize(src, dst),
-        Q5_1 => q5_1::dequantize(src, dst),
-        Q8_0 => q8_0::dequantize(src, dst),
-        Q2_K => q2_k::dequantize(src, dst),
-        Q3_K => q3_k::dequantize(src, dst),
-        Q4_K => q4_k::dequantize(src, dst),
-        Q5_K => q5_k::dequantize(src, dst),
-        Q6_K => q6_k::dequantize(src, dst),
-        _ => unreachable!("is_supported admitted {ty}"),
-    }
+    (f.dequantize)(src, dst);
     Ok(())
 }
 
@@ -85,24 +121,11 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<()> {
 /// Errors: UnsupportedType, LengthMismatch (src.len() not a multiple of the block
 /// size, or dst.len() != blocks*type_size).
 pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<()> {
-    if !is_quantize_supported(ty) {
-        return Err(Error::UnsupportedType(ty));
-    }
+    let quantize = format(ty)
+        .and_then(|f| f.quantize)
+        .ok_or(Error::UnsupportedType(ty))?;
     check_lengths(ty, dst.len(), src.len())?;
-    use GgmlType::*;
-    match ty {
-        F32 => f32::quantize(src, dst),
-        F16 => f16::quantize(src, dst),
-        BF16 => bf16::quantize(src, dst),
-        Q4_0 => q4_0::quantize(src, dst),
-        Q4_1 => q4_1::quantize(src, dst),
-        Q5_0 => q5_0::quantize(src, dst),
-        Q5_1 => q5_1::quantize(src, dst),
-        Q8_0 => q8_0::quantize(src, dst),
-        Q4_K => q4_k::quantize(src, dst),
-        Q6_K => q6_k::quantize(src, dst),
-        _ => unreachable!("is_quantize_supported admitted {ty}"),
-    }
+    quantize(src, dst);
     Ok(())
 }
 
@@ -185,27 +208,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn constants_agree_with_gguf() {
-        use GgmlType::*;
-        let table: [(GgmlType, usize, usize); 13] = [
-            (F32, f32::BLOCK_SIZE, f32::TYPE_SIZE),
-            (F16, f16::BLOCK_SIZE, f16::TYPE_SIZE),
-            (BF16, bf16::BLOCK_SIZE, bf16::TYPE_SIZE),
-            (Q4_0, q4_0::BLOCK_SIZE, q4_0::TYPE_SIZE),
-            (Q4_1, q4_1::BLOCK_SIZE, q4_1::TYPE_SIZE),
-            (Q5_0, q5_0::BLOCK_SIZE, q5_0::TYPE_SIZE),
-            (Q5_1, q5_1::BLOCK_SIZE, q5_1::TYPE_SIZE),
-            (Q8_0, q8_0::BLOCK_SIZE, q8_0::TYPE_SIZE),
-            (Q2_K, q2_k::BLOCK_SIZE, q2_k::TYPE_SIZE),
-            (Q3_K, q3_k::BLOCK_SIZE, q3_k::TYPE_SIZE),
-            (Q4_K, q4_k::BLOCK_SIZE, q4_k::TYPE_SIZE),
-            (Q5_K, q5_k::BLOCK_SIZE, q5_k::TYPE_SIZE),
-            (Q6_K, q6_k::BLOCK_SIZE, q6_k::TYPE_SIZE),
-        ];
-        for (ty, bs, ts) in table {
-            assert!(is_supported(ty));
-            assert_eq!(ty.block_size() as usize, bs, "{ty} block size");
-            assert_eq!(ty.type_size() as usize, ts, "{ty} type size");
+    fn every_row_agrees_with_gguf_and_names_its_type_once() {
+        for (i, f) in FORMATS.iter().enumerate() {
+            let ty = f.ty;
+            assert_eq!(ty.block_size() as usize, f.block_size, "{ty} block size");
+            assert_eq!(ty.type_size() as usize, f.type_size, "{ty} type size");
+            assert!(
+                f.scales.iter().all(|&at| at + 2 <= f.type_size),
+                "{ty} scales"
+            );
+            assert!(
+                FORMATS[i + 1..].iter().all(|g| g.ty != ty),
+                "{ty} registered twice"
+            );
+            assert!(std::ptr::eq(format(ty).unwrap(), f));
         }
+        assert!(!is_supported(GgmlType::IQ4_NL));
+        assert!(is_supported(GgmlType::Q2_K) && !is_quantize_supported(GgmlType::Q2_K));
     }
 }

@@ -10,12 +10,23 @@
 //! Element value, with `s` its sub-block (`element / 16`):
 //! `(d * (scales[s] & 15)) * q - (dmin * (scales[s] >> 4))`, each product rounded.
 
-use super::{blocks_to_values, f16_at, QK_K};
+use super::{blocks_to_values, f16_at, WeightFormat, QK_K};
+use gguf::GgmlType;
 
 /// Elements per block.
 pub const BLOCK_SIZE: usize = QK_K;
 /// Bytes per block.
 pub const TYPE_SIZE: usize = 84;
+
+/// Q2_K's row in [`super::FORMATS`].
+pub const FORMAT: WeightFormat = WeightFormat {
+    ty: GgmlType::Q2_K,
+    block_size: BLOCK_SIZE,
+    type_size: TYPE_SIZE,
+    scales: &[80, 82],
+    dequantize,
+    quantize: None,
+};
 
 /// Dequantizes whole blocks. Panics unless `src` is exactly `dst.len() / 256` blocks.
 pub fn dequantize(src: &[u8], dst: &mut [f32]) {

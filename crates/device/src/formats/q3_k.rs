@@ -14,12 +14,23 @@
 //! Element value: `(d * scale) * q` with `q = low2 - 4` when the high bit is clear
 //! and `q = low2` when it is set.
 
-use super::{blocks_to_values, f16_at, QK_K};
+use super::{blocks_to_values, f16_at, WeightFormat, QK_K};
+use gguf::GgmlType;
 
 /// Elements per block.
 pub const BLOCK_SIZE: usize = QK_K;
 /// Bytes per block.
 pub const TYPE_SIZE: usize = 110;
+
+/// Q3_K's row in [`super::FORMATS`].
+pub const FORMAT: WeightFormat = WeightFormat {
+    ty: GgmlType::Q3_K,
+    block_size: BLOCK_SIZE,
+    type_size: TYPE_SIZE,
+    scales: &[108],
+    dequantize,
+    quantize: None,
+};
 
 /// Dequantizes whole blocks. Panics unless `src` is exactly `dst.len() / 256` blocks.
 pub fn dequantize(src: &[u8], dst: &mut [f32]) {

@@ -7,12 +7,23 @@
 //!
 //! Element value: `d * (q - 8)` with `q` the unsigned nibble.
 
-use super::{blocks_to_values, f16_at, f16_bytes, values_to_blocks};
+use super::{blocks_to_values, f16_at, f16_bytes, values_to_blocks, WeightFormat};
+use gguf::GgmlType;
 
 /// Elements per block.
 pub const BLOCK_SIZE: usize = 32;
 /// Bytes per block.
 pub const TYPE_SIZE: usize = 18;
+
+/// Q4_0's row in [`super::FORMATS`].
+pub const FORMAT: WeightFormat = WeightFormat {
+    ty: GgmlType::Q4_0,
+    block_size: BLOCK_SIZE,
+    type_size: TYPE_SIZE,
+    scales: &[0],
+    dequantize,
+    quantize: Some(quantize),
+};
 
 /// Dequantizes whole blocks. Panics unless `src` is exactly `dst.len() / 32` blocks.
 pub fn dequantize(src: &[u8], dst: &mut [f32]) {

@@ -10,12 +10,23 @@
 //! Element value, with `j` its sub-block (`element / 32`):
 //! `(d * sc[j]) * q - (dmin * m[j])`, each product rounded, then the difference.
 
-use super::{blocks_to_values, f16_at, f16_bytes, f16_round, values_to_blocks, QK_K};
+use super::{blocks_to_values, f16_at, f16_bytes, f16_round, values_to_blocks, WeightFormat, QK_K};
+use gguf::GgmlType;
 
 /// Elements per block.
 pub const BLOCK_SIZE: usize = QK_K;
 /// Bytes per block.
 pub const TYPE_SIZE: usize = 144;
+
+/// Q4_K's row in [`super::FORMATS`].
+pub const FORMAT: WeightFormat = WeightFormat {
+    ty: GgmlType::Q4_K,
+    block_size: BLOCK_SIZE,
+    type_size: TYPE_SIZE,
+    scales: &[0, 2],
+    dequantize,
+    quantize: Some(quantize),
+};
 
 /// Scale and min of sub-block `j` (0..8) from the 12 packed bytes, as ggml's
 /// `get_scale_min_k4`: for `j < 4` the low 6 bits of `scales[j]` and `scales[j + 4]`;

@@ -9,12 +9,23 @@
 //! Element value: `d * (q - 16)` with `q` the unsigned 5-bit value.
 
 use super::q4_0::signed_absmax;
-use super::{blocks_to_values, f16_at, f16_bytes, values_to_blocks};
+use super::{blocks_to_values, f16_at, f16_bytes, values_to_blocks, WeightFormat};
+use gguf::GgmlType;
 
 /// Elements per block.
 pub const BLOCK_SIZE: usize = 32;
 /// Bytes per block.
 pub const TYPE_SIZE: usize = 22;
+
+/// Q5_0's row in [`super::FORMATS`].
+pub const FORMAT: WeightFormat = WeightFormat {
+    ty: GgmlType::Q5_0,
+    block_size: BLOCK_SIZE,
+    type_size: TYPE_SIZE,
+    scales: &[0],
+    dequantize,
+    quantize: Some(quantize),
+};
 
 /// `1 << j` for lane `j`: a constant vector, so the bit tests vectorize.
 pub(super) const BITS: [u32; 16] = {

@@ -12,12 +12,23 @@
 //! `(d * sc[j]) * q - (dmin * m[j])`, each product rounded, then the difference.
 
 use super::q4_k::scale_min;
-use super::{blocks_to_values, f16_at, QK_K};
+use super::{blocks_to_values, f16_at, WeightFormat, QK_K};
+use gguf::GgmlType;
 
 /// Elements per block.
 pub const BLOCK_SIZE: usize = QK_K;
 /// Bytes per block.
 pub const TYPE_SIZE: usize = 176;
+
+/// Q5_K's row in [`super::FORMATS`].
+pub const FORMAT: WeightFormat = WeightFormat {
+    ty: GgmlType::Q5_K,
+    block_size: BLOCK_SIZE,
+    type_size: TYPE_SIZE,
+    scales: &[0, 2],
+    dequantize,
+    quantize: None,
+};
 
 /// Dequantizes whole blocks. Panics unless `src` is exactly `dst.len() / 256` blocks.
 pub fn dequantize(src: &[u8], dst: &mut [f32]) {

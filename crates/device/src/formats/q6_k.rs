@@ -10,12 +10,23 @@
 //! Element value, with `s` its sub-block (`element / 16`):
 //! `(d * scales[s]) * (q - 32)` with `q` the unsigned 6-bit value.
 
-use super::{blocks_to_values, f16_at, f16_bytes, f16_round, values_to_blocks, QK_K};
+use super::{blocks_to_values, f16_at, f16_bytes, f16_round, values_to_blocks, WeightFormat, QK_K};
+use gguf::GgmlType;
 
 /// Elements per block.
 pub const BLOCK_SIZE: usize = QK_K;
 /// Bytes per block.
 pub const TYPE_SIZE: usize = 210;
+
+/// Q6_K's row in [`super::FORMATS`].
+pub const FORMAT: WeightFormat = WeightFormat {
+    ty: GgmlType::Q6_K,
+    block_size: BLOCK_SIZE,
+    type_size: TYPE_SIZE,
+    scales: &[208],
+    dequantize,
+    quantize: Some(quantize),
+};
 
 /// Dequantizes whole blocks. Panics unless `src` is exactly `dst.len() / 256` blocks.
 pub fn dequantize(src: &[u8], dst: &mut [f32]) {

@@ -18,9 +18,8 @@ pub fn both() -> Option<[Box<dyn Device>; 2]> {
     Some([Box::new(gpu()?), Box::new(Reference::new())])
 }
 
-/// Every weight type the GPU backend takes.
+/// Every weight type the GPU backend takes: its table's rows, the test-only type's
+/// included (this crate's tests build it with `test-types`).
 pub fn weight_types() -> impl Iterator<Item = GgmlType> {
-    [GgmlType::F32, GgmlType::F16, GgmlType::BF16]
-        .into_iter()
-        .chain(device::testing::QUANT_TYPES)
+    gpu::SHADERS.iter().map(|s| s.ty)
 }

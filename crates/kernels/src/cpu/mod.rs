@@ -118,7 +118,7 @@ impl Device for Cpu {
     }
 
     fn supports_type(&self, ty: GgmlType) -> bool {
-        crate::formats::is_supported(ty)
+        crate::forms::form_name(ty).is_some()
     }
 
     fn matrix_bytes(&self, ty: GgmlType, n_rows: usize, n_cols: usize, role: Role) -> u64 {

@@ -12,13 +12,11 @@ use kv::{KvConfig, BLOCK_SIZE};
 use super::Cpu;
 use crate::{Precision, ThreadPool};
 use device::conformance::{attention_case, buf, conv_case, moe_agrees, norms_case, read, rel};
-use device::testing::{data, source, QUANT_TYPES};
+use device::testing::{data, source};
 
-/// Every weight type the CPU backend takes.
+/// Every weight type the CPU backend takes: its table's rows.
 fn weight_types() -> impl Iterator<Item = GgmlType> {
-    [GgmlType::F32, GgmlType::F16, GgmlType::BF16]
-        .into_iter()
-        .chain(QUANT_TYPES)
+    crate::forms::FORMS.iter().map(|f| f.ty)
 }
 
 fn cpu(precision: Precision) -> Cpu {

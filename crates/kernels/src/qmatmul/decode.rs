@@ -5,11 +5,14 @@
 //! `w = d[b] · (q - offset) + m[b]` with `q` unsigned (or signed for Q8_0, offset 0).
 //! K-quants (Q2_K..Q6_K), per super-block `s` of 256 and sub-block `j` of 16:
 //! `w = d[s] · sc[j] · (q - offset) - m[s] · mn[j]`.
+//!
+//! Each format's decoder is one function here over [`DecodedRow::decode_b32`] or
+//! `decode_k`; `crate::forms::FORMS` pairs it with its type and [`Scheme`].
 
 use gguf::GgmlType;
 
 use super::act::ActLayout;
-use crate::formats::q4_k::scale_min;
+use crate::formats::{self, q4_k::scale_min};
 
 /// How a weight format maps onto the shared decoded form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,27 +27,10 @@ pub struct Scheme {
 }
 
 impl Scheme {
-    /// The scheme of a quantized format, or `None` for plain float types.
+    /// The scheme of a quantized format the CPU's table gives an integer form, or `None`
+    /// for the types it multiplies in f32 (and those it does not run).
     pub fn of(ty: GgmlType) -> Option<Scheme> {
-        let (layout, offset, signed, has_min) = match ty {
-            GgmlType::Q4_0 => (ActLayout::B32, 8, false, false),
-            GgmlType::Q4_1 => (ActLayout::B32, 0, false, true),
-            GgmlType::Q5_0 => (ActLayout::B32, 16, false, false),
-            GgmlType::Q5_1 => (ActLayout::B32, 0, false, true),
-            GgmlType::Q8_0 => (ActLayout::B32, 0, true, false),
-            GgmlType::Q2_K => (ActLayout::B256, 0, false, true),
-            GgmlType::Q3_K => (ActLayout::B256, 4, false, false),
-            GgmlType::Q4_K => (ActLayout::B256, 0, false, true),
-            GgmlType::Q5_K => (ActLayout::B256, 0, false, true),
-            GgmlType::Q6_K => (ActLayout::B256, 32, false, false),
-            _ => return None,
-        };
-        Some(Scheme {
-            layout,
-            offset,
-            signed,
-            has_min,
-        })
+        Some(crate::forms::form(ty)?.int8?.scheme)
     }
 }
 
@@ -83,157 +69,57 @@ impl DecodedRow {
             .resize(if k_quant && scheme.has_min { k / 16 } else { 0 }, 0);
     }
 
-    /// Decodes one stored row of type `ty` (`bytes` holds exactly `k` values).
+    /// Decodes one stored row of type `ty` (`bytes` holds exactly `k` values); `ty` has
+    /// an integer form in the CPU's table.
     pub fn decode(&mut self, ty: GgmlType, bytes: &[u8], k: usize) {
-        let scheme = Scheme::of(ty).expect("a quantized type");
-        self.reset(k, scheme);
-        match ty {
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => {
-                self.decode_b32(ty, bytes)
-            }
-            _ => {
-                self.decode_k(ty, bytes);
-                self.expand_scales();
-            }
+        let form = crate::forms::form(ty).and_then(|f| f.int8);
+        let form = form.expect("a quantized type");
+        self.reset(k, form.scheme);
+        (form.decode)(self, bytes);
+        if form.scheme.layout == ActLayout::B256 {
+            self.expand_scales();
         }
     }
 
-    fn decode_b32(&mut self, ty: GgmlType, bytes: &[u8]) {
-        let ts = ty.type_size() as usize;
+    /// Decodes blocks of 32 values of `ts` bytes each: `d` from the f16 at byte 0, `m`
+    /// (with a min) from the f16 at byte 2, and the quants by `quants(block, q)`.
+    pub(crate) fn decode_b32(
+        &mut self,
+        bytes: &[u8],
+        ts: usize,
+        quants: impl Fn(&[u8], &mut [u8]),
+    ) {
         for (b, (blk, q)) in bytes
             .chunks_exact(ts)
             .zip(self.q.chunks_exact_mut(32))
             .enumerate()
         {
             self.d[b] = f16_at(blk, 0);
-            match ty {
-                GgmlType::Q4_0 | GgmlType::Q4_1 => {
-                    let qs = if ty == GgmlType::Q4_0 {
-                        &blk[2..18]
-                    } else {
-                        &blk[4..20]
-                    };
-                    for j in 0..16 {
-                        q[j] = qs[j] & 15;
-                        q[j + 16] = qs[j] >> 4;
-                    }
-                }
-                GgmlType::Q5_0 | GgmlType::Q5_1 => {
-                    let at = if ty == GgmlType::Q5_0 { 2 } else { 4 };
-                    let qh = u32::from_le_bytes(blk[at..at + 4].try_into().unwrap());
-                    let qs = &blk[at + 4..at + 20];
-                    for j in 0..16 {
-                        q[j] = (qs[j] & 15) | ((((qh >> j) & 1) as u8) << 4);
-                        q[j + 16] = (qs[j] >> 4) | ((((qh >> (j + 16)) & 1) as u8) << 4);
-                    }
-                }
-                _ => q.copy_from_slice(&blk[2..34]),
-            }
-            if ty == GgmlType::Q4_1 || ty == GgmlType::Q5_1 {
+            quants(blk, q);
+            if !self.m.is_empty() {
                 self.m[b] = f16_at(blk, 2);
             }
         }
     }
 
-    fn decode_k(&mut self, ty: GgmlType, bytes: &[u8]) {
-        let ts = ty.type_size() as usize;
+    /// Decodes super-blocks of 256 values of `ts` bytes each by `sub(block, k)`, which
+    /// fills one super-block's quants, scales, mins (empty without min) and returns its
+    /// `(d, m)` (`m` ignored without min).
+    fn decode_k(&mut self, bytes: &[u8], ts: usize, sub: impl Fn(&[u8], KBlock<'_>) -> (f32, f32)) {
         for (s, (blk, q)) in bytes
             .chunks_exact(ts)
             .zip(self.q.chunks_exact_mut(256))
             .enumerate()
         {
             let sc = &mut self.sc16[s * 16..(s + 1) * 16];
-            match ty {
-                GgmlType::Q4_K | GgmlType::Q5_K => {
-                    self.d[s] = f16_at(blk, 0);
-                    self.m[s] = f16_at(blk, 2);
-                    let scales = &blk[4..16];
-                    let mn = &mut self.mn[s * 16..(s + 1) * 16];
-                    for j in 0..8 {
-                        let (a, b) = scale_min(scales, j);
-                        sc[2 * j] = a as i16;
-                        sc[2 * j + 1] = a as i16;
-                        mn[2 * j] = b as i16;
-                        mn[2 * j + 1] = b as i16;
-                    }
-                    let qs = if ty == GgmlType::Q4_K {
-                        &blk[16..144]
-                    } else {
-                        &blk[48..176]
-                    };
-                    for c in 0..4 {
-                        for l in 0..32 {
-                            q[64 * c + l] = qs[32 * c + l] & 15;
-                            q[64 * c + 32 + l] = qs[32 * c + l] >> 4;
-                        }
-                    }
-                    if ty == GgmlType::Q5_K {
-                        let qh = &blk[16..48];
-                        for j in 0..8 {
-                            for l in 0..32 {
-                                q[32 * j + l] |= ((qh[l] >> j) & 1) << 4;
-                            }
-                        }
-                    }
-                }
-                GgmlType::Q6_K => {
-                    let (ql, qh) = (&blk[0..128], &blk[128..192]);
-                    for (j, s16) in sc.iter_mut().enumerate() {
-                        *s16 = blk[192 + j] as i8 as i16;
-                    }
-                    self.d[s] = f16_at(blk, 208);
-                    for h in 0..2 {
-                        for t in 0..4 {
-                            for l in 0..32 {
-                                let e = 128 * h + 32 * t + l;
-                                let low = (ql[64 * h + (t % 2) * 32 + l] >> (4 * (t / 2))) & 15;
-                                let high = (qh[32 * h + l] >> (2 * t)) & 3;
-                                q[e] = low | (high << 4);
-                            }
-                        }
-                    }
-                }
-                GgmlType::Q3_K => {
-                    let (hmask, qs, scales) = (&blk[0..32], &blk[32..96], &blk[96..108]);
-                    self.d[s] = f16_at(blk, 108);
-                    for (j, s16) in sc.iter_mut().enumerate() {
-                        let low = if j < 8 {
-                            scales[j] & 15
-                        } else {
-                            scales[j - 8] >> 4
-                        };
-                        let high = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
-                        *s16 = (low | (high << 4)) as i16 - 32;
-                    }
-                    for h in 0..2 {
-                        for k in 0..4 {
-                            for l in 0..32 {
-                                let e = 128 * h + 32 * k + l;
-                                let low2 = (qs[32 * h + l] >> (2 * k)) & 3;
-                                let hbit = (hmask[l] >> (e / 32)) & 1;
-                                q[e] = low2 + 4 * hbit;
-                            }
-                        }
-                    }
-                }
-                GgmlType::Q2_K => {
-                    let (scales, qs) = (&blk[0..16], &blk[16..80]);
-                    self.d[s] = f16_at(blk, 80);
-                    self.m[s] = f16_at(blk, 82);
-                    let mn = &mut self.mn[s * 16..(s + 1) * 16];
-                    for j in 0..16 {
-                        sc[j] = (scales[j] & 15) as i16;
-                        mn[j] = (scales[j] >> 4) as i16;
-                    }
-                    for h in 0..2 {
-                        for k in 0..4 {
-                            for l in 0..32 {
-                                q[128 * h + 32 * k + l] = (qs[32 * h + l] >> (2 * k)) & 3;
-                            }
-                        }
-                    }
-                }
-                other => unreachable!("{other} is not a K-quant"),
+            let mn = match self.mn.is_empty() {
+                true => &mut [][..],
+                false => &mut self.mn[s * 16..(s + 1) * 16],
+            };
+            let (d, m) = sub(blk, KBlock { q, sc, mn });
+            self.d[s] = d;
+            if !self.m.is_empty() {
+                self.m[s] = m;
             }
         }
     }
@@ -245,4 +131,171 @@ impl DecodedRow {
             chunk[8..].fill(pair[1]);
         }
     }
+}
+
+/// One super-block's share of a [`DecodedRow`]: `[256]` quants, `[16]` scales and `[16]`
+/// mins (empty without min).
+struct KBlock<'a> {
+    q: &'a mut [u8],
+    sc: &'a mut [i16],
+    mn: &'a mut [i16],
+}
+
+/// Q4_0 and Q4_1: the low nibble of `qs[j]` is value `j`, the high nibble `j + 16`.
+fn nibbles(qs: &[u8], q: &mut [u8]) {
+    for j in 0..16 {
+        q[j] = qs[j] & 15;
+        q[j + 16] = qs[j] >> 4;
+    }
+}
+
+/// Q5_0 and Q5_1: nibbles as [`nibbles`] from the 16 bytes at `at + 4`, bit 4 from the
+/// u32 at `at`.
+fn fives(blk: &[u8], at: usize, q: &mut [u8]) {
+    let qh = u32::from_le_bytes(blk[at..at + 4].try_into().unwrap());
+    let qs = &blk[at + 4..at + 20];
+    for j in 0..16 {
+        q[j] = (qs[j] & 15) | ((((qh >> j) & 1) as u8) << 4);
+        q[j + 16] = (qs[j] >> 4) | ((((qh >> (j + 16)) & 1) as u8) << 4);
+    }
+}
+
+/// Decodes a Q4_0 row into its [`Scheme`]'s form.
+pub(crate) fn q4_0(row: &mut DecodedRow, bytes: &[u8]) {
+    row.decode_b32(bytes, formats::q4_0::TYPE_SIZE, |blk, q| {
+        nibbles(&blk[2..18], q)
+    });
+}
+
+/// Decodes a Q4_1 row into its [`Scheme`]'s form.
+pub(crate) fn q4_1(row: &mut DecodedRow, bytes: &[u8]) {
+    row.decode_b32(bytes, formats::q4_1::TYPE_SIZE, |blk, q| {
+        nibbles(&blk[4..20], q)
+    });
+}
+
+/// Decodes a Q5_0 row into its [`Scheme`]'s form.
+pub(crate) fn q5_0(row: &mut DecodedRow, bytes: &[u8]) {
+    row.decode_b32(bytes, formats::q5_0::TYPE_SIZE, |blk, q| fives(blk, 2, q));
+}
+
+/// Decodes a Q5_1 row into its [`Scheme`]'s form.
+pub(crate) fn q5_1(row: &mut DecodedRow, bytes: &[u8]) {
+    row.decode_b32(bytes, formats::q5_1::TYPE_SIZE, |blk, q| fives(blk, 4, q));
+}
+
+/// Decodes a Q8_0 row into its [`Scheme`]'s form.
+pub(crate) fn q8_0(row: &mut DecodedRow, bytes: &[u8]) {
+    row.decode_b32(bytes, formats::q8_0::TYPE_SIZE, |blk, q| {
+        q.copy_from_slice(&blk[2..34])
+    });
+}
+
+/// Q4_K and Q5_K: `d`, `dmin`, the 6-bit scales and mins, and the low nibbles from the
+/// 128 bytes at `qs`.
+fn q45_k(blk: &[u8], k: &mut KBlock<'_>, qs: usize) -> (f32, f32) {
+    let scales = &blk[4..16];
+    for j in 0..8 {
+        let (a, b) = scale_min(scales, j);
+        k.sc[2 * j] = a as i16;
+        k.sc[2 * j + 1] = a as i16;
+        k.mn[2 * j] = b as i16;
+        k.mn[2 * j + 1] = b as i16;
+    }
+    let qs = &blk[qs..qs + 128];
+    for c in 0..4 {
+        for l in 0..32 {
+            k.q[64 * c + l] = qs[32 * c + l] & 15;
+            k.q[64 * c + 32 + l] = qs[32 * c + l] >> 4;
+        }
+    }
+    (f16_at(blk, 0), f16_at(blk, 2))
+}
+
+/// Decodes a Q4_K row into its [`Scheme`]'s form.
+pub(crate) fn q4_k(row: &mut DecodedRow, bytes: &[u8]) {
+    row.decode_k(bytes, formats::q4_k::TYPE_SIZE, |blk, mut k| {
+        q45_k(blk, &mut k, 16)
+    });
+}
+
+/// Decodes a Q5_K row into its [`Scheme`]'s form.
+pub(crate) fn q5_k(row: &mut DecodedRow, bytes: &[u8]) {
+    row.decode_k(bytes, formats::q5_k::TYPE_SIZE, |blk, mut k| {
+        let dm = q45_k(blk, &mut k, 48);
+        let qh = &blk[16..48];
+        for j in 0..8 {
+            for (l, &h) in qh.iter().enumerate() {
+                k.q[32 * j + l] |= ((h >> j) & 1) << 4;
+            }
+        }
+        dm
+    });
+}
+
+/// Decodes a Q6_K row into its [`Scheme`]'s form.
+pub(crate) fn q6_k(row: &mut DecodedRow, bytes: &[u8]) {
+    row.decode_k(bytes, formats::q6_k::TYPE_SIZE, |blk, k| {
+        let (ql, qh) = (&blk[0..128], &blk[128..192]);
+        for (j, s16) in k.sc.iter_mut().enumerate() {
+            *s16 = blk[192 + j] as i8 as i16;
+        }
+        for h in 0..2 {
+            for t in 0..4 {
+                for l in 0..32 {
+                    let e = 128 * h + 32 * t + l;
+                    let low = (ql[64 * h + (t % 2) * 32 + l] >> (4 * (t / 2))) & 15;
+                    let high = (qh[32 * h + l] >> (2 * t)) & 3;
+                    k.q[e] = low | (high << 4);
+                }
+            }
+        }
+        (f16_at(blk, 208), 0.0)
+    });
+}
+
+/// Decodes a Q3_K row into its [`Scheme`]'s form.
+pub(crate) fn q3_k(row: &mut DecodedRow, bytes: &[u8]) {
+    row.decode_k(bytes, formats::q3_k::TYPE_SIZE, |blk, k| {
+        let (hmask, qs, scales) = (&blk[0..32], &blk[32..96], &blk[96..108]);
+        for (j, s16) in k.sc.iter_mut().enumerate() {
+            let low = if j < 8 {
+                scales[j] & 15
+            } else {
+                scales[j - 8] >> 4
+            };
+            let high = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+            *s16 = (low | (high << 4)) as i16 - 32;
+        }
+        for h in 0..2 {
+            for kk in 0..4 {
+                for l in 0..32 {
+                    let e = 128 * h + 32 * kk + l;
+                    let low2 = (qs[32 * h + l] >> (2 * kk)) & 3;
+                    let hbit = (hmask[l] >> (e / 32)) & 1;
+                    k.q[e] = low2 + 4 * hbit;
+                }
+            }
+        }
+        (f16_at(blk, 108), 0.0)
+    });
+}
+
+/// Decodes a Q2_K row into its [`Scheme`]'s form.
+pub(crate) fn q2_k(row: &mut DecodedRow, bytes: &[u8]) {
+    row.decode_k(bytes, formats::q2_k::TYPE_SIZE, |blk, k| {
+        let (scales, qs) = (&blk[0..16], &blk[16..80]);
+        for (j, &s) in scales.iter().enumerate() {
+            k.sc[j] = (s & 15) as i16;
+            k.mn[j] = (s >> 4) as i16;
+        }
+        for h in 0..2 {
+            for kk in 0..4 {
+                for l in 0..32 {
+                    k.q[128 * h + 32 * kk + l] = (qs[32 * h + l] >> (2 * kk)) & 3;
+                }
+            }
+        }
+        (f16_at(blk, 80), f16_at(blk, 82))
+    });
 }

@@ -72,7 +72,7 @@ impl Q6K {
     pub const OFFSET: i32 = 32;
 }
 
-/// The formats with a packed layout.
+/// The formats with a packed layout (a row of `crate::forms::FORMS` names its own).
 #[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -86,17 +86,9 @@ pub enum Format {
 }
 
 impl Format {
+    /// The packed layout the CPU's table gives `ty`, if any.
     pub fn of(ty: GgmlType) -> Option<Format> {
-        Some(match ty {
-            GgmlType::Q4_0 => Format::Q4_0,
-            GgmlType::Q4_1 => Format::Q4_1,
-            GgmlType::Q5_0 => Format::Q5_0,
-            GgmlType::Q5_1 => Format::Q5_1,
-            GgmlType::Q8_0 => Format::Q8_0,
-            GgmlType::Q4_K => Format::Q4_K,
-            GgmlType::Q6_K => Format::Q6_K,
-            _ => return None,
-        })
+        crate::forms::form(ty)?.int8?.packed
     }
 
     /// Values per block.

@@ -20,7 +20,8 @@ use gguf::GgmlType;
 
 #[cfg(target_arch = "x86_64")]
 use self::kernels::XRow;
-use self::layout::{Format, TILE};
+pub use self::layout::Format;
+use self::layout::TILE;
 #[cfg(target_arch = "x86_64")]
 use self::simd::{Avx2, Avx512, Lanes};
 use super::act::{ActLayout, QActs};
