@@ -125,15 +125,26 @@ pub enum Out<'a> {
     },
     /// The final hidden states of every row (`[rows, n_embd]`): a first stage's output.
     States(&'a mut [f32]),
-    /// `on_row(r, RowOut::Logits(..))` for each row index `r` of `logits` and
+    /// `on_row(r, RowOut::Logits(..))` for each row index `r` of `logits`,
     /// `on_row(r, RowOut::State(..))` (the row's hidden state after the output norm,
-    /// `[n_embd]`) for each of `states`, but for the rows of a sequence whose states came out
-    /// NaN or infinite (as [`Out::Logits`]).
+    /// `[n_embd]`) for each of `states`, and `on_row(r, RowOut::Tap { .. })` for each row
+    /// of `taps.rows` and layer of `taps.layers`, but for the rows of a sequence whose
+    /// states came out NaN or infinite (as [`Out::Logits`]).
     Rows {
         logits: &'a [usize],
         states: &'a [usize],
+        taps: Taps<'a>,
         on_row: &'a mut dyn FnMut(usize, RowOut<'_>),
     },
+}
+
+/// Hidden states a forward gives from inside the stage, for drafters that read the
+/// target's features (EAGLE-3, DFlash): of rows `rows`, the state after each block of
+/// `layers` (ascending, in the stage), as the next block receives it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Taps<'a> {
+    pub layers: &'a [usize],
+    pub rows: &'a [usize],
 }
 
 /// What [`Out::Rows`] gives for one row.
@@ -142,6 +153,8 @@ pub enum RowOut<'a> {
     Logits(&'a mut [f32]),
     /// The row's hidden state after the output norm (`[n_embd]`).
     State(&'a [f32]),
+    /// The row's hidden state after block `layer` (`[n_embd]`).
+    Tap { layer: usize, state: &'a [f32] },
 }
 
 /// See the module doc.
@@ -362,6 +375,19 @@ impl Executor {
                 self.config.n_ubatch
             )));
         }
+        if let Out::Rows { taps, .. } = &out {
+            let stage = &self.model.stage.layers;
+            let ascending = taps.layers.windows(2).all(|p| p[0] < p[1]);
+            if !ascending || taps.layers.iter().any(|l| !stage.contains(l)) {
+                return Err(Error::Config(format!(
+                    "tapped layers {:?} are not ascending blocks of the stage {stage:?}",
+                    taps.layers
+                )));
+            }
+            if taps.rows.iter().any(|&r| r >= n) {
+                return Err(Error::Config(format!("a tapped row is past the {n} rows")));
+            }
+        }
         let mut next: Vec<usize> = seqs.iter().map(|s| s.len()).collect();
         let mut first: Vec<Option<usize>> = vec![None; seqs.len()];
         for r in rows {
@@ -408,20 +434,31 @@ impl Executor {
             return Err(err.into());
         }
         let layers = model.stage.layers.clone();
-        model.forward_layers(dev, w, &self.scratch, layers, self.hidden, n);
+        let taps = match &out {
+            Out::Rows { taps, .. } => *taps,
+            _ => Taps::default(),
+        };
+        let mut tapped = Vec::with_capacity(taps.layers.len());
+        let mut from = layers.start;
+        for &l in taps.layers {
+            model.forward_layers(dev, w, &self.scratch, from..l + 1, self.hidden, n);
+            tapped.push(gather(dev, self.hidden, self.picked, taps.rows, e));
+            from = l + 1;
+        }
+        model.forward_layers(dev, w, &self.scratch, from..layers.end, self.hidden, n);
         let finite = dev.all_finite(self.hidden, n, e);
         for (seq, &len) in seqs.iter_mut().zip(&next) {
             self.kv.commit(seq, len);
         }
-        let mut sane = vec![true; seqs.len()];
+        let mut sane_seq = vec![true; seqs.len()];
         for (r, &ok) in rows.iter().zip(&finite) {
-            sane[r.seq] &= ok;
+            sane_seq[r.seq] &= ok;
         }
         let sane = |wanted: &[usize]| -> Vec<usize> {
             wanted
                 .iter()
                 .copied()
-                .filter(|&r| sane[rows[r].seq])
+                .filter(|&r| sane_seq[rows[r].seq])
                 .collect()
         };
         match out {
@@ -438,8 +475,19 @@ impl Executor {
             Out::Rows {
                 logits,
                 states,
+                taps,
                 on_row,
-            } => self.rows_out(&sane(logits), &sane(states), on_row),
+            } => {
+                for (&layer, host) in taps.layers.iter().zip(&tapped) {
+                    for (j, &r) in taps.rows.iter().enumerate() {
+                        if sane_seq[rows[r].seq] {
+                            let state = &host[j * e..(j + 1) * e];
+                            on_row(r, RowOut::Tap { layer, state });
+                        }
+                    }
+                }
+                self.rows_out(&sane(logits), &sane(states), on_row)
+            }
         }
         self.dev.finish();
         Ok(finite)
@@ -476,4 +524,15 @@ impl Executor {
             }
         }
     }
+}
+
+/// Rows `rows` of `hidden` (`[rows, e]` each), read back through `picked` (`[LOGIT_ROWS,
+/// e]`), `LOGIT_ROWS` at a time.
+fn gather(dev: &mut dyn Device, hidden: Buf, picked: Buf, rows: &[usize], e: usize) -> Vec<f32> {
+    let mut host = vec![0f32; rows.len() * e];
+    for (group, out) in rows.chunks(LOGIT_ROWS).zip(host.chunks_mut(LOGIT_ROWS * e)) {
+        dev.gather_rows(hidden, group, e, picked);
+        dev.download(picked, 0, &mut out[..group.len() * e]);
+    }
+    host
 }

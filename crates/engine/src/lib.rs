@@ -16,7 +16,7 @@ mod slot;
 pub mod speculative;
 
 pub use backend::DeviceKind;
-pub use executor::{ContextConfig, Enter, Executor, Out, Outputs, RowOut, LOGIT_ROWS};
+pub use executor::{ContextConfig, Enter, Executor, Out, Outputs, RowOut, Taps, LOGIT_ROWS};
 pub use front::{Front, FrontState, FrontStats};
 pub use handle::{
     Counters, EngineConfig, EngineHandle, EventStream, SlotState, Snapshot, StepBudget,

@@ -67,6 +67,7 @@ fn states_alone(model: &Model, prompt: &[u32]) -> Vec<Vec<f32>> {
     let o = Out::Rows {
         logits: &[],
         states: &all,
+        taps: Default::default(),
         on_row: &mut on_row,
     };
     exec.forward(&mut [&mut seq], &rows, engine::Enter::Tokens(prompt), o)

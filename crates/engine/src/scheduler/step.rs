@@ -9,7 +9,7 @@ use kv::SeqKv;
 use super::planner::Planned;
 use super::{release_kv, Engine};
 use crate::cost::Shape;
-use crate::executor::{Enter, Out, RowOut};
+use crate::executor::{Enter, Out, RowOut, Taps};
 use crate::request::Summary;
 use crate::Result;
 
@@ -221,6 +221,7 @@ impl Engine {
                 }
                 RowOut::Logits(logits) => seq.accept(logits, tok),
                 RowOut::State(state) => Ok(seq.take_state(pos, state)),
+                RowOut::Tap { .. } => unreachable!("the step taps no layer"),
             };
             match ended {
                 Ok(Some(summary)) => done.finished.push((slot, summary)),
@@ -236,6 +237,7 @@ impl Engine {
             Out::Rows {
                 logits: out_rows,
                 states: state_rows,
+                taps: Taps::default(),
                 on_row: &mut on_row,
             },
         );
