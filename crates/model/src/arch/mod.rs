@@ -7,6 +7,7 @@
 mod gemma3;
 mod llama;
 mod phi3;
+mod pre_norm;
 mod qwen2;
 mod qwen2moe;
 mod qwen3;
@@ -47,13 +48,13 @@ pub trait Recipe: Sync {
 
 /// Every architecture tandem runs.
 pub static RECIPES: &[&dyn Recipe] = &[
-    &llama::Llama,
-    &qwen2::Qwen2,
-    &qwen2moe::Qwen2Moe,
-    &qwen3::Qwen3,
-    &qwen3moe::Qwen3Moe,
+    &llama::RECIPE,
+    &qwen2::RECIPE,
+    &qwen2moe::RECIPE,
+    &qwen3::RECIPE,
+    &qwen3moe::RECIPE,
     &gemma3::Gemma3,
-    &phi3::Phi3,
+    &phi3::RECIPE,
 ];
 
 /// Architectures for tests of the seams (feature `testing`), never in a user's build.

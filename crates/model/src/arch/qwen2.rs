@@ -3,37 +3,23 @@
 
 use device::RopeMode;
 
-use super::Recipe;
-use crate::error::Result;
-use crate::hparams::{HParams, Traits, PLAIN};
+use super::pre_norm::PreNormRecipe;
+use crate::hparams::{Traits, PLAIN};
 use crate::layers::attention::AttentionKind;
 use crate::layers::ffn::GateUp;
-use crate::layers::pre_norm::{PreNorm, PreNormKind};
-use crate::layers::Layer;
-use crate::tensors::TensorLoader;
+use crate::layers::pre_norm::PreNormKind;
 
-pub struct Qwen2;
-
-impl Recipe for Qwen2 {
-    fn name(&self) -> &'static str {
-        "qwen2"
-    }
-
-    fn traits(&self) -> Traits {
-        Traits {
-            rope_mode: RopeMode::Neox,
-            ..PLAIN
-        }
-    }
-
-    fn layer(&self, t: &mut TensorLoader, hp: &HParams, il: usize) -> Result<Box<dyn Layer>> {
-        let kind = PreNormKind {
-            attention: AttentionKind {
-                qkv_bias: true,
-                qk_norm: false,
-            },
-            gate_up: GateUp::Apart,
-        };
-        Ok(Box::new(PreNorm::load(t, hp, il, kind)?))
-    }
-}
+pub const RECIPE: PreNormRecipe = PreNormRecipe {
+    name: "qwen2",
+    traits: Traits {
+        rope_mode: RopeMode::Neox,
+        ..PLAIN
+    },
+    kind: PreNormKind {
+        attention: AttentionKind {
+            qkv_bias: true,
+            qk_norm: false,
+        },
+        gate_up: GateUp::Apart,
+    },
+};
