@@ -90,17 +90,24 @@ pub fn execute(a: InfoArgs) -> Result<(), CliError> {
             expert_bytes as f64 * moe.n_expert_used as f64 / moe.n_expert as f64 / 1048576.0,
         );
     }
-    let mut by_type: BTreeMap<String, (usize, u64)> = BTreeMap::new();
+    let mut by_type: BTreeMap<String, (usize, u64, gguf::GgmlType)> = BTreeMap::new();
     for t in &model.file.header.tensors {
-        let e = by_type.entry(t.ggml_type.to_string()).or_default();
+        let e = by_type
+            .entry(t.ggml_type.to_string())
+            .or_insert((0, 0, t.ggml_type));
         e.0 += 1;
         e.1 += t.n_bytes;
     }
-    println!("tensors:       {}", model.file.header.tensors.len());
-    for (ty, (n, bytes)) in by_type {
+    println!(
+        "tensors:       {} (each type: how the CPU and GPU backends run it, - where they refuse it)",
+        model.file.header.tensors.len()
+    );
+    for (ty, (n, bytes, t)) in by_type {
         println!(
-            "  {ty:<6} {n:>4} tensors  {:>9.1} MiB",
-            bytes as f64 / 1048576.0
+            "  {ty:<6} {n:>4} tensors  {:>9.1} MiB   cpu {}, gpu {}",
+            bytes as f64 / 1048576.0,
+            kernels::forms::form_name(t).unwrap_or("-"),
+            gpu::form_name(t).unwrap_or("-"),
         );
     }
     let cfg = engine::ContextConfig {
