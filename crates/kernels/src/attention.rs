@@ -179,7 +179,7 @@ const QUERY_BLOCK: usize = 3;
 fn simd_for(hd: usize) -> Simd {
     #[cfg(target_arch = "x86_64")]
     {
-        let f = crate::cpu::CpuFeatures::get();
+        let f = crate::features::CpuFeatures::get();
         match (
             f.avx2 && f.fma && hd.is_multiple_of(8),
             f.avx512f && f.avx512vl,

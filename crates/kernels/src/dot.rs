@@ -7,20 +7,7 @@
 
 const LANES: usize = 16;
 
-/// Which implementation `dot` and `dot4` use, picked once from the CPU's features.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Isa {
-    Scalar,
-    #[cfg(target_arch = "x86_64")]
-    Avx2Fma,
-}
-
-impl Isa {
-    /// [`crate::cpu::CpuFeatures`]'s choice.
-    pub fn detect() -> Isa {
-        crate::cpu::CpuFeatures::get().dot
-    }
-}
+pub use crate::features::Isa;
 
 fn fold(mut l: [f32; LANES]) -> f32 {
     let mut width = LANES / 2;

@@ -5,6 +5,7 @@
 pub mod attention;
 pub mod cpu;
 pub mod dot;
+pub mod features;
 pub mod forms;
 pub mod matmul;
 pub mod ops;

@@ -73,7 +73,7 @@ fn gated_inplace<const GELU: bool>(gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len());
     #[cfg(target_arch = "x86_64")]
     {
-        let f = crate::cpu::CpuFeatures::get();
+        let f = crate::features::CpuFeatures::get();
         if f.avx512f {
             // SAFETY: AVX-512 F was detected; the lengths are equal.
             return unsafe { gated_avx512::<GELU>(gate, up) };
@@ -120,7 +120,7 @@ pub fn exp_shifted(x: &mut [f32], shift: f32) {
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
     {
-        let f = crate::cpu::CpuFeatures::get();
+        let f = crate::features::CpuFeatures::get();
         if f.avx512f {
             // SAFETY: AVX-512 F was detected.
             done = unsafe { exp_shifted_avx512(x, shift) };

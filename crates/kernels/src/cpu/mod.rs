@@ -3,7 +3,6 @@
 //! came from released, ops run at once on a thread pool shared with other devices of the
 //! same thread (a draft model's), so a step records nothing and `finish` has nothing to do.
 
-mod features;
 mod kv;
 mod moe;
 #[cfg(test)]
@@ -20,7 +19,7 @@ use device::{
 };
 use gguf::GgmlType;
 
-pub use features::CpuFeatures;
+pub use crate::features::CpuFeatures;
 
 use crate::matmul::{matmul, matmul_many, Precision, QMatrix};
 use crate::ops::{add_inplace, gelu_inplace, rms_norm, rms_norm_inplace, rope, rope_angles};

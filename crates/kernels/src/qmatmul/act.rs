@@ -127,7 +127,7 @@ impl QActs {
 /// clamped to ±127 (the SIMD version gives the same bytes).
 fn quantize_block(x: &[f32], q: &mut [i8]) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if x.len().is_multiple_of(16) && crate::cpu::CpuFeatures::get().avx512f {
+    if x.len().is_multiple_of(16) && crate::features::CpuFeatures::get().avx512f {
         // SAFETY: AVX-512 F was detected; lengths are equal multiples of 16.
         return unsafe { quantize_block_avx512(x, q) };
     }

@@ -19,24 +19,9 @@ use act::{ActLayout, ActRow, QActs};
 use decode::{DecodedRow, Scheme};
 use packed::PackedIsa;
 
+pub use crate::features::QIsa;
 use crate::matmul::QMatrix;
 use crate::pool::{SharedOut, ThreadPool};
-
-/// Which implementation computes the dot products.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QIsa {
-    Scalar,
-    /// AVX2, FMA and F16C.
-    #[cfg(target_arch = "x86_64")]
-    Avx2,
-}
-
-impl QIsa {
-    /// [`crate::cpu::CpuFeatures`]'s choice.
-    pub fn detect() -> QIsa {
-        crate::cpu::CpuFeatures::get().quant
-    }
-}
 
 /// Four dot products of `w[r]` with `x`.
 pub fn dot4(isa: QIsa, scheme: Scheme, w: [&DecodedRow; 4], x: ActRow) -> [f32; 4] {

@@ -23,7 +23,7 @@ pub struct XRow {
 
 /// With `on`, asks for the record `AHEAD` bytes on into L2, so that streaming the weights
 /// (decode) is bound by bandwidth rather than by one core's outstanding misses (where the
-/// CPU wants it: [`crate::cpu::CpuFeatures::prefetch_rows`]). 8 KiB into L2 measured ahead of
+/// CPU wants it: [`crate::features::CpuFeatures::prefetch_rows`]). 8 KiB into L2 measured ahead of
 /// 2 KiB into L1 and of no prefetch (then 15% slower) on the 1.5B on Intel.
 #[inline(always)]
 unsafe fn prefetch(rec: *const u8, len: usize, on: bool) {

@@ -26,25 +26,9 @@ use self::layout::TILE;
 use self::simd::{Avx2, Avx512, Lanes};
 use super::act::{ActLayout, QActs};
 use super::decode::DecodedRow;
+pub use crate::features::PackedIsa;
 use crate::matmul::QMatrix;
 use crate::pool::{SharedOut, ThreadPool};
-
-/// Which instruction set runs the packed kernels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PackedIsa {
-    /// AVX-512 F/BW with VNNI (16 rows per register).
-    Avx512Vnni,
-    /// AVX2, FMA, F16C (8 rows per register).
-    Avx2,
-}
-
-impl PackedIsa {
-    /// The best the CPU supports, or `None` (then the unpacked path runs):
-    /// [`crate::cpu::CpuFeatures`]'s choice.
-    pub fn detect() -> Option<PackedIsa> {
-        crate::cpu::CpuFeatures::get().packed
-    }
-}
 
 /// 64 bytes, 64-aligned: the unit the packed buffer is allocated in.
 #[derive(Clone, Copy)]
@@ -165,7 +149,7 @@ pub fn matmul_many(
     );
     let next = AtomicUsize::new(0);
     #[cfg(target_arch = "x86_64")]
-    let pf_rows = crate::cpu::CpuFeatures::get().prefetch_rows;
+    let pf_rows = crate::features::CpuFeatures::get().prefetch_rows;
     #[cfg(target_arch = "x86_64")]
     pool.run(&|_, _| {
         while let Some((i, tiles)) = chunks.get(next.fetch_add(1, Ordering::Relaxed)) {
