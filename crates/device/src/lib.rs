@@ -22,7 +22,7 @@ pub mod testing;
 pub use seam::{
     full_stores, rope_angles, AttnSpec, Buf, Bytes, ConvSpec, Device, Gating, Mat, MatOut,
     MatrixSource, MoeScratch, MoeSpec, MoeStats, Op, OpTime, Progress, Role, RopeMode, RopeSpec,
-    Routing, Row, SharedIn, Step, Tables,
+    Routing, Row, ScratchShape, SharedIn, Step, Tables,
 };
 
 use gguf::GgmlType;

@@ -449,6 +449,20 @@ pub struct ConvSpec {
     pub k: usize,
 }
 
+/// What a backend's own working memory (besides the buffers a forward allocates through
+/// [`Device::alloc`]) depends on, for the memory plan before any device is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScratchShape {
+    pub n_threads: usize,
+    /// Floats of the longest weight row a matmul reads.
+    pub widest: usize,
+    /// Positions a sequence may attend.
+    pub n_ctx: usize,
+    /// Query heads per key-value head.
+    pub n_group: usize,
+    pub head_dim: usize,
+}
+
 /// One kind of op's time on a device while it was timing its ops.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct OpTime {

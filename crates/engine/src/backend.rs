@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use device::{Device, Role};
+use device::{Device, Role, ScratchShape};
 use gguf::GgmlType;
 use kernels::{Precision, ThreadPool};
 
@@ -94,6 +94,17 @@ impl DeviceKind {
             DeviceKind::Cpu => kernels::cpu::matrix_bytes(ty, n_rows, n_cols, role),
             DeviceKind::Reference => device::reference::matrix_bytes(ty, n_rows, n_cols),
             DeviceKind::Gpu => gpu::matrix_bytes(ty, n_rows, n_cols),
+        }
+    }
+
+    /// Bytes a device of this kind works in besides the buffers a forward allocates (the
+    /// reference allocates per op, for tests: none planned).
+    pub fn scratch_bytes(self, shape: &ScratchShape) -> u64 {
+        match self.resolve() {
+            DeviceKind::Auto => unreachable!("resolved above"),
+            DeviceKind::Cpu => kernels::cpu::scratch_bytes(shape),
+            DeviceKind::Reference => 0,
+            DeviceKind::Gpu => gpu::scratch_bytes(shape),
         }
     }
 }

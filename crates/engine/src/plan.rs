@@ -1,19 +1,18 @@
 use std::fmt;
 
+use device::ScratchShape;
 use model::{Model, Scratch};
 
 use crate::executor::{ContextConfig, LOGIT_ROWS};
 
-/// Memory planned before anything is allocated: weights (mapped), KV pool, scratch.
+/// Memory planned before anything is allocated: weights (mapped), KV pool (and recurrent
+/// states), scratch (the forward's buffers and the device's own working memory).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MemoryPlan {
     pub weights: u64,
     pub kv: u64,
     pub scratch: u64,
 }
-
-/// Weight rows a matmul tile dequantizes at once, per thread (see kernels::matmul).
-const MATMUL_TILE_ROWS: u64 = 16;
 
 impl MemoryPlan {
     pub fn new(model: &Model, cfg: &ContextConfig) -> MemoryPlan {
@@ -23,13 +22,17 @@ impl MemoryPlan {
             .moe
             .as_ref()
             .map_or(0, |m| m.n_ff_exp.max(m.shared.map_or(0, |s| s.n_ff)));
-        let widest = hp.n_embd.max(hp.n_ff).max(hp.q_dim()).max(experts) as u64;
-        let threads = cfg.n_threads.max(1) as u64;
+        let own = ScratchShape {
+            n_threads: cfg.n_threads,
+            widest: hp.n_embd.max(hp.n_ff).max(hp.q_dim()).max(experts),
+            n_ctx: cfg.n_ctx,
+            n_group: hp.n_head / hp.n_head_kv,
+            head_dim: hp.head_dim,
+        };
         let scratch = Scratch::bytes(hp, rows)
             + (rows * hp.n_embd * 4) as u64
             + (LOGIT_ROWS * (2 * model.n_logits() + hp.n_embd) * 4) as u64
-            + threads * MATMUL_TILE_ROWS * widest * 4
-            + threads * ((cfg.n_ctx * hp.n_head / hp.n_head_kv + hp.head_dim) * 4) as u64;
+            + cfg.device.scratch_bytes(&own);
         MemoryPlan {
             weights: model.weight_bytes(&|ty, r, c, role| cfg.device.matrix_bytes(ty, r, c, role)),
             kv: cfg.kv_config(model).total_bytes(),

@@ -93,6 +93,12 @@ pub fn matrix_bytes(ty: GgmlType, n_rows: usize, n_cols: usize) -> u64 {
     Layout::of(ty).map_or(0, |l| (l.row_bytes(n_cols) * n_rows) as u64)
 }
 
+/// Bytes the GPU backend works in besides its buffers: attention's per-part partials, at
+/// most [`ATTENTION_PARTS_BYTES`] (rows beyond are dispatched in groups).
+pub fn scratch_bytes(_: &device::ScratchShape) -> u64 {
+    ATTENTION_PARTS_BYTES
+}
+
 impl Gpu {
     /// A device on the best adapter `choice` allows.
     pub fn open(choice: Choice) -> std::result::Result<Gpu, String> {

@@ -27,4 +27,4 @@ mod profile;
 
 pub use context::{adapter, adapter_for_tests, quiet_device_select, real_gpu, Adapter, Choice};
 pub use formats::{form_name, Shader, SHADERS};
-pub use gpu::{matrix_bytes, Gpu};
+pub use gpu::{matrix_bytes, scratch_bytes, Gpu};

@@ -17,7 +17,7 @@ use crate::qmatmul::QIsa;
 use crate::{Error, Result};
 
 /// Weight rows dequantized together and applied to every activation row.
-const TILE_ROWS: usize = 16;
+pub(crate) const TILE_ROWS: usize = 16;
 
 /// A weight matrix as GGUF stores it: `n_rows` rows of `n_cols` elements of `ty`,
 /// row-major (ggml dims `[n_cols, n_rows]`).

@@ -15,7 +15,7 @@ use device::host::HostBufs;
 use device::state::HostStates;
 use device::{
     AttnSpec, Buf, Bytes, ConvSpec, Device, Mat, MatOut, MatrixSource, MoeSpec, MoeStats, Op,
-    Progress, Result, Role, RopeSpec, Row, Step,
+    Progress, Result, Role, RopeSpec, Row, ScratchShape, Step,
 };
 use gguf::GgmlType;
 
@@ -70,6 +70,15 @@ pub fn matrix_bytes(ty: GgmlType, n_rows: usize, n_cols: usize, role: Role) -> u
             .map_or(mapped, |b| b.next_multiple_of(64) as u64),
         _ => mapped,
     }
+}
+
+/// Bytes the CPU backend's threads work in besides its buffers: per thread, a matmul tile
+/// of dequantized weight rows and attention's scores over a sequence's positions for one
+/// key-value head's queries.
+pub fn scratch_bytes(s: &ScratchShape) -> u64 {
+    let tile = crate::matmul::TILE_ROWS * s.widest;
+    let attention = s.n_ctx * s.n_group + s.head_dim;
+    (s.n_threads.max(1) * (tile + attention) * 4) as u64
 }
 
 impl Cpu {
