@@ -212,6 +212,96 @@ pub fn norms_case(d: &mut dyn Device) -> Vec<f32> {
     out
 }
 
+/// What [`prims_case`] gives: per op, the values it computed; and the top-k pairs (indices
+/// and copied values, which every backend must give exactly).
+pub struct Prims {
+    pub values: Vec<(&'static str, Vec<f32>)>,
+    pub top: Vec<(u32, f32)>,
+}
+
+/// The generic primitives on 7 rows of 96 (a width no multiple of 64): softmax with a
+/// masked (-∞) value, the L2 norm per row and per head (one row small enough that `eps`
+/// bounds its norm), sigmoid and softplus over ±30 (both sides of softplus's threshold),
+/// mul, and the top 5 and top 1 of rows with ties and a NaN. Asserted on `d` itself: a row
+/// softmaxed or normed alone has the bits it has among the others, and top 1 is argmax.
+pub fn prims_case(d: &mut dyn Device) -> Prims {
+    let (rows, width) = (7, 96);
+    let mut x: Vec<f32> = data(rows * width, 11).iter().map(|v| v * 4.0).collect();
+    x[6 * width..].iter_mut().for_each(|v| *v *= 1e-8);
+    let mut masked = x.clone();
+    masked[2 * width + 5] = f32::NEG_INFINITY;
+    let y = data(rows * width, 12);
+    let (xb, yb, ob) = (buf(d, &x), buf(d, &y), d.alloc(rows * width).unwrap());
+    let alone = d.alloc(width).unwrap();
+    let row4 = &x[4 * width..5 * width];
+    let mut values = Vec::new();
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+
+    d.l2_norm_rows(xb, rows, width, 1e-6, ob);
+    let normed = read(d, ob, rows * width);
+    d.upload(alone, 0, row4);
+    d.l2_norm_rows(alone, 1, width, 1e-6, alone);
+    let one = read(d, alone, width);
+    assert_eq!(
+        bits(&one),
+        bits(&normed[4 * width..5 * width]),
+        "l2 norm alone"
+    );
+    values.push(("l2_norm_rows", normed));
+    d.l2_norm_rows(xb, rows * 3, 32, 1e-6, xb);
+    values.push(("l2_norm_rows per head", read(d, xb, rows * width)));
+
+    d.upload(xb, 0, &masked);
+    d.softmax_rows(xb, rows, width);
+    let probs = read(d, xb, rows * width);
+    assert_eq!(probs[2 * width + 5], 0.0, "a masked value");
+    d.upload(alone, 0, row4);
+    d.softmax_rows(alone, 1, width);
+    let one = read(d, alone, width);
+    assert_eq!(
+        bits(&one),
+        bits(&probs[4 * width..5 * width]),
+        "softmax alone"
+    );
+    values.push(("softmax_rows", probs));
+
+    let wide: Vec<f32> = x.iter().map(|v| v * 7.5).collect();
+    d.upload(xb, 0, &wide);
+    d.sigmoid(xb, rows * width);
+    values.push(("sigmoid", read(d, xb, rows * width)));
+    d.upload(xb, 0, &wide);
+    d.softplus(xb, rows * width);
+    values.push(("softplus", read(d, xb, rows * width)));
+    d.upload(xb, 0, &x);
+    d.mul(xb, yb, rows * width);
+    values.push(("mul", read(d, xb, rows * width)));
+
+    let mut ties: Vec<f32> = y.iter().map(|v| (v * 3.0).round()).collect();
+    ties[width + 3] = f32::NAN;
+    ties[3 * width..4 * width].fill(-0.0);
+    ties[3 * width + 9] = 0.0;
+    d.upload(yb, 0, &ties);
+    let top = d.top_k_rows(yb, rows, width, 5);
+    let first = d.top_k_rows(yb, rows, width, 1);
+    let argmax = d.argmax(yb, rows, width);
+    let first: Vec<u32> = first.iter().map(|p| p.0).collect();
+    assert_eq!(first, argmax, "top 1 is argmax");
+    Prims { values, top }
+}
+
+/// [`prims_case`] on the two devices: the top-k pairs equal; each op's values (all finite,
+/// so that [`rel`] sees every one) within `tol` of each other, the largest difference over
+/// the op's largest value (at least 1).
+pub fn prims_agree(a: &mut dyn Device, b: &mut dyn Device, tol: f32) {
+    let (got, want) = (prims_case(a), prims_case(b));
+    assert_eq!(got.top, want.top, "top k");
+    for ((op, g), (_, w)) in got.values.iter().zip(&want.values) {
+        assert!(g.iter().chain(w).all(|v| v.is_finite()), "{op}: finite");
+        let e = rel(g, w, 1.0);
+        assert!(e < tol, "{op}: {e} (bound {tol})");
+    }
+}
+
 /// A mixture of 6 experts, `k` per row, with a shared expert and its gate.
 pub fn moe_case(dev: &mut dyn Device, gating: Gating, k: usize, rows: usize) -> Vec<f32> {
     let (e, ff, ne) = (256, 64, 6);

@@ -59,3 +59,43 @@ pub fn argmax(row: &[f32]) -> u32 {
     }
     best as u32
 }
+
+/// Appends to `out` the `k` largest values of `row` (`k <= row.len()`) with their indices,
+/// largest first, equal values by the lower index first, NaN counted as -∞: the order
+/// [`Device::top_k_rows`] states. A partial selection, then a sort of the `k` chosen.
+pub fn top_k(row: &[f32], k: usize, out: &mut Vec<(u32, f32)>) {
+    assert!(k <= row.len(), "top {k} of {} values", row.len());
+    let key = |v: f32| if v.is_nan() { f32::NEG_INFINITY } else { v };
+    let order = |a: &(u32, f32), b: &(u32, f32)| {
+        key(b.1)
+            .partial_cmp(&key(a.1))
+            .expect("no NaN left")
+            .then(a.0.cmp(&b.0))
+    };
+    if k == 0 {
+        return;
+    }
+    let mut all: Vec<(u32, f32)> = row
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| (i as u32, v))
+        .collect();
+    all.select_nth_unstable_by(k - 1, order);
+    all[..k].sort_unstable_by(order);
+    out.extend_from_slice(&all[..k]);
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn top_k_orders_by_value_then_index_with_nan_last() {
+        let row = [1.0, 3.0, f32::NAN, 3.0, -0.0, 0.0];
+        let mut out = Vec::new();
+        super::top_k(&row, 6, &mut out);
+        let order: Vec<u32> = out.iter().map(|p| p.0).collect();
+        assert_eq!(order, [1, 3, 0, 4, 5, 2]);
+        out.clear();
+        super::top_k(&row, 0, &mut out);
+        assert!(out.is_empty());
+    }
+}

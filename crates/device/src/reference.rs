@@ -500,6 +500,61 @@ impl Device for Reference {
             .collect()
     }
 
+    fn softmax_rows(&mut self, x: Buf, rows: usize, width: usize) {
+        self.bufs[x][..rows * width]
+            .chunks_exact_mut(width)
+            .for_each(softmax);
+    }
+
+    /// Every index of a row sorted by its value, then the first `k` taken.
+    fn top_k_rows(&mut self, x: Buf, rows: usize, width: usize, k: usize) -> Vec<(u32, f32)> {
+        let mut out = Vec::with_capacity(rows * k);
+        for row in self.buf(x)[..rows * width].chunks_exact(width) {
+            let key = |i: usize| match row[i] {
+                v if v.is_nan() => f64::NEG_INFINITY,
+                v => v as f64,
+            };
+            let mut order: Vec<usize> = (0..width).collect();
+            let by_value = |a: usize, b: usize| key(b).partial_cmp(&key(a)).expect("no NaN");
+            order.sort_by(|&a, &b| by_value(a, b).then(a.cmp(&b)));
+            out.extend(order[..k].iter().map(|&i| (i as u32, row[i])));
+        }
+        out
+    }
+
+    fn sigmoid(&mut self, x: Buf, len: usize) {
+        self.bufs[x][..len]
+            .iter_mut()
+            .for_each(|v| *v = sigmoid(*v));
+    }
+
+    fn softplus(&mut self, x: Buf, len: usize) {
+        self.bufs[x][..len].iter_mut().for_each(|v| {
+            if *v <= 20.0 {
+                *v = (*v as f64).exp().ln_1p() as f32;
+            }
+        });
+    }
+
+    fn l2_norm_rows(&mut self, x: Buf, rows: usize, width: usize, eps: f32, out: Buf) {
+        let xs = self.buf(x)[..rows * width].to_vec();
+        let o = &mut self.bufs[out];
+        for (xr, or) in xs.chunks_exact(width).zip(o.chunks_exact_mut(width)) {
+            let norm = xr.iter().map(|&v| v as f64 * v as f64).sum::<f64>().sqrt();
+            let scale = 1.0 / norm.max(eps as f64);
+            for (o, &v) in or.iter_mut().zip(xr) {
+                *o = (v as f64 * scale) as f32;
+            }
+        }
+    }
+
+    fn mul(&mut self, x: Buf, y: Buf, len: usize) {
+        let ys = self.bufs.take(y);
+        let xs = &mut self.bufs[x];
+        xs[..len].iter_mut().zip(&ys).for_each(|(a, &b)| *a *= b);
+        self.bufs.put(y, ys);
+    }
+
     fn moe_stats(&self) -> MoeStats {
         self.stats
     }

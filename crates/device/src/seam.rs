@@ -299,10 +299,16 @@ pub enum Op {
     AllFinite,
     Argmax,
     Conv1d,
+    SoftmaxRows,
+    TopKRows,
+    Sigmoid,
+    Softplus,
+    L2NormRows,
+    Mul,
 }
 
 impl Op {
-    pub const ALL: [Op; 15] = [
+    pub const ALL: [Op; 21] = [
         Op::Embed,
         Op::RmsNorm,
         Op::MatMul,
@@ -318,14 +324,20 @@ impl Op {
         Op::AllFinite,
         Op::Argmax,
         Op::Conv1d,
+        Op::SoftmaxRows,
+        Op::TopKRows,
+        Op::Sigmoid,
+        Op::Softplus,
+        Op::L2NormRows,
+        Op::Mul,
     ];
 }
 
 /// A backend. One executor owns a device and everything on it.
 ///
 /// A forward is `begin(step)`, then ops, then `finish()`. Ops may be recorded and run
-/// later (one command buffer per forward); [`Device::download`], [`Device::all_finite`] and
-/// [`Device::argmax`] wait for what was recorded before them. Buffers are named by
+/// later (one command buffer per forward); [`Device::download`], [`Device::all_finite`],
+/// [`Device::argmax`] and [`Device::top_k_rows`] wait for what was recorded before them. Buffers are named by
 /// prefixes: an op on `n` rows of width `w` touches floats `0..n·w` of its buffers.
 ///
 /// Batch invariance (DESIGN.md): every op computes a row's result in one fixed order that
@@ -420,6 +432,30 @@ pub trait Device: Send {
     fn all_finite(&mut self, x: Buf, rows: usize, width: usize) -> Vec<bool>;
     /// Per row of `width`: the index of its largest value (the first of equals).
     fn argmax(&mut self, x: Buf, rows: usize, width: usize) -> Vec<u32>;
+
+    // Generic primitives, for layer kinds composed from them rather than given an op of
+    // their own. Each computes a row (or an element) from that row alone.
+
+    /// Per row of `width`, in place: `x = e^(x - max) / Σ e^(x - max)`, the max and then
+    /// the sum each taken in one fixed order of the row's elements. A value of -∞ (a
+    /// masked position) gives 0; a row needs at least one finite value.
+    fn softmax_rows(&mut self, x: Buf, rows: usize, width: usize);
+    /// Per row of `width`: its `k` largest values (`k <= width`) with their indices,
+    /// largest first, equal values by the lower index first, NaN counted as -∞ (so `k = 1`
+    /// gives [`Device::argmax`]'s index). `rows · k` pairs, row `r`'s at `r · k..`. Waits
+    /// for what was recorded before, like `argmax`.
+    fn top_k_rows(&mut self, x: Buf, rows: usize, width: usize, k: usize) -> Vec<(u32, f32)>;
+    /// `x = 1 / (1 + e^-x)` over `len` floats.
+    fn sigmoid(&mut self, x: Buf, len: usize);
+    /// `x = ln(1 + e^x)` over `len` floats; `x` itself above 20 (as ggml's softplus).
+    fn softplus(&mut self, x: Buf, len: usize);
+    /// Per row of `width`: `out = x / max(sqrt(Σ x²), eps)`, the sum in one fixed order of
+    /// the row's elements (ggml's `l2_norm`: eps bounds the norm, it is not added to the
+    /// sum). `out` may be `x`; per head when `rows` is rows × heads.
+    fn l2_norm_rows(&mut self, x: Buf, rows: usize, width: usize, eps: f32, out: Buf);
+    /// `x *= y` over `len` floats, element by element (`y` a buffer other than `x`).
+    fn mul(&mut self, x: Buf, y: Buf, len: usize);
+
     /// The mixture blocks computed so far.
     fn moe_stats(&self) -> MoeStats;
     /// Starts (`true`) or stops timing each op on the device; whether it can.

@@ -404,6 +404,36 @@ impl Device for Gpu {
         v.chunks_exact(width.max(1)).map(device::argmax).collect()
     }
 
+    fn softmax_rows(&mut self, x: Buf, rows: usize, width: usize) {
+        self.row_op(Kernel::SoftmaxRows, (x, rows, width), 0.0, None);
+    }
+
+    /// Reads the rows back and selects on the host, as `argmax` does.
+    fn top_k_rows(&mut self, x: Buf, rows: usize, width: usize, k: usize) -> Vec<(u32, f32)> {
+        let v = self.read_floats(x, 0, rows * width);
+        let mut out = Vec::with_capacity(rows * k);
+        for row in v.chunks_exact(width.max(1)) {
+            device::top_k(row, k, &mut out);
+        }
+        out
+    }
+
+    fn sigmoid(&mut self, x: Buf, len: usize) {
+        self.eltwise(Kernel::Sigmoid, x, x, len, 0.0);
+    }
+
+    fn softplus(&mut self, x: Buf, len: usize) {
+        self.eltwise(Kernel::Softplus, x, x, len, 0.0);
+    }
+
+    fn l2_norm_rows(&mut self, x: Buf, rows: usize, width: usize, eps: f32, out: Buf) {
+        self.row_op(Kernel::L2NormRows, (x, rows, width), eps, Some(out));
+    }
+
+    fn mul(&mut self, x: Buf, y: Buf, len: usize) {
+        self.eltwise(Kernel::Mul, x, y, len, 0.0);
+    }
+
     fn moe_stats(&self) -> MoeStats {
         self.moe_stats
     }

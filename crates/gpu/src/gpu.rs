@@ -277,10 +277,31 @@ impl Gpu {
             self.bufs[a.0 as usize].clone(),
             self.bufs[b.0 as usize].clone(),
         );
-        if kernel == Kernel::Scale {
+        if matches!(kernel, Kernel::Scale | Kernel::Sigmoid | Kernel::Softplus) {
             self.run(kernel, &[Bind::Buf(&a), Bind::Arena(p)], g);
         } else {
             self.run(kernel, &[Bind::Buf(&a), Bind::Arena(p), Bind::Buf(&b)], g);
+        }
+    }
+
+    /// A row reduction of rows.wgsl over `rows` rows of `width`: in place on `x`, or into
+    /// `out` where the kernel writes one.
+    pub(crate) fn row_op(
+        &mut self,
+        kernel: Kernel,
+        (x, rows, width): (Buf, usize, usize),
+        eps: f32,
+        out: Option<Buf>,
+    ) {
+        if rows == 0 {
+            return;
+        }
+        let g = grid(rows);
+        let p = self.params([rows as u32, width as u32, eps.to_bits(), g[0], 0, 0, 0, 0]);
+        let x = self.buf(x);
+        match out.map(|o| self.buf(o)) {
+            Some(o) => self.run(kernel, &[Bind::Buf(&x), Bind::Arena(p), Bind::Buf(&o)], g),
+            None => self.run(kernel, &[Bind::Buf(&x), Bind::Arena(p)], g),
         }
     }
 

@@ -22,6 +22,12 @@ pub(crate) enum Kernel {
     Gelu,
     Add,
     Scale,
+    Sigmoid,
+    Softplus,
+    Mul,
+    /// Row reductions (rows.wgsl).
+    SoftmaxRows,
+    L2NormRows,
     Rope,
     /// Stores into a KV pool of type `kv` (one [`kv_code`] names).
     KvStore {
@@ -136,6 +142,11 @@ impl Kernel {
             Kernel::Gelu => (elt.into(), "gelu"),
             Kernel::Add => (elt.into(), "add"),
             Kernel::Scale => (elt.into(), "scale"),
+            Kernel::Sigmoid => (elt.into(), "sigmoid"),
+            Kernel::Softplus => (elt.into(), "softplus"),
+            Kernel::Mul => (elt.into(), "mul"),
+            Kernel::SoftmaxRows => (include_str!("shaders/rows.wgsl").into(), "softmax"),
+            Kernel::L2NormRows => (include_str!("shaders/rows.wgsl").into(), "l2_norm"),
             Kernel::Rope => (include_str!("shaders/rope.wgsl").into(), "main"),
             Kernel::KvStore { kv: c } => (kv(c, include_str!("shaders/kv_store.wgsl")), "main"),
             Kernel::Attention { kv: c } => {

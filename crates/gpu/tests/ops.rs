@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use device::conformance::{attention_case, moe_agrees, norms_case};
+use device::conformance::{attention_case, moe_agrees, norms_case, prims_agree};
 use device::reference::Reference;
 use device::testing::data;
 use device::*;
@@ -370,4 +370,12 @@ fn attention_over_several_parts_and_a_window_across_them() {
             "{window:?}: rows in groups of 7"
         );
     }
+}
+
+/// Both take f32 (the GPU's exp and log the driver's, its sums a tree of 64 partials)
+/// against the reference's f64: within 1e-5 of the largest value (at least 1).
+#[test]
+fn generic_primitives_agree_with_the_reference() {
+    let Some([mut g, mut r]) = both() else { return };
+    prims_agree(&mut *g, &mut *r, 1e-5);
 }

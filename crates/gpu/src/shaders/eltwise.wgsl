@@ -49,3 +49,28 @@ fn scale(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) 
         a[i] *= p.factor;
     }
 }
+
+@compute @workgroup_size(64)
+fn sigmoid(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let i = index(wg, t);
+    if (i < p.len) {
+        a[i] = 1.0 / (1.0 + exp(-a[i]));
+    }
+}
+
+// ln(1 + e^x), x itself above 20 (as ggml's softplus).
+@compute @workgroup_size(64)
+fn softplus(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let i = index(wg, t);
+    if (i < p.len && a[i] <= 20.0) {
+        a[i] = log(1.0 + exp(a[i]));
+    }
+}
+
+@compute @workgroup_size(64)
+fn mul(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let i = index(wg, t);
+    if (i < p.len) {
+        a[i] *= b[i];
+    }
+}

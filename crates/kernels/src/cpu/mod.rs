@@ -23,7 +23,7 @@ pub use crate::features::CpuFeatures;
 
 use crate::matmul::{matmul, matmul_many, Precision, QMatrix};
 use crate::ops::{add_inplace, gelu_inplace, rms_norm, rms_norm_inplace, rope, rope_angles};
-use crate::ops::{all_finite, swiglu_inplace};
+use crate::ops::{all_finite, softmax_inplace, swiglu_inplace};
 use crate::qmatmul::packed::PackedMatrix;
 use crate::ThreadPool;
 
@@ -411,6 +411,66 @@ impl Device for Cpu {
             .chunks_exact(width)
             .map(device::argmax)
             .collect()
+    }
+
+    /// [`softmax_inplace`] per row: its exp, the sum in f32 in index order.
+    fn softmax_rows(&mut self, x: Buf, rows: usize, width: usize) {
+        self.bufs[x][..rows * width]
+            .chunks_exact_mut(width)
+            .for_each(softmax_inplace);
+    }
+
+    fn top_k_rows(&mut self, x: Buf, rows: usize, width: usize, k: usize) -> Vec<(u32, f32)> {
+        let mut out = Vec::with_capacity(rows * k);
+        for row in self.bufs[x][..rows * width].chunks_exact(width) {
+            device::top_k(row, k, &mut out);
+        }
+        out
+    }
+
+    fn sigmoid(&mut self, x: Buf, len: usize) {
+        self.bufs[x][..len]
+            .iter_mut()
+            .for_each(|v| *v = 1.0 / (1.0 + (-*v).exp()));
+    }
+
+    fn softplus(&mut self, x: Buf, len: usize) {
+        self.bufs[x][..len].iter_mut().for_each(|v| {
+            if *v <= 20.0 {
+                *v = v.exp().ln_1p();
+            }
+        });
+    }
+
+    /// The sum of squares in f64 in index order, as ggml's.
+    fn l2_norm_rows(&mut self, x: Buf, rows: usize, width: usize, eps: f32, out: Buf) {
+        let norm = |r: &[f32]| {
+            let sum: f64 = r.iter().map(|&v| (v * v) as f64).sum();
+            1.0 / (sum.sqrt() as f32).max(eps)
+        };
+        let n = rows * width;
+        if x == out {
+            for r in self.bufs[x][..n].chunks_exact_mut(width) {
+                let scale = norm(r);
+                r.iter_mut().for_each(|v| *v *= scale);
+            }
+            return;
+        }
+        self.with2(x, out, |xs, o| {
+            for (xr, or) in xs[..n].chunks_exact(width).zip(o.chunks_exact_mut(width)) {
+                let scale = norm(xr);
+                or.iter_mut().zip(xr).for_each(|(o, &v)| *o = v * scale);
+            }
+        });
+    }
+
+    fn mul(&mut self, x: Buf, y: Buf, len: usize) {
+        self.with2(y, x, |y, x| {
+            x[..len]
+                .iter_mut()
+                .zip(&y[..len])
+                .for_each(|(a, &b)| *a *= b)
+        });
     }
 
     fn moe_stats(&self) -> MoeStats {

@@ -11,7 +11,9 @@ use kv::{KvConfig, BLOCK_SIZE};
 
 use super::Cpu;
 use crate::{Precision, ThreadPool};
-use device::conformance::{attention_case, buf, conv_case, moe_agrees, norms_case, read, rel};
+use device::conformance::{
+    attention_case, buf, conv_case, moe_agrees, norms_case, prims_agree, read, rel,
+};
 use device::testing::{data, source};
 
 /// Every weight type the CPU backend takes: its table's rows.
@@ -196,4 +198,10 @@ fn the_state_convolution_agrees_with_the_reference() {
     let want = conv_case(&mut Reference::new());
     let got = conv_case(&mut cpu(Precision::Int8));
     assert!(rel(&got, &want, 1.0) < 1e-6, "{}", rel(&got, &want, 1.0));
+}
+
+/// f32 sums and exps against f64: within 1e-5 of the largest value (at least 1).
+#[test]
+fn generic_primitives_agree_with_the_reference() {
+    prims_agree(&mut cpu(Precision::Int8), &mut Reference::new(), 1e-5);
 }
