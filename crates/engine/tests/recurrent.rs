@@ -173,14 +173,22 @@ fn rejected_drafts_take_the_state_back_and_keep_the_text() {
             false,
         ),
     ];
+    // Which positions a slot drafts depends on the steps the scheduler plans from measured
+    // costs: rejections are counted over all prompts, not per prompt.
     for (name, s, all_accepted) in arms {
         let got = run_all(&start(&path, 8, Some(s)), &prompts, n);
+        let (mut drafted, mut accepted) = (0, 0);
         for (i, ((tokens, summary), w)) in got.iter().zip(&want).enumerate() {
             assert_eq!(tokens, &w.0, "{name}: prompt {i}");
-            assert!(summary.draft_n > 0, "{name}: prompt {i} drafted nothing");
-            let accepted = summary.draft_n_accepted == summary.draft_n;
-            assert_eq!(accepted, all_accepted, "{name}: prompt {i}: {summary:?}");
+            drafted += summary.draft_n;
+            accepted += summary.draft_n_accepted;
         }
+        assert!(drafted > 0, "{name}: nothing was drafted");
+        assert_eq!(
+            accepted == drafted,
+            all_accepted,
+            "{name}: {accepted} of {drafted}"
+        );
     }
 }
 
