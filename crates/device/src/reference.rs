@@ -339,9 +339,10 @@ impl Device for Reference {
 
     fn conv1d(&mut self, layer: usize, x: Buf, w: Buf, out: Buf, spec: &ConvSpec) {
         let n = self.rows.len() * spec.width;
-        let (xs, ws) = (self.buf(x)[..n].to_vec(), self.buf(w).to_vec());
         let states = self.states.as_mut().expect("state layers");
-        states.conv1d(layer, &xs, &ws, &mut self.bufs[out], spec, dot);
+        let mut o = self.bufs.take(out);
+        states.conv1d(layer, &self.bufs[x][..n], &self.bufs[w], &mut o, spec, dot);
+        self.bufs.put(out, o);
     }
 
     fn kv_store(&mut self, layer: usize, k: Buf, v: Buf) {

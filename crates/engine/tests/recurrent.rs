@@ -13,10 +13,7 @@ use std::sync::Arc;
 
 use common::{model_path, MODELS};
 use engine::speculative::{PolicyKind, Scripted, SpecConfig, Speculation};
-use engine::{
-    ContextConfig, EngineConfig, EngineHandle, Event, Executor, Outputs, Sampler, SamplerConfig,
-    Summary,
-};
+use engine::{ContextConfig, EngineConfig, EngineHandle, Event, Executor, Summary};
 use gguf::GgmlType;
 use model::Model;
 use text::Tokenizer;
@@ -114,21 +111,7 @@ fn alone(path: &Path, prompt: &[u32], n: usize) -> Vec<u32> {
         ..ContextConfig::default()
     };
     let mut ctx = Executor::new(Model::load(path).unwrap(), cfg).unwrap();
-    let mut seq = kv::SeqKv::default();
-    let mut sampler = Sampler::new(SamplerConfig::greedy());
-    let (mut next, mut out) = (0, Vec::new());
-    ctx.eval(&mut seq, prompt, Outputs::Last, &mut |_, l| {
-        next = sampler.sample(l, &[])
-    })
-    .unwrap();
-    for _ in 0..n {
-        out.push(next);
-        ctx.eval(&mut seq, &[next], Outputs::Last, &mut |_, l| {
-            next = sampler.sample(l, &[])
-        })
-        .unwrap();
-    }
-    out
+    common::greedy_alone(&mut ctx, prompt, n)
 }
 
 #[test]

@@ -10,7 +10,7 @@ use common::{model_path, MODELS};
 use engine::speculative::{Ngram, PolicyKind, Scripted, SpecConfig, Speculation};
 use engine::{
     ContextConfig, EngineConfig, EngineHandle, Event, Executor, FinishReason, GenRequest, Outputs,
-    Sampler, SamplerConfig, Summary,
+    Summary,
 };
 use gguf::GgmlType;
 use model::Model;
@@ -97,22 +97,7 @@ fn reference(model: &Model, prompt: &[u32], n: usize) -> Vec<u32> {
         },
     )
     .unwrap();
-    let mut seq = kv::SeqKv::default();
-    let mut sampler = Sampler::new(SamplerConfig::greedy());
-    let mut next = 0;
-    let mut out = Vec::new();
-    ctx.eval(&mut seq, prompt, Outputs::Last, &mut |_, l| {
-        next = sampler.sample(l, &[])
-    })
-    .unwrap();
-    for _ in 0..n {
-        out.push(next);
-        ctx.eval(&mut seq, &[next], Outputs::Last, &mut |_, l| {
-            next = sampler.sample(l, &[])
-        })
-        .unwrap();
-    }
-    out
+    common::greedy_alone(&mut ctx, prompt, n)
 }
 
 fn run_all(handle: &EngineHandle, prompts: &[Vec<u32>], n: usize) -> Vec<(Vec<u32>, Summary)> {

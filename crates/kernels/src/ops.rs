@@ -92,6 +92,11 @@ fn gated_scalar<const GELU: bool>(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// `1 / (1 + e^-v)` with [`exp`].
+pub fn sigmoid(v: f32) -> f32 {
+    1.0 / (1.0 + exp(-v))
+}
+
 /// `e^x` within 2 ulp for `x` in [-87.3, 88.3], 0 below and infinity above: `2^n · p(r)`
 /// with `n = round(x · log2 e)`, `r = x - n · ln 2` in two parts, `p` Cephes' polynomial.
 /// Every step is one IEEE operation, so [`exp_avx512`] and [`exp_avx2`] compute the same

@@ -57,16 +57,6 @@ pub struct MatId(usize);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MatSpan(Range<usize>);
 
-impl MatSpan {
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
 /// A vector of the table ([`TensorTable::vectors`]`[id.0]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VecId(usize);

@@ -84,3 +84,24 @@ pub fn request(
         embed,
     }
 }
+
+/// Greedy tokens of one sequence alone on `exec`: its prompt in one evaluation, then a
+/// token a forward.
+pub fn greedy_alone(exec: &mut engine::Executor, prompt: &[u32], n: usize) -> Vec<u32> {
+    let mut seq = kv::SeqKv::default();
+    let mut sampler = engine::Sampler::new(engine::SamplerConfig::greedy());
+    let (mut next, mut out) = (0, Vec::new());
+    let last = engine::Outputs::Last;
+    exec.eval(&mut seq, prompt, last, &mut |_, l| {
+        next = sampler.sample(l, &[])
+    })
+    .unwrap();
+    for _ in 0..n {
+        out.push(next);
+        exec.eval(&mut seq, &[next], last, &mut |_, l| {
+            next = sampler.sample(l, &[])
+        })
+        .unwrap();
+    }
+    out
+}

@@ -23,7 +23,7 @@ pub use crate::features::CpuFeatures;
 
 use crate::matmul::{matmul, matmul_many, Precision, QMatrix};
 use crate::ops::{add_inplace, gelu_inplace, rms_norm, rms_norm_inplace, rope, rope_angles};
-use crate::ops::{all_finite, softmax_inplace, swiglu_inplace};
+use crate::ops::{all_finite, sigmoid, softmax_inplace, swiglu_inplace};
 use crate::qmatmul::packed::PackedMatrix;
 use crate::ThreadPool;
 
@@ -263,7 +263,7 @@ impl Device for Cpu {
             &self.bufs[w],
             &mut o,
             spec,
-            dot_f32,
+            crate::dot::dot_scalar,
         );
         self.bufs.put(out, o);
     }
@@ -431,7 +431,7 @@ impl Device for Cpu {
     fn sigmoid(&mut self, x: Buf, len: usize) {
         self.bufs[x][..len]
             .iter_mut()
-            .for_each(|v| *v = 1.0 / (1.0 + (-*v).exp()));
+            .for_each(|v| *v = sigmoid(*v));
     }
 
     fn softplus(&mut self, x: Buf, len: usize) {
@@ -476,9 +476,4 @@ impl Device for Cpu {
     fn moe_stats(&self) -> MoeStats {
         self.moe.stats
     }
-}
-
-/// `Σ a[j] · b[j]` in f32, `j` ascending.
-fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).fold(0.0, |acc, (&x, &y)| acc + x * y)
 }

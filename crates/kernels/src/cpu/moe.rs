@@ -16,7 +16,7 @@ use device::{Gating, MoeSpec, MoeStats, Routing};
 
 use super::Cpu;
 use crate::dot::{dot, Isa};
-use crate::ops::{add_inplace, exp, softmax_inplace, swiglu_inplace};
+use crate::ops::{add_inplace, sigmoid, softmax_inplace, swiglu_inplace};
 use crate::{matmul, matmul_grouped, Group, QMatrix};
 
 /// The smallest sum the chosen weights are divided by when renormalized (llama.cpp's).
@@ -119,10 +119,6 @@ pub(super) fn block(
     cpu.bufs.put(sc.up, up);
     cpu.bufs.put(sc.out, out);
     cpu.bufs.put(hidden, h);
-}
-
-fn sigmoid(v: f32) -> f32 {
-    1.0 / (1.0 + exp(-v))
 }
 
 /// Turns one row's router logits `probs` (`[n_expert]`) into probabilities in place and
