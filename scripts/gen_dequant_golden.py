@@ -125,6 +125,56 @@ def write(kind_dir: str, qtype: T, kind: int, inp: np.ndarray, out: np.ndarray) 
     return path.stat().st_size
 
 
+# The low-bit types, from an rng of their own so the files above stay byte-identical.
+# Scale fields other than f16 (MXFP4's exponent, NVFP4's E4M3 codes) stay random: every
+# code is part of the test.
+LOWBIT_F16_FIELDS = {
+    T.IQ4_NL: [0],
+    T.IQ4_XS: [0],
+    T.TQ1_0: [52],
+    T.TQ2_0: [64],
+    T.MXFP4: [],
+    T.NVFP4: [],
+}
+LOWBIT_QUANT = [T.TQ1_0, T.TQ2_0, T.MXFP4]
+
+
+def lowbit_blocks(qtype: T, r: np.random.Generator) -> np.ndarray:
+    block_size, type_size = GGML_QUANT_SIZES[qtype]
+    n = N_BLOCKS_K if block_size == 256 else N_BLOCKS_LEGACY
+    blocks = r.integers(0, 256, size=(n, type_size), dtype=np.uint8)
+    for off in LOWBIT_F16_FIELDS[qtype]:
+        mag = 10.0 ** r.uniform(-4.0, np.log10(4.0), size=n)
+        sign = np.where(r.random(n) < 0.5, -1.0, 1.0)
+        blocks[:, off:off + 2] = (sign * mag).astype(np.float16).reshape(n, 1).view(np.uint8)
+    blocks[0, :] = 0
+    blocks[1, :] = 0xFF
+    for off in LOWBIT_F16_FIELDS[qtype]:
+        set_f16(blocks, 1, off, 1.0)
+        set_f16(blocks, 2, off, 65504.0)
+    return blocks
+
+
+def lowbit() -> int:
+    total = 0
+    r = np.random.default_rng(0x10B175)
+    for qtype in LOWBIT_F16_FIELDS:
+        blocks = lowbit_blocks(qtype, r)
+        with np.errstate(over="ignore"):
+            out = quants.dequantize(blocks.reshape(-1), qtype)
+        assert out.dtype == np.float32
+        total += write("dequant", qtype, 0, blocks, out)
+    for qtype in LOWBIT_QUANT:
+        block_size, _ = GGML_QUANT_SIZES[qtype]
+        x = (r.standard_normal((16, block_size)) * 10.0 ** r.uniform(-3, 2, size=(16, 1))).astype(np.float32)
+        x[0] = 0.0
+        x[1] = 1.5
+        x[2] = -np.arange(block_size, dtype=np.float32)
+        q = quants.quantize(x.reshape(-1), qtype)
+        total += write("quant", qtype, 1, x.reshape(-1), np.asarray(q).view(np.uint8))
+    return total
+
+
 def main() -> None:
     total = 0
     for qtype in [T.F32, T.F16, T.BF16]:
@@ -141,6 +191,7 @@ def main() -> None:
         with np.errstate(over="ignore"):  # -3e38 -> -inf in f16 is part of the test
             q = quants.quantize(x, qtype)
         total += write("quant", qtype, 1, x, np.asarray(q).view(np.uint8))
+    total += lowbit()
     print(f"wrote {total} bytes under {OUT}")
 
 

@@ -6,20 +6,6 @@ use gguf::GgmlType;
 use crate::formats::quantize_row;
 use crate::{Bytes, MatrixSource, Role};
 
-/// Every quantized type the kernels multiply.
-pub const QUANT_TYPES: [GgmlType; 10] = [
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::Q2_K,
-    GgmlType::Q3_K,
-    GgmlType::Q4_K,
-    GgmlType::Q5_K,
-    GgmlType::Q6_K,
-];
-
 /// `n` pseudo-random values in [-1, 1) from `seed` (xorshift; the same on every platform).
 pub fn data(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
@@ -70,17 +56,18 @@ pub fn saturated_blocks(ty: GgmlType, n_rows: usize, k: usize) -> Vec<u8> {
     with_scales(ty, vec![0xFF; rb * n_rows])
 }
 
-/// `bytes` with the f16 scales of every block of `ty` (a registered type) set to small
+/// `bytes` with the scales of every block of `ty` (a registered type) set to small
 /// finite values.
 fn with_scales(ty: GgmlType, mut bytes: Vec<u8>) -> Vec<u8> {
-    let ts = ty.type_size() as usize;
-    let scale_at = crate::formats::format(ty)
-        .expect("a registered type")
-        .scales;
-    for (i, blk) in bytes.chunks_exact_mut(ts).enumerate() {
-        let d = half::f16::from_f32(0.01 + 0.001 * (i % 13) as f32);
-        for &at in scale_at {
+    let f = crate::formats::format(ty).expect("a registered type");
+    for (i, blk) in bytes.chunks_exact_mut(f.type_size).enumerate() {
+        let x = 0.01 + 0.001 * (i % 13) as f32;
+        let d = half::f16::from_f32(x);
+        for &at in f.scales {
             blk[at..at + 2].copy_from_slice(&d.to_bits().to_le_bytes());
+        }
+        if let Some(o) = f.other_scales {
+            (o.set)(blk, x);
         }
     }
     bytes

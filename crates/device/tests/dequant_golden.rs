@@ -5,11 +5,13 @@ use device::formats::{dequantize_row, quantize_row};
 use gguf::GgmlType;
 use std::path::PathBuf;
 
-const DEQUANT_TYPES: [&str; 13] = [
+const DEQUANT_TYPES: &[&str] = &[
     "f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k",
-    "q6_k",
+    "q6_k", "iq4_nl", "iq4_xs", "tq1_0", "tq2_0", "mxfp4", "nvfp4",
 ];
-const QUANT_TYPES: [&str; 7] = ["f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"];
+const QUANT_TYPES: &[&str] = &[
+    "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "tq1_0", "tq2_0", "mxfp4",
+];
 
 struct Golden {
     ty: GgmlType,

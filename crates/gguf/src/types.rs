@@ -35,6 +35,9 @@ pub enum GgmlType {
     TQ1_0,
     TQ2_0,
     MXFP4,
+    NVFP4,
+    Q1_0,
+    Q2_0,
 }
 
 impl GgmlType {
@@ -74,6 +77,9 @@ impl GgmlType {
             34 => TQ1_0,
             35 => TQ2_0,
             39 => MXFP4,
+            40 => NVFP4,
+            41 => Q1_0,
+            42 => Q2_0,
             _ => return None,
         })
     }
@@ -114,6 +120,9 @@ impl GgmlType {
             TQ1_0 => 34,
             TQ2_0 => 35,
             MXFP4 => 39,
+            NVFP4 => 40,
+            Q1_0 => 41,
+            Q2_0 => 42,
         }
     }
 
@@ -123,6 +132,8 @@ impl GgmlType {
         match self {
             F32 | F16 | BF16 | I8 | I16 | I32 | I64 | F64 => 1,
             Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4_NL | MXFP4 => 32,
+            NVFP4 | Q2_0 => 64,
+            Q1_0 => 128,
             _ => 256,
         }
     }
@@ -159,6 +170,8 @@ impl GgmlType {
             TQ1_0 => 54,
             TQ2_0 => 66,
             MXFP4 => 17,
+            NVFP4 => 36,
+            Q1_0 | Q2_0 => 18,
         }
     }
 

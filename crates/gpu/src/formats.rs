@@ -34,6 +34,20 @@ pub static SHADERS: &[Shader] = &[
     shader(GgmlType::Q4_K, include_str!("shaders/dequant/q4_k.wgsl")),
     shader(GgmlType::Q5_K, include_str!("shaders/dequant/q5_k.wgsl")),
     shader(GgmlType::Q6_K, include_str!("shaders/dequant/q6_k.wgsl")),
+    shader(
+        GgmlType::IQ4_NL,
+        include_str!("shaders/dequant/iq4_nl.wgsl"),
+    ),
+    shader(
+        GgmlType::IQ4_XS,
+        include_str!("shaders/dequant/iq4_xs.wgsl"),
+    ),
+    shader(GgmlType::TQ1_0, include_str!("shaders/dequant/tq1_0.wgsl")),
+    shader(GgmlType::TQ2_0, include_str!("shaders/dequant/tq2_0.wgsl")),
+    shader(GgmlType::MXFP4, include_str!("shaders/dequant/mxfp4.wgsl")),
+    shader(GgmlType::NVFP4, include_str!("shaders/dequant/nvfp4.wgsl")),
+    shader(GgmlType::Q1_0, include_str!("shaders/dequant/q1_0.wgsl")),
+    shader(GgmlType::Q2_0, include_str!("shaders/dequant/q2_0.wgsl")),
     #[cfg(any(test, feature = "test-types"))]
     shader(GgmlType::Q8_1, include_str!("shaders/dequant/q8_1.wgsl")),
 ];

@@ -38,6 +38,14 @@ Q3_K    -      f32         int8        wgsl
 Q4_K    yes    f32         int8 packed wgsl
 Q5_K    -      f32         int8        wgsl
 Q6_K    yes    f32         int8 packed wgsl
+IQ4_NL  -      f32         int8        wgsl
+IQ4_XS  -      f32         int8        wgsl
+TQ1_0   yes    f32         int8        wgsl
+TQ2_0   yes    f32         int8        wgsl
+MXFP4   yes    f32         int8        wgsl
+NVFP4   yes    f32         f32         wgsl
+Q1_0    yes    f32         int8        wgsl
+Q2_0    yes    f32         int8        wgsl
 Q8_1    yes    f32         int8        wgsl";
     assert_eq!(m.to_string(), want, "\n{m}");
     for backend in ["reference", "cpu", "gpu"] {

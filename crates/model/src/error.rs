@@ -22,6 +22,14 @@ pub enum Error {
     UnsupportedTensor { tensor: String, what: &'static str },
     #[error("tensor '{tensor}' has type {ty}, which tandem cannot compute with yet")]
     UnsupportedType { tensor: String, ty: GgmlType },
+    #[error(
+        "tensor '{tensor}' ({ty}): block {block} is corrupt (a scale that is NaN, infinite or a reserved code)"
+    )]
+    CorruptBlock {
+        tensor: String,
+        ty: GgmlType,
+        block: usize,
+    },
     #[error("token id {id} is out of range (vocabulary has {n_vocab} tokens)")]
     TokenOutOfRange { id: u32, n_vocab: usize },
     #[error("synthetic model: {0}")]

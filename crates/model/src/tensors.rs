@@ -329,6 +329,8 @@ pub struct DeviceTensors {
 impl DeviceTensors {
     /// Uploads `table` to `dev`: its matrices from `sources` (one per matrix, in order:
     /// the table's own, or a replacement such as a restricted head), its vectors copied.
+    /// A block whose scales no encoder writes (NaN, infinite, a reserved code) is an
+    /// error naming its tensor, before anything is uploaded.
     pub fn upload(
         dev: &mut dyn Device,
         table: &TensorTable,
@@ -336,6 +338,15 @@ impl DeviceTensors {
         progress: &Progress<'_>,
     ) -> Result<DeviceTensors> {
         debug_assert_eq!(sources.len(), table.matrices.len());
+        for s in sources {
+            if let Some(block) = device::formats::first_bad_block(s.ty, s.bytes.as_slice()) {
+                return Err(Error::CorruptBlock {
+                    tensor: s.name.clone(),
+                    ty: s.ty,
+                    block,
+                });
+            }
+        }
         let mats = dev.upload_matrices(sources, progress)?;
         let vecs = table
             .vectors

@@ -20,6 +20,7 @@ pub const FORMAT: WeightFormat = WeightFormat {
     block_size: BLOCK_SIZE,
     type_size: TYPE_SIZE,
     scales: &[],
+    other_scales: None,
     dequantize,
     quantize: Some(quantize),
 };

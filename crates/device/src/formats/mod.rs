@@ -23,6 +23,12 @@
 pub mod bf16;
 pub mod f16;
 pub mod f32;
+pub mod iq4_nl;
+pub mod iq4_xs;
+pub mod mxfp4;
+pub mod nvfp4;
+pub mod q1_0;
+pub mod q2_0;
 pub mod q2_k;
 pub mod q3_k;
 pub mod q4_0;
@@ -36,6 +42,8 @@ pub mod q8_0;
 #[cfg(any(test, feature = "test-types"))]
 pub mod q8_1;
 mod support;
+pub mod tq1_0;
+pub mod tq2_0;
 
 use crate::{Error, Result};
 use gguf::GgmlType;
@@ -56,12 +64,26 @@ pub struct WeightFormat {
     pub type_size: usize,
     /// Byte offsets in a block of its f16 scales (empty for the float types).
     pub scales: &'static [usize],
+    /// Its scales in another encoding than f16 at fixed offsets (an exponent byte,
+    /// E4M3 codes, an f16 split across bytes), `None` where `scales` says it all.
+    pub other_scales: Option<&'static OtherScales>,
     /// Dequantizes whole blocks: `src` is exactly `dst.len() / block_size` blocks, or
     /// it panics.
     pub dequantize: Dequantize,
     /// Quantizes whole blocks (`dst` exactly `src.len() / block_size` blocks, or it
     /// panics); `None` where tandem only reads the type.
     pub quantize: Option<Quantize>,
+}
+
+/// A block's scales in an encoding of their own.
+#[derive(Debug)]
+pub struct OtherScales {
+    /// Whether every scale of the block (its bytes) is one an encoder writes: finite,
+    /// not a reserved NaN code.
+    pub valid: fn(&[u8]) -> bool,
+    /// Sets every scale of the block to a finite value of about the magnitude `x`
+    /// (tests build blocks of random quants with it).
+    pub set: fn(&mut [u8], f32),
 }
 
 /// Whole blocks of bytes into their values: `(src, dst)`.
@@ -85,6 +107,14 @@ pub static FORMATS: &[WeightFormat] = &[
     q4_k::FORMAT,
     q5_k::FORMAT,
     q6_k::FORMAT,
+    iq4_nl::FORMAT,
+    iq4_xs::FORMAT,
+    tq1_0::FORMAT,
+    tq2_0::FORMAT,
+    mxfp4::FORMAT,
+    nvfp4::FORMAT,
+    q1_0::FORMAT,
+    q2_0::FORMAT,
     #[cfg(any(test, feature = "test-types"))]
     q8_1::FORMAT,
 ];
@@ -115,9 +145,9 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<()> {
 }
 
 /// Quantizes `src` into `dst` (exactly the bytes of src.len()/block_size blocks).
-/// Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (ggml's reference
-/// quantizers, bit-identical to `gguf.quants.quantize`) and Q4_K, Q6_K (plain
-/// round-to-nearest, meant for synthetic test models).
+/// Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, TQ1_0, TQ2_0, MXFP4, NVFP4,
+/// Q1_0, Q2_0 (ggml's reference quantizers) and Q4_K, Q6_K (plain round-to-nearest,
+/// meant for synthetic test models).
 /// Errors: UnsupportedType, LengthMismatch (src.len() not a multiple of the block
 /// size, or dst.len() != blocks*type_size).
 pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<()> {
@@ -127,6 +157,17 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<()> {
     check_lengths(ty, dst.len(), src.len())?;
     quantize(src, dst);
     Ok(())
+}
+
+/// The index of the first block of `bytes` (whole blocks of the registered type `ty`)
+/// whose scales no encoder writes: an f16 scale that is NaN or infinite, or a scale of
+/// another encoding its format calls invalid. `None` when every block is sound.
+pub fn first_bad_block(ty: GgmlType, bytes: &[u8]) -> Option<usize> {
+    let f = format(ty)?;
+    bytes.chunks_exact(f.type_size).position(|b| {
+        f.scales.iter().any(|&at| !f16_at(b, at).is_finite())
+            || f.other_scales.is_some_and(|o| !(o.valid)(b))
+    })
 }
 
 /// Checks that `n_values` is whole blocks of `ty` and `n_bytes` is exactly their size.
@@ -223,7 +264,25 @@ mod tests {
             );
             assert!(std::ptr::eq(format(ty).unwrap(), f));
         }
-        assert!(!is_supported(GgmlType::IQ4_NL));
+        assert!(!is_supported(GgmlType::Q8_K));
         assert!(is_supported(GgmlType::Q2_K) && !is_quantize_supported(GgmlType::Q2_K));
+    }
+
+    #[test]
+    fn a_block_with_a_nan_scale_or_a_reserved_code_is_found() {
+        let blocks = |ty: GgmlType| vec![0u8; 4 * ty.type_size() as usize];
+        for ty in [GgmlType::Q4_K, GgmlType::IQ4_XS, GgmlType::TQ1_0] {
+            let mut b = blocks(ty);
+            assert_eq!(first_bad_block(ty, &b), None, "{ty}");
+            let at = 2 * ty.type_size() as usize + format(ty).unwrap().scales[0];
+            b[at..at + 2].copy_from_slice(&0x7E00u16.to_le_bytes());
+            assert_eq!(first_bad_block(ty, &b), Some(2), "{ty}");
+        }
+        let mut b = blocks(GgmlType::MXFP4);
+        b[3 * mxfp4::TYPE_SIZE] = 0xFE;
+        assert_eq!(first_bad_block(GgmlType::MXFP4, &b), None);
+        b[3 * mxfp4::TYPE_SIZE] = 0xFF;
+        assert_eq!(first_bad_block(GgmlType::MXFP4, &b), Some(3));
+        assert_eq!(first_bad_block(GgmlType::NVFP4, &[0xFF; 36]), None);
     }
 }

@@ -28,6 +28,7 @@ pub const FORMAT: WeightFormat = WeightFormat {
     block_size: BLOCK_SIZE,
     type_size: TYPE_SIZE,
     scales: &[108],
+    other_scales: None,
     dequantize,
     quantize: None,
 };

@@ -21,6 +21,7 @@ pub const FORMAT: WeightFormat = WeightFormat {
     block_size: BLOCK_SIZE,
     type_size: TYPE_SIZE,
     scales: &[0],
+    other_scales: None,
     dequantize,
     quantize: Some(quantize),
 };

@@ -7,8 +7,10 @@
 //! Adding a quantized type: its decode function (a `DecodedRow` filled from its blocks)
 //! and its row in [`FORMS`]; `q8_1.rs` is such a type, in test builds only.
 
+mod lut;
 #[cfg(any(test, feature = "test-types"))]
 mod q8_1;
+mod ternary;
 
 use gguf::GgmlType;
 
@@ -35,7 +37,8 @@ pub struct IntForm {
     pub packed: Option<Format>,
 }
 
-/// A float type: dequantized to f32.
+/// A type multiplied in f32: its rows dequantized (the float types, and a quantized type
+/// whose scales fit no integer form, NVFP4's E4M3 scale per 16 values).
 const fn float(ty: GgmlType) -> CpuForm {
     CpuForm { ty, int8: None }
 }
@@ -121,6 +124,14 @@ pub static FORMS: &[CpuForm] = &[
         decode::q6_k,
         Some(Format::Q6_K),
     ),
+    lut::IQ4_NL,
+    lut::IQ4_XS,
+    ternary::TQ1_0,
+    ternary::TQ2_0,
+    lut::MXFP4,
+    float(GgmlType::NVFP4),
+    ternary::Q1_0,
+    ternary::Q2_0,
     #[cfg(any(test, feature = "test-types"))]
     q8_1::FORM,
 ];
@@ -160,13 +171,11 @@ mod tests {
                 "{} twice",
                 f.ty
             );
-            match f.int8 {
-                None => assert_eq!(reg.block_size, 1, "{}", f.ty),
-                Some(int) => {
-                    assert_eq!(int.scheme.layout.block(), reg.block_size, "{}", f.ty);
-                    if let Some(p) = int.packed {
-                        assert_eq!(p.block(), reg.block_size, "{}", f.ty);
-                    }
+            if let Some(int) = f.int8 {
+                let block = int.scheme.layout.block();
+                assert_eq!(reg.block_size % block, 0, "{}", f.ty);
+                if let Some(p) = int.packed {
+                    assert_eq!(p.block(), reg.block_size, "{}", f.ty);
                 }
             }
         }
@@ -183,6 +192,6 @@ mod tests {
             .map(|r| r.0.to_string())
             .collect();
         assert_eq!(packed.join(" "), "Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q6_K");
-        assert_eq!(form_name(GgmlType::IQ4_NL), None);
+        assert_eq!(form_name(GgmlType::Q8_K), None);
     }
 }

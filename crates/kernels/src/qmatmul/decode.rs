@@ -1,8 +1,9 @@
 //! Weight rows decoded once per matmul into a form shared by every quantized format, so
 //! that one integer dot kernel per layout serves them all.
 //!
-//! 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), per block `b` of 32:
-//! `w = d[b] · (q - offset) + m[b]` with `q` unsigned (or signed for Q8_0, offset 0).
+//! One scale per 32 values (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, and the low-bit types decoded
+//! in `crate::forms`), per group `b` of 32: `w = d[b] · (q - offset) + m[b]` with `q`
+//! unsigned (or signed: Q8_0, and the levels of IQ4_NL, IQ4_XS, MXFP4; offset 0).
 //! K-quants (Q2_K..Q6_K), per super-block `s` of 256 and sub-block `j` of 16:
 //! `w = d[s] · sc[j] · (q - offset) - m[s] · mn[j]`.
 //!
