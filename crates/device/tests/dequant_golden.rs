@@ -1,5 +1,6 @@
-//! Bit-exactness against `gguf.quants` (the gguf Python package). The golden files are
-//! written by `scripts/gen_dequant_golden.py`; see its header for the file format.
+//! Bit-exactness against `gguf.quants` (the gguf Python package) and, for what it does not
+//! do, against ggml itself. The golden files are written by `scripts/gen_dequant_golden.py`
+//! (see its header for the file format) and `scripts/gen_ggml_golden.py`.
 
 use device::formats::{dequantize_row, quantize_row};
 use gguf::GgmlType;
@@ -7,10 +8,11 @@ use std::path::PathBuf;
 
 const DEQUANT_TYPES: &[&str] = &[
     "f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k",
-    "q6_k", "iq4_nl", "iq4_xs", "tq1_0", "tq2_0", "mxfp4", "nvfp4",
+    "q6_k", "iq4_nl", "iq4_xs", "tq1_0", "tq2_0", "mxfp4", "nvfp4", "q1_0", "q2_0",
 ];
 const QUANT_TYPES: &[&str] = &[
-    "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "tq1_0", "tq2_0", "mxfp4",
+    "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "tq1_0", "tq2_0", "mxfp4", "nvfp4",
+    "q1_0", "q2_0",
 ];
 
 struct Golden {
