@@ -98,14 +98,17 @@ pub fn execute(a: InfoArgs) -> Result<(), CliError> {
         e.0 += 1;
         e.1 += t.n_bytes;
     }
+    let all_bytes: u64 = by_type.values().map(|e| e.1).sum();
     println!(
-        "tensors:       {} (each type: how the CPU and GPU backends run it, - where they refuse it)",
+        "tensors:       {} (each type: its share of the bytes, bits per weight, how the CPU and GPU backends run it, - where they refuse it)",
         model.file.header.tensors.len()
     );
     for (ty, (n, bytes, t)) in by_type {
         println!(
-            "  {ty:<6} {n:>4} tensors  {:>9.1} MiB   cpu {}, gpu {}",
+            "  {ty:<7} {n:>4} tensors  {:>9.1} MiB {:>5.1}%  {:>5.2} bpw   cpu {}, gpu {}",
             bytes as f64 / 1048576.0,
+            100.0 * bytes as f64 / all_bytes.max(1) as f64,
+            8.0 * t.type_size() as f64 / t.block_size() as f64,
             kernels::forms::form_name(t).unwrap_or("-"),
             gpu::form_name(t).unwrap_or("-"),
         );
