@@ -37,6 +37,8 @@ pub mod q8_0;
 pub mod q8_1;
 mod support;
 
+pub mod grids;
+
 use crate::{Error, Result};
 use gguf::GgmlType;
 
