@@ -82,8 +82,20 @@ fn with_scales(ty: GgmlType, mut bytes: Vec<u8>) -> Vec<u8> {
         for &at in scale_at {
             blk[at..at + 2].copy_from_slice(&d.to_bits().to_le_bytes());
         }
+        if let Some(set) = split_scale(ty) {
+            set(blk, d.to_bits());
+        }
     }
     bytes
+}
+
+/// How to set the f16 scale of a block of a type that keeps it in pieces rather than in
+/// a field of `scales` (`(block, f16 bits)`); `None` for the other types.
+fn split_scale(ty: GgmlType) -> Option<fn(&mut [u8], u16)> {
+    match ty {
+        GgmlType::IQ1_M => Some(crate::formats::iq1_m::set_d),
+        _ => None,
+    }
 }
 
 /// A random matrix of `ty` (as [`random_blocks`]), to multiply with.
@@ -95,5 +107,29 @@ pub fn source(ty: GgmlType, n_rows: usize, n_cols: usize, seed: u64) -> MatrixSo
         n_rows,
         n_cols,
         role: Role::Multiply,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::formats::{dequantize_row, FORMATS};
+
+    #[test]
+    fn made_up_blocks_of_every_type_have_small_finite_values() {
+        let k = 512;
+        for f in FORMATS.iter().filter(|f| f.block_size > 1) {
+            let ty = f.ty;
+            for (what, bytes) in [
+                ("noise", noise_blocks(ty, 3, k, 5)),
+                ("saturated", saturated_blocks(ty, 3, k)),
+                ("random", random_blocks(ty, 3, k, 5)),
+            ] {
+                let mut v = vec![0f32; 3 * k];
+                dequantize_row(ty, &bytes, &mut v).unwrap();
+                let worst = v.iter().fold(0f32, |a, x| a.max(x.abs()));
+                assert!(worst.is_finite() && worst < 1e3, "{ty} {what}: {worst}");
+            }
+        }
     }
 }

@@ -5,9 +5,9 @@ use device::formats::{dequantize_row, quantize_row};
 use gguf::GgmlType;
 use std::path::PathBuf;
 
-const DEQUANT_TYPES: [&str; 13] = [
+const DEQUANT_TYPES: [&str; 20] = [
     "f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k",
-    "q6_k",
+    "q6_k", "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m",
 ];
 const QUANT_TYPES: [&str; 7] = ["f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"];
 

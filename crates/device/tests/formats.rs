@@ -149,7 +149,7 @@ fn unsupported_types_are_errors() {
         cfg!(feature = "test-types"),
         "Q8_1 is the test-only type, registered with the feature test-types alone"
     );
-    for ty in [Q8_K, IQ2_XXS, IQ4_NL, IQ4_XS, I8, I32, F64, TQ1_0, MXFP4] {
+    for ty in [Q8_K, IQ4_NL, IQ4_XS, I8, I32, F64, TQ1_0, MXFP4] {
         assert!(!is_supported(ty));
         let bytes = vec![0u8; ty.type_size() as usize];
         let mut out = vec![0f32; ty.block_size() as usize];
@@ -175,7 +175,8 @@ fn unsupported_types_are_errors() {
 fn length_errors_are_errors() {
     use GgmlType::*;
     for ty in [
-        F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+        F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS,
+        IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M,
     ] {
         let (bs, ts) = (ty.block_size() as usize, ty.type_size() as usize);
         let mut out = vec![0f32; 2 * bs];

@@ -63,6 +63,18 @@ pub fn sign(signs: u8, j: usize) -> f32 {
     }
 }
 
+/// The u32 at `b[at..at + 4]`, little-endian.
+#[inline(always)]
+pub(super) fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// The u16 at `b[at..at + 2]`, little-endian.
+#[inline(always)]
+pub(super) fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -38,6 +38,13 @@ pub mod q8_1;
 mod support;
 
 pub mod grids;
+pub mod iq1_m;
+pub mod iq1_s;
+pub mod iq2_s;
+pub mod iq2_xs;
+pub mod iq2_xxs;
+pub mod iq3_s;
+pub mod iq3_xxs;
 
 use crate::{Error, Result};
 use gguf::GgmlType;
@@ -56,7 +63,8 @@ pub struct WeightFormat {
     pub block_size: usize,
     /// Bytes per block; equals `ty.type_size()`.
     pub type_size: usize,
-    /// Byte offsets in a block of its f16 scales (empty for the float types).
+    /// Byte offsets in a block of its f16 scales (empty for the float types, and for
+    /// IQ1_M, whose f16 scale is split across bytes: see [`iq1_m::set_d`]).
     pub scales: &'static [usize],
     /// Dequantizes whole blocks: `src` is exactly `dst.len() / block_size` blocks, or
     /// it panics.
@@ -89,6 +97,13 @@ pub static FORMATS: &[WeightFormat] = &[
     q6_k::FORMAT,
     #[cfg(any(test, feature = "test-types"))]
     q8_1::FORMAT,
+    iq2_xxs::FORMAT,
+    iq2_xs::FORMAT,
+    iq2_s::FORMAT,
+    iq3_xxs::FORMAT,
+    iq3_s::FORMAT,
+    iq1_s::FORMAT,
+    iq1_m::FORMAT,
 ];
 
 /// The registered row of `ty`, `None` for a type tandem does not read.
