@@ -7,7 +7,7 @@ use crate::formats::quantize_row;
 use crate::{Bytes, MatrixSource, Role};
 
 /// Every quantized type the kernels multiply.
-pub const QUANT_TYPES: [GgmlType; 10] = [
+pub const QUANT_TYPES: [GgmlType; 17] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
@@ -18,6 +18,13 @@ pub const QUANT_TYPES: [GgmlType; 10] = [
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
+    GgmlType::IQ2_XXS,
+    GgmlType::IQ2_XS,
+    GgmlType::IQ2_S,
+    GgmlType::IQ3_XXS,
+    GgmlType::IQ3_S,
+    GgmlType::IQ1_S,
+    GgmlType::IQ1_M,
 ];
 
 /// `n` pseudo-random values in [-1, 1) from `seed` (xorshift; the same on every platform).

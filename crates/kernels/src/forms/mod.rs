@@ -10,6 +10,8 @@
 #[cfg(any(test, feature = "test-types"))]
 mod q8_1;
 
+mod iq_grid;
+
 use gguf::GgmlType;
 
 use crate::qmatmul::act::ActLayout::{B256, B32};
@@ -28,8 +30,8 @@ pub struct CpuForm {
 #[derive(Debug, Clone, Copy)]
 pub struct IntForm {
     pub scheme: Scheme,
-    /// Fills a row already sized for `scheme` from exactly its stored blocks; K-quants
-    /// fill `sc16`, and `sc` is expanded from it afterwards.
+    /// Fills a row already sized for `scheme` from exactly its stored blocks; forms over
+    /// 256-value blocks fill `sc16`, and `sc` is expanded from it afterwards.
     pub decode: fn(&mut DecodedRow, &[u8]),
     /// Its tile layout for the packed kernels, where they have one.
     pub packed: Option<Format>,
@@ -123,6 +125,13 @@ pub static FORMS: &[CpuForm] = &[
     ),
     #[cfg(any(test, feature = "test-types"))]
     q8_1::FORM,
+    iq_grid::IQ2_XXS,
+    iq_grid::IQ2_XS,
+    iq_grid::IQ2_S,
+    iq_grid::IQ3_XXS,
+    iq_grid::IQ3_S,
+    iq_grid::IQ1_S,
+    iq_grid::IQ1_M,
 ];
 
 /// The CPU's row of `ty`, `None` for a type it does not run.
@@ -163,7 +172,8 @@ mod tests {
             match f.int8 {
                 None => assert_eq!(reg.block_size, 1, "{}", f.ty),
                 Some(int) => {
-                    assert_eq!(int.scheme.layout.block(), reg.block_size, "{}", f.ty);
+                    let block = int.scheme.layout.block();
+                    assert_eq!(reg.block_size % block, 0, "{}: {block}-value form", f.ty);
                     if let Some(p) = int.packed {
                         assert_eq!(p.block(), reg.block_size, "{}", f.ty);
                     }
