@@ -38,7 +38,14 @@ Q3_K    -      f32         int8        wgsl
 Q4_K    yes    f32         int8 packed wgsl
 Q5_K    -      f32         int8        wgsl
 Q6_K    yes    f32         int8 packed wgsl
-Q8_1    yes    f32         int8        wgsl";
+Q8_1    yes    f32         int8        wgsl
+IQ2_XXS -      f32         int8        wgsl
+IQ2_XS  -      f32         int8        wgsl
+IQ2_S   -      f32         int8        wgsl
+IQ3_XXS -      f32         int8        wgsl
+IQ3_S   -      f32         int8        wgsl
+IQ1_S   -      f32         int8        wgsl
+IQ1_M   -      f32         int8        wgsl";
     assert_eq!(m.to_string(), want, "\n{m}");
     for backend in ["reference", "cpu", "gpu"] {
         assert!(
