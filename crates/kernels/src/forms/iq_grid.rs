@@ -16,9 +16,9 @@ use crate::formats::{iq1_m, iq1_s, iq2_s, iq2_xs, iq2_xxs, iq3_s, iq3_xxs};
 use crate::qmatmul::act::ActLayout::{B256, B32};
 use crate::qmatmul::decode::{f16_at, DecodedRow};
 
-/// The offset of IQ2_XS's and IQ2_S's quants: their largest grid value.
+/// The offset of IQ2_XS's and IQ2_S's quants: their largest |grid value|.
 const IQ2_OFFSET: i8 = 43;
-/// The offset of IQ1_M's quants: `8 · 1 + 1`.
+/// The offset of IQ1_M's quants: their largest |8 · grid ± 1|.
 const IQ1_OFFSET: i8 = 9;
 
 /// IQ2_XXS's row in [`super::FORMS`].
@@ -104,6 +104,7 @@ fn b256_blocks<'a>(
         .map(|(b, ((q, d), sc))| (b, q, d, sc))
 }
 
+/// Decodes an IQ2_XXS row into its form (see the module doc).
 fn iq2_xxs(row: &mut DecodedRow, bytes: &[u8]) {
     for (b, q, d) in b32_blocks(row, bytes, iq2_xxs::TYPE_SIZE) {
         let d0 = f16_at(b, 0);
@@ -117,34 +118,54 @@ fn iq2_xxs(row: &mut DecodedRow, bytes: &[u8]) {
     }
 }
 
+/// `octet(block, k)` of IQ3_XXS and IQ3_S.
+type Octet = fn(&[u8], usize) -> ([&'static [i8; 4]; 2], u8);
+
+/// IQ3_XXS and IQ3_S: `scale(block, d, g)` gives group `g`'s scale, `octet(block, k)`
+/// the two grid entries and the signs of elements `8k..8k + 8`.
+fn iq3(
+    row: &mut DecodedRow,
+    bytes: &[u8],
+    ts: usize,
+    scale: fn(&[u8], f32, usize) -> f32,
+    octet: Octet,
+) {
+    for (b, q, d) in b32_blocks(row, bytes, ts) {
+        let d0 = f16_at(b, 0);
+        for (g, d) in d.iter_mut().enumerate() {
+            *d = scale(b, d0, g);
+        }
+        for (k, q8) in q.chunks_exact_mut(8).enumerate() {
+            let ([lo, hi], signs) = octet(b, k);
+            signed(&mut q8[..4], lo, signs, 0);
+            signed(&mut q8[4..], hi, signs >> 4, 0);
+        }
+    }
+}
+
+/// Decodes an IQ3_XXS row into its form (see the module doc).
 fn iq3_xxs(row: &mut DecodedRow, bytes: &[u8]) {
-    for (b, q, d) in b32_blocks(row, bytes, iq3_xxs::TYPE_SIZE) {
-        let d0 = f16_at(b, 0);
-        for (g, d) in d.iter_mut().enumerate() {
-            *d = iq3_xxs::group_scale(b, d0, g);
-        }
-        for (k, q8) in q.chunks_exact_mut(8).enumerate() {
-            let ([lo, hi], signs) = iq3_xxs::octet(b, k);
-            signed(&mut q8[..4], lo, signs, 0);
-            signed(&mut q8[4..], hi, signs >> 4, 0);
-        }
-    }
+    iq3(
+        row,
+        bytes,
+        iq3_xxs::TYPE_SIZE,
+        iq3_xxs::group_scale,
+        iq3_xxs::octet,
+    );
 }
 
+/// Decodes an IQ3_S row into its form (see the module doc).
 fn iq3_s(row: &mut DecodedRow, bytes: &[u8]) {
-    for (b, q, d) in b32_blocks(row, bytes, iq3_s::TYPE_SIZE) {
-        let d0 = f16_at(b, 0);
-        for (g, d) in d.iter_mut().enumerate() {
-            *d = iq3_s::group_scale(b, d0, g);
-        }
-        for (k, q8) in q.chunks_exact_mut(8).enumerate() {
-            let ([lo, hi], signs) = iq3_s::octet(b, k);
-            signed(&mut q8[..4], lo, signs, 0);
-            signed(&mut q8[4..], hi, signs >> 4, 0);
-        }
-    }
+    iq3(
+        row,
+        bytes,
+        iq3_s::TYPE_SIZE,
+        iq3_s::group_scale,
+        iq3_s::octet,
+    );
 }
 
+/// Decodes an IQ1_S row into its form (see the module doc).
 fn iq1_s(row: &mut DecodedRow, bytes: &[u8]) {
     for (b, q, d) in b32_blocks(row, bytes, iq1_s::TYPE_SIZE) {
         let d0 = f16_at(b, 0);
@@ -179,14 +200,17 @@ fn iq2_b256(
     }
 }
 
+/// Decodes an IQ2_XS row into its form (see the module doc).
 fn iq2_xs(row: &mut DecodedRow, bytes: &[u8]) {
     iq2_b256(row, bytes, iq2_xs::TYPE_SIZE, iq2_xs::SCALES, iq2_xs::entry);
 }
 
+/// Decodes an IQ2_S row into its form (see the module doc).
 fn iq2_s(row: &mut DecodedRow, bytes: &[u8]) {
     iq2_b256(row, bytes, iq2_s::TYPE_SIZE, iq2_s::SCALES, iq2_s::entry);
 }
 
+/// Decodes an IQ1_M row into its form (see the module doc).
 fn iq1_m(row: &mut DecodedRow, bytes: &[u8]) {
     for (b, q, d, sc) in b256_blocks(row, bytes, iq1_m::TYPE_SIZE) {
         *d = iq1_m::d(b) * 0.125;
