@@ -44,10 +44,11 @@ N_PLAIN = 512
 rng = np.random.default_rng(0x7A4D3E)
 
 
-def moderate_f16(n: int) -> np.ndarray:
+def moderate_f16(n: int, gen: np.random.Generator = None) -> np.ndarray:
     """Finite f16 values with random sign and magnitude in [1e-4, 4)."""
-    mag = 10.0 ** rng.uniform(-4.0, np.log10(4.0), size=n)
-    sign = np.where(rng.random(n) < 0.5, -1.0, 1.0)
+    gen = gen or rng
+    mag = 10.0 ** gen.uniform(-4.0, np.log10(4.0), size=n)
+    sign = np.where(gen.random(n) < 0.5, -1.0, 1.0)
     return (sign * mag).astype(np.float16)
 
 
@@ -55,13 +56,16 @@ def set_f16(blocks: np.ndarray, row: int, offset: int, value) -> None:
     blocks[row, offset:offset + 2] = np.array([value], dtype=np.float16).view(np.uint8)
 
 
-def quant_blocks(qtype: T) -> np.ndarray:
+def quant_blocks(qtype: T, fields: list = None, gen: np.random.Generator = None) -> np.ndarray:
+    """Random blocks with moderate f16 scales at `fields` (F16_FIELDS[qtype] unless given),
+    edge cases in the first rows; random bytes from `gen` (the shared rng unless given)."""
+    gen = gen or rng
     block_size, type_size = GGML_QUANT_SIZES[qtype]
     n = N_BLOCKS_K if block_size == 256 else N_BLOCKS_LEGACY
-    blocks = rng.integers(0, 256, size=(n, type_size), dtype=np.uint8)
-    fields = F16_FIELDS[qtype]
+    blocks = gen.integers(0, 256, size=(n, type_size), dtype=np.uint8)
+    fields = F16_FIELDS[qtype] if fields is None else fields
     for off in fields:
-        blocks[:, off:off + 2] = moderate_f16(n).reshape(n, 1).view(np.uint8)
+        blocks[:, off:off + 2] = moderate_f16(n, gen).reshape(n, 1).view(np.uint8)
     payload = np.ones(type_size, dtype=bool)
     for off in fields:
         payload[off:off + 2] = False
@@ -74,12 +78,41 @@ def quant_blocks(qtype: T) -> np.ndarray:
         set_f16(blocks, 4, off, -0.0)
         blocks[5, off:off + 2] = [0x01, 0x00]   # smallest subnormal
         blocks[6, off:off + 2] = [0xFF, 0x03]   # largest subnormal
-    set_f16(blocks, 7, fields[0], 65504.0)  # largest finite
-    set_f16(blocks, 8, fields[0], -65504.0)
+    if fields:
+        set_f16(blocks, 7, fields[0], 65504.0)  # largest finite
+        set_f16(blocks, 8, fields[0], -65504.0)
     blocks[8, payload] = 0xFF
     for off in fields[1:]:
         set_f16(blocks, 7, off, -65504.0)
         set_f16(blocks, 8, off, 65504.0)
+    return blocks
+
+
+# The IQ grid types, from an rng of their own so that the files above keep their bytes.
+GRID_F16_FIELDS = {
+    T.IQ2_XXS: [0],
+    T.IQ2_XS: [0],
+    T.IQ2_S: [0],
+    T.IQ3_XXS: [0],
+    T.IQ3_S: [0],
+    T.IQ1_S: [0],
+    T.IQ1_M: [],
+}
+grid_rng = np.random.default_rng(0x16D1C5)
+
+
+def iq1_m_blocks() -> np.ndarray:
+    """IQ1_M, whose f16 `d` is the top nibbles of the four u16 scale words at 48..56:
+    random blocks and edge payloads as the others', then `d` set as theirs is."""
+    blocks = quant_blocks(T.IQ1_M, [], grid_rng)
+    n = blocks.shape[0]
+    d = moderate_f16(n, grid_rng).view(np.uint16)
+    d[:5] = [0x0000, 0x3C00, 0x3C00, 0x0000, 0x8000]   # zero block, 1.0, 1.0, +0, -0
+    d[5:9] = [0x0001, 0x03FF, 0x7BFF, 0xFBFF]          # subnormals, largest finite
+    words = blocks[:, 48:56].copy().view(np.uint16)
+    for t in range(4):
+        words[:, t] = (words[:, t] & 0x0FFF) | (((d >> (4 * t)) & 0xF) << 12)
+    blocks[:, 48:56] = words.view(np.uint8)
     return blocks
 
 
@@ -191,6 +224,11 @@ def main() -> None:
         with np.errstate(over="ignore"):  # -3e38 -> -inf in f16 is part of the test
             q = quants.quantize(x, qtype)
         total += write("quant", qtype, 1, x, np.asarray(q).view(np.uint8))
+    for qtype, fields in GRID_F16_FIELDS.items():
+        blocks = iq1_m_blocks() if qtype == T.IQ1_M else quant_blocks(qtype, fields, grid_rng)
+        out = quants.dequantize(blocks.reshape(-1), qtype)
+        assert out.dtype == np.float32 and np.isfinite(out).all()
+        total += write("dequant", qtype, 0, blocks, out)
     total += lowbit()
     print(f"wrote {total} bytes under {OUT}")
 

@@ -84,3 +84,27 @@ pub fn source(ty: GgmlType, n_rows: usize, n_cols: usize, seed: u64) -> MatrixSo
         role: Role::Multiply,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::formats::{dequantize_row, FORMATS};
+
+    #[test]
+    fn made_up_blocks_of_every_type_have_small_finite_values() {
+        let k = 512;
+        for f in FORMATS.iter().filter(|f| f.block_size > 1) {
+            let ty = f.ty;
+            for (what, bytes) in [
+                ("noise", noise_blocks(ty, 3, k, 5)),
+                ("saturated", saturated_blocks(ty, 3, k)),
+                ("random", random_blocks(ty, 3, k, 5)),
+            ] {
+                let mut v = vec![0f32; 3 * k];
+                dequantize_row(ty, &bytes, &mut v).unwrap();
+                let worst = v.iter().fold(0f32, |a, x| a.max(x.abs()));
+                assert!(worst.is_finite() && worst < 1e3, "{ty} {what}: {worst}");
+            }
+        }
+    }
+}

@@ -175,7 +175,8 @@ fn unsupported_types_are_errors() {
 fn length_errors_are_errors() {
     use GgmlType::*;
     for ty in [
-        F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+        F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS,
+        IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M,
     ] {
         let (bs, ts) = (ty.block_size() as usize, ty.type_size() as usize);
         let mut out = vec![0f32; 2 * bs];

@@ -305,12 +305,13 @@ impl Recorder {
     }
 
     /// Records one dispatch of `pipeline` over `groups`, binding `i` of its group 0 bound
-    /// to `binds[i]`; a profiler times it as kernel `what` streaming `bytes`.
+    /// to `binds[i]` and, with `tables`, binding 0 of its group 1 to them; a profiler times
+    /// it as kernel `what` streaming `bytes`.
     pub fn dispatch(
         &mut self,
         ctx: &Ctx,
         pipeline: &wgpu::ComputePipeline,
-        binds: &[Bind<'_>],
+        (binds, tables): (&[Bind<'_>], Option<&wgpu::Buffer>),
         groups: [u32; 3],
         (what, bytes): (&dyn std::fmt::Display, u64),
     ) {
@@ -338,6 +339,16 @@ impl Recorder {
             layout: &pipeline.get_bind_group_layout(0),
             entries: &entries,
         });
+        let tables = tables.map(|t| {
+            ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &pipeline.get_bind_group_layout(1),
+                entries: &[wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: t.as_entire_binding(),
+                }],
+            })
+        });
         let enc = self
             .encoder
             .get_or_insert_with(|| ctx.device.create_command_encoder(&Default::default()));
@@ -351,6 +362,9 @@ impl Recorder {
         });
         pass.set_pipeline(pipeline);
         pass.set_bind_group(0, &group, &[]);
+        if let Some(t) = &tables {
+            pass.set_bind_group(1, t, &[]);
+        }
         pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
         drop(pass);
     }

@@ -87,6 +87,9 @@ impl Device for Gpu {
                     got: s.bytes.as_slice().len(),
                 });
             }
+            self.pipes
+                .add_tables(&self.ctx, s.ty)
+                .map_err(|e| self.unsupported(format!("hold the tables of {}: {e}", s.ty)))?;
             let row_bytes = layout.row_bytes(s.n_cols);
             let per_part = (self.ctx.max_binding() as usize / row_bytes).max(1);
             let mut parts = Vec::new();

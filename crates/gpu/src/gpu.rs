@@ -239,7 +239,8 @@ impl Gpu {
         self.step.as_ref().expect("begin before ops")
     }
 
-    /// Records `kernel` over `groups`, binding `i` bound to `binds[i]`.
+    /// Records `kernel` over `groups`, binding `i` bound to `binds[i]` (and its weight
+    /// type's tables, where it has some, to group 1).
     pub(crate) fn run(&mut self, kernel: Kernel, binds: &[Bind<'_>], groups: [u32; 3]) {
         self.run_streaming(kernel, binds, groups, 0);
     }
@@ -253,8 +254,9 @@ impl Gpu {
         bytes: u64,
     ) {
         let pipe = self.pipes.get(&self.ctx, kernel);
+        let tables = self.pipes.tables(kernel);
         self.rec
-            .dispatch(&self.ctx, &pipe, binds, groups, (&kernel, bytes));
+            .dispatch(&self.ctx, &pipe, (binds, tables), groups, (&kernel, bytes));
     }
 
     /// Where the tables KV layer `layer` uses start in the step's words.

@@ -26,5 +26,5 @@ mod pipelines;
 mod profile;
 
 pub use context::{adapter, adapter_for_tests, quiet_device_select, real_gpu, Adapter, Choice};
-pub use formats::{form_name, Shader, SHADERS};
+pub use formats::{form_name, Shader, Table, SHADERS};
 pub use gpu::{matrix_bytes, scratch_bytes, Gpu};

@@ -168,6 +168,8 @@ impl Kernel {
 pub(crate) struct Pipelines {
     built: HashMap<Kernel, wgpu::ComputePipeline>,
     matmul: MatmulShape,
+    /// Per weight type with tables (`formats::Table`), the buffer its kernels bind.
+    tables: HashMap<GgmlType, wgpu::Buffer>,
 }
 
 impl Pipelines {
@@ -175,6 +177,30 @@ impl Pipelines {
         Pipelines {
             built: HashMap::new(),
             matmul,
+            tables: HashMap::new(),
+        }
+    }
+
+    /// Makes the tables buffer of `ty` (a type with a layout) if it has tables and none
+    /// was made; or says why the device has no room for it.
+    pub fn add_tables(&mut self, ctx: &Ctx, ty: GgmlType) -> Result<(), String> {
+        if self.tables.contains_key(&ty) {
+            return Ok(());
+        }
+        let layout = Layout::of(ty).expect("a supported type");
+        if let Some(bytes) = layout.table_bytes() {
+            let buf = ctx.buffer_with(&format!("{ty} tables"), &bytes)?;
+            self.tables.insert(ty, buf);
+        }
+        Ok(())
+    }
+
+    /// The tables buffer kernel `k` binds (group 1), `None` where it binds none: `k` is
+    /// over no weight type or one without tables. A type's are made at its upload.
+    pub fn tables(&self, k: Kernel) -> Option<&wgpu::Buffer> {
+        match k {
+            Kernel::MatMul { ty, .. } | Kernel::Embed(ty) => self.tables.get(&ty),
+            _ => None,
         }
     }
 

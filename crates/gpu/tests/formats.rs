@@ -46,6 +46,13 @@ MXFP4   yes    f32         int8        wgsl
 NVFP4   yes    f32         f32         wgsl
 Q1_0    yes    f32         int8        wgsl
 Q2_0    yes    f32         int8        wgsl
+IQ2_XXS -      f32         int8        wgsl
+IQ2_XS  -      f32         int8        wgsl
+IQ2_S   -      f32         int8        wgsl
+IQ3_XXS -      f32         int8        wgsl
+IQ3_S   -      f32         int8        wgsl
+IQ1_S   -      f32         int8        wgsl
+IQ1_M   -      f32         int8        wgsl
 Q8_1    yes    f32         int8        wgsl";
     assert_eq!(m.to_string(), want, "\n{m}");
     for backend in ["reference", "cpu", "gpu"] {

@@ -93,11 +93,11 @@ fn unknown_tensor_type_id() {
 #[test]
 fn unsupported_tensor_type() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("iq.gguf");
-    tiny("llama", 256, GgmlType::IQ2_XXS, vec![0; 8 * 66])
+    let path = dir.path().join("q8_k.gguf");
+    tiny("llama", 256, GgmlType::Q8_K, vec![0; 8 * 292])
         .write(&path)
         .unwrap();
-    assert_one_line_error(&path, "tensor 'token_embd.weight' has type IQ2_XXS");
+    assert_one_line_error(&path, "tensor 'token_embd.weight' has type Q8_K");
 }
 
 #[test]

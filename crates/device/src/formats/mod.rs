@@ -45,6 +45,15 @@ mod support;
 pub mod tq1_0;
 pub mod tq2_0;
 
+pub mod grids;
+pub mod iq1_m;
+pub mod iq1_s;
+pub mod iq2_s;
+pub mod iq2_xs;
+pub mod iq2_xxs;
+pub mod iq3_s;
+pub mod iq3_xxs;
+
 use crate::{Error, Result};
 use gguf::GgmlType;
 
@@ -62,7 +71,8 @@ pub struct WeightFormat {
     pub block_size: usize,
     /// Bytes per block; equals `ty.type_size()`.
     pub type_size: usize,
-    /// Byte offsets in a block of its f16 scales (empty for the float types).
+    /// Byte offsets in a block of its f16 scales (empty for the float types, and for
+    /// IQ1_M, whose f16 scale is split across bytes: see [`iq1_m::set_d`]).
     pub scales: &'static [usize],
     /// Its scales in another encoding than f16 at fixed offsets (an exponent byte,
     /// E4M3 codes, an f16 split across bytes), `None` where `scales` says it all.
@@ -115,6 +125,13 @@ pub static FORMATS: &[WeightFormat] = &[
     nvfp4::FORMAT,
     q1_0::FORMAT,
     q2_0::FORMAT,
+    iq2_xxs::FORMAT,
+    iq2_xs::FORMAT,
+    iq2_s::FORMAT,
+    iq3_xxs::FORMAT,
+    iq3_s::FORMAT,
+    iq1_s::FORMAT,
+    iq1_m::FORMAT,
     #[cfg(any(test, feature = "test-types"))]
     q8_1::FORMAT,
 ];

@@ -12,6 +12,8 @@ mod lut;
 mod q8_1;
 mod ternary;
 
+mod iq_grid;
+
 use gguf::GgmlType;
 
 use crate::qmatmul::act::ActLayout::{B256, B32};
@@ -30,8 +32,8 @@ pub struct CpuForm {
 #[derive(Debug, Clone, Copy)]
 pub struct IntForm {
     pub scheme: Scheme,
-    /// Fills a row already sized for `scheme` from exactly its stored blocks; K-quants
-    /// fill `sc16`, and `sc` is expanded from it afterwards.
+    /// Fills a row already sized for `scheme` from exactly its stored blocks; forms over
+    /// 256-value blocks fill `sc16`, and `sc` is expanded from it afterwards.
     pub decode: fn(&mut DecodedRow, &[u8]),
     /// Its tile layout for the packed kernels, where they have one.
     pub packed: Option<Format>,
@@ -132,6 +134,13 @@ pub static FORMS: &[CpuForm] = &[
     float(GgmlType::NVFP4),
     ternary::Q1_0,
     ternary::Q2_0,
+    iq_grid::IQ2_XXS,
+    iq_grid::IQ2_XS,
+    iq_grid::IQ2_S,
+    iq_grid::IQ3_XXS,
+    iq_grid::IQ3_S,
+    iq_grid::IQ1_S,
+    iq_grid::IQ1_M,
     #[cfg(any(test, feature = "test-types"))]
     q8_1::FORM,
 ];

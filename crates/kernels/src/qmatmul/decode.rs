@@ -53,7 +53,8 @@ pub struct DecodedRow {
     pub mn: Vec<i16>,
 }
 
-fn f16_at(b: &[u8], at: usize) -> f32 {
+/// The little-endian f16 at `b[at..at + 2]`, widened exactly to f32.
+pub(crate) fn f16_at(b: &[u8], at: usize) -> f32 {
     half::f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
 }
 
