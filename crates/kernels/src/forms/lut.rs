@@ -1,6 +1,7 @@
 //! The CPU's form of the types whose 4-bit codes index a table of levels (IQ4_NL, IQ4_XS,
 //! MXFP4): each code decoded to its level as a signed byte, one f32 scale per 32 values
-//! (`w = d[b] · level`), exact against the type's dequantization.
+//! (`w = d[b] · level`), exact against the type's dequantization. Each packs into a record
+//! of its own (`qmatmul::packed::layout`), its nibbles and scales as stored.
 
 use gguf::GgmlType;
 
@@ -8,13 +9,32 @@ use super::{int8, CpuForm};
 use crate::formats::{iq4_nl, iq4_xs, mxfp4};
 use crate::qmatmul::act::ActLayout::B32;
 use crate::qmatmul::decode::DecodedRow;
+use crate::qmatmul::packed::Format;
 
 /// IQ4_NL: signed levels, `d` the block's scale.
-pub const IQ4_NL: CpuForm = int8(GgmlType::IQ4_NL, B32, (0, true, false), iq4_nl, None);
+pub const IQ4_NL: CpuForm = int8(
+    GgmlType::IQ4_NL,
+    B32,
+    (0, true, false),
+    iq4_nl,
+    Some(Format::IQ4_NL),
+);
 /// IQ4_XS: signed levels, `d[b] = d · (ls_b - 32)` for each sub-block of 32.
-pub const IQ4_XS: CpuForm = int8(GgmlType::IQ4_XS, B32, (0, true, false), iq4_xs, None);
+pub const IQ4_XS: CpuForm = int8(
+    GgmlType::IQ4_XS,
+    B32,
+    (0, true, false),
+    iq4_xs,
+    Some(Format::IQ4_XS),
+);
 /// MXFP4: signed levels (the E2M1 values doubled), `d` half the block's power of two.
-pub const MXFP4: CpuForm = int8(GgmlType::MXFP4, B32, (0, true, false), mxfp4, None);
+pub const MXFP4: CpuForm = int8(
+    GgmlType::MXFP4,
+    B32,
+    (0, true, false),
+    mxfp4,
+    Some(Format::MXFP4),
+);
 
 /// `q[j]` and `q[j + 16]`: the levels of the low and high nibbles of `qs[j]`, as i8 bits.
 fn levels(table: &[i8; 16], qs: &[u8], q: &mut [u8]) {

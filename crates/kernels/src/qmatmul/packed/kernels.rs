@@ -5,8 +5,9 @@
 //! Per output element they perform the scalar twin's sequence (`scalar::dot`): exact
 //! integer sums per block, then the same float operations in block order.
 
-use super::layout::{b32_at, Q4K, Q6K};
+use super::layout::{b32_at, Iq4Nl, Iq4Xs, LutLayout, Mxfp4, Q4K, Q6K};
 use super::simd::Lanes;
+use crate::formats::{iq4_nl, mxfp4};
 
 /// One quantized activation row as raw pointers (lengths checked by the caller).
 #[derive(Clone, Copy)]
@@ -57,35 +58,26 @@ pub unsafe fn b32<A: Lanes, const MR: usize, const FIVE: bool, const MIN: bool, 
     for b in 0..nb {
         let rec = tile.add(b * at.rec);
         prefetch(rec, at.rec, pf);
-        let mut is = [A::izero(); MR];
-        if Q8 {
+        let is = if Q8 {
+            let mut is = [A::izero(); MR];
             for g in 0..8 {
                 let w = A::load(rec.add(at.qs + 64 * g + chunk_h));
                 for i in 0..MR {
                     is[i] = A::dot_q8(is[i], w, x[i].q.add(32 * b + 4 * g));
                 }
             }
+            is
         } else {
-            let chunks_per_flush = partial_len::<A>(if FIVE { 31 } else { 15 }) / 2;
-            let mut p = [A::pzero(); MR];
-            for c in 0..4 {
-                let (mut lo, mut hi) = A::nibbles(A::load(rec.add(at.qs + 64 * c + chunk_h)));
+            let w_max = if FIVE { 31 } else { 15 };
+            nibble_sums::<A, MR>(rec.add(at.qs + chunk_h), x, 32 * b, w_max, |c, lo, hi| {
                 if FIVE {
-                    lo = A::fifth_bit(lo, rec.add(at.qh + 8 * c + bits_h));
-                    hi = A::fifth_bit(hi, rec.add(at.qh + 8 * (c + 4) + bits_h));
+                    let lo = A::fifth_bit(lo, rec.add(at.qh + 8 * c + bits_h));
+                    (lo, A::fifth_bit(hi, rec.add(at.qh + 8 * (c + 4) + bits_h)))
+                } else {
+                    (lo, hi)
                 }
-                for i in 0..MR {
-                    let xq = x[i].q.add(32 * b + 4 * c);
-                    p[i] = A::pdot(A::pdot(p[i], lo, xq), hi, xq.add(16));
-                }
-                if (c + 1) % chunks_per_flush == 0 || c == 3 {
-                    for i in 0..MR {
-                        is[i] = A::flush(is[i], p[i]);
-                        p[i] = A::pzero();
-                    }
-                }
-            }
-        }
+            })
+        };
         let d = A::f16(rec.add(f16_h));
         let m = if MIN {
             A::f16(rec.add(at.m + f16_h))
@@ -97,6 +89,144 @@ pub unsafe fn b32<A: Lanes, const MR: usize, const FIVE: bool, const MIN: bool, 
             acc[i] = A::fma(A::scale(d, *x[i].d.add(b)), A::cvt(isum), acc[i]);
             if MIN {
                 acc[i] = A::fma(m, A::splat_f(*x[i].ds.add(b)), acc[i]);
+            }
+        }
+    }
+    for i in 0..MR {
+        A::store(acc[i], out[i]);
+    }
+}
+
+/// The integer sums of one block of 32 values against each row of `x` (its values at
+/// `x[i].q + xk`): the four chunks of nibbles at `qs` (64 bytes apart), the low and high
+/// nibbles of chunk `c` made into weight bytes (unsigned, at most `w_max`) by
+/// `weights(c, lo, hi)`.
+#[inline(always)]
+unsafe fn nibble_sums<A: Lanes, const MR: usize>(
+    qs: *const u8,
+    x: &[XRow; MR],
+    xk: usize,
+    w_max: i32,
+    weights: impl Fn(usize, A::I, A::I) -> (A::I, A::I),
+) -> [A::I; MR] {
+    let chunks_per_flush = partial_len::<A>(w_max) / 2;
+    let mut is = [A::izero(); MR];
+    let mut p = [A::pzero(); MR];
+    for c in 0..4 {
+        let (lo, hi) = A::nibbles(A::load(qs.add(64 * c)));
+        let (lo, hi) = weights(c, lo, hi);
+        for i in 0..MR {
+            let xq = x[i].q.add(xk + 4 * c);
+            p[i] = A::pdot(A::pdot(p[i], lo, xq), hi, xq.add(16));
+        }
+        if (c + 1) % chunks_per_flush == 0 || c == 3 {
+            for i in 0..MR {
+                is[i] = A::flush(is[i], p[i]);
+                p[i] = A::pzero();
+            }
+        }
+    }
+    is
+}
+
+/// How a table type's record is read: its levels, how they are biased into bytes, and its
+/// scales.
+pub trait LutScale: LutLayout {
+    /// The level of each nibble.
+    const LEVELS: [i8; 16];
+    /// Added to every level: 128 (the bytes of `dot_q8`, any level), or one that keeps the
+    /// biased levels below 64 (those of `pdot`).
+    const BIAS: i32;
+    /// The `A::LANES` scales of sub-block `j` of half `h`, each the f32 of
+    /// `DecodedRow::d` bit for bit.
+    unsafe fn d<A: Lanes>(rec: *const u8, j: usize, h: usize) -> A::F;
+}
+
+impl LutScale for Iq4Nl {
+    const LEVELS: [i8; 16] = iq4_nl::KVALUES;
+    const BIAS: i32 = 128;
+    #[inline(always)]
+    unsafe fn d<A: Lanes>(rec: *const u8, _: usize, h: usize) -> A::F {
+        A::f16(rec.add(h * 2 * A::LANES))
+    }
+}
+
+/// `d · (ls - 32)`: the product of an f16 and a 6-bit integer is exact in f32, as in the
+/// decoded row.
+impl LutScale for Iq4Xs {
+    const LEVELS: [i8; 16] = iq4_nl::KVALUES;
+    const BIAS: i32 = 128;
+    #[inline(always)]
+    unsafe fn d<A: Lanes>(rec: *const u8, j: usize, h: usize) -> A::F {
+        let ls = A::i8s(rec.add(Iq4Xs::SC + 16 * j + h * A::LANES));
+        A::mul(A::f16(rec.add(h * 2 * A::LANES)), A::cvt(ls))
+    }
+}
+
+/// Levels up to ±12: biased by 12 they take `pdot`'s cheaper path.
+impl LutScale for Mxfp4 {
+    const LEVELS: [i8; 16] = mxfp4::KVALUES;
+    const BIAS: i32 = 12;
+    #[inline(always)]
+    unsafe fn d<A: Lanes>(rec: *const u8, _: usize, h: usize) -> A::F {
+        A::e8m0_half(rec.add(h * A::LANES))
+    }
+}
+
+/// `levels + bias` as bytes.
+const fn biased(levels: [i8; 16], bias: i32) -> [u8; 16] {
+    let mut t = [0u8; 16];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = (levels[i] as i32 + bias) as u8;
+        i += 1;
+    }
+    t
+}
+
+/// IQ4_NL, IQ4_XS, MXFP4: `nr` records of `L::SUB` blocks of 32 from `tile`, half `h`, each
+/// nibble replaced by its biased level (a byte shuffle) and the bias taken back with the
+/// activations' sums, as Q8_0's `q + 128`.
+#[inline(always)]
+pub unsafe fn lut<A: Lanes, L: LutScale, const MR: usize>(
+    tile: *const u8,
+    nr: usize,
+    h: usize,
+    x: &[XRow; MR],
+    out: &mut [*mut f32; MR],
+    pf: bool,
+) {
+    let wide = L::BIAS == 128;
+    let table = A::table(&const { biased(L::LEVELS, L::BIAS) });
+    let offset = if wide { A::Q8_BIAS } else { L::BIAS };
+    let chunk_h = h * 4 * A::LANES;
+    let mut acc = [A::fzero(); MR];
+    for r in 0..nr {
+        let rec = tile.add(r * L::REC);
+        prefetch(rec, L::REC, pf);
+        for j in 0..L::SUB {
+            let b = r * L::SUB + j;
+            let qs = rec.add(L::QS + 256 * j + chunk_h);
+            let is = if wide {
+                let mut is = [A::izero(); MR];
+                for c in 0..4 {
+                    let (lo, hi) = A::nibbles(A::load(qs.add(64 * c)));
+                    let (lo, hi) = (A::lookup(table, lo), A::lookup(table, hi));
+                    for i in 0..MR {
+                        let xq = x[i].q.add(32 * b + 4 * c);
+                        is[i] = A::dot_q8(A::dot_q8(is[i], lo, xq), hi, xq.add(16));
+                    }
+                }
+                is
+            } else {
+                nibble_sums::<A, MR>(qs, x, 32 * b, 2 * L::BIAS, |_, lo, hi| {
+                    (A::lookup(table, lo), A::lookup(table, hi))
+                })
+            };
+            let d = L::d::<A>(rec, j, h);
+            for i in 0..MR {
+                let isum = A::sub(is[i], A::splat(offset * *x[i].sums.add(b) as i32));
+                acc[i] = A::fma(A::scale(d, *x[i].d.add(b)), A::cvt(isum), acc[i]);
             }
         }
     }

@@ -14,9 +14,16 @@
 //! `4r + j`, value `4c + j` of row `r` in its low nibble and value `16 + 4c + j` in its
 //! high nibble. Row `r`'s partial sum for chunk `c` is lane `r` of
 //! `dot(low nibbles, x[4c..4c+4]) + dot(high nibbles, x[16+4c..16+4c+4])`.
+//!
+//! The types whose nibbles index a table of levels (IQ4_NL, IQ4_XS, MXFP4) keep the stored
+//! nibbles in Q4_0's chunks (byte `4c + j` of a stored 32-value block's `qs` is byte
+//! `4r + j` of chunk `c`) and their scales in their stored form, so each record is as
+//! small as the type; the kernels turn nibbles into levels with a byte shuffle.
 
 use gguf::GgmlType;
 
+use crate::formats::iq4_xs;
+use crate::qmatmul::act::ActLayout;
 use crate::qmatmul::decode::DecodedRow;
 
 /// Weight rows per tile: one per lane of a 512-bit register of i32.
@@ -72,6 +79,43 @@ impl Q6K {
     pub const OFFSET: i32 = 32;
 }
 
+/// The record of a type whose nibbles index a table of levels: [`LutLayout::SUB`]
+/// sub-blocks of 32 values, sub-block `j`'s four chunks of nibbles (as Q4_0's) at
+/// `QS + 256j`, after a head of scales in the type's stored form.
+pub trait LutLayout {
+    const SUB: usize;
+    const QS: usize;
+    const REC: usize;
+}
+
+/// IQ4_NL record (32 values): `[16] f16 d`, then the chunks.
+pub struct Iq4Nl;
+impl LutLayout for Iq4Nl {
+    const SUB: usize = 1;
+    const QS: usize = 32;
+    const REC: usize = 32 + 256;
+}
+
+/// IQ4_XS record (256 values): `[16] f16 d`, `[8 sub-blocks][16 rows] i8` the sub-blocks'
+/// scales `ls - 32` at [`Iq4Xs::SC`], then the chunks of the eight sub-blocks.
+pub struct Iq4Xs;
+impl Iq4Xs {
+    pub const SC: usize = 32;
+}
+impl LutLayout for Iq4Xs {
+    const SUB: usize = 8;
+    const QS: usize = 32 + 128;
+    const REC: usize = 160 + 8 * 256;
+}
+
+/// MXFP4 record (32 values): `[16] u8 e` (the E8M0 exponents as stored), then the chunks.
+pub struct Mxfp4;
+impl LutLayout for Mxfp4 {
+    const SUB: usize = 1;
+    const QS: usize = 16;
+    const REC: usize = 16 + 256;
+}
+
 /// The formats with a packed layout (a row of `crate::forms::FORMS` names its own).
 #[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +127,9 @@ pub enum Format {
     Q8_0,
     Q4_K,
     Q6_K,
+    IQ4_NL,
+    IQ4_XS,
+    MXFP4,
 }
 
 impl Format {
@@ -91,12 +138,26 @@ impl Format {
         crate::forms::form(ty)?.int8?.packed
     }
 
-    /// Values per block.
+    /// Values per block (per record).
     pub fn block(self) -> usize {
         match self {
-            Format::Q4_K | Format::Q6_K => 256,
+            Format::Q4_K | Format::Q6_K | Format::IQ4_XS => 256,
             _ => 32,
         }
+    }
+
+    /// The layout of the activations the kernel reads.
+    pub fn layout(self) -> ActLayout {
+        match self {
+            Format::Q4_K | Format::Q6_K => ActLayout::B256,
+            _ => ActLayout::B32,
+        }
+    }
+
+    /// Whether records are written from the stored blocks ([`Format::write_stored`])
+    /// rather than from a decoded row ([`Format::write`]).
+    pub fn from_stored(self) -> bool {
+        matches!(self, Format::IQ4_NL | Format::IQ4_XS | Format::MXFP4)
     }
 
     /// `(five, min, q8)` of a 32-element format.
@@ -107,7 +168,7 @@ impl Format {
             Format::Q5_0 => (true, false, false),
             Format::Q5_1 => (true, true, false),
             Format::Q8_0 => (false, false, true),
-            Format::Q4_K | Format::Q6_K => unreachable!("not a 32-element format"),
+            _ => unreachable!("{self:?} is not a 32-element format"),
         }
     }
 
@@ -116,6 +177,9 @@ impl Format {
         match self {
             Format::Q4_K => Q4K::REC,
             Format::Q6_K => Q6K::REC,
+            Format::IQ4_NL => Iq4Nl::REC,
+            Format::IQ4_XS => Iq4Xs::REC,
+            Format::MXFP4 => Mxfp4::REC,
             _ => {
                 let (five, min, q8) = self.b32_flags();
                 b32_at(five, min, q8).rec
@@ -123,7 +187,37 @@ impl Format {
         }
     }
 
-    /// Writes row `r` (of the tile) of block `b` of `row` into `rec`.
+    /// Writes row `r` (of the tile) of the stored block `blk` into its record `rec`
+    /// ([`Format::from_stored`] formats).
+    pub fn write_stored(self, blk: &[u8], r: usize, rec: &mut [u8]) {
+        let chunks = |qs: &[u8], at: usize, rec: &mut [u8]| {
+            for c in 0..4 {
+                let at = at + 64 * c + 4 * r;
+                rec[at..at + 4].copy_from_slice(&qs[4 * c..4 * c + 4]);
+            }
+        };
+        match self {
+            Format::IQ4_NL => {
+                rec[2 * r..2 * r + 2].copy_from_slice(&blk[0..2]);
+                chunks(&blk[2..18], Iq4Nl::QS, rec);
+            }
+            Format::IQ4_XS => {
+                rec[2 * r..2 * r + 2].copy_from_slice(&blk[0..2]);
+                for j in 0..8 {
+                    rec[Iq4Xs::SC + 16 * j + r] = iq4_xs::scale(blk, j) as i8 as u8;
+                    chunks(&blk[8 + 16 * j..24 + 16 * j], Iq4Xs::QS + 256 * j, rec);
+                }
+            }
+            Format::MXFP4 => {
+                rec[r] = blk[0];
+                chunks(&blk[1..17], Mxfp4::QS, rec);
+            }
+            _ => unreachable!("{self:?} is written from a decoded row"),
+        }
+    }
+
+    /// Writes row `r` (of the tile) of block `b` of `row` into `rec` (the formats not
+    /// [`Format::from_stored`]).
     pub fn write(self, row: &DecodedRow, b: usize, r: usize, rec: &mut [u8]) {
         let f16 = |rec: &mut [u8], at: usize, v: f32| {
             let bits = half::f16::from_f32(v).to_bits().to_le_bytes();

@@ -23,8 +23,10 @@ use self::kernels::XRow;
 pub use self::layout::Format;
 use self::layout::TILE;
 #[cfg(target_arch = "x86_64")]
+use self::layout::{Iq4Nl, Iq4Xs, Mxfp4};
+#[cfg(target_arch = "x86_64")]
 use self::simd::{Avx2, Avx512, Lanes};
-use super::act::{ActLayout, QActs};
+use super::act::QActs;
 use super::decode::DecodedRow;
 pub use crate::features::PackedIsa;
 use crate::matmul::QMatrix;
@@ -80,8 +82,15 @@ impl PackedMatrix {
         let mut row = DecodedRow::default();
         let rb = w.row_bytes();
         for n in 0..w.n_rows {
-            row.decode(w.ty, &w.data[n * rb..(n + 1) * rb], w.n_cols);
+            let stored = &w.data[n * rb..(n + 1) * rb];
             let tile = &mut buf[(n / TILE) * nb * rec..][..nb * rec];
+            if format.from_stored() {
+                for (blk, record) in stored.chunks_exact(rb / nb).zip(tile.chunks_exact_mut(rec)) {
+                    format.write_stored(blk, n % TILE, record);
+                }
+                continue;
+            }
+            row.decode(w.ty, stored, w.n_cols);
             for (b, record) in tile.chunks_exact_mut(rec).enumerate() {
                 format.write(&row, b, n % TILE, record);
             }
@@ -128,11 +137,7 @@ pub fn matmul_many(
 ) {
     let mut work = Vec::with_capacity(jobs.len());
     for (w, acts, y) in jobs.iter_mut() {
-        let want = if w.format.block() == 256 {
-            ActLayout::B256
-        } else {
-            ActLayout::B32
-        };
+        let want = w.format.layout();
         assert_eq!(acts.layout, Some(want), "activations in the wrong layout");
         assert_eq!(acts.k, w.n_cols, "activations of the wrong length");
         assert_eq!(y.len(), acts.m * w.n_rows, "y is not [m, n_rows]");
@@ -345,6 +350,9 @@ unsafe fn group<A: Lanes, const MR: usize>(
             Format::Q8_0 => {
                 kernels::b32::<A, MR, false, false, true>(tile, nb, h, &x, A::Q8_BIAS, &mut o, pf)
             }
+            Format::IQ4_NL => kernels::lut::<A, Iq4Nl, MR>(tile, nb, h, &x, &mut o, pf),
+            Format::IQ4_XS => kernels::lut::<A, Iq4Xs, MR>(tile, nb, h, &x, &mut o, pf),
+            Format::MXFP4 => kernels::lut::<A, Mxfp4, MR>(tile, nb, h, &x, &mut o, pf),
         }
     }
     if live < TILE {

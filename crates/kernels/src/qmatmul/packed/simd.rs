@@ -47,10 +47,16 @@ pub trait Lanes: Copy {
     unsafe fn fifth_bit(v: Self::I, bits: *const u8) -> Self::I;
     /// `(v >> 2t) & 3) << 4` per byte, `t` in 0..4.
     unsafe fn q6_high(v: Self::I, t: usize) -> Self::I;
+    /// The 16 bytes of `t` in every 16-byte lane, for [`Lanes::lookup`].
+    unsafe fn table(t: &[u8; 16]) -> Self::I;
+    /// Byte `i` replaced by byte `v[i]` of the table (`v[i]` below 16).
+    unsafe fn lookup(table: Self::I, v: Self::I) -> Self::I;
     unsafe fn or(a: Self::I, b: Self::I) -> Self::I;
     unsafe fn sub(a: Self::I, b: Self::I) -> Self::I;
     unsafe fn mullo(a: Self::I, b: Self::I) -> Self::I;
     unsafe fn splat(v: i32) -> Self::I;
+    /// `LANES` i8 at `p`, sign-extended.
+    unsafe fn i8s(p: *const u8) -> Self::I;
     /// `2 · LANES` bytes widened to i16 (`SIGNED`: sign-extended), lane `l` holding the
     /// pair of bytes `2l, 2l + 1`.
     unsafe fn pairs<const SIGNED: bool>(p: *const u8) -> Self::I;
@@ -61,9 +67,13 @@ pub trait Lanes: Copy {
     unsafe fn madd_pairs(acc: Self::I, a: Self::I, b: *const i16) -> Self::I;
     /// `LANES` f16 at `p`.
     unsafe fn f16(p: *const u8) -> Self::F;
+    /// `2^(e - 128)` for the `LANES` bytes `e` (below 255) at `p`: MXFP4's
+    /// `device::formats::mxfp4::half`, bit for bit (down to the subnormal `2^-128`).
+    unsafe fn e8m0_half(p: *const u8) -> Self::F;
     unsafe fn cvt(v: Self::I) -> Self::F;
     /// `v · s` per lane.
     unsafe fn scale(v: Self::F, s: f32) -> Self::F;
+    unsafe fn mul(a: Self::F, b: Self::F) -> Self::F;
     unsafe fn splat_f(v: f32) -> Self::F;
     unsafe fn neg(v: Self::F) -> Self::F;
     /// `a · b + c` with one rounding.
@@ -146,6 +156,14 @@ impl Lanes for Avx512 {
         _mm512_slli_epi16::<4>(_mm512_and_si512(s, three))
     }
     #[inline(always)]
+    unsafe fn table(t: &[u8; 16]) -> __m512i {
+        _mm512_broadcast_i32x4(_mm_loadu_si128(t.as_ptr() as *const __m128i))
+    }
+    #[inline(always)]
+    unsafe fn lookup(table: __m512i, v: __m512i) -> __m512i {
+        _mm512_shuffle_epi8(table, v)
+    }
+    #[inline(always)]
     unsafe fn or(a: __m512i, b: __m512i) -> __m512i {
         _mm512_or_si512(a, b)
     }
@@ -160,6 +178,10 @@ impl Lanes for Avx512 {
     #[inline(always)]
     unsafe fn splat(v: i32) -> __m512i {
         _mm512_set1_epi32(v)
+    }
+    #[inline(always)]
+    unsafe fn i8s(p: *const u8) -> __m512i {
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(p as *const __m128i))
     }
     #[inline(always)]
     unsafe fn pairs<const SIGNED: bool>(p: *const u8) -> __m512i {
@@ -187,6 +209,14 @@ impl Lanes for Avx512 {
     unsafe fn f16(p: *const u8) -> __m512 {
         _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
     }
+    /// `e << 23` is `2^(e - 127)` for `e` from 1, and the floor `2^-127` stands for `e`
+    /// 0; halving a power of two is exact down to `2^-149`.
+    #[inline(always)]
+    unsafe fn e8m0_half(p: *const u8) -> __m512 {
+        let e = _mm512_cvtepu8_epi32(_mm_loadu_si128(p as *const __m128i));
+        let bits = _mm512_max_epi32(_mm512_slli_epi32::<23>(e), _mm512_set1_epi32(0x0040_0000));
+        _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(0.5))
+    }
     #[inline(always)]
     unsafe fn cvt(v: __m512i) -> __m512 {
         _mm512_cvtepi32_ps(v)
@@ -194,6 +224,10 @@ impl Lanes for Avx512 {
     #[inline(always)]
     unsafe fn scale(v: __m512, s: f32) -> __m512 {
         _mm512_mul_ps(v, _mm512_set1_ps(s))
+    }
+    #[inline(always)]
+    unsafe fn mul(a: __m512, b: __m512) -> __m512 {
+        _mm512_mul_ps(a, b)
     }
     #[inline(always)]
     unsafe fn splat_f(v: f32) -> __m512 {
@@ -308,6 +342,14 @@ impl Lanes for Avx2 {
         _mm256_and_si256(s, _mm256_set1_epi8(0x30))
     }
     #[inline(always)]
+    unsafe fn table(t: &[u8; 16]) -> __m256i {
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(t.as_ptr() as *const __m128i))
+    }
+    #[inline(always)]
+    unsafe fn lookup(table: __m256i, v: __m256i) -> __m256i {
+        _mm256_shuffle_epi8(table, v)
+    }
+    #[inline(always)]
     unsafe fn or(a: __m256i, b: __m256i) -> __m256i {
         _mm256_or_si256(a, b)
     }
@@ -322,6 +364,10 @@ impl Lanes for Avx2 {
     #[inline(always)]
     unsafe fn splat(v: i32) -> __m256i {
         _mm256_set1_epi32(v)
+    }
+    #[inline(always)]
+    unsafe fn i8s(p: *const u8) -> __m256i {
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64(p as *const __m128i))
     }
     #[inline(always)]
     unsafe fn pairs<const SIGNED: bool>(p: *const u8) -> __m256i {
@@ -359,6 +405,13 @@ impl Lanes for Avx2 {
     unsafe fn f16(p: *const u8) -> __m256 {
         _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
     }
+    /// As AVX-512's.
+    #[inline(always)]
+    unsafe fn e8m0_half(p: *const u8) -> __m256 {
+        let e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i));
+        let bits = _mm256_max_epi32(_mm256_slli_epi32::<23>(e), _mm256_set1_epi32(0x0040_0000));
+        _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(0.5))
+    }
     #[inline(always)]
     unsafe fn cvt(v: __m256i) -> __m256 {
         _mm256_cvtepi32_ps(v)
@@ -366,6 +419,10 @@ impl Lanes for Avx2 {
     #[inline(always)]
     unsafe fn scale(v: __m256, s: f32) -> __m256 {
         _mm256_mul_ps(v, _mm256_set1_ps(s))
+    }
+    #[inline(always)]
+    unsafe fn mul(a: __m256, b: __m256) -> __m256 {
+        _mm256_mul_ps(a, b)
     }
     #[inline(always)]
     unsafe fn splat_f(v: f32) -> __m256 {

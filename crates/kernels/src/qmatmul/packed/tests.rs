@@ -5,7 +5,7 @@ use crate::qmatmul::decode::Scheme;
 use crate::qmatmul::scalar;
 use device::testing::{data, noise_blocks, random_blocks, saturated_blocks};
 
-const PACKED: [GgmlType; 7] = [
+const PACKED: [GgmlType; 10] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
@@ -13,6 +13,9 @@ const PACKED: [GgmlType; 7] = [
     GgmlType::Q8_0,
     GgmlType::Q4_K,
     GgmlType::Q6_K,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
+    GgmlType::MXFP4,
 ];
 
 /// The instruction sets this CPU can run, best first.
@@ -111,6 +114,34 @@ fn rows_of_later_blocks_give_the_scalar_twins_bits() {
                     );
                 }
             }
+        }
+    }
+}
+
+/// MXFP4's scales in the kernels are `device::formats::mxfp4::half`'s bits for every
+/// exponent (a row's sum hides the subnormal ones: its other blocks outweigh them).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn every_e8m0_exponent_gives_mxfp4s_scale() {
+    use crate::formats::mxfp4;
+    unsafe fn halves<A: Lanes>(e: &[u8]) -> Vec<f32> {
+        let mut out = vec![0f32; e.len()];
+        for (c, o) in e.chunks_exact(A::LANES).zip(out.chunks_exact_mut(A::LANES)) {
+            A::store(A::e8m0_half(c.as_ptr()), o.as_mut_ptr());
+        }
+        out
+    }
+    let e: Vec<u8> = (0..=254).chain([0]).collect();
+    for isa in isas() {
+        // SAFETY: the CPU has `isa`; `e` is whole vectors.
+        let got = unsafe {
+            match isa {
+                PackedIsa::Avx512Vnni => halves::<Avx512>(&e),
+                PackedIsa::Avx2 => halves::<Avx2>(&e),
+            }
+        };
+        for (&e, got) in e.iter().zip(got) {
+            assert_eq!(got.to_bits(), mxfp4::half(e).to_bits(), "{isa:?} e={e}");
         }
     }
 }
