@@ -1,6 +1,9 @@
 //! Round trips, error bounds and error cases of `device::formats`.
 
-use device::formats::{dequantize_row, is_quantize_supported, is_supported, quantize_row};
+use device::formats::{
+    dequantize_row, is_quantize_supported, is_supported, quantize_row, quantize_row_with,
+    takes_importance,
+};
 use device::Error;
 use gguf::GgmlType;
 
@@ -59,7 +62,11 @@ fn quantize_round_trip_error_bounds() {
     use GgmlType::*;
     // Bounds: half a quantization step of the block's range (plus f16 rounding of the
     // scales), and a full step where the reference quantizer clamps the extreme level.
-    let cases: [(GgmlType, f32); 7] = [
+    // IQ4_NL, IQ4_XS: half the widest gap between levels (24 of 127, the scale mapping
+    // the largest element to near a table end), plus the 6-bit scales' rounding for XS.
+    let cases: [(GgmlType, f32); 9] = [
+        (IQ4_NL, 12.5 / 113.0),
+        (IQ4_XS, 12.5 / 113.0 + 1.0 / 32.0),
         (Q8_0, 0.5 / 127.0 + 1e-3),
         (Q4_0, 1.0 / 8.0 + 1e-3),
         (Q4_1, 1.0 / 15.0 + 1e-3),
@@ -83,7 +90,7 @@ fn quantize_round_trip_error_bounds() {
 #[test]
 fn quantize_special_blocks() {
     use GgmlType::*;
-    for ty in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K] {
+    for ty in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, IQ4_NL, IQ4_XS] {
         let n = ty.block_size() as usize * 2;
         let zeros = vec![0f32; n];
         assert_eq!(round_trip(ty, &zeros), zeros, "{ty}: zeros");
@@ -96,6 +103,59 @@ fn quantize_special_blocks() {
             );
         }
     }
+}
+
+/// `sum(importance * (x - y)²)` over rows of `importance.len()` values.
+fn weighted_error(x: &[f32], y: &[f32], importance: &[f32]) -> f64 {
+    x.iter()
+        .zip(y)
+        .enumerate()
+        .map(|(i, (a, b))| importance[i % importance.len()] as f64 * ((a - b) as f64).powi(2))
+        .sum()
+}
+
+#[test]
+fn an_importance_matrix_lowers_the_error_it_weighs() {
+    use GgmlType::*;
+    // Columns of importance spread over four decades, as an imatrix's mean x² is: the
+    // error that matters is the importance-weighted one, which x² weights do not see.
+    let k = 512;
+    let importance: Vec<f32> = test_values(k, 11)
+        .iter()
+        .map(|v| 10f32.powf(4.0 * (v.abs() * 37.0).fract()))
+        .collect();
+    let x: Vec<f32> = test_values(k * 64, 5);
+    for ty in [IQ4_NL, IQ4_XS] {
+        assert!(takes_importance(ty));
+        let rb = ty.row_bytes(k as u64).unwrap() as usize;
+        let (mut plain, mut weighted) = (vec![0u8; rb], vec![0u8; rb]);
+        let (mut yp, mut yw) = (vec![0f32; x.len()], vec![0f32; x.len()]);
+        for (r, row) in x.chunks_exact(k).enumerate() {
+            quantize_row(ty, row, &mut plain).unwrap();
+            quantize_row_with(ty, row, Some(&importance), &mut weighted).unwrap();
+            dequantize_row(ty, &plain, &mut yp[r * k..(r + 1) * k]).unwrap();
+            dequantize_row(ty, &weighted, &mut yw[r * k..(r + 1) * k]).unwrap();
+        }
+        let (ep, ew) = (
+            weighted_error(&x, &yp, &importance),
+            weighted_error(&x, &yw, &importance),
+        );
+        assert!(
+            ew < 0.85 * ep,
+            "{ty}: weighted error {ew} with the importances, {ep} without"
+        );
+        let ones = vec![1f32; k];
+        let plain_sq = weighted_error(&x, &yp, &ones);
+        assert!(
+            plain_sq < weighted_error(&x, &yw, &ones),
+            "{ty}: x² weights fit x best"
+        );
+    }
+    let mut q = vec![0u8; 18];
+    let r = quantize_row_with(IQ4_NL, &x[..32], Some(&importance[..31]), &mut q);
+    assert!(matches!(r, Err(Error::LengthMismatch { what, .. }) if what.contains("importance")));
+    assert!(!takes_importance(Q4_0));
+    quantize_row_with(Q4_0, &x[..32], Some(&importance[..32]), &mut q).unwrap();
 }
 
 #[test]

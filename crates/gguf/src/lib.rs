@@ -16,4 +16,4 @@ pub use file::GgufFile;
 pub use metadata::{Metadata, Value, ValueType};
 pub use parse::{Gguf, TensorInfo, DEFAULT_ALIGNMENT, GGUF_MAGIC};
 pub use types::GgmlType;
-pub use writer::GgufWriter;
+pub use writer::{GgufStreamWriter, GgufWriter};

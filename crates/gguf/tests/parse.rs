@@ -1,4 +1,4 @@
-use gguf::{Error, GgmlType, Gguf, GgufFile, GgufWriter, Value, ValueType};
+use gguf::{Error, GgmlType, Gguf, GgufFile, GgufStreamWriter, GgufWriter, Value, ValueType};
 
 fn sample() -> GgufWriter {
     let mut w = GgufWriter::new();
@@ -78,6 +78,56 @@ fn typed_accessors_name_the_key() {
     assert!(e.to_string().contains("llama.block_count"), "{e}");
     let e = g.metadata.opt_u32("i64").unwrap_err();
     assert!(e.to_string().contains("out of range"), "{e}");
+}
+
+#[test]
+fn a_streamed_file_is_the_same_file_written_in_pieces() {
+    let metadata = vec![
+        (
+            "general.architecture".to_string(),
+            Value::String("llama".into()),
+        ),
+        ("tokens".to_string(), Value::strings(&["a", "b"])),
+    ];
+    let tensors = vec![
+        ("a".to_string(), vec![4, 2], GgmlType::F32),
+        ("empty".to_string(), vec![0, 3], GgmlType::F16),
+        ("b".to_string(), vec![32], GgmlType::Q8_0),
+    ];
+    let mut w = GgufStreamWriter::new(Vec::new(), &metadata, &tensors).unwrap();
+    w.data(&[1u8; 20]).unwrap();
+    w.data(&[1u8; 12]).unwrap();
+    w.data(&[2u8; 34]).unwrap();
+    let streamed = w.finish().unwrap();
+    let mut whole = GgufWriter::new();
+    for (k, v) in &metadata {
+        whole.metadata(k, v.clone());
+    }
+    whole
+        .tensor("a", &[4, 2], GgmlType::F32, vec![1u8; 32])
+        .tensor("empty", &[0, 3], GgmlType::F16, vec![])
+        .tensor("b", &[32], GgmlType::Q8_0, vec![2u8; 34]);
+    let whole = whole.to_bytes();
+    assert_eq!(streamed[..whole.len()], whole[..]);
+    assert!(streamed[whole.len()..].iter().all(|&b| b == 0));
+    assert_eq!(streamed.len() % 32, 0, "the last tensor is padded too");
+    let g = Gguf::parse(&streamed).unwrap();
+    assert_eq!(g.tensors.len(), 3);
+
+    let mut w = GgufStreamWriter::new(Vec::new(), &metadata, &tensors).unwrap();
+    let e = w.data(&[0u8; 33]).unwrap_err();
+    assert!(e.to_string().contains("tensor 'a' is 32 bytes"), "{e}");
+    w.data(&[0u8; 32]).unwrap();
+    let e = w.finish().unwrap_err();
+    assert!(
+        e.to_string().contains("tensor 'b' has 0 of its 34 bytes"),
+        "{e}"
+    );
+    let odd = vec![("q".to_string(), vec![40, 2], GgmlType::Q8_0)];
+    let e = GgufStreamWriter::new(Vec::new(), &metadata, &odd)
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("tensor 'q'"), "{e}");
 }
 
 #[test]

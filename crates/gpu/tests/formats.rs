@@ -38,8 +38,8 @@ Q3_K    -      f32         int8        wgsl
 Q4_K    yes    f32         int8 packed wgsl
 Q5_K    -      f32         int8        wgsl
 Q6_K    yes    f32         int8 packed wgsl
-IQ4_NL  -      f32         int8        wgsl
-IQ4_XS  -      f32         int8        wgsl
+IQ4_NL  yes    f32         int8        wgsl
+IQ4_XS  yes    f32         int8        wgsl
 TQ1_0   yes    f32         int8        wgsl
 TQ2_0   yes    f32         int8        wgsl
 MXFP4   yes    f32         int8        wgsl

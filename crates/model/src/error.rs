@@ -32,6 +32,10 @@ pub enum Error {
     },
     #[error("token id {id} is out of range (vocabulary has {n_vocab} tokens)")]
     TokenOutOfRange { id: u32, n_vocab: usize },
+    #[error("importance matrix {path}: {what}")]
+    BadImatrix { path: String, what: String },
+    #[error("quantize: {0}")]
+    Quantize(String),
     #[error("synthetic model: {0}")]
     Synthetic(String),
     #[error("stage: {0}")]

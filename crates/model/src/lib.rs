@@ -9,14 +9,17 @@
 //! weights [`Model::upload`] put on a device. Every op is batch-invariant, so a row's
 //! logits do not depend on the batch it was computed in.
 //!
-//! Modules, each using only those listed before it: `error`, `tensors`, `hparams`,
-//! `stage`, `scratch`, `layers`, `arch`, then the model here and `head`, `synthetic`.
+//! Modules, each using only those listed before it: `error`, `quant` (quantizing a
+//! model file: importance matrices, each tensor's type, re-encoding), `tensors`,
+//! `hparams`, `stage`, `scratch`, `layers`, `arch`, then the model here and `head`,
+//! `synthetic`.
 
 pub mod arch;
 mod error;
 mod head;
 mod hparams;
 pub mod layers;
+pub mod quant;
 mod scratch;
 mod stage;
 pub mod synthetic;

@@ -6,6 +6,7 @@ mod cli;
 mod info;
 mod perplexity;
 mod pull;
+mod quantize;
 mod race;
 mod run;
 mod serve;
@@ -79,6 +80,7 @@ fn main() {
         cli::Command::Serve(a) => serve::execute(*a),
         cli::Command::Bench(a) => bench::execute(a),
         cli::Command::Synth(a) => synth::execute(a),
+        cli::Command::Quantize(a) => quantize::execute(a),
         cli::Command::StageBox(a) => box_worker::execute(a),
     };
     if let Err(e) = result {

@@ -25,6 +25,7 @@ pub const FORMAT: WeightFormat = WeightFormat {
     other_scales: None,
     dequantize,
     quantize: Some(quantize),
+    quantize_weighted: None,
 };
 
 /// Decodes `src` (2 bytes per value) into `dst`. Panics unless `src.len() == 2 * dst.len()`.

@@ -27,6 +27,7 @@ pub const FORMAT: WeightFormat = WeightFormat {
     other_scales: None,
     dequantize,
     quantize: Some(quantize),
+    quantize_weighted: None,
 };
 
 /// Values converted per batch through the vectorized slice conversion of `half`.

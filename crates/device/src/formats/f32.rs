@@ -23,6 +23,7 @@ pub const FORMAT: WeightFormat = WeightFormat {
     other_scales: None,
     dequantize,
     quantize: Some(quantize),
+    quantize_weighted: None,
 };
 
 /// Decodes `src` (4 bytes per value) into `dst`. Panics unless `src.len() == 4 * dst.len()`.

@@ -9,9 +9,14 @@
 //!
 //! Element value, with `j` its sub-block (`element / 32`) and `ls` its 6-bit scale:
 //! `(d * (ls - 32)) * KVALUES[q]`.
+//!
+//! The quantizer finds each sub-block's scale by IQ4_NL's weighted search
+//! ([`super::iq4_nl::sub_block_scale`]), then quantizes the 8 scales to 6 bits against
+//! `d = -(largest scale) / 32`, as ggml's `quantize_iq4_xs` does.
 
-use super::iq4_nl::nibbles;
-use super::{blocks_to_values, f16_at, WeightFormat, QK_K};
+use super::iq4_nl::{element_weights, nibbles, pack_nibbles, sub_block_scale};
+use super::q4_0::signed_absmax;
+use super::{blocks_to_values, f16_at, f16_bytes, f16_round, values_to_blocks, WeightFormat, QK_K};
 use gguf::GgmlType;
 
 /// Elements per block.
@@ -27,7 +32,8 @@ pub const FORMAT: WeightFormat = WeightFormat {
     scales: &[0],
     other_scales: None,
     dequantize,
-    quantize: None,
+    quantize: Some(quantize),
+    quantize_weighted: Some(quantize_weighted),
 };
 
 /// The signed scale (`ls - 32`, in -32..=31) of sub-block `j` (0..8) of block `b`.
@@ -50,5 +56,49 @@ pub fn dequantize(src: &[u8], dst: &mut [f32]) {
         {
             nibbles(d * scale(b, j) as f32, qs, o);
         }
+    }
+}
+
+/// Quantizes whole blocks, each element's squared error weighted by `x²`.
+/// Panics unless `dst` is exactly `src.len() / 256` blocks.
+pub fn quantize(src: &[f32], dst: &mut [u8]) {
+    quantize_with(src, None, dst);
+}
+
+/// Quantizes whole blocks, element `i`'s squared error weighted by
+/// `importance[i] * sqrt(sigma2 + x[i]²)` (`sigma2`: twice the super-block's mean square).
+/// Panics unless `dst` is exactly `src.len() / 256` blocks and `importance` is as long
+/// as `src`.
+pub fn quantize_weighted(src: &[f32], importance: &[f32], dst: &mut [u8]) {
+    assert_eq!(importance.len(), src.len(), "one importance per value");
+    quantize_with(src, Some(importance), dst);
+}
+
+fn quantize_with(src: &[f32], importance: Option<&[f32]>, dst: &mut [u8]) {
+    let (values, out) = values_to_blocks::<TYPE_SIZE, BLOCK_SIZE>(src, dst);
+    let mut w = [0f32; BLOCK_SIZE];
+    for (i, (x, b)) in values.iter().zip(out).enumerate() {
+        let imp = importance.map(|m| &m[i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE]);
+        element_weights(x, imp, &mut w);
+        let mut scales = [0f32; 8];
+        for (s, (x, w)) in scales
+            .iter_mut()
+            .zip(x.chunks_exact(32).zip(w.chunks_exact(32)))
+        {
+            *s = sub_block_scale(x, w);
+        }
+        let d = f16_round(-signed_absmax(&scales) / 32.0);
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        b[0..2].copy_from_slice(&f16_bytes(d));
+        let mut scales_h = 0u16;
+        b[4..8].fill(0);
+        for (j, (&s, x)) in scales.iter().zip(x.chunks_exact(32)).enumerate() {
+            let l = (id * s).round().clamp(-32.0, 31.0) as i32;
+            pack_nibbles(x, d * l as f32, &mut b[8 + 16 * j..24 + 16 * j]);
+            let ls = (l + 32) as u16;
+            b[4 + j / 2] |= ((ls & 15) as u8) << (4 * (j % 2));
+            scales_h |= (ls >> 4) << (2 * j);
+        }
+        b[2..4].copy_from_slice(&scales_h.to_le_bytes());
     }
 }

@@ -83,6 +83,11 @@ pub struct WeightFormat {
     /// Quantizes whole blocks (`dst` exactly `src.len() / block_size` blocks, or it
     /// panics); `None` where tandem only reads the type.
     pub quantize: Option<Quantize>,
+    /// Quantizes whole blocks minimizing each element's squared error weighted by its
+    /// importance (an importance matrix's mean `x²` of the element's column), the same
+    /// lengths as `quantize` and one importance per value; `None` where the quantizer
+    /// takes no importance.
+    pub quantize_weighted: Option<QuantizeWeighted>,
 }
 
 /// A block's scales in an encoding of their own.
@@ -100,6 +105,8 @@ pub struct OtherScales {
 pub type Dequantize = fn(&[u8], &mut [f32]);
 /// Values into whole blocks of bytes: `(src, dst)`.
 pub type Quantize = fn(&[f32], &mut [u8]);
+/// Values and their importances into whole blocks of bytes: `(src, importance, dst)`.
+pub type QuantizeWeighted = fn(&[f32], &[f32], &mut [u8]);
 
 /// Every weight type tandem reads, one row each: the registry the functions of this
 /// module, the reference backend and every backend's `supports_type` consult.
@@ -161,18 +168,47 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<()> {
     Ok(())
 }
 
+/// Whether quantize_row_with uses the importances it is given for `ty`.
+pub fn takes_importance(ty: GgmlType) -> bool {
+    format(ty).is_some_and(|f| f.quantize_weighted.is_some())
+}
+
 /// Quantizes `src` into `dst` (exactly the bytes of src.len()/block_size blocks).
 /// Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, TQ1_0, TQ2_0, MXFP4, NVFP4,
-/// Q1_0, Q2_0 (ggml's reference quantizers) and Q4_K, Q6_K (plain round-to-nearest,
-/// meant for synthetic test models).
+/// Q1_0, Q2_0 (ggml's reference quantizers), IQ4_NL, IQ4_XS (a weighted scale search,
+/// weights `x²`) and Q4_K, Q6_K (plain round-to-nearest, meant for synthetic test
+/// models).
 /// Errors: UnsupportedType, LengthMismatch (src.len() not a multiple of the block
 /// size, or dst.len() != blocks*type_size).
 pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<()> {
-    let quantize = format(ty)
-        .and_then(|f| f.quantize)
-        .ok_or(Error::UnsupportedType(ty))?;
+    quantize_row_with(ty, src, None, dst)
+}
+
+/// Quantizes `src` into `dst` as [`quantize_row`] does, weighing each value's squared
+/// error by `importance` (one per value) where `ty`'s quantizer takes importances
+/// ([`takes_importance`]: IQ4_NL, IQ4_XS); other types ignore it.
+/// Errors: those of [`quantize_row`], and LengthMismatch when `importance` is not as
+/// long as `src`.
+pub fn quantize_row_with(
+    ty: GgmlType,
+    src: &[f32],
+    importance: Option<&[f32]>,
+    dst: &mut [u8],
+) -> Result<()> {
+    let f = format(ty).ok_or(Error::UnsupportedType(ty))?;
+    let quantize = f.quantize.ok_or(Error::UnsupportedType(ty))?;
     check_lengths(ty, dst.len(), src.len())?;
-    quantize(src, dst);
+    if let Some(imp) = importance.filter(|imp| imp.len() != src.len()) {
+        return Err(Error::LengthMismatch {
+            what: "importances (one per value)",
+            expected: src.len(),
+            got: imp.len(),
+        });
+    }
+    match importance.zip(f.quantize_weighted) {
+        Some((imp, weighted)) => weighted(src, imp, dst),
+        None => quantize(src, dst),
+    }
     Ok(())
 }
 
@@ -274,6 +310,10 @@ mod tests {
             assert!(
                 f.scales.iter().all(|&at| at + 2 <= f.type_size),
                 "{ty} scales"
+            );
+            assert!(
+                f.quantize.is_some() || f.quantize_weighted.is_none(),
+                "{ty} weighted quantizer without a plain one"
             );
             assert!(
                 FORMATS[i + 1..].iter().all(|g| g.ty != ty),

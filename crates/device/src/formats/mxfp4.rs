@@ -32,6 +32,7 @@ pub const FORMAT: WeightFormat = WeightFormat {
     }),
     dequantize,
     quantize: Some(quantize),
+    quantize_weighted: None,
 };
 
 /// `2^(e - 128)`: half the E8M0 value `e`, exact (subnormal for `e < 2`).

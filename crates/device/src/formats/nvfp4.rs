@@ -30,6 +30,7 @@ pub const FORMAT: WeightFormat = WeightFormat {
     }),
     dequantize,
     quantize: Some(quantize),
+    quantize_weighted: None,
 };
 
 /// Half the value of the UE4M3 code `x` (exponent bias 7, subnormals `m · 2⁻⁹`), as

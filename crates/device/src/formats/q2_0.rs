@@ -24,6 +24,7 @@ pub const FORMAT: WeightFormat = WeightFormat {
     other_scales: None,
     dequantize,
     quantize: Some(quantize),
+    quantize_weighted: None,
 };
 
 /// The field `q` (0..4) of element `j` of block `b`.

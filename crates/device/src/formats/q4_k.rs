@@ -27,6 +27,7 @@ pub const FORMAT: WeightFormat = WeightFormat {
     other_scales: None,
     dequantize,
     quantize: Some(quantize),
+    quantize_weighted: None,
 };
 
 /// Scale and min of sub-block `j` (0..8) from the 12 packed bytes, as ggml's

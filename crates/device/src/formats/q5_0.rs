@@ -26,6 +26,7 @@ pub const FORMAT: WeightFormat = WeightFormat {
     other_scales: None,
     dequantize,
     quantize: Some(quantize),
+    quantize_weighted: None,
 };
 
 /// `1 << j` for lane `j`: a constant vector, so the bit tests vectorize.

@@ -29,6 +29,7 @@ pub const FORMAT: WeightFormat = WeightFormat {
     other_scales: None,
     dequantize,
     quantize: Some(quantize),
+    quantize_weighted: None,
 };
 
 /// Dequantizes whole blocks. Panics unless `src` is exactly `dst.len() / 32` blocks.

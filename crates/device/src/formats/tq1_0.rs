@@ -28,6 +28,7 @@ pub const FORMAT: WeightFormat = WeightFormat {
     other_scales: None,
     dequantize,
     quantize: Some(quantize),
+    quantize_weighted: None,
 };
 
 const POW3: [u8; 5] = [1, 3, 9, 27, 81];

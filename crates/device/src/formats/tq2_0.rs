@@ -26,6 +26,7 @@ pub const FORMAT: WeightFormat = WeightFormat {
     other_scales: None,
     dequantize,
     quantize: Some(quantize),
+    quantize_weighted: None,
 };
 
 /// The 2-bit field of element `e` (0..256) of block `b`.
