@@ -38,11 +38,11 @@ Q3_K    -      f32         int8        wgsl
 Q4_K    yes    f32         int8 packed wgsl
 Q5_K    -      f32         int8        wgsl
 Q6_K    yes    f32         int8 packed wgsl
-IQ4_NL  yes    f32         int8        wgsl
-IQ4_XS  yes    f32         int8        wgsl
+IQ4_NL  yes    f32         int8 packed wgsl
+IQ4_XS  yes    f32         int8 packed wgsl
 TQ1_0   yes    f32         int8        wgsl
 TQ2_0   yes    f32         int8        wgsl
-MXFP4   yes    f32         int8        wgsl
+MXFP4   yes    f32         int8 packed wgsl
 NVFP4   yes    f32         f32         wgsl
 Q1_0    yes    f32         int8        wgsl
 Q2_0    yes    f32         int8        wgsl

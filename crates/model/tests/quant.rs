@@ -332,10 +332,10 @@ fn overrides_pure_fallbacks_and_refusals() {
         "{e}"
     );
 
-    let (md, tensors) = qwen2(256, 512, IQ2_XXS, false);
+    let (md, tensors) = qwen2(256, 512, Q8_K, false);
     let e = plan(&spec(Q4_0), &md, &tensors).unwrap_err().to_string();
     assert!(
-        e.contains("'output.weight' is IQ2_XXS, which tandem cannot read"),
+        e.contains("'output.weight' is Q8_K, which tandem cannot read"),
         "{e}"
     );
 }

@@ -33,6 +33,7 @@ pub const FORMAT: WeightFormat = WeightFormat {
     }),
     dequantize,
     quantize: None,
+    quantize_weighted: None,
 };
 
 /// The f16 bits of `d` of block `b`, from the top nibbles of its scale words.

@@ -30,6 +30,7 @@ pub const FORMAT: WeightFormat = WeightFormat {
     other_scales: None,
     dequantize,
     quantize: None,
+    quantize_weighted: None,
 };
 
 /// Group `g` (0..8, elements `32g..32g + 32`) of block `b` whose `d` is given: its scale

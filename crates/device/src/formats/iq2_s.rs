@@ -33,6 +33,7 @@ pub const FORMAT: WeightFormat = WeightFormat {
     other_scales: None,
     dequantize,
     quantize: None,
+    quantize_weighted: None,
 };
 
 /// Entry `e` (0..32, elements `8e..8e + 8`) of block `b`: its grid values and sign bits.

@@ -30,6 +30,7 @@ pub const FORMAT: WeightFormat = WeightFormat {
     other_scales: None,
     dequantize,
     quantize: None,
+    quantize_weighted: None,
 };
 
 /// The 4-bit scale `ls` of elements `16s..16s + 16` (`s` in 0..16) of a block whose scale

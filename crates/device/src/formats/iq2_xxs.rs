@@ -29,6 +29,7 @@ pub const FORMAT: WeightFormat = WeightFormat {
     other_scales: None,
     dequantize,
     quantize: None,
+    quantize_weighted: None,
 };
 
 /// The scale of group `g` (0..8) of block `b` whose `d` is given.
