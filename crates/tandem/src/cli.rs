@@ -35,6 +35,8 @@ pub enum Command {
     Bench(crate::bench::BenchArgs),
     /// Write a random-weight model of a given shape (for tests and benchmarks).
     Synth(crate::synth::SynthArgs),
+    /// Compute an importance matrix over a text, as llama-imatrix does, for quantize.
+    Imatrix(crate::imatrix::ImatrixArgs),
     /// Write a model with its weight matrices in another type, as llama-quantize does.
     Quantize(crate::quantize::QuantizeArgs),
     /// Hold the first blocks of a split model and serve them to a head over TCP.

@@ -3,6 +3,7 @@
 mod bench;
 mod box_worker;
 mod cli;
+mod imatrix;
 mod info;
 mod perplexity;
 mod pull;
@@ -80,6 +81,7 @@ fn main() {
         cli::Command::Serve(a) => serve::execute(*a),
         cli::Command::Bench(a) => bench::execute(a),
         cli::Command::Synth(a) => synth::execute(a),
+        cli::Command::Imatrix(a) => imatrix::execute(a),
         cli::Command::Quantize(a) => quantize::execute(a),
         cli::Command::StageBox(a) => box_worker::execute(a),
     };

@@ -13,11 +13,14 @@
 //! i32 `len`, `len` bytes of name, i32 `ncall`, i32 `nval`, `nval` f32 (each the mean
 //! times `ncall`); then optionally i32 `chunk_count`, i32 `len` and `len` bytes of the
 //! dataset's name. Value: `stored / ncall`, or as stored where `ncall` is 0.
+//!
+//! [`ImatrixSums`] writes the GGUF format, as `llama-imatrix` does: entries in name order,
+//! each `NAME.in_sum2` then `NAME.counts`, `general.type = "imatrix"` and the three keys.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use gguf::{GgmlType, Gguf};
+use gguf::{GgmlType, Gguf, GgufWriter, Value};
 
 use crate::{Error, Result};
 
@@ -71,6 +74,81 @@ impl Imatrix {
     /// The values for the weight matrix `tensor`, if it has an entry.
     pub fn get(&self, tensor: &str) -> Option<&[f32]> {
         self.entries.get(tensor).map(Vec::as_slice)
+    }
+}
+
+/// One weight matrix's sums as a forward collects them: per matrix (`counts.len()`: 1, or
+/// a 3-D tensor's experts) `n_cols` sums of `x²` over the input rows it multiplied, and
+/// how many rows that was.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sums {
+    pub n_cols: usize,
+    /// `[counts.len(), n_cols]`, matrix-major.
+    pub in_sum2: Vec<f32>,
+    pub counts: Vec<u64>,
+}
+
+impl Sums {
+    /// Zero sums for `n_mat` matrices of `n_cols` columns.
+    pub fn new(n_cols: usize, n_mat: usize) -> Sums {
+        Sums {
+            n_cols,
+            in_sum2: vec![0.0; n_cols * n_mat],
+            counts: vec![0; n_mat],
+        }
+    }
+
+    /// Adds the input rows `x` (`[rows, n_cols]`) of matrix `mat`, in row order, each
+    /// square accumulated in f32 (as `llama-imatrix` does).
+    pub fn add(&mut self, mat: usize, x: &[f32]) {
+        let acc = &mut self.in_sum2[mat * self.n_cols..(mat + 1) * self.n_cols];
+        for row in x.chunks_exact(self.n_cols) {
+            for (a, &v) in acc.iter_mut().zip(row) {
+                *a += v * v;
+            }
+        }
+        self.counts[mat] += (x.len() / self.n_cols) as u64;
+    }
+}
+
+/// What `llama-imatrix` writes: the sums of each weight matrix (by tensor name) and the
+/// calibration they came from.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ImatrixSums {
+    pub entries: BTreeMap<String, Sums>,
+    /// The calibration files (as named on the command line).
+    pub datasets: Vec<String>,
+    /// Chunks evaluated.
+    pub chunk_count: u32,
+    /// Tokens per chunk.
+    pub chunk_size: u32,
+}
+
+impl ImatrixSums {
+    /// The GGUF file (see the module doc); [`Imatrix::parse`] reads it back.
+    pub fn to_gguf(&self) -> Vec<u8> {
+        let mut w = GgufWriter::new();
+        w.metadata("general.type", Value::String("imatrix".into()))
+            .metadata("imatrix.datasets", Value::strings(&self.datasets))
+            .metadata("imatrix.chunk_count", Value::U32(self.chunk_count))
+            .metadata("imatrix.chunk_size", Value::U32(self.chunk_size));
+        let bytes = |v: &mut dyn Iterator<Item = f32>| v.flat_map(f32::to_le_bytes).collect();
+        for (name, s) in &self.entries {
+            let n_mat = s.counts.len() as u64;
+            w.tensor(
+                &format!("{name}{IN_SUM2}"),
+                &[s.n_cols as u64, n_mat],
+                GgmlType::F32,
+                bytes(&mut s.in_sum2.iter().copied()),
+            );
+            w.tensor(
+                &format!("{name}{COUNTS}"),
+                &[1, n_mat],
+                GgmlType::F32,
+                bytes(&mut s.counts.iter().map(|&c| c as f32)),
+            );
+        }
+        w.to_bytes()
     }
 }
 

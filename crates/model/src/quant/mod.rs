@@ -1,7 +1,9 @@
 //! Quantizing a model as llama.cpp's `llama-quantize` does: the importance matrices its
-//! `llama-imatrix` writes ([`Imatrix`]), the type each tensor gets ([`plan`]) and the
-//! re-encoding of a tensor's rows ([`convert_rows`]). `tandem quantize` drives them.
+//! `llama-imatrix` writes ([`Imatrix`]; collected by a [`Collector`] and written as
+//! [`ImatrixSums`]), the type each tensor gets ([`plan`]) and the re-encoding of a
+//! tensor's rows ([`convert_rows`]). `tandem imatrix` and `tandem quantize` drive them.
 
+mod collect;
 mod imatrix;
 mod plan;
 
@@ -10,7 +12,8 @@ use gguf::{GgmlType, TensorInfo};
 
 use crate::{Error, Result};
 
-pub use imatrix::{Imatrix, ImatrixFormat};
+pub use collect::{Collect, Collector, SharedSums};
+pub use imatrix::{Imatrix, ImatrixFormat, ImatrixSums, Sums};
 pub use plan::{
     fallback, file_type, parse_type, plan, writable_types, Choice, QuantSpec, TensorTypeOverride,
     NEED_IMATRIX,
