@@ -2,7 +2,9 @@
 //! as it lays them out, and the type each tensor gets.
 
 use gguf::{GgmlType, Gguf, GgufWriter, Metadata, TensorInfo, Value};
-use model::quant::{parse_type, plan, Imatrix, ImatrixFormat, QuantSpec, TensorTypeOverride};
+use model::quant::{
+    parse_type, plan, Imatrix, ImatrixFormat, ImatrixSums, QuantSpec, Sums, TensorTypeOverride,
+};
 
 use GgmlType::*;
 
@@ -110,6 +112,51 @@ fn both_formats_give_the_mean_square_of_each_column() {
         (bare.chunk_count, bare.datasets.len()),
         (0, 0),
         "the trailer is optional"
+    );
+}
+
+#[test]
+fn written_sums_are_the_file_llama_imatrix_writes() {
+    let mut q = Sums::new(2, 1);
+    q.add(0, &[1.0, 2.0, -1.0, 0.5]);
+    assert_eq!(
+        (q.in_sum2.as_slice(), q.counts.as_slice()),
+        (&[2.0, 4.25][..], &[2][..])
+    );
+    let mut up = Sums::new(2, 2);
+    up.add(1, &[3.0, -2.0]);
+    up.add(1, &[1.0, 1.0]);
+    let m = ImatrixSums {
+        entries: [
+            ("blk.0.ffn_up_exps.weight".to_string(), up),
+            ("blk.0.attn_q.weight".to_string(), q),
+        ]
+        .into(),
+        datasets: vec!["calib.txt".into()],
+        chunk_count: 7,
+        chunk_size: 512,
+    };
+    let bytes = m.to_gguf();
+    assert_eq!(
+        bytes,
+        gguf_imatrix(
+            &[
+                ("blk.0.attn_q.weight", vec![2.0, 4.25], vec![2.0]),
+                (
+                    "blk.0.ffn_up_exps.weight",
+                    vec![0.0, 0.0, 10.0, 5.0],
+                    vec![0.0, 2.0]
+                ),
+            ],
+            None
+        ),
+        "entries in name order, in_sum2 then counts"
+    );
+    let back = Imatrix::parse(&bytes).unwrap();
+    assert_eq!(back.get("blk.0.attn_q.weight").unwrap(), [1.0, 2.125]);
+    assert_eq!(
+        back.get("blk.0.ffn_up_exps.weight").unwrap(),
+        [1.0, 1.0, 5.0, 2.5]
     );
 }
 

@@ -1,7 +1,8 @@
 //! `tandem imatrix`: on the real SmolLM2 model and on `tandem synth` mixtures, the file
 //! it writes reads back, has an entry of the right length for every weight matrix of the
 //! blocks, counts every token (an expert: the tokens routed to it), feeds `tandem
-//! quantize`; a missing or short text is one line naming it.
+//! quantize`, and agrees with llama-imatrix's on an f32 mixture
+//! (scripts/gen_imatrix_golden.py); a missing or short text is one line naming it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -263,6 +264,82 @@ fn mixtures_count_each_expert_over_the_tokens_routed_to_it() {
             }
         }
     }
+}
+
+/// llama-imatrix on the f32 qwen2moe of scripts/gen_imatrix_golden.py: the same counts
+/// (so the same routing), and sums within 1e-3 (what f32 arithmetic in another order
+/// leaves: 4e-5 when measured). llama-imatrix also has the shared expert's 1-D gate,
+/// which tandem multiplies inside the mixture op (see `model::quant::collect`).
+#[test]
+fn an_f32_mixture_matches_llama_imatrix() {
+    let golden: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/golden/imatrix-llamacpp.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let shape = golden["shape"].as_object().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("golden.gguf");
+    let tokenizer = smollm2();
+    let mut args = vec![
+        "synth".to_string(),
+        "-o".into(),
+        model.to_str().unwrap().into(),
+        "--type".into(),
+        "f32".into(),
+        "--tokenizer".into(),
+        tokenizer.to_str().unwrap().into(),
+    ];
+    for (k, v) in shape {
+        let v = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+        args.push(format!("--{}={v}", k.replace('_', "-")));
+    }
+    ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let out = dir.path().join("golden.imatrix.gguf");
+    let (ctx, chunks) = (golden["ctx"].to_string(), golden["chunks"].to_string());
+    imatrix(&model, prose(), &out, &["-c", &ctx, "--chunks", &chunks]);
+    let (entries, _) = read(&out);
+    let want = golden["entries"].as_object().unwrap();
+    let extra: Vec<&String> = want.keys().filter(|k| !entries.contains_key(*k)).collect();
+    assert!(
+        extra
+            .iter()
+            .all(|k| k.ends_with("ffn_gate_inp_shexp.weight")),
+        "{extra:?}"
+    );
+    assert_eq!(entries.len() + extra.len(), want.len());
+    let close = |got: f32, want: &serde_json::Value, what: &str| {
+        let want = want.as_f64().unwrap();
+        let rel = (got as f64 - want).abs() / want.abs().max(1e-30);
+        assert!(rel < 1e-3, "{what}: {got}, llama-imatrix {want}");
+        rel
+    };
+    let mut worst = 0f64;
+    for (name, (n_cols, sums, counts)) in &entries {
+        let w = &want[name];
+        let counts: Vec<u64> = counts.iter().map(|&c| c as u64).collect();
+        let want_counts: Vec<u64> = w["counts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_u64().unwrap())
+            .collect();
+        assert_eq!(counts, want_counts, "{name}");
+        for (e, row) in sums.chunks_exact(*n_cols).enumerate() {
+            if counts[e] == 0 {
+                continue;
+            }
+            let what = format!("{name} matrix {e}");
+            worst = worst.max(close(row.iter().sum(), &w["sums"][e], &what));
+            for (j, &v) in row.iter().take(8).enumerate() {
+                worst = worst.max(close(v, &w["columns"][e][j], &format!("{what} column {j}")));
+            }
+        }
+    }
+    eprintln!("qwen2moe f32: counts equal to llama-imatrix's, sums within {worst:.1e}");
 }
 
 #[test]
