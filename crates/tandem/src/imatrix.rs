@@ -70,6 +70,11 @@ pub fn execute(a: ImatrixArgs) -> Result<(), CliError> {
     if n_ctx < 2 {
         return Err(CliError::Usage("imatrix needs -c of at least 2".into()));
     }
+    if a.chunks == Some(0) {
+        return Err(CliError::Usage(
+            "imatrix needs --chunks of at least 1".into(),
+        ));
+    }
     let name = a
         .model
         .as_deref()

@@ -375,6 +375,13 @@ fn a_missing_or_short_text_is_one_line_naming_it() {
         );
         assert!(!Path::new(out).exists());
     }
+    for bad in [&["--chunks", "0"][..], &["-c", "1"][..]] {
+        let mut args = vec!["imatrix", model, "-f", prose(), "-o", out];
+        args.extend_from_slice(bad);
+        let (ok, stderr) = tandem(&args);
+        assert!(!ok && stderr.lines().count() == 1, "{bad:?}: {stderr}");
+        assert!(stderr.contains("at least"), "{bad:?}: {stderr}");
+    }
     let (ok, stderr) = tandem(&["imatrix", "-f", prose()]);
     assert!(!ok && stderr.contains("MODEL"), "{stderr}");
 }
