@@ -15,6 +15,7 @@ use super::{int8, CpuForm};
 use crate::formats::{iq1_m, iq1_s, iq2_s, iq2_xs, iq2_xxs, iq3_s, iq3_xxs};
 use crate::qmatmul::act::ActLayout::{B256, B32};
 use crate::qmatmul::decode::{f16_at, DecodedRow};
+use crate::qmatmul::packed::Format;
 
 /// The offset of IQ2_XS's and IQ2_S's quants: their largest |grid value|.
 const IQ2_OFFSET: i8 = 43;
@@ -22,7 +23,13 @@ const IQ2_OFFSET: i8 = 43;
 const IQ1_OFFSET: i8 = 9;
 
 /// IQ2_XXS's row in [`super::FORMS`].
-pub const IQ2_XXS: CpuForm = int8(GgmlType::IQ2_XXS, B32, (0, true, false), iq2_xxs, None);
+pub const IQ2_XXS: CpuForm = int8(
+    GgmlType::IQ2_XXS,
+    B32,
+    (0, true, false),
+    iq2_xxs,
+    Some(Format::IQ2_XXS),
+);
 /// IQ2_XS's row in [`super::FORMS`].
 pub const IQ2_XS: CpuForm = int8(
     GgmlType::IQ2_XS,
@@ -40,7 +47,13 @@ pub const IQ2_S: CpuForm = int8(
     None,
 );
 /// IQ3_XXS's row in [`super::FORMS`].
-pub const IQ3_XXS: CpuForm = int8(GgmlType::IQ3_XXS, B32, (0, true, false), iq3_xxs, None);
+pub const IQ3_XXS: CpuForm = int8(
+    GgmlType::IQ3_XXS,
+    B32,
+    (0, true, false),
+    iq3_xxs,
+    Some(Format::IQ3_XXS),
+);
 /// IQ3_S's row in [`super::FORMS`].
 pub const IQ3_S: CpuForm = int8(GgmlType::IQ3_S, B32, (0, true, false), iq3_s, None);
 /// IQ1_S's row in [`super::FORMS`].

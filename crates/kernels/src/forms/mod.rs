@@ -191,7 +191,7 @@ mod tests {
     }
 
     #[test]
-    fn the_cpu_runs_every_registered_type_and_packs_ten() {
+    fn the_cpu_runs_every_registered_type_and_packs_twelve() {
         let m = support_matrix(&[("reference", reference_form), ("cpu", form_name)]);
         assert!(m.gaps("cpu").is_empty(), "{m}");
         let packed: Vec<_> = m
@@ -202,7 +202,7 @@ mod tests {
             .collect();
         assert_eq!(
             packed.join(" "),
-            "Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q6_K IQ4_NL IQ4_XS MXFP4"
+            "Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q6_K IQ4_NL IQ4_XS MXFP4 IQ2_XXS IQ3_XXS"
         );
         assert_eq!(form_name(GgmlType::Q8_K), None);
     }

@@ -5,7 +5,7 @@
 //! Per output element they perform the scalar twin's sequence (`scalar::dot`): exact
 //! integer sums per block, then the same float operations in block order.
 
-use super::layout::{b32_at, Iq4Nl, Iq4Xs, LutLayout, Mxfp4, Q4K, Q6K};
+use super::layout::{b32_at, GridLayout, Iq4Nl, Iq4Xs, LutLayout, Mxfp4, Q4K, Q6K};
 use super::simd::Lanes;
 use crate::formats::{iq4_nl, mxfp4};
 
@@ -227,6 +227,55 @@ pub unsafe fn lut<A: Lanes, L: LutScale, const MR: usize>(
             for i in 0..MR {
                 let isum = A::sub(is[i], A::splat(offset * *x[i].sums.add(b) as i32));
                 acc[i] = A::fma(A::scale(d, *x[i].d.add(b)), A::cvt(isum), acc[i]);
+            }
+        }
+    }
+    for i in 0..MR {
+        A::store(acc[i], out[i]);
+    }
+}
+
+/// IQ2_XXS, IQ3_XXS: `ns` records of 256 values from `tile`, half `h`; each entry's grid
+/// values gathered by index into Q8_0's chunks and signed by their bits.
+#[inline(always)]
+pub unsafe fn grid<A: Lanes, G: GridLayout, const MR: usize>(
+    tile: *const u8,
+    ns: usize,
+    h: usize,
+    x: &[XRow; MR],
+    out: &mut [*mut f32; MR],
+    pf: bool,
+) {
+    let (f16_h, u8_h, bits_h) = (h * 2 * A::LANES, h * A::LANES, h * A::LANES / 2);
+    let (entries, halves) = (32 / G::ENTRY, G::ENTRY / 4);
+    let grid = G::grid();
+    let mut acc = [A::fzero(); MR];
+    for s in 0..ns {
+        let rec = tile.add(s * G::REC);
+        prefetch(rec, G::REC, pf);
+        let d = A::f16(rec.add(f16_h));
+        for j in 0..8 {
+            let b = 8 * s + j;
+            let mut is = [A::izero(); MR];
+            for e in 0..entries {
+                let idx = A::u8s(rec.add(G::IDX + 16 * (entries * j + e) + u8_h));
+                for half in 0..halves {
+                    let c = halves * e + half;
+                    let w = match G::ENTRY {
+                        8 => A::gather::<8>(grid.add(4 * half), idx),
+                        _ => A::gather::<4>(grid, idx),
+                    };
+                    let w = A::signed_q8(w, rec.add(G::SIGNS + 8 * (8 * j + c) + bits_h));
+                    for i in 0..MR {
+                        is[i] = A::dot_q8(is[i], w, x[i].q.add(32 * b + 4 * c));
+                    }
+                }
+            }
+            let mult = A::cvt(A::u8s(rec.add(G::MULT + 16 * j + u8_h)));
+            let sd = A::mul(A::mul(d, mult), A::splat_f(G::SCALE));
+            for i in 0..MR {
+                let isum = A::sub(is[i], A::splat(A::Q8_BIAS * *x[i].sums.add(b) as i32));
+                acc[i] = A::fma(A::scale(sd, *x[i].d.add(b)), A::cvt(isum), acc[i]);
             }
         }
     }

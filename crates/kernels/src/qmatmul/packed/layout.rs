@@ -19,9 +19,14 @@
 //! nibbles in Q4_0's chunks (byte `4c + j` of a stored 32-value block's `qs` is byte
 //! `4r + j` of chunk `c`) and their scales in their stored form, so each record is as
 //! small as the type; the kernels turn nibbles into levels with a byte shuffle.
+//!
+//! The grid types whose entries are chosen by a byte (IQ2_XXS, IQ3_XXS) keep each entry's
+//! index per row and their signs as bits, and the kernels gather the grid's values into
+//! Q8_0's chunks (`GridLayout`).
 
 use gguf::GgmlType;
 
+use crate::formats::grids::{IQ2XXS, IQ3XXS, KSIGNS};
 use crate::formats::iq4_xs;
 use crate::qmatmul::act::ActLayout;
 use crate::qmatmul::decode::DecodedRow;
@@ -116,6 +121,81 @@ impl LutLayout for Mxfp4 {
     const REC: usize = 16 + 256;
 }
 
+/// The record of a grid type (256 values): `[16] f16 d`, `[8 sub-blocks][16 rows] u8` the
+/// sub-blocks' scale multipliers `2 ls + 1` at [`GridLayout::MULT`], `[8][32 / ENTRY][16]`
+/// u8 the entries' grid indices at [`GridLayout::IDX`], then at [`GridLayout::SIGNS`]
+/// per sub-block `j` and chunk `c` (values `32j + 4c..+4`) a u64 whose bit `4r + e` is
+/// the sign of value `4c + e` of row `r`. A sub-block's scale is `d · mult · SCALE`.
+pub trait GridLayout {
+    /// Values per grid entry (4 or 8).
+    const ENTRY: usize;
+    /// The grid's entries, `ENTRY` i8 each.
+    fn grid() -> *const u8;
+    /// The factor of `d · (2 ls + 1)` that gives a sub-block's scale.
+    const SCALE: f32;
+    /// Byte offset of a sub-block's `u32` of sign indices (bits `7o..7o + 7` for octet
+    /// `o`) and scale (bits 28..32) in a stored block.
+    fn aux_at(j: usize) -> usize;
+    /// Byte offset of the index of entry `e` of sub-block `j` in a stored block.
+    fn index_at(j: usize, e: usize) -> usize;
+    const MULT: usize = 32;
+    const IDX: usize = 160;
+    const SIGNS: usize = Self::IDX + 8 * (32 / Self::ENTRY) * 16;
+    const REC: usize = Self::SIGNS + 8 * 8 * 8;
+}
+
+/// IQ2_XXS record: entries of 8 values, `d · (0.5 + ls) · 0.25`.
+pub struct Iq2Xxs;
+impl GridLayout for Iq2Xxs {
+    const ENTRY: usize = 8;
+    fn grid() -> *const u8 {
+        IQ2XXS.as_ptr().cast()
+    }
+    const SCALE: f32 = 0.125;
+    fn aux_at(j: usize) -> usize {
+        6 + 8 * j
+    }
+    fn index_at(j: usize, e: usize) -> usize {
+        2 + 8 * j + e
+    }
+}
+
+/// IQ3_XXS record: entries of 4 values, `d · (0.5 + ls) · 0.5`.
+pub struct Iq3Xxs;
+impl GridLayout for Iq3Xxs {
+    const ENTRY: usize = 4;
+    fn grid() -> *const u8 {
+        IQ3XXS.as_ptr().cast()
+    }
+    const SCALE: f32 = 0.25;
+    fn aux_at(j: usize) -> usize {
+        66 + 4 * j
+    }
+    fn index_at(j: usize, e: usize) -> usize {
+        2 + 8 * j + e
+    }
+}
+
+/// Writes row `r` (of the tile) of the stored block `blk` of grid type `G` into `rec`.
+fn write_grid<G: GridLayout>(blk: &[u8], r: usize, rec: &mut [u8]) {
+    rec[2 * r..2 * r + 2].copy_from_slice(&blk[0..2]);
+    for j in 0..8 {
+        let at = G::aux_at(j);
+        let aux = u32::from_le_bytes(blk[at..at + 4].try_into().expect("4 bytes"));
+        rec[G::MULT + 16 * j + r] = (2 * (aux >> 28) + 1) as u8;
+        for e in 0..32 / G::ENTRY {
+            rec[G::IDX + 16 * ((32 / G::ENTRY) * j + e) + r] = blk[G::index_at(j, e)];
+        }
+        for v in 0..32 {
+            let signs = KSIGNS[(aux >> (7 * (v / 8))) as usize & 127];
+            if (signs >> (v % 8)) & 1 != 0 {
+                let bit = 4 * r + v % 4;
+                rec[G::SIGNS + 8 * (8 * j + v / 4) + bit / 8] |= 1 << (bit % 8);
+            }
+        }
+    }
+}
+
 /// The formats with a packed layout (a row of `crate::forms::FORMS` names its own).
 #[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,6 +210,8 @@ pub enum Format {
     IQ4_NL,
     IQ4_XS,
     MXFP4,
+    IQ2_XXS,
+    IQ3_XXS,
 }
 
 impl Format {
@@ -141,7 +223,7 @@ impl Format {
     /// Values per block (per record).
     pub fn block(self) -> usize {
         match self {
-            Format::Q4_K | Format::Q6_K | Format::IQ4_XS => 256,
+            Format::Q4_K | Format::Q6_K | Format::IQ4_XS | Format::IQ2_XXS | Format::IQ3_XXS => 256,
             _ => 32,
         }
     }
@@ -157,7 +239,10 @@ impl Format {
     /// Whether records are written from the stored blocks ([`Format::write_stored`])
     /// rather than from a decoded row ([`Format::write`]).
     pub fn from_stored(self) -> bool {
-        matches!(self, Format::IQ4_NL | Format::IQ4_XS | Format::MXFP4)
+        matches!(
+            self,
+            Format::IQ4_NL | Format::IQ4_XS | Format::MXFP4 | Format::IQ2_XXS | Format::IQ3_XXS
+        )
     }
 
     /// `(five, min, q8)` of a 32-element format.
@@ -180,6 +265,8 @@ impl Format {
             Format::IQ4_NL => Iq4Nl::REC,
             Format::IQ4_XS => Iq4Xs::REC,
             Format::MXFP4 => Mxfp4::REC,
+            Format::IQ2_XXS => Iq2Xxs::REC,
+            Format::IQ3_XXS => Iq3Xxs::REC,
             _ => {
                 let (five, min, q8) = self.b32_flags();
                 b32_at(five, min, q8).rec
@@ -212,6 +299,8 @@ impl Format {
                 rec[r] = blk[0];
                 chunks(&blk[1..17], Mxfp4::QS, rec);
             }
+            Format::IQ2_XXS => write_grid::<Iq2Xxs>(blk, r, rec),
+            Format::IQ3_XXS => write_grid::<Iq3Xxs>(blk, r, rec),
             _ => unreachable!("{self:?} is written from a decoded row"),
         }
     }

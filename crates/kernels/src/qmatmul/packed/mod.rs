@@ -23,7 +23,7 @@ use self::kernels::XRow;
 pub use self::layout::Format;
 use self::layout::TILE;
 #[cfg(target_arch = "x86_64")]
-use self::layout::{Iq4Nl, Iq4Xs, Mxfp4};
+use self::layout::{Iq2Xxs, Iq3Xxs, Iq4Nl, Iq4Xs, Mxfp4};
 #[cfg(target_arch = "x86_64")]
 use self::simd::{Avx2, Avx512, Lanes};
 use super::act::QActs;
@@ -353,6 +353,8 @@ unsafe fn group<A: Lanes, const MR: usize>(
             Format::IQ4_NL => kernels::lut::<A, Iq4Nl, MR>(tile, nb, h, &x, &mut o, pf),
             Format::IQ4_XS => kernels::lut::<A, Iq4Xs, MR>(tile, nb, h, &x, &mut o, pf),
             Format::MXFP4 => kernels::lut::<A, Mxfp4, MR>(tile, nb, h, &x, &mut o, pf),
+            Format::IQ2_XXS => kernels::grid::<A, Iq2Xxs, MR>(tile, nb, h, &x, &mut o, pf),
+            Format::IQ3_XXS => kernels::grid::<A, Iq3Xxs, MR>(tile, nb, h, &x, &mut o, pf),
         }
     }
     if live < TILE {

@@ -45,6 +45,13 @@ pub trait Lanes: Copy {
     unsafe fn dot_q8(acc: Self::I, w: Self::I, x: *const i8) -> Self::I;
     /// Sets bit 4 of byte `i` where bit `i` of the `4 · LANES`-bit mask at `bits` is set.
     unsafe fn fifth_bit(v: Self::I, bits: *const u8) -> Self::I;
+    /// Byte `i` negated where bit `i` of the `4 · LANES`-bit mask at `bits` is set, as
+    /// the bytes of a Q8_0 tile (`q + 128`, for [`Lanes::dot_q8`]); bytes in -127..=127.
+    unsafe fn signed_q8(v: Self::I, bits: *const u8) -> Self::I;
+    /// Lane `l` gets the u32 at `base + SCALE · idx[l]` (unaligned).
+    unsafe fn gather<const SCALE: i32>(base: *const u8, idx: Self::I) -> Self::I;
+    /// `LANES` u8 at `p`, zero-extended.
+    unsafe fn u8s(p: *const u8) -> Self::I;
     /// `(v >> 2t) & 3) << 4` per byte, `t` in 0..4.
     unsafe fn q6_high(v: Self::I, t: usize) -> Self::I;
     /// The 16 bytes of `t` in every 16-byte lane, for [`Lanes::lookup`].
@@ -143,6 +150,20 @@ impl Lanes for Avx512 {
     unsafe fn fifth_bit(v: __m512i, bits: *const u8) -> __m512i {
         let k = (bits as *const u64).read_unaligned();
         _mm512_or_si512(v, _mm512_maskz_mov_epi8(k, _mm512_set1_epi8(0x10)))
+    }
+    #[inline(always)]
+    unsafe fn signed_q8(v: __m512i, bits: *const u8) -> __m512i {
+        let k = (bits as *const u64).read_unaligned();
+        let q = _mm512_mask_sub_epi8(v, k, _mm512_setzero_si512(), v);
+        _mm512_xor_si512(q, _mm512_set1_epi8(i8::MIN))
+    }
+    #[inline(always)]
+    unsafe fn gather<const SCALE: i32>(base: *const u8, idx: __m512i) -> __m512i {
+        _mm512_i32gather_epi32::<SCALE>(idx, base as *const _)
+    }
+    #[inline(always)]
+    unsafe fn u8s(p: *const u8) -> __m512i {
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(p as *const __m128i))
     }
     #[inline(always)]
     unsafe fn q6_high(v: __m512i, t: usize) -> __m512i {
@@ -317,17 +338,22 @@ impl Lanes for Avx2 {
     }
     #[inline(always)]
     unsafe fn fifth_bit(v: __m256i, bits: *const u8) -> __m256i {
-        let bits = (bits as *const u32).read_unaligned();
-        let shuffle = _mm256_set_epi64x(
-            0x0303030303030303,
-            0x0202020202020202,
-            0x0101010101010101,
-            0,
-        );
-        let spread = _mm256_shuffle_epi8(_mm256_set1_epi32(bits as i32), shuffle);
-        let mask = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe_u64 as i64);
-        let set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, mask), _mm256_set1_epi64x(-1));
-        _mm256_or_si256(v, _mm256_and_si256(set, _mm256_set1_epi8(0x10)))
+        _mm256_or_si256(v, _mm256_and_si256(bit_mask(bits), _mm256_set1_epi8(0x10)))
+    }
+    /// `(v ^ m) - m` negates the bytes where `m` is all ones.
+    #[inline(always)]
+    unsafe fn signed_q8(v: __m256i, bits: *const u8) -> __m256i {
+        let m = bit_mask(bits);
+        let q = _mm256_sub_epi8(_mm256_xor_si256(v, m), m);
+        _mm256_xor_si256(q, _mm256_set1_epi8(i8::MIN))
+    }
+    #[inline(always)]
+    unsafe fn gather<const SCALE: i32>(base: *const u8, idx: __m256i) -> __m256i {
+        _mm256_i32gather_epi32::<SCALE>(base as *const _, idx)
+    }
+    #[inline(always)]
+    unsafe fn u8s(p: *const u8) -> __m256i {
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i))
     }
     /// Bits `2t..2t + 2` shifted to 4..6 in one shift (none for `t` = 2); the mask drops
     /// what the 16-bit shift carried over from the neighbouring byte.
@@ -440,4 +466,19 @@ impl Lanes for Avx2 {
     unsafe fn store(v: __m256, out: *mut f32) {
         _mm256_storeu_ps(out, v)
     }
+}
+
+/// All ones in byte `i` where bit `i` of the 32-bit mask at `bits` is set, else zero.
+#[inline(always)]
+unsafe fn bit_mask(bits: *const u8) -> __m256i {
+    let bits = (bits as *const u32).read_unaligned();
+    let shuffle = _mm256_set_epi64x(
+        0x0303030303030303,
+        0x0202020202020202,
+        0x0101010101010101,
+        0,
+    );
+    let spread = _mm256_shuffle_epi8(_mm256_set1_epi32(bits as i32), shuffle);
+    let mask = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe_u64 as i64);
+    _mm256_cmpeq_epi8(_mm256_or_si256(spread, mask), _mm256_set1_epi64x(-1))
 }

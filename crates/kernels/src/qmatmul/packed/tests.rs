@@ -5,7 +5,7 @@ use crate::qmatmul::decode::Scheme;
 use crate::qmatmul::scalar;
 use device::testing::{data, noise_blocks, random_blocks, saturated_blocks};
 
-const PACKED: [GgmlType; 10] = [
+const PACKED: [GgmlType; 12] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
@@ -16,6 +16,8 @@ const PACKED: [GgmlType; 10] = [
     GgmlType::IQ4_NL,
     GgmlType::IQ4_XS,
     GgmlType::MXFP4,
+    GgmlType::IQ2_XXS,
+    GgmlType::IQ3_XXS,
 ];
 
 /// The instruction sets this CPU can run, best first.
