@@ -33,10 +33,10 @@ Q4_1    yes    f32         int8 packed wgsl
 Q5_0    yes    f32         int8 packed wgsl
 Q5_1    yes    f32         int8 packed wgsl
 Q8_0    yes    f32         int8 packed wgsl
-Q2_K    -      f32         int8        wgsl
-Q3_K    -      f32         int8        wgsl
+Q2_K    yes    f32         int8        wgsl
+Q3_K    yes    f32         int8        wgsl
 Q4_K    yes    f32         int8 packed wgsl
-Q5_K    -      f32         int8        wgsl
+Q5_K    yes    f32         int8        wgsl
 Q6_K    yes    f32         int8 packed wgsl
 IQ4_NL  yes    f32         int8 packed wgsl
 IQ4_XS  yes    f32         int8 packed wgsl

@@ -25,6 +25,7 @@ pub mod f16;
 pub mod f32;
 pub mod iq4_nl;
 pub mod iq4_xs;
+mod kquants;
 pub mod mxfp4;
 pub mod nvfp4;
 pub mod q1_0;
@@ -322,7 +323,7 @@ mod tests {
             assert!(std::ptr::eq(format(ty).unwrap(), f));
         }
         assert!(!is_supported(GgmlType::Q8_K));
-        assert!(is_supported(GgmlType::Q2_K) && !is_quantize_supported(GgmlType::Q2_K));
+        assert!(is_supported(GgmlType::IQ1_M) && !is_quantize_supported(GgmlType::IQ1_M));
     }
 
     #[test]

@@ -1,0 +1,149 @@
+//! tandem's searching quantizers against ggml's on the same rows, without and with
+//! importances: the golden files are ggml's own output (`ggml_quantize_chunk`), written
+//! by `scripts/gen_ggml_golden.py` (see its header for the format).
+//!
+//! The k-quants must match ggml block for block. The IQ grid types are held to their
+//! error: the importance-weighted squared error of the dequantized rows may exceed
+//! ggml's by at most [`IQ_MARGIN`]; the fraction of identical blocks is printed.
+
+use device::formats::{dequantize_row, quantize_row, quantize_row_with};
+use gguf::GgmlType;
+use std::path::PathBuf;
+
+/// The types that match ggml's bytes exactly.
+const EXACT: &[&str] = &["q2_k", "q3_k", "q4_k", "q5_k", "q6_k"];
+/// The types held to ggml's error.
+const CLOSE: &[&str] = &[];
+/// How much larger than ggml's a grid type's weighted squared error may be.
+const IQ_MARGIN: f64 = 1.02;
+
+fn golden(name: &str) -> Vec<u8> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden/quantizer")
+        .join(format!("{name}.bin"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn u32_at(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes(b[4 + 4 * i..8 + 4 * i].try_into().unwrap())
+}
+
+fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+/// The rows (`n_rows * n_per_row`), the row length and the importance of each column.
+fn rows() -> (Vec<f32>, usize, Vec<f32>) {
+    let b = golden("rows");
+    assert_eq!(&b[0..4], b"TDQR");
+    assert_eq!(u32_at(&b, 0), 1, "version");
+    let (n_rows, n_per_row) = (u32_at(&b, 1) as usize, u32_at(&b, 2) as usize);
+    let body = f32s(&b[16..]);
+    assert_eq!(body.len(), (n_rows + 1) * n_per_row, "rows.bin truncated");
+    let (x, imp) = body.split_at(n_rows * n_per_row);
+    (x.to_vec(), n_per_row, imp.to_vec())
+}
+
+/// ggml's plain rows (`None` where ggml needs importances) and weighted rows of `name`.
+fn ggml_output(name: &str, n_rows: usize) -> (GgmlType, Option<Vec<u8>>, Vec<u8>) {
+    let b = golden(name);
+    assert_eq!(&b[0..4], b"TDQQ", "{name}");
+    assert_eq!(u32_at(&b, 0), 1, "{name}: version");
+    let ty = GgmlType::from_id(u32_at(&b, 1)).expect("known type id");
+    assert_eq!(ty.to_string().to_lowercase(), name);
+    let plain_row = u32_at(&b, 2) as usize;
+    let body = &b[16..];
+    let (plain, weighted) = body.split_at(plain_row * n_rows);
+    assert_eq!(weighted.len() % n_rows, 0, "{name}: truncated");
+    (
+        ty,
+        (plain_row > 0).then(|| plain.to_vec()),
+        weighted.to_vec(),
+    )
+}
+
+/// `sum(w * (x - y)²)` of the dequantized `q` against `x`, `w` per column.
+fn weighted_error(ty: GgmlType, x: &[f32], q: &[u8], w: &[f32]) -> f64 {
+    let mut y = vec![0f32; x.len()];
+    dequantize_row(ty, q, &mut y).unwrap();
+    x.iter()
+        .zip(&y)
+        .enumerate()
+        .map(|(i, (a, b))| w[i % w.len()] as f64 * ((a - b) as f64).powi(2))
+        .sum()
+}
+
+/// Compares tandem's output for one variant with ggml's: the fraction of identical
+/// blocks and the ratio of weighted errors (tandem's / ggml's).
+fn compare(ty: GgmlType, x: &[f32], imp: Option<&[f32]>, want: &[u8], n: usize) -> (f64, f64) {
+    let mut got = vec![0u8; want.len()];
+    let rb = want.len() / (x.len() / n);
+    for (row, q) in x.chunks_exact(n).zip(got.chunks_exact_mut(rb)) {
+        quantize_row_with(ty, row, imp, q).unwrap();
+    }
+    let ts = ty.type_size() as usize;
+    let same = want
+        .chunks_exact(ts)
+        .zip(got.chunks_exact(ts))
+        .filter(|(a, b)| a == b)
+        .count();
+    let ones = vec![1f32; n];
+    let w = imp.unwrap_or(&ones);
+    let (ours, theirs) = (
+        weighted_error(ty, x, &got, w),
+        weighted_error(ty, x, want, w),
+    );
+    let ratio = if theirs > 0.0 {
+        ours / theirs
+    } else if ours > 0.0 {
+        f64::INFINITY
+    } else {
+        1.0
+    };
+    (same as f64 / (want.len() / ts) as f64, ratio)
+}
+
+#[test]
+fn quantizers_match_ggml() {
+    let (x, n, imp) = rows();
+    let n_rows = x.len() / n;
+    for &name in EXACT.iter().chain(CLOSE) {
+        let (ty, plain, weighted) = ggml_output(name, n_rows);
+        let variants = [(None, plain), (Some(imp.as_slice()), Some(weighted))];
+        for (imp, want) in variants {
+            let Some(want) = want else { continue };
+            let (same, ratio) = compare(ty, &x, imp, &want, n);
+            let how = if imp.is_some() {
+                "importances"
+            } else {
+                "plain"
+            };
+            eprintln!(
+                "{name} ({how}): {:.1}% of blocks identical to ggml's, error ratio {ratio:.4}",
+                100.0 * same
+            );
+            if EXACT.contains(&name) {
+                assert_eq!(same, 1.0, "{name} ({how}): not ggml's bytes");
+            } else {
+                assert!(
+                    ratio <= IQ_MARGIN,
+                    "{name} ({how}): error {ratio} times ggml's"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_plain_quantizer_is_the_weighted_one_for_types_without_importances() {
+    let (x, n, _) = rows();
+    let ty = GgmlType::Q4_K;
+    let rb = ty.row_bytes(n as u64).unwrap() as usize;
+    let (mut a, mut b) = (vec![0u8; rb], vec![0u8; rb]);
+    quantize_row(ty, &x[..n], &mut a).unwrap();
+    quantize_row_with(ty, &x[..n], None, &mut b).unwrap();
+    assert_eq!(a, b);
+}
