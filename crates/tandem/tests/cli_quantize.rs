@@ -258,20 +258,20 @@ fn bad_requests_name_what_is_wrong() {
         "unknown type 'Q9_9' (tandem writes F32, F16",
     );
     one_line_error(
-        &q(&["--type", "Q3_K"]),
-        "tandem does not write Q3_K (it writes F32, F16",
+        &q(&["--type", "IQ3_S"]),
+        "tandem does not write IQ3_S (it writes F32, F16",
     );
     one_line_error(
-        &q(&["--type", "IQ2_XXS"]),
-        "llama.cpp quantizes IQ2_XXS only with an importance matrix (--imatrix)",
+        &q(&["--type", "IQ1_S"]),
+        "llama.cpp quantizes IQ1_S only with an importance matrix (--imatrix)",
     );
     one_line_error(
         &q(&["--type", "Q8_0", "--tensor-type", "attn_(v=q8_0"]),
         "--tensor-type 'attn_(v=q8_0': bad pattern",
     );
     one_line_error(
-        &q(&["--type", "Q8_0", "--tensor-type", "attn_v=iq3_xxs"]),
-        "--tensor-type 'attn_v=iq3_xxs': tandem does not write IQ3_XXS",
+        &q(&["--type", "Q8_0", "--tensor-type", "attn_v=iq3_s"]),
+        "--tensor-type 'attn_v=iq3_s': tandem does not write IQ3_S",
     );
     one_line_error(
         &["quantize", input, out, "--type", "Q8_0"],

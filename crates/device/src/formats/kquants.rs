@@ -219,9 +219,11 @@ pub(super) fn make_qkx_quants(
 /// `make_qp_quants`, which quantizes the sub-block scales of the k-quants): the best of
 /// 9 scales near `max / nmax` by weighted error, then up to 5 passes moving single
 /// levels where that raises the explained variance; returns the least-squares scale,
-/// levels in `l`. At most 32 values.
+/// levels in `l`. A negative `x` (IQ2_XXS passes one) gets a negative level, kept in
+/// `l` as its two's complement byte and read back as that byte, as ggml's `uint8_t`
+/// levels are.
 pub(super) fn make_qp_quants(nmax: i32, x: &[f32], w: &[f32], l: &mut [u8]) -> f32 {
-    let max = x.iter().fold(0f32, |m, &v| m.max(v));
+    let max = x.iter().fold(0f32, |m, &v| if v > m { v } else { m });
     if max < GROUP_MAX_EPS {
         l.fill(0);
         return 0.0;
@@ -229,10 +231,12 @@ pub(super) fn make_qp_quants(nmax: i32, x: &[f32], w: &[f32], l: &mut [u8]) -> f
     let nmaxf = nmax as f32;
     let mut iscale = nmaxf / max;
     let scale = 1.0 / iscale;
-    let mut best = x.iter().zip(w).fold(0f32, |e, (&v, &w)| {
-        let diff = v - scale * nearest_int(iscale * v) as f32;
-        e + w * diff * diff
-    });
+    let mut best = 0f32;
+    for ((l, &v), &w) in l.iter_mut().zip(x).zip(w) {
+        *l = nearest_int(iscale * v) as u8;
+        let diff = v - scale * *l as f32;
+        best += w * diff * diff;
+    }
     for is in (-4..=4).filter(|&is| is != 0) {
         let iscale_is = (0.1 * is as f32 + nmaxf) / max;
         let scale_is = 1.0 / iscale_is;
@@ -246,27 +250,26 @@ pub(super) fn make_qp_quants(nmax: i32, x: &[f32], w: &[f32], l: &mut [u8]) -> f
             iscale = iscale_is;
         }
     }
-    let mut q = [0i32; 32];
-    let q = &mut q[..x.len()];
     let (mut sumlx, mut suml2) = (0f32, 0f32);
-    for ((q, &v), &w) in q.iter_mut().zip(x).zip(w) {
-        *q = nearest_int(iscale * v).min(nmax);
-        sumlx += w * v * *q as f32;
-        suml2 += w * *q as f32 * *q as f32;
+    for ((l, &v), &w) in l.iter_mut().zip(x).zip(w) {
+        let q = nearest_int(iscale * v).min(nmax);
+        *l = q as u8;
+        sumlx += w * v * q as f32;
+        suml2 += w * q as f32 * q as f32;
     }
     for _ in 0..5 {
         let mut changed = false;
-        for ((q, &v), &w) in q.iter_mut().zip(x).zip(w) {
-            let old = *q as f32;
+        for ((l, &v), &w) in l.iter_mut().zip(x).zip(w) {
+            let old = *l as f32;
             let mut slx = sumlx - w * v * old;
             let mut sl2 = suml2 - w * old * old;
             if slx > 0.0 && sl2 > 0.0 {
                 let new = nearest_int(v * sl2 / slx).min(nmax);
-                if new != *q {
+                if new != *l as i32 {
                     slx += w * v * new as f32;
                     sl2 += w * new as f32 * new as f32;
                     if slx * slx * suml2 > sumlx * sumlx * sl2 {
-                        *q = new;
+                        *l = new as u8;
                         sumlx = slx;
                         suml2 = sl2;
                         changed = true;
@@ -277,9 +280,6 @@ pub(super) fn make_qp_quants(nmax: i32, x: &[f32], w: &[f32], l: &mut [u8]) -> f
         if !changed {
             break;
         }
-    }
-    for (l, &q) in l.iter_mut().zip(q.iter()) {
-        *l = q as u8;
     }
     if suml2 > 0.0 {
         sumlx / suml2

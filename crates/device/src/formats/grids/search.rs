@@ -1,0 +1,206 @@
+//! The codebooks prepared for quantization, as ggml's `iq2xs_init_impl` and
+//! `iq3xs_init_impl` prepare them, built once on first use.
+//!
+//! A quantizer rounds each value of a group to a level index (`l`, the value
+//! `2l + 1` in units of the group's scale) and looks the group's indices up as a point
+//! of the lattice of all index combinations. Most points are no entry of the codebook;
+//! for those, [`GridSearch::lookup`] gives the entries nearest the point (every entry at
+//! the nearest `nwant` distinct squared distances, in order of distance then index),
+//! among which [`GridSearch::best_neighbour`] picks the one of least weighted error.
+//!
+//! Worked example (IQ3_XXS, 4 values, 3 bits per index): indices `[2, 0, 0, 0]` make the
+//! key `2`, which is entry 1 (values 20, 4, 4, 4). Indices `[1, 0, 0, 0]` (key 1) are
+//! no entry; the nearest entries are 0 (`[0, 0, 0, 0]`) and 1, each one index away
+//! (squared distance 4 in ggml's units of `2l + 1`), then those at the next distance.
+
+use std::sync::OnceLock;
+
+use super::{codes, Grid};
+
+/// Where a lattice point leads.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Slot {
+    /// The point is this entry of the codebook.
+    Entry(u16),
+    /// The point is no entry: its neighbours are `neighbours[start..start + len]`.
+    Near { start: u32, len: u32 },
+    /// No quantizer asks for the point (an index beyond the levels it rounds to).
+    Unused,
+}
+
+/// A codebook of entries of `W` values prepared for quantization.
+pub(crate) struct GridSearch<const W: usize> {
+    /// Bits of one level index in a lattice key.
+    bits: u32,
+    /// Each entry's level indices.
+    points: Vec<[u8; W]>,
+    /// Indexed by the key `sum(l[i] << (bits * i))`.
+    slots: Vec<Slot>,
+    neighbours: Vec<u16>,
+}
+
+impl<const W: usize> GridSearch<W> {
+    /// Prepares `grid` for points whose indices are below `n_index` (each index `bits`
+    /// wide in a key), keeping for each point off the grid the entries at its `nwant`
+    /// nearest distances.
+    fn new<const N: usize>(grid: &Grid<N, W>, n_index: u8, bits: u32, nwant: usize) -> Self {
+        let code_bits = 16 / W as u32;
+        let points: Vec<[u8; W]> = grid
+            .codes
+            .iter()
+            .map(|&c| {
+                std::array::from_fn(|i| {
+                    ((c >> (code_bits * i as u32)) & ((1 << code_bits) - 1)) as u8
+                })
+            })
+            .collect();
+        let key = |l: &[u8; W]| {
+            l.iter()
+                .enumerate()
+                .fold(0usize, |k, (i, &v)| k | (v as usize) << (bits as usize * i))
+        };
+        let mut slots = vec![Slot::Unused; 1 << (bits as usize * W)];
+        for (e, p) in points.iter().enumerate() {
+            slots[key(p)] = Slot::Entry(e as u16);
+        }
+        let mut neighbours = Vec::new();
+        let mut dist: Vec<(i32, u16)> = Vec::with_capacity(N);
+        let n_points = (n_index as usize).pow(W as u32);
+        for mut flat in 0..n_points {
+            let l: [u8; W] = std::array::from_fn(|_| {
+                let v = (flat % n_index as usize) as u8;
+                flat /= n_index as usize;
+                v
+            });
+            let k = key(&l);
+            if slots[k] != Slot::Unused {
+                continue;
+            }
+            dist.clear();
+            dist.extend(points.iter().enumerate().map(|(e, p)| {
+                let d2 = p
+                    .iter()
+                    .zip(&l)
+                    .map(|(&a, &b)| (2 * (a as i32 - b as i32)).pow(2))
+                    .sum();
+                (d2, e as u16)
+            }));
+            dist.sort_unstable();
+            let start = neighbours.len() as u32;
+            let mut distinct = 0;
+            let mut last = -1;
+            for &(d2, e) in &dist {
+                if d2 != last {
+                    if distinct == nwant {
+                        break;
+                    }
+                    distinct += 1;
+                    last = d2;
+                }
+                neighbours.push(e);
+            }
+            let len = neighbours.len() as u32 - start;
+            slots[k] = Slot::Near { start, len };
+        }
+        GridSearch {
+            bits,
+            points,
+            slots,
+            neighbours,
+        }
+    }
+
+    /// The entry whose level indices are `l`, or the entries nearest that point.
+    /// Panics for a point with an index beyond those the codebook was prepared for.
+    #[inline]
+    pub fn lookup(&self, l: &[u8]) -> Result<u16, &[u16]> {
+        let k = l.iter().enumerate().fold(0usize, |k, (i, &v)| {
+            k | (v as usize) << (self.bits as usize * i)
+        });
+        match self.slots[k] {
+            Slot::Entry(e) => Ok(e),
+            Slot::Near { start, len } => {
+                Err(&self.neighbours[start as usize..(start + len) as usize])
+            }
+            Slot::Unused => panic!("lattice point {l:?} beyond the prepared levels"),
+        }
+    }
+
+    /// Entry `e`'s level indices.
+    #[inline]
+    pub fn point(&self, e: u16) -> &[u8; W] {
+        &self.points[e as usize]
+    }
+
+    /// Among `candidates`, the entry whose values `scale * (2l + 1)` are nearest `x`
+    /// by `sum(w * (scale * (2l + 1) - x)²)` (the first of equals), as ggml's
+    /// `iq*_find_best_neighbour`; its level indices go to `l`.
+    pub fn best_neighbour(
+        &self,
+        candidates: &[u16],
+        x: &[f32],
+        w: &[f32],
+        scale: f32,
+        l: &mut [u8],
+    ) -> u16 {
+        let mut best = f32::MAX;
+        let mut found = candidates[0];
+        for &e in candidates {
+            let d2 = self.points[e as usize].iter().zip(x.iter().zip(w)).fold(
+                0f32,
+                |d2, (&p, (&x, &w))| {
+                    let diff = scale * (2 * p as i32 + 1) as f32 - x;
+                    d2 + w * diff * diff
+                },
+            );
+            if d2 < best {
+                best = d2;
+                found = e;
+            }
+        }
+        l.copy_from_slice(self.point(found));
+        found
+    }
+}
+
+/// IQ2_XXS's codebook: indices 0..3, the two nearest distances.
+pub(crate) fn iq2xxs() -> &'static GridSearch<8> {
+    static S: OnceLock<GridSearch<8>> = OnceLock::new();
+    S.get_or_init(|| GridSearch::new(&codes::IQ2XXS, 3, 2, 2))
+}
+
+/// IQ3_XXS's codebook: indices 0..8, the two nearest distances.
+pub(crate) fn iq3xxs() -> &'static GridSearch<4> {
+    static S: OnceLock<GridSearch<4>> = OnceLock::new();
+    S.get_or_init(|| GridSearch::new(&codes::IQ3XXS, 8, 3, 2))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_are_found_and_other_points_lead_to_their_nearest() {
+        let s = iq3xxs();
+        assert_eq!(s.lookup(&[0, 0, 0, 0]), Ok(0));
+        assert_eq!(s.lookup(&[2, 0, 0, 0]), Ok(1));
+        assert_eq!(s.lookup(&[1, 0, 0, 0]).unwrap_err()[..2], [0, 1]);
+        for e in 0..256u16 {
+            assert_eq!(s.lookup(s.point(e)), Ok(e));
+        }
+        let s = iq2xxs();
+        let near = s.lookup(&[2, 2, 2, 2, 2, 2, 2, 2]).unwrap_err();
+        assert!(!near.is_empty());
+        let d2 = |e: u16| {
+            s.point(e)
+                .iter()
+                .map(|&v| (2 - v as i32).pow(2))
+                .sum::<i32>()
+        };
+        let nearest = (0..256u16).map(d2).min().unwrap();
+        assert_eq!(d2(near[0]), nearest);
+        assert!(near.windows(2).all(|w| (d2(w[0]), w[0]) < (d2(w[1]), w[1])));
+        let distinct: std::collections::BTreeSet<i32> = near.iter().map(|&e| d2(e)).collect();
+        assert_eq!(distinct.len(), 2);
+    }
+}
