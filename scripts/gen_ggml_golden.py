@@ -68,7 +68,10 @@ SEARCH_TYPES = {
     13: ("q5_k", 176, True),
     14: ("q6_k", 210, True),
     16: ("iq2_xxs", 66, False),
+    17: ("iq2_xs", 74, False),
     18: ("iq3_xxs", 98, True),
+    21: ("iq3_s", 110, True),
+    22: ("iq2_s", 82, True),
 }
 
 

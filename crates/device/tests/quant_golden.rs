@@ -2,13 +2,19 @@
 //! importances: the golden files are ggml's own output (`ggml_quantize_chunk`), written
 //! by `scripts/gen_ggml_golden.py` (see its header for the format).
 //!
-//! Every one must match ggml block for block.
+//! Every one must match ggml block for block, but for one bug of ggml's kept out:
+//! `quantize_row_iq3_s_impl` skips a group of 32 zeros without moving its pointers into
+//! the block's entries and signs, so the following groups land in its place and decode
+//! wrongly; tandem writes them in place, and such blocks must decode closer to the
+//! input than ggml's.
 
-use device::formats::{quantize_row, quantize_row_with};
+use device::formats::{dequantize_row, quantize_row, quantize_row_with};
 use gguf::GgmlType;
 use std::path::PathBuf;
 
-const TYPES: &[&str] = &["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq3_xxs", "iq2_xxs"];
+const TYPES: &[&str] = &[
+    "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq3_xxs", "iq2_xxs", "iq3_s", "iq2_xs", "iq2_s",
+];
 
 fn golden(name: &str) -> Vec<u8> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -81,6 +87,16 @@ fn differing_blocks(
         .collect()
 }
 
+/// `sum((x - y)²)` of block `q` decoded against `x`.
+fn squared_error(ty: GgmlType, x: &[f32], q: &[u8]) -> f64 {
+    let mut y = vec![0f32; x.len()];
+    dequantize_row(ty, q, &mut y).unwrap();
+    x.iter()
+        .zip(&y)
+        .map(|(a, b)| ((a - b) as f64).powi(2))
+        .sum()
+}
+
 #[test]
 fn quantizers_match_ggml() {
     let (x, n, imp) = rows();
@@ -90,16 +106,29 @@ fn quantizers_match_ggml() {
         let variants = [(None, plain), (Some(imp.as_slice()), Some(weighted))];
         for (imp, want) in variants {
             let Some(want) = want else { continue };
-            let bad = differing_blocks(ty, &x, imp, &want, n);
             let how = if imp.is_some() {
                 "with importances"
             } else {
                 "plain"
             };
-            assert!(
-                bad.is_empty(),
-                "{name} ({how}): blocks {bad:?} differ from ggml's"
-            );
+            let ts = ty.type_size() as usize;
+            for b in differing_blocks(ty, &x, imp, &want, n) {
+                let r = 256 * b..256 * b + 256;
+                let xb = &x[r.clone()];
+                let zero_group = xb.chunks_exact(32).any(|g| g.iter().all(|&v| v == 0.0));
+                assert!(
+                    name == "iq3_s" && zero_group,
+                    "{name} ({how}): block {b} differs from ggml's"
+                );
+                let mut ours = vec![0u8; ts];
+                let imp = imp.map(|m| &m[r.start % n..r.start % n + 256]);
+                quantize_row_with(ty, xb, imp, &mut ours).unwrap();
+                let ggml = &want[ts * b..ts * (b + 1)];
+                assert!(
+                    squared_error(ty, xb, &ours) < squared_error(ty, xb, ggml),
+                    "{name} ({how}): block {b} decodes no closer than ggml's"
+                );
+            }
         }
     }
 }

@@ -46,11 +46,11 @@ MXFP4   yes    f32         int8 packed wgsl
 NVFP4   yes    f32         f32         wgsl
 Q1_0    yes    f32         int8        wgsl
 Q2_0    yes    f32         int8        wgsl
-IQ2_XXS -      f32         int8        wgsl
-IQ2_XS  -      f32         int8        wgsl
-IQ2_S   -      f32         int8        wgsl
-IQ3_XXS -      f32         int8        wgsl
-IQ3_S   -      f32         int8        wgsl
+IQ2_XXS yes    f32         int8        wgsl
+IQ2_XS  yes    f32         int8        wgsl
+IQ2_S   yes    f32         int8        wgsl
+IQ3_XXS yes    f32         int8        wgsl
+IQ3_S   yes    f32         int8        wgsl
 IQ1_S   -      f32         int8        wgsl
 IQ1_M   -      f32         int8        wgsl
 Q8_1    yes    f32         int8        wgsl";

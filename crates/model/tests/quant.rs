@@ -323,13 +323,11 @@ fn llama_cpps_k_quant_mixtures() {
 #[test]
 fn llama_cpps_iq_mixtures_and_their_importance_matrix() {
     let (md, tensors) = qwen2(1024, 2048, F16, false);
-    for target in [IQ2_XXS, IQ3_XXS] {
+    for target in [IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS] {
         let e = plan(&spec(target), &md, &tensors).unwrap_err().to_string();
         assert!(
-            e.contains(&format!(
-                "would be {target}, which llama.cpp quantizes only with an importance matrix"
-            )),
-            "{e}"
+            e.contains("which llama.cpp quantizes only with an importance matrix: pass --imatrix"),
+            "{target}: {e}"
         );
     }
     let mut s = spec(IQ2_XXS);
@@ -349,21 +347,22 @@ fn llama_cpps_iq_mixtures_and_their_importance_matrix() {
     );
     assert_eq!(type_of(&v, "blk.1.ffn_down.weight"), IQ2_XXS);
     assert_eq!(type_of(&v, "blk.1.attn_q.weight"), IQ2_XXS);
+    s.target = IQ2_S;
+    let v = types(&s, &md, &tensors);
+    assert_eq!(type_of(&v, "token_embd.weight"), IQ3_S);
+    assert_eq!(type_of(&v, "blk.0.ffn_down.weight"), IQ3_S);
+    assert_eq!(type_of(&v, "blk.1.ffn_up.weight"), IQ2_S);
     s.target = IQ3_XXS;
     let v = types(&s, &md, &tensors);
     assert_eq!(type_of(&v, "output.weight"), Q5_K);
-    assert_eq!(
-        type_of(&v, "token_embd.weight"),
-        Q4_K,
-        "IQ3_S, written as Q4_K"
-    );
-    assert_eq!(
-        type_of(&v, "blk.3.attn_q.weight"),
-        IQ3_XXS,
-        "IQ2_S, written as IQ3_XXS"
-    );
+    assert_eq!(type_of(&v, "token_embd.weight"), IQ3_S);
+    assert_eq!(type_of(&v, "blk.3.attn_q.weight"), IQ2_S);
     assert_eq!(type_of(&v, "blk.3.attn_v.weight"), Q4_K);
     assert_eq!(type_of(&v, "blk.3.ffn_down.weight"), IQ3_XXS);
+    let v = types(&spec(IQ3_S), &md, &tensors);
+    assert_eq!(type_of(&v, "output.weight"), Q6_K);
+    assert_eq!(type_of(&v, "blk.3.attn_v.weight"), Q4_K);
+    assert_eq!(type_of(&v, "blk.3.ffn_down.weight"), IQ3_S);
 }
 
 #[test]
@@ -428,9 +427,9 @@ fn type_names_and_their_errors() {
         e.contains("unknown type 'Q9_9'") && e.contains("IQ4_NL"),
         "{e}"
     );
-    let e = parse_type("iq3_s").unwrap_err().to_string();
+    let e = parse_type("q8_k").unwrap_err().to_string();
     assert!(
-        e.contains("tandem does not write IQ3_S (it writes F32, F16, BF16,"),
+        e.contains("tandem does not write Q8_K (it writes F32, F16, BF16,"),
         "{e}"
     );
     let e = parse_type("IQ1_M").unwrap_err().to_string();
@@ -443,7 +442,7 @@ fn type_names_and_their_errors() {
         ("=q8_0", "the pattern is empty"),
         ("attn_v=", "the type is empty"),
         ("attn_[v=q8_0", "bad pattern"),
-        ("attn_v=iq3_s", "tandem does not write IQ3_S"),
+        ("attn_v=q8_k", "tandem does not write Q8_K"),
     ] {
         let e = TensorTypeOverride::parse(arg).unwrap_err().to_string();
         assert!(

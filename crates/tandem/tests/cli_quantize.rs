@@ -258,8 +258,8 @@ fn bad_requests_name_what_is_wrong() {
         "unknown type 'Q9_9' (tandem writes F32, F16",
     );
     one_line_error(
-        &q(&["--type", "IQ3_S"]),
-        "tandem does not write IQ3_S (it writes F32, F16",
+        &q(&["--type", "Q8_K"]),
+        "tandem does not write Q8_K (it writes F32, F16",
     );
     one_line_error(
         &q(&["--type", "IQ1_S"]),
@@ -270,8 +270,8 @@ fn bad_requests_name_what_is_wrong() {
         "--tensor-type 'attn_(v=q8_0': bad pattern",
     );
     one_line_error(
-        &q(&["--type", "Q8_0", "--tensor-type", "attn_v=iq3_s"]),
-        "--tensor-type 'attn_v=iq3_s': tandem does not write IQ3_S",
+        &q(&["--type", "Q8_0", "--tensor-type", "attn_v=q8_k"]),
+        "--tensor-type 'attn_v=q8_k': tandem does not write Q8_K",
     );
     one_line_error(
         &["quantize", input, out, "--type", "Q8_0"],

@@ -14,10 +14,11 @@
 //! The weighted quantizer is ggml's (`quantize_row_iq2_xxs_impl`), which llama.cpp runs
 //! only with an importance matrix.
 
-use super::grids::search::iq2xxs;
+use super::grids::search::{even_signs, fit, iq2xxs, max_of};
 use super::grids::{sign, u32_at, IQ2XXS, KSIGNS};
-use super::kquants::{make_qp_quants, nearest_int, sum_squares, GROUP_MAX_EPS};
-use super::{blocks_to_values, f16_at, f16_bytes, values_to_blocks, WeightFormat, QK_K};
+use super::iq3_xxs::{nibble, write_d};
+use super::kquants::{make_qp_quants, sum_squares, GROUP_MAX_EPS};
+use super::{blocks_to_values, f16_at, values_to_blocks, WeightFormat, QK_K};
 use gguf::GgmlType;
 
 /// Elements per block.
@@ -76,7 +77,7 @@ pub fn quantize(src: &[f32], dst: &mut [u8]) {
 
 /// Quantizes whole blocks, element `i`'s squared error weighted by
 /// `importance[i] * sqrt(sigma2 + x[i]²)` (`sigma2`: the super-block's mean square).
-/// Each group of 32 takes the magnitudes of its values (its signs by [`fold_signs`]),
+/// Each group of 32 takes the magnitudes of its values (its signs by [`even_signs`]),
 /// then tries 13 scales near the one [`make_qp_quants`] finds: each rounds every
 /// magnitude to a level index 0..3 (value `2l + 1`), snaps each 8 to the grid (the
 /// weighted-nearest neighbour where they are no entry) and gets the least-squares
@@ -99,10 +100,8 @@ pub fn quantize_weighted(src: &[f32], importance: &[f32], dst: &mut [u8]) {
                 std::array::from_fn(|i| qw[i] * (sigma2 + xb[i] * xb[i]).sqrt());
             let waux = weight.map(f32::sqrt);
             let mut xval = [0f32; 32];
-            let signs = fold_signs(xb, &weight, &mut xval);
-            let max = xval[1..]
-                .iter()
-                .fold(xval[0], |m, &v| if m > v { m } else { v });
+            let signs = even_signs(xb, &weight, &mut xval);
+            let max = max_of(&xval);
             if max < GROUP_MAX_EPS {
                 continue;
             }
@@ -116,7 +115,7 @@ pub fn quantize_weighted(src: &[f32], importance: &[f32], dst: &mut [u8]) {
             let mut laux = [0u8; 32];
             for is in -6..=6 {
                 let id = ((2 * K_MAX_Q - 1) as f32 + is as f32 * 0.1) / eff_max;
-                snap(grid, &xval, &waux, id, 1.0 / id, &mut laux);
+                grid.snap(&xval, &waux, id, 1.0 / id, &mut laux, 0);
                 let (sumqx, sumq2) = fit(&xval, &weight, &laux);
                 if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
                     scale = sumqx / sumq2;
@@ -125,7 +124,7 @@ pub fn quantize_weighted(src: &[f32], importance: &[f32], dst: &mut [u8]) {
                 }
             }
             if scale > 0.0 {
-                snap(grid, &xval, &waux, 1.0 / scale, scale, &mut l);
+                grid.snap(&xval, &waux, 1.0 / scale, scale, &mut l, 0);
                 let (sumqx, sumq2) = fit(&xval, &weight, &l);
                 if sumq2 > 0.0 {
                     scale = sumqx / sumq2;
@@ -143,77 +142,14 @@ pub fn quantize_weighted(src: &[f32], importance: &[f32], dst: &mut [u8]) {
             }
             scales[ib] = scale;
         }
-        let max_scale = scales.iter().fold(0f32, |m, &s| if m > s { m } else { s });
-        if max_scale == 0.0 {
+        let Some(id) = write_d(&scales, 1.0, b) else {
             continue;
-        }
-        let d = max_scale / 31.0;
-        b[0..2].copy_from_slice(&f16_bytes(d));
-        let id = 1.0 / d;
+        };
         for (ib, &s) in scales.iter().enumerate() {
-            let l = nearest_int(0.5 * (id * s - 1.0)).clamp(0, 15);
-            q2[2 * ib + 1] |= (l as u32) << 28;
+            q2[2 * ib + 1] |= (nibble(id, s) as u32) << 28;
         }
         for (dst, q) in b[2..].chunks_exact_mut(4).zip(q2) {
             dst.copy_from_slice(&q.to_le_bytes());
         }
     }
-}
-
-/// Sets `xval` to the magnitudes of `xb` and returns each 8's sign pattern (bit `i` set
-/// where value `i` is negative). The grid types store only patterns with an even number
-/// of signs, so where a pattern has an odd number, the value of least
-/// `weight * x²` in it keeps the wrong sign: its bit flips and its `xval` is negated.
-pub(super) fn fold_signs(xb: &[f32], weight: &[f32], xval: &mut [f32; 32]) -> [u8; 4] {
-    std::array::from_fn(|k| {
-        let mut s = 0u8;
-        for i in 0..8 {
-            let v = xb[8 * k + i];
-            xval[8 * k + i] = if v >= 0.0 { v } else { -v };
-            if v < 0.0 {
-                s |= 1 << i;
-            }
-        }
-        if s.count_ones() % 2 == 1 {
-            let cost = |i: usize| weight[8 * k + i] * xb[8 * k + i] * xb[8 * k + i];
-            let imin = (1..8).fold(0, |m, i| if cost(i) < cost(m) { i } else { m });
-            xval[8 * k + imin] = -xval[8 * k + imin];
-            s ^= 1 << imin;
-        }
-        s & 127
-    })
-}
-
-/// Rounds the 32 magnitudes `xval` at inverse scale `id` to level indices 0..3, into `l`,
-/// each 8 snapped to the grid: where they are no entry, the neighbour nearest at
-/// `scale` by the weights `waux`.
-fn snap(
-    grid: &super::grids::search::GridSearch<8>,
-    xval: &[f32; 32],
-    waux: &[f32; 32],
-    id: f32,
-    scale: f32,
-    l: &mut [u8; 32],
-) {
-    for (k, l8) in l.chunks_exact_mut(8).enumerate() {
-        for (i, q) in l8.iter_mut().enumerate() {
-            *q = nearest_int(0.5 * (id * xval[8 * k + i] - 1.0)).clamp(0, 2) as u8;
-        }
-        if let Err(near) = grid.lookup(l8) {
-            let r = 8 * k..8 * k + 8;
-            grid.best_neighbour(near, &xval[r.clone()], &waux[r], scale, l8);
-        }
-    }
-}
-
-/// `(sum(w * x * q), sum(w * q²))` with `q = 2l + 1`: the least-squares scale of levels
-/// `l` for `x` is their ratio.
-pub(super) fn fit(x: &[f32], w: &[f32], l: &[u8]) -> (f32, f32) {
-    x.iter()
-        .zip(w)
-        .zip(l)
-        .fold((0f32, 0f32), |(sqx, sq2), ((&x, &w), &l)| {
-            let q = (2 * l as i32 + 1) as f32;
-            (sqx + w * x * q, sq2 + w * q * q)
-        })
 }

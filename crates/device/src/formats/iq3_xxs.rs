@@ -13,9 +13,8 @@
 //! The quantizers are ggml's (`quantize_row_iq3_xxs_impl`, with and without importances);
 //! llama.cpp runs them only with an importance matrix.
 
-use super::grids::search::{iq3xxs, GridSearch};
+use super::grids::search::{even_signs, iq3xxs, max_of, Scan};
 use super::grids::{sign, u32_at, IQ3XXS, KSIGNS};
-use super::iq2_xxs::{fit, fold_signs};
 use super::kquants::{imatrix_weights, nearest_int, sum_squares};
 use super::{blocks_to_values, f16_at, f16_bytes, values_to_blocks, WeightFormat, QK_K};
 use gguf::GgmlType;
@@ -89,15 +88,16 @@ pub fn quantize_weighted(src: &[f32], importance: &[f32], dst: &mut [u8]) {
 /// `GROUP_MAX_EPS_IQ3_XXS`).
 const GROUP_MAX_EPS: f32 = 1e-8;
 
-/// ggml's search: each group of 32 takes the magnitudes of its values (signs by
-/// [`fold_signs`]) and tries 31 scales around `max / 15`: each rounds every magnitude to
-/// a level index 0..8 (value `2l + 1`), snaps each 4 to the grid (the weighted-nearest
-/// neighbour where they are no entry) and gets the least-squares scale. Where the best
-/// one needed neighbours, those 4s are snapped again at its scale and it is refit. The
-/// group scales are quantized to 4 bits against `d = largest / 31`, stored as
-/// `1.0125 d`.
+/// ggml's `quantize_row_iq3_xxs_impl`: each group of 32 takes the magnitudes of its
+/// values (signs by [`even_signs`]) and gets its scale and grid entries by
+/// [`super::grids::search::GridSearch::search_group`] (31 scales 0.2 levels apart); the group scales are
+/// quantized to 4 bits against `d = largest / 31`, stored as `1.0125 d`.
 fn quantize_with(src: &[f32], importance: Option<&[f32]>, dst: &mut [u8]) {
-    const K_MAX_Q: i32 = 8;
+    const SCAN: Scan = Scan {
+        steps: 15,
+        step: 0.2,
+        refit_all: false,
+    };
     let grid = iq3xxs();
     let (values, out) = values_to_blocks::<TYPE_SIZE, BLOCK_SIZE>(src, dst);
     for (ibl, (x, b)) in values.iter().zip(out).enumerate() {
@@ -105,68 +105,20 @@ fn quantize_with(src: &[f32], importance: Option<&[f32]>, dst: &mut [u8]) {
         let mut scales = [0f32; 8];
         let sigma2 = 2.0 * sum_squares(x) / QK_K as f32;
         for (ib, xb) in x.chunks_exact(32).enumerate() {
-            let mut weight = [0f32; 32];
-            match importance {
-                Some(imp) => {
-                    imatrix_weights(xb, &imp[QK_K * ibl + 32 * ib..][..32], sigma2, &mut weight)
-                }
-                None => {
-                    for (w, &v) in weight.iter_mut().zip(xb) {
-                        *w = v * v;
-                    }
-                }
-            }
+            let weight = group_weights(
+                xb,
+                importance.map(|m| &m[QK_K * ibl + 32 * ib..][..32]),
+                sigma2,
+            );
             let waux = weight.map(f32::sqrt);
             let mut xval = [0f32; 32];
-            let mut signs = fold_signs(xb, &weight, &mut xval);
-            let max = xval[1..]
-                .iter()
-                .fold(xval[0], |m, &v| if m > v { m } else { v });
+            let mut signs = even_signs(xb, &weight, &mut xval);
+            let max = max_of(&xval);
             if max < GROUP_MAX_EPS {
                 continue;
             }
             let mut l = [0u8; 32];
-            let mut on_grid = [true; 8];
-            let mut best = 0f32;
-            let mut scale = max / (2 * K_MAX_Q - 1) as f32;
-            let (mut laux, mut on_grid_aux) = ([0u8; 32], [true; 8]);
-            for is in -15..=15 {
-                let id = ((2 * K_MAX_Q - 1) as f32 + is as f32 * 0.2) / max;
-                snap(
-                    grid,
-                    &xval,
-                    &waux,
-                    id,
-                    1.0 / id,
-                    &mut laux,
-                    &mut on_grid_aux,
-                    None,
-                );
-                let (sumqx, sumq2) = fit(&xval, &weight, &laux);
-                if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
-                    scale = sumqx / sumq2;
-                    best = scale * sumqx;
-                    l = laux;
-                    on_grid = on_grid_aux;
-                }
-            }
-            if on_grid.contains(&false) && scale > 0.0 {
-                let only = on_grid;
-                snap(
-                    grid,
-                    &xval,
-                    &waux,
-                    1.0 / scale,
-                    scale,
-                    &mut l,
-                    &mut on_grid,
-                    Some(&only),
-                );
-                let (sumqx, sumq2) = fit(&xval, &weight, &l);
-                if sumq2 > 0.0 {
-                    scale = sumqx / sumq2;
-                }
-            }
+            let mut scale = grid.search_group(&xval, &weight, &waux, max, &SCAN, &mut l);
             if scale < 0.0 {
                 scale = -scale;
                 signs = signs.map(|s| !s & 127);
@@ -181,50 +133,45 @@ fn quantize_with(src: &[f32], importance: Option<&[f32]>, dst: &mut [u8]) {
             b[66 + 4 * ib..70 + 4 * ib].copy_from_slice(&aux.to_le_bytes());
             scales[ib] = scale;
         }
-        let max_scale = scales.iter().fold(0f32, |m, &s| if m > s { m } else { s });
-        if max_scale == 0.0 {
+        let Some(id) = write_d(&scales, 1.0125, b) else {
             b.fill(0);
             continue;
-        }
-        let d = max_scale / 31.0;
-        b[0..2].copy_from_slice(&f16_bytes(d * 1.0125));
-        let id = 1.0 / d;
+        };
         for (ib, &s) in scales.iter().enumerate() {
-            let l = nearest_int(0.5 * (id * s - 1.0)).clamp(0, 15) as u8;
-            b[69 + 4 * ib] |= l << 4;
+            b[69 + 4 * ib] |= nibble(id, s) << 4;
         }
     }
 }
 
-/// Rounds the 32 magnitudes `xval` at inverse scale `id` to level indices 0..8, into `l`,
-/// each 4 snapped to the grid (where they are no entry, the neighbour nearest at `scale`
-/// by the weights `waux`) and marked in `on_grid`; with `skip`, the 4s it marks on the
-/// grid are left as they are.
-#[allow(clippy::too_many_arguments)]
-fn snap(
-    grid: &GridSearch<4>,
-    xval: &[f32; 32],
-    waux: &[f32; 32],
-    id: f32,
-    scale: f32,
-    l: &mut [u8; 32],
-    on_grid: &mut [bool; 8],
-    skip: Option<&[bool; 8]>,
-) {
-    for (k, l4) in l.chunks_exact_mut(4).enumerate() {
-        if skip.is_some_and(|s| s[k]) {
-            continue;
-        }
-        for (i, q) in l4.iter_mut().enumerate() {
-            *q = nearest_int(0.5 * (id * xval[4 * k + i] - 1.0)).clamp(0, 7) as u8;
-        }
-        on_grid[k] = match grid.lookup(l4) {
-            Ok(_) => true,
-            Err(near) => {
-                let r = 4 * k..4 * k + 4;
-                grid.best_neighbour(near, &xval[r.clone()], &waux[r], scale, l4);
-                false
+/// The weights of one group `xb`: `importance * sqrt(sigma2 + x²)` where importances are
+/// given, else `x²`.
+pub(super) fn group_weights(xb: &[f32], importance: Option<&[f32]>, sigma2: f32) -> [f32; 32] {
+    let mut w = [0f32; 32];
+    let w_n = &mut w[..xb.len()];
+    match importance {
+        Some(imp) => imatrix_weights(xb, imp, sigma2, w_n),
+        None => {
+            for (w, &v) in w_n.iter_mut().zip(xb) {
+                *w = v * v;
             }
-        };
+        }
     }
+    w
+}
+
+/// Writes the block scale `d = largest / 31` (times ggml's `fudge`) of the group `scales`
+/// into `b[0..2]` and returns `1 / d`, or `None` when every scale is 0.
+pub(super) fn write_d(scales: &[f32], fudge: f32, b: &mut [u8]) -> Option<f32> {
+    let max_scale = scales.iter().fold(0f32, |m, &s| if m > s { m } else { s });
+    if max_scale == 0.0 {
+        return None;
+    }
+    let d = max_scale / 31.0;
+    b[0..2].copy_from_slice(&f16_bytes(d * fudge));
+    Some(1.0 / d)
+}
+
+/// A group scale `s` as its 4-bit `l` against `1 / d = id`: `s ≈ d (2l + 1)`.
+pub(super) fn nibble(id: f32, s: f32) -> u8 {
+    nearest_int(0.5 * (id * s - 1.0)).clamp(0, 15) as u8
 }

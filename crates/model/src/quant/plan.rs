@@ -10,8 +10,6 @@
 //! 2. llama.cpp's fallback where its row length is not a whole number of that type's
 //!    blocks (256-element types to a 32-element one, then F16), and for Q1_0 and NVFP4,
 //!    where llama.cpp defines none and stops, Q4_0 and MXFP4 ([`fallback`]);
-//! 3. where llama.cpp's choice is a type tandem does not write, a larger one it writes
-//!    (IQ2_S → IQ3_XXS, IQ3_S → Q4_K).
 //!
 //! A tensor that would become a type of [`NEED_IMATRIX`] (other than the embedding and
 //! the output head) is an error without an importance matrix, as in llama.cpp.
@@ -40,7 +38,10 @@ const FILE_TYPES: &[(GgmlType, u32)] = &[
     (Q5_K, 17),
     (Q6_K, 18),
     (IQ2_XXS, 19),
+    (IQ2_XS, 20),
     (IQ3_XXS, 23),
+    (IQ3_S, 26),
+    (IQ2_S, 28),
     (IQ4_NL, 25),
     (IQ4_XS, 30),
     (BF16, 32),
@@ -392,18 +393,10 @@ fn choose(spec: &QuantSpec, f: &Facts, t: &TensorInfo, c: &mut Counters) -> Resu
         ty = fitted;
     }
     if !writable(ty) {
-        let larger = match ty {
-            IQ2_S => IQ3_XXS,
-            IQ3_S => Q4_K,
-            _ => {
-                return Err(Error::Quantize(format!(
-                    "tensor '{}': llama.cpp would write {ty}, which tandem does not write",
-                    t.name
-                )))
-            }
-        };
-        why.push(format!("tandem does not write {ty}: {larger}"));
-        ty = larger;
+        return Err(Error::Quantize(format!(
+            "tensor '{}': llama.cpp would write {ty}, which tandem does not write",
+            t.name
+        )));
     }
     let head = matches!(category(&t.name), Category::Output | Category::TokenEmbd);
     if NEED_IMATRIX.contains(&ty) && !spec.has_imatrix && !head {
@@ -440,14 +433,15 @@ fn choose(spec: &QuantSpec, f: &Facts, t: &TensorInfo, c: &mut Counters) -> Resu
 /// [`FILE_TYPES`]; Falcon's own rules are followed, the rule for 70B models is not):
 /// - the output head (and a tied embedding): Q8_0 where its row does not fit the target,
 ///   for Falcon, Q8_0 and MXFP4 (MXFP4_MOE: experts in MXFP4, every other matrix in
-///   Q8_0); Q5_K for IQ2_XXS and IQ3_XXS; else Q6_K;
-/// - the embedding: Q4_K for the ternary types and Q2_0, Q2_K for IQ2_XXS, IQ3_S for
-///   IQ3_XXS;
-/// - IQ2_XXS: V projections in Q4_K with 4 or more query heads per KV head or experts,
-///   else Q2_K; `ffn_down` of the first eighth of the layers in Q2_K; with 8 experts,
-///   K projections in Q4_K and attention outputs in Q5_K;
-/// - V projections: Q4_K with 4 or more query heads per KV head for Q2_K (else Q3_K)
-///   and IQ3_XXS (else IQ3_XXS, IQ3_S without an importance matrix); Q5_K for the
+///   Q8_0); Q5_K for IQ2_XXS, IQ2_XS, IQ2_S and IQ3_XXS; else Q6_K;
+/// - the embedding: Q4_K for the ternary types and Q2_0, Q2_K for IQ2_XXS and IQ2_XS,
+///   IQ3_S for IQ2_S and IQ3_XXS;
+/// - IQ2_XXS, IQ2_XS, IQ2_S: V projections in Q4_K with 4 or more query heads per KV
+///   head or experts, else in Q2_K (IQ3_S for IQ2_S), as is `ffn_down` of the first
+///   eighth of the layers; with 8 experts, K projections in Q4_K and attention outputs
+///   in Q5_K, else attention outputs in IQ3_S for IQ2_S;
+/// - V projections: Q4_K with 4 or more query heads per KV head for Q2_K (else Q3_K),
+///   IQ3_S and IQ3_XXS (else IQ3_XXS, IQ3_S without an importance matrix); Q5_K for the
 ///   first two and Q4_K for the others for Q3_K (Q3_K_M); Q5_K for IQ4_* with 4 or more
 ///   query heads per KV head; Q6_K for Q4_K and Q5_K (Q4_K_M, Q5_K_M) in the layers
 ///   `use_more_bits` picks; Q8_0 with 8 experts;
@@ -460,8 +454,8 @@ fn choose(spec: &QuantSpec, f: &Facts, t: &TensorInfo, c: &mut Counters) -> Resu
 ///   Q5_K where picked); for Q5_K Q6_K where picked; for IQ4_* without an importance
 ///   matrix Q5_K in the first eighth; Q4_1/Q5_1 for Q4_0/Q5_0 with one in the first
 ///   eighth;
-/// - attention outputs (not Falcon): with 8 experts Q5_K for Q2_K, Q3_K, Q4_K, IQ3_XXS
-///   and IQ4_*; else Q3_K for Q2_K, IQ3_S for IQ3_XXS, Q4_K for Q3_K.
+/// - attention outputs (not Falcon): with 8 experts Q5_K for Q2_K, Q3_K, Q4_K, IQ3_XXS,
+///   IQ3_S and IQ4_*; else Q3_K for Q2_K, IQ3_S for IQ3_XXS, Q4_K for Q3_K.
 fn mixture(spec: &QuantSpec, f: &Facts, t: &TensorInfo, c: &mut Counters) -> Result<GgmlType> {
     let target = spec.target;
     let cat = category(&t.name);
@@ -475,7 +469,7 @@ fn mixture(spec: &QuantSpec, f: &Facts, t: &TensorInfo, c: &mut Counters) -> Res
                 || !t.dims[0].is_multiple_of(target.block_size())
             {
                 Q8_0
-            } else if matches!(target, IQ2_XXS | IQ3_XXS) {
+            } else if matches!(target, IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS) {
                 Q5_K
             } else {
                 Q6_K
@@ -492,31 +486,33 @@ fn mixture(spec: &QuantSpec, f: &Facts, t: &TensorInfo, c: &mut Counters) -> Res
     if cat == Category::TokenEmbd {
         return Ok(match target {
             TQ1_0 | TQ2_0 | Q2_0 => Q4_K,
-            IQ2_XXS => Q2_K,
-            IQ3_XXS => IQ3_S,
+            IQ2_XXS | IQ2_XS => Q2_K,
+            IQ2_S | IQ3_XXS => IQ3_S,
             _ => target,
         });
     }
-    if target == IQ2_XXS {
+    if matches!(target, IQ2_XXS | IQ2_XS | IQ2_S) {
+        let low = if target == IQ2_S { IQ3_S } else { Q2_K };
         return Ok(match cat {
             c_v if is_attn_v(c_v) => {
                 c.attention_wv += 1;
                 if f.n_gqa >= 4 || f.n_expert >= 4 {
                     Q4_K
                 } else {
-                    Q2_K
+                    low
                 }
             }
             Category::AttnK if f.n_expert == 8 => Q4_K,
             Category::FfnDown => {
                 c.ffn_down += 1;
                 if c.ffn_down - 1 < f.n_layer / 8 {
-                    Q2_K
+                    low
                 } else {
                     target
                 }
             }
             Category::AttnOutput if f.n_expert == 8 => Q5_K,
+            Category::AttnOutput if target == IQ2_S => IQ3_S,
             _ => target,
         });
     }
@@ -524,7 +520,7 @@ fn mixture(spec: &QuantSpec, f: &Facts, t: &TensorInfo, c: &mut Counters) -> Res
         c_v if is_attn_v(c_v) => {
             let more_bits = use_more_bits(c.attention_wv, f.n_attention_wv);
             let mut ty = match target {
-                Q2_K | IQ3_XXS if f.n_gqa >= 4 => Q4_K,
+                Q2_K | IQ3_XXS | IQ3_S if f.n_gqa >= 4 => Q4_K,
                 Q2_K => Q3_K,
                 IQ3_XXS if !spec.has_imatrix => IQ3_S,
                 Q3_K if c.attention_wv < 2 => Q5_K,
@@ -574,7 +570,7 @@ fn mixture(spec: &QuantSpec, f: &Facts, t: &TensorInfo, c: &mut Counters) -> Res
             }
         }
         Category::AttnOutput if !falcon && f.n_expert == 8 => {
-            if iq4 || matches!(target, Q2_K | Q3_K | Q4_K | IQ3_XXS) {
+            if iq4 || matches!(target, Q2_K | Q3_K | Q4_K | IQ3_XXS | IQ3_S) {
                 Q5_K
             } else {
                 target

@@ -16,6 +16,7 @@
 use std::sync::OnceLock;
 
 use super::{codes, Grid};
+use crate::formats::kquants::nearest_int;
 
 /// Where a lattice point leads.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -32,6 +33,8 @@ enum Slot {
 pub(crate) struct GridSearch<const W: usize> {
     /// Bits of one level index in a lattice key.
     bits: u32,
+    /// The level indices a quantizer rounds to: `0..n_index`.
+    n_index: u8,
     /// Each entry's level indices.
     points: Vec<[u8; W]>,
     /// Indexed by the key `sum(l[i] << (bits * i))`.
@@ -104,6 +107,7 @@ impl<const W: usize> GridSearch<W> {
         }
         GridSearch {
             bits,
+            n_index,
             points,
             slots,
             neighbours,
@@ -161,6 +165,151 @@ impl<const W: usize> GridSearch<W> {
         l.copy_from_slice(self.point(found));
         found
     }
+
+    /// Rounds the magnitudes `xval` at inverse scale `id` to level indices (value
+    /// `2l + 1`, clamped to the prepared levels) into `l`, each `W` of them snapped to the
+    /// grid: where they are no entry, to the neighbour nearest at `scale` by the weights
+    /// `waux` ([`Self::best_neighbour`]). Entries whose bit is set in `keep` are left as
+    /// they are. Returns a mask of the entries that were on the grid as rounded.
+    pub fn snap(
+        &self,
+        xval: &[f32],
+        waux: &[f32],
+        id: f32,
+        scale: f32,
+        l: &mut [u8],
+        keep: u8,
+    ) -> u8 {
+        let top = self.n_index as i32 - 1;
+        let mut on_grid = 0u8;
+        for (k, lw) in l.chunks_exact_mut(W).enumerate() {
+            if keep & (1 << k) != 0 {
+                continue;
+            }
+            let r = W * k..W * k + W;
+            for (q, &x) in lw.iter_mut().zip(&xval[r.clone()]) {
+                *q = nearest_int(0.5 * (id * x - 1.0)).clamp(0, top) as u8;
+            }
+            match self.lookup(lw) {
+                Ok(_) => on_grid |= 1 << k,
+                Err(near) => {
+                    self.best_neighbour(near, &xval[r.clone()], &waux[r], scale, lw);
+                }
+            }
+        }
+        on_grid
+    }
+
+    /// The scale and grid entries of one group of magnitudes `xval` (largest `max`),
+    /// its squared error weighted by `weight` (`waux` their square roots), as ggml's IQ3_XXS,
+    /// IQ3_S, IQ2_XS and IQ2_S quantizers search: from `max / (2 n - 1)` (`n` levels),
+    /// each of the scales `(2n - 1 + is * scan.step) / max`, `is` in `-steps..=steps`,
+    /// rounds and snaps the group ([`Self::snap`]) and gets the least-squares scale of its
+    /// entries; the one explaining the most wins. Where that one needed neighbours, the
+    /// group is snapped again at its scale (only the entries off the grid, or all as
+    /// `scan.refit_all` says) and refit. Level indices go to `l`; returns the scale.
+    pub fn search_group(
+        &self,
+        xval: &[f32],
+        weight: &[f32],
+        waux: &[f32],
+        max: f32,
+        scan: &Scan,
+        l: &mut [u8],
+    ) -> f32 {
+        let top = (2 * self.n_index as i32 - 1) as f32;
+        let all = ((1u32 << (xval.len() / W)) - 1) as u8;
+        let mut scale = max / top;
+        let mut best = 0f32;
+        let mut on_grid = if scan.refit_all { 0 } else { all };
+        let mut laux = [0u8; 32];
+        let laux = &mut laux[..xval.len()];
+        l.fill(0);
+        for is in -scan.steps..=scan.steps {
+            let id = (top + is as f32 * scan.step) / max;
+            let on = self.snap(xval, waux, id, 1.0 / id, laux, 0);
+            let (sumqx, sumq2) = fit(xval, weight, laux);
+            if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
+                scale = sumqx / sumq2;
+                best = scale * sumqx;
+                l.copy_from_slice(laux);
+                on_grid = on;
+            }
+        }
+        if on_grid != all && scale > 0.0 {
+            let keep = if scan.refit_all { 0 } else { on_grid };
+            self.snap(xval, waux, 1.0 / scale, scale, l, keep);
+            let (sumqx, sumq2) = fit(xval, weight, l);
+            if sumq2 > 0.0 {
+                scale = sumqx / sumq2;
+            }
+        }
+        scale
+    }
+}
+
+/// How [`GridSearch::search_group`] scans scales.
+pub(crate) struct Scan {
+    /// Scales tried on each side of the first.
+    pub steps: i32,
+    /// Their spacing in levels.
+    pub step: f32,
+    /// Snap every entry again at the chosen scale, not only those off the grid (IQ3_S).
+    pub refit_all: bool,
+}
+
+/// Sets `xval` to the magnitudes of `xb` and returns each 8's sign pattern (bit `i` set
+/// where value `i` is negative), as IQ3_S and IQ2_S store them.
+pub(crate) fn signs(xb: &[f32], xval: &mut [f32]) -> [u8; 4] {
+    let mut out = [0u8; 4];
+    for ((s, x8), v8) in out
+        .iter_mut()
+        .zip(xb.chunks_exact(8))
+        .zip(xval.chunks_exact_mut(8))
+    {
+        for (i, (&x, v)) in x8.iter().zip(v8).enumerate() {
+            *v = if x >= 0.0 { x } else { -x };
+            if x < 0.0 {
+                *s |= 1 << i;
+            }
+        }
+    }
+    out
+}
+
+/// [`signs`] for the types that store only patterns with an even number of signs
+/// (their [`super::KSIGNS`] index, the low 7 bits): where a pattern has an odd number,
+/// the value of least `weight * x²` in it keeps the wrong sign, its bit flipped and its
+/// `xval` negated.
+pub(crate) fn even_signs(xb: &[f32], weight: &[f32], xval: &mut [f32]) -> [u8; 4] {
+    let mut out = signs(xb, xval);
+    for (k, s) in out.iter_mut().enumerate().take(xb.len() / 8) {
+        if s.count_ones() % 2 == 1 {
+            let cost = |i: usize| weight[8 * k + i] * xb[8 * k + i] * xb[8 * k + i];
+            let imin = (1..8).fold(0, |m, i| if cost(i) < cost(m) { i } else { m });
+            xval[8 * k + imin] = -xval[8 * k + imin];
+            *s ^= 1 << imin;
+        }
+        *s &= 127;
+    }
+    out
+}
+
+/// `(sum(w * x * q), sum(w * q²))` with `q = 2l + 1`: the least-squares scale of levels
+/// `l` for `x` is their ratio.
+pub(crate) fn fit(x: &[f32], w: &[f32], l: &[u8]) -> (f32, f32) {
+    x.iter()
+        .zip(w)
+        .zip(l)
+        .fold((0f32, 0f32), |(sqx, sq2), ((&x, &w), &l)| {
+            let q = (2 * l as i32 + 1) as f32;
+            (sqx + w * x * q, sq2 + w * q * q)
+        })
+}
+
+/// `max(x)`, as ggml's `MAX` folds it from the first value.
+pub(crate) fn max_of(x: &[f32]) -> f32 {
+    x[1..].iter().fold(x[0], |m, &v| if m > v { m } else { v })
 }
 
 /// IQ2_XXS's codebook: indices 0..3, the two nearest distances.
@@ -169,10 +318,28 @@ pub(crate) fn iq2xxs() -> &'static GridSearch<8> {
     S.get_or_init(|| GridSearch::new(&codes::IQ2XXS, 3, 2, 2))
 }
 
+/// IQ2_XS's codebook: indices 0..3, the two nearest distances.
+pub(crate) fn iq2xs() -> &'static GridSearch<8> {
+    static S: OnceLock<GridSearch<8>> = OnceLock::new();
+    S.get_or_init(|| GridSearch::new(&codes::IQ2XS, 3, 2, 2))
+}
+
+/// IQ2_S's codebook: indices 0..3, the nearest distance.
+pub(crate) fn iq2s() -> &'static GridSearch<8> {
+    static S: OnceLock<GridSearch<8>> = OnceLock::new();
+    S.get_or_init(|| GridSearch::new(&codes::IQ2S, 3, 2, 1))
+}
+
 /// IQ3_XXS's codebook: indices 0..8, the two nearest distances.
 pub(crate) fn iq3xxs() -> &'static GridSearch<4> {
     static S: OnceLock<GridSearch<4>> = OnceLock::new();
     S.get_or_init(|| GridSearch::new(&codes::IQ3XXS, 8, 3, 2))
+}
+
+/// IQ3_S's codebook: indices 0..8, the three nearest distances.
+pub(crate) fn iq3s() -> &'static GridSearch<4> {
+    static S: OnceLock<GridSearch<4>> = OnceLock::new();
+    S.get_or_init(|| GridSearch::new(&codes::IQ3S, 8, 3, 3))
 }
 
 #[cfg(test)]
