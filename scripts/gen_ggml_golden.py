@@ -70,6 +70,7 @@ SEARCH_TYPES = {
     16: ("iq2_xxs", 66, False),
     17: ("iq2_xs", 74, False),
     18: ("iq3_xxs", 98, True),
+    19: ("iq1_s", 50, False),
     21: ("iq3_s", 110, True),
     22: ("iq2_s", 82, True),
 }

@@ -92,12 +92,12 @@ fn quantize_special_blocks() {
     use GgmlType::*;
     for ty in [
         Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, IQ3_XXS,
-        IQ2_XXS, IQ3_S, IQ2_XS, IQ2_S,
+        IQ2_XXS, IQ3_S, IQ2_XS, IQ2_S, IQ1_S,
     ] {
         let n = ty.block_size() as usize * 2;
         let zeros = vec![0f32; n];
         assert_eq!(round_trip(ty, &zeros), zeros, "{ty}: zeros");
-        if matches!(ty, IQ3_XXS | IQ2_XXS | IQ3_S | IQ2_XS | IQ2_S) {
+        if matches!(ty, IQ3_XXS | IQ2_XXS | IQ3_S | IQ2_XS | IQ2_S | IQ1_S) {
             // Their codebooks hold few constant entries: ggml's quantizers, which these
             // match, turn a block of -0.75 into values from -0.96 to -0.66 (IQ3_XXS)
             // and -1.21 to -0.23 (IQ2_XXS).
@@ -144,9 +144,9 @@ fn search_quantizers_round_trip_rms_bounds() {
     use GgmlType::*;
     // Bounds about 10% above what ggml's quantizers give on these rows (Q2_K 0.296,
     // Q3_K 0.152, Q4_K 0.072, Q5_K 0.036, Q6_K 0.018, IQ3_XXS 0.210, IQ2_XXS 0.345,
-    // IQ3_S 0.164, IQ2_XS 0.299, IQ2_S 0.264; measured with tandem's, which match
-    // ggml's bytes): a quantizer that loses a level, a scale bit or its search fails
-    // them.
+    // IQ3_S 0.164, IQ2_XS 0.299, IQ2_S 0.264, IQ1_S 0.489; measured with tandem's,
+    // which match ggml's bytes): a quantizer that loses a level, a scale bit or its
+    // search fails them.
     let cases = [
         (Q2_K, 0.33),
         (Q3_K, 0.17),
@@ -158,6 +158,7 @@ fn search_quantizers_round_trip_rms_bounds() {
         (IQ3_S, 0.18),
         (IQ2_XS, 0.33),
         (IQ2_S, 0.29),
+        (IQ1_S, 0.54),
     ];
     let x = gaussian_rows(64, 3);
     for (ty, bound) in cases {
@@ -208,9 +209,9 @@ fn an_importance_matrix_lowers_the_error_it_weighs() {
             ew < 0.85 * ep,
             "{ty}: weighted error {ew} with the importances, {ep} without"
         );
-        if matches!(ty, IQ3_XXS | IQ2_XXS | IQ3_S | IQ2_XS | IQ2_S) {
+        if matches!(ty, IQ3_XXS | IQ2_XXS | IQ3_S | IQ2_XS | IQ2_S | IQ1_S) {
             // Their plain quantizers weigh by x² (IQ3_XXS, IQ3_S), sigma2 / 4 + x² (IQ2_S)
-            // or importances of 1 (IQ2_XXS, IQ2_XS), and snapping to the grid need not
+            // or importances of 1 (IQ2_XXS, IQ2_XS, IQ1_S), and snapping to the grid need not
             // favour one measure.
             continue;
         }
@@ -291,7 +292,7 @@ fn unsupported_types_are_errors() {
             matches!(quantize_row(ty, &out, &mut bytes), Err(Error::UnsupportedType(t)) if t == ty)
         );
     }
-    for ty in [IQ1_S, IQ1_M] {
+    for ty in [IQ1_M] {
         let mut bytes = vec![0u8; ty.type_size() as usize];
         let x = vec![0f32; ty.block_size() as usize];
         assert!(matches!(

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 
 const TYPES: &[&str] = &[
     "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq3_xxs", "iq2_xxs", "iq3_s", "iq2_xs", "iq2_s",
+    "iq1_s",
 ];
 
 fn golden(name: &str) -> Vec<u8> {

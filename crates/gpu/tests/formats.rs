@@ -51,7 +51,7 @@ IQ2_XS  yes    f32         int8        wgsl
 IQ2_S   yes    f32         int8        wgsl
 IQ3_XXS yes    f32         int8        wgsl
 IQ3_S   yes    f32         int8        wgsl
-IQ1_S   -      f32         int8        wgsl
+IQ1_S   yes    f32         int8        wgsl
 IQ1_M   -      f32         int8        wgsl
 Q8_1    yes    f32         int8        wgsl";
     assert_eq!(m.to_string(), want, "\n{m}");

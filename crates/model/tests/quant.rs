@@ -323,7 +323,7 @@ fn llama_cpps_k_quant_mixtures() {
 #[test]
 fn llama_cpps_iq_mixtures_and_their_importance_matrix() {
     let (md, tensors) = qwen2(1024, 2048, F16, false);
-    for target in [IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS] {
+    for target in [IQ1_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS] {
         let e = plan(&spec(target), &md, &tensors).unwrap_err().to_string();
         assert!(
             e.contains("which llama.cpp quantizes only with an importance matrix: pass --imatrix"),

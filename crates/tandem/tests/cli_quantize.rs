@@ -262,8 +262,8 @@ fn bad_requests_name_what_is_wrong() {
         "tandem does not write Q8_K (it writes F32, F16",
     );
     one_line_error(
-        &q(&["--type", "IQ1_S"]),
-        "llama.cpp quantizes IQ1_S only with an importance matrix (--imatrix)",
+        &q(&["--type", "IQ1_M"]),
+        "llama.cpp quantizes IQ1_M only with an importance matrix (--imatrix)",
     );
     one_line_error(
         &q(&["--type", "Q8_0", "--tensor-type", "attn_(v=q8_0"]),

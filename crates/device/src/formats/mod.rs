@@ -178,8 +178,8 @@ pub fn takes_importance(ty: GgmlType) -> bool {
 /// Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, TQ1_0, TQ2_0, MXFP4, NVFP4,
 /// Q1_0, Q2_0 (ggml's reference quantizers), IQ4_NL, IQ4_XS (a weighted scale search,
 /// weights `x²`), Q2_K..Q6_K, IQ3_XXS, IQ3_S, IQ2_S (ggml's quantizers without
-/// importances) and IQ2_XXS, IQ2_XS (ggml's with every importance 1: ggml has none
-/// without).
+/// importances) and IQ2_XXS, IQ2_XS, IQ1_S (ggml's with every importance 1: ggml has
+/// none without).
 /// Errors: UnsupportedType, LengthMismatch (src.len() not a multiple of the block
 /// size, or dst.len() != blocks*type_size).
 pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<()> {

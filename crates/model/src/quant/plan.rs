@@ -40,6 +40,7 @@ const FILE_TYPES: &[(GgmlType, u32)] = &[
     (IQ2_XXS, 19),
     (IQ2_XS, 20),
     (IQ3_XXS, 23),
+    (IQ1_S, 24),
     (IQ3_S, 26),
     (IQ2_S, 28),
     (IQ4_NL, 25),
@@ -433,13 +434,13 @@ fn choose(spec: &QuantSpec, f: &Facts, t: &TensorInfo, c: &mut Counters) -> Resu
 /// [`FILE_TYPES`]; Falcon's own rules are followed, the rule for 70B models is not):
 /// - the output head (and a tied embedding): Q8_0 where its row does not fit the target,
 ///   for Falcon, Q8_0 and MXFP4 (MXFP4_MOE: experts in MXFP4, every other matrix in
-///   Q8_0); Q5_K for IQ2_XXS, IQ2_XS, IQ2_S and IQ3_XXS; else Q6_K;
-/// - the embedding: Q4_K for the ternary types and Q2_0, Q2_K for IQ2_XXS and IQ2_XS,
-///   IQ3_S for IQ2_S and IQ3_XXS;
-/// - IQ2_XXS, IQ2_XS, IQ2_S: V projections in Q4_K with 4 or more query heads per KV
-///   head or experts, else in Q2_K (IQ3_S for IQ2_S), as is `ffn_down` of the first
-///   eighth of the layers; with 8 experts, K projections in Q4_K and attention outputs
-///   in Q5_K, else attention outputs in IQ3_S for IQ2_S;
+///   Q8_0); Q5_K for IQ1_S, IQ2_XXS, IQ2_XS, IQ2_S and IQ3_XXS; else Q6_K;
+/// - the embedding: Q4_K for the ternary types and Q2_0, Q2_K for IQ1_S, IQ2_XXS and
+///   IQ2_XS, IQ3_S for IQ2_S and IQ3_XXS;
+/// - IQ1_S, IQ2_XXS, IQ2_XS, IQ2_S: V projections in Q4_K with 4 or more query heads
+///   per KV head or experts, else in Q2_K (IQ3_S for IQ2_S), as is `ffn_down` of the
+///   first eighth of the layers; with 8 experts, K projections in Q4_K and attention
+///   outputs in Q5_K, else attention outputs in IQ3_S for IQ2_S, IQ2_XXS for IQ1_S;
 /// - V projections: Q4_K with 4 or more query heads per KV head for Q2_K (else Q3_K),
 ///   IQ3_S and IQ3_XXS (else IQ3_XXS, IQ3_S without an importance matrix); Q5_K for the
 ///   first two and Q4_K for the others for Q3_K (Q3_K_M); Q5_K for IQ4_* with 4 or more
@@ -469,7 +470,7 @@ fn mixture(spec: &QuantSpec, f: &Facts, t: &TensorInfo, c: &mut Counters) -> Res
                 || !t.dims[0].is_multiple_of(target.block_size())
             {
                 Q8_0
-            } else if matches!(target, IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS) {
+            } else if matches!(target, IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ1_S) {
                 Q5_K
             } else {
                 Q6_K
@@ -486,12 +487,12 @@ fn mixture(spec: &QuantSpec, f: &Facts, t: &TensorInfo, c: &mut Counters) -> Res
     if cat == Category::TokenEmbd {
         return Ok(match target {
             TQ1_0 | TQ2_0 | Q2_0 => Q4_K,
-            IQ2_XXS | IQ2_XS => Q2_K,
+            IQ2_XXS | IQ2_XS | IQ1_S => Q2_K,
             IQ2_S | IQ3_XXS => IQ3_S,
             _ => target,
         });
     }
-    if matches!(target, IQ2_XXS | IQ2_XS | IQ2_S) {
+    if matches!(target, IQ2_XXS | IQ2_XS | IQ2_S | IQ1_S) {
         let low = if target == IQ2_S { IQ3_S } else { Q2_K };
         return Ok(match cat {
             c_v if is_attn_v(c_v) => {
@@ -513,6 +514,7 @@ fn mixture(spec: &QuantSpec, f: &Facts, t: &TensorInfo, c: &mut Counters) -> Res
             }
             Category::AttnOutput if f.n_expert == 8 => Q5_K,
             Category::AttnOutput if target == IQ2_S => IQ3_S,
+            Category::AttnOutput if target == IQ1_S => IQ2_XXS,
             _ => target,
         });
     }

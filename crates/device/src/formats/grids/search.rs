@@ -136,15 +136,17 @@ impl<const W: usize> GridSearch<W> {
         &self.points[e as usize]
     }
 
-    /// Among `candidates`, the entry whose values `scale * (2l + 1)` are nearest `x`
-    /// by `sum(w * (scale * (2l + 1) - x)²)` (the first of equals), as ggml's
-    /// `iq*_find_best_neighbour`; its level indices go to `l`.
+    /// Among `candidates`, the entry whose values `scale * values[l]` are nearest `x`
+    /// by `sum(w * (scale * values[l] - x)²)` (the first of equals), as ggml's
+    /// `iq*_find_best_neighbour` (`values` [`ODD`]) and `iq1_find_best_neighbour2`; its
+    /// level indices go to `l`.
     pub fn best_neighbour(
         &self,
         candidates: &[u16],
         x: &[f32],
         w: &[f32],
         scale: f32,
+        values: &[f32],
         l: &mut [u8],
     ) -> u16 {
         let mut best = f32::MAX;
@@ -153,7 +155,7 @@ impl<const W: usize> GridSearch<W> {
             let d2 = self.points[e as usize].iter().zip(x.iter().zip(w)).fold(
                 0f32,
                 |d2, (&p, (&x, &w))| {
-                    let diff = scale * (2 * p as i32 + 1) as f32 - x;
+                    let diff = scale * values[p as usize] - x;
                     d2 + w * diff * diff
                 },
             );
@@ -193,7 +195,7 @@ impl<const W: usize> GridSearch<W> {
             match self.lookup(lw) {
                 Ok(_) => on_grid |= 1 << k,
                 Err(near) => {
-                    self.best_neighbour(near, &xval[r.clone()], &waux[r], scale, lw);
+                    self.best_neighbour(near, &xval[r.clone()], &waux[r], scale, &ODD, lw);
                 }
             }
         }
@@ -247,6 +249,9 @@ impl<const W: usize> GridSearch<W> {
         scale
     }
 }
+
+/// The value `2l + 1` of each level index `l` of the IQ2 and IQ3 grids.
+pub(crate) const ODD: [f32; 8] = [1.0, 3.0, 5.0, 7.0, 9.0, 11.0, 13.0, 15.0];
 
 /// How [`GridSearch::search_group`] scans scales.
 pub(crate) struct Scan {
@@ -328,6 +333,12 @@ pub(crate) fn iq2xs() -> &'static GridSearch<8> {
 pub(crate) fn iq2s() -> &'static GridSearch<8> {
     static S: OnceLock<GridSearch<8>> = OnceLock::new();
     S.get_or_init(|| GridSearch::new(&codes::IQ2S, 3, 2, 1))
+}
+
+/// The codebook of IQ1_S and IQ1_M: indices 0..3, the three nearest distances.
+pub(crate) fn iq1s() -> &'static GridSearch<8> {
+    static S: OnceLock<GridSearch<8>> = OnceLock::new();
+    S.get_or_init(|| GridSearch::new(&codes::IQ1S, 3, 2, 3))
 }
 
 /// IQ3_XXS's codebook: indices 0..8, the two nearest distances.
