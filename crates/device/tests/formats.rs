@@ -292,14 +292,13 @@ fn unsupported_types_are_errors() {
             matches!(quantize_row(ty, &out, &mut bytes), Err(Error::UnsupportedType(t)) if t == ty)
         );
     }
-    for ty in [IQ1_M] {
-        let mut bytes = vec![0u8; ty.type_size() as usize];
-        let x = vec![0f32; ty.block_size() as usize];
-        assert!(matches!(
-            quantize_row(ty, &x, &mut bytes),
-            Err(Error::UnsupportedType(_))
-        ));
-    }
+    // The one type tandem reads but does not write.
+    let mut bytes = vec![0u8; IQ1_M.type_size() as usize];
+    let x = vec![0f32; IQ1_M.block_size() as usize];
+    assert!(matches!(
+        quantize_row(IQ1_M, &x, &mut bytes),
+        Err(Error::UnsupportedType(_))
+    ));
 }
 
 #[test]
