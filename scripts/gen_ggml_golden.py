@@ -8,6 +8,17 @@
 #
 # It writes crates/device/tests/golden/{dequant,quant}/<type>.bin in the format of
 # scripts/gen_dequant_golden.py (whose header describes it); the seed is fixed.
+#
+# It also writes what ggml's quantizers make of random rows, without and with an
+# importance per column (`ggml_quantize_chunk`, as llama-quantize calls it), for the types
+# whose quantizers search (the k-quants, the IQ grid types), under
+# crates/device/tests/golden/quantizer/:
+#   rows.bin:    b"TDQR", u32 version 1, u32 n_rows, u32 n_per_row, then the rows
+#                (n_rows * n_per_row f32) and the importances (n_per_row f32);
+#   <type>.bin:  b"TDQQ", u32 version 1, u32 ggml type id, u32 bytes per row, then the
+#                rows quantized without importances (n_rows rows; absent, bytes per row 0
+#                for the plain part, where ggml refuses without them: flag below) and with
+#                them (n_rows rows).
 
 import ctypes
 import struct
@@ -49,6 +60,53 @@ def write(kind_dir: str, type_id: int, name: str, kind: int, inp: bytes, out: by
     path.write_bytes(header + inp + out)
 
 
+# ggml type id: (name, bytes per row of 256, whether ggml quantizes it without importances)
+SEARCH_TYPES = {
+    10: ("q2_k", 84, True),
+    11: ("q3_k", 110, True),
+    12: ("q4_k", 144, True),
+    13: ("q5_k", 176, True),
+    14: ("q6_k", 210, True),
+    16: ("iq2_xxs", 66, False),
+    17: ("iq2_xs", 74, False),
+    18: ("iq3_xxs", 98, True),
+    19: ("iq1_s", 50, False),
+    21: ("iq3_s", 110, True),
+    22: ("iq2_s", 82, True),
+}
+
+
+def quantizer_golden(lib, rng) -> None:
+    lib.ggml_quantize_chunk.restype = ctypes.c_size_t
+    lib.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                        ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    n_rows, n_per_row = 16, 256
+    x = rng.standard_normal((n_rows, n_per_row)) * 10.0 ** rng.uniform(-3, 1, size=(n_rows, 1))
+    x[3] *= rng.standard_t(3, size=n_per_row)
+    x[4] = np.where(rng.random(n_per_row) < 0.1, x[4] * 20, x[4])
+    x[5, :128] = 0.0
+    x[6] = np.abs(x[6])
+    x = x.astype(np.float32)
+    x[0] = 0.0
+    x[1] = 1.5
+    x[2] = -np.arange(n_per_row, dtype=np.float32) / 64
+    imp = (10.0 ** rng.uniform(-1, 2, size=n_per_row)).astype(np.float32)
+    out_dir = OUT / "quantizer"
+    out_dir.mkdir(exist_ok=True)
+    (out_dir / "rows.bin").write_bytes(
+        b"TDQR" + struct.pack("<3I", 1, n_rows, n_per_row) + x.tobytes() + imp.tobytes())
+    for type_id, (name, row_bytes, plain) in SEARCH_TYPES.items():
+        parts = []
+        for weights in ([None] if plain else []) + [imp]:
+            q = np.zeros(n_rows * row_bytes, dtype=np.uint8)
+            w = None if weights is None else weights.ctypes.data
+            n = lib.ggml_quantize_chunk(type_id, x.ctypes.data, q.ctypes.data, 0, n_rows, n_per_row, w)
+            assert n == q.size, name
+            parts.append(q.tobytes())
+        header = b"TDQQ" + struct.pack("<3I", 1, type_id, row_bytes if plain else 0)
+        (out_dir / f"{name}.bin").write_bytes(header + b"".join(parts))
+
+
 def main() -> None:
     lib = ctypes.CDLL(sys.argv[1])
     lib.ggml_get_type_traits.restype = ctypes.POINTER(Traits)
@@ -79,7 +137,8 @@ def main() -> None:
         q = np.zeros(16 * size, dtype=np.uint8)
         from_float(x.ctypes.data, q.ctypes.data, x.size)
         write("quant", type_id, name, 1, x.tobytes(), q.tobytes())
-    print(f"wrote {len(TYPES)} types under {OUT}")
+    quantizer_golden(lib, rng)
+    print(f"wrote {len(TYPES)} types and {len(SEARCH_TYPES)} quantizers under {OUT}")
 
 
 if __name__ == "__main__":

@@ -33,10 +33,10 @@ Q4_1    yes    f32         int8 packed wgsl
 Q5_0    yes    f32         int8 packed wgsl
 Q5_1    yes    f32         int8 packed wgsl
 Q8_0    yes    f32         int8 packed wgsl
-Q2_K    -      f32         int8        wgsl
-Q3_K    -      f32         int8        wgsl
+Q2_K    yes    f32         int8        wgsl
+Q3_K    yes    f32         int8        wgsl
 Q4_K    yes    f32         int8 packed wgsl
-Q5_K    -      f32         int8        wgsl
+Q5_K    yes    f32         int8        wgsl
 Q6_K    yes    f32         int8 packed wgsl
 IQ4_NL  yes    f32         int8 packed wgsl
 IQ4_XS  yes    f32         int8 packed wgsl
@@ -46,12 +46,12 @@ MXFP4   yes    f32         int8 packed wgsl
 NVFP4   yes    f32         f32         wgsl
 Q1_0    yes    f32         int8        wgsl
 Q2_0    yes    f32         int8        wgsl
-IQ2_XXS -      f32         int8 packed wgsl
-IQ2_XS  -      f32         int8        wgsl
-IQ2_S   -      f32         int8        wgsl
-IQ3_XXS -      f32         int8 packed wgsl
-IQ3_S   -      f32         int8        wgsl
-IQ1_S   -      f32         int8        wgsl
+IQ2_XXS yes    f32         int8 packed wgsl
+IQ2_XS  yes    f32         int8        wgsl
+IQ2_S   yes    f32         int8        wgsl
+IQ3_XXS yes    f32         int8 packed wgsl
+IQ3_S   yes    f32         int8        wgsl
+IQ1_S   yes    f32         int8        wgsl
 IQ1_M   -      f32         int8        wgsl
 Q8_1    yes    f32         int8        wgsl";
     assert_eq!(m.to_string(), want, "\n{m}");

@@ -304,11 +304,7 @@ fn llama_cpps_choices_for_qwen2_0_5b_shapes() {
     assert_eq!(type_of(&v, "blk.0.ffn_down.weight"), IQ4_XS);
     s.has_imatrix = false;
     let v = types(&s, &md, &tensors);
-    assert_eq!(
-        type_of(&v, "blk.0.ffn_down.weight"),
-        Q6_K,
-        "Q5_K, which tandem writes as Q6_K"
-    );
+    assert_eq!(type_of(&v, "blk.0.ffn_down.weight"), Q5_K);
     assert_eq!(type_of(&v, "blk.1.ffn_down.weight"), IQ4_XS);
 
     let (md, tensors) = qwen2(1024, 2048, F16, true);
@@ -318,7 +314,7 @@ fn llama_cpps_choices_for_qwen2_0_5b_shapes() {
         Q6_K,
         "tied: the output head's rule"
     );
-    assert_eq!(type_of(&v, "blk.2.attn_v.weight"), Q6_K);
+    assert_eq!(type_of(&v, "blk.2.attn_v.weight"), Q5_K);
     let v = types(&spec(Q8_0), &md, &tensors);
     assert!(v
         .iter()
@@ -332,6 +328,88 @@ fn llama_cpps_choices_for_qwen2_0_5b_shapes() {
         [Q6_K, Q4_K, Q4_K, Q6_K, Q4_K, Q4_K, Q6_K, Q6_K],
         "use_more_bits"
     );
+}
+
+#[test]
+fn llama_cpps_k_quant_mixtures() {
+    let (md, tensors) = qwen2(1024, 2048, F16, false);
+    let layers = |v: &[(String, GgmlType)], part: &str| -> Vec<GgmlType> {
+        (0..8)
+            .map(|il| type_of(v, &format!("blk.{il}.{part}")))
+            .collect()
+    };
+    // Q3_K_M: V in Q5_K for the first two layers, Q4_K after; ffn_down in Q5_K for the
+    // first sixteenth (none of 8 layers), Q4_K after.
+    let v = types(&spec(Q3_K), &md, &tensors);
+    assert_eq!(type_of(&v, "output.weight"), Q6_K);
+    assert_eq!(type_of(&v, "token_embd.weight"), Q3_K);
+    assert_eq!(type_of(&v, "blk.4.attn_q.weight"), Q3_K);
+    assert_eq!(
+        layers(&v, "attn_v.weight"),
+        [Q5_K, Q5_K, Q4_K, Q4_K, Q4_K, Q4_K, Q4_K, Q4_K]
+    );
+    assert_eq!(layers(&v, "ffn_down.weight"), [Q4_K; 8]);
+    assert_eq!(layers(&v, "ffn_up.weight"), [Q3_K; 8]);
+    // Q2_K: 7 query heads per KV head puts V in Q4_K; ffn_down in Q3_K.
+    let v = types(&spec(Q2_K), &md, &tensors);
+    assert_eq!(layers(&v, "attn_v.weight"), [Q4_K; 8]);
+    assert_eq!(layers(&v, "ffn_down.weight"), [Q3_K; 8]);
+    assert_eq!(type_of(&v, "blk.0.attn_q.weight"), Q2_K);
+    // Q5_K_M: V and ffn_down in Q6_K where use_more_bits picks the layer.
+    let v = types(&spec(Q5_K), &md, &tensors);
+    let picked = [Q6_K, Q5_K, Q5_K, Q6_K, Q5_K, Q5_K, Q6_K, Q6_K];
+    assert_eq!(layers(&v, "attn_v.weight"), picked);
+    assert_eq!(layers(&v, "ffn_down.weight"), picked);
+    assert_eq!(
+        parse_type("q3_k_m").unwrap(),
+        Q3_K,
+        "llama.cpp's names of the mixtures"
+    );
+}
+
+#[test]
+fn llama_cpps_iq_mixtures_and_their_importance_matrix() {
+    let (md, tensors) = qwen2(1024, 2048, F16, false);
+    for target in [IQ1_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS] {
+        let e = plan(&spec(target), &md, &tensors).unwrap_err().to_string();
+        assert!(
+            e.contains("which llama.cpp quantizes only with an importance matrix: pass --imatrix"),
+            "{target}: {e}"
+        );
+    }
+    let mut s = spec(IQ2_XXS);
+    s.has_imatrix = true;
+    let v = types(&s, &md, &tensors);
+    assert_eq!(type_of(&v, "output.weight"), Q5_K);
+    assert_eq!(type_of(&v, "token_embd.weight"), Q2_K);
+    assert_eq!(
+        type_of(&v, "blk.3.attn_v.weight"),
+        Q4_K,
+        "7 query heads per KV head"
+    );
+    assert_eq!(
+        type_of(&v, "blk.0.ffn_down.weight"),
+        Q2_K,
+        "the first eighth"
+    );
+    assert_eq!(type_of(&v, "blk.1.ffn_down.weight"), IQ2_XXS);
+    assert_eq!(type_of(&v, "blk.1.attn_q.weight"), IQ2_XXS);
+    s.target = IQ2_S;
+    let v = types(&s, &md, &tensors);
+    assert_eq!(type_of(&v, "token_embd.weight"), IQ3_S);
+    assert_eq!(type_of(&v, "blk.0.ffn_down.weight"), IQ3_S);
+    assert_eq!(type_of(&v, "blk.1.ffn_up.weight"), IQ2_S);
+    s.target = IQ3_XXS;
+    let v = types(&s, &md, &tensors);
+    assert_eq!(type_of(&v, "output.weight"), Q5_K);
+    assert_eq!(type_of(&v, "token_embd.weight"), IQ3_S);
+    assert_eq!(type_of(&v, "blk.3.attn_q.weight"), IQ2_S);
+    assert_eq!(type_of(&v, "blk.3.attn_v.weight"), Q4_K);
+    assert_eq!(type_of(&v, "blk.3.ffn_down.weight"), IQ3_XXS);
+    let v = types(&spec(IQ3_S), &md, &tensors);
+    assert_eq!(type_of(&v, "output.weight"), Q6_K);
+    assert_eq!(type_of(&v, "blk.3.attn_v.weight"), Q4_K);
+    assert_eq!(type_of(&v, "blk.3.ffn_down.weight"), IQ3_S);
 }
 
 #[test]
@@ -396,12 +474,12 @@ fn type_names_and_their_errors() {
         e.contains("unknown type 'Q9_9'") && e.contains("IQ4_NL"),
         "{e}"
     );
-    let e = parse_type("q5_k").unwrap_err().to_string();
+    let e = parse_type("q8_k").unwrap_err().to_string();
     assert!(
-        e.contains("tandem does not write Q5_K (it writes F32, F16, BF16,"),
+        e.contains("tandem does not write Q8_K (it writes F32, F16, BF16,"),
         "{e}"
     );
-    let e = parse_type("IQ2_XXS").unwrap_err().to_string();
+    let e = parse_type("IQ1_M").unwrap_err().to_string();
     assert!(
         e.contains("only with an importance matrix (--imatrix)"),
         "{e}"
@@ -411,7 +489,7 @@ fn type_names_and_their_errors() {
         ("=q8_0", "the pattern is empty"),
         ("attn_v=", "the type is empty"),
         ("attn_[v=q8_0", "bad pattern"),
-        ("attn_v=q3_k", "tandem does not write Q3_K"),
+        ("attn_v=q8_k", "tandem does not write Q8_K"),
     ] {
         let e = TensorTypeOverride::parse(arg).unwrap_err().to_string();
         assert!(

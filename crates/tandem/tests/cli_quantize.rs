@@ -115,7 +115,9 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
 }
 
 /// Importances for every matrix of `model` but `skip`, in both formats: the GGUF file's
-/// `in_sum2` is `count` times the legacy file's mean (with `ncall` 1).
+/// `in_sum2` is `count` times the legacy file's mean (with `ncall` 1). The means are
+/// powers of two, so that `in_sum2 / count` gives them back exactly: the searching
+/// quantizers (Q6_K's, for the output head) can turn on a last bit of an importance.
 fn imatrix_files(model: &Path, dir: &Path, skip: &str) -> (PathBuf, PathBuf) {
     let f = GgufFile::open(model).unwrap();
     let mut g = GgufWriter::new();
@@ -129,7 +131,7 @@ fn imatrix_files(model: &Path, dir: &Path, skip: &str) -> (PathBuf, PathBuf) {
         }
         let k = t.dims[0] as usize;
         let mean: Vec<f32> = (0..k)
-            .map(|j| 10f32.powf(3.0 * ((j * 7919) % 97) as f32 / 97.0))
+            .map(|j| 2f32.powi(((j * 7919) % 97 / 10) as i32))
             .collect();
         let count = 1536.0;
         let sums: Vec<f32> = mean.iter().map(|m| m * count).collect();
@@ -258,20 +260,20 @@ fn bad_requests_name_what_is_wrong() {
         "unknown type 'Q9_9' (tandem writes F32, F16",
     );
     one_line_error(
-        &q(&["--type", "Q3_K"]),
-        "tandem does not write Q3_K (it writes F32, F16",
+        &q(&["--type", "Q8_K"]),
+        "tandem does not write Q8_K (it writes F32, F16",
     );
     one_line_error(
-        &q(&["--type", "IQ2_XXS"]),
-        "llama.cpp quantizes IQ2_XXS only with an importance matrix (--imatrix)",
+        &q(&["--type", "IQ1_M"]),
+        "llama.cpp quantizes IQ1_M only with an importance matrix (--imatrix)",
     );
     one_line_error(
         &q(&["--type", "Q8_0", "--tensor-type", "attn_(v=q8_0"]),
         "--tensor-type 'attn_(v=q8_0': bad pattern",
     );
     one_line_error(
-        &q(&["--type", "Q8_0", "--tensor-type", "attn_v=iq3_xxs"]),
-        "--tensor-type 'attn_v=iq3_xxs': tandem does not write IQ3_XXS",
+        &q(&["--type", "Q8_0", "--tensor-type", "attn_v=q8_k"]),
+        "--tensor-type 'attn_v=q8_k': tandem does not write Q8_K",
     );
     one_line_error(
         &["quantize", input, out, "--type", "Q8_0"],

@@ -9,6 +9,7 @@
 //! shaders get them as WGSL constants), so the codebooks exist once.
 
 mod codes;
+pub(crate) mod search;
 
 /// A codebook as gguf stores it: `N` entries of `W` values, each entry one u16 holding
 /// `W` indices into `levels` of `16 / W` bits each, value 0 in the lowest bits.

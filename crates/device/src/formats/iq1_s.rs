@@ -10,8 +10,10 @@
 //! Element value, with `dl = d * (2 ls + 1)` its group's scale, `grid` its entry and
 //! `delta` 0.125 (bit 15 clear) or -0.125: `dl * (grid[j] + delta)`.
 
+use super::grids::search::iq1s;
 use super::grids::{u16_at, IQ1S};
-use super::{blocks_to_values, f16_at, WeightFormat, QK_K};
+use super::kquants::{imatrix_weights, nearest_int, sum_squares};
+use super::{blocks_to_values, f16_at, f16_bytes, values_to_blocks, WeightFormat, QK_K};
 use gguf::GgmlType;
 
 /// Elements per block.
@@ -29,8 +31,8 @@ pub const FORMAT: WeightFormat = WeightFormat {
     scales: &[0],
     other_scales: None,
     dequantize,
-    quantize: None,
-    quantize_weighted: None,
+    quantize: Some(quantize),
+    quantize_weighted: Some(quantize_weighted),
 };
 
 /// Group `g` (0..8, elements `32g..32g + 32`) of block `b` whose `d` is given: its scale
@@ -60,6 +62,136 @@ pub fn dequantize(src: &[u8], dst: &mut [f32]) {
             for (v, &g) in o8.iter_mut().zip(entry(b, e)) {
                 *v = dl * (g as f32 + delta);
             }
+        }
+    }
+}
+
+/// Quantizes whole blocks as [`quantize_weighted`] does with every importance 1 (ggml
+/// has no quantizer without importances for IQ1_S). Panics unless `dst` is exactly
+/// `src.len() / 256` blocks.
+pub fn quantize(src: &[f32], dst: &mut [u8]) {
+    quantize_weighted(src, &vec![1.0; src.len()], dst);
+}
+
+/// Groups of 32 below this largest magnitude quantize to zero (ggml's
+/// `GROUP_MAX_EPS_IQ1_S`).
+const GROUP_MAX_EPS: f32 = 1e-12;
+
+/// Quantizes whole blocks, element `i`'s squared error weighted by
+/// `importance[i] * sqrt(sigma2 + x[i]²)` (`sigma2`: twice the super-block's mean
+/// square), as ggml's `quantize_row_iq1_s_impl`: with 3 levels per value (`-1, 0, 1`
+/// plus the group's shift), the best split of each group's sorted values into the 3
+/// levels is found exhaustively for both shifts; each 8 is then snapped to the grid (the
+/// weighted-nearest neighbour where it is no entry, the group refit). The group scales
+/// are quantized to 3 bits against `d = largest / 15`, stored as `1.125 d`. Panics
+/// unless `dst` is exactly `src.len() / 256` blocks and `importance` is as long as `src`.
+pub fn quantize_weighted(src: &[f32], importance: &[f32], dst: &mut [u8]) {
+    assert_eq!(importance.len(), src.len(), "one importance per value");
+    let x_p = [-1.0 + DELTA, DELTA, 1.0 + DELTA];
+    let x_m = [-1.0 - DELTA, -DELTA, 1.0 - DELTA];
+    let grid = iq1s();
+    let (values, out) = values_to_blocks::<TYPE_SIZE, BLOCK_SIZE>(src, dst);
+    let importance = importance.as_chunks::<BLOCK_SIZE>().0;
+    for ((x, imp), b) in values.iter().zip(importance).zip(out) {
+        b.fill(0);
+        let mut scales = [0f32; 8];
+        let mut shifts = [1i8; 8];
+        let sigma2 = 2.0 * sum_squares(x) / QK_K as f32;
+        for (ib, (xb, qw)) in x.chunks_exact(32).zip(imp.chunks_exact(32)).enumerate() {
+            let mut weight = [0f32; 32];
+            imatrix_weights(xb, qw, sigma2, &mut weight);
+            let max = xb[1..]
+                .iter()
+                .fold(xb[0].abs(), |m, &v| if m > v.abs() { m } else { v.abs() });
+            if max < GROUP_MAX_EPS {
+                continue;
+            }
+            let mut idx: [usize; 32] = std::array::from_fn(|i| i);
+            idx.sort_by(|&a, &b| {
+                xb[a]
+                    .partial_cmp(&xb[b])
+                    .unwrap_or(std::cmp::Ordering::Equal)
+            });
+            let (mut sumx, mut sumw) = ([0f32; 33], [0f32; 33]);
+            for (j, &i) in idx.iter().enumerate() {
+                sumx[j + 1] = sumx[j] + weight[i] * xb[i];
+                sumw[j + 1] = sumw[j] + weight[i];
+            }
+            let mut best = -f32::MAX;
+            let mut scale = max;
+            let mut split = None;
+            for i1 in 0..=32 {
+                for i2 in i1..=32 {
+                    for (shift, xx) in [(1i8, &x_p), (-1, &x_m)] {
+                        let sumqx = (sumx[i1] - sumx[0]) * xx[0]
+                            + (sumx[i2] - sumx[i1]) * xx[1]
+                            + (sumx[32] - sumx[i2]) * xx[2];
+                        let sumq2 = (sumw[i1] - sumw[0]) * xx[0] * xx[0]
+                            + (sumw[i2] - sumw[i1]) * xx[1] * xx[1]
+                            + (sumw[32] - sumw[i2]) * xx[2] * xx[2];
+                        if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
+                            scale = sumqx / sumq2;
+                            best = scale * sumqx;
+                            split = Some((i1, i2, shift));
+                        }
+                    }
+                }
+            }
+            let Some((i1, i2, mut shift)) = split else {
+                continue;
+            };
+            let mut l = [0u8; 32];
+            for (j, &i) in idx.iter().enumerate() {
+                l[i] = (j >= i1) as u8 + (j >= i2) as u8;
+            }
+            if scale < 0.0 {
+                l = l.map(|v| 2 - v);
+                scale = -scale;
+                shift = -shift;
+            }
+            let xx = if shift == 1 { &x_p } else { &x_m };
+            let mut index = [0u16; 4];
+            let mut all_on_grid = true;
+            for (k, l8) in l.chunks_exact_mut(8).enumerate() {
+                index[k] = match grid.lookup(l8) {
+                    Ok(e) => e,
+                    Err(near) => {
+                        all_on_grid = false;
+                        let r = 8 * k..8 * k + 8;
+                        grid.best_neighbour(near, &xb[r.clone()], &weight[r], scale, xx, l8)
+                    }
+                };
+            }
+            if !all_on_grid {
+                let (mut sumqx, mut sumq2) = (0f32, 0f32);
+                for ((&v, &w), &q) in xb.iter().zip(&weight).zip(&l) {
+                    let q = xx[q as usize];
+                    sumqx += w * q * v;
+                    sumq2 += w * q * q;
+                }
+                if sumqx > 0.0 && sumq2 > 0.0 {
+                    scale = sumqx / sumq2;
+                }
+            }
+            let mut h = 0u16;
+            for (k, &e) in index.iter().enumerate() {
+                b[2 + 4 * ib + k] = e as u8;
+                h |= (e >> 8) << (3 * k);
+            }
+            b[34 + 2 * ib..36 + 2 * ib].copy_from_slice(&h.to_le_bytes());
+            scales[ib] = scale;
+            shifts[ib] = shift;
+        }
+        let max_scale = scales.iter().fold(0f32, |m, &s| if m > s { m } else { s });
+        if max_scale == 0.0 {
+            continue;
+        }
+        let d = max_scale / 15.0;
+        b[0..2].copy_from_slice(&f16_bytes(d * 1.125));
+        let id = 1.0 / d;
+        for (ib, (&s, &shift)) in scales.iter().zip(&shifts).enumerate() {
+            let l = nearest_int(0.5 * (id * s - 1.0)).clamp(0, 7) as u8;
+            b[35 + 2 * ib] |= (l | if shift == -1 { 8 } else { 0 }) << 4;
         }
     }
 }

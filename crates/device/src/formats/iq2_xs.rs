@@ -10,8 +10,11 @@
 //! Element value, with `db = (d * (0.5 + ls)) * 0.25` its scale, `grid` its entry and
 //! `sign` ±1 by bit `j` of the entry's sign pattern: `(db * grid[j]) * sign`.
 
+use super::grids::search::{even_signs, iq2xs, max_of, Scan};
 use super::grids::{sign, u16_at, IQ2XS, KSIGNS};
-use super::{blocks_to_values, f16_at, WeightFormat, QK_K};
+use super::iq3_xxs::{nibble, write_d};
+use super::kquants::{imatrix_weights, sum_squares, GROUP_MAX_EPS};
+use super::{blocks_to_values, f16_at, values_to_blocks, WeightFormat, QK_K};
 use gguf::GgmlType;
 
 /// Elements per block.
@@ -29,8 +32,8 @@ pub const FORMAT: WeightFormat = WeightFormat {
     scales: &[0],
     other_scales: None,
     dequantize,
-    quantize: None,
-    quantize_weighted: None,
+    quantize: Some(quantize),
+    quantize_weighted: Some(quantize_weighted),
 };
 
 /// The 4-bit scale `ls` of elements `16s..16s + 16` (`s` in 0..16) of a block whose scale
@@ -65,5 +68,75 @@ pub fn dequantize(src: &[u8], dst: &mut [f32]) {
                 *v = db * grid[j] as f32 * sign(signs, j);
             }
         }
+    }
+}
+
+/// Quantizes whole blocks as [`quantize_weighted`] does with every importance 1 (ggml
+/// has no quantizer without importances for IQ2_XS). Panics unless `dst` is exactly
+/// `src.len() / 256` blocks.
+pub fn quantize(src: &[f32], dst: &mut [u8]) {
+    quantize_weighted(src, &vec![1.0; src.len()], dst);
+}
+
+/// The scan of ggml's IQ2_XS and IQ2_S quantizers: 19 scales 0.1 levels apart, entries
+/// off the grid snapped again at the best.
+pub(super) const SCAN: Scan = Scan {
+    steps: 9,
+    step: 0.1,
+    refit_all: false,
+};
+
+/// Quantizes whole blocks, element `i`'s squared error weighted by
+/// `importance[i] * sqrt(sigma2 + x[i]²)` (`sigma2`: the super-block's mean square), as
+/// ggml's `quantize_row_iq2_xs_impl`: each group of 16 takes the magnitudes of its
+/// values (signs by [`even_signs`]) and gets its scale and two grid entries by
+/// [`super::grids::search::GridSearch::search_group`]; the group scales are quantized
+/// to 4 bits against `d = largest / 31`. Panics unless `dst` is exactly
+/// `src.len() / 256` blocks and `importance` is as long as `src`.
+pub fn quantize_weighted(src: &[f32], importance: &[f32], dst: &mut [u8]) {
+    assert_eq!(importance.len(), src.len(), "one importance per value");
+    let grid = iq2xs();
+    let (values, out) = values_to_blocks::<TYPE_SIZE, BLOCK_SIZE>(src, dst);
+    let importance = importance.as_chunks::<BLOCK_SIZE>().0;
+    for ((x, imp), b) in values.iter().zip(importance).zip(out) {
+        b.fill(0);
+        let mut scales = [0f32; 16];
+        let sigma2 = sum_squares(x) / QK_K as f32;
+        for (ib, (xb, qw)) in x.chunks_exact(16).zip(imp.chunks_exact(16)).enumerate() {
+            let mut weight = [0f32; 16];
+            imatrix_weights(xb, qw, sigma2, &mut weight);
+            let waux = weight.map(f32::sqrt);
+            let mut xval = [0f32; 16];
+            let mut signs = even_signs(xb, &weight, &mut xval);
+            let max = max_of(&xval);
+            if max < GROUP_MAX_EPS {
+                continue;
+            }
+            let mut l = [0u8; 16];
+            let mut scale = grid.search_group(&xval, &weight, &waux, max, &SCAN, &mut l);
+            if scale < 0.0 {
+                scale = -scale;
+                signs = signs.map(|s| !s & 127);
+            }
+            for (k, l8) in l.chunks_exact(8).enumerate() {
+                let e = grid.lookup(l8).expect("the levels are a grid entry");
+                let q = e | (signs[k] as u16) << 9;
+                b[2 + 4 * ib + 2 * k..4 + 4 * ib + 2 * k].copy_from_slice(&q.to_le_bytes());
+            }
+            scales[ib] = scale;
+        }
+        let Some(id) = write_d(&scales, 1.0, b) else {
+            b.fill(0);
+            continue;
+        };
+        write_nibble_scales(&scales, id, &mut b[SCALES..SCALES + 8]);
+    }
+}
+
+/// The 16 group scales as 4-bit `l` (see [`nibble`]) two to a byte, the even group in the
+/// low nibble: IQ2_XS's and IQ2_S's layout.
+pub(super) fn write_nibble_scales(scales: &[f32; 16], id: f32, out: &mut [u8]) {
+    for (o, pair) in out.iter_mut().zip(scales.chunks_exact(2)) {
+        *o = nibble(id, pair[0]) | nibble(id, pair[1]) << 4;
     }
 }

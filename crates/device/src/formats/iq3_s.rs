@@ -12,8 +12,11 @@
 //! Element value, with `db = d * (1 + 2 ls)` its scale and `grid` its entry:
 //! `(db * grid[j]) * sign`, `sign` ±1 by the sign bit.
 
+use super::grids::search::{iq3s, max_of, signs, Scan};
 use super::grids::{sign, IQ3S};
-use super::{blocks_to_values, f16_at, WeightFormat, QK_K};
+use super::iq3_xxs::{group_weights, nibble, write_d};
+use super::kquants::sum_squares;
+use super::{blocks_to_values, f16_at, values_to_blocks, WeightFormat, QK_K};
 use gguf::GgmlType;
 
 /// Elements per block.
@@ -29,8 +32,8 @@ pub const FORMAT: WeightFormat = WeightFormat {
     scales: &[0],
     other_scales: None,
     dequantize,
-    quantize: None,
-    quantize_weighted: None,
+    quantize: Some(quantize),
+    quantize_weighted: Some(quantize_weighted),
 };
 
 /// The scale of group `g` (0..8, elements `32g..32g + 32`) of block `b` whose `d` is given.
@@ -62,6 +65,74 @@ pub fn dequantize(src: &[u8], dst: &mut [f32]) {
             for (j, v) in o8.iter_mut().enumerate() {
                 *v = db * grids[j / 4][j % 4] as f32 * sign(signs, j);
             }
+        }
+    }
+}
+
+/// Quantizes whole blocks, each element's squared error weighted by `x²`. Panics unless
+/// `dst` is exactly `src.len() / 256` blocks.
+pub fn quantize(src: &[f32], dst: &mut [u8]) {
+    quantize_with(src, None, dst);
+}
+
+/// Quantizes whole blocks, element `i`'s squared error weighted by
+/// `importance[i] * sqrt(sigma2 + x[i]²)` (`sigma2`: twice the super-block's mean
+/// square). Panics unless `dst` is exactly `src.len() / 256` blocks and `importance` is
+/// as long as `src`.
+pub fn quantize_weighted(src: &[f32], importance: &[f32], dst: &mut [u8]) {
+    assert_eq!(importance.len(), src.len(), "one importance per value");
+    quantize_with(src, Some(importance), dst);
+}
+
+/// ggml's `quantize_row_iq3_s_impl`: each group of 32 stores its signs and gets its
+/// scale and grid entries from the magnitudes by
+/// [`super::grids::search::GridSearch::search_group`] (19 scales 0.2 levels apart, every
+/// entry snapped again at the best); the group scales are quantized to 4 bits against
+/// `d = largest / 31`, stored as `1.033 d`.
+fn quantize_with(src: &[f32], importance: Option<&[f32]>, dst: &mut [u8]) {
+    const SCAN: Scan = Scan {
+        steps: 9,
+        step: 0.2,
+        refit_all: true,
+    };
+    let grid = iq3s();
+    let (values, out) = values_to_blocks::<TYPE_SIZE, BLOCK_SIZE>(src, dst);
+    for (ibl, (x, b)) in values.iter().zip(out).enumerate() {
+        b.fill(0);
+        let mut scales = [0f32; 8];
+        let sigma2 = 2.0 * sum_squares(x) / QK_K as f32;
+        for (ib, xb) in x.chunks_exact(32).enumerate() {
+            let weight = group_weights(
+                xb,
+                importance.map(|m| &m[QK_K * ibl + 32 * ib..][..32]),
+                sigma2,
+            );
+            let waux = weight.map(f32::sqrt);
+            let mut xval = [0f32; 32];
+            let mut signs = signs(xb, &mut xval);
+            let max = max_of(&xval);
+            if max == 0.0 {
+                continue;
+            }
+            let mut l = [0u8; 32];
+            let mut scale = grid.search_group(&xval, &weight, &waux, max, &SCAN, &mut l);
+            if scale < 0.0 {
+                scale = -scale;
+                signs = signs.map(|s| !s);
+            }
+            for (k, l4) in l.chunks_exact(4).enumerate() {
+                let e = grid.lookup(l4).expect("the levels are a grid entry");
+                b[2 + 8 * ib + k] = e as u8;
+                b[66 + ib] |= ((e >> 8) as u8) << k;
+            }
+            b[74 + 4 * ib..78 + 4 * ib].copy_from_slice(&signs);
+            scales[ib] = scale;
+        }
+        let Some(id) = write_d(&scales, 1.033, b) else {
+            continue;
+        };
+        for (t, pair) in scales.chunks_exact(2).enumerate() {
+            b[106 + t] = nibble(id, pair[0]) | nibble(id, pair[1]) << 4;
         }
     }
 }

@@ -9,9 +9,14 @@
 //!
 //! Element value, with `db = (d * (0.5 + ls)) * 0.5` its group's scale, `grid` its entry
 //! and `sign` ±1 by its bit of the sign pattern: `(db * grid[j]) * sign`.
+//!
+//! The quantizers are ggml's (`quantize_row_iq3_xxs_impl`, with and without importances);
+//! llama.cpp runs them only with an importance matrix.
 
+use super::grids::search::{even_signs, iq3xxs, max_of, Scan};
 use super::grids::{sign, u32_at, IQ3XXS, KSIGNS};
-use super::{blocks_to_values, f16_at, WeightFormat, QK_K};
+use super::kquants::{imatrix_weights, nearest_int, sum_squares};
+use super::{blocks_to_values, f16_at, f16_bytes, values_to_blocks, WeightFormat, QK_K};
 use gguf::GgmlType;
 
 /// Elements per block.
@@ -27,8 +32,8 @@ pub const FORMAT: WeightFormat = WeightFormat {
     scales: &[0],
     other_scales: None,
     dequantize,
-    quantize: None,
-    quantize_weighted: None,
+    quantize: Some(quantize),
+    quantize_weighted: Some(quantize_weighted),
 };
 
 /// The scale of group `g` (0..8) of block `b` whose `d` is given.
@@ -62,4 +67,111 @@ pub fn dequantize(src: &[u8], dst: &mut [f32]) {
             }
         }
     }
+}
+
+/// Quantizes whole blocks, each element's squared error weighted by `x²`. Panics unless
+/// `dst` is exactly `src.len() / 256` blocks.
+pub fn quantize(src: &[f32], dst: &mut [u8]) {
+    quantize_with(src, None, dst);
+}
+
+/// Quantizes whole blocks, element `i`'s squared error weighted by
+/// `importance[i] * sqrt(sigma2 + x[i]²)` (`sigma2`: twice the super-block's mean
+/// square). Panics unless `dst` is exactly `src.len() / 256` blocks and `importance` is
+/// as long as `src`.
+pub fn quantize_weighted(src: &[f32], importance: &[f32], dst: &mut [u8]) {
+    assert_eq!(importance.len(), src.len(), "one importance per value");
+    quantize_with(src, Some(importance), dst);
+}
+
+/// Groups of 32 below this largest magnitude quantize to zero (ggml's
+/// `GROUP_MAX_EPS_IQ3_XXS`).
+const GROUP_MAX_EPS: f32 = 1e-8;
+
+/// ggml's `quantize_row_iq3_xxs_impl`: each group of 32 takes the magnitudes of its
+/// values (signs by [`even_signs`]) and gets its scale and grid entries by
+/// [`super::grids::search::GridSearch::search_group`] (31 scales 0.2 levels apart); the group scales are
+/// quantized to 4 bits against `d = largest / 31`, stored as `1.0125 d`.
+fn quantize_with(src: &[f32], importance: Option<&[f32]>, dst: &mut [u8]) {
+    const SCAN: Scan = Scan {
+        steps: 15,
+        step: 0.2,
+        refit_all: false,
+    };
+    let grid = iq3xxs();
+    let (values, out) = values_to_blocks::<TYPE_SIZE, BLOCK_SIZE>(src, dst);
+    for (ibl, (x, b)) in values.iter().zip(out).enumerate() {
+        b.fill(0);
+        let mut scales = [0f32; 8];
+        let sigma2 = 2.0 * sum_squares(x) / QK_K as f32;
+        for (ib, xb) in x.chunks_exact(32).enumerate() {
+            let weight = group_weights(
+                xb,
+                importance.map(|m| &m[QK_K * ibl + 32 * ib..][..32]),
+                sigma2,
+            );
+            let waux = weight.map(f32::sqrt);
+            let mut xval = [0f32; 32];
+            let mut signs = even_signs(xb, &weight, &mut xval);
+            let max = max_of(&xval);
+            if max < GROUP_MAX_EPS {
+                continue;
+            }
+            let mut l = [0u8; 32];
+            let mut scale = grid.search_group(&xval, &weight, &waux, max, &SCAN, &mut l);
+            if scale < 0.0 {
+                scale = -scale;
+                signs = signs.map(|s| !s & 127);
+            }
+            for (k, l4) in l.chunks_exact(4).enumerate() {
+                b[2 + 8 * ib + k] = grid.lookup(l4).expect("the levels are a grid entry") as u8;
+            }
+            let aux = signs
+                .iter()
+                .enumerate()
+                .fold(0u32, |a, (k, &s)| a | (s as u32) << (7 * k));
+            b[66 + 4 * ib..70 + 4 * ib].copy_from_slice(&aux.to_le_bytes());
+            scales[ib] = scale;
+        }
+        let Some(id) = write_d(&scales, 1.0125, b) else {
+            b.fill(0);
+            continue;
+        };
+        for (ib, &s) in scales.iter().enumerate() {
+            b[69 + 4 * ib] |= nibble(id, s) << 4;
+        }
+    }
+}
+
+/// The weights of one group `xb`: `importance * sqrt(sigma2 + x²)` where importances are
+/// given, else `x²`.
+pub(super) fn group_weights(xb: &[f32], importance: Option<&[f32]>, sigma2: f32) -> [f32; 32] {
+    let mut w = [0f32; 32];
+    let w_n = &mut w[..xb.len()];
+    match importance {
+        Some(imp) => imatrix_weights(xb, imp, sigma2, w_n),
+        None => {
+            for (w, &v) in w_n.iter_mut().zip(xb) {
+                *w = v * v;
+            }
+        }
+    }
+    w
+}
+
+/// Writes the block scale `d = largest / 31` (times ggml's `fudge`) of the group `scales`
+/// into `b[0..2]` and returns `1 / d`, or `None` when every scale is 0.
+pub(super) fn write_d(scales: &[f32], fudge: f32, b: &mut [u8]) -> Option<f32> {
+    let max_scale = scales.iter().fold(0f32, |m, &s| if m > s { m } else { s });
+    if max_scale == 0.0 {
+        return None;
+    }
+    let d = max_scale / 31.0;
+    b[0..2].copy_from_slice(&f16_bytes(d * fudge));
+    Some(1.0 / d)
+}
+
+/// A group scale `s` as its 4-bit `l` against `1 / d = id`: `s ≈ d (2l + 1)`.
+pub(super) fn nibble(id: f32, s: f32) -> u8 {
+    nearest_int(0.5 * (id * s - 1.0)).clamp(0, 15) as u8
 }

@@ -25,6 +25,7 @@ pub mod f16;
 pub mod f32;
 pub mod iq4_nl;
 pub mod iq4_xs;
+mod kquants;
 pub mod mxfp4;
 pub mod nvfp4;
 pub mod q1_0;
@@ -176,8 +177,9 @@ pub fn takes_importance(ty: GgmlType) -> bool {
 /// Quantizes `src` into `dst` (exactly the bytes of src.len()/block_size blocks).
 /// Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, TQ1_0, TQ2_0, MXFP4, NVFP4,
 /// Q1_0, Q2_0 (ggml's reference quantizers), IQ4_NL, IQ4_XS (a weighted scale search,
-/// weights `x²`) and Q4_K, Q6_K (plain round-to-nearest, meant for synthetic test
-/// models).
+/// weights `x²`), Q2_K..Q6_K, IQ3_XXS, IQ3_S, IQ2_S (ggml's quantizers without
+/// importances) and IQ2_XXS, IQ2_XS, IQ1_S (ggml's with every importance 1: ggml has
+/// none without).
 /// Errors: UnsupportedType, LengthMismatch (src.len() not a multiple of the block
 /// size, or dst.len() != blocks*type_size).
 pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<()> {
@@ -186,7 +188,8 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<()> {
 
 /// Quantizes `src` into `dst` as [`quantize_row`] does, weighing each value's squared
 /// error by `importance` (one per value) where `ty`'s quantizer takes importances
-/// ([`takes_importance`]: IQ4_NL, IQ4_XS); other types ignore it.
+/// ([`takes_importance`]: IQ4_NL, IQ4_XS, the K types and the IQ grid types tandem
+/// writes); other types ignore it.
 /// Errors: those of [`quantize_row`], and LengthMismatch when `importance` is not as
 /// long as `src`.
 pub fn quantize_row_with(
@@ -322,7 +325,7 @@ mod tests {
             assert!(std::ptr::eq(format(ty).unwrap(), f));
         }
         assert!(!is_supported(GgmlType::Q8_K));
-        assert!(is_supported(GgmlType::Q2_K) && !is_quantize_supported(GgmlType::Q2_K));
+        assert!(is_supported(GgmlType::IQ1_M) && !is_quantize_supported(GgmlType::IQ1_M));
     }
 
     #[test]

@@ -9,7 +9,13 @@
 //!
 //! Element value, with `j` its sub-block (`element / 32`):
 //! `(d * sc[j]) * q - (dmin * m[j])`, each product rounded, then the difference.
+//!
+//! The quantizers are ggml's (`quantize_row_q4_K_ref`, and `quantize_row_q4_K_impl`
+//! with importances), bit for bit.
 
+use super::kquants::{
+    imatrix_weights, make_qkx_quants, make_qp_quants, nearest_int, sum_squares, Qkx,
+};
 use super::{blocks_to_values, f16_at, f16_bytes, f16_round, values_to_blocks, WeightFormat, QK_K};
 use gguf::GgmlType;
 
@@ -27,7 +33,7 @@ pub const FORMAT: WeightFormat = WeightFormat {
     other_scales: None,
     dequantize,
     quantize: Some(quantize),
-    quantize_weighted: None,
+    quantize_weighted: Some(quantize_weighted),
 };
 
 /// Scale and min of sub-block `j` (0..8) from the 12 packed bytes, as ggml's
@@ -81,62 +87,138 @@ pub fn dequantize(src: &[u8], dst: &mut [f32]) {
     }
 }
 
-/// Quantizes whole blocks by plain round-to-nearest (no search, unlike llama.cpp):
-/// each sub-block gets `scale = (max - min') / 15` and `min = -min'` with
-/// `min' = min(0, smallest element)`; these are quantized to 6 bits against
-/// `d = max scale / 63` and `dmin = max min / 63`, and each element then to the
-/// nearest of the 16 levels the decoder will produce.
-/// Panics unless `dst` is exactly `src.len() / 256` blocks.
+/// Quantizes whole blocks: each sub-block of 32 gets the scale and min of least
+/// squared error weighted by `rms + |x|` ([`make_qkx_quants`]); both are quantized to 6
+/// bits against the largest of the block. Panics unless `dst` is exactly
+/// `src.len() / 256` blocks.
 pub fn quantize(src: &[f32], dst: &mut [u8]) {
+    const SEARCH: Qkx = Qkx {
+        rmin: -1.0,
+        rdelta: 0.1,
+        nstep: 20,
+        use_mad: false,
+    };
     let (values, out) = values_to_blocks::<TYPE_SIZE, BLOCK_SIZE>(src, dst);
     for (x, b) in values.iter().zip(out) {
-        let mut scales = [0f32; 8];
-        let mut mins = [0f32; 8];
-        for (j, sub) in x.chunks_exact(32).enumerate() {
-            let (min, max) = super::q4_1::min_max(sub);
-            let min = min.min(0.0);
-            scales[j] = (max - min) / 15.0;
-            mins[j] = -min;
-        }
-        let max_scale = scales.iter().fold(0f32, |a, &s| a.max(s));
-        let max_min = mins.iter().fold(0f32, |a, &m| a.max(m));
-        let (ls, d) = quantize_6bit(&scales, max_scale);
-        let (lm, dmin) = quantize_6bit(&mins, max_min);
-        b[0..2].copy_from_slice(&f16_bytes(d));
-        b[2..4].copy_from_slice(&f16_bytes(dmin));
-        b[4..16].copy_from_slice(&pack_scale_min(&ls, &lm));
-        let (d, dmin) = (f16_round(d), f16_round(dmin));
         let mut levels = [0u8; QK_K];
-        for (j, (sub, lv)) in x
-            .chunks_exact(32)
-            .zip(levels.chunks_exact_mut(32))
-            .enumerate()
-        {
-            let dd = d * ls[j] as f32;
-            let dm = dmin * lm[j] as f32;
-            if dd == 0.0 {
-                continue;
-            }
-            for (l, &v) in lv.iter_mut().zip(sub) {
-                *l = ((v + dm) / dd).round().clamp(0.0, 15.0) as u8;
-            }
-        }
-        for (c, q32) in b[16..144].chunks_exact_mut(32).enumerate() {
-            let (lo, hi) = levels[64 * c..64 * c + 64].split_at(32);
-            for ((q, &l), &h) in q32.iter_mut().zip(lo).zip(hi) {
-                *q = l | (h << 4);
-            }
-        }
+        let head = scales_and_mins(x, None, 15, &SEARCH, &mut levels);
+        b[0..16].copy_from_slice(&head);
+        pack_nibbles(&levels, &mut b[16..144]);
     }
 }
 
-/// Quantizes non-negative `v` to 6-bit integers against the super-block scale
-/// `max / 63`, which is returned with them.
-fn quantize_6bit(v: &[f32; 8], max: f32) -> ([u8; 8], f32) {
-    let inv = if max > 0.0 { 63.0 / max } else { 0.0 };
-    let mut q = [0u8; 8];
-    for (q, &x) in q.iter_mut().zip(v) {
-        *q = (inv * x).round().min(63.0) as u8;
+/// Quantizes whole blocks, element `i`'s squared error weighted by
+/// `importance[i] * sqrt(sigma2 + x[i]²)` (`sigma2`: twice the super-block's mean
+/// square): each sub-block's scale and min by [`make_qkx_quants`], then the 8 scales and
+/// the 8 mins each to 6 bits by [`make_qp_quants`], weighted by their sub-blocks' total
+/// weight. Panics unless `dst` is exactly `src.len() / 256` blocks and `importance` is as
+/// long as `src`.
+pub fn quantize_weighted(src: &[f32], importance: &[f32], dst: &mut [u8]) {
+    assert_eq!(importance.len(), src.len(), "one importance per value");
+    let (values, out) = values_to_blocks::<TYPE_SIZE, BLOCK_SIZE>(src, dst);
+    let importance = importance.as_chunks::<BLOCK_SIZE>().0;
+    for ((x, imp), b) in values.iter().zip(importance).zip(out) {
+        let mut levels = [0u8; QK_K];
+        let head = scales_and_mins(x, Some(imp), 15, &WEIGHTED_SEARCH, &mut levels);
+        b[0..16].copy_from_slice(&head);
+        pack_nibbles(&levels, &mut b[16..144]);
     }
-    (q, max / 63.0)
+}
+
+/// The sub-block search of the importance-weighted Q4_K and Q5_K quantizers.
+pub(super) const WEIGHTED_SEARCH: Qkx = Qkx {
+    rmin: -0.9,
+    rdelta: 0.05,
+    nstep: 36,
+    use_mad: false,
+};
+
+/// The first 16 bytes of a Q4_K or Q5_K block of `x` with levels `0..=nmax` (`d`, `dmin`,
+/// the packed 6-bit scales and mins), as ggml finds them, and every element's level in
+/// `levels`. Without importances each sub-block of 32 is weighted by `rms + |x|` and its
+/// scale and min are quantized against the block's largest; with them, by
+/// `importance * sqrt(sigma2 + x²)` (`sigma2` twice the block's mean square), the scales
+/// and mins quantized by [`make_qp_quants`]. Elements get the nearest level of their
+/// decoded scale and min, except in a sub-block whose decoded scale is 0, which keeps
+/// the levels of the search.
+pub(super) fn scales_and_mins(
+    x: &[f32; QK_K],
+    importance: Option<&[f32; QK_K]>,
+    nmax: i32,
+    search: &Qkx,
+    levels: &mut [u8; QK_K],
+) -> [u8; 16] {
+    let mut laux = [0u8; 32];
+    let (mut scales, mut mins, mut sw) = ([0f32; 8], [0f32; 8], [0f32; 8]);
+    let sigma2 = 2.0 * sum_squares(x) / QK_K as f32;
+    for (j, (sub, l)) in x
+        .chunks_exact(32)
+        .zip(levels.chunks_exact_mut(32))
+        .enumerate()
+    {
+        let mut w = [0f32; 32];
+        match importance {
+            Some(imp) => imatrix_weights(sub, &imp[32 * j..32 * j + 32], sigma2, &mut w),
+            None => {
+                let av_x = (sum_squares(sub) / 32.0).sqrt();
+                for (w, &v) in w.iter_mut().zip(sub) {
+                    *w = av_x + v.abs();
+                }
+            }
+        }
+        sw[j] = w.iter().sum();
+        (scales[j], mins[j]) = make_qkx_quants(nmax, sub, &w, l, &mut laux, search);
+    }
+    let (mut ls, mut lm) = ([0u8; 8], [0u8; 8]);
+    let (d, dmin) = if importance.is_some() {
+        (
+            make_qp_quants(63, &scales, &sw, &mut ls),
+            make_qp_quants(63, &mins, &sw, &mut lm),
+        )
+    } else {
+        let max_scale = scales.iter().fold(0f32, |m, &s| if s > m { s } else { m });
+        let max_min = mins.iter().fold(0f32, |m, &s| if s > m { s } else { m });
+        let inv_scale = if max_scale > 0.0 {
+            63.0 / max_scale
+        } else {
+            0.0
+        };
+        let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
+        for j in 0..8 {
+            ls[j] = (nearest_int(inv_scale * scales[j]) as u8).min(63);
+            lm[j] = (nearest_int(inv_min * mins[j]) as u8).min(63);
+        }
+        (max_scale / 63.0, max_min / 63.0)
+    };
+    let mut head = [0u8; 16];
+    head[0..2].copy_from_slice(&f16_bytes(d));
+    head[2..4].copy_from_slice(&f16_bytes(dmin));
+    head[4..16].copy_from_slice(&pack_scale_min(&ls, &lm));
+    let (d, dmin) = (f16_round(d), f16_round(dmin));
+    for (j, (sub, l)) in x
+        .chunks_exact(32)
+        .zip(levels.chunks_exact_mut(32))
+        .enumerate()
+    {
+        let (sc, m) = scale_min(&head[4..16], j);
+        let dd = d * sc as f32;
+        if dd == 0.0 {
+            continue;
+        }
+        let dm = dmin * m as f32;
+        for (l, &v) in l.iter_mut().zip(sub) {
+            *l = nearest_int((v + dm) / dd).clamp(0, nmax) as u8;
+        }
+    }
+    head
+}
+
+/// Packs 256 levels (each < 16) into Q4_K's 128 bytes of nibbles.
+fn pack_nibbles(levels: &[u8; QK_K], qs: &mut [u8]) {
+    for (c, q32) in qs.chunks_exact_mut(32).enumerate() {
+        let (lo, hi) = levels[64 * c..64 * c + 64].split_at(32);
+        for ((q, &l), &h) in q32.iter_mut().zip(lo).zip(hi) {
+            *q = l | (h << 4);
+        }
+    }
 }

@@ -10,9 +10,14 @@
 //!
 //! Element value, with `j` its sub-block (`element / 32`):
 //! `(d * sc[j]) * q - (dmin * m[j])`, each product rounded, then the difference.
+//!
+//! The quantizers are ggml's (`quantize_row_q5_K_ref`, and `quantize_row_q5_K_impl`
+//! with importances), bit for bit; they share Q4_K's search
+//! ([`super::q4_k::scales_and_mins`]) with 32 levels.
 
-use super::q4_k::scale_min;
-use super::{blocks_to_values, f16_at, WeightFormat, QK_K};
+use super::kquants::Qkx;
+use super::q4_k::{scale_min, scales_and_mins, WEIGHTED_SEARCH};
+use super::{blocks_to_values, f16_at, values_to_blocks, WeightFormat, QK_K};
 use gguf::GgmlType;
 
 /// Elements per block.
@@ -28,8 +33,8 @@ pub const FORMAT: WeightFormat = WeightFormat {
     scales: &[0, 2],
     other_scales: None,
     dequantize,
-    quantize: None,
-    quantize_weighted: None,
+    quantize: Some(quantize),
+    quantize_weighted: Some(quantize_weighted),
 };
 
 /// Dequantizes whole blocks. Panics unless `src` is exactly `dst.len() / 256` blocks.
@@ -56,6 +61,54 @@ pub fn dequantize(src: &[u8], dst: &mut [f32]) {
                 *l = d0 * ql as f32 - m0;
                 *h = d1 * qu as f32 - m1;
             }
+        }
+    }
+}
+
+/// Quantizes whole blocks: each sub-block of 32 gets the scale and min of least
+/// squared error weighted by `rms + |x|`; both are quantized to 6 bits against the
+/// largest of the block. Panics unless `dst` is exactly `src.len() / 256` blocks.
+pub fn quantize(src: &[f32], dst: &mut [u8]) {
+    const SEARCH: Qkx = Qkx {
+        rmin: -0.5,
+        rdelta: 0.1,
+        nstep: 15,
+        use_mad: false,
+    };
+    let (values, out) = values_to_blocks::<TYPE_SIZE, BLOCK_SIZE>(src, dst);
+    for (x, b) in values.iter().zip(out) {
+        let mut levels = [0u8; QK_K];
+        let head = scales_and_mins(x, None, 31, &SEARCH, &mut levels);
+        b[0..16].copy_from_slice(&head);
+        pack_levels(&levels, b);
+    }
+}
+
+/// Quantizes whole blocks, element `i`'s squared error weighted by
+/// `importance[i] * sqrt(sigma2 + x[i]²)` (`sigma2`: twice the super-block's mean
+/// square), as Q4_K's weighted quantizer does. Panics unless `dst` is exactly
+/// `src.len() / 256` blocks and `importance` is as long as `src`.
+pub fn quantize_weighted(src: &[f32], importance: &[f32], dst: &mut [u8]) {
+    assert_eq!(importance.len(), src.len(), "one importance per value");
+    let (values, out) = values_to_blocks::<TYPE_SIZE, BLOCK_SIZE>(src, dst);
+    let importance = importance.as_chunks::<BLOCK_SIZE>().0;
+    for ((x, imp), b) in values.iter().zip(importance).zip(out) {
+        let mut levels = [0u8; QK_K];
+        let head = scales_and_mins(x, Some(imp), 31, &WEIGHTED_SEARCH, &mut levels);
+        b[0..16].copy_from_slice(&head);
+        pack_levels(&levels, b);
+    }
+}
+
+/// Packs 256 levels (each < 32) into the `qh` and `qs` of block `b`.
+fn pack_levels(levels: &[u8; QK_K], b: &mut [u8]) {
+    let (qh, qs) = b[16..176].split_at_mut(32);
+    qh.fill(0);
+    for (c, q32) in qs.chunks_exact_mut(32).enumerate() {
+        let (lo, hi) = levels[64 * c..64 * c + 64].split_at(32);
+        for (i, q) in q32.iter_mut().enumerate() {
+            qh[i] |= (lo[i] >> 4) << (2 * c) | (hi[i] >> 4) << (2 * c + 1);
+            *q = (lo[i] & 0x0F) | (hi[i] & 0x0F) << 4;
         }
     }
 }

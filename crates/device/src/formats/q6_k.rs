@@ -9,8 +9,12 @@
 //!
 //! Element value, with `s` its sub-block (`element / 16`):
 //! `(d * scales[s]) * (q - 32)` with `q` the unsigned 6-bit value.
+//!
+//! The quantizers are ggml's (`quantize_row_q6_K_ref`, and `quantize_row_q6_K_impl`
+//! with importances), bit for bit.
 
-use super::{blocks_to_values, f16_at, f16_bytes, f16_round, values_to_blocks, WeightFormat, QK_K};
+use super::kquants::{make_qx_quants, nearest_int, signed_max, GROUP_MAX_EPS};
+use super::{blocks_to_values, f16_at, f16_bytes, values_to_blocks, WeightFormat, QK_K};
 use gguf::GgmlType;
 
 /// Elements per block.
@@ -27,7 +31,7 @@ pub const FORMAT: WeightFormat = WeightFormat {
     other_scales: None,
     dequantize,
     quantize: Some(quantize),
-    quantize_weighted: None,
+    quantize_weighted: Some(quantize_weighted),
 };
 
 /// Dequantizes whole blocks. Panics unless `src` is exactly `dst.len() / 256` blocks.
@@ -63,55 +67,71 @@ pub fn dequantize(src: &[u8], dst: &mut [f32]) {
     }
 }
 
-/// Quantizes whole blocks by plain round-to-nearest (no search, unlike llama.cpp):
-/// each sub-block of 16 gets `scale = -max / 32` (`max` its first element of largest
-/// magnitude); the scales are quantized to i8 against `d = -max scale / 128`, and each
-/// element then to the nearest of the 64 levels the decoder will produce.
-/// Panics unless `dst` is exactly `src.len() / 256` blocks.
+/// Quantizes whole blocks: each sub-block of 16 gets its scale by [`make_qx_quants`]
+/// (levels -32..32, `x²`-weighted); the scales are quantized to i8 against
+/// `d = -(largest-magnitude scale) / 128`. Panics unless `dst` is exactly
+/// `src.len() / 256` blocks.
 pub fn quantize(src: &[f32], dst: &mut [u8]) {
     let (values, out) = values_to_blocks::<TYPE_SIZE, BLOCK_SIZE>(src, dst);
     for (x, b) in values.iter().zip(out) {
-        let mut scales = [0f32; 16];
-        for (sc, sub) in scales.iter_mut().zip(x.chunks_exact(16)) {
-            *sc = super::q4_0::signed_absmax(sub) / -32.0;
+        let mut w = [0f32; QK_K];
+        for (w, &v) in w.iter_mut().zip(x) {
+            *w = v * v;
         }
-        let max_scale = super::q4_0::signed_absmax(&scales);
-        let mut ls = [0i8; 16];
-        let mut d = 0.0f32;
-        if max_scale != 0.0 {
-            let iscale = -128.0 / max_scale;
-            d = 1.0 / iscale;
-            for (l, &s) in ls.iter_mut().zip(&scales) {
-                *l = (iscale * s).round().min(127.0) as i8;
-            }
+        write_block(x, &w, b);
+    }
+}
+
+/// Quantizes whole blocks, element `i`'s squared error weighted by `importance[i]`, as
+/// ggml's `quantize_row_q6_K_impl` does. Panics unless `dst` is exactly
+/// `src.len() / 256` blocks and `importance` is as long as `src`.
+pub fn quantize_weighted(src: &[f32], importance: &[f32], dst: &mut [u8]) {
+    assert_eq!(importance.len(), src.len(), "one importance per value");
+    let (values, out) = values_to_blocks::<TYPE_SIZE, BLOCK_SIZE>(src, dst);
+    let importance = importance.as_chunks::<BLOCK_SIZE>().0;
+    for ((x, w), b) in values.iter().zip(importance).zip(out) {
+        write_block(x, w, b);
+    }
+}
+
+/// Quantizes one block `x` with weights `w` into `b`: the sub-block scales by
+/// [`make_qx_quants`], then each element to the nearest level of its decoded scale (a
+/// sub-block whose decoded scale is 0 keeps the levels of its search); a block whose
+/// scales are all (near) 0 is all zero bytes.
+fn write_block(x: &[f32; QK_K], w: &[f32; QK_K], b: &mut [u8]) {
+    let mut levels = [0i8; QK_K];
+    let mut scales = [0f32; 16];
+    let subs = x.chunks_exact(16).zip(w.chunks_exact(16));
+    for ((s, (x, w)), l) in scales.iter_mut().zip(subs).zip(levels.chunks_exact_mut(16)) {
+        *s = make_qx_quants(32, x, w, l);
+    }
+    let (max_scale, max_abs) = signed_max(&scales);
+    b.fill(0);
+    if max_abs < GROUP_MAX_EPS {
+        return;
+    }
+    let iscale = -128.0 / max_scale;
+    b[208..210].copy_from_slice(&f16_bytes(1.0 / iscale));
+    let d = f16_at(b, 208);
+    for (j, (sub, l)) in x
+        .chunks_exact(16)
+        .zip(levels.chunks_exact_mut(16))
+        .enumerate()
+    {
+        let ls = nearest_int(iscale * scales[j]).min(127) as i8;
+        b[192 + j] = ls as u8;
+        let dd = d * ls as f32;
+        if dd == 0.0 {
+            continue;
         }
-        let dr = f16_round(d);
-        let mut levels = [32u8; QK_K];
-        for (s, (sub, lv)) in x
-            .chunks_exact(16)
-            .zip(levels.chunks_exact_mut(16))
-            .enumerate()
-        {
-            let dd = dr * ls[s] as f32;
-            if dd == 0.0 {
-                continue;
-            }
-            for (l, &v) in lv.iter_mut().zip(sub) {
-                *l = ((v / dd).round().clamp(-32.0, 31.0) + 32.0) as u8;
-            }
+        for (l, &v) in l.iter_mut().zip(sub) {
+            *l = (nearest_int(v / dd).clamp(-32, 31) + 32) as i8;
         }
-        let (ql, rest) = b.split_at_mut(128);
-        let (qh, rest) = rest.split_at_mut(64);
-        ql.fill(0);
-        qh.fill(0);
-        for (e, &q) in levels.iter().enumerate() {
-            let (h, r) = (e / 128, e % 128);
-            ql[64 * h + r % 64] |= (q & 0x0F) << (4 * (r / 64));
-            qh[32 * h + r % 32] |= (q >> 4) << (2 * (r / 32));
-        }
-        for (dst, &l) in rest[..16].iter_mut().zip(&ls) {
-            *dst = l as u8;
-        }
-        rest[16..18].copy_from_slice(&f16_bytes(d));
+    }
+    let (ql, qh) = b[..192].split_at_mut(128);
+    for (e, &q) in levels.iter().enumerate() {
+        let (h, r, q) = (e / 128, e % 128, q as u8);
+        ql[64 * h + r % 64] |= (q & 0x0F) << (4 * (r / 64));
+        qh[32 * h + r % 32] |= (q >> 4) << (2 * (r / 32));
     }
 }

@@ -96,6 +96,7 @@ mod tests {
             .next()
             .unwrap()
             .starts_with("type    writes reference   toy"));
-        assert!(text.contains("\nQ2_K    -      f32         -\n"), "{text}");
+        assert!(text.contains("\nQ2_K    yes    f32         -\n"), "{text}");
+        assert!(text.contains("\nIQ1_M   -      f32         -"), "{text}");
     }
 }

@@ -10,8 +10,9 @@
 //! 2. llama.cpp's fallback where its row length is not a whole number of that type's
 //!    blocks (256-element types to a 32-element one, then F16), and for Q1_0 and NVFP4,
 //!    where llama.cpp defines none and stops, Q4_0 and MXFP4 ([`fallback`]);
-//! 3. where llama.cpp's choice is a type tandem does not write (Q5_K), the next larger
-//!    one it writes (Q6_K).
+//!
+//! A tensor that would become a type of [`NEED_IMATRIX`] (other than the embedding and
+//! the output head) is an error without an importance matrix, as in llama.cpp.
 
 use gguf::{GgmlType, Metadata, TensorInfo, Value};
 use regex::Regex;
@@ -21,7 +22,8 @@ use crate::{Error, Result};
 use GgmlType::*;
 
 /// Each type tandem writes with the `general.file_type` (llama.cpp's `llama_ftype`) of a
-/// model quantized to it: Q4_K is llama.cpp's Q4_K_M, MXFP4 its MXFP4_MOE.
+/// model quantized to it: Q3_K, Q4_K and Q5_K are llama.cpp's Q3_K_M, Q4_K_M and Q5_K_M,
+/// MXFP4 its MXFP4_MOE.
 const FILE_TYPES: &[(GgmlType, u32)] = &[
     (F32, 0),
     (F16, 1),
@@ -30,8 +32,17 @@ const FILE_TYPES: &[(GgmlType, u32)] = &[
     (Q8_0, 7),
     (Q5_0, 8),
     (Q5_1, 9),
+    (Q2_K, 10),
+    (Q3_K, 12),
     (Q4_K, 15),
+    (Q5_K, 17),
     (Q6_K, 18),
+    (IQ2_XXS, 19),
+    (IQ2_XS, 20),
+    (IQ3_XXS, 23),
+    (IQ1_S, 24),
+    (IQ3_S, 26),
+    (IQ2_S, 28),
     (IQ4_NL, 25),
     (IQ4_XS, 30),
     (BF16, 32),
@@ -44,7 +55,12 @@ const FILE_TYPES: &[(GgmlType, u32)] = &[
 ];
 
 /// llama.cpp's names of its mixtures that are tandem's targets.
-const ALIASES: &[(&str, GgmlType)] = &[("Q4_K_M", Q4_K), ("MXFP4_MOE", MXFP4)];
+const ALIASES: &[(&str, GgmlType)] = &[
+    ("Q3_K_M", Q3_K),
+    ("Q4_K_M", Q4_K),
+    ("Q5_K_M", Q5_K),
+    ("MXFP4_MOE", MXFP4),
+];
 
 /// The types llama.cpp quantizes only with an importance matrix (`llama-quant.cpp`'s
 /// `tensor_requires_imatrix`, which holds ggml's `ggml_quantize_requires_imatrix`).
@@ -69,7 +85,7 @@ pub fn file_type(target: GgmlType) -> Option<u32> {
 }
 
 /// A type name as `--type` and `--tensor-type` take it: a GGML type tandem writes, in
-/// any case, or llama.cpp's Q4_K_M or MXFP4_MOE. Errors list the types tandem writes,
+/// any case, or llama.cpp's Q3_K_M, Q4_K_M, Q5_K_M or MXFP4_MOE. Errors list the types tandem writes,
 /// and say which types llama.cpp quantizes only with an importance matrix.
 pub fn parse_type(s: &str) -> Result<GgmlType> {
     type_named(s).map_err(Error::Quantize)
@@ -183,6 +199,7 @@ enum Category {
     AttnKvB,
     AttnV,
     AttnK,
+    AttnQ,
     AttnOutput,
     FfnDown,
     Other,
@@ -201,6 +218,7 @@ fn category(name: &str) -> Category {
         ("attn_kv_b.weight", AttnKvB),
         ("attn_v.weight", AttnV),
         ("attn_k.weight", AttnK),
+        ("attn_q.weight", AttnQ),
         ("attn_output.weight", AttnOutput),
         ("ffn_down", FfnDown),
     ];
@@ -376,17 +394,18 @@ fn choose(spec: &QuantSpec, f: &Facts, t: &TensorInfo, c: &mut Counters) -> Resu
         ty = fitted;
     }
     if !writable(ty) {
-        let larger = match ty {
-            Q5_K => Q6_K,
-            _ => {
-                return Err(Error::Quantize(format!(
-                    "tensor '{}': llama.cpp would write {ty}, which tandem does not write",
-                    t.name
-                )))
-            }
-        };
-        why.push(format!("tandem does not write {ty}: {larger}"));
-        ty = larger;
+        return Err(Error::Quantize(format!(
+            "tensor '{}': llama.cpp would write {ty}, which tandem does not write",
+            t.name
+        )));
+    }
+    let head = matches!(category(&t.name), Category::Output | Category::TokenEmbd);
+    if NEED_IMATRIX.contains(&ty) && !spec.has_imatrix && !head {
+        return Err(Error::Quantize(format!(
+            "tensor '{}' would be {ty}, which llama.cpp quantizes only with an importance \
+             matrix: pass --imatrix (or choose another type for it with --tensor-type)",
+            t.name
+        )));
     }
     let convert = ty != source;
     if convert && !device::formats::is_supported(source) {
@@ -411,15 +430,33 @@ fn choose(spec: &QuantSpec, f: &Facts, t: &TensorInfo, c: &mut Counters) -> Resu
 }
 
 /// llama.cpp's choice for the tensors of a model quantized to `spec.target` where it is
-/// not the target: the output head (and a tied embedding) in Q6_K, or Q8_0 where its
-/// row does not fit the target or the target is Q8_0 or MXFP4 (MXFP4_MOE: experts in MXFP4,
-/// every other matrix in Q8_0); the embedding of a ternary or Q2_0 model in Q4_K; V
-/// projections in Q5_K for IQ4_NL/IQ4_XS with 4 or more query heads per KV head, in
-/// Q6_K for Q4_K (Q4_K_M) in the layers `use_more_bits` picks, in Q8_0 with 8 experts;
-/// K projections in Q8_0 with 8 experts; `ffn_down` in Q6_K for Q4_K in those layers,
-/// in Q5_K for IQ4_* without an importance matrix and Q4_1/Q5_1 for Q4_0/Q5_0 with one
-/// in the first eighth of the layers; attention outputs in Q5_K for IQ4_*/Q4_K with 8
-/// experts. (Falcon's own rules are followed; llama.cpp's rule for 70B models is not.)
+/// not the target (its `llama_tensor_get_type_impl`, for the file types of
+/// [`FILE_TYPES`]; Falcon's own rules are followed, the rule for 70B models is not):
+/// - the output head (and a tied embedding): Q8_0 where its row does not fit the target,
+///   for Falcon, Q8_0 and MXFP4 (MXFP4_MOE: experts in MXFP4, every other matrix in
+///   Q8_0); Q5_K for IQ1_S, IQ2_XXS, IQ2_XS, IQ2_S and IQ3_XXS; else Q6_K;
+/// - the embedding: Q4_K for the ternary types and Q2_0, Q2_K for IQ1_S, IQ2_XXS and
+///   IQ2_XS, IQ3_S for IQ2_S and IQ3_XXS;
+/// - IQ1_S, IQ2_XXS, IQ2_XS, IQ2_S: V projections in Q4_K with 4 or more query heads
+///   per KV head or experts, else in Q2_K (IQ3_S for IQ2_S), as is `ffn_down` of the
+///   first eighth of the layers; with 8 experts, K projections in Q4_K and attention
+///   outputs in Q5_K, else attention outputs in IQ3_S for IQ2_S, IQ2_XXS for IQ1_S;
+/// - V projections: Q4_K with 4 or more query heads per KV head for Q2_K (else Q3_K),
+///   IQ3_S and IQ3_XXS (else IQ3_XXS, IQ3_S without an importance matrix); Q5_K for the
+///   first two and Q4_K for the others for Q3_K (Q3_K_M); Q5_K for IQ4_* with 4 or more
+///   query heads per KV head; Q6_K for Q4_K and Q5_K (Q4_K_M, Q5_K_M) in the layers
+///   `use_more_bits` picks; Q8_0 with 8 experts;
+/// - K projections: Q8_0 with 8 experts, else IQ2_S for IQ3_XXS; Q projections IQ2_S
+///   for IQ3_XXS;
+/// - `ffn_down`: Q3_K for Q2_K; for IQ3_XXS without an importance matrix Q4_K in the
+///   first eighth of the layers, Q3_K after; for Q3_K Q5_K in the first sixteenth, Q4_K
+///   after (Falcon: Q3_K where `use_more_bits` does not pick the layer); for Q4_K
+///   Q6_K in the layers `use_more_bits` picks (Falcon: Q6_K in the first sixteenth,
+///   Q5_K where picked); for Q5_K Q6_K where picked; for IQ4_* without an importance
+///   matrix Q5_K in the first eighth; Q4_1/Q5_1 for Q4_0/Q5_0 with one in the first
+///   eighth;
+/// - attention outputs (not Falcon): with 8 experts Q5_K for Q2_K, Q3_K, Q4_K, IQ3_XXS,
+///   IQ3_S and IQ4_*; else Q3_K for Q2_K, IQ3_S for IQ3_XXS, Q4_K for Q3_K.
 fn mixture(spec: &QuantSpec, f: &Facts, t: &TensorInfo, c: &mut Counters) -> Result<GgmlType> {
     let target = spec.target;
     let cat = category(&t.name);
@@ -433,6 +470,8 @@ fn mixture(spec: &QuantSpec, f: &Facts, t: &TensorInfo, c: &mut Counters) -> Res
                 || !t.dims[0].is_multiple_of(target.block_size())
             {
                 Q8_0
+            } else if matches!(target, IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ1_S) {
+                Q5_K
             } else {
                 Q6_K
             },
@@ -445,15 +484,53 @@ fn mixture(spec: &QuantSpec, f: &Facts, t: &TensorInfo, c: &mut Counters) -> Res
             Q8_0
         });
     }
-    Ok(match cat {
-        Category::TokenEmbd if matches!(target, TQ1_0 | TQ2_0 | Q2_0) => Q4_K,
-        c_v if is_attn_v(c_v) => {
-            let mut ty = target;
-            if iq4 && f.n_gqa >= 4 {
-                ty = Q5_K;
-            } else if target == Q4_K && use_more_bits(c.attention_wv, f.n_attention_wv) {
-                ty = Q6_K;
+    if cat == Category::TokenEmbd {
+        return Ok(match target {
+            TQ1_0 | TQ2_0 | Q2_0 => Q4_K,
+            IQ2_XXS | IQ2_XS | IQ1_S => Q2_K,
+            IQ2_S | IQ3_XXS => IQ3_S,
+            _ => target,
+        });
+    }
+    if matches!(target, IQ2_XXS | IQ2_XS | IQ2_S | IQ1_S) {
+        let low = if target == IQ2_S { IQ3_S } else { Q2_K };
+        return Ok(match cat {
+            c_v if is_attn_v(c_v) => {
+                c.attention_wv += 1;
+                if f.n_gqa >= 4 || f.n_expert >= 4 {
+                    Q4_K
+                } else {
+                    low
+                }
             }
+            Category::AttnK if f.n_expert == 8 => Q4_K,
+            Category::FfnDown => {
+                c.ffn_down += 1;
+                if c.ffn_down - 1 < f.n_layer / 8 {
+                    low
+                } else {
+                    target
+                }
+            }
+            Category::AttnOutput if f.n_expert == 8 => Q5_K,
+            Category::AttnOutput if target == IQ2_S => IQ3_S,
+            Category::AttnOutput if target == IQ1_S => IQ2_XXS,
+            _ => target,
+        });
+    }
+    Ok(match cat {
+        c_v if is_attn_v(c_v) => {
+            let more_bits = use_more_bits(c.attention_wv, f.n_attention_wv);
+            let mut ty = match target {
+                Q2_K | IQ3_XXS | IQ3_S if f.n_gqa >= 4 => Q4_K,
+                Q2_K => Q3_K,
+                IQ3_XXS if !spec.has_imatrix => IQ3_S,
+                Q3_K if c.attention_wv < 2 => Q5_K,
+                Q3_K => Q4_K,
+                IQ4_NL | IQ4_XS if f.n_gqa >= 4 => Q5_K,
+                Q4_K | Q5_K if more_bits => Q6_K,
+                _ => target,
+            };
             if f.n_expert == 8 {
                 ty = Q8_0;
             }
@@ -461,6 +538,7 @@ fn mixture(spec: &QuantSpec, f: &Facts, t: &TensorInfo, c: &mut Counters) -> Res
             ty
         }
         Category::AttnK if f.n_expert == 8 => Q8_0,
+        Category::AttnK | Category::AttnQ if target == IQ3_XXS => IQ2_S,
         Category::FfnDown => {
             let i = if f.n_expert > 1 {
                 let b = block_of(&t.name);
@@ -476,29 +554,36 @@ fn mixture(spec: &QuantSpec, f: &Facts, t: &TensorInfo, c: &mut Counters) -> Res
             };
             c.ffn_down += 1;
             let n = f.n_layer;
-            if target == Q4_K && falcon {
-                if i < n / 16 {
-                    Q6_K
-                } else if use_more_bits(i, n) {
-                    Q5_K
-                } else {
-                    Q4_K
-                }
-            } else if target == Q4_K && use_more_bits(i, n) {
-                Q6_K
-            } else if iq4 && !spec.has_imatrix && i < n / 8 {
+            let more_bits = use_more_bits(i, n);
+            match target {
+                Q2_K => Q3_K,
+                IQ3_XXS if !spec.has_imatrix && i < n / 8 => Q4_K,
+                IQ3_XXS if !spec.has_imatrix => Q3_K,
+                Q3_K if i < n / 16 => Q5_K,
+                Q3_K if !falcon || more_bits => Q4_K,
+                Q4_K if falcon && i < n / 16 => Q6_K,
+                Q4_K if falcon && more_bits => Q5_K,
+                Q4_K if !falcon && more_bits => Q6_K,
+                IQ4_NL | IQ4_XS if !spec.has_imatrix && i < n / 8 => Q5_K,
+                Q5_K if more_bits => Q6_K,
+                Q4_0 if spec.has_imatrix && i < n / 8 => Q4_1,
+                Q5_0 if spec.has_imatrix && i < n / 8 => Q5_1,
+                _ => target,
+            }
+        }
+        Category::AttnOutput if !falcon && f.n_expert == 8 => {
+            if iq4 || matches!(target, Q2_K | Q3_K | Q4_K | IQ3_XXS | IQ3_S) {
                 Q5_K
-            } else if matches!(target, Q4_0 | Q5_0) && spec.has_imatrix && i < n / 8 {
-                if target == Q4_0 {
-                    Q4_1
-                } else {
-                    Q5_1
-                }
             } else {
                 target
             }
         }
-        Category::AttnOutput if !falcon && f.n_expert == 8 && (iq4 || target == Q4_K) => Q5_K,
+        Category::AttnOutput if !falcon => match target {
+            Q2_K => Q3_K,
+            IQ3_XXS => IQ3_S,
+            Q3_K => Q4_K,
+            _ => target,
+        },
         _ => target,
     })
 }
