@@ -41,7 +41,8 @@ pub struct SynthArgs {
     /// Hidden width of one expert.
     #[arg(long, default_value_t = 256)]
     pub n_ff_exp: usize,
-    /// Type of the matrices: f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q6_k.
+    /// Type of the matrices: any type `tandem quantize` writes (the IQ types quantized as
+    /// if every importance were 1).
     #[arg(long = "type", default_value = "q4_k", value_parser = parse_type)]
     pub ty: GgmlType,
     /// The model whose tokenizer and chat template are copied (a path or a known name).
@@ -58,11 +59,15 @@ pub struct SynthArgs {
 }
 
 fn parse_type(s: &str) -> Result<GgmlType, String> {
-    use GgmlType::*;
-    [F32, F16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K]
-        .into_iter()
+    let writable = model::quant::writable_types();
+    writable
+        .iter()
+        .copied()
         .find(|t| t.to_string().eq_ignore_ascii_case(s))
-        .ok_or_else(|| format!("'{s}' is not a type tandem writes (f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q6_k)"))
+        .ok_or_else(|| {
+            let names: Vec<String> = writable.iter().map(|t| t.to_string()).collect();
+            format!("'{s}' is not a type tandem writes ({})", names.join(", "))
+        })
 }
 
 pub fn execute(a: SynthArgs) -> Result<(), CliError> {

@@ -13,10 +13,10 @@
 //! `(db * grid[j]) * sign`, `sign` ±1 by the sign bit.
 
 use super::grids::search::{iq3s, max_of, signs, Scan};
-use super::grids::{sign, IQ3S};
-use super::iq3_xxs::{group_weights, nibble, write_d};
+use super::grids::IQ3S;
+use super::iq3_xxs::{dequantize_octets, group_weights, nibble, write_d};
 use super::kquants::sum_squares;
-use super::{blocks_to_values, f16_at, values_to_blocks, WeightFormat, QK_K};
+use super::{values_to_blocks, WeightFormat, QK_K};
 use gguf::GgmlType;
 
 /// Elements per block.
@@ -56,17 +56,7 @@ pub fn octet(b: &[u8], k: usize) -> ([&'static [i8; 4]; 2], u8) {
 
 /// Dequantizes whole blocks. Panics unless `src` is exactly `dst.len() / 256` blocks.
 pub fn dequantize(src: &[u8], dst: &mut [f32]) {
-    let (blocks, out) = blocks_to_values::<TYPE_SIZE, BLOCK_SIZE>(src, dst);
-    for (b, o) in blocks.iter().zip(out) {
-        let d = f16_at(b, 0);
-        for (k, o8) in o.chunks_exact_mut(8).enumerate() {
-            let db = group_scale(b, d, k / 4);
-            let (grids, signs) = octet(b, k);
-            for (j, v) in o8.iter_mut().enumerate() {
-                *v = db * grids[j / 4][j % 4] as f32 * sign(signs, j);
-            }
-        }
-    }
+    dequantize_octets::<TYPE_SIZE>(src, dst, group_scale, octet);
 }
 
 /// Quantizes whole blocks, each element's squared error weighted by `x²`. Panics unless

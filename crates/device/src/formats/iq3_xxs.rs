@@ -56,11 +56,26 @@ pub fn octet(b: &[u8], k: usize) -> ([&'static [i8; 4]; 2], u8) {
 
 /// Dequantizes whole blocks. Panics unless `src` is exactly `dst.len() / 256` blocks.
 pub fn dequantize(src: &[u8], dst: &mut [f32]) {
-    let (blocks, out) = blocks_to_values::<TYPE_SIZE, BLOCK_SIZE>(src, dst);
+    dequantize_octets::<TYPE_SIZE>(src, dst, group_scale, octet);
+}
+
+/// `octet(block, k)`: the two grid entries and the sign pattern of elements `8k..8k + 8`.
+pub(super) type Octet = fn(&[u8], usize) -> ([&'static [i8; 4]; 2], u8);
+
+/// Dequantizes whole blocks of `TS` bytes of IQ3_XXS or IQ3_S: element `8k + j` is
+/// `scale(block, d, k / 4) · grid · sign` of `octet(block, k)`. Panics unless `src` is
+/// exactly `dst.len() / 256` blocks.
+pub(super) fn dequantize_octets<const TS: usize>(
+    src: &[u8],
+    dst: &mut [f32],
+    scale: fn(&[u8], f32, usize) -> f32,
+    octet: Octet,
+) {
+    let (blocks, out) = blocks_to_values::<TS, BLOCK_SIZE>(src, dst);
     for (b, o) in blocks.iter().zip(out) {
         let d = f16_at(b, 0);
         for (k, o8) in o.chunks_exact_mut(8).enumerate() {
-            let db = group_scale(b, d, k / 4);
+            let db = scale(b, d, k / 4);
             let (grids, signs) = octet(b, k);
             for (j, v) in o8.iter_mut().enumerate() {
                 *v = db * grids[j / 4][j % 4] as f32 * sign(signs, j);
