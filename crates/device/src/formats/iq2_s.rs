@@ -101,7 +101,6 @@ fn quantize_with(src: &[f32], importance: Option<&[f32]>, dst: &mut [u8]) {
                     }
                 }
             }
-            let waux = weight.map(f32::sqrt);
             let mut xval = [0f32; 16];
             let mut signs = signs(xb, &mut xval);
             let max = max_of(&xval);
@@ -109,7 +108,7 @@ fn quantize_with(src: &[f32], importance: Option<&[f32]>, dst: &mut [u8]) {
                 continue;
             }
             let mut l = [0u8; 16];
-            let mut scale = grid.search_group(&xval, &weight, &waux, max, &SCAN, &mut l);
+            let mut scale = grid.search_group(&xval, &weight, max, &SCAN, &mut l);
             if scale < 0.0 {
                 scale = -scale;
                 signs = signs.map(|s| !s);

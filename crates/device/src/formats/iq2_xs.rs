@@ -105,7 +105,6 @@ pub fn quantize_weighted(src: &[f32], importance: &[f32], dst: &mut [u8]) {
         for (ib, (xb, qw)) in x.chunks_exact(16).zip(imp.chunks_exact(16)).enumerate() {
             let mut weight = [0f32; 16];
             imatrix_weights(xb, qw, sigma2, &mut weight);
-            let waux = weight.map(f32::sqrt);
             let mut xval = [0f32; 16];
             let mut signs = even_signs(xb, &weight, &mut xval);
             let max = max_of(&xval);
@@ -113,7 +112,7 @@ pub fn quantize_weighted(src: &[f32], importance: &[f32], dst: &mut [u8]) {
                 continue;
             }
             let mut l = [0u8; 16];
-            let mut scale = grid.search_group(&xval, &weight, &waux, max, &SCAN, &mut l);
+            let mut scale = grid.search_group(&xval, &weight, max, &SCAN, &mut l);
             if scale < 0.0 {
                 scale = -scale;
                 signs = signs.map(|s| !s & 127);

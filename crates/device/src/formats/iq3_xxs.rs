@@ -125,7 +125,6 @@ fn quantize_with(src: &[f32], importance: Option<&[f32]>, dst: &mut [u8]) {
                 importance.map(|m| &m[QK_K * ibl + 32 * ib..][..32]),
                 sigma2,
             );
-            let waux = weight.map(f32::sqrt);
             let mut xval = [0f32; 32];
             let mut signs = even_signs(xb, &weight, &mut xval);
             let max = max_of(&xval);
@@ -133,7 +132,7 @@ fn quantize_with(src: &[f32], importance: Option<&[f32]>, dst: &mut [u8]) {
                 continue;
             }
             let mut l = [0u8; 32];
-            let mut scale = grid.search_group(&xval, &weight, &waux, max, &SCAN, &mut l);
+            let mut scale = grid.search_group(&xval, &weight, max, &SCAN, &mut l);
             if scale < 0.0 {
                 scale = -scale;
                 signs = signs.map(|s| !s & 127);

@@ -203,7 +203,7 @@ impl<const W: usize> GridSearch<W> {
     }
 
     /// The scale and grid entries of one group of magnitudes `xval` (largest `max`),
-    /// its squared error weighted by `weight` (`waux` their square roots), as ggml's IQ3_XXS,
+    /// its squared error weighted by `weight` (at most 32), as ggml's IQ3_XXS,
     /// IQ3_S, IQ2_XS and IQ2_S quantizers search: from `max / (2 n - 1)` (`n` levels),
     /// each of the scales `(2n - 1 + is * scan.step) / max`, `is` in `-steps..=steps`,
     /// rounds and snaps the group ([`Self::snap`]) and gets the least-squares scale of its
@@ -214,11 +214,16 @@ impl<const W: usize> GridSearch<W> {
         &self,
         xval: &[f32],
         weight: &[f32],
-        waux: &[f32],
         max: f32,
         scan: &Scan,
         l: &mut [u8],
     ) -> f32 {
+        let mut waux = [0f32; 32];
+        let waux = &mut waux[..weight.len()];
+        for (a, w) in waux.iter_mut().zip(weight) {
+            *a = w.sqrt();
+        }
+        let waux = &*waux;
         let top = (2 * self.n_index as i32 - 1) as f32;
         let all = ((1u32 << (xval.len() / W)) - 1) as u8;
         let mut scale = max / top;
