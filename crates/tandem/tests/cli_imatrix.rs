@@ -6,29 +6,13 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use gguf::{GgmlType, Gguf};
 use model::quant::Imatrix;
 use model::Model;
 
-/// `tandem ARGS`: success and stderr.
-fn tandem(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn ok(args: &[&str]) -> String {
-    let (ok, stderr) = tandem(args);
-    assert!(ok, "tandem {args:?}: {stderr}");
-    stderr
-}
+mod common;
+use common::{ok, tandem};
 
 fn smollm2() -> PathBuf {
     let dir = std::env::var_os("TANDEM_MODELS")

@@ -3,30 +3,14 @@
 //! requests end with one line naming what is wrong.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use gguf::{GgmlType, GgufFile, GgufWriter, Value};
 
+mod common;
+use common::{ok, tandem};
+
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../model/tests/fixtures/{name}.gguf"))
-}
-
-/// `tandem ARGS`: success and stderr.
-fn tandem(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn ok(args: &[&str]) -> String {
-    let (ok, stderr) = tandem(args);
-    assert!(ok, "tandem {args:?}: {stderr}");
-    stderr
 }
 
 fn type_of(f: &GgufFile, name: &str) -> GgmlType {
