@@ -117,7 +117,7 @@ pub fn conv_case(dev: &mut dyn Device) -> Vec<f32> {
         }),
     };
     dev.kv_alloc(cfg).unwrap();
-    let spec = ConvSpec { width, k };
+    let spec = ConvSpec { width, k, silu: false };
     let w = buf(dev, &data(width * k, 7));
     let (x, out) = (
         dev.alloc(16 * width).unwrap(),

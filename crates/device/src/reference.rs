@@ -345,6 +345,11 @@ impl Device for Reference {
         self.bufs.put(out, o);
     }
 
+    fn delta_net(&mut self, layer: usize, io: &DeltaIo, spec: &DeltaSpec) {
+        let states = self.states.as_mut().expect("state layers");
+        states.delta_net(layer, &mut self.bufs, io, spec, dot);
+    }
+
     fn kv_store(&mut self, layer: usize, k: Buf, v: Buf) {
         let kv = self.kv.as_ref().expect("kv_alloc first");
         let (pb, width) = (kv.cfg.position_bytes(), kv.cfg.n_head_kv * kv.cfg.head_dim);

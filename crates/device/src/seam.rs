@@ -305,10 +305,11 @@ pub enum Op {
     Softplus,
     L2NormRows,
     Mul,
+    DeltaNet,
 }
 
 impl Op {
-    pub const ALL: [Op; 21] = [
+    pub const ALL: [Op; 22] = [
         Op::Embed,
         Op::RmsNorm,
         Op::MatMul,
@@ -330,6 +331,7 @@ impl Op {
         Op::Softplus,
         Op::L2NormRows,
         Op::Mul,
+        Op::DeltaNet,
     ];
 }
 
@@ -413,6 +415,10 @@ pub trait Device: Send {
     /// sequence's state in state layer `layer` (KV layer index), which then holds the last
     /// `k - 1` inputs. `w`: `[width, k]`.
     fn conv1d(&mut self, layer: usize, x: Buf, w: Buf, out: Buf, spec: &ConvSpec);
+    /// Gated DeltaNet's recurrence ([`DeltaSpec`]) over the step's rows, each sequence's
+    /// rows in order from its state in state layer `layer` (KV layer index), which then
+    /// holds the state after its last row.
+    fn delta_net(&mut self, layer: usize, io: &DeltaIo, spec: &DeltaSpec);
     /// `gate = silu(gate) · up` over `len` floats.
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize);
     /// `gate = gelu(gate) · up` over `len` floats (tanh approximation).
@@ -475,14 +481,62 @@ pub trait Device: Send {
 }
 
 /// A causal convolution over positions, per channel, with the sequence's last `k - 1`
-/// inputs kept as its recurrent state (`[k - 1, width]`, oldest first; zero before
-/// position 0).
+/// inputs kept as its recurrent state (`[k - 1, width]`, oldest first, at the start of the
+/// slot; zero before position 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConvSpec {
     /// Channels.
     pub width: usize,
     /// Taps per channel.
     pub k: usize,
+    /// Each output `y` becomes `silu(y) = y / (1 + e^-y)` (Mamba's and Gated DeltaNet's
+    /// convolutions).
+    pub silu: bool,
+}
+
+/// Gated DeltaNet's recurrence (the gated delta rule), per value head `h` of `n_v_heads`
+/// with the key head `h % n_k_heads` (ggml's tiling of key heads), on a state `S`
+/// (`[head_dim, head_dim]`: a row per value dimension, the key dimensions along it). Per
+/// row, in the sequence's order:
+///
+/// ```text
+/// S    *= exp(a[h] · g[h])
+/// d[j]  = (v[j] - S[j]·k) · beta[h]      for each value dimension j
+/// S[j] += d[j] · k
+/// out[j] = (S[j]·q) / sqrt(head_dim)
+/// ```
+///
+/// with the dot products each summed in one fixed order. The state of a sequence is the
+/// `n_v_heads · head_dim²` floats from float `at` of its slot (layers may keep other state
+/// before it: a convolution's); zero before position 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeltaSpec {
+    pub n_k_heads: usize,
+    pub n_v_heads: usize,
+    pub head_dim: usize,
+    pub at: usize,
+}
+
+impl DeltaSpec {
+    /// Floats of one sequence's state.
+    pub fn state_floats(&self) -> usize {
+        self.n_v_heads * self.head_dim * self.head_dim
+    }
+}
+
+/// The buffers of [`Device::delta_net`] for the step's rows: `q`, `k` `[rows, n_k_heads ·
+/// head_dim]` (unit length per head, as Gated DeltaNet normalizes them); `v`, `out` `[rows,
+/// n_v_heads · head_dim]`; `g` (the decay's rate, `softplus(α + dt_bias)`) and `beta` (the
+/// write strength, in `(0, 1)`) `[rows, n_v_heads]`; `a` `[n_v_heads]` (`-exp(A_log)`).
+#[derive(Debug, Clone, Copy)]
+pub struct DeltaIo {
+    pub q: Buf,
+    pub k: Buf,
+    pub v: Buf,
+    pub g: Buf,
+    pub beta: Buf,
+    pub a: Buf,
+    pub out: Buf,
 }
 
 /// What a backend's own working memory (besides the buffers a forward allocates through

@@ -1,11 +1,13 @@
 //! Recurrent states in host memory, for the backends whose buffers live there (the CPU,
 //! the reference): per state layer and slot, the state and its checkpoint
-//! ([`kv::state`]), and the causal convolution over them.
+//! ([`kv::state`]), and the recurrences over them: the causal convolution and Gated
+//! DeltaNet's delta rule.
 
 use kv::state::NO_SLOT;
 use kv::StateKv;
 
-use crate::{ConvSpec, Row, Step};
+use crate::host::HostBufs;
+use crate::{ConvSpec, DeltaIo, DeltaSpec, Row, Step};
 
 /// See the module doc.
 pub struct HostStates {
@@ -67,6 +69,24 @@ impl HostStates {
         }
     }
 
+    /// The step's rows as runs of one sequence each: `(rows, first float of its slot in
+    /// layer `layer`)`.
+    fn runs(&self, layer: usize) -> Vec<(std::ops::Range<usize>, usize)> {
+        let mut runs = Vec::new();
+        let mut start = 0;
+        while start < self.rows.len() {
+            let seq = self.rows[start].seq;
+            let len = self.rows[start..]
+                .iter()
+                .take_while(|r| r.seq == seq)
+                .count();
+            let at = self.range(layer, self.slots[seq]).start;
+            runs.push((start..start + len, at));
+            start += len;
+        }
+        runs
+    }
+
     /// [`crate::Device::conv1d`] over the step's rows with host buffers, each output a
     /// sum over the taps in order as `dot(inputs, taps)` gives it (`inputs[j]` the input
     /// `j` of the window, `taps[j] = w[c·k + j]`).
@@ -82,33 +102,66 @@ impl HostStates {
         let (width, k) = (spec.width, spec.k);
         let floats = (k - 1) * width;
         assert!(floats <= self.cfg.floats, "a slot holds the k - 1 inputs");
-        let mut start = 0;
-        while start < self.rows.len() {
-            let seq = self.rows[start].seq;
-            let end = start
-                + self.rows[start..]
-                    .iter()
-                    .take_while(|r| r.seq == seq)
-                    .count();
-            let at = self.range(layer, self.slots[seq]).start;
+        for (rows, at) in self.runs(layer) {
             let range = at..at + floats;
             // [k - 1 + rows, width]: the state, then the step's inputs.
             let mut window = self.state[range.clone()].to_vec();
-            window.extend_from_slice(&x[start * width..end * width]);
+            window.extend_from_slice(&x[rows.start * width..rows.end * width]);
             let (mut inputs, mut taps) = (vec![0f32; k], vec![0f32; k]);
-            for (i, r) in (start..end).enumerate() {
+            for (i, r) in rows.clone().enumerate() {
                 for c in 0..width {
                     for j in 0..k {
                         inputs[j] = window[(i + j) * width + c];
                         taps[j] = w[c * k + j];
                     }
-                    out[r * width + c] = dot(&inputs, &taps);
+                    let y = dot(&inputs, &taps);
+                    out[r * width + c] = if spec.silu { y / (1.0 + (-y).exp()) } else { y };
                 }
             }
-            let n = end - start;
+            let n = rows.len();
             self.state[range].copy_from_slice(&window[n * width..(n + k - 1) * width]);
-            start = end;
         }
+    }
+
+    /// [`crate::Device::delta_net`] over the step's rows with host buffers, each dot
+    /// product as `dot` gives it.
+    pub fn delta_net(
+        &mut self,
+        layer: usize,
+        bufs: &mut HostBufs,
+        io: &DeltaIo,
+        spec: &DeltaSpec,
+        dot: impl Fn(&[f32], &[f32]) -> f32,
+    ) {
+        let (hk, hv, d) = (spec.n_k_heads, spec.n_v_heads, spec.head_dim);
+        assert!(
+            spec.at + spec.state_floats() <= self.cfg.floats,
+            "a slot holds the state"
+        );
+        let scale = 1.0 / (d as f32).sqrt();
+        let mut out = bufs.take(io.out);
+        let b = &*bufs;
+        let (q, k, v) = (&b[io.q], &b[io.k], &b[io.v]);
+        let (g, beta, a) = (&b[io.g], &b[io.beta], &b[io.a]);
+        for (rows, at) in self.runs(layer) {
+            let state = &mut self.state[at + spec.at..at + spec.at + spec.state_floats()];
+            for r in rows {
+                for (h, s) in state.chunks_exact_mut(d * d).enumerate() {
+                    let kh = (r * hk + h % hk) * d;
+                    let (q, k) = (&q[kh..kh + d], &k[kh..kh + d]);
+                    let vh = (r * hv + h) * d;
+                    let decay = (a[h] * g[r * hv + h]).exp();
+                    let beta = beta[r * hv + h];
+                    s.iter_mut().for_each(|x| *x *= decay);
+                    for (j, row) in s.chunks_exact_mut(d).enumerate() {
+                        let delta = (v[vh + j] - dot(row, k)) * beta;
+                        row.iter_mut().zip(k).for_each(|(x, &kk)| *x += delta * kk);
+                        out[vh + j] = dot(row, q) * scale;
+                    }
+                }
+            }
+        }
+        bufs.put(io.out, out);
     }
 }
 
@@ -160,7 +213,7 @@ mod tests {
                 states: &[0],
             });
             dev.upload(x, 0, &all[span.start * width..span.end * width]);
-            dev.conv1d(0, x, w, out, &ConvSpec { width, k });
+            dev.conv1d(0, x, w, out, &ConvSpec { width, k, silu: false });
             got.extend(read(&mut dev, out, span.len() * width));
             dev.finish();
         }

@@ -212,7 +212,7 @@ impl Executor {
         let weights = model.upload(&mut *dev, progress)?;
         dev.kv_alloc(kv_cfg).map_err(model::Error::from)?;
         let hp = &model.hparams;
-        let scratch = Scratch::new(&mut *dev, hp, config.n_ubatch)?;
+        let scratch = Scratch::new(&mut *dev, hp, &model.scratch_widths(), config.n_ubatch)?;
         let nl = model.n_logits();
         let alloc = |dev: &mut dyn Device, n| dev.alloc(n).map_err(model::Error::from);
         Ok(Executor {

@@ -29,7 +29,7 @@ impl MemoryPlan {
             n_group: hp.n_head / hp.n_head_kv,
             head_dim: hp.head_dim,
         };
-        let scratch = Scratch::bytes(hp, rows)
+        let scratch = Scratch::bytes(hp, &model.scratch_widths(), rows)
             + (rows * hp.n_embd * 4) as u64
             + (LOGIT_ROWS * (2 * model.n_logits() + hp.n_embd) * 4) as u64
             + cfg.device.scratch_bytes(&own);

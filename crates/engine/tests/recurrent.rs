@@ -31,6 +31,7 @@ fn toy(dir: &Path) -> PathBuf {
         n_head_kv: 2,
         n_ff: 128,
         experts: None,
+        delta: None,
         ty: GgmlType::Q8_0,
         seed: 5,
     }

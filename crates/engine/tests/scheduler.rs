@@ -410,6 +410,7 @@ fn tiny(dir: &std::path::Path) -> std::path::PathBuf {
         n_head_kv: 2,
         n_ff: 128,
         experts: None,
+        delta: None,
         ty: GgmlType::Q8_0,
         seed: 11,
     }

@@ -2,7 +2,7 @@
 //! a read-back, or an upload submits them.
 
 use device::{
-    AttnSpec, Buf, ConvSpec, Device, Error, Mat, MatOut, MatrixSource, MoeSpec, MoeStats, Op,
+    AttnSpec, Buf, ConvSpec, DeltaIo, DeltaSpec, Device, Error, Mat, MatOut, MatrixSource, MoeSpec, MoeStats, Op,
     OpTime, Progress, Result, Role, RopeMode, RopeSpec, Step,
 };
 use gguf::GgmlType;
@@ -22,7 +22,7 @@ impl Device for Gpu {
 
     /// Every op but the recurrent ones: a model with state layers is refused at load.
     fn supports(&self, op: Op) -> bool {
-        op != Op::Conv1d
+        !matches!(op, Op::Conv1d | Op::DeltaNet)
     }
 
     fn supports_type(&self, ty: GgmlType) -> bool {
@@ -189,6 +189,10 @@ impl Device for Gpu {
 
     fn conv1d(&mut self, _: usize, _: Buf, _: Buf, _: Buf, _: &ConvSpec) {
         unreachable!("supports(Op::Conv1d) is false: such a model is refused at load")
+    }
+
+    fn delta_net(&mut self, _: usize, _: &DeltaIo, _: &DeltaSpec) {
+        unreachable!("supports(Op::DeltaNet) is false: such a model is refused at load")
     }
 
     fn kv_write_block(&mut self, block: u32, data: &[u8]) {

@@ -148,6 +148,18 @@ impl Model {
             .collect()
     }
 
+    /// Floats per row of the buffers the stage's blocks ask for besides the named ones
+    /// ([`Layer::scratch`]): the widest of each.
+    pub fn scratch_widths(&self) -> Vec<usize> {
+        let mut widths: Vec<usize> = Vec::new();
+        for l in &self.layers {
+            let w = l.scratch();
+            widths.resize(widths.len().max(w.len()), 0);
+            widths.iter_mut().zip(w).for_each(|(a, b)| *a = (*a).max(b));
+        }
+        widths
+    }
+
     /// The embedding table, when the stage embeds.
     pub fn token_embd(&self) -> Option<&Weight> {
         self.token_embd.map(|id| &self.tensors.matrix(id).weight)

@@ -24,6 +24,9 @@ pub struct Scratch {
     pub up: Buf,
     /// The mixture blocks' buffers (models with experts).
     pub moe: Option<MoeScratch>,
+    /// The buffers blocks ask for ([`crate::layers::Layer::scratch`]): `extra[i]` is
+    /// `[rows, widths[i]]` for the `widths` it was made with.
+    pub extra: Vec<Buf>,
 }
 
 /// Widths (floats per row) of the [`Scratch`] buffers.
@@ -48,7 +51,13 @@ impl Widths {
 }
 
 impl Scratch {
-    pub fn new(dev: &mut dyn Device, hp: &HParams, max_rows: usize) -> Result<Scratch> {
+    /// The buffers for `hp` and, for the blocks' own, `extra` floats per row each.
+    pub fn new(
+        dev: &mut dyn Device,
+        hp: &HParams,
+        extra: &[usize],
+        max_rows: usize,
+    ) -> Result<Scratch> {
         let mut z = |w: usize| dev.alloc(max_rows * w.max(1));
         let widths = Widths::of(hp);
         let moe = match widths.moe {
@@ -61,6 +70,7 @@ impl Scratch {
                 out: z(k * e)?,
             }),
         };
+        let extra = extra.iter().map(|&w| z(w)).collect::<std::result::Result<_, _>>()?;
         Ok(Scratch {
             max_rows,
             x: z(hp.n_embd)?,
@@ -72,14 +82,19 @@ impl Scratch {
             gate: z(widths.dense_ff)?,
             up: z(widths.dense_ff)?,
             moe,
+            extra,
         })
     }
 
-    /// Bytes `Scratch::new(dev, hp, max_rows)` allocates, with what a device keeps per row
-    /// of a mixture's routing.
-    pub fn bytes(hp: &HParams, max_rows: usize) -> u64 {
+    /// Bytes `Scratch::new(dev, hp, extra, max_rows)` allocates, with what a device keeps
+    /// per row of a mixture's routing.
+    pub fn bytes(hp: &HParams, extra: &[usize], max_rows: usize) -> u64 {
         let widths = Widths::of(hp);
-        let per_row = 2 * hp.n_embd + 2 * hp.q_dim() + 2 * hp.kv_dim() + 2 * widths.dense_ff;
+        let per_row = 2 * hp.n_embd
+            + 2 * hp.q_dim()
+            + 2 * hp.kv_dim()
+            + 2 * widths.dense_ff
+            + extra.iter().map(|w| w.max(&1)).sum::<usize>();
         let moe = widths.moe.map_or(0, |(ne, k, e, ff)| {
             let choice = std::mem::size_of::<(usize, f32)>() + std::mem::size_of::<usize>();
             max_rows * (4 * ne + k * (choice + 4 * (2 * e + 2 * ff)))

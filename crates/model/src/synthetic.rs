@@ -9,6 +9,7 @@ use gguf::{GgmlType, GgufFile, GgufWriter, Value};
 
 use crate::arch::Arch;
 use crate::hparams::Experts;
+use crate::layers::gated_delta_net::DeltaShape;
 use crate::{Error, Result};
 
 /// The shape of a synthetic model.
@@ -23,6 +24,8 @@ pub struct Synthetic {
     pub n_ff: usize,
     /// The mixture, for architectures that have one.
     pub experts: Option<ExpertShape>,
+    /// The Gated DeltaNet blocks of a hybrid (qwen35: every fourth block attends).
+    pub delta: Option<DeltaShape>,
     /// Type of every matrix but the embeddings (Q8_0) and the router (F32); its block size
     /// must divide `n_embd` and the feed-forward widths. The output head is a matrix of its
     /// own (untied), so that the next token is not simply the last one.
@@ -60,6 +63,12 @@ impl Synthetic {
             }
             _ => {}
         }
+        if (self.arch.name() == "qwen35") != self.delta.is_some() {
+            return bad(format!(
+                "{} takes a Gated DeltaNet shape only for qwen35",
+                self.arch.name()
+            ));
+        }
         if self.n_head == 0
             || self.n_head_kv == 0
             || !self.n_embd.is_multiple_of(self.n_head)
@@ -79,6 +88,7 @@ impl Synthetic {
             Some(self.n_embd),
             dense_ff,
             self.experts.map(|x| x.n_ff_exp),
+            self.delta.map(|d| d.n_v_heads * d.head_dim),
         ]
         .into_iter()
         .flatten();
@@ -183,6 +193,9 @@ impl Synthetic {
         );
         w.metadata(&format!("{a}.rope.freq_base"), Value::F32(10_000.0));
         self.arch_keys(&mut w);
+        if let Some(d) = self.delta {
+            self.hybrid_keys(&mut w, d);
+        }
         let mut t = Tensors {
             w: &mut w,
             rng: Rng::new(self.seed),
@@ -204,6 +217,10 @@ impl Synthetic {
         t.ones("output_norm.weight", e);
         for il in 0..self.n_layer {
             let n = |s: &str| format!("blk.{il}.{s}");
+            if let Some(d) = self.delta {
+                self.hybrid_block(t, il, d)?;
+                continue;
+            }
             t.ones(&n("attn_norm.weight"), e);
             t.ones(&n("ffn_norm.weight"), e);
             if !self.conv_block(t, il)? {
@@ -258,6 +275,78 @@ impl Synthetic {
                 self.ty,
                 scale(ff),
             )?;
+        }
+        Ok(())
+    }
+}
+
+/// Of every this many blocks of a hybrid, the last attends.
+const FULL_ATTENTION_INTERVAL: usize = 4;
+
+impl Synthetic {
+    /// RoPE over a quarter of each head (as Qwen 3.5), its pairs in three interleaved
+    /// sections.
+    fn hybrid_keys(&self, w: &mut GgufWriter, d: DeltaShape) {
+        let a = self.arch.name();
+        let n_rot = (self.head_dim() / 4).max(2) & !1;
+        let pairs = n_rot / 2;
+        // Pair i takes axis i % 3: each axis as many pairs as fall to it.
+        let sections = [0, 1, 2, 3].map(|a| if a < 3 { (pairs + 2 - a) / 3 } else { 0 });
+        let keys = [
+            ("ssm.conv_kernel", d.conv_kernel),
+            ("ssm.state_size", d.head_dim),
+            ("ssm.group_count", d.n_k_heads),
+            ("ssm.time_step_rank", d.n_v_heads),
+            ("ssm.inner_size", d.n_v_heads * d.head_dim),
+            ("full_attention_interval", FULL_ATTENTION_INTERVAL),
+            ("rope.dimension_count", n_rot),
+        ];
+        for (k, v) in keys {
+            w.metadata(&format!("{a}.{k}"), Value::U32(v as u32));
+        }
+        let sections = sections.iter().map(|&v| Value::I32(v as i32)).collect();
+        w.metadata(
+            &format!("{a}.rope.dimension_sections"),
+            Value::Array(gguf::ValueType::I32, sections),
+        );
+    }
+
+    /// Block `il` of a qwen35 hybrid: Gated DeltaNet or gated attention, then a dense
+    /// SwiGLU network. The decay rates `-exp(A_log)` lie in `[-1.5, -0.5)`, the biases of
+    /// α in `[-1, 1)`.
+    fn hybrid_block(&self, t: &mut Tensors, il: usize, d: DeltaShape) -> Result<()> {
+        let (e, hd, ty) = (self.n_embd, self.head_dim(), self.ty);
+        let (q, kv) = (self.n_head * hd, self.n_head_kv * hd);
+        let n = |s: &str| format!("blk.{il}.{s}");
+        t.ones(&n("attn_norm.weight"), e);
+        t.ones(&n("post_attention_norm.weight"), e);
+        if (il + 1).is_multiple_of(FULL_ATTENTION_INTERVAL) {
+            t.matrix(&n("attn_q.weight"), &[e, 2 * q], ty, scale(e))?;
+            t.matrix(&n("attn_k.weight"), &[e, kv], ty, scale(e))?;
+            t.matrix(&n("attn_v.weight"), &[e, kv], ty, scale(e))?;
+            t.ones(&n("attn_q_norm.weight"), hd);
+            t.ones(&n("attn_k_norm.weight"), hd);
+            t.matrix(&n("attn_output.weight"), &[q, e], ty, scale(q))?;
+        } else {
+            let (hk, hv, sd) = (d.n_k_heads, d.n_v_heads, d.head_dim);
+            let conv = 2 * hk * sd + hv * sd;
+            t.matrix(&n("attn_qkv.weight"), &[e, conv], ty, scale(e))?;
+            t.matrix(&n("attn_gate.weight"), &[e, hv * sd], ty, scale(e))?;
+            t.matrix(&n("ssm_conv1d.weight"), &[d.conv_kernel, conv], GgmlType::F32, scale(d.conv_kernel))?;
+            t.matrix(&n("ssm_dt.bias"), &[hv], GgmlType::F32, 1.0)?;
+            let a = (0..hv).map(|_| -1.0 - 0.5 * t.rng.uniform()).collect();
+            t.vector(&n("ssm_a"), a);
+            t.matrix(&n("ssm_beta.weight"), &[e, hv], ty, scale(e))?;
+            t.matrix(&n("ssm_alpha.weight"), &[e, hv], ty, scale(e))?;
+            t.ones(&n("ssm_norm.weight"), sd);
+            t.matrix(&n("ssm_out.weight"), &[hv * sd, e], ty, scale(hv * sd))?;
+        }
+        for (name, dims, cols) in [
+            ("ffn_gate", [e, self.n_ff], e),
+            ("ffn_up", [e, self.n_ff], e),
+            ("ffn_down", [self.n_ff, e], self.n_ff),
+        ] {
+            t.matrix(&n(&format!("{name}.weight")), &dims, ty, scale(cols))?;
         }
         Ok(())
     }

@@ -238,6 +238,7 @@ fn top5_log_probabilities_match_llama_cpp() {
                 n_expert_used: case["n_expert_used"].as_u64().unwrap() as usize,
                 n_ff_exp: dim("n_ff_exp"),
             }),
+            delta: None,
             ty: GgmlType::F32,
             seed: shape["seed"].as_u64().unwrap(),
         };

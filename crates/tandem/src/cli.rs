@@ -209,12 +209,21 @@ pub struct InfoArgs {
 pub struct PerplexityArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Text file to score.
-    #[arg(short = 'f', long = "file")]
-    pub file: PathBuf,
+    /// Text file to score (not with --kl-divergence: the base file has the tokens).
+    #[arg(short = 'f', long = "file", required_unless_present = "kl_divergence")]
+    pub file: Option<PathBuf>,
     /// Chunks to score (default: all).
     #[arg(long = "chunks")]
     pub chunks: Option<usize>,
+    /// llama-perplexity's log-probability file: written with the scores (the base of a
+    /// later comparison), or read with --kl-divergence.
+    #[arg(long = "kl-divergence-base")]
+    pub kl_divergence_base: Option<PathBuf>,
+    /// Compare this model's distributions with the base file's over its tokens: KL
+    /// divergence, the same top token, both perplexities (llama-perplexity's
+    /// --kl-divergence).
+    #[arg(long = "kl-divergence", requires = "kl_divergence_base")]
+    pub kl_divergence: bool,
     /// Print one JSON object with `ppl`.
     #[arg(long)]
     pub json: bool,

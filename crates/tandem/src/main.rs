@@ -5,6 +5,7 @@ mod box_worker;
 mod cli;
 mod imatrix;
 mod info;
+mod kld;
 mod perplexity;
 mod pull;
 mod quantize;

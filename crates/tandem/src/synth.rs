@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use gguf::{GgmlType, GgufFile};
+use model::layers::gated_delta_net::DeltaShape;
 use model::synthetic::{ExpertShape, Synthetic};
 use model::Arch;
 
@@ -18,7 +19,8 @@ pub struct SynthArgs {
     /// Where to write the GGUF file.
     #[arg(short = 'o', long = "out")]
     pub out: PathBuf,
-    /// llama, qwen2, qwen3 (dense), qwen2moe, qwen3moe, or llama with --experts (Mixtral).
+    /// llama, qwen2, qwen3 (dense), qwen2moe, qwen3moe, qwen35 (hybrid; with --experts 0),
+    /// or llama with --experts (Mixtral).
     #[arg(long, default_value = "qwen3moe")]
     pub arch: String,
     #[arg(long, default_value_t = 1024)]
@@ -41,6 +43,18 @@ pub struct SynthArgs {
     /// Hidden width of one expert.
     #[arg(long, default_value_t = 256)]
     pub n_ff_exp: usize,
+    /// qwen35's Gated DeltaNet blocks: taps of the convolution.
+    #[arg(long, default_value_t = 4)]
+    pub ssm_conv_kernel: usize,
+    /// qwen35: width of a delta-rule head (`ssm.state_size`).
+    #[arg(long, default_value_t = 128)]
+    pub ssm_state_size: usize,
+    /// qwen35: query and key heads of the delta rule (`ssm.group_count`).
+    #[arg(long, default_value_t = 16)]
+    pub ssm_group_count: usize,
+    /// qwen35: value heads of the delta rule (`ssm.time_step_rank`).
+    #[arg(long, default_value_t = 16)]
+    pub ssm_time_step_rank: usize,
     /// Type of the matrices: any type `tandem quantize` writes (the IQ types quantized as
     /// if every importance were 1).
     #[arg(long = "type", default_value = "q4_k", value_parser = parse_type)]
@@ -82,6 +96,12 @@ pub fn execute(a: SynthArgs) -> Result<(), CliError> {
             n_expert: a.experts,
             n_expert_used: a.experts_used,
             n_ff_exp: a.n_ff_exp,
+        }),
+        delta: (a.arch == "qwen35").then_some(DeltaShape {
+            conv_kernel: a.ssm_conv_kernel,
+            head_dim: a.ssm_state_size,
+            n_k_heads: a.ssm_group_count,
+            n_v_heads: a.ssm_time_step_rank,
         }),
         ty: a.ty,
         seed: a.seed,

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use device::host::HostBufs;
 use device::state::HostStates;
 use device::{
-    AttnSpec, Buf, Bytes, ConvSpec, Device, Mat, MatOut, MatrixSource, MoeSpec, MoeStats, Op,
+    AttnSpec, Buf, Bytes, ConvSpec, DeltaIo, DeltaSpec, Device, Mat, MatOut, MatrixSource, MoeSpec, MoeStats, Op,
     Progress, Result, Role, RopeSpec, Row, ScratchShape, Step,
 };
 use gguf::GgmlType;
@@ -266,6 +266,13 @@ impl Device for Cpu {
             crate::dot::dot_scalar,
         );
         self.bufs.put(out, o);
+    }
+
+    /// One thread; each row's heads in order.
+    fn delta_net(&mut self, layer: usize, io: &DeltaIo, spec: &DeltaSpec) {
+        let isa = crate::features::Isa::detect();
+        let states = self.states.as_mut().expect("state layers");
+        states.delta_net(layer, &mut self.bufs, io, spec, |x, y| crate::dot::dot(isa, x, y));
     }
 
     fn finish(&mut self) {}

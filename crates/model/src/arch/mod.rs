@@ -12,6 +12,7 @@ mod qwen2;
 mod qwen2moe;
 mod qwen3;
 mod qwen3moe;
+mod qwen35;
 #[cfg(feature = "testing")]
 mod toyconv;
 
@@ -53,6 +54,7 @@ pub static RECIPES: &[&dyn Recipe] = &[
     &qwen2moe::RECIPE,
     &qwen3::RECIPE,
     &qwen3moe::RECIPE,
+    &qwen35::Qwen35,
     &gemma3::Gemma3,
     &phi3::RECIPE,
 ];

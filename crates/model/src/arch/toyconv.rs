@@ -56,7 +56,11 @@ impl Recipe for ToyConv {
             ssm_out: t.matrix(&n("ssm_out"), e, e)?,
             ffn_norm: t.vector(&n("ffn_norm"), e)?,
             ffn: Ffn::load(t, hp, il, GateUp::Apart)?,
-            spec: ConvSpec { width: e, k },
+            spec: ConvSpec {
+                width: e,
+                k,
+                silu: false,
+            },
         }))
     }
 

@@ -70,12 +70,9 @@ impl Attention {
 
     /// Self-attention over `n` rows, from the normalized input `s.x` to the heads' output
     /// `s.attn` (`[n, q_dim]`, before the output projection): Q, K and V (with their
-    /// biases), per-head Q/K norms where the block has them, RoPE with the block's base,
-    /// then each row's keys and values stored before any row attends; a row at `pos`
-    /// attends positions `0..=pos` of its own sequence, or the last window of them in a
-    /// windowed block.
+    /// biases), then [`heads`] with the block's Q/K norms.
     pub fn attend(&self, cx: &Cx<'_>, dev: &mut dyn Device, n: usize) {
-        let (hp, s, t, il) = (cx.hp, cx.s, cx.t, cx.il);
+        let (s, t) = (cx.s, cx.t);
         // q: [n, n_head * head_dim], k and v: [n, n_head_kv * head_dim]
         let out = |y, bias| MatOut {
             y,
@@ -92,27 +89,7 @@ impl Attention {
                 out(s.v, self.v_bias),
             ],
         );
-        if let (Some(qn), Some(kn)) = (self.q_norm, self.k_norm) {
-            dev.rms_norm(s.q, t[qn], n * hp.n_head, hp.head_dim, hp.rms_eps, s.q);
-            dev.rms_norm(s.k, t[kn], n * hp.n_head_kv, hp.head_dim, hp.rms_eps, s.k);
-        }
-        let rope = RopeSpec {
-            head_dim: hp.head_dim,
-            n_rot: hp.n_rot,
-            mode: hp.rope_mode,
-            freq_base: hp.rope_base(il),
-        };
-        dev.rope(s.q, hp.n_head, &rope);
-        dev.rope(s.k, hp.n_head_kv, &rope);
-        dev.kv_store(cx.kv_layer, s.k, s.v);
-        let spec = AttnSpec {
-            n_head: hp.n_head,
-            n_head_kv: hp.n_head_kv,
-            head_dim: hp.head_dim,
-            scale: hp.attn_scale,
-            window: hp.window(il),
-        };
-        dev.attention(cx.kv_layer, s.q, s.attn, &spec);
+        heads(cx, dev, n, self.q_norm.zip(self.k_norm));
     }
 
     /// The output projection of [`Attention::attend`]'s heads:
@@ -125,4 +102,34 @@ impl Attention {
         };
         dev.matmul(&[cx.t[self.output]], cx.s.attn, n, &[proj]);
     }
+}
+
+/// Attention of `n` rows from their queries, keys and values in `s.q` (`[n, q_dim]`),
+/// `s.k`, `s.v` (`[n, kv_dim]`) to the heads' output `s.attn`: the per-head Q/K norms
+/// `norms` where given, RoPE with the block's base, then each row's keys and values
+/// stored before any row attends; a row at `pos` attends positions `0..=pos` of its own
+/// sequence, or the last window of them in a windowed block.
+pub fn heads(cx: &Cx<'_>, dev: &mut dyn Device, n: usize, norms: Option<(VecId, VecId)>) {
+    let (hp, s, t, il) = (cx.hp, cx.s, cx.t, cx.il);
+    if let Some((qn, kn)) = norms {
+        dev.rms_norm(s.q, t[qn], n * hp.n_head, hp.head_dim, hp.rms_eps, s.q);
+        dev.rms_norm(s.k, t[kn], n * hp.n_head_kv, hp.head_dim, hp.rms_eps, s.k);
+    }
+    let rope = RopeSpec {
+        head_dim: hp.head_dim,
+        n_rot: hp.n_rot,
+        mode: hp.rope_mode,
+        freq_base: hp.rope_base(il),
+    };
+    dev.rope(s.q, hp.n_head, &rope);
+    dev.rope(s.k, hp.n_head_kv, &rope);
+    dev.kv_store(cx.kv_layer, s.k, s.v);
+    let spec = AttnSpec {
+        n_head: hp.n_head,
+        n_head_kv: hp.n_head_kv,
+        head_dim: hp.head_dim,
+        scale: hp.attn_scale,
+        window: hp.window(il),
+    };
+    dev.attention(cx.kv_layer, s.q, s.attn, &spec);
 }

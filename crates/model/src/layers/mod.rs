@@ -5,6 +5,8 @@
 
 pub mod attention;
 pub mod ffn;
+pub mod gated_attention;
+pub mod gated_delta_net;
 pub mod pre_norm;
 
 use device::{Buf, Device};
@@ -42,6 +44,13 @@ pub trait Layer: Send + Sync {
         LayerMemory::Paged {
             window: hp.window(il),
         }
+    }
+
+    /// Floats per row of the buffers the block works in besides [`Scratch`]'s named ones:
+    /// its `i`-th is [`Scratch::extra`]`[i]`, which every block shares (sized for the
+    /// widest).
+    fn scratch(&self) -> Vec<usize> {
+        Vec::new()
     }
 
     /// `hidden` (`[n, n_embd]`) through the block, in place, for the rows of the step begun

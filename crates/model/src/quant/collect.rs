@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use device::{
-    AttnSpec, Buf, ConvSpec, Device, Gating, Mat, MatOut, MatrixSource, MoeSpec, MoeStats, Op,
+    AttnSpec, Buf, ConvSpec, DeltaIo, DeltaSpec, Device, Gating, Mat, MatOut, MatrixSource, MoeSpec, MoeStats, Op,
     OpTime, Progress, Result, Role, RopeSpec, Step,
 };
 use gguf::GgmlType;
@@ -290,6 +290,10 @@ impl Device for Collector {
     }
     fn conv1d(&mut self, layer: usize, x: Buf, w: Buf, out: Buf, spec: &ConvSpec) {
         self.inner.conv1d(layer, x, w, out, spec)
+    }
+
+    fn delta_net(&mut self, layer: usize, io: &DeltaIo, spec: &DeltaSpec) {
+        self.inner.delta_net(layer, io, spec)
     }
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize) {
         self.inner.swiglu(gate, up, len)
