@@ -1,5 +1,6 @@
-//! A model whose layers keep a recurrent state (the test recipe toyconv: attention blocks
-//! and causal-convolution blocks alternating, random weights, SmolLM2's tokenizer) through
+//! Models whose layers keep a recurrent state (the test recipe toyconv: attention blocks and
+//! causal-convolution blocks alternating; qwen35: Gated DeltaNet and gated attention; random
+//! weights, SmolLM2's tokenizer) through
 //! the engine on the CPU: a user's greedy tokens do not depend on the others, on prompts
 //! read in chunks, on rejected drafts (the state goes back to its checkpoint and the engine
 //! computes again what was not kept), or on a resumed conversation (a state model shares
@@ -18,26 +19,36 @@ use gguf::GgmlType;
 use model::Model;
 use text::Tokenizer;
 
-/// 4 blocks of 64 (blocks 1 and 3 convolutions) with SmolLM2's tokenizer.
-fn toy(dir: &Path) -> PathBuf {
+/// The recurrent models, 4 blocks of 64 with SmolLM2's tokenizer: toyconv (blocks 1 and 3
+/// convolutions) and qwen35 (blocks 0 to 2 Gated DeltaNet, block 3 gated attention).
+fn models(dir: &Path) -> Vec<PathBuf> {
     let (_, file, name) = MODELS[0];
     let tokenizer = gguf::GgufFile::open(model_path(file, name)).unwrap();
-    let path = dir.join("toyconv.gguf");
-    model::synthetic::Synthetic {
-        arch: model::Arch::from_name("toyconv").unwrap(),
-        n_embd: 64,
-        n_layer: 4,
-        n_head: 4,
-        n_head_kv: 2,
-        n_ff: 128,
-        experts: None,
-        delta: None,
-        ty: GgmlType::Q8_0,
-        seed: 5,
-    }
-    .write(&tokenizer, &path)
-    .unwrap();
-    path
+    let write = |arch: &str, delta| {
+        let path = dir.join(format!("{arch}.gguf"));
+        model::synthetic::Synthetic {
+            arch: model::Arch::from_name(arch).unwrap(),
+            n_embd: 64,
+            n_layer: 4,
+            n_head: 4,
+            n_head_kv: 2,
+            n_ff: 128,
+            experts: None,
+            delta,
+            ty: GgmlType::Q8_0,
+            seed: 5,
+        }
+        .write(&tokenizer, &path)
+        .unwrap();
+        path
+    };
+    let delta = model::layers::gated_delta_net::DeltaShape {
+        conv_kernel: 4,
+        head_dim: 16,
+        n_k_heads: 2,
+        n_v_heads: 4,
+    };
+    vec![write("toyconv", None), write("qwen35", Some(delta))]
 }
 
 fn config(n_parallel: usize) -> EngineConfig {
@@ -118,23 +129,30 @@ fn alone(path: &Path, prompt: &[u32], n: usize) -> Vec<u32> {
 #[test]
 fn eight_users_get_the_tokens_each_gets_alone() {
     let dir = tempfile::tempdir().unwrap();
-    let path = toy(dir.path());
-    let prompts = prompts(&path);
-    let n = 24;
-    let handle = start(&path, 8, None);
-    let together = run_all(&handle, &prompts, n);
-    for (i, (p, (got, _))) in prompts.iter().zip(&together).enumerate() {
-        assert_eq!(got, &alone(&path, p, n), "prompt {i} ({} tokens)", p.len());
+    for path in models(dir.path()) {
+        let prompts = prompts(&path);
+        let n = 24;
+        let handle = start(&path, 8, None);
+        let together = run_all(&handle, &prompts, n);
+        for (i, (p, (got, _))) in prompts.iter().zip(&together).enumerate() {
+            let want = alone(&path, p, n);
+            assert_eq!(got, &want, "{path:?} prompt {i} ({} tokens)", p.len());
+        }
     }
 }
 
 #[test]
 fn rejected_drafts_take_the_state_back_and_keep_the_text() {
     let dir = tempfile::tempdir().unwrap();
-    let path = toy(dir.path());
-    let prompts = prompts(&path);
+    for path in models(dir.path()) {
+        rejected_drafts_keep_the_text(&path);
+    }
+}
+
+fn rejected_drafts_keep_the_text(path: &Path) {
+    let prompts = prompts(path);
     let n = 24;
-    let want = run_all(&start(&path, 8, None), &prompts, n);
+    let want = run_all(&start(path, 8, None), &prompts, n);
     let scripts: Vec<Vec<u32>> = prompts
         .iter()
         .zip(&want)
@@ -148,7 +166,7 @@ fn rejected_drafts_take_the_state_back_and_keep_the_text() {
     let arms = [
         (
             "self-draft",
-            Speculation::draft_model(Model::load(&path).unwrap(), spec(4)),
+            Speculation::draft_model(Model::load(path).unwrap(), spec(4)),
             true,
         ),
         (
@@ -160,10 +178,10 @@ fn rejected_drafts_take_the_state_back_and_keep_the_text() {
     // Which positions a slot drafts depends on the steps the scheduler plans from measured
     // costs: rejections are counted over all prompts, not per prompt.
     for (name, s, all_accepted) in arms {
-        let got = run_all(&start(&path, 8, Some(s)), &prompts, n);
+        let got = run_all(&start(path, 8, Some(s)), &prompts, n);
         let (mut drafted, mut accepted) = (0, 0);
         for (i, ((tokens, summary), w)) in got.iter().zip(&want).enumerate() {
-            assert_eq!(tokens, &w.0, "{name}: prompt {i}");
+            assert_eq!(tokens, &w.0, "{path:?} {name}: prompt {i}");
             drafted += summary.draft_n;
             accepted += summary.draft_n_accepted;
         }
@@ -179,9 +197,14 @@ fn rejected_drafts_take_the_state_back_and_keep_the_text() {
 #[test]
 fn a_resumed_conversation_is_computed_again_with_the_same_tokens() {
     let dir = tempfile::tempdir().unwrap();
-    let path = toy(dir.path());
-    let prompt = prompts(&path).remove(7);
-    let handle = start(&path, 2, None);
+    for path in models(dir.path()) {
+        resumed_conversation(&path);
+    }
+}
+
+fn resumed_conversation(path: &Path) {
+    let prompt = prompts(path).remove(7);
+    let handle = start(path, 2, None);
     let (first, cold) = run_all(&handle, std::slice::from_ref(&prompt), 8).remove(0);
     let mut turn2 = prompt.clone();
     turn2.extend(&first);
@@ -192,7 +215,7 @@ fn a_resumed_conversation_is_computed_again_with_the_same_tokens() {
         (0, 0),
         "a state model shares no prefix"
     );
-    assert_eq!(second, alone(&path, &turn2, 8));
+    assert_eq!(second, alone(path, &turn2, 8));
     let (again, _) = run_all(&handle, std::slice::from_ref(&prompt), 8).remove(0);
     assert_eq!(again, first);
 }

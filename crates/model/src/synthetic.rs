@@ -128,6 +128,46 @@ impl Synthetic {
         self.write_with(keys, n_vocab, path)
     }
 
+    /// Writes the model to `path` with the tokenizer of `tokenizer` cut to its first
+    /// `n_vocab` tokens and the merges among them (a byte-level BPE tokenizer whose
+    /// first tokens are its specials and bytes still encodes any text, in more tokens):
+    /// small golden logits over a real tokenizer.
+    pub fn write_cut_vocab(&self, tokenizer: &GgufFile, n_vocab: usize, path: &Path) -> Result<()> {
+        let md = &tokenizer.header.metadata;
+        let bad = |problem: String| Error::Synthetic(problem);
+        let tokens = md.array("tokenizer.ggml.tokens")?;
+        if n_vocab == 0 || n_vocab > tokens.len() {
+            return Err(bad(format!("a vocabulary of {n_vocab} of {} tokens", tokens.len())));
+        }
+        let kept: std::collections::HashSet<&str> =
+            tokens[..n_vocab].iter().filter_map(|t| t.as_str()).collect();
+        let mut keys = Vec::new();
+        for (k, v) in md.iter().filter(|(k, _)| k.starts_with("tokenizer.")) {
+            let v = match v {
+                Value::Array(ty, items) if k == "tokenizer.ggml.merges" => {
+                    let within = |m: &&Value| {
+                        let m = m.as_str().unwrap_or("");
+                        let (a, b) = m.split_once(' ').unwrap_or((m, ""));
+                        kept.contains(a) && kept.contains(b) && kept.contains(format!("{a}{b}").as_str())
+                    };
+                    Value::Array(*ty, items.iter().filter(within).cloned().collect())
+                }
+                Value::Array(ty, items) if items.len() == tokens.len() => {
+                    Value::Array(*ty, items[..n_vocab].to_vec())
+                }
+                v if k.ends_with("_token_id") => {
+                    if v.as_integer().is_some_and(|id| id >= n_vocab as i128) {
+                        return Err(bad(format!("{k} {v:?} lies past {n_vocab} tokens")));
+                    }
+                    v.clone()
+                }
+                v => v.clone(),
+            };
+            keys.push((k.to_string(), v));
+        }
+        self.write_with(keys.iter().map(|(k, v)| (k.as_str(), v)), n_vocab, path)
+    }
+
     /// Writes the model to `path` with a placeholder vocabulary of `n_vocab` tokens (`<0>`,
     /// `<1>`, …; no merges, no template): for benchmarks of a real model's shape where that
     /// model is not at hand (they run on token ids; no text can be encoded).
@@ -213,7 +253,10 @@ impl Synthetic {
         let qkv_bias = matches!(self.arch.name(), "qwen2" | "qwen2moe");
         let qk_norm = matches!(self.arch.name(), "qwen3" | "qwen3moe" | "gemma3");
         t.matrix("token_embd.weight", &[e, n_vocab], GgmlType::Q8_0, 1.0)?;
-        t.matrix("output.weight", &[e, n_vocab], self.ty, scale(e))?;
+        // A hybrid's head twice as strong: logits of standard deviation ~2 (sharper
+        // distributions for the comparisons with llama.cpp).
+        let head = if self.delta.is_some() { 2.0 } else { 1.0 };
+        t.matrix("output.weight", &[e, n_vocab], self.ty, head * scale(e))?;
         t.ones("output_norm.weight", e);
         for il in 0..self.n_layer {
             let n = |s: &str| format!("blk.{il}.{s}");

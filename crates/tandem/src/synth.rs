@@ -66,6 +66,10 @@ pub struct SynthArgs {
     /// benchmarks of a real model's shape where no model is at hand to copy one from.
     #[arg(long = "placeholder-vocab", conflicts_with = "tokenizer")]
     pub placeholder_vocab: Option<usize>,
+    /// Keep only the tokenizer's first N tokens and the merges among them (a real
+    /// byte-level tokenizer, small: for golden logits over every token).
+    #[arg(long = "vocab", conflicts_with = "placeholder_vocab")]
+    pub vocab: Option<usize>,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     #[command(flatten)]
@@ -113,12 +117,20 @@ pub fn execute(a: SynthArgs) -> Result<(), CliError> {
         }
         None => {
             let tokenizer = GgufFile::open(pull::resolve(&a.tokenizer, a.cache.dir.as_deref())?)?;
-            spec.write(&tokenizer, &a.out)?;
-            tokenizer
-                .header
-                .metadata
-                .array("tokenizer.ggml.tokens")?
-                .len()
+            match a.vocab {
+                Some(n) => {
+                    spec.write_cut_vocab(&tokenizer, n, &a.out)?;
+                    n
+                }
+                None => {
+                    spec.write(&tokenizer, &a.out)?;
+                    tokenizer
+                        .header
+                        .metadata
+                        .array("tokenizer.ggml.tokens")?
+                        .len()
+                }
+            }
         }
     };
     eprintln!(

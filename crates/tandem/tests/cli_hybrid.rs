@@ -1,0 +1,86 @@
+//! Hybrid recurrent models against llama.cpp: a synthetic qwen35 (Gated DeltaNet and gated
+//! attention blocks) read as llama-perplexity reads it, over 1,023 positions of one chunk of
+//! 2,048 tokens (golden log-probabilities from scripts/gen_hybrid_golden.sh).
+
+use std::path::Path;
+use std::process::Command;
+
+/// `tandem synth` arguments of the golden model (as scripts/gen_hybrid_golden.sh has them).
+const SYNTH: &[&str] = &[
+    "--arch",
+    "qwen35",
+    "--experts",
+    "0",
+    "--n-embd",
+    "128",
+    "--n-layer",
+    "4",
+    "--n-head",
+    "4",
+    "--n-head-kv",
+    "2",
+    "--n-ff",
+    "256",
+    "--ssm-state-size",
+    "32",
+    "--ssm-group-count",
+    "2",
+    "--ssm-time-step-rank",
+    "4",
+    "--type",
+    "f32",
+    "--tokenizer",
+    "smollm2-135m",
+    "--vocab",
+    "320",
+    "--seed",
+    "7",
+];
+
+/// `tandem ARGS`, which must succeed: the JSON object its stdout ends with.
+fn tandem(args: &[&str]) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "tandem {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    serde_json::from_str(stdout.lines().last().unwrap_or("null")).unwrap()
+}
+
+#[test]
+fn qwen35_reads_as_llama_cpp_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("qwen35.gguf");
+    let model = model.to_str().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["synth", "-o", model])
+        .args(SYNTH)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/qwen35-llamacpp.kld");
+    let golden = golden.to_str().unwrap();
+    for device in ["cpu", "reference"] {
+        let r = tandem(&[
+            "perplexity",
+            "-m",
+            model,
+            "--device",
+            device,
+            "--kl-divergence-base",
+            golden,
+            "--kl-divergence",
+            "--json",
+        ]);
+        let k = &r["kl_divergence"];
+        let (kld, top) = (k["kld_mean"].as_f64().unwrap(), k["same_top"].as_f64().unwrap());
+        assert_eq!(k["positions"], 1023, "{device}: {r}");
+        assert!(kld <= 1e-3, "{device}: mean KL divergence {kld} from llama.cpp: {r}");
+        assert!(top >= 0.98, "{device}: same top token at {top} of positions: {r}");
+    }
+}
