@@ -97,12 +97,21 @@ pub fn attention_case(
     result
 }
 
-/// The causal convolution of a state layer (KV layer 1 of 2) over steps of two sequences:
-/// a prompt in two steps, a step whose last rows are cut back (the state restored from its
-/// checkpoint and the rows computed again), and a sequence starting over at position 0.
-/// Gives every step's outputs and the cut-back rows' outputs computed again.
-pub fn conv_case(dev: &mut dyn Device) -> Vec<f32> {
+/// The recurrences of a state layer (KV layer 1 of 2): the causal convolution (with SiLU)
+/// and, on the state after it, the gated delta rule (2 key heads, 4 value heads of 16),
+/// over steps of two sequences: a prompt in two steps, a step whose last rows are cut back
+/// (the state restored from its checkpoint and the rows computed again), and a sequence
+/// starting over at position 0. Gives every step's outputs (convolution, then delta rule)
+/// and the cut-back rows' outputs computed again.
+pub fn recurrent_case(dev: &mut dyn Device) -> Vec<f32> {
     let (width, k) = (24, 4);
+    let delta = DeltaSpec {
+        n_k_heads: 2,
+        n_v_heads: 4,
+        head_dim: 16,
+        at: (k - 1) * width,
+    };
+    let (wk, wv, hv) = (2 * 16, 4 * 16, 4);
     let cfg = KvConfig {
         n_layer: 2,
         n_head_kv: 1,
@@ -112,12 +121,28 @@ pub fn conv_case(dev: &mut dyn Device) -> Vec<f32> {
         window: None,
         state: Some(kv::StateKv {
             layers: 0b10,
-            floats: (k - 1) * width,
+            floats: delta.at + delta.state_floats(),
             n_slots: 3,
         }),
     };
     dev.kv_alloc(cfg).unwrap();
-    let spec = ConvSpec { width, k, silu: false };
+    let spec = ConvSpec {
+        width,
+        k,
+        silu: true,
+    };
+    let a: Vec<f32> = data(hv, 8).iter().map(|v| -1.0 - v.abs()).collect();
+    let a = buf(dev, &a);
+    let [q, kk, v, g, beta, o] = [wk, wk, wv, hv, hv, wv].map(|w| dev.alloc(16 * w).unwrap());
+    let io = DeltaIo {
+        q,
+        k: kk,
+        v,
+        g,
+        beta,
+        a,
+        out: o,
+    };
     let w = buf(dev, &data(width * k, 7));
     let (x, out) = (
         dev.alloc(16 * width).unwrap(),
@@ -153,12 +178,50 @@ pub fn conv_case(dev: &mut dyn Device) -> Vec<f32> {
         dev.upload(x, 0, &data(n * width, *seed));
         dev.conv1d(1, x, w, out, &spec);
         result.extend(read(dev, out, n * width));
+        for (b, w, unit) in [(q, wk, true), (kk, wk, true), (v, wv, false)] {
+            let mut values = data(n * w, *seed + w as u64);
+            if unit {
+                for head in values.chunks_exact_mut(16) {
+                    let norm = head.iter().map(|x| x * x).sum::<f32>().sqrt();
+                    head.iter_mut().for_each(|x| *x /= norm);
+                }
+            }
+            dev.upload(b, 0, &values);
+        }
+        let rate = |v: f32| v.abs() * 2.0;
+        let gate = |v: f32| 0.5 + v / 2.1;
+        dev.upload(
+            g,
+            0,
+            &data(n * hv, *seed + 1)
+                .into_iter()
+                .map(rate)
+                .collect::<Vec<_>>(),
+        );
+        dev.upload(
+            beta,
+            0,
+            &data(n * hv, *seed + 2)
+                .into_iter()
+                .map(gate)
+                .collect::<Vec<_>>(),
+        );
+        dev.delta_net(1, &io, &delta);
+        result.extend(read(dev, o, n * wv));
         dev.finish();
     }
-    let (first, again) = (
-        &result[11 * width..13 * width],
-        &result[16 * width..18 * width],
-    );
+    // Steps 0 and 1 give 11 rows of `width + wv`; step 2 (5 rows) and step 3 (its first two
+    // rows again) give their convolutions, then their delta rules.
+    let per = width + wv;
+    let (s2, s3) = (11 * per, 16 * per);
+    let first = [
+        &result[s2..s2 + 2 * width],
+        &result[s2 + 5 * width..s2 + 5 * width + 2 * wv],
+    ];
+    let again = [
+        &result[s3..s3 + 2 * width],
+        &result[s3 + 2 * width..s3 + 2 * width + 2 * wv],
+    ];
     assert_eq!(
         first, again,
         "rows computed again from the restored checkpoint"

@@ -213,7 +213,17 @@ mod tests {
                 states: &[0],
             });
             dev.upload(x, 0, &all[span.start * width..span.end * width]);
-            dev.conv1d(0, x, w, out, &ConvSpec { width, k, silu: false });
+            dev.conv1d(
+                0,
+                x,
+                w,
+                out,
+                &ConvSpec {
+                    width,
+                    k,
+                    silu: false,
+                },
+            );
             got.extend(read(&mut dev, out, span.len() * width));
             dev.finish();
         }
@@ -235,5 +245,80 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The delta rule over a prompt in three steps gives the outputs of the prompt in one
+    /// step, bit for bit: a row's output depends on the state before it, not on the step.
+    #[test]
+    fn the_delta_rule_carries_its_state_across_steps() {
+        let spec = DeltaSpec {
+            n_k_heads: 1,
+            n_v_heads: 2,
+            head_dim: 8,
+            at: 0,
+        };
+        let run = |spans: &[std::ops::Range<usize>]| {
+            let mut dev = Reference::new();
+            dev.kv_alloc(KvConfig {
+                n_layer: 1,
+                n_head_kv: 1,
+                head_dim: 32,
+                ty: gguf::GgmlType::F16,
+                n_positions: 16,
+                window: None,
+                state: Some(StateKv {
+                    layers: 1,
+                    floats: spec.state_floats(),
+                    n_slots: 1,
+                }),
+            })
+            .unwrap();
+            let all = |w: usize, seed| data(12 * w, seed);
+            let (q, k, v) = (all(8, 1), all(8, 2), all(16, 3));
+            let g: Vec<f32> = all(2, 4).iter().map(|x| x.abs()).collect();
+            let beta: Vec<f32> = all(2, 5).iter().map(|x| 0.5 + x / 2.1).collect();
+            let a = [-1.0f32, -0.5];
+            let a = {
+                let b = dev.alloc(2).unwrap();
+                dev.upload(b, 0, &a);
+                b
+            };
+            let bufs = [8, 8, 16, 2, 2, 16].map(|w| dev.alloc(12 * w).unwrap());
+            let io = DeltaIo {
+                q: bufs[0],
+                k: bufs[1],
+                v: bufs[2],
+                g: bufs[3],
+                beta: bufs[4],
+                a,
+                out: bufs[5],
+            };
+            let mut got = Vec::new();
+            for span in spans {
+                let rows: Vec<Row> = span.clone().map(|pos| Row { pos, seq: 0 }).collect();
+                dev.begin(&Step {
+                    rows: &rows,
+                    tables: &[&[0]],
+                    windowed: &[],
+                    states: &[0],
+                });
+                for (b, src, w) in [
+                    (io.q, &q, 8),
+                    (io.k, &k, 8),
+                    (io.v, &v, 16),
+                    (io.g, &g, 2),
+                    (io.beta, &beta, 2),
+                ] {
+                    dev.upload(b, 0, &src[span.start * w..span.end * w]);
+                }
+                dev.delta_net(0, &io, &spec);
+                got.extend(read(&mut dev, io.out, span.len() * 16));
+                dev.finish();
+            }
+            got
+        };
+        let whole = run(std::slice::from_ref(&(0..12)));
+        assert_eq!(run(&[0..5, 5..7, 7..12]), whole);
+        assert!(whole.iter().any(|&x| x != 0.0));
     }
 }

@@ -2,8 +2,8 @@
 //! a read-back, or an upload submits them.
 
 use device::{
-    AttnSpec, Buf, ConvSpec, DeltaIo, DeltaSpec, Device, Error, Mat, MatOut, MatrixSource, MoeSpec, MoeStats, Op,
-    OpTime, Progress, Result, Role, RopeMode, RopeSpec, Step,
+    AttnSpec, Buf, ConvSpec, DeltaIo, DeltaSpec, Device, Error, Mat, MatOut, MatrixSource, MoeSpec,
+    MoeStats, Op, OpTime, Progress, Result, Role, RopeMode, RopeSpec, Step,
 };
 use gguf::GgmlType;
 use kv::KvConfig;

@@ -70,7 +70,10 @@ impl Scratch {
                 out: z(k * e)?,
             }),
         };
-        let extra = extra.iter().map(|&w| z(w)).collect::<std::result::Result<_, _>>()?;
+        let extra = extra
+            .iter()
+            .map(|&w| z(w))
+            .collect::<std::result::Result<_, _>>()?;
         Ok(Scratch {
             max_rows,
             x: z(hp.n_embd)?,

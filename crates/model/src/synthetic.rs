@@ -137,10 +137,15 @@ impl Synthetic {
         let bad = |problem: String| Error::Synthetic(problem);
         let tokens = md.array("tokenizer.ggml.tokens")?;
         if n_vocab == 0 || n_vocab > tokens.len() {
-            return Err(bad(format!("a vocabulary of {n_vocab} of {} tokens", tokens.len())));
+            return Err(bad(format!(
+                "a vocabulary of {n_vocab} of {} tokens",
+                tokens.len()
+            )));
         }
-        let kept: std::collections::HashSet<&str> =
-            tokens[..n_vocab].iter().filter_map(|t| t.as_str()).collect();
+        let kept: std::collections::HashSet<&str> = tokens[..n_vocab]
+            .iter()
+            .filter_map(|t| t.as_str())
+            .collect();
         let mut keys = Vec::new();
         for (k, v) in md.iter().filter(|(k, _)| k.starts_with("tokenizer.")) {
             let v = match v {
@@ -148,7 +153,9 @@ impl Synthetic {
                     let within = |m: &&Value| {
                         let m = m.as_str().unwrap_or("");
                         let (a, b) = m.split_once(' ').unwrap_or((m, ""));
-                        kept.contains(a) && kept.contains(b) && kept.contains(format!("{a}{b}").as_str())
+                        kept.contains(a)
+                            && kept.contains(b)
+                            && kept.contains(format!("{a}{b}").as_str())
                     };
                     Value::Array(*ty, items.iter().filter(within).cloned().collect())
                 }
@@ -375,7 +382,12 @@ impl Synthetic {
             let conv = 2 * hk * sd + hv * sd;
             t.matrix(&n("attn_qkv.weight"), &[e, conv], ty, scale(e))?;
             t.matrix(&n("attn_gate.weight"), &[e, hv * sd], ty, scale(e))?;
-            t.matrix(&n("ssm_conv1d.weight"), &[d.conv_kernel, conv], GgmlType::F32, scale(d.conv_kernel))?;
+            t.matrix(
+                &n("ssm_conv1d.weight"),
+                &[d.conv_kernel, conv],
+                GgmlType::F32,
+                scale(d.conv_kernel),
+            )?;
             t.matrix(&n("ssm_dt.bias"), &[hv], GgmlType::F32, 1.0)?;
             let a = (0..hv).map(|_| -1.0 - 0.5 * t.rng.uniform()).collect();
             t.vector(&n("ssm_a"), a);

@@ -128,7 +128,11 @@ impl BaseWriter {
     /// Appends one scored position's record.
     pub fn position(&mut self, logits: &[f32]) -> Result<(), CliError> {
         let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let min = logits.iter().copied().fold(f32::INFINITY, f32::min).max(max - 16.0);
+        let min = logits
+            .iter()
+            .copied()
+            .fold(f32::INFINITY, f32::min)
+            .max(max - 16.0);
         let sum: f64 = logits.iter().map(|&l| (l - max).exp() as f64).sum();
         let log_sum = sum.ln() as f32;
         let scale = (max - min) / 65535.0;
@@ -187,10 +191,14 @@ pub struct KldSummary {
 impl Kld {
     /// One position: this model's `logits`, the base's record, the next token `target`.
     pub fn add(&mut self, logits: &[f32], record: &[u16], target: u32) {
-        let (imax, max) = logits
-            .iter()
-            .enumerate()
-            .fold((0, f32::NEG_INFINITY), |(i, m), (j, &v)| if v > m { (j, v) } else { (i, m) });
+        let (imax, max) =
+            logits
+                .iter()
+                .enumerate()
+                .fold(
+                    (0, f32::NEG_INFINITY),
+                    |(i, m), (j, &v)| if v > m { (j, v) } else { (i, m) },
+                );
         let sum: f64 = logits.iter().map(|&l| (l - max).exp() as f64).sum();
         let log_norm = max as f64 + sum.ln();
         let scale = f32::from_bits(record[0] as u32 | (record[1] as u32) << 16) as f64;

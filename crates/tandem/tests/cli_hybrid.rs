@@ -62,7 +62,11 @@ fn qwen35_reads_as_llama_cpp_does() {
         .args(SYNTH)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/qwen35-llamacpp.kld");
     let golden = golden.to_str().unwrap();
     for device in ["cpu", "reference"] {
@@ -78,9 +82,18 @@ fn qwen35_reads_as_llama_cpp_does() {
             "--json",
         ]);
         let k = &r["kl_divergence"];
-        let (kld, top) = (k["kld_mean"].as_f64().unwrap(), k["same_top"].as_f64().unwrap());
+        let (kld, top) = (
+            k["kld_mean"].as_f64().unwrap(),
+            k["same_top"].as_f64().unwrap(),
+        );
         assert_eq!(k["positions"], 1023, "{device}: {r}");
-        assert!(kld <= 1e-3, "{device}: mean KL divergence {kld} from llama.cpp: {r}");
-        assert!(top >= 0.98, "{device}: same top token at {top} of positions: {r}");
+        assert!(
+            kld <= 1e-3,
+            "{device}: mean KL divergence {kld} from llama.cpp: {r}"
+        );
+        assert!(
+            top >= 0.98,
+            "{device}: same top token at {top} of positions: {r}"
+        );
     }
 }

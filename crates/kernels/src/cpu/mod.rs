@@ -14,8 +14,8 @@ use std::sync::Arc;
 use device::host::HostBufs;
 use device::state::HostStates;
 use device::{
-    AttnSpec, Buf, Bytes, ConvSpec, DeltaIo, DeltaSpec, Device, Mat, MatOut, MatrixSource, MoeSpec, MoeStats, Op,
-    Progress, Result, Role, RopeSpec, Row, ScratchShape, Step,
+    AttnSpec, Buf, Bytes, ConvSpec, DeltaIo, DeltaSpec, Device, Mat, MatOut, MatrixSource, MoeSpec,
+    MoeStats, Op, Progress, Result, Role, RopeSpec, Row, ScratchShape, Step,
 };
 use gguf::GgmlType;
 
@@ -272,7 +272,9 @@ impl Device for Cpu {
     fn delta_net(&mut self, layer: usize, io: &DeltaIo, spec: &DeltaSpec) {
         let isa = crate::features::Isa::detect();
         let states = self.states.as_mut().expect("state layers");
-        states.delta_net(layer, &mut self.bufs, io, spec, |x, y| crate::dot::dot(isa, x, y));
+        states.delta_net(layer, &mut self.bufs, io, spec, |x, y| {
+            crate::dot::dot(isa, x, y)
+        });
     }
 
     fn finish(&mut self) {}

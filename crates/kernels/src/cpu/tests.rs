@@ -12,7 +12,7 @@ use kv::{KvConfig, BLOCK_SIZE};
 use super::Cpu;
 use crate::{Precision, ThreadPool};
 use device::conformance::{
-    attention_case, buf, conv_case, moe_agrees, norms_case, prims_agree, read, rel,
+    attention_case, buf, moe_agrees, norms_case, prims_agree, read, recurrent_case, rel,
 };
 use device::testing::{data, source};
 
@@ -194,9 +194,9 @@ fn copied_kv_blocks_attend_like_the_originals() {
 }
 
 #[test]
-fn the_state_convolution_agrees_with_the_reference() {
-    let want = conv_case(&mut Reference::new());
-    let got = conv_case(&mut cpu(Precision::Int8));
+fn the_state_recurrences_agree_with_the_reference() {
+    let want = recurrent_case(&mut Reference::new());
+    let got = recurrent_case(&mut cpu(Precision::Int8));
     assert!(rel(&got, &want, 1.0) < 1e-6, "{}", rel(&got, &want, 1.0));
 }
 

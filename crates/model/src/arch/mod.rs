@@ -11,8 +11,8 @@ mod pre_norm;
 mod qwen2;
 mod qwen2moe;
 mod qwen3;
-mod qwen3moe;
 mod qwen35;
+mod qwen3moe;
 #[cfg(feature = "testing")]
 mod toyconv;
 

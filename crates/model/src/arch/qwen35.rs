@@ -173,7 +173,14 @@ impl Layer for Block {
             Mixer::Attention(a) => a.forward(cx, dev, n, hidden),
             Mixer::Delta(d) => d.forward(cx, dev, n, hidden),
         }
-        dev.rms_norm(hidden, t[self.post_attention_norm], n, hp.n_embd, hp.rms_eps, s.x);
+        dev.rms_norm(
+            hidden,
+            t[self.post_attention_norm],
+            n,
+            hp.n_embd,
+            hp.rms_eps,
+            s.x,
+        );
         self.ffn.forward(cx, dev, hidden, n, Activation::Silu);
     }
 }

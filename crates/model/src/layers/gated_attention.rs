@@ -55,7 +55,8 @@ impl GatedAttention {
             &[MatOut::to(joint), MatOut::to(s.k), MatOut::to(s.v)],
         );
         // The joint rows as [n · n_head · 2, head_dim]: even rows queries, odd rows gates.
-        let halves = |odd: usize| -> Vec<usize> { (0..n * hp.n_head).map(|i| 2 * i + odd).collect() };
+        let halves =
+            |odd: usize| -> Vec<usize> { (0..n * hp.n_head).map(|i| 2 * i + odd).collect() };
         dev.gather_rows(joint, &halves(0), hp.head_dim, s.q);
         dev.gather_rows(joint, &halves(1), hp.head_dim, gate);
         heads(cx, dev, n, Some((self.q_norm, self.k_norm)));

@@ -145,7 +145,17 @@ impl GatedDeltaNet {
     pub fn scratch(&self) -> Vec<usize> {
         let s = self.shape;
         let (c, hv) = (s.conv_dim(), s.n_v_heads);
-        vec![c, c, s.value_dim(), hv, hv, s.key_dim(), s.key_dim(), s.value_dim(), s.value_dim()]
+        vec![
+            c,
+            c,
+            s.value_dim(),
+            hv,
+            hv,
+            s.key_dim(),
+            s.key_dim(),
+            s.value_dim(),
+            s.value_dim(),
+        ]
     }
 
     /// From the normalized input `s.x` (`[n, n_embd]`): `residual += ` the block's output.
@@ -163,7 +173,12 @@ impl GatedDeltaNet {
             &[t[self.qkv], t[self.gate], t[self.alpha], t[self.beta]],
             s.x,
             n,
-            &[MatOut::to(mixed), MatOut::to(z), alpha_out, MatOut::to(beta)],
+            &[
+                MatOut::to(mixed),
+                MatOut::to(z),
+                alpha_out,
+                MatOut::to(beta),
+            ],
         );
         let spec = ConvSpec {
             width: sh.conv_dim(),

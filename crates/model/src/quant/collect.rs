@@ -29,8 +29,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use device::{
-    AttnSpec, Buf, ConvSpec, DeltaIo, DeltaSpec, Device, Gating, Mat, MatOut, MatrixSource, MoeSpec, MoeStats, Op,
-    OpTime, Progress, Result, Role, RopeSpec, Step,
+    AttnSpec, Buf, ConvSpec, DeltaIo, DeltaSpec, Device, Gating, Mat, MatOut, MatrixSource,
+    MoeSpec, MoeStats, Op, OpTime, Progress, Result, Role, RopeSpec, Step,
 };
 use gguf::GgmlType;
 use kv::KvConfig;

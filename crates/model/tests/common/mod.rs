@@ -97,7 +97,7 @@ pub fn run_stages_on(
         kvs.push(KvPool::new(cfg).unwrap());
         dev.kv_alloc(cfg).unwrap();
         let w = model.upload(&mut **dev, &|_, _| {}).unwrap();
-        let scratch = Scratch::new(&mut **dev, hp, 128).unwrap();
+        let scratch = Scratch::new(&mut **dev, hp, &model.scratch_widths(), 128).unwrap();
         let hidden = dev.alloc(128 * e).unwrap();
         let logits = dev.alloc(128 * hp.n_vocab).unwrap();
         uploaded.push((w, scratch, hidden, logits));
