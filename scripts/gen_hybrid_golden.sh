@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# llama.cpp's reading of a synthetic qwen35 (Qwen 3.5 hybrid) model, as golden data: the
-# model `tandem synth` writes with the arguments below (f32 weights, SmolLM2's tokenizer cut
+# llama.cpp's reading of synthetic qwen35 and qwen35moe (Qwen 3.5 hybrids) models, as golden
+# data: the models `tandem synth` writes with the arguments below (f32 weights, SmolLM2's tokenizer cut
 # to 320 tokens so that the file stays small), scored by llama-perplexity at -c 2048 over
 # one chunk of eval-prose.txt with an f32 KV cache; its log-probabilities at the 1,023
-# scored positions go to crates/tandem/tests/golden/qwen35-llamacpp.kld, which
+# scored positions go to crates/tandem/tests/golden/ARCH-llamacpp.kld, which
 # crates/tandem/tests/cli_hybrid.rs compares tandem with (`tandem perplexity
 # --kl-divergence`).
 #
@@ -15,8 +15,12 @@ tandem=$1
 perplexity=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$tandem" synth -o "$tmp/qwen35.gguf" --arch qwen35 --experts 0 --n-embd 128 --n-layer 4 \
-    --n-head 4 --n-head-kv 2 --n-ff 256 --ssm-state-size 32 --ssm-group-count 2 \
-    --ssm-time-step-rank 4 --type f32 --tokenizer smollm2-135m --vocab 320 --seed 7
-"$perplexity" -m "$tmp/qwen35.gguf" -f tests/data/eval-prose.txt -c 2048 --chunks 1 -t 2 \
-    -ctk f32 -ctv f32 --kl-divergence-base crates/tandem/tests/golden/qwen35-llamacpp.kld
+shape=(--experts 0)
+for arch in qwen35 qwen35moe; do
+    [ "$arch" = qwen35moe ] && shape=(--experts 8 --experts-used 2 --n-ff-exp 64)
+    "$tandem" synth -o "$tmp/$arch.gguf" --arch "$arch" "${shape[@]}" --n-embd 128 --n-layer 4 \
+        --n-head 4 --n-head-kv 2 --n-ff 256 --ssm-state-size 32 --ssm-group-count 2 \
+        --ssm-time-step-rank 4 --type f32 --tokenizer smollm2-135m --vocab 320 --seed 7
+    "$perplexity" -m "$tmp/$arch.gguf" -f tests/data/eval-prose.txt -c 2048 --chunks 1 -t 2 \
+        -ctk f32 -ctv f32 --kl-divergence-base "crates/tandem/tests/golden/$arch-llamacpp.kld"
+done

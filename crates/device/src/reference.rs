@@ -347,7 +347,9 @@ impl Device for Reference {
 
     fn delta_net(&mut self, layer: usize, io: &DeltaIo, spec: &DeltaSpec) {
         let states = self.states.as_mut().expect("state layers");
-        states.delta_net(layer, &mut self.bufs, io, spec, dot);
+        states.delta_net(layer, &mut self.bufs, io, spec, dot, |n, f| {
+            (0..n).for_each(f)
+        });
     }
 
     fn kv_store(&mut self, layer: usize, k: Buf, v: Buf) {

@@ -124,14 +124,17 @@ impl HostStates {
     }
 
     /// [`crate::Device::delta_net`] over the step's rows with host buffers, each dot
-    /// product as `dot` gives it.
+    /// product as `dot` gives it. Each sequence's value heads are tasks of their own
+    /// (disjoint state, the rows in order); `par(n, task)` runs `task(i)` for each `i` in
+    /// `0..n`, in any order or on any threads.
     pub fn delta_net(
         &mut self,
         layer: usize,
         bufs: &mut HostBufs,
         io: &DeltaIo,
         spec: &DeltaSpec,
-        dot: impl Fn(&[f32], &[f32]) -> f32,
+        dot: impl Fn(&[f32], &[f32]) -> f32 + Sync,
+        par: impl Fn(usize, &(dyn Fn(usize) + Sync)),
     ) {
         let (hk, hv, d) = (spec.n_k_heads, spec.n_v_heads, spec.head_dim);
         assert!(
@@ -139,26 +142,54 @@ impl HostStates {
             "a slot holds the state"
         );
         let scale = 1.0 / (d as f32).sqrt();
-        let mut out = bufs.take(io.out);
+        let runs = self.runs(layer);
+        // One task per (run, value head): its state and its rows' outputs.
+        let mut tasks = Vec::new();
+        let mut rest = &mut self.state[..];
+        let mut taken = 0;
+        let mut order: Vec<usize> = (0..runs.len()).collect();
+        order.sort_by_key(|&i| runs[i].1);
+        for i in order {
+            let (rows, at) = runs[i].clone();
+            assert!(
+                at + spec.at >= taken,
+                "a sequence's rows come together in a step"
+            );
+            let start = at + spec.at - taken;
+            let (_, tail) = rest.split_at_mut(start);
+            let (state, tail) = tail.split_at_mut(spec.state_floats());
+            taken = at + spec.at + spec.state_floats();
+            rest = tail;
+            for (h, s) in state.chunks_exact_mut(d * d).enumerate() {
+                let out = vec![0f32; rows.len() * d];
+                tasks.push(std::sync::Mutex::new((rows.clone(), h, s, out)));
+            }
+        }
         let b = &*bufs;
         let (q, k, v) = (&b[io.q], &b[io.k], &b[io.v]);
         let (g, beta, a) = (&b[io.g], &b[io.beta], &b[io.a]);
-        for (rows, at) in self.runs(layer) {
-            let state = &mut self.state[at + spec.at..at + spec.at + spec.state_floats()];
-            for r in rows {
-                for (h, s) in state.chunks_exact_mut(d * d).enumerate() {
-                    let kh = (r * hk + h % hk) * d;
-                    let (q, k) = (&q[kh..kh + d], &k[kh..kh + d]);
-                    let vh = (r * hv + h) * d;
-                    let decay = (a[h] * g[r * hv + h]).exp();
-                    let beta = beta[r * hv + h];
-                    s.iter_mut().for_each(|x| *x *= decay);
-                    for (j, row) in s.chunks_exact_mut(d).enumerate() {
-                        let delta = (v[vh + j] - dot(row, k)) * beta;
-                        row.iter_mut().zip(k).for_each(|(x, &kk)| *x += delta * kk);
-                        out[vh + j] = dot(row, q) * scale;
-                    }
+        par(tasks.len(), &|i| {
+            let mut task = tasks[i].lock().expect("one thread per task");
+            let (rows, h, s, out) = &mut *task;
+            for (o, r) in out.chunks_exact_mut(d).zip(rows.clone()) {
+                let kh = (r * hk + *h % hk) * d;
+                let (q, k) = (&q[kh..kh + d], &k[kh..kh + d]);
+                let vh = (r * hv + *h) * d;
+                let decay = (a[*h] * g[r * hv + *h]).exp();
+                let beta = beta[r * hv + *h];
+                s.iter_mut().for_each(|x| *x *= decay);
+                for (j, row) in s.chunks_exact_mut(d).enumerate() {
+                    let delta = (v[vh + j] - dot(row, k)) * beta;
+                    row.iter_mut().zip(k).for_each(|(x, &kk)| *x += delta * kk);
+                    o[j] = dot(row, q) * scale;
                 }
+            }
+        });
+        let mut out = bufs.take(io.out);
+        for task in tasks {
+            let (rows, h, _, o) = task.into_inner().expect("tasks done");
+            for (r, o) in rows.zip(o.chunks_exact(d)) {
+                out[(r * hv + h) * d..][..d].copy_from_slice(o);
             }
         }
         bufs.put(io.out, out);

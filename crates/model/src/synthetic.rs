@@ -63,9 +63,9 @@ impl Synthetic {
             }
             _ => {}
         }
-        if (self.arch.name() == "qwen35") != self.delta.is_some() {
+        if self.arch.name().starts_with("qwen35") != self.delta.is_some() {
             return bad(format!(
-                "{} takes a Gated DeltaNet shape only for qwen35",
+                "{} takes a Gated DeltaNet shape only for qwen35 and qwen35moe",
                 self.arch.name()
             ));
         }
@@ -81,7 +81,7 @@ impl Synthetic {
         }
         let block = self.ty.block_size() as usize;
         let dense_ff = match (self.experts, self.arch.name()) {
-            (None, _) | (Some(_), "qwen2moe") => Some(self.n_ff),
+            (None, _) | (Some(_), "qwen2moe" | "qwen35moe") => Some(self.n_ff),
             _ => None,
         };
         let widths = [
@@ -268,12 +268,12 @@ impl Synthetic {
         for il in 0..self.n_layer {
             let n = |s: &str| format!("blk.{il}.{s}");
             if let Some(d) = self.delta {
-                self.hybrid_block(t, il, d)?;
-                continue;
+                self.hybrid_mixer(t, il, d)?;
+            } else {
+                t.ones(&n("attn_norm.weight"), e);
+                t.ones(&n("ffn_norm.weight"), e);
             }
-            t.ones(&n("attn_norm.weight"), e);
-            t.ones(&n("ffn_norm.weight"), e);
-            if !self.conv_block(t, il)? {
+            if self.delta.is_none() && !self.conv_block(t, il)? {
                 for (name, rows) in [("attn_q", q), ("attn_k", kv), ("attn_v", kv)] {
                     t.matrix(&n(&format!("{name}.weight")), &[e, rows], self.ty, scale(e))?;
                     if qkv_bias {
@@ -361,10 +361,10 @@ impl Synthetic {
         );
     }
 
-    /// Block `il` of a qwen35 hybrid: Gated DeltaNet or gated attention, then a dense
-    /// SwiGLU network. The decay rates `-exp(A_log)` lie in `[-1.5, -0.5)`, the biases of
+    /// Block `il`'s norms and mixer in a qwen35 hybrid: Gated DeltaNet or gated
+    /// attention (its feed-forward network is written as any other's). The decay rates `-exp(A_log)` lie in `[-1.5, -0.5)`, the biases of
     /// α in `[-1, 1)`.
-    fn hybrid_block(&self, t: &mut Tensors, il: usize, d: DeltaShape) -> Result<()> {
+    fn hybrid_mixer(&self, t: &mut Tensors, il: usize, d: DeltaShape) -> Result<()> {
         let (e, hd, ty) = (self.n_embd, self.head_dim(), self.ty);
         let (q, kv) = (self.n_head * hd, self.n_head_kv * hd);
         let n = |s: &str| format!("blk.{il}.{s}");
@@ -395,13 +395,6 @@ impl Synthetic {
             t.matrix(&n("ssm_alpha.weight"), &[e, hv], ty, scale(e))?;
             t.ones(&n("ssm_norm.weight"), sd);
             t.matrix(&n("ssm_out.weight"), &[hv * sd, e], ty, scale(hv * sd))?;
-        }
-        for (name, dims, cols) in [
-            ("ffn_gate", [e, self.n_ff], e),
-            ("ffn_up", [e, self.n_ff], e),
-            ("ffn_down", [self.n_ff, e], self.n_ff),
-        ] {
-            t.matrix(&n(&format!("{name}.weight")), &dims, ty, scale(cols))?;
         }
         Ok(())
     }

@@ -20,7 +20,7 @@ pub struct SynthArgs {
     #[arg(short = 'o', long = "out")]
     pub out: PathBuf,
     /// llama, qwen2, qwen3 (dense), qwen2moe, qwen3moe, qwen35 (hybrid; with --experts 0),
-    /// or llama with --experts (Mixtral).
+    /// qwen35moe, or llama with --experts (Mixtral).
     #[arg(long, default_value = "qwen3moe")]
     pub arch: String,
     #[arg(long, default_value_t = 1024)]
@@ -101,7 +101,7 @@ pub fn execute(a: SynthArgs) -> Result<(), CliError> {
             n_expert_used: a.experts_used,
             n_ff_exp: a.n_ff_exp,
         }),
-        delta: (a.arch == "qwen35").then_some(DeltaShape {
+        delta: a.arch.starts_with("qwen35").then_some(DeltaShape {
             conv_kernel: a.ssm_conv_kernel,
             head_dim: a.ssm_state_size,
             n_k_heads: a.ssm_group_count,

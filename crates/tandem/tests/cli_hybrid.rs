@@ -1,16 +1,13 @@
-//! Hybrid recurrent models against llama.cpp: a synthetic qwen35 (Gated DeltaNet and gated
-//! attention blocks) read as llama-perplexity reads it, over 1,023 positions of one chunk of
+//! Hybrid recurrent models against llama.cpp: synthetic qwen35 and qwen35moe (Gated DeltaNet
+//! and gated attention blocks) read as llama-perplexity reads them, over 1,023 positions of one chunk of
 //! 2,048 tokens (golden log-probabilities from scripts/gen_hybrid_golden.sh).
 
 use std::path::Path;
 use std::process::Command;
 
-/// `tandem synth` arguments of the golden model (as scripts/gen_hybrid_golden.sh has them).
+/// `tandem synth` arguments of the golden models but their architecture and experts (as
+/// scripts/gen_hybrid_golden.sh has them).
 const SYNTH: &[&str] = &[
-    "--arch",
-    "qwen35",
-    "--experts",
-    "0",
     "--n-embd",
     "128",
     "--n-layer",
@@ -54,11 +51,23 @@ fn tandem(args: &[&str]) -> serde_json::Value {
 
 #[test]
 fn qwen35_reads_as_llama_cpp_does() {
+    reads_as_llama_cpp_does("qwen35", &["--experts", "0"]);
+}
+
+/// 2 of 8 experts, a gated shared expert.
+#[test]
+fn qwen35moe_reads_as_llama_cpp_does() {
+    let experts = ["--experts", "8", "--experts-used", "2", "--n-ff-exp", "64"];
+    reads_as_llama_cpp_does("qwen35moe", &experts);
+}
+
+fn reads_as_llama_cpp_does(arch: &str, experts: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("qwen35.gguf");
+    let model = dir.path().join(format!("{arch}.gguf"));
     let model = model.to_str().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["synth", "-o", model])
+        .args(["synth", "-o", model, "--arch", arch])
+        .args(experts)
         .args(SYNTH)
         .output()
         .unwrap();
@@ -67,7 +76,8 @@ fn qwen35_reads_as_llama_cpp_does() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/qwen35-llamacpp.kld");
+    let golden =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/golden/{arch}-llamacpp.kld"));
     let golden = golden.to_str().unwrap();
     for device in ["cpu", "reference"] {
         let r = tandem(&[
@@ -86,14 +96,14 @@ fn qwen35_reads_as_llama_cpp_does() {
             k["kld_mean"].as_f64().unwrap(),
             k["same_top"].as_f64().unwrap(),
         );
-        assert_eq!(k["positions"], 1023, "{device}: {r}");
+        assert_eq!(k["positions"], 1023, "{arch} {device}: {r}");
         assert!(
             kld <= 1e-3,
-            "{device}: mean KL divergence {kld} from llama.cpp: {r}"
+            "{arch} {device}: mean KL divergence {kld} from llama.cpp: {r}"
         );
         assert!(
             top >= 0.98,
-            "{device}: same top token at {top} of positions: {r}"
+            "{arch} {device}: same top token at {top} of positions: {r}"
         );
     }
 }

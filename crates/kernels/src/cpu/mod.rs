@@ -268,13 +268,18 @@ impl Device for Cpu {
         self.bufs.put(out, o);
     }
 
-    /// One thread; each row's heads in order.
+    /// Each sequence's heads on the threads, each head's rows in order.
     fn delta_net(&mut self, layer: usize, io: &DeltaIo, spec: &DeltaSpec) {
         let isa = crate::features::Isa::detect();
-        let states = self.states.as_mut().expect("state layers");
-        states.delta_net(layer, &mut self.bufs, io, spec, |x, y| {
-            crate::dot::dot(isa, x, y)
-        });
+        let (states, pool) = (self.states.as_mut().expect("state layers"), &self.pool);
+        states.delta_net(
+            layer,
+            &mut self.bufs,
+            io,
+            spec,
+            |x, y| crate::dot::dot(isa, x, y),
+            |n, f| pool.for_ranges(n, &|r| r.for_each(f)),
+        );
     }
 
     fn finish(&mut self) {}

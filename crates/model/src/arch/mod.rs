@@ -54,7 +54,8 @@ pub static RECIPES: &[&dyn Recipe] = &[
     &qwen2moe::RECIPE,
     &qwen3::RECIPE,
     &qwen3moe::RECIPE,
-    &qwen35::Qwen35,
+    &qwen35::QWEN35,
+    &qwen35::QWEN35MOE,
     &gemma3::Gemma3,
     &phi3::RECIPE,
 ];

@@ -6,29 +6,51 @@
 //! which is NeoX RoPE over `rope.dimension_count` dimensions as long as every rotated pair
 //! falls in one of the first three sections (the fourth turns by position 0). Blocks past
 //! `block_count - nextn_predict_layers` are the multi-token-prediction head, not run here.
+//! qwen35moe (Qwen 3.5 MoE) is the same with a mixture in every block: softmax routing,
+//! the chosen experts' weights renormalized, and a shared expert scaled by a sigmoid gate
+//! of its own (`ffn_gate_inp_shexp`).
 
 use device::{Buf, Device, Op, RopeMode};
 use gguf::{Metadata, Value};
 
 use super::Recipe;
 use crate::error::{Error, Result};
-use crate::hparams::{HParams, Traits, PLAIN};
+use crate::hparams::{ExpertWidth, Experts, HParams, RoutingDefaults, Traits, PLAIN};
 use crate::layers::ffn::{Activation, Ffn, GateUp};
 use crate::layers::gated_attention::GatedAttention;
 use crate::layers::gated_delta_net::{DeltaShape, GatedDeltaNet};
 use crate::layers::{Cx, Layer, LayerMemory};
 use crate::tensors::{TensorLoader, VecId};
 
-pub struct Qwen35;
+/// See the module doc.
+pub struct Qwen35 {
+    name: &'static str,
+    experts: Experts,
+}
+
+pub const QWEN35: Qwen35 = Qwen35 {
+    name: "qwen35",
+    experts: Experts::Never,
+};
+
+pub const QWEN35MOE: Qwen35 = Qwen35 {
+    name: "qwen35moe",
+    experts: Experts::Always(RoutingDefaults {
+        norm_weights: true,
+        gated_shared_expert: true,
+        expert_width: ExpertWidth::FeedForwardPerUsed,
+    }),
+};
 
 impl Recipe for Qwen35 {
     fn name(&self) -> &'static str {
-        "qwen35"
+        self.name
     }
 
     fn traits(&self) -> Traits {
         Traits {
             rope_mode: RopeMode::Neox,
+            experts: self.experts,
             ..PLAIN
         }
     }
