@@ -341,13 +341,15 @@ impl Device for Reference {
         let n = self.rows.len() * spec.width;
         let states = self.states.as_mut().expect("state layers");
         let mut o = self.bufs.take(out);
-        states.conv1d(layer, &self.bufs[x][..n], &self.bufs[w], &mut o, spec, dot);
+        let silu = |row: &mut [f32]| row.iter_mut().for_each(|y| *y /= 1.0 + (-*y).exp());
+        states.conv1d(layer, &self.bufs[x][..n], &self.bufs[w], &mut o, spec, silu);
         self.bufs.put(out, o);
     }
 
     fn delta_net(&mut self, layer: usize, io: &DeltaIo, spec: &DeltaSpec) {
         let states = self.states.as_mut().expect("state layers");
-        states.delta_net(layer, &mut self.bufs, io, spec, dot, |n, f| {
+        let step = crate::state::row_step(dot);
+        states.delta_net(layer, &mut self.bufs, io, spec, step, |n, f| {
             (0..n).for_each(f)
         });
     }

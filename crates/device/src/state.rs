@@ -87,9 +87,9 @@ impl HostStates {
         runs
     }
 
-    /// [`crate::Device::conv1d`] over the step's rows with host buffers, each output a
-    /// sum over the taps in order as `dot(inputs, taps)` gives it (`inputs[j]` the input
-    /// `j` of the window, `taps[j] = w[c·k + j]`).
+    /// [`crate::Device::conv1d`] over the step's rows with host buffers: each output the
+    /// sum over the taps in order (`Σ_j w[c·k + j] · in(j)`, each product and sum one f32
+    /// operation), then `silu` on each row of outputs when the spec asks for it.
     pub fn conv1d(
         &mut self,
         layer: usize,
@@ -97,25 +97,31 @@ impl HostStates {
         w: &[f32],
         out: &mut [f32],
         spec: &ConvSpec,
-        dot: fn(&[f32], &[f32]) -> f32,
+        silu: impl Fn(&mut [f32]),
     ) {
         let (width, k) = (spec.width, spec.k);
         let floats = (k - 1) * width;
         assert!(floats <= self.cfg.floats, "a slot holds the k - 1 inputs");
+        // The taps as [k, width]: tap j of every channel together.
+        let taps: Vec<f32> = (0..k * width)
+            .map(|i| w[(i % width) * k + i / width])
+            .collect();
         for (rows, at) in self.runs(layer) {
             let range = at..at + floats;
             // [k - 1 + rows, width]: the state, then the step's inputs.
             let mut window = self.state[range.clone()].to_vec();
             window.extend_from_slice(&x[rows.start * width..rows.end * width]);
-            let (mut inputs, mut taps) = (vec![0f32; k], vec![0f32; k]);
             for (i, r) in rows.clone().enumerate() {
-                for c in 0..width {
-                    for j in 0..k {
-                        inputs[j] = window[(i + j) * width + c];
-                        taps[j] = w[c * k + j];
+                let o = &mut out[r * width..(r + 1) * width];
+                o.fill(0.0);
+                for (j, tap) in taps.chunks_exact(width).enumerate() {
+                    let input = &window[(i + j) * width..(i + j + 1) * width];
+                    for ((y, &t), &v) in o.iter_mut().zip(tap).zip(input) {
+                        *y += t * v;
                     }
-                    let y = dot(&inputs, &taps);
-                    out[r * width + c] = if spec.silu { y / (1.0 + (-y).exp()) } else { y };
+                }
+                if spec.silu {
+                    silu(o);
                 }
             }
             let n = rows.len();
@@ -123,8 +129,10 @@ impl HostStates {
         }
     }
 
-    /// [`crate::Device::delta_net`] over the step's rows with host buffers, each dot
-    /// product as `dot` gives it. Each sequence's value heads are tasks of their own
+    /// [`crate::Device::delta_net`] over the step's rows with host buffers, each row `j`
+    /// of a head's state stepped by `step(row, k, q, decay, v[j], beta)`, which scales
+    /// the row by the decay, adds `(v[j] - row·k) · beta · k` and gives `row·q` (see
+    /// [`row_step`]). Each sequence's value heads are tasks of their own
     /// (disjoint state, the rows in order); `par(n, task)` runs `task(i)` for each `i` in
     /// `0..n`, in any order or on any threads.
     pub fn delta_net(
@@ -133,7 +141,7 @@ impl HostStates {
         bufs: &mut HostBufs,
         io: &DeltaIo,
         spec: &DeltaSpec,
-        dot: impl Fn(&[f32], &[f32]) -> f32 + Sync,
+        step: impl Fn(&mut [f32], &[f32], &[f32], f32, f32, f32) -> f32 + Sync,
         par: impl Fn(usize, &(dyn Fn(usize) + Sync)),
     ) {
         let (hk, hv, d) = (spec.n_k_heads, spec.n_v_heads, spec.head_dim);
@@ -177,11 +185,8 @@ impl HostStates {
                 let vh = (r * hv + *h) * d;
                 let decay = (a[*h] * g[r * hv + *h]).exp();
                 let beta = beta[r * hv + *h];
-                s.iter_mut().for_each(|x| *x *= decay);
                 for (j, row) in s.chunks_exact_mut(d).enumerate() {
-                    let delta = (v[vh + j] - dot(row, k)) * beta;
-                    row.iter_mut().zip(k).for_each(|(x, &kk)| *x += delta * kk);
-                    o[j] = dot(row, q) * scale;
+                    o[j] = step(row, k, q, decay, v[vh + j], beta) * scale;
                 }
             }
         });
@@ -193,6 +198,19 @@ impl HostStates {
             }
         }
         bufs.put(io.out, out);
+    }
+}
+
+/// One row of the delta rule as [`HostStates::delta_net`] describes it, its dot products
+/// as `dot` gives them: the reference's step.
+pub fn row_step(
+    dot: impl Fn(&[f32], &[f32]) -> f32,
+) -> impl Fn(&mut [f32], &[f32], &[f32], f32, f32, f32) -> f32 {
+    move |row, k, q, decay, v, beta| {
+        row.iter_mut().for_each(|x| *x *= decay);
+        let delta = (v - dot(row, k)) * beta;
+        row.iter_mut().zip(k).for_each(|(x, &kk)| *x += delta * kk);
+        dot(row, q)
     }
 }
 

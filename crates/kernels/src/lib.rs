@@ -4,6 +4,7 @@
 
 pub mod attention;
 pub mod cpu;
+pub mod delta;
 pub mod dot;
 pub mod features;
 pub mod forms;

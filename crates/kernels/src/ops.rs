@@ -46,6 +46,15 @@ pub fn swiglu_inplace(gate: &mut [f32], up: &[f32]) {
     gated_inplace::<false>(gate, up);
 }
 
+/// `x[i] = silu(x[i])`, as [`swiglu_inplace`] gives it with `up` all ones.
+pub fn silu_inplace(x: &mut [f32]) {
+    const ONES: [f32; 256] = [1.0; 256];
+    for part in x.chunks_mut(ONES.len()) {
+        let n = part.len();
+        gated_inplace::<false>(part, &ONES[..n]);
+    }
+}
+
 /// `gate[i] = gelu(gate[i]) * up[i]`, GELU's tanh approximation
 /// `0.5 · v · (1 + tanh(√(2/π) · (v + 0.044715 · v³)))`, computed as the equal
 /// `v / (1 + e^-a)` with `a = 2√(2/π) · (v + 0.044715 · v³)` and `e^x` from [`exp`] (the SIMD

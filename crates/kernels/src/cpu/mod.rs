@@ -252,18 +252,19 @@ impl Device for Cpu {
         }
     }
 
-    /// Scalar: a toy's layer kind so far, not yet a kernel that pays for SIMD.
+    /// One thread, the channels of a row together; SiLU as [`crate::ops::silu_inplace`].
     fn conv1d(&mut self, layer: usize, x: Buf, w: Buf, out: Buf, spec: &ConvSpec) {
         let n = self.rows.len() * spec.width;
         let states = self.states.as_mut().expect("state layers");
         let mut o = self.bufs.take(out);
+        let x = &self.bufs[x][..n];
         states.conv1d(
             layer,
-            &self.bufs[x][..n],
+            x,
             &self.bufs[w],
             &mut o,
             spec,
-            crate::dot::dot_scalar,
+            crate::ops::silu_inplace,
         );
         self.bufs.put(out, o);
     }
@@ -277,7 +278,7 @@ impl Device for Cpu {
             &mut self.bufs,
             io,
             spec,
-            |x, y| crate::dot::dot(isa, x, y),
+            |row, k, q, decay, v, beta| crate::delta::row_step(isa, row, k, q, decay, v, beta),
             |n, f| pool.for_ranges(n, &|r| r.for_each(f)),
         );
     }
