@@ -3,7 +3,7 @@
 //! weights, SmolLM2's tokenizer) through
 //! the engine on the CPU: a user's greedy tokens do not depend on the others, on prompts
 //! read in chunks, on rejected drafts (the state goes back to its checkpoint and the engine
-//! computes again what was not kept), or on a resumed conversation (a state model shares
+//! computes again what was not kept), on the thread count, or on a resumed conversation (a state model shares
 //! no prefix: it computes it again).
 
 #[allow(dead_code)]
@@ -113,12 +113,16 @@ fn run_all(handle: &EngineHandle, prompts: &[Vec<u32>], n: usize) -> Vec<(Vec<u3
     streams.into_iter().map(collect).collect()
 }
 
-/// Greedy tokens of one sequence, alone, a token a forward after its prompt.
+/// Greedy tokens of one sequence, alone, a token a forward after its prompt (2 threads).
 fn alone(path: &Path, prompt: &[u32], n: usize) -> Vec<u32> {
+    alone_on(path, prompt, n, 2)
+}
+
+fn alone_on(path: &Path, prompt: &[u32], n: usize, n_threads: usize) -> Vec<u32> {
     let cfg = ContextConfig {
         n_ctx: 512,
         n_ubatch: 32,
-        n_threads: 2,
+        n_threads,
         device: engine::DeviceKind::Cpu,
         ..ContextConfig::default()
     };
@@ -138,6 +142,8 @@ fn eight_users_get_the_tokens_each_gets_alone() {
             let want = alone(&path, p, n);
             assert_eq!(got, &want, "{path:?} prompt {i} ({} tokens)", p.len());
         }
+        let one_thread = alone_on(&path, &prompts[7], n, 1);
+        assert_eq!(one_thread, together[7].0, "{path:?}: one thread");
     }
 }
 
