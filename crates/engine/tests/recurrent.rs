@@ -51,7 +51,7 @@ fn models(dir: &Path) -> Vec<PathBuf> {
     vec![write("toyconv", None), write("qwen35", Some(delta))]
 }
 
-fn config(n_parallel: usize) -> EngineConfig {
+fn config(n_parallel: usize, device: engine::DeviceKind) -> EngineConfig {
     EngineConfig {
         n_ctx: 4096,
         n_parallel,
@@ -61,16 +61,25 @@ fn config(n_parallel: usize) -> EngineConfig {
         n_threads: 2,
         kv_type: GgmlType::F16,
         queue_limit: 64,
-        device: engine::DeviceKind::Cpu,
+        device,
         step_budget: engine::StepBudget::AUTO,
         swa_full: false,
     }
 }
 
 fn start(path: &Path, n_parallel: usize, spec: Option<Speculation>) -> EngineHandle {
+    start_on(path, n_parallel, spec, engine::DeviceKind::Cpu)
+}
+
+fn start_on(
+    path: &Path,
+    n_parallel: usize,
+    spec: Option<Speculation>,
+    device: engine::DeviceKind,
+) -> EngineHandle {
     let model = Model::load(path).unwrap();
     let tok = Tokenizer::from_gguf(&model.file.header.metadata).unwrap();
-    engine::start(model, Arc::new(tok), config(n_parallel), spec, None).unwrap()
+    engine::start(model, Arc::new(tok), config(n_parallel, device), spec, None).unwrap()
 }
 
 /// Prompts of 9 to 75 tokens: the longer ones are read in several forwards of 32 rows.
@@ -115,15 +124,21 @@ fn run_all(handle: &EngineHandle, prompts: &[Vec<u32>], n: usize) -> Vec<(Vec<u3
 
 /// Greedy tokens of one sequence, alone, a token a forward after its prompt (2 threads).
 fn alone(path: &Path, prompt: &[u32], n: usize) -> Vec<u32> {
-    alone_on(path, prompt, n, 2)
+    alone_on(path, prompt, n, 2, engine::DeviceKind::Cpu)
 }
 
-fn alone_on(path: &Path, prompt: &[u32], n: usize, n_threads: usize) -> Vec<u32> {
+fn alone_on(
+    path: &Path,
+    prompt: &[u32],
+    n: usize,
+    n_threads: usize,
+    device: engine::DeviceKind,
+) -> Vec<u32> {
     let cfg = ContextConfig {
         n_ctx: 512,
         n_ubatch: 32,
         n_threads,
-        device: engine::DeviceKind::Cpu,
+        device,
         ..ContextConfig::default()
     };
     let mut ctx = Executor::new(Model::load(path).unwrap(), cfg).unwrap();
@@ -142,8 +157,28 @@ fn eight_users_get_the_tokens_each_gets_alone() {
             let want = alone(&path, p, n);
             assert_eq!(got, &want, "{path:?} prompt {i} ({} tokens)", p.len());
         }
-        let one_thread = alone_on(&path, &prompts[7], n, 1);
+        let one_thread = alone_on(&path, &prompts[7], n, 1, engine::DeviceKind::Cpu);
         assert_eq!(one_thread, together[7].0, "{path:?}: one thread");
+    }
+}
+
+/// On the wgpu backend (lavapipe in CI): each of 8 users gets the tokens it gets alone
+/// there (the GPU's bits are its own, so alone on the GPU, not on the CPU).
+#[test]
+fn eight_users_on_the_gpu_get_the_tokens_each_gets_alone() {
+    if !gpu::adapter_for_tests() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let gpu = engine::DeviceKind::Gpu;
+    for path in models(dir.path()).into_iter().skip(1) {
+        let prompts = prompts(&path);
+        let n = 12;
+        let together = run_all(&start_on(&path, 8, None, gpu), &prompts, n);
+        for (i, (p, (got, _))) in prompts.iter().zip(&together).enumerate() {
+            let want = alone_on(&path, p, n, 2, gpu);
+            assert_eq!(got, &want, "{path:?} prompt {i} ({} tokens)", p.len());
+        }
     }
 }
 

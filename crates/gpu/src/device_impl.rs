@@ -20,9 +20,8 @@ impl Device for Gpu {
         format!("gpu ({}, {:?}, {:?})", i.name, i.backend, i.device_type)
     }
 
-    /// Every op but the recurrent ones: a model with state layers is refused at load.
-    fn supports(&self, op: Op) -> bool {
-        !matches!(op, Op::Conv1d | Op::DeltaNet)
+    fn supports(&self, _: Op) -> bool {
+        true
     }
 
     fn supports_type(&self, ty: GgmlType) -> bool {
@@ -122,9 +121,6 @@ impl Device for Gpu {
     }
 
     fn kv_alloc(&mut self, cfg: KvConfig) -> Result<()> {
-        if cfg.state.is_some() {
-            return Err(self.unsupported("keep recurrent state".into()));
-        }
         if kv_code(cfg.ty).is_none() {
             return Err(Error::UnsupportedType(cfg.ty));
         }
@@ -159,6 +155,7 @@ impl Device for Gpu {
                 cfg.total_bytes() >> 20
             ))
         })?);
+        self.states = self.states_alloc(&cfg)?;
         Ok(())
     }
 
@@ -183,16 +180,16 @@ impl Device for Gpu {
         self.rec.read(&self.ctx, &parts, out);
     }
 
-    fn state_restore(&mut self, _: u32) {
-        unreachable!("kv_alloc refuses state layers")
+    fn state_restore(&mut self, slot: u32) {
+        self.states_restore(slot);
     }
 
-    fn conv1d(&mut self, _: usize, _: Buf, _: Buf, _: Buf, _: &ConvSpec) {
-        unreachable!("supports(Op::Conv1d) is false: such a model is refused at load")
+    fn conv1d(&mut self, layer: usize, x: Buf, w: Buf, out: Buf, spec: &ConvSpec) {
+        self.conv(layer, x, w, out, spec);
     }
 
-    fn delta_net(&mut self, _: usize, _: &DeltaIo, _: &DeltaSpec) {
-        unreachable!("supports(Op::DeltaNet) is false: such a model is refused at load")
+    fn delta_net(&mut self, layer: usize, io: &DeltaIo, spec: &DeltaSpec) {
+        self.delta(layer, io, spec);
     }
 
     fn kv_write_block(&mut self, block: u32, data: &[u8]) {
@@ -237,6 +234,7 @@ impl Device for Gpu {
             win_at,
         });
         self.angles.clear();
+        self.states_begin(step);
     }
 
     fn finish(&mut self) {

@@ -57,6 +57,8 @@ pub struct Gpu {
     pub(crate) bufs: Vec<wgpu::Buffer>,
     pub(crate) mats: Vec<GpuMat>,
     pub(crate) kv: Option<GpuKv>,
+    /// The recurrent states of the pool's state layers.
+    pub(crate) states: Option<crate::recurrent::GpuStates>,
     pub(crate) rows: Vec<Row>,
     pub(crate) step: Option<StepData>,
     /// This step's RoPE angles per `(n_rot, freq_base bits)`.
@@ -113,6 +115,7 @@ impl Gpu {
             bufs: Vec::new(),
             mats: Vec::new(),
             kv: None,
+            states: None,
             rows: Vec::new(),
             step: None,
             angles: Vec::new(),

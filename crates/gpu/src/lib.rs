@@ -6,6 +6,10 @@
 //! takes) and meet f32 activations; sums are f32. KV storage is f32, f16, bf16 or q8_0
 //! (q8_0 rows of a multiple of 64 elements).
 //!
+//! Recurrent states (`recurrent.rs`): a store per state layer beside the KV pool; the
+//! convolution and the delta rule walk each sequence's rows in order, one invocation (or
+//! workgroup) per channel (or value head).
+//!
 //! Mixtures of experts: the router's logits are read back and rows routed on the host (see
 //! `moe.rs`), the one wait inside a mixture model's forward.
 //!
@@ -24,6 +28,7 @@ mod gpu;
 mod moe;
 mod pipelines;
 mod profile;
+mod recurrent;
 
 pub use context::{adapter, adapter_for_tests, quiet_device_select, real_gpu, Adapter, Choice};
 pub use formats::{form_name, Shader, Table, SHADERS};

@@ -38,6 +38,9 @@ pub(crate) enum Kernel {
     },
     AttentionMerge,
     MoeCombine,
+    /// The recurrences with state (conv.wgsl, delta.wgsl).
+    Conv1d,
+    DeltaNet,
     Bandwidth,
     /// Whether a workgroup's subgroups are runs of consecutive invocations.
     Lanes,
@@ -158,6 +161,8 @@ impl Kernel {
                 (format!("{attn}\n{body}"), "main")
             }
             Kernel::MoeCombine => (include_str!("shaders/moe.wgsl").into(), "main"),
+            Kernel::Conv1d => (include_str!("shaders/conv.wgsl").into(), "main"),
+            Kernel::DeltaNet => (include_str!("shaders/delta.wgsl").into(), "main"),
             Kernel::Bandwidth => (include_str!("shaders/bandwidth.wgsl").into(), "main"),
             Kernel::Lanes => (include_str!("shaders/lanes.wgsl").into(), "main"),
         }

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use device::conformance::{attention_case, moe_agrees, norms_case, prims_agree};
+use device::conformance::{attention_case, moe_agrees, norms_case, prims_agree, recurrent_case};
 use device::reference::Reference;
 use device::testing::data;
 use device::*;
@@ -378,4 +378,16 @@ fn attention_over_several_parts_and_a_window_across_them() {
 fn generic_primitives_agree_with_the_reference() {
     let Some([mut g, mut r]) = both() else { return };
     prims_agree(&mut *g, &mut *r, 1e-5);
+}
+
+/// The recurrences with state (the convolution with SiLU, the delta rule) over steps of two
+/// sequences, a cut-back step restored from its checkpoint and a sequence starting over:
+/// f32 sums in index order against the reference's, within 1e-5 of the largest value.
+#[test]
+fn the_state_recurrences_agree_with_the_reference() {
+    let Some([mut g, mut r]) = both() else { return };
+    let got = recurrent_case(&mut *g);
+    let want = recurrent_case(&mut *r);
+    let e = rel(&got, &want, 1.0);
+    assert!(e < 1e-5, "{e}");
 }

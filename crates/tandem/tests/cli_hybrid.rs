@@ -1,6 +1,7 @@
 //! Hybrid recurrent models against llama.cpp: synthetic qwen35 and qwen35moe (Gated DeltaNet
 //! and gated attention blocks) read as llama-perplexity reads them, over 1,023 positions of one chunk of
-//! 2,048 tokens (golden log-probabilities from scripts/gen_hybrid_golden.sh).
+//! 2,048 tokens (golden log-probabilities from scripts/gen_hybrid_golden.sh), on the CPU,
+//! the reference and the wgpu backend (lavapipe in CI).
 
 use std::path::Path;
 use std::process::Command;
@@ -79,7 +80,8 @@ fn reads_as_llama_cpp_does(arch: &str, experts: &[&str]) {
     let golden =
         Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/golden/{arch}-llamacpp.kld"));
     let golden = golden.to_str().unwrap();
-    for device in ["cpu", "reference"] {
+    let gpu = gpu::adapter_for_tests().then_some("gpu");
+    for device in ["cpu", "reference"].into_iter().chain(gpu) {
         let r = tandem(&[
             "perplexity",
             "-m",

@@ -1,0 +1,176 @@
+//! Recurrent states on the GPU: per state layer a store of `[n_slots, floats]` and one of
+//! the checkpoints ([`kv::state`]), the step's zeroing and checkpointing at `begin`, the
+//! restore, and the dispatches of the convolution (conv.wgsl) and the delta rule
+//! (delta.wgsl) over the step's runs of rows of one sequence each.
+
+use device::{Buf, ConvSpec, DeltaIo, DeltaSpec, Result, Step};
+use kv::state::NO_SLOT;
+use kv::KvConfig;
+
+use crate::context::Bind::{Arena as A, Buf as B};
+use crate::gpu::Gpu;
+use crate::pipelines::Kernel;
+
+/// The state stores of a pool's state layers (`None` for the others).
+pub(crate) struct GpuStates {
+    floats: usize,
+    /// Per KV layer: the states and the checkpoints.
+    stores: Vec<Option<(wgpu::Buffer, wgpu::Buffer)>>,
+    /// Per sequence of the step, its slot.
+    slots: Vec<u32>,
+}
+
+impl Gpu {
+    /// The stores of `cfg`'s state layers, zeroed.
+    pub(crate) fn states_alloc(&mut self, cfg: &KvConfig) -> Result<Option<GpuStates>> {
+        let Some(s) = cfg.state else {
+            return Ok(None);
+        };
+        let bytes = (s.n_slots * s.floats * 4) as u64;
+        if bytes > self.ctx.max_binding() {
+            return Err(self.unsupported(format!(
+                "hold a layer's recurrent states of {} MiB (it binds at most {} MiB): use fewer slots (-np)",
+                bytes >> 20,
+                self.ctx.max_binding() >> 20
+            )));
+        }
+        let store = |l: usize| {
+            s.has(l).then(|| {
+                let b = |name| self.ctx.buffer(name, bytes);
+                (b("recurrent state"), b("recurrent checkpoint"))
+            })
+        };
+        let stores = self
+            .ctx
+            .out_of_memory(|| (0..cfg.n_layer).map(store).collect())
+            .map_err(|e| {
+                self.unsupported(format!(
+                    "hold recurrent states of {} MiB ({e}): use fewer slots (-np)",
+                    s.total_bytes() >> 20
+                ))
+            })?;
+        Ok(Some(GpuStates {
+            floats: s.floats,
+            stores,
+            slots: Vec::new(),
+        }))
+    }
+
+    /// At `begin`: each sequence with rows starts from the zero state (its first row at
+    /// position 0) or keeps its state as its checkpoint.
+    pub(crate) fn states_begin(&mut self, step: &Step<'_>) {
+        let Some(st) = self.states.as_mut() else {
+            return;
+        };
+        st.slots = step.states.to_vec();
+        let bytes = st.floats as u64 * 4;
+        let enc = self.rec.encoder(&self.ctx);
+        let mut seen = vec![false; st.slots.len()];
+        for r in step.rows {
+            let slot = st.slots[r.seq];
+            if std::mem::replace(&mut seen[r.seq], true) || slot == NO_SLOT {
+                continue;
+            }
+            let at = slot as u64 * bytes;
+            for (state, checkpoint) in st.stores.iter().flatten() {
+                match r.pos {
+                    0 => enc.clear_buffer(state, at, Some(bytes)),
+                    _ => enc.copy_buffer_to_buffer(state, at, checkpoint, at, bytes),
+                }
+            }
+        }
+    }
+
+    /// [`device::Device::state_restore`].
+    pub(crate) fn states_restore(&mut self, slot: u32) {
+        let st = self.states.as_ref().expect("state layers");
+        let (bytes, at) = (st.floats as u64 * 4, slot as u64 * st.floats as u64 * 4);
+        let enc = self.rec.encoder(&self.ctx);
+        for (state, checkpoint) in st.stores.iter().flatten() {
+            enc.copy_buffer_to_buffer(checkpoint, at, state, at, bytes);
+        }
+    }
+
+    /// The step's runs of one sequence's rows as the shaders read them: (first row,
+    /// rows, the slot's first float), and layer `layer`'s state store.
+    fn runs(&self, layer: usize) -> (Vec<u32>, wgpu::Buffer) {
+        let st = self.states.as_ref().expect("state layers");
+        let (state, _) = st.stores[layer]
+            .as_ref()
+            .unwrap_or_else(|| panic!("KV layer {layer} keeps no state"));
+        let mut runs = Vec::new();
+        let mut start = 0;
+        while start < self.rows.len() {
+            let seq = self.rows[start].seq;
+            let n = self.rows[start..]
+                .iter()
+                .take_while(|r| r.seq == seq)
+                .count();
+            let at = st.slots[seq] as usize * st.floats;
+            runs.extend([start, n, at].map(|v| v as u32));
+            start += n;
+        }
+        (runs, state.clone())
+    }
+
+    pub(crate) fn conv(&mut self, layer: usize, x: Buf, w: Buf, out: Buf, spec: &ConvSpec) {
+        assert!(
+            (2..=8).contains(&spec.k),
+            "{} taps: conv.wgsl takes 2 to 8",
+            spec.k
+        );
+        let (runs, state) = self.runs(layer);
+        let n_runs = runs.len() / 3;
+        if n_runs == 0 {
+            return;
+        }
+        let mut p = vec![
+            spec.width as u32,
+            spec.k as u32,
+            spec.silu as u32,
+            n_runs as u32,
+        ];
+        p.extend(runs);
+        let p = self.rec.push(&self.ctx, bytemuck::cast_slice(&p));
+        let [x, w, out] = [x, w, out].map(|b| self.buf(b));
+        let g = [spec.width.div_ceil(64) as u32, n_runs as u32, 1];
+        self.run(Kernel::Conv1d, &[B(&x), B(&w), B(&out), B(&state), A(p)], g);
+    }
+
+    pub(crate) fn delta(&mut self, layer: usize, io: &DeltaIo, spec: &DeltaSpec) {
+        let (runs, state) = self.runs(layer);
+        let n_runs = runs.len() / 3;
+        if n_runs == 0 {
+            return;
+        }
+        let mut p = [
+            spec.n_k_heads,
+            spec.n_v_heads,
+            spec.head_dim,
+            spec.at,
+            n_runs,
+        ]
+        .map(|v| v as u32)
+        .to_vec();
+        p.extend(runs);
+        let p = self.rec.push(&self.ctx, bytemuck::cast_slice(&p));
+        let [q, k, v, g, beta, a, out] =
+            [io.q, io.k, io.v, io.g, io.beta, io.a, io.out].map(|b| self.buf(b));
+        let binds = [
+            B(&q),
+            B(&k),
+            B(&v),
+            B(&g),
+            B(&beta),
+            B(&a),
+            B(&out),
+            B(&state),
+            A(p),
+        ];
+        self.run(
+            Kernel::DeltaNet,
+            &binds,
+            [n_runs as u32, spec.n_v_heads as u32, 1],
+        );
+    }
+}
