@@ -389,12 +389,16 @@ impl Device for Gpu {
     }
 
     fn gather_rows(&mut self, x: Buf, rows: &[usize], width: usize, out: Buf) {
-        let [x, out] = [x, out].map(|b| self.bufs[b.0 as usize].clone());
-        let enc = self.rec.encoder(&self.ctx);
-        let wb = width as u64 * 4;
-        for (j, &r) in rows.iter().enumerate() {
-            enc.copy_buffer_to_buffer(&x, r as u64 * wb, &out, j as u64 * wb, wb);
+        let len = rows.len() * width;
+        if len == 0 {
+            return;
         }
+        let g = grid(len.div_ceil(64));
+        let mut p = vec![rows.len() as u32, width as u32, g[0], 0];
+        p.extend(rows.iter().map(|&r| r as u32));
+        let p = self.rec.push(&self.ctx, bytemuck::cast_slice(&p));
+        let [x, out] = [x, out].map(|b| self.buf(b));
+        self.run(Kernel::GatherRows, &[B(&x), B(&out), A(p)], g);
     }
 
     fn all_finite(&mut self, x: Buf, rows: usize, width: usize) -> Vec<bool> {

@@ -38,6 +38,7 @@ pub(crate) enum Kernel {
     },
     AttentionMerge,
     MoeCombine,
+    GatherRows,
     /// The recurrences with state (conv.wgsl, delta.wgsl).
     Conv1d,
     DeltaNet,
@@ -161,6 +162,7 @@ impl Kernel {
                 (format!("{attn}\n{body}"), "main")
             }
             Kernel::MoeCombine => (include_str!("shaders/moe.wgsl").into(), "main"),
+            Kernel::GatherRows => (include_str!("shaders/gather.wgsl").into(), "main"),
             Kernel::Conv1d => (include_str!("shaders/conv.wgsl").into(), "main"),
             Kernel::DeltaNet => (include_str!("shaders/delta.wgsl").into(), "main"),
             Kernel::Bandwidth => (include_str!("shaders/bandwidth.wgsl").into(), "main"),
