@@ -130,6 +130,13 @@ pub fn execute(a: InfoArgs) -> Result<(), CliError> {
             w.size
         );
     }
+    if let Some(s) = cfg.kv_config(&model).state {
+        println!(
+            "recurrent:     {} blocks keep a state of {:.1} MiB per sequence (and its checkpoint), whatever its length",
+            s.n_layers(),
+            (s.n_layers() * s.floats * 4) as f64 / (1 << 20) as f64
+        );
+    }
     let adapter = cfg.device.adapter();
     match &adapter {
         Some(a) => println!(
