@@ -223,12 +223,8 @@ mod tests {
     use crate::testing::data;
     use crate::*;
 
-    /// The reference's convolution over a prompt in three steps equals the convolution of
-    /// the whole input written out, zero before position 0; a sequence starting over at
-    /// position 0 starts from the zero state.
-    #[test]
-    fn steps_through_the_state_equal_the_whole_convolution() {
-        let (width, k) = (8, 3);
+    /// A reference device whose one layer keeps a state of `floats` for one sequence.
+    fn with_state(floats: usize) -> Reference {
         let mut dev = Reference::new();
         dev.kv_alloc(KvConfig {
             n_layer: 1,
@@ -239,11 +235,21 @@ mod tests {
             window: None,
             state: Some(StateKv {
                 layers: 1,
-                floats: (k - 1) * width,
+                floats,
                 n_slots: 1,
             }),
         })
         .unwrap();
+        dev
+    }
+
+    /// The reference's convolution over a prompt in three steps equals the convolution of
+    /// the whole input written out, zero before position 0; a sequence starting over at
+    /// position 0 starts from the zero state.
+    #[test]
+    fn steps_through_the_state_equal_the_whole_convolution() {
+        let (width, k) = (8, 3);
+        let mut dev = with_state((k - 1) * width);
         let taps = data(width * k, 5);
         let w = buf(&mut dev, &taps);
         let all = data(12 * width, 6);
@@ -307,21 +313,7 @@ mod tests {
             at: 0,
         };
         let run = |spans: &[std::ops::Range<usize>]| {
-            let mut dev = Reference::new();
-            dev.kv_alloc(KvConfig {
-                n_layer: 1,
-                n_head_kv: 1,
-                head_dim: 32,
-                ty: gguf::GgmlType::F16,
-                n_positions: 16,
-                window: None,
-                state: Some(StateKv {
-                    layers: 1,
-                    floats: spec.state_floats(),
-                    n_slots: 1,
-                }),
-            })
-            .unwrap();
+            let mut dev = with_state(spec.state_floats());
             let all = |w: usize, seed| data(12 * w, seed);
             let (q, k, v) = (all(8, 1), all(8, 2), all(16, 3));
             let g: Vec<f32> = all(2, 4).iter().map(|x| x.abs()).collect();

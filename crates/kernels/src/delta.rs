@@ -4,20 +4,7 @@
 //! with the query is summed. Both products sum in [`crate::dot`]'s order; the scalar twin
 //! and the AVX2 version give the same bits.
 
-use crate::dot::Isa;
-
-const LANES: usize = 16;
-
-fn fold(mut l: [f32; LANES]) -> f32 {
-    let mut width = LANES / 2;
-    while width > 0 {
-        for j in 0..width {
-            l[j] += l[j + width];
-        }
-        width /= 2;
-    }
-    l[0]
-}
+use crate::dot::{fold, Isa, LANES};
 
 /// `row *= decay`, `d = (v - row·k) · beta`, `row[i] = d·k[i] + row[i]` (fused), and
 /// gives `row·q`.
@@ -66,15 +53,8 @@ pub fn row_step_scalar(
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{fold, LANES};
-
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn lanes(lo: __m256, hi: __m256) -> [f32; LANES] {
-        let mut l = [0f32; LANES];
-        _mm256_storeu_ps(l.as_mut_ptr(), lo);
-        _mm256_storeu_ps(l.as_mut_ptr().add(8), hi);
-        l
-    }
+    use crate::dot::x86::lanes;
+    use crate::dot::{fold, LANES};
 
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn row_step(

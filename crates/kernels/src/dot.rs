@@ -5,11 +5,12 @@
 //! then the 16 lanes are folded pairwise: `l[j] + l[j+8]`, then `+4`, `+2`, `+1`.
 //! Example for 16 lanes `a..p`: `((a+i)+(e+m)) + ((c+k)+(g+o))` and so on down to one.
 
-const LANES: usize = 16;
+pub(crate) const LANES: usize = 16;
 
 pub use crate::features::Isa;
 
-fn fold(mut l: [f32; LANES]) -> f32 {
+/// The lanes folded in the order of the module doc.
+pub(crate) fn fold(mut l: [f32; LANES]) -> f32 {
     let mut width = LANES / 2;
     while width > 0 {
         for j in 0..width {
@@ -53,12 +54,13 @@ pub fn dot4(isa: Isa, x: &[f32], w: [&[f32]; 4]) -> [f32; 4] {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(crate) mod x86 {
     use super::{fold, LANES};
     use std::arch::x86_64::*;
 
+    /// Two registers of eight lanes as the sixteen lanes of the module doc.
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn lanes(lo: __m256, hi: __m256) -> [f32; LANES] {
+    pub(crate) unsafe fn lanes(lo: __m256, hi: __m256) -> [f32; LANES] {
         let mut l = [0f32; LANES];
         _mm256_storeu_ps(l.as_mut_ptr(), lo);
         _mm256_storeu_ps(l.as_mut_ptr().add(8), hi);

@@ -6,6 +6,9 @@
 use std::path::Path;
 use std::process::Command;
 
+mod common;
+use common::json;
+
 /// `tandem synth` arguments of the golden models but their architecture and experts (as
 /// scripts/gen_hybrid_golden.sh has them).
 const SYNTH: &[&str] = &[
@@ -34,21 +37,6 @@ const SYNTH: &[&str] = &[
     "--seed",
     "7",
 ];
-
-/// `tandem ARGS`, which must succeed: the JSON object its stdout ends with.
-fn tandem(args: &[&str]) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "tandem {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    serde_json::from_str(stdout.lines().last().unwrap_or("null")).unwrap()
-}
 
 #[test]
 fn qwen35_reads_as_llama_cpp_does() {
@@ -82,7 +70,7 @@ fn reads_as_llama_cpp_does(arch: &str, experts: &[&str]) {
     let golden = golden.to_str().unwrap();
     let gpu = gpu::adapter_for_tests().then_some("gpu");
     for device in ["cpu", "reference"].into_iter().chain(gpu) {
-        let r = tandem(&[
+        let r = json(&[
             "perplexity",
             "-m",
             model,

@@ -2,19 +2,8 @@
 
 use std::process::Command;
 
-fn tandem(args: &[&str]) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "tandem {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
-}
+mod common;
+use common::json as tandem;
 
 #[test]
 fn greedy_text_is_identical_across_ubatch_and_threads() {
