@@ -235,8 +235,53 @@ pub unsafe fn lut<A: Lanes, L: LutScale, const MR: usize>(
     }
 }
 
+/// Bytes [`grid_expand`] writes for one half of a tile of `ns` records.
+pub fn grid_expanded_bytes<A: Lanes>(ns: usize) -> usize {
+    ns * 64 * std::mem::size_of::<A::I>()
+}
+
+/// The signed grid values [`grid`] gathers for half `h` of a tile, chunk `c` of sub-block
+/// `j` of record `s` at vector `64 s + 8 j + c` of `buf`: what [`grid_expanded`] reads
+/// back for every group of rows of a prompt instead of gathering them again.
+pub unsafe fn grid_expand<A: Lanes, G: GridLayout>(
+    tile: *const u8,
+    ns: usize,
+    h: usize,
+    buf: *mut u8,
+) {
+    let size = std::mem::size_of::<A::I>();
+    for s in 0..ns {
+        for j in 0..8 {
+            for c in 0..8 {
+                let w = grid_weights::<A, G>(tile.add(s * G::REC), h, j, c);
+                A::store_i(w, buf.add((64 * s + 8 * j + c) * size));
+            }
+        }
+    }
+}
+
+/// Chunk `c` of sub-block `j` of record `rec` for half `h`: grid entries gathered by the
+/// record's indices into Q8_0's chunks, signed by their bits.
+#[inline(always)]
+unsafe fn grid_weights<A: Lanes, G: GridLayout>(
+    rec: *const u8,
+    h: usize,
+    j: usize,
+    c: usize,
+) -> A::I {
+    let (u8_h, bits_h) = (h * A::LANES, h * A::LANES / 2);
+    let (entries, halves) = (32 / G::ENTRY, G::ENTRY / 4);
+    let (e, half) = (c / halves, c % halves);
+    let idx = A::u8s(rec.add(G::IDX + 16 * (entries * j + e) + u8_h));
+    let w = match G::ENTRY {
+        8 => A::gather::<8>(G::grid().add(4 * half), idx),
+        _ => A::gather::<4>(G::grid(), idx),
+    };
+    A::signed_q8(w, rec.add(G::SIGNS + 8 * (8 * j + c) + bits_h))
+}
+
 /// IQ2_XXS, IQ3_XXS: `ns` records of 256 values from `tile`, half `h`; each entry's grid
-/// values gathered by index into Q8_0's chunks and signed by their bits.
+/// values gathered here ([`grid_weights`]).
 #[inline(always)]
 pub unsafe fn grid<A: Lanes, G: GridLayout, const MR: usize>(
     tile: *const u8,
@@ -246,9 +291,36 @@ pub unsafe fn grid<A: Lanes, G: GridLayout, const MR: usize>(
     out: &mut [*mut f32; MR],
     pf: bool,
 ) {
-    let (f16_h, u8_h, bits_h) = (h * 2 * A::LANES, h * A::LANES, h * A::LANES / 2);
-    let (entries, halves) = (32 / G::ENTRY, G::ENTRY / 4);
-    let grid = G::grid();
+    let w = |s: usize, j: usize, c: usize| grid_weights::<A, G>(tile.add(s * G::REC), h, j, c);
+    grid_with::<A, G, MR>(tile, ns, h, x, out, pf, w);
+}
+
+/// [`grid`] with its weights read from [`grid_expand`]'s `buf`: the same bits.
+#[inline(always)]
+pub unsafe fn grid_expanded<A: Lanes, G: GridLayout, const MR: usize>(
+    tile: *const u8,
+    ns: usize,
+    h: usize,
+    x: &[XRow; MR],
+    out: &mut [*mut f32; MR],
+    buf: *const u8,
+) {
+    let size = std::mem::size_of::<A::I>();
+    let w = |s: usize, j: usize, c: usize| A::load(buf.add((64 * s + 8 * j + c) * size));
+    grid_with::<A, G, MR>(tile, ns, h, x, out, false, w);
+}
+
+#[inline(always)]
+unsafe fn grid_with<A: Lanes, G: GridLayout, const MR: usize>(
+    tile: *const u8,
+    ns: usize,
+    h: usize,
+    x: &[XRow; MR],
+    out: &mut [*mut f32; MR],
+    pf: bool,
+    weights: impl Fn(usize, usize, usize) -> A::I,
+) {
+    let (f16_h, u8_h) = (h * 2 * A::LANES, h * A::LANES);
     let mut acc = [A::fzero(); MR];
     for s in 0..ns {
         let rec = tile.add(s * G::REC);
@@ -257,18 +329,10 @@ pub unsafe fn grid<A: Lanes, G: GridLayout, const MR: usize>(
         for j in 0..8 {
             let b = 8 * s + j;
             let mut is = [A::izero(); MR];
-            for e in 0..entries {
-                let idx = A::u8s(rec.add(G::IDX + 16 * (entries * j + e) + u8_h));
-                for half in 0..halves {
-                    let c = halves * e + half;
-                    let w = match G::ENTRY {
-                        8 => A::gather::<8>(grid.add(4 * half), idx),
-                        _ => A::gather::<4>(grid, idx),
-                    };
-                    let w = A::signed_q8(w, rec.add(G::SIGNS + 8 * (8 * j + c) + bits_h));
-                    for i in 0..MR {
-                        is[i] = A::dot_q8(is[i], w, x[i].q.add(32 * b + 4 * c));
-                    }
+            for c in 0..8 {
+                let w = weights(s, j, c);
+                for i in 0..MR {
+                    is[i] = A::dot_q8(is[i], w, x[i].q.add(32 * b + 4 * c));
                 }
             }
             let mult = A::cvt(A::u8s(rec.add(G::MULT + 16 * j + u8_h)));

@@ -275,23 +275,44 @@ unsafe fn run_rows<A: Lanes>(
     max_group: usize,
     pf_rows: usize,
 ) {
+    // A grid type's tile met by more than one group of rows has its weights gathered once.
+    let grids = matches!(w.format, Format::IQ2_XXS | Format::IQ3_XXS);
+    let expanded = (grids && ms.len() > max_group).then(|| expand::<A>(w, t));
+    let ex = expanded.as_deref();
     let mut m0 = ms.start;
     while m0 < ms.end {
         let left = ms.end - m0;
         let take = left.min(max_group);
         let group_rows = &rows[m0..m0 + take];
         match take {
-            8 => group::<A, 8>(w, t, group_rows, m0, out, pf_rows),
-            7 => group::<A, 7>(w, t, group_rows, m0, out, pf_rows),
-            6 => group::<A, 6>(w, t, group_rows, m0, out, pf_rows),
-            5 => group::<A, 5>(w, t, group_rows, m0, out, pf_rows),
-            4 => group::<A, 4>(w, t, group_rows, m0, out, pf_rows),
-            3 => group::<A, 3>(w, t, group_rows, m0, out, pf_rows),
-            2 => group::<A, 2>(w, t, group_rows, m0, out, pf_rows),
-            _ => group::<A, 1>(w, t, group_rows, m0, out, pf_rows),
+            8 => group::<A, 8>(w, t, group_rows, m0, out, pf_rows, ex),
+            7 => group::<A, 7>(w, t, group_rows, m0, out, pf_rows, ex),
+            6 => group::<A, 6>(w, t, group_rows, m0, out, pf_rows, ex),
+            5 => group::<A, 5>(w, t, group_rows, m0, out, pf_rows, ex),
+            4 => group::<A, 4>(w, t, group_rows, m0, out, pf_rows, ex),
+            3 => group::<A, 3>(w, t, group_rows, m0, out, pf_rows, ex),
+            2 => group::<A, 2>(w, t, group_rows, m0, out, pf_rows, ex),
+            _ => group::<A, 1>(w, t, group_rows, m0, out, pf_rows, ex),
         }
         m0 += take;
     }
+}
+
+#[cfg(target_arch = "x86_64")]
+/// A grid type's tile `t` with its signed grid values gathered, half after half
+/// ([`kernels::grid_expand`]).
+unsafe fn expand<A: Lanes>(w: &PackedMatrix, t: usize) -> Vec<u8> {
+    let ns = w.n_cols / w.format.block();
+    let half = kernels::grid_expanded_bytes::<A>(ns);
+    let mut buf = vec![0u8; half * (TILE / A::LANES)];
+    for h in 0..TILE / A::LANES {
+        let at = buf.as_mut_ptr().add(h * half);
+        match w.format {
+            Format::IQ2_XXS => kernels::grid_expand::<A, Iq2Xxs>(w.tile(t), ns, h, at),
+            _ => kernels::grid_expand::<A, Iq3Xxs>(w.tile(t), ns, h, at),
+        }
+    }
+    buf
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -316,6 +337,7 @@ unsafe fn group<A: Lanes, const MR: usize>(
     m0: usize,
     out: &SharedOut,
     pf_rows: usize,
+    expanded: Option<&[u8]>,
 ) {
     let pf = MR >= pf_rows;
     let x: [XRow; MR] = std::array::from_fn(|i| rows[i]);
@@ -353,6 +375,16 @@ unsafe fn group<A: Lanes, const MR: usize>(
             Format::IQ4_NL => kernels::lut::<A, Iq4Nl, MR>(tile, nb, h, &x, &mut o, pf),
             Format::IQ4_XS => kernels::lut::<A, Iq4Xs, MR>(tile, nb, h, &x, &mut o, pf),
             Format::MXFP4 => kernels::lut::<A, Mxfp4, MR>(tile, nb, h, &x, &mut o, pf),
+            Format::IQ2_XXS | Format::IQ3_XXS if expanded.is_some() => {
+                let half = kernels::grid_expanded_bytes::<A>(nb);
+                let e = expanded.expect("expanded").as_ptr().add(h * half);
+                match w.format {
+                    Format::IQ2_XXS => {
+                        kernels::grid_expanded::<A, Iq2Xxs, MR>(tile, nb, h, &x, &mut o, e)
+                    }
+                    _ => kernels::grid_expanded::<A, Iq3Xxs, MR>(tile, nb, h, &x, &mut o, e),
+                }
+            }
             Format::IQ2_XXS => kernels::grid::<A, Iq2Xxs, MR>(tile, nb, h, &x, &mut o, pf),
             Format::IQ3_XXS => kernels::grid::<A, Iq3Xxs, MR>(tile, nb, h, &x, &mut o, pf),
         }

@@ -29,6 +29,8 @@ pub trait Lanes: Copy {
     unsafe fn fzero() -> Self::F;
     /// `4 · LANES` bytes.
     unsafe fn load(p: *const u8) -> Self::I;
+    /// [`Lanes::load`]'s inverse.
+    unsafe fn store_i(v: Self::I, p: *mut u8);
     /// The low and high nibbles of every byte.
     unsafe fn nibbles(v: Self::I) -> (Self::I, Self::I);
     unsafe fn pzero() -> Self::P;
@@ -113,6 +115,10 @@ impl Lanes for Avx512 {
     #[inline(always)]
     unsafe fn load(p: *const u8) -> __m512i {
         _mm512_loadu_si512(p as *const _)
+    }
+    #[inline(always)]
+    unsafe fn store_i(v: __m512i, p: *mut u8) {
+        _mm512_storeu_si512(p as *mut _, v)
     }
     #[inline(always)]
     unsafe fn nibbles(v: __m512i) -> (__m512i, __m512i) {
@@ -296,6 +302,10 @@ impl Lanes for Avx2 {
     #[inline(always)]
     unsafe fn load(p: *const u8) -> __m256i {
         _mm256_loadu_si256(p as *const __m256i)
+    }
+    #[inline(always)]
+    unsafe fn store_i(v: __m256i, p: *mut u8) {
+        _mm256_storeu_si256(p as *mut __m256i, v)
     }
     #[inline(always)]
     unsafe fn nibbles(v: __m256i) -> (__m256i, __m256i) {
