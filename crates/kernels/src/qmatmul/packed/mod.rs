@@ -277,8 +277,38 @@ unsafe fn run_rows<A: Lanes>(
 ) {
     // A grid type's tile met by more than one group of rows has its weights gathered once.
     let grids = matches!(w.format, Format::IQ2_XXS | Format::IQ3_XXS);
-    let expanded = (grids && ms.len() > max_group).then(|| expand::<A>(w, t));
-    let ex = expanded.as_deref();
+    if grids && ms.len() > max_group {
+        // Taken out and put back rather than used inside a closure, which would not
+        // inherit this function's target features.
+        let mut buf = EXPANDED.take();
+        expand::<A>(w, t, &mut buf);
+        groups::<A>(w, t, rows, ms, out, max_group, pf_rows, Some(&buf));
+        EXPANDED.set(buf);
+    } else {
+        groups::<A>(w, t, rows, ms, out, max_group, pf_rows, None);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+thread_local! {
+    /// A thread's expanded grid tile ([`expand`]), kept to be written again.
+    static EXPANDED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+#[cfg(target_arch = "x86_64")]
+/// [`run_rows`]'s groups of rows, with the tile's expanded grid values where given.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn groups<A: Lanes>(
+    w: &PackedMatrix,
+    t: usize,
+    rows: &[XRow],
+    ms: Range<usize>,
+    out: &SharedOut,
+    max_group: usize,
+    pf_rows: usize,
+    ex: Option<&[u8]>,
+) {
     let mut m0 = ms.start;
     while m0 < ms.end {
         let left = ms.end - m0;
@@ -300,11 +330,14 @@ unsafe fn run_rows<A: Lanes>(
 
 #[cfg(target_arch = "x86_64")]
 /// A grid type's tile `t` with its signed grid values gathered, half after half
-/// ([`kernels::grid_expand`]).
-unsafe fn expand<A: Lanes>(w: &PackedMatrix, t: usize) -> Vec<u8> {
+/// ([`kernels::grid_expand`]), into `buf` (grown as needed, every byte written).
+unsafe fn expand<A: Lanes>(w: &PackedMatrix, t: usize, buf: &mut Vec<u8>) {
     let ns = w.n_cols / w.format.block();
     let half = kernels::grid_expanded_bytes::<A>(ns);
-    let mut buf = vec![0u8; half * (TILE / A::LANES)];
+    let len = half * (TILE / A::LANES);
+    if buf.len() < len {
+        buf.resize(len, 0);
+    }
     for h in 0..TILE / A::LANES {
         let at = buf.as_mut_ptr().add(h * half);
         match w.format {
@@ -312,7 +345,6 @@ unsafe fn expand<A: Lanes>(w: &PackedMatrix, t: usize) -> Vec<u8> {
             _ => kernels::grid_expand::<A, Iq3Xxs>(w.tile(t), ns, h, at),
         }
     }
-    buf
 }
 
 #[cfg(target_arch = "x86_64")]
