@@ -77,6 +77,18 @@ pub struct Row {
     pub seq: usize,
 }
 
+/// `rows` as runs of consecutive rows of one sequence each: `(the run's rows, its
+/// sequence)`, in order (the recurrences walk a sequence's rows run by run).
+pub fn seq_runs(rows: &[Row]) -> impl Iterator<Item = (Range<usize>, usize)> + '_ {
+    let mut start = 0;
+    std::iter::from_fn(move || {
+        let seq = rows.get(start)?.seq;
+        let len = rows[start..].iter().take_while(|r| r.seq == seq).count();
+        start += len;
+        Some((start - len..start, seq))
+    })
+}
+
 /// What [`Device::begin`] is told of a forward: its rows, and per sequence the KV blocks
 /// it holds in order (block `i` holds positions `i · BLOCK_SIZE..`).
 #[derive(Debug, Clone, Copy)]

@@ -7,7 +7,7 @@ use kv::state::NO_SLOT;
 use kv::StateKv;
 
 use crate::host::HostBufs;
-use crate::{ConvSpec, DeltaIo, DeltaSpec, Row, Step};
+use crate::{seq_runs, ConvSpec, DeltaIo, DeltaSpec, Row, Step};
 
 /// See the module doc.
 pub struct HostStates {
@@ -72,19 +72,9 @@ impl HostStates {
     /// The step's rows as runs of one sequence each: `(rows, first float of its slot in
     /// layer `layer`)`.
     fn runs(&self, layer: usize) -> Vec<(std::ops::Range<usize>, usize)> {
-        let mut runs = Vec::new();
-        let mut start = 0;
-        while start < self.rows.len() {
-            let seq = self.rows[start].seq;
-            let len = self.rows[start..]
-                .iter()
-                .take_while(|r| r.seq == seq)
-                .count();
-            let at = self.range(layer, self.slots[seq]).start;
-            runs.push((start..start + len, at));
-            start += len;
-        }
-        runs
+        let runs = seq_runs(&self.rows);
+        runs.map(|(rows, seq)| (rows, self.range(layer, self.slots[seq]).start))
+            .collect()
     }
 
     /// [`crate::Device::conv1d`] over the step's rows with host buffers: each output the

@@ -98,19 +98,11 @@ impl Gpu {
         let (state, _) = st.stores[layer]
             .as_ref()
             .unwrap_or_else(|| panic!("KV layer {layer} keeps no state"));
-        let mut runs = Vec::new();
-        let mut start = 0;
-        while start < self.rows.len() {
-            let seq = self.rows[start].seq;
-            let n = self.rows[start..]
-                .iter()
-                .take_while(|r| r.seq == seq)
-                .count();
+        let runs = device::seq_runs(&self.rows).flat_map(|(rows, seq)| {
             let at = st.slots[seq] as usize * st.floats;
-            runs.extend([start, n, at].map(|v| v as u32));
-            start += n;
-        }
-        (runs, state.clone())
+            [rows.start, rows.len(), at].map(|v| v as u32)
+        });
+        (runs.collect(), state.clone())
     }
 
     pub(crate) fn conv(&mut self, layer: usize, x: Buf, w: Buf, out: Buf, spec: &ConvSpec) {
