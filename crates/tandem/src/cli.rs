@@ -221,7 +221,7 @@ pub struct PerplexityArgs {
     pub kl_divergence_base: Option<PathBuf>,
     /// Compare this model's distributions with the base file's over its tokens: KL
     /// divergence, the same top token, both perplexities (llama-perplexity's
-    /// --kl-divergence).
+    /// --kl-divergence). The chunks are the base file's: its context size replaces -c.
     #[arg(long = "kl-divergence", requires = "kl_divergence_base")]
     pub kl_divergence: bool,
     /// Print one JSON object with `ppl`.

@@ -43,18 +43,19 @@ pub struct SynthArgs {
     /// Hidden width of one expert.
     #[arg(long, default_value_t = 256)]
     pub n_ff_exp: usize,
-    /// qwen35's Gated DeltaNet blocks: taps of the convolution.
-    #[arg(long, default_value_t = 4)]
-    pub ssm_conv_kernel: usize,
-    /// qwen35: width of a delta-rule head (`ssm.state_size`).
-    #[arg(long, default_value_t = 128)]
-    pub ssm_state_size: usize,
-    /// qwen35: query and key heads of the delta rule (`ssm.group_count`).
-    #[arg(long, default_value_t = 16)]
-    pub ssm_group_count: usize,
-    /// qwen35: value heads of the delta rule (`ssm.time_step_rank`).
-    #[arg(long, default_value_t = 16)]
-    pub ssm_time_step_rank: usize,
+    /// qwen35, qwen35moe: taps of the Gated DeltaNet blocks' convolution [default: 4].
+    #[arg(long)]
+    pub ssm_conv_kernel: Option<usize>,
+    /// qwen35, qwen35moe: width of a delta-rule head (`ssm.state_size`) [default: 128].
+    #[arg(long)]
+    pub ssm_state_size: Option<usize>,
+    /// qwen35, qwen35moe: query and key heads of the delta rule (`ssm.group_count`)
+    /// [default: 16].
+    #[arg(long)]
+    pub ssm_group_count: Option<usize>,
+    /// qwen35, qwen35moe: value heads of the delta rule (`ssm.time_step_rank`) [default: 16].
+    #[arg(long)]
+    pub ssm_time_step_rank: Option<usize>,
     /// Type of the matrices: any type `tandem quantize` writes (the IQ types quantized as
     /// if every importance were 1).
     #[arg(long = "type", default_value = "q4_k", value_parser = parse_type)]
@@ -88,6 +89,32 @@ fn parse_type(s: &str) -> Result<GgmlType, String> {
         })
 }
 
+/// The Gated DeltaNet shape of a hybrid; the `--ssm-*` flags refused for other
+/// architectures, which have no such blocks.
+fn delta_shape(a: &SynthArgs) -> Result<Option<DeltaShape>, CliError> {
+    let flags = [
+        a.ssm_conv_kernel,
+        a.ssm_state_size,
+        a.ssm_group_count,
+        a.ssm_time_step_rank,
+    ];
+    if !a.arch.starts_with("qwen35") {
+        if flags.iter().any(Option::is_some) {
+            return Err(CliError::Usage(format!(
+                "--ssm-* shape a hybrid's Gated DeltaNet blocks; {} has none",
+                a.arch
+            )));
+        }
+        return Ok(None);
+    }
+    Ok(Some(DeltaShape {
+        conv_kernel: a.ssm_conv_kernel.unwrap_or(4),
+        head_dim: a.ssm_state_size.unwrap_or(128),
+        n_k_heads: a.ssm_group_count.unwrap_or(16),
+        n_v_heads: a.ssm_time_step_rank.unwrap_or(16),
+    }))
+}
+
 pub fn execute(a: SynthArgs) -> Result<(), CliError> {
     let spec = Synthetic {
         arch: Arch::from_name(&a.arch)?,
@@ -101,12 +128,7 @@ pub fn execute(a: SynthArgs) -> Result<(), CliError> {
             n_expert_used: a.experts_used,
             n_ff_exp: a.n_ff_exp,
         }),
-        delta: a.arch.starts_with("qwen35").then_some(DeltaShape {
-            conv_kernel: a.ssm_conv_kernel,
-            head_dim: a.ssm_state_size,
-            n_k_heads: a.ssm_group_count,
-            n_v_heads: a.ssm_time_step_rank,
-        }),
+        delta: delta_shape(&a)?,
         ty: a.ty,
         seed: a.seed,
     };
