@@ -2,6 +2,7 @@
 //! `tokenizers` crate, or SentencePiece; llama.cpp's ids either way), chat templates rendered
 //! with `minijinja`, and an incremental detokenizer that never splits a UTF-8 character.
 
+pub mod builtin_templates;
 mod byte_level;
 mod detok;
 mod error;

@@ -56,40 +56,13 @@ pub struct ChatTemplate {
     eos_token: String,
 }
 
-/// Gemma's turns, as llama.cpp's built-in `gemma` template writes them: `assistant` is
-/// `model`, contents are trimmed, and system messages (which Gemma lacks) open the next user
-/// turn, followed by a blank line.
-const GEMMA: &str = r#"{%- set ns = namespace(system='') -%}
-{%- for m in messages -%}
-  {%- if m['role'] == 'system' -%}
-    {%- set ns.system = ns.system ~ (m['content'] | trim) -%}
-  {%- else -%}
-    {%- set role = 'model' if m['role'] == 'assistant' else m['role'] -%}
-    {{- '<start_of_turn>' ~ role ~ '
-' -}}
-    {%- if ns.system and role != 'model' -%}
-      {{- ns.system ~ '
-
-' -}}
-      {%- set ns.system = '' -%}
-    {%- endif -%}
-    {{- (m['content'] | trim) ~ '<end_of_turn>
-' -}}
-  {%- endif -%}
-{%- endfor -%}
-{%- if add_generation_prompt -%}{{- '<start_of_turn>model
-' -}}{%- endif -%}"#;
-
 /// Where a model's chat template comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TemplateSource {
     /// `tokenizer.chat_template`.
     File(String),
     /// The file has none; the built-in template `name` is the architecture's.
-    Builtin {
-        name: &'static str,
-        source: &'static str,
-    },
+    Builtin { name: &'static str, source: String },
 }
 
 impl TemplateSource {
@@ -103,7 +76,9 @@ impl TemplateSource {
         Ok(match arch {
             "gemma" | "gemma2" | "gemma3" => Some(TemplateSource::Builtin {
                 name: "gemma",
-                source: GEMMA,
+                source: crate::builtin_templates::builtin("gemma")
+                    .and_then(|r| r.ok())
+                    .expect("gemma is built in"),
             }),
             _ => None,
         })
