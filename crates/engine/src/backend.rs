@@ -33,8 +33,12 @@ impl DeviceKind {
             "cpu" => Ok(DeviceKind::Cpu),
             "gpu" => Ok(DeviceKind::Gpu),
             "reference" => Ok(DeviceKind::Reference),
+            // llama.cpp's device lists (`-dev none`, `-dev Vulkan0,Vulkan1`): none is the
+            // CPU; named devices are the GPU backend on its best adapter.
+            "none" => Ok(DeviceKind::Cpu),
+            other if other.split(',').all(is_llama_device_name) => Ok(DeviceKind::Gpu),
             other => Err(format!(
-                "unknown device '{other}' (this build has: auto, gpu, cpu, reference)"
+                "unknown device '{other}' (this build has: auto, gpu, cpu, reference; or llama.cpp's none, Vulkan0, CUDA0, ...)"
             )),
         }
     }
@@ -107,4 +111,14 @@ impl DeviceKind {
             DeviceKind::Gpu => gpu::scratch_bytes(shape),
         }
     }
+}
+
+/// A device name as llama.cpp lists them: a backend's name and an index (`Vulkan0`, `CUDA1`,
+/// `Metal`, `ROCm0`).
+fn is_llama_device_name(s: &str) -> bool {
+    let name = s.trim_end_matches(|c: char| c.is_ascii_digit());
+    matches!(
+        name,
+        "Vulkan" | "CUDA" | "Metal" | "MTL" | "ROCm" | "HIP" | "SYCL" | "OpenCL" | "MUSA" | "CANN"
+    )
 }

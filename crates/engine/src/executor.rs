@@ -233,6 +233,11 @@ impl Executor {
         &self.model
     }
 
+    /// The model, shared.
+    pub fn model_arc(&self) -> Arc<Model> {
+        self.model.clone()
+    }
+
     /// The device, for what it says of itself.
     pub fn device(&self) -> &dyn Device {
         &*self.dev

@@ -3,6 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
+use std::time::Duration;
 
 use gguf::GgmlType;
 use kv::BLOCK_SIZE;
@@ -195,6 +196,8 @@ pub struct TokenCounters {
     pub rows_total: u64,
     /// Busy slots summed over forward passes.
     pub n_busy_slots_total: u64,
+    /// The most positions a sequence has had computed (llama-server's `n_tokens_max`).
+    pub n_tokens_max: u64,
 }
 
 /// How requests ended.
@@ -255,6 +258,8 @@ pub struct SplitCounters {
 pub struct Snapshot {
     pub slots: Vec<SlotState>,
     pub n_queued: usize,
+    /// The engine released its executor while idle (see [`EngineHandle::sleep_after`]).
+    pub sleeping: bool,
     pub kv_blocks_total: usize,
     pub kv_blocks_free: usize,
     /// Blocks held by the prefix cache (reusable, evictable).
@@ -279,6 +284,7 @@ pub(crate) enum Command {
         op: SlotOp,
         reply: oneshot::Sender<std::result::Result<SlotDone, String>>,
     },
+    SleepAfter(Option<Duration>),
 }
 
 /// The events of one request. Dropping it cancels the request: the engine frees its slot
@@ -300,6 +306,15 @@ pub struct EngineHandle {
 impl EngineHandle {
     pub fn config(&self) -> &EngineConfig {
         &self.config
+    }
+
+    /// After `idle` with no request, the engine releases its executor (the weights on the
+    /// device, the KV storage, its buffers and the prefix cache) until the next request or
+    /// slot operation rebuilds it; `None`: never. Not with a split model's front.
+    pub fn sleep_after(&self, idle: Option<Duration>) -> Result<()> {
+        self.tx
+            .send(Command::SleepAfter(idle))
+            .map_err(|_| Error::Stopped)
     }
 
     /// Queues `req` and returns its task id and event stream; `Error::QueueFull` when

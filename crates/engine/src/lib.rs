@@ -23,7 +23,9 @@ pub use handle::{
 };
 pub use local_front::LocalFront;
 pub use plan::{available_memory, MemoryPlan};
-pub use request::{DraftLimits, Event, FinishReason, GenRequest, Pooling, Summary, TokenLogprob};
+pub use request::{
+    DraftLimits, Event, FinishReason, GenRequest, Pooling, Progress, Summary, TokenLogprob,
+};
 pub use sampling::{Sampler, SamplerConfig};
 pub use scheduler::persist::{SavedPrefix, SlotDone, SlotOp};
 pub use scheduler::{start, start_with};

@@ -38,6 +38,12 @@ pub struct GenRequest {
     pub post_sampling: bool,
     /// Reuse cached KV blocks of an earlier request with the same prefix.
     pub cache_prompt: bool,
+    /// Run in this slot (llama-server's `id_slot`; below the engine's slot count), waiting
+    /// for it to be free; requests behind it that can run elsewhere are not held up.
+    pub slot: Option<usize>,
+    /// Send [`Event::Progress`] as the prompt is read: once when the prefix cache has been
+    /// looked up, then after each forward that computed some of its rows.
+    pub progress: bool,
     /// The prefix-cache namespace this request's blocks are cached in and taken from
     /// (`kv::SHARED`, or one per API key and `cache_salt`): no other namespace sees them.
     pub cache_namespace: u64,
@@ -127,6 +133,19 @@ pub struct Summary {
     pub grammar_ms: f64,
 }
 
+/// A prompt's reading so far (llama-server's `prompt_progress`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Progress {
+    /// The prompt's tokens.
+    pub total: usize,
+    /// Those reused from the prefix cache.
+    pub cache: usize,
+    /// Those computed or reused so far (`cache..=total`).
+    pub processed: usize,
+    /// Since the request entered its slot.
+    pub time_ms: f64,
+}
+
 /// What the engine sends back on a request's channel: deltas, then exactly one `Done`,
 /// `Rejected` or `Failed`.
 #[derive(Debug, Clone, PartialEq)]
@@ -142,6 +161,8 @@ pub enum Event {
         logprobs: Vec<TokenLogprob>,
     },
     Done(Summary),
+    /// How far the prompt has been read (only for requests that ask, [`GenRequest::progress`]).
+    Progress(Progress),
     /// An embedding request's vectors (`[n_embd]` each): one, or one per prompt token.
     Embedding(Vec<Vec<f32>>),
     /// The request cannot be served as asked (it does not fit a slot, a token is outside the

@@ -47,6 +47,9 @@ pub(crate) struct Sequence {
     pub cache_prompt: bool,
     /// The prefix-cache namespace of its blocks.
     pub cache_namespace: u64,
+    /// Whether the request asked for [`Event::Progress`], and the prompt rows last reported.
+    progress: bool,
+    progress_at: Option<usize>,
     pub n_generated: usize,
     pub draft: Draft,
     pub draft_limits: DraftLimits,
@@ -97,6 +100,8 @@ impl Sequence {
             n_cached: 0,
             cache_prompt: req.cache_prompt && req.embed.is_none(),
             cache_namespace: req.cache_namespace,
+            progress: req.progress,
+            progress_at: None,
             n_generated: 0,
             draft: Draft::default(),
             draft_limits: req.draft,
@@ -172,6 +177,35 @@ impl Sequence {
         let _ = self.out.send(Event::Embedding(vectors));
         self.t_first = Some(Instant::now());
         Some(self.finish(FinishReason::Eos))
+    }
+
+    /// Sends how far the prompt has been read (its computed rows), when the request asked
+    /// and that changed since the last report.
+    pub fn report_progress(&mut self) {
+        self.report_read(self.kv.len());
+    }
+
+    /// [`Sequence::report_progress`] with `processed` rows read: called also while the KV
+    /// is out for a forward, before the token the prompt's last row gives is sampled.
+    pub fn report_read(&mut self, processed: usize) {
+        let processed = processed.min(self.n_prompt);
+        if !self.progress || self.progress_at.is_some_and(|p| p >= processed) {
+            return;
+        }
+        self.progress_at = Some(processed);
+        let _ = self.out.send(Event::Progress(crate::Progress {
+            total: self.n_prompt,
+            cache: self.n_cached,
+            processed,
+            time_ms: self.t_start.elapsed().as_secs_f64() * 1e3,
+        }));
+    }
+
+    /// Sends the first report (the prefix cache looked up, no row computed), once.
+    pub fn report_start(&mut self) {
+        if self.progress_at.is_none() {
+            self.report_progress();
+        }
     }
 
     /// Tokens not yet computed.

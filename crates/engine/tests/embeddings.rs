@@ -40,6 +40,7 @@ fn vectors(mut events: engine::EventStream) -> Vec<Vec<f32>> {
                 return got.expect("the embedding came before Done");
             }
             Event::Delta { .. } => panic!("an embedding request generated text"),
+            Event::Progress(_) => {}
             Event::Rejected(m) | Event::Failed(m) | Event::Unavailable(m) => panic!("{m}"),
         }
     }

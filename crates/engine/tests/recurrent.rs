@@ -105,6 +105,7 @@ fn collect(mut events: engine::EventStream) -> (Vec<u32>, Summary) {
                 panic!("request failed: {m}")
             }
             Event::Embedding(_) => panic!("a generation request answered an embedding"),
+            Event::Progress(_) => {}
         }
     }
 }

@@ -80,6 +80,7 @@ fn collect(mut events: engine::EventStream) -> (Vec<u32>, String, Summary) {
                 panic!("request failed: {m}")
             }
             Event::Embedding(_) => panic!("a generation request answered an embedding"),
+            Event::Progress(_) => {}
         }
     }
 }
@@ -544,4 +545,102 @@ fn paused_drafts_leave_the_plain_rows(
         "the rows of plain decoding (an accepted draft row is the row of its token), and \
          the rejected draft rows of probes"
     );
+}
+
+/// Events of a request to its end: progress reports, the slot of each delta, the tokens.
+fn with_progress(
+    mut events: engine::EventStream,
+) -> (Vec<engine::Progress>, Vec<usize>, Vec<u32>, Summary) {
+    let (mut reports, mut slots, mut tokens) = (Vec::new(), Vec::new(), Vec::new());
+    loop {
+        match events.blocking_recv().expect("engine answers") {
+            Event::Progress(p) => {
+                assert!(tokens.is_empty(), "progress comes before the first token");
+                reports.push(p);
+            }
+            Event::Delta {
+                slot, tokens: t, ..
+            } => {
+                slots.push(slot);
+                tokens.extend(t);
+            }
+            Event::Done(s) => return (reports, slots, tokens, s),
+            other => panic!("request failed: {other:?}"),
+        }
+    }
+}
+
+/// A request that asks is told how far its prompt has been read, once before any row and
+/// after each forward that read some of it; a request pinned to a slot runs there, one pinned
+/// to a busy slot waits for it without holding up the requests behind it.
+#[test]
+fn progress_is_reported_per_forward_and_pinned_requests_keep_their_slot() {
+    let _serial = serial();
+    let (model, tok) = load();
+    let long = tok.encode(&PROMPTS.join(" "), true, false).unwrap();
+    let short = tok.encode(PROMPTS[0], true, false).unwrap();
+    let handle = engine::start(model, tok, config(2048, 4), None, None).unwrap();
+
+    let mut req = greedy(long.clone(), 4);
+    (req.progress, req.slot) = (true, Some(3));
+    let (reports, slots, _, _) = with_progress(handle.submit(req).unwrap().1);
+    assert!(
+        reports.len() >= 3,
+        "{} rows in forwards of 32: {reports:?}",
+        long.len()
+    );
+    assert_eq!((reports[0].processed, reports[0].cache), (0, 0));
+    assert!(reports
+        .windows(2)
+        .all(|w| w[0].processed < w[1].processed && w[0].time_ms <= w[1].time_ms));
+    let last = reports.last().unwrap();
+    assert_eq!((last.processed, last.total), (long.len(), long.len()));
+    assert!(slots.iter().all(|&s| s == 3), "{slots:?}");
+    let (again, ..) = with_progress(handle.submit(greedy(long.clone(), 2)).unwrap().1);
+    assert!(again.is_empty(), "no progress unless asked");
+
+    let pinned = |n| {
+        let mut r = greedy(short.clone(), n);
+        r.slot = Some(0);
+        r
+    };
+    let a = handle.submit(pinned(16)).unwrap().1;
+    let b = handle.submit(pinned(8)).unwrap().1;
+    let c = handle.submit(greedy(short.clone(), 8)).unwrap().1;
+    let (a, b, c) = (with_progress(a), with_progress(b), with_progress(c));
+    assert_eq!((a.3.slot, b.3.slot, c.3.slot), (0, 0, 1));
+    assert_eq!(
+        b.2,
+        a.2[..8],
+        "the pinned request that waited gives the same tokens"
+    );
+    assert_eq!(c.2, b.2);
+}
+
+/// After the idle time it is given, the engine releases its executor and prefix cache; the
+/// next request builds them again and gives the same tokens.
+#[test]
+fn an_idle_engine_sleeps_and_the_next_request_wakes_it() {
+    let _serial = serial();
+    let (model, tok) = load();
+    let prompt = tok.encode(&PROMPTS.join(" "), true, false).unwrap();
+    let handle = engine::start(model, tok, config(2048, 2), None, None).unwrap();
+    handle
+        .sleep_after(Some(std::time::Duration::from_millis(100)))
+        .unwrap();
+    let (first, _, _) = collect(handle.submit(greedy(prompt.clone(), 8)).unwrap().1);
+    let (again, _, cached) = collect(handle.submit(greedy(prompt.clone(), 8)).unwrap().1);
+    assert!(cached.cache_n > 0, "awake, the prefix is reused");
+    assert!(!snapshot(&handle).sleeping);
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let asleep = snapshot(&handle);
+    assert!(asleep.sleeping && asleep.kv_blocks_free == asleep.kv_blocks_total);
+    let (woken, _, summary) = collect(handle.submit(greedy(prompt, 8)).unwrap().1);
+    assert_eq!((&first, &again), (&woken, &woken));
+    assert_eq!(
+        summary.cache_n, 0,
+        "the prefix cache went with the executor"
+    );
+    assert!(!snapshot(&handle).sleeping);
+    assert_eq!(snapshot(&handle).counters.requests.requests_done, 3);
 }

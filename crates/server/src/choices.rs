@@ -30,9 +30,11 @@ pub(crate) type Ended = Arc<Mutex<Vec<(usize, Summary)>>>;
 
 /// Forwards `from` after `first` into a stream of its own; dropping that one drops `from`
 /// (which cancels the request).
-fn resume(mut from: EventStream, first: Event) -> EventStream {
+fn resume(mut from: EventStream, first: Vec<Event>) -> EventStream {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let _ = tx.send(first);
+    for ev in first {
+        let _ = tx.send(ev);
+    }
     tokio::spawn(async move {
         loop {
             tokio::select! {
@@ -65,10 +67,15 @@ pub(crate) async fn queue(
     if n > 1 {
         for i in (0..reqs.len()).step_by(n) {
             let mut rx = events[i].take().expect("queued above");
-            events[i] = Some(match rx.recv().await {
-                Some(first) => resume(rx, first),
-                None => rx,
-            });
+            let mut first = Vec::new();
+            while let Some(ev) = rx.recv().await {
+                let read = !matches!(ev, Event::Progress(_));
+                first.push(ev);
+                if read {
+                    break;
+                }
+            }
+            events[i] = Some(resume(rx, first));
         }
     }
     for (req, ev) in reqs.iter_mut().zip(events.iter_mut()) {

@@ -77,7 +77,7 @@ pub fn raise_file_limit() -> u64 {
 /// Serves `router` on `listener` until `shutdown` resolves, then lets the open
 /// connections finish their requests (at most `limits.header_timeout` more).
 pub async fn serve(
-    listener: TcpListener,
+    listeners: Vec<TcpListener>,
     router: Router,
     limits: Limits,
     shutdown: impl std::future::Future<Output = ()>,
@@ -88,12 +88,15 @@ pub async fn serve(
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout)
+        // Header names as llama-server writes them (`Access-Control-Allow-Origin`): HTTP
+        // ignores their case, but clients written against it look them up case by case.
+        .title_case_headers(true)
         .keep_alive(true);
     tokio::pin!(shutdown);
     loop {
         let (stream, _) = tokio::select! {
             _ = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
+            accepted = accept_any(&listeners) => match accepted {
                 Ok(a) => a,
                 Err(_) => {
                     // Out of descriptors or a connection reset before accept: wait a
@@ -120,6 +123,14 @@ pub async fn serve(
     }
     let _ = tokio::time::timeout(limits.header_timeout, graceful.shutdown()).await;
     Ok(())
+}
+
+/// The next connection on any of `listeners`.
+async fn accept_any(
+    listeners: &[TcpListener],
+) -> std::io::Result<(tokio::net::TcpStream, std::net::SocketAddr)> {
+    let accepts = listeners.iter().map(|l| Box::pin(l.accept()));
+    futures_util::future::select_all(accepts).await.0
 }
 
 /// Reads a request's body whole within the body deadline and the body limit: a body that

@@ -97,6 +97,7 @@ fn parse_embed(bytes: &Bytes, ready: &Ready, openai: bool) -> Result<Asked, ApiE
         .map(|p| match p {
             OnePrompt::Text(t) => Ok(Ok(t)),
             OnePrompt::Tokens(ids) => Ok(Err(ids)),
+            OnePrompt::Object(o) => o.text(name).map(Ok),
             OnePrompt::Mixed(_) => Err(ApiError::invalid(
                 name,
                 format!("{name}: texts and token ids mixed in one input are not supported here"),
@@ -172,7 +173,7 @@ fn normalize(v: &mut [f32], how: i64) {
 }
 
 /// The request for one input's embedding.
-fn request(prompt: Vec<u32>, pooling: Pooling, namespace: u64) -> GenRequest {
+pub(crate) fn request(prompt: Vec<u32>, pooling: Pooling, namespace: u64) -> GenRequest {
     GenRequest {
         prompt,
         sampling: SamplerConfig::greedy(),
@@ -186,13 +187,15 @@ fn request(prompt: Vec<u32>, pooling: Pooling, namespace: u64) -> GenRequest {
         logprobs: None,
         post_sampling: false,
         cache_prompt: false,
+        progress: false,
+        slot: None,
         cache_namespace: namespace,
         draft: Default::default(),
         embed: Some(pooling),
     }
 }
 
-async fn vectors(mut events: EventStream) -> Result<Vec<Vec<f32>>, ApiError> {
+pub(crate) async fn vectors(mut events: EventStream) -> Result<Vec<Vec<f32>>, ApiError> {
     let mut got = None;
     while let Some(ev) = events.recv().await {
         match ev {
@@ -200,7 +203,7 @@ async fn vectors(mut events: EventStream) -> Result<Vec<Vec<f32>>, ApiError> {
             Event::Done(_) => {
                 return got.ok_or_else(|| ApiError::internal("the engine sent no embedding"))
             }
-            Event::Delta { .. } => {}
+            Event::Delta { .. } | Event::Progress(_) => {}
             Event::Rejected(m) => return Err(ApiError::bad_request(m)),
             Event::Failed(m) => return Err(ApiError::internal(m)),
             Event::Unavailable(m) => return Err(ApiError::box_down(m)),

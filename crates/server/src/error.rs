@@ -27,6 +27,8 @@ pub enum Error {
     },
     #[error("the draft model {path} cannot draft for this model: {why}")]
     DraftVocab { path: String, why: String },
+    #[error("{0}")]
+    Config(String),
     #[error("server: {0}")]
     Io(#[from] std::io::Error),
     #[error("split: {0}")]
@@ -76,6 +78,17 @@ impl ApiError {
         ApiError {
             status: StatusCode::FORBIDDEN,
             message: format!("host '{host}' is not one this server answers (see --allowed-hosts)"),
+            kind: "permission_error",
+            param: None,
+            retry_after: None,
+            context: None,
+        }
+    }
+
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::FORBIDDEN,
+            message: message.into(),
             kind: "permission_error",
             param: None,
             retry_after: None,

@@ -9,12 +9,16 @@ use text::Tokenizer;
 
 use crate::reasoning::Splitter;
 use crate::state::Ready;
+use crate::telemetry::Telemetry;
 use crate::tools::{CallParser, ToolCall};
 use crate::transform::{Chain, Out};
 use crate::validate::{AnswerSpec, Route};
 
-/// llama.cpp's `timings`. `prompt_n` counts the prompt tokens computed, not those reused.
+/// llama.cpp's `timings`. `prompt_n` counts the prompt tokens computed, not those reused; the
+/// generation rate is over the decode steps, one fewer than the tokens (the first token comes
+/// from the prompt's last forward).
 pub fn timings(s: &Summary) -> Value {
+    let steps = s.predicted_n.saturating_sub(1);
     let computed = s.prompt_n - s.cache_n;
     let per_s = |n: usize, ms: f64| if ms > 0.0 { n as f64 * 1e3 / ms } else { 0.0 };
     let per_tok = |n: usize, ms: f64| if n > 0 { ms / n as f64 } else { 0.0 };
@@ -26,8 +30,8 @@ pub fn timings(s: &Summary) -> Value {
         "prompt_per_second": per_s(computed, s.prompt_ms),
         "predicted_n": s.predicted_n,
         "predicted_ms": s.predicted_ms,
-        "predicted_per_token_ms": per_tok(s.predicted_n, s.predicted_ms),
-        "predicted_per_second": per_s(s.predicted_n, s.predicted_ms),
+        "predicted_per_token_ms": per_tok(steps, s.predicted_ms),
+        "predicted_per_second": per_s(steps, s.predicted_ms),
         "draft_n": s.draft_n,
         "draft_n_accepted": s.draft_n_accepted,
         "grammar_ms": s.grammar_ms,
@@ -78,6 +82,10 @@ pub struct Reply {
     post_sampling: bool,
     /// Reasoning split and tool calls parsed out of chat answers.
     chain: Chain,
+    /// Streamed: `prompt_progress` chunks, and the timings so far in every chunk.
+    telemetry: Telemetry,
+    /// `__verbose` in the answer.
+    verbose: bool,
 }
 
 impl Reply {
@@ -96,6 +104,8 @@ impl Reply {
         };
         let (include_usage, prompt_text, settings) =
             (answer.include_usage, answer.prompt_text, answer.settings);
+        let (progress, timings_per_token, verbose) =
+            (answer.progress, answer.timings_per_token, answer.verbose);
         let created = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -114,7 +124,39 @@ impl Reply {
             post_sampling: settings["post_sampling_probs"] == json!(true),
             settings,
             chain,
+            telemetry: Telemetry::new(progress, timings_per_token),
+            verbose,
         }
+    }
+
+    /// A report of the prompt's reading: a chunk with `prompt_progress` when the request
+    /// asked for them (llama-server's shapes), none otherwise.
+    pub fn progress(&mut self, p: &engine::Progress) -> Option<Value> {
+        let report = self.telemetry.on_progress(p)?;
+        let mut v = match self.route {
+            Route::Chat => self.chunk(json!({
+                "index": self.index,
+                "delta": {"role": "assistant", "content": null},
+                "logprobs": null,
+                "finish_reason": null,
+            })),
+            Route::Completions => self.chunk(json!({
+                "index": self.index, "text": "", "logprobs": null, "finish_reason": null,
+            })),
+            Route::Native => json!({
+                "index": self.index,
+                "content": "",
+                "tokens": [],
+                "stop": false,
+                "tokens_predicted": 0,
+                "tokens_evaluated": p.total,
+            }),
+        };
+        v["prompt_progress"] = report;
+        if let Some(t) = self.telemetry.timings() {
+            v["timings"] = t;
+        }
+        Some(v)
     }
 
     /// OpenAI's `finish_reason`: `tool_calls` when the answer called a tool.
@@ -232,7 +274,7 @@ impl Reply {
         match self.route {
             Route::Chat => vec![self.chunk(json!({
                 "index": self.index,
-                "delta": {"role": "assistant", "content": ""},
+                "delta": {"role": "assistant", "content": null},
                 "logprobs": null,
                 "finish_reason": null,
             }))],
@@ -251,12 +293,13 @@ impl Reply {
         asked: bool,
     ) -> Option<Value> {
         self.n_predicted += tokens.len();
+        self.telemetry.on_tokens(tokens.len());
         let out = self.chain.push(text);
         if out.is_empty() && (lps.is_empty() || !asked) {
             return None;
         }
         let logprobs = self.logprobs(lps, asked);
-        Some(match self.route {
+        let mut v = match self.route {
             Route::Chat => self.chunk(json!({
                 "index": self.index,
                 "delta": chat_delta(&out),
@@ -284,7 +327,11 @@ impl Reply {
                 }
                 v
             }
-        })
+        };
+        if let Some(t) = self.telemetry.timings() {
+            v["timings"] = t;
+        }
+        Some(v)
     }
 
     /// The closing bodies of a stream (the `[DONE]` marker is added by the caller).
@@ -320,7 +367,9 @@ impl Reply {
                 last["timings"] = timings(s);
                 let mut out = vec![last];
                 if self.include_usage {
-                    out.push(self.usage_chunk(usage(s)));
+                    let mut u = self.usage_chunk(usage(s));
+                    u["timings"] = timings(s);
+                    out.push(u);
                 }
                 out
             }
@@ -376,6 +425,12 @@ impl Reply {
         s: &Summary,
     ) -> Value {
         let logprobs = self.logprobs(lps, asked);
+        let verbose = (self.verbose && self.route != Route::Native).then(|| {
+            let mut v = self.native_summary(s);
+            v["content"] = json!(text);
+            v["tokens"] = json!(tokens);
+            v
+        });
         let out = self.chain.whole(&text);
         let mut message = json!({"role": "assistant", "content": out.content});
         if !out.reasoning.is_empty() {
@@ -387,7 +442,7 @@ impl Reply {
             }
             message["tool_calls"] = tool_calls(&out.calls, false);
         }
-        match self.route {
+        let mut answer = match self.route {
             Route::Chat => json!({
                 "id": self.id(),
                 "object": "chat.completion",
@@ -427,7 +482,11 @@ impl Reply {
                 }
                 v
             }
+        };
+        if let Some(v) = verbose {
+            answer["__verbose"] = v;
         }
+        answer
     }
 }
 

@@ -210,6 +210,7 @@ pub(crate) async fn collect(
                 lps.extend(logprobs);
             }
             Event::Done(summary) => return Ok((text, tokens, lps, summary)),
+            Event::Progress(_) => {}
             Event::Rejected(m) => return Err(ApiError::bad_request(m)),
             Event::Failed(m) => return Err(ApiError::internal(m)),
             Event::Unavailable(m) => return Err(ApiError::box_down(m)),
@@ -241,6 +242,10 @@ pub(crate) trait Streamed: Send + 'static {
     fn closing(&mut self, s: &Summary) -> Vec<SseEvent>;
     /// The event that ends a stream that failed.
     fn failed(&mut self, e: ApiError) -> SseEvent;
+    /// The events of a report of the prompt's reading (none unless the API has them).
+    fn progress(&mut self, _: &engine::Progress) -> Vec<SseEvent> {
+        Vec::new()
+    }
 }
 
 fn data(v: &Value) -> SseEvent {
@@ -292,6 +297,10 @@ impl Streamed for OpenAiStream {
     fn failed(&mut self, e: ApiError) -> SseEvent {
         data(&e.body())
     }
+
+    fn progress(&mut self, p: &engine::Progress) -> Vec<SseEvent> {
+        self.reply.progress(p).iter().map(data).collect()
+    }
 }
 
 struct StreamState<A> {
@@ -340,6 +349,10 @@ pub(crate) fn sse_events<A: Streamed>(
                         .extend(st.answer.delta(slot, &text, &tokens, &logprobs));
                     continue;
                 }
+                Some(Event::Progress(p)) => {
+                    st.out.extend(st.answer.progress(&p));
+                    continue;
+                }
                 Some(Event::Done(summary)) => {
                     st.out.extend(st.answer.closing(&summary));
                     st.finished = true;
@@ -367,12 +380,16 @@ pub(crate) trait EventReply: Send + 'static {
     fn complete(&mut self, text: &str, s: &Summary) -> Value;
     /// What a stream starts with.
     fn opening(&mut self) -> Vec<SseData>;
-    /// The events of the next piece of the answer.
-    fn delta(&mut self, text: &str) -> Vec<SseData>;
+    /// The events of the next piece of the answer, `n_tokens` tokens.
+    fn delta(&mut self, text: &str, n_tokens: usize) -> Vec<SseData>;
     /// The events that end the stream.
     fn closing(&mut self, s: &Summary) -> Vec<SseData>;
     /// The event that ends a stream that failed.
     fn failed(&mut self, e: &ApiError) -> SseData;
+    /// The events of a report of the prompt's reading (none unless the API has them).
+    fn progress(&mut self, _: &engine::Progress) -> Vec<SseData> {
+        Vec::new()
+    }
 }
 
 struct Named<R>(R);
@@ -390,8 +407,12 @@ impl<R: EventReply> Streamed for Named<R> {
         named(self.0.opening())
     }
 
-    fn delta(&mut self, _: usize, text: &str, _: &[u32], _: &[TokenLogprob]) -> Vec<SseEvent> {
-        named(self.0.delta(text))
+    fn delta(&mut self, _: usize, text: &str, tokens: &[u32], _: &[TokenLogprob]) -> Vec<SseEvent> {
+        named(self.0.delta(text, tokens.len()))
+    }
+
+    fn progress(&mut self, p: &engine::Progress) -> Vec<SseEvent> {
+        named(self.0.progress(p))
     }
 
     fn closing(&mut self, s: &Summary) -> Vec<SseEvent> {

@@ -20,9 +20,10 @@ use crate::prompts::Prompt;
 use crate::state::Ready;
 use crate::validate::{parse, RawRequest, Route, ValidGen};
 
+/// One of `input_extra`'s files: `text` is required, `filename` optional (llama-server's
+/// rule).
 #[derive(Debug, Deserialize)]
 struct Chunk {
-    #[serde(default)]
     text: String,
     #[serde(default = "default_filename")]
     filename: String,

@@ -35,9 +35,11 @@ pub async fn ready_route(State(s): State<Shared>) -> Result<Json<Value>, ApiErro
 }
 
 /// The served model as OpenAI's model object.
-fn model_object(s: &AppState, r: &crate::Ready, id: &str) -> Value {
+fn model_object(s: &AppState, r: &crate::Ready) -> Value {
     json!({
-        "id": id,
+        "id": r.model_id,
+        "aliases": r.aliases,
+        "tags": s.config.tags,
         "object": "model",
         "created": s.created,
         "owned_by": "tandem",
@@ -53,11 +55,11 @@ fn model_object(s: &AppState, r: &crate::Ready, id: &str) -> Value {
 pub async fn models(State(s): State<Shared>) -> Result<Json<Value>, ApiError> {
     let r = ready(&s)?;
     Ok(Json(
-        json!({"object": "list", "data": r.aliases.iter().map(|a| model_object(&s, r, a)).collect::<Vec<_>>()}),
+        json!({"object": "list", "data": [model_object(&s, r)]}),
     ))
 }
 
-/// `/v1/models/{id}`: the served model, or 404 naming the id asked for.
+/// `/v1/models/{id}`: the served model by any of its names, or 404 naming the id asked for.
 pub async fn model(
     State(s): State<Shared>,
     axum::extract::Path(id): axum::extract::Path<String>,
@@ -69,11 +71,12 @@ pub async fn model(
             r.aliases.join("', '")
         )));
     }
-    Ok(Json(model_object(&s, r, &id)))
+    Ok(Json(model_object(&s, r)))
 }
 
 pub async fn props(State(s): State<Shared>) -> Result<Json<Value>, ApiError> {
     let r = ready(&s)?;
+    let sleeping = r.engine.snapshot().await?.sleeping;
     let c = r.engine.config();
     let d = &r.defaults;
     Ok(Json(json!({
@@ -89,6 +92,7 @@ pub async fn props(State(s): State<Shared>) -> Result<Json<Value>, ApiError> {
             },
         },
         "total_slots": c.n_parallel,
+        "is_sleeping": sleeping,
         "model_path": s.config.model_path,
         "model_alias": r.model_id,
         "chat_template": r.template_source,
@@ -151,15 +155,32 @@ pub async fn metrics(State(s): State<Shared>) -> Result<Response, ApiError> {
     let snap = r.engine.snapshot().await?;
     let c = &snap.counters;
     let busy = snap.slots.iter().filter(|s| s.task.is_some()).count();
-    let rate = |n: u64, secs: f64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
+    let rate = |n: f64, secs: f64| if secs > 0.0 { n / secs } else { 0.0 };
+    let now = [
+        c.tokens.prompt_tokens_total as f64,
+        c.tokens.prompt_seconds_total,
+        c.tokens.tokens_predicted_total as f64,
+        c.tokens.predicted_seconds_total,
+    ];
+    let before = std::mem::replace(
+        &mut *s.scraped.lock().unwrap_or_else(|e| e.into_inner()),
+        now,
+    );
+    let window = |i: usize| now[i] - before[i];
     let used = snap.kv_blocks_total - snap.kv_blocks_free - snap.kv_blocks_cached;
     let kv_tokens: usize = snap.slots.iter().map(|s| s.n_past).sum();
-    let metrics: [(&str, &str, &str, f64); 15] = [
+    let metrics: [(&str, &str, &str, f64); 20] = [
         (
             "llamacpp:prompt_tokens_total",
             "counter",
             "Number of prompt tokens processed.",
             c.tokens.prompt_tokens_total as f64,
+        ),
+        (
+            "llamacpp:prompt_tokens_cached_total",
+            "counter",
+            "Number of prompt tokens reused from the cache (not processed).",
+            c.tokens.cached_tokens_total as f64,
         ),
         (
             "llamacpp:prompt_seconds_total",
@@ -186,8 +207,32 @@ pub async fn metrics(State(s): State<Shared>) -> Result<Response, ApiError> {
             c.tokens.n_decode_total as f64,
         ),
         (
-            "llamacpp:n_busy_slots_per_decode",
+            "llamacpp:n_tokens_max",
             "counter",
+            "Largest observed n_tokens.",
+            c.tokens.n_tokens_max as f64,
+        ),
+        (
+            "llamacpp:spec_decode_num_drafts_total",
+            "counter",
+            "Number of speculative decoding drafts.",
+            c.spec.spec_drafts_total as f64,
+        ),
+        (
+            "llamacpp:spec_decode_num_draft_tokens_total",
+            "counter",
+            "Number of draft tokens.",
+            c.spec.spec_draft_tokens_total as f64,
+        ),
+        (
+            "llamacpp:spec_decode_num_accepted_tokens_total",
+            "counter",
+            "Number of accepted draft tokens.",
+            c.spec.spec_accepted_tokens_total as f64,
+        ),
+        (
+            "llamacpp:n_busy_slots_per_decode",
+            "gauge",
             "Average number of busy slots per llama_decode() call",
             if c.tokens.n_decode_total > 0 {
                 c.tokens.n_busy_slots_total as f64 / c.tokens.n_decode_total as f64
@@ -198,17 +243,14 @@ pub async fn metrics(State(s): State<Shared>) -> Result<Response, ApiError> {
         (
             "llamacpp:prompt_tokens_seconds",
             "gauge",
-            "Average prompt throughput in tokens/s.",
-            rate(c.tokens.prompt_tokens_total, c.tokens.prompt_seconds_total),
+            "Prompt throughput in tokens/s since the last scrape.",
+            rate(window(0), window(1)),
         ),
         (
             "llamacpp:predicted_tokens_seconds",
             "gauge",
-            "Average generation throughput in tokens/s.",
-            rate(
-                c.tokens.tokens_predicted_total,
-                c.tokens.predicted_seconds_total,
-            ),
+            "Generation throughput in tokens/s since the last scrape.",
+            rate(window(2), window(3)),
         ),
         (
             "llamacpp:kv_cache_usage_ratio",
@@ -455,7 +497,18 @@ pub async fn metrics(State(s): State<Shared>) -> Result<Response, ApiError> {
         "# HELP tandem:requests_failed_total Requests stopped by the server: the model computed NaN or infinite numbers, or a split model's box stayed down.\n# TYPE tandem:requests_failed_total counter\ntandem:requests_failed_total {}",
         c.requests.requests_failed
     );
-    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
+    let start = s.created.to_string();
+    let headers = [
+        (
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4".to_string(),
+        ),
+        (
+            header::HeaderName::from_static("process-start-time-unix"),
+            start,
+        ),
+    ];
+    Ok((headers, out).into_response())
 }
 
 #[derive(Deserialize)]
@@ -541,4 +594,21 @@ pub async fn apply_template(
     })
     .await?;
     Ok(Json(json!({"prompt": prompt})))
+}
+
+/// llama-server's `/chat/completions/input_tokens`: the tokens the chat's prompt would take.
+pub async fn chat_input_tokens(
+    State(s): State<Shared>,
+    b: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let bytes = body(b)?;
+    let n = off_runtime(&s, bytes.len(), move |r| {
+        let prompt = parse::<RawRequest>(&bytes)?.chat_prompt(r)?;
+        r.tok
+            .encode(&prompt, true, true)
+            .map(|t| t.len())
+            .map_err(|e| ApiError::invalid("messages", format!("cannot tokenize: {e}")))
+    })
+    .await?;
+    Ok(Json(json!({"input_tokens": n})))
 }

@@ -3,28 +3,32 @@
 //! The listener is bound first and answers `/health` with 503 while the model loads; the
 //! engine thread is started once the memory plan has been checked. Every route but
 //! `/health` (and `/metrics` with `--metrics-public`) needs the API key when one is set;
-//! CORS headers are sent only for the origins `--cors` names.
+//! CORS headers are sent only for the origins `--cors-origins` allows (`cors`).
 
 mod anthropic;
 mod chat;
 mod choices;
 mod conn;
 mod constrain;
+pub mod cors;
 mod embeddings;
 mod error;
 mod fields;
 mod format;
 #[doc(hidden)]
 pub mod fuzz;
+pub mod gcp;
 mod generate;
 mod infill;
 mod info;
 pub mod memory;
 mod prompts;
 mod reasoning;
+mod rerank;
 mod responses;
 mod slots;
 mod state;
+mod telemetry;
 pub mod tools;
 mod transform;
 mod validate;
@@ -34,9 +38,9 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
 
@@ -106,7 +110,10 @@ pub(crate) fn namespace_of<T: std::hash::Hash>(parts: T) -> u64 {
 
 async fn auth(State(s): State<Shared>, mut req: Request, next: Next) -> Result<Response, ApiError> {
     let path = req.uri().path();
-    let public = PUBLIC.contains(&path) || (s.config.metrics_public && path == "/metrics");
+    let gcp_health = s.config.gcp.as_ref().and_then(|g| g.health.as_deref());
+    let public = PUBLIC.contains(&path)
+        || gcp_health == Some(path)
+        || (s.config.metrics_public && path == "/metrics");
     if s.config.api_keys.is_empty() || public {
         return Ok(next.run(req).await);
     }
@@ -163,50 +170,6 @@ async fn hosts(State(s): State<Shared>, req: Request, next: Next) -> Result<Resp
     Ok(next.run(req).await)
 }
 
-/// CORS for the origins `--cors` names: a preflight from one of them is answered 204
-/// before authentication (browsers send no key with it), and its other responses carry
-/// `Access-Control-Allow-Origin`. Other origins get no CORS headers, so browsers refuse.
-async fn cors(State(s): State<Shared>, req: Request, next: Next) -> Response {
-    let origin = req
-        .headers()
-        .get(header::ORIGIN)
-        .and_then(|o| o.to_str().ok())
-        .map(str::to_string);
-    let allowed = origin.filter(|o| s.config.cors.iter().any(|c| c == "*" || c == o));
-    let Some(origin) = allowed else {
-        return next.run(req).await;
-    };
-    let preflight = req.method() == axum::http::Method::OPTIONS
-        && req
-            .headers()
-            .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
-    let mut resp = if preflight {
-        let mut r = StatusCode::NO_CONTENT.into_response();
-        let h = r.headers_mut();
-        h.insert(
-            header::ACCESS_CONTROL_ALLOW_METHODS,
-            HeaderValue::from_static("GET, POST, OPTIONS"),
-        );
-        h.insert(
-            header::ACCESS_CONTROL_ALLOW_HEADERS,
-            HeaderValue::from_static("authorization, content-type, x-api-key"),
-        );
-        h.insert(
-            header::ACCESS_CONTROL_MAX_AGE,
-            HeaderValue::from_static("600"),
-        );
-        r
-    } else {
-        next.run(req).await
-    };
-    if let Ok(v) = HeaderValue::from_str(&origin) {
-        let h = resp.headers_mut();
-        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, v);
-        h.insert(header::VARY, HeaderValue::from_static("origin"));
-    }
-    resp
-}
-
 /// A body sent with a `Content-Type` must be JSON (a missing header is taken as JSON).
 async fn json_only(req: Request, next: Next) -> Result<Response, ApiError> {
     let ctype = req
@@ -239,12 +202,47 @@ async fn not_found() -> ApiError {
     ApiError::not_found("File Not Found")
 }
 
+/// llama-server's web-UI proxy and server-side tools, which tandem does not run: 403 as
+/// llama-server answers them when they are off.
+async fn not_enabled() -> ApiError {
+    ApiError::forbidden("this endpoint is not enabled on this server")
+}
+
 async fn method_not_allowed() -> ApiError {
     ApiError::method_not_allowed()
 }
 
-/// The router over `state`.
+/// The router over `state`: its routes (with Vertex AI's predict route over them when
+/// `--gcp` settings are on) behind the body, key, CORS and host layers.
 pub fn router(state: Shared) -> Router {
+    let routes = routes().with_state(state.clone());
+    let app = match &state.config.gcp {
+        None => routes,
+        Some(g) => {
+            let mut app = Router::new().route(
+                &g.predict,
+                post(gcp::predict).layer(axum::Extension(routes.clone())),
+            );
+            if let Some(h) = &g.health {
+                app = app.route(h, get(info::health));
+            }
+            app.with_state(state.clone()).fallback_service(routes)
+        }
+    };
+    app.layer(middleware::from_fn(json_only))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            conn::read_body,
+        ))
+        .layer(middleware::from_fn_with_state(state.clone(), auth))
+        .layer(middleware::from_fn_with_state(state.clone(), cors::layer))
+        .layer(middleware::from_fn_with_state(state.clone(), hosts))
+        // conn::read_body enforces --body-limit (413) before any extractor runs.
+        .layer(DefaultBodyLimit::disable())
+}
+
+/// Every route's handler.
+fn routes() -> Router<Shared> {
     Router::new()
         .route("/health", get(info::health))
         .route("/v1/health", get(info::health))
@@ -263,12 +261,21 @@ pub fn router(state: Shared) -> Router {
         .route("/apply-template", post(info::apply_template))
         .route("/v1/chat/completions", post(generate::chat))
         .route("/chat/completions", post(generate::chat))
+        .route(
+            "/v1/chat/completions/input_tokens",
+            post(info::chat_input_tokens),
+        )
+        .route(
+            "/chat/completions/input_tokens",
+            post(info::chat_input_tokens),
+        )
         .route("/v1/completions", post(generate::completions))
-        .route("/completions", post(generate::completions))
+        .route("/completions", post(generate::native))
         .route("/completion", post(generate::native))
         .route("/infill", post(generate::infill))
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/responses", post(responses::responses))
+        .route("/responses", post(responses::responses))
         .route(
             "/v1/responses/{id}",
             get(responses::get).delete(responses::delete),
@@ -277,19 +284,14 @@ pub fn router(state: Shared) -> Router {
         .route("/embedding", post(embeddings::native))
         .route("/embeddings", post(embeddings::native))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
+        .route("/rerank", post(rerank::rerank))
+        .route("/reranking", post(rerank::rerank))
+        .route("/v1/rerank", post(rerank::rerank))
+        .route("/v1/reranking", post(rerank::rerank))
+        .route("/cors-proxy", get(not_enabled).post(not_enabled))
+        .route("/tools", get(not_enabled).post(not_enabled))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(middleware::from_fn(json_only))
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            conn::read_body,
-        ))
-        .layer(middleware::from_fn_with_state(state.clone(), auth))
-        .layer(middleware::from_fn_with_state(state.clone(), cors))
-        .layer(middleware::from_fn_with_state(state.clone(), hosts))
-        // conn::read_body enforces --body-limit (413) before any extractor runs.
-        .layer(DefaultBodyLimit::disable())
-        .with_state(state)
 }
 
 async fn shutdown_signal() {
@@ -318,17 +320,34 @@ pub fn run(config: ServerConfig) -> Result<(), Error> {
 }
 
 async fn serve(config: ServerConfig) -> Result<(), Error> {
-    let addr = format!("{}:{}", config.host, config.port);
-    let listener = tokio::net::TcpListener::bind(&addr)
-        .await
-        .map_err(|source| Error::Bind {
-            addr: addr.clone(),
-            source,
-        })?;
-    let local = listener.local_addr()?;
+    let mut listeners: Vec<tokio::net::TcpListener> = Vec::new();
+    for host in config.host.split(',').map(str::trim) {
+        let host = match host.contains(':') && !host.starts_with('[') {
+            true => format!("[{host}]"),
+            false => host.to_string(),
+        };
+        // With port 0, every address takes the port the first one got.
+        let port = match (config.port, listeners.first()) {
+            (0, Some(l)) => l.local_addr()?.port(),
+            (p, _) => p,
+        };
+        let addr = format!("{host}:{port}");
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .map_err(|source| Error::Bind {
+                addr: addr.clone(),
+                source,
+            })?;
+        listeners.push(listener);
+    }
+    let local = listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| format!("http://{a}")))
+        .collect::<Result<Vec<_>, _>>()?
+        .join(", ");
     let state = Arc::new(AppState::new(config));
     eprintln!(
-        "tandem serve: listening on http://{local} (loading {})",
+        "tandem serve: listening on {local} (loading {})",
         state.config.model_path.display()
     );
     let loader = {
@@ -352,7 +371,7 @@ async fn serve(config: ServerConfig) -> Result<(), Error> {
         limits.header_timeout.as_secs_f64(),
         limits.body_timeout.as_secs_f64(),
     );
-    let server = conn::serve(listener, router(state), limits, shutdown_signal());
+    let server = conn::serve(listeners, router(state), limits, shutdown_signal());
     let failed_load = async {
         match loader.await {
             Ok(Ok(())) => std::future::pending().await,

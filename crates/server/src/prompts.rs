@@ -14,6 +14,7 @@ use crate::validate::Route;
 pub enum Prompt {
     Text(String),
     Tokens(Vec<u32>),
+    Object(JsonPrompt),
     List(Vec<Piece>),
     Many(Vec<OnePrompt>),
 }
@@ -32,7 +33,74 @@ pub enum Piece {
 pub enum OnePrompt {
     Text(String),
     Tokens(Vec<u32>),
+    Object(JsonPrompt),
     Mixed(Vec<Piece>),
+}
+
+/// llama-server's prompt objects: `{"prompt_string": TEXT, "multimodal_data": [...]}`, or
+/// `{"content": [{"type": "text", "text": TEXT}, ...]}` (the parts' texts joined).
+/// Read from a JSON object only (a derived struct would also take an array's items by
+/// position, and a list of texts would become one).
+#[derive(Debug, Deserialize)]
+#[serde(try_from = "serde_json::Map<String, serde_json::Value>")]
+pub struct JsonPrompt {
+    prompt_string: Option<String>,
+    multimodal_data: Option<serde_json::Value>,
+    content: Option<serde_json::Value>,
+}
+
+impl TryFrom<serde_json::Map<String, serde_json::Value>> for JsonPrompt {
+    type Error = String;
+
+    fn try_from(mut m: serde_json::Map<String, serde_json::Value>) -> Result<Self, String> {
+        let prompt_string = match m.remove("prompt_string") {
+            None => None,
+            Some(serde_json::Value::String(t)) => Some(t),
+            Some(_) => return Err("prompt_string must be a text".into()),
+        };
+        let p = JsonPrompt {
+            prompt_string,
+            multimodal_data: m.remove("multimodal_data"),
+            content: m.remove("content"),
+        };
+        match m.keys().next() {
+            Some(k) => Err(format!("unknown field '{k}' in a prompt object")),
+            None => Ok(p),
+        }
+    }
+}
+
+impl JsonPrompt {
+    /// Its text. Media (`multimodal_data`, parts other than text) are refused with a 400
+    /// naming `field`: tandem reads no images or sound.
+    pub fn text(self, field: &str) -> Result<String, ApiError> {
+        let bad = |m: &str| ApiError::invalid(field, format!("{field}: {m}"));
+        if self.multimodal_data.is_some() {
+            return Err(bad(
+                "multimodal_data: this server has no multimodal projector; send text only",
+            ));
+        }
+        match (self.prompt_string, self.content) {
+            (Some(t), None) => Ok(t),
+            (None, Some(serde_json::Value::Array(parts))) => parts
+                .iter()
+                .map(
+                    |p| match (p.get("type").and_then(|t| t.as_str()), p.get("text")) {
+                        (Some("text"), Some(serde_json::Value::String(t))) => Ok(t.as_str()),
+                        (Some("text"), _) => Err(bad("a text part needs a string `text`")),
+                        (Some(t), _) => Err(bad(&format!(
+                        "content parts of type '{t}' are not supported: this server reads text only"
+                    ))),
+                        (None, _) => Err(bad("each content part needs a `type`")),
+                    },
+                )
+                .collect(),
+            (None, Some(_)) => Err(bad("`content` must be a list of parts")),
+            _ => Err(bad(
+                "a prompt object has either `prompt_string` or `content`",
+            )),
+        }
+    }
 }
 
 impl Prompt {
@@ -41,6 +109,7 @@ impl Prompt {
         match self {
             Prompt::Text(t) => vec![OnePrompt::Text(t)],
             Prompt::Tokens(ids) => vec![OnePrompt::Tokens(ids)],
+            Prompt::Object(o) => vec![OnePrompt::Object(o)],
             Prompt::List(pieces) if pieces.iter().all(|p| matches!(p, Piece::Text(_))) => pieces
                 .into_iter()
                 .filter_map(|p| match p {
@@ -74,6 +143,11 @@ pub fn checked_prompt(
             (t, ids)
         }
         OnePrompt::Tokens(ids) => (ready.tok.decode(&ids), ids),
+        OnePrompt::Object(o) => {
+            let t = o.text(&field)?;
+            let ids = encode(ready, &t)?;
+            (t, ids)
+        }
         OnePrompt::Mixed(pieces) => {
             // As llama.cpp: special tokens are added only when the first piece is a text.
             let mut ids = Vec::new();

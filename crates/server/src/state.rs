@@ -58,6 +58,9 @@ pub struct ServerConfig {
     /// The model ids clients see (`--alias`, several separated by commas; the first is the
     /// one answers carry); default: the file name without `.gguf`.
     pub alias: Option<String>,
+    /// Tags listed with the model in `/v1/models` (`--tags`).
+    pub tags: Vec<String>,
+    /// The addresses to listen on, comma-separated (`127.0.0.1,::1`).
     pub host: String,
     pub port: u16,
     /// Engine sizes; `n_ctx` 0 means the model's training context.
@@ -75,8 +78,8 @@ pub struct ServerConfig {
     pub metrics: bool,
     /// /metrics answers without the API key.
     pub metrics_public: bool,
-    /// Origins browsers may call from (`*`: any); empty: no CORS headers, preflights fail.
-    pub cors: Vec<String>,
+    /// Which origins browsers may call from, and the preflight's answer.
+    pub cors: crate::cors::Cors,
     pub slots: bool,
     /// Memory the plan must fit in (bytes); `None`: the memory available now.
     pub mem_limit: Option<u64>,
@@ -94,6 +97,13 @@ pub struct ServerConfig {
     /// Serve embeddings (`--embeddings`), pooled as `pooling` (`None`: as the GGUF says,
     /// else `none`).
     pub embeddings: bool,
+    /// Serve `/rerank` (`--reranking`).
+    pub reranking: bool,
+    /// Vertex AI's predict route (`AIP_MODE=PREDICTION`).
+    pub gcp: Option<crate::gcp::Gcp>,
+    /// Idle time after which the engine releases the model's memory until the next request
+    /// (`--sleep-idle-seconds`).
+    pub sleep_idle: Option<std::time::Duration>,
     pub pooling: Option<engine::Pooling>,
     /// Where `/slots/{id}?action=save|restore` files live (`--slot-save-path`).
     pub slot_save_path: Option<PathBuf>,
@@ -120,12 +130,13 @@ pub struct SplitSettings {
 
 impl ServerConfig {
     /// `model_path` served with `engine`'s sizes and every other setting at its default:
-    /// 127.0.0.1:8080, no key, no CORS, the model's template, default sampling, /slots on,
+    /// 127.0.0.1:8080, no key, CORS for this machine's origins, the model's template, default sampling, /slots on,
     /// /metrics off, a 32 MiB body limit, no drafter.
     pub fn new(model_path: PathBuf, engine: EngineConfig) -> ServerConfig {
         ServerConfig {
             model_path,
             alias: None,
+            tags: Vec::new(),
             host: "127.0.0.1".into(),
             port: 8080,
             engine,
@@ -141,7 +152,7 @@ impl ServerConfig {
             reasoning: Reasoning::Auto,
             metrics: false,
             metrics_public: false,
-            cors: Vec::new(),
+            cors: crate::cors::Cors::new(crate::cors::Origins::Localhost),
             slots: true,
             mem_limit: None,
             body_limit: 32 << 20,
@@ -150,6 +161,9 @@ impl ServerConfig {
             split: None,
             gpu_layers: None,
             embeddings: false,
+            reranking: false,
+            gcp: None,
+            sleep_idle: None,
             pooling: None,
             slot_save_path: None,
             spm_infill: false,
@@ -169,7 +183,8 @@ pub struct Ready {
     pub tool_support: TemplateSupport,
     /// Chat answers carry `reasoning_content`.
     pub reasoning: bool,
-    /// The first of `aliases`, the name answers carry.
+    /// The first of `aliases` (alphabetically, as llama-server picks it), the name answers
+    /// carry.
     pub model_id: String,
     /// Every name the model answers to (`--alias a,b`).
     pub aliases: Vec<String>,
@@ -179,6 +194,8 @@ pub struct Ready {
     pub n_embd: usize,
     /// How embeddings are pooled; `None`: the server does not compute them.
     pub embeddings: Option<engine::Pooling>,
+    /// How rerank prompts are built; `None`: the server does not rerank.
+    pub reranker: Option<crate::rerank::Reranker>,
     /// [`split::model_hash`] of the model: saved slots name it.
     pub model_hash: u64,
     /// The KV pool's shape.
@@ -207,6 +224,9 @@ pub struct AppState {
     pub ready: OnceLock<Ready>,
     pub started: Instant,
     pub created: u64,
+    /// The token counters at the last `/metrics` scrape: prompt tokens and seconds,
+    /// generated tokens and seconds (the throughput gauges are over the window since).
+    pub scraped: std::sync::Mutex<[f64; 4]>,
     /// Turns to prepare a request (parse, template, tokenize, compile a grammar) on the
     /// blocking pool, for small bodies and for large ones; requests beyond them wait
     /// without holding a runtime thread.
@@ -253,6 +273,7 @@ impl AppState {
             preparing: Lanes::new(),
             responses: Default::default(),
             started: Instant::now(),
+            scraped: std::sync::Mutex::new([0.0; 4]),
             created: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
@@ -441,6 +462,8 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
                 .map_or("model".into(), |s| s.to_string_lossy().into_owned()),
         );
     }
+    aliases.sort();
+    aliases.dedup();
     let model_id = aliases[0].clone();
     let n_params = model
         .file
@@ -461,6 +484,15 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         eprintln!("embeddings: pooling {pooling:?}");
         pooling
     });
+    let reranker = if config.reranking {
+        let header = &model.file.header;
+        Some(
+            crate::rerank::Reranker::of(&header.metadata, &header.tensors)
+                .map_err(Error::Config)?,
+        )
+    } else {
+        None
+    };
     let front: Option<Box<dyn engine::Front>> = match &config.split {
         None => local_front.map(|f| Box::new(f) as Box<dyn engine::Front>),
         Some(s) => {
@@ -479,7 +511,13 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
             Some(Box::new(client))
         }
     };
+    if config.sleep_idle.is_some() && front.is_some() {
+        return Err(Error::Config(
+            "--sleep-idle-seconds: a model served in two stages (-ngl or a split) does not sleep yet".into(),
+        ));
+    }
     let engine = start_engine(model, tok.clone(), ecfg, spec, front)?;
+    engine.sleep_after(config.sleep_idle)?;
     Ok(Ready {
         engine,
         tok,
@@ -495,6 +533,7 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         n_vocab,
         n_embd,
         embeddings,
+        reranker,
         model_hash,
         kv_config,
         spm_infill: config.spm_infill,

@@ -110,6 +110,14 @@ pub struct RawRequest {
     pub parse_tool_calls: Option<bool>,
     /// llama-server's: `n_probs` reports probabilities after the sampling chain.
     pub post_sampling_probs: Option<bool>,
+    /// llama-server's: a stream reports the prompt's reading (`prompt_progress` chunks).
+    pub return_progress: Option<bool>,
+    /// llama-server's: every streamed chunk carries the timings so far.
+    pub timings_per_token: Option<bool>,
+    /// llama-server's: the answer carries `__verbose` (the prompt and the native answer).
+    pub verbose: Option<bool>,
+    /// llama-server's: run in this slot (-1: any).
+    pub id_slot: Option<i64>,
     /// Penalties, typical-p, the stage order, logit_bias and the structured-output fields.
     #[serde(flatten)]
     pub chain: RawChain,
@@ -185,6 +193,12 @@ pub struct AnswerSpec {
     pub reasoning: Option<bool>,
     /// llama-server's `generation_settings`: what the request runs with.
     pub settings: Value,
+    /// Streamed: `prompt_progress` chunks as the prompt is read.
+    pub progress: bool,
+    /// Streamed: the timings so far in every chunk.
+    pub timings_per_token: bool,
+    /// `__verbose` in the answer.
+    pub verbose: bool,
 }
 
 /// `v` unless it is outside `lo..=hi` (or not finite): then a 400 naming `name`.
@@ -432,6 +446,17 @@ impl RawRequest {
             n_max: draft_bound("speculative.n_max", self.speculative_n_max.or(nested.n_max))?,
             n_min: draft_bound("speculative.n_min", self.speculative_n_min.or(nested.n_min))?,
         };
+        let n_slots = ready.engine.config().n_parallel;
+        let slot = match self.id_slot {
+            None | Some(-1) => None,
+            Some(s) if (0..n_slots as i64).contains(&s) => Some(s as usize),
+            Some(s) => {
+                return Err(ApiError::invalid(
+                    "id_slot",
+                    format!("id_slot must be -1 (any) or a slot below {n_slots}, got {s}"),
+                ))
+            }
+        };
         let first = GenRequest {
             prompt: Vec::new(),
             sampling,
@@ -448,6 +473,8 @@ impl RawRequest {
             logprobs: logprobs.map(|l| l.n_top),
             post_sampling,
             cache_prompt: self.cache_prompt.unwrap_or(true),
+            progress: self.return_progress == Some(true) || self.timings_per_token == Some(true),
+            slot,
             cache_namespace: match &self.cache_salt {
                 None => kv::SHARED,
                 Some(salt) if salt.is_empty() => {
@@ -462,7 +489,14 @@ impl RawRequest {
             embed: None,
         };
         let prompt_text = prompts[0].0.clone();
-        let settings = generation_settings(&first, self.stream.unwrap_or(false), &self.chain);
+        let eog = if first.ignore_eos {
+            ready.tok.eog_ids()
+        } else {
+            &[]
+        };
+        let mut settings =
+            generation_settings(&first, self.stream.unwrap_or(false), &self.chain, eog);
+        settings["timings_per_token"] = serde_json::json!(self.timings_per_token == Some(true));
         let choices = prompts
             .into_iter()
             .flat_map(|(_, ids)| (0..n).map(move |j| (ids.clone(), j)))
@@ -486,14 +520,19 @@ impl RawRequest {
                 tools: (spec.active() && self.parse_tool_calls != Some(false)).then_some(spec),
                 reasoning,
                 settings,
+                progress: self.return_progress == Some(true),
+                timings_per_token: self.timings_per_token == Some(true),
+                verbose: self.verbose == Some(true),
             },
         })
     }
 }
 
 /// llama-server's `generation_settings` of `req`: the settings tandem has, and the inert
-/// values of those it does not (refused unless inert, see [`crate::fields`]).
-fn generation_settings(req: &GenRequest, stream: bool, chain: &RawChain) -> Value {
+/// values of those it does not (refused unless inert, see [`crate::fields`]). `logit_bias`
+/// lists the request's biases and, with `ignore_eos`, the end tokens `eog` at −∞ (JSON's
+/// `null`, as llama-server writes it).
+fn generation_settings(req: &GenRequest, stream: bool, chain: &RawChain, eog: &[u32]) -> Value {
     let s = &req.sampling;
     let dry = req.dry.as_ref();
     let breakers = chain.dry_sequence_breakers.clone().unwrap_or_else(|| {
@@ -502,6 +541,13 @@ fn generation_settings(req: &GenRequest, stream: bool, chain: &RawChain) -> Valu
             .map(|b| b.to_string())
             .collect()
     });
+    let biases: Vec<Value> = req
+        .logit_bias
+        .iter()
+        .copied()
+        .chain(eog.iter().map(|&t| (t, f32::NEG_INFINITY)))
+        .map(|(token, bias)| serde_json::json!({"token": token, "bias": bias.is_finite().then_some(bias)}))
+        .collect();
     serde_json::json!({
         "n_predict": req.max_tokens.map_or(-1, |n| n as i64),
         "seed": s.seed,
@@ -541,6 +587,7 @@ fn generation_settings(req: &GenRequest, stream: bool, chain: &RawChain) -> Valu
         "timings_per_token": false,
         "post_sampling_probs": req.post_sampling,
         "lora": [],
+        "logit_bias": biases,
     })
 }
 

@@ -30,6 +30,8 @@ pub enum Command {
     /// Perplexity over a text file, with llama-perplexity's protocol.
     Perplexity(PerplexityArgs),
     /// An OpenAI-compatible, llama-server-compatible HTTP server for many users at once.
+    /// A flag given twice takes its last value, as llama-server's.
+    #[command(args_override_self = true)]
     Serve(Box<crate::serve::ServeArgs>),
     /// Benchmarks with ratios against a peer measured in the same run.
     Bench(crate::bench::BenchArgs),

@@ -6,6 +6,7 @@ mod cli;
 mod imatrix;
 mod info;
 mod kld;
+mod llama_flags;
 mod perplexity;
 mod pull;
 mod quantize;
@@ -17,7 +18,7 @@ mod synth;
 
 use std::path::{Path, PathBuf};
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 /// Errors a command reports as one line on stderr with a non-zero exit.
 #[derive(Debug, thiserror::Error)]
@@ -65,9 +66,27 @@ fn quit_on_closed_pipe() {
     }
 }
 
+/// The command line, with `serve`'s llama-server flags and environment variables resolved
+/// (`llama_flags::prepare`); its warnings are printed here.
+fn arguments() -> Vec<String> {
+    let mut args = cli::expand_short_aliases(std::env::args());
+    if args.get(1).map(String::as_str) == Some("serve") {
+        let mut cmd = cli::Cli::command();
+        cmd.build();
+        let serve = cmd.find_subcommand("serve").expect("serve is a subcommand");
+        let (rest, warnings) =
+            llama_flags::prepare(serve, args.split_off(2), &|k| std::env::var(k).ok());
+        args.extend(rest);
+        for w in warnings {
+            eprintln!("warning: {w}");
+        }
+    }
+    args
+}
+
 fn main() {
     gpu::quiet_device_select();
-    let cli = cli::Cli::parse_from(cli::expand_short_aliases(std::env::args()));
+    let cli = cli::Cli::parse_from(arguments());
     if !matches!(
         cli.command,
         cli::Command::Serve(_) | cli::Command::StageBox(_) | cli::Command::Bench(_)

@@ -24,8 +24,11 @@ pub struct ServeArgs {
     #[arg(long = "parallel", default_value_t = 4)]
     pub parallel: usize,
     /// All slots share the whole KV pool (-kvu); otherwise each gets -c / -np.
-    #[arg(long = "kv-unified")]
+    #[arg(long = "kv-unified", overrides_with = "no_kv_unified")]
     pub kv_unified: bool,
+    /// Each slot gets -c / -np (the default); the last of the two flags given wins.
+    #[arg(long = "no-kv-unified", overrides_with = "kv_unified")]
+    pub no_kv_unified: bool,
     /// Logical batch: tokens computed per engine step over all slots.
     #[arg(short = 'b', long = "batch-size", default_value_t = 2048)]
     pub batch: usize,
@@ -35,6 +38,7 @@ pub struct ServeArgs {
     /// Threads for batches (-tb); this backend uses -t for all work.
     #[arg(long = "threads-batch")]
     pub threads_batch: Option<usize>,
+    /// Addresses to listen on, comma-separated (`127.0.0.1,::1`).
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
     /// 0 picks a free port (printed at start).
@@ -58,7 +62,8 @@ pub struct ServeArgs {
     pub jinja: bool,
     #[arg(long = "no-jinja")]
     pub no_jinja: bool,
-    /// A Jinja chat template replacing the model's.
+    /// A chat template replacing the model's: a Jinja source, or the name of one of
+    /// llama.cpp's built-in templates (chatml, llama3, mistral-v7, phi4, command-r, ...).
     #[arg(long = "chat-template")]
     pub chat_template: Option<String>,
     #[arg(long = "chat-template-file")]
@@ -120,6 +125,14 @@ pub struct ServeArgs {
     /// same steps as generations.
     #[arg(long, alias = "embedding")]
     pub embeddings: bool,
+    /// After this many seconds without a request, release the model's memory on the device
+    /// (weights, KV, buffers; the prefix cache is lost) until the next request (-1: never).
+    #[arg(long = "sleep-idle-seconds", allow_negative_numbers = true)]
+    pub sleep_idle_seconds: Option<i64>,
+    /// Serve /rerank (and /reranking, /v1/rerank, /v1/reranking): documents scored against
+    /// a query, as llama-server scores them.
+    #[arg(long = "reranking", alias = "rerank")]
+    pub reranking: bool,
     /// How embeddings pool the prompt's final states; default: the GGUF's
     /// `{arch}.pooling_type`, else `none` (a vector per token, /embedding only).
     #[arg(long, value_parser = ["none", "mean", "cls", "last"], requires = "embeddings")]
@@ -133,17 +146,39 @@ pub struct ServeArgs {
     /// /metrics answers without the API key (for a scraper on a trusted network).
     #[arg(long = "metrics-public")]
     pub metrics_public: bool,
-    /// Let browsers call from ORIGIN (repeatable, `*` for any); off by default.
-    #[arg(long = "cors", value_name = "ORIGIN")]
-    pub cors: Vec<String>,
+    /// Origins browsers may call from, comma-separated: `*` any, `localhost` this machine's
+    /// (any port). Default: any when --api-key is set (the key still guards every route),
+    /// else `localhost`.
+    #[arg(
+        long = "cors-origins",
+        alias = "cors",
+        value_name = "ORIGINS",
+        value_delimiter = ','
+    )]
+    pub cors_origins: Vec<String>,
+    /// The methods a preflight allows.
+    #[arg(long = "cors-methods", default_value = "GET, POST, DELETE, OPTIONS")]
+    pub cors_methods: String,
+    /// The request headers a preflight allows.
+    #[arg(long = "cors-headers", default_value = "*")]
+    pub cors_headers: String,
+    #[arg(long = "cors-credentials", overrides_with = "no_cors_credentials")]
+    pub cors_credentials: bool,
+    /// Preflights answer `Access-Control-Allow-Credentials: false`.
+    #[arg(long = "no-cors-credentials", overrides_with = "cors_credentials")]
+    pub no_cors_credentials: bool,
     #[arg(long)]
     pub slots: bool,
     /// Hide /slots.
     #[arg(long = "no-slots")]
     pub no_slots: bool,
-    /// Model ids shown to clients, separated by commas (answers carry the first).
+    /// Names of the model, separated by commas (answers carry the alphabetically first, as
+    /// llama-server's).
     #[arg(short = 'a', long = "alias")]
     pub alias: Option<String>,
+    /// Tags listed with the model in /v1/models, separated by commas.
+    #[arg(long = "tags", value_delimiter = ',')]
+    pub tags: Vec<String>,
     /// This server never shifts the context (requests are bounded by it).
     #[arg(long = "no-context-shift")]
     pub no_context_shift: bool,
@@ -348,11 +383,16 @@ impl ServeArgs {
                     "give --chat-template or --chat-template-file, not both".into(),
                 ))
             }
-            (Some(t), None) => Some(t.clone()),
+            (Some(t), None) => match text::builtin_templates::builtin(t) {
+                Some(Ok(source)) => Some(source),
+                Some(Err(why)) => return Err(CliError::Usage(format!("--chat-template: {why}"))),
+                None => Some(t.clone()),
+            },
             (None, Some(p)) => Some(std::fs::read_to_string(p).map_err(|e| CliError::io(p, e))?),
             (None, None) => None,
         };
         let api_keys = api_keys(&self.api_key, self.api_key_file.as_deref())?;
+        let keyed = !api_keys.is_empty();
         let allowed_hosts = allowed_hosts(&self.host, &self.allowed_hosts);
         let ctx = self.model.context_config();
         let (device, gpu_layers) = self.gpu_layers(ctx.device)?;
@@ -371,6 +411,12 @@ impl ServeArgs {
         Ok(server::ServerConfig {
             model_path,
             alias: self.alias,
+            tags: self
+                .tags
+                .iter()
+                .map(|t| t.trim().to_string())
+                .filter(|t| !t.is_empty())
+                .collect(),
             host: self.host,
             port: self.port,
             engine: engine::EngineConfig {
@@ -423,6 +469,12 @@ impl ServeArgs {
             },
             metrics: self.metrics,
             embeddings: self.embeddings,
+            reranking: self.reranking,
+            gcp: server::gcp::Gcp::from_env(|k| std::env::var(k).ok()),
+            sleep_idle: match self.sleep_idle_seconds {
+                None | Some(..=0) => None,
+                Some(s) => Some(std::time::Duration::from_secs(s as u64)),
+            },
             slot_save_path: self.slot_save_path.clone(),
             spm_infill: self.spm_infill,
             pooling: self.pooling.as_deref().map(|p| match p {
@@ -432,7 +484,17 @@ impl ServeArgs {
                 _ => engine::Pooling::None,
             }),
             metrics_public: self.metrics_public,
-            cors: self.cors.clone(),
+            cors: server::cors::Cors {
+                origins: server::cors::Origins::parse(
+                    (!self.cors_origins.is_empty())
+                        .then(|| self.cors_origins.join(","))
+                        .as_deref(),
+                    keyed,
+                ),
+                methods: self.cors_methods.clone(),
+                headers: self.cors_headers.clone(),
+                credentials: !self.no_cors_credentials,
+            },
             slots: !self.no_slots,
             mem_limit: self.mem_limit,
             body_limit: self.body_limit,
@@ -575,34 +637,37 @@ fn api_keys(given: &[String], file: Option<&std::path::Path>) -> Result<Vec<Stri
     Ok(keys.into_iter().map(|(k, _)| k).collect())
 }
 
-/// `--allowed-hosts`, or its default for the address `host` the server binds.
-fn allowed_hosts(host: &str, given: &[String]) -> Option<Vec<String>> {
+/// `--allowed-hosts`, or its default for the addresses `hosts` the server binds
+/// (comma-separated): the loopback names when every one is a loopback address, else any.
+fn allowed_hosts(hosts: &str, given: &[String]) -> Option<Vec<String>> {
     if given.iter().any(|h| h == "*") {
         return None;
     }
     if !given.is_empty() {
         return Some(given.to_vec());
     }
-    let loopback = host == "localhost"
-        || host
-            .trim_matches(|c| c == '[' || c == ']')
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback());
-    let bound = if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]")
-    } else {
-        host.to_string()
-    };
-    loopback.then(|| {
-        let mut hosts = vec![
-            bound,
-            "localhost".into(),
-            "127.0.0.1".into(),
-            "[::1]".into(),
-        ];
-        hosts.dedup();
-        hosts
-    })
+    let mut allowed = Vec::new();
+    for host in hosts.split(',').map(str::trim) {
+        let loopback = host == "localhost"
+            || host
+                .trim_matches(|c| c == '[' || c == ']')
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        if !loopback {
+            return None;
+        }
+        allowed.push(if host.contains(':') && !host.starts_with('[') {
+            format!("[{host}]")
+        } else {
+            host.to_string()
+        });
+    }
+    for name in ["localhost", "127.0.0.1", "[::1]"] {
+        if !allowed.iter().any(|a| a == name) {
+            allowed.push(name.into());
+        }
+    }
+    Some(allowed)
 }
 
 pub fn execute(a: ServeArgs) -> Result<(), CliError> {

@@ -39,6 +39,7 @@ use crate::Result;
 
 mod calibrate;
 mod cohorts;
+mod dormant;
 mod drafting;
 pub mod persist;
 mod planner;
@@ -68,7 +69,7 @@ struct Active {
 
 /// The state the engine thread owns: the model's executor and every sequence.
 pub struct Engine {
-    exec: Executor,
+    exec: dormant::Exec,
     /// What forwards cost here: measured at start, refreshed by every forward.
     cost: StepCost,
     tok: Arc<Tokenizer>,
@@ -141,10 +142,10 @@ pub fn start_with(
         ));
     }
     eprintln!("device: {}", exec.device().describe());
-    let spec = spec.map(|s| Spec::new(s, &cfg, pool)).transpose()?;
+    let spec = spec.map(|s| Spec::new(s, &cfg, pool.clone())).transpose()?;
     let mut engine = Engine {
         cost: StepCost::unmeasured(cfg.n_ubatch),
-        exec,
+        exec: dormant::Exec::new(exec, pool),
         spec,
         front,
         front_state: front_state.clone(),
@@ -192,13 +193,39 @@ impl Engine {
                     Err(mpsc::RecvTimeoutError::Disconnected) => return,
                 }
             } else if self.is_idle() {
-                match self.rx.recv() {
-                    Ok(c) => self.command(c),
-                    Err(_) => return,
+                let asleep = self.exec.asleep();
+                let left = self
+                    .exec
+                    .sleep_after
+                    .filter(|_| !asleep)
+                    .map(|after| after.saturating_sub(self.exec.busy.elapsed()));
+                match left {
+                    Some(Duration::ZERO) => {
+                        self.sleep();
+                        continue;
+                    }
+                    Some(left) => match self.rx.recv_timeout(left) {
+                        Ok(c) => self.command(c),
+                        Err(mpsc::RecvTimeoutError::Timeout) => {
+                            self.sleep();
+                            continue;
+                        }
+                        Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                    },
+                    None => match self.rx.recv() {
+                        Ok(c) => self.command(c),
+                        Err(_) => return,
+                    },
                 }
             }
             while let Ok(c) = self.rx.try_recv() {
                 self.command(c);
+            }
+            if self.exec.asleep() {
+                continue;
+            }
+            if !self.is_idle() {
+                self.exec.busy = Instant::now();
             }
             self.drop_cancelled();
             self.admit();
@@ -275,11 +302,16 @@ impl Engine {
 
     fn command(&mut self, c: Command) {
         match c {
-            Command::Submit { task, req, out } => self.queue.push_back(Queued {
-                task,
-                req: *req,
-                out,
-            }),
+            Command::Submit { task, req, out } => match self.wake() {
+                Ok(()) => self.queue.push_back(Queued {
+                    task,
+                    req: *req,
+                    out,
+                }),
+                Err(e) => {
+                    let _ = out.send(Event::Failed(format!("the engine could not wake: {e}")));
+                }
+            },
             Command::Snapshot(reply) => {
                 let _ = reply.send(self.snapshot());
             }
@@ -289,8 +321,14 @@ impl Engine {
                 op,
                 reply,
             } => {
-                let _ = reply.send(self.slot_op(slot, ns, op));
+                let done = match self.wake() {
+                    Ok(()) => self.slot_op(slot, ns, op),
+                    Err(e) => Err(format!("the engine could not wake: {e}")),
+                };
+                let _ = reply.send(done);
+                self.exec.busy = Instant::now();
             }
+            Command::SleepAfter(after) => self.exec.sleep_after = after,
         }
     }
 
@@ -318,11 +356,19 @@ impl Engine {
                 },
             })
             .collect();
+        let (kv_blocks_total, kv_blocks_free) = match self.exec.asleep() {
+            true => (self.exec.n_blocks, self.exec.n_blocks),
+            false => (
+                self.exec.kv().config().n_blocks(),
+                self.exec.kv().free_blocks(),
+            ),
+        };
         Snapshot {
             slots,
             n_queued: self.queue.len(),
-            kv_blocks_total: self.exec.kv().config().n_blocks(),
-            kv_blocks_free: self.exec.kv().free_blocks(),
+            sleeping: self.exec.asleep(),
+            kv_blocks_total,
+            kv_blocks_free,
             kv_blocks_cached: self.cache.n_blocks(),
             counters: self.counters.clone(),
             spec_costs: self
@@ -374,6 +420,7 @@ impl Engine {
         planner::admit(
             &mut self.slots,
             &mut self.queue,
+            |q| q.req.slot,
             check,
             |q, why| {
                 let _ = q.out.send(Event::Rejected(why));
@@ -560,6 +607,10 @@ impl Slots for Engine {
 
     fn prepare(&mut self, slot: usize) {
         self.lookup_prefix(slot);
+        let a = self.slots[slot].as_mut().expect("slot is active");
+        if !a.resumed {
+            a.seq.report_start();
+        }
     }
 
     fn pending(&self, slot: usize) -> usize {

@@ -256,20 +256,29 @@ pub(super) fn victim(holders: &[Holder], order: u64) -> Option<usize> {
 }
 
 /// Moves queued requests into free slots (`None`), in arrival order, each into the lowest
-/// free slot (`enter` is told which). A request that `check` refuses is handed to `refuse`
+/// free slot, or the one it is `pinned` to when that is free (`enter` is told which); a
+/// pinned request whose slot is busy waits without holding up those behind it. A request that `check` refuses is handed to `refuse`
 /// with the reason and takes no slot. Returns the slots filled, in order.
 pub(super) fn admit<T, Q>(
     slots: &mut [Option<T>],
     queue: &mut VecDeque<Q>,
+    pinned: impl Fn(&Q) -> Option<usize>,
     check: impl Fn(&Q) -> Result<(), String>,
     mut refuse: impl FnMut(Q, String),
     mut enter: impl FnMut(Q, usize) -> T,
 ) -> Vec<usize> {
     let mut filled = Vec::new();
-    while let Some(free) = slots.iter().position(Option::is_none) {
-        let Some(q) = queue.pop_front() else {
-            break;
+    let mut at = 0;
+    while at < queue.len() && slots.iter().any(Option::is_none) {
+        let free = match pinned(&queue[at]) {
+            Some(s) => slots.get(s).and_then(|x| x.is_none().then_some(s)),
+            None => slots.iter().position(Option::is_none),
         };
+        let Some(free) = free else {
+            at += 1;
+            continue;
+        };
+        let q = queue.remove(at).expect("in the queue");
         match check(&q) {
             Err(why) => refuse(q, why),
             Ok(()) => {
@@ -522,6 +531,7 @@ mod tests {
         let filled = admit(
             &mut slots,
             &mut queue,
+            |_| None,
             |&q| (q < 1000).then_some(()).ok_or(format!("{q} is too long")),
             |q, why| refused.push((q, why)),
             |q, _| q,
@@ -530,5 +540,38 @@ mod tests {
         assert_eq!(slots, [Some(100), Some(7), Some(8), Some(101), Some(9)]);
         assert_eq!(refused, [(1000, "1000 is too long".to_string())]);
         assert_eq!(queue, [10], "the rest waits for a slot");
+    }
+
+    #[test]
+    fn a_request_pinned_to_a_busy_slot_waits_and_lets_others_by() {
+        // Requests 10 and 11 want slot 0 (busy), 12 slot 2, 13 any slot.
+        let mut slots: Vec<Option<u32>> = vec![Some(100), None, None];
+        let mut queue: VecDeque<u32> = [10, 11, 12, 13].into();
+        let pinned = |&q: &u32| match q {
+            10 | 11 => Some(0),
+            12 => Some(2),
+            _ => None,
+        };
+        let filled = admit(
+            &mut slots,
+            &mut queue,
+            pinned,
+            |_| Ok(()),
+            |_, _| {},
+            |q, _| q,
+        );
+        assert_eq!(filled, [2, 1]);
+        assert_eq!(slots, [Some(100), Some(13), Some(12)]);
+        assert_eq!(queue, [10, 11], "in their order, for slot 0");
+        slots[0] = None;
+        let filled = admit(
+            &mut slots,
+            &mut queue,
+            pinned,
+            |_| Ok(()),
+            |_, _| {},
+            |q, _| q,
+        );
+        assert_eq!((filled, slots[0], queue.len()), (vec![0], Some(10), 1));
     }
 }

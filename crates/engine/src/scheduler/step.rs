@@ -102,9 +102,20 @@ impl Engine {
             self.counters.tokens.n_decode_total += 1;
             self.counters.tokens.rows_total += n as u64;
             self.counters.tokens.n_busy_slots_total += self.slots.iter().flatten().count() as u64;
+            let mut reading = Vec::new();
             for &(slot, pos, _) in chunk {
+                let t = &mut self.counters.tokens;
+                t.n_tokens_max = t.n_tokens_max.max(pos as u64 + 1);
                 if pos < self.active(slot).seq.n_prompt {
                     self.counters.tokens.prompt_tokens_total += 1;
+                    if reading.last() != Some(&slot) {
+                        reading.push(slot);
+                    }
+                }
+            }
+            for slot in reading {
+                if let Some(a) = &mut self.slots[slot] {
+                    a.seq.report_progress();
                 }
             }
             let shape = Shape {
@@ -215,6 +226,9 @@ impl Engine {
                 return;
             }
             let seq = &mut slots[slot].as_mut().expect("planned").seq;
+            if pos + 1 == seq.n_prompt {
+                seq.report_read(seq.n_prompt);
+            }
             let ended = match out {
                 RowOut::Logits(logits) if !kernels::ops::all_finite(logits) => {
                     return done.poison(slot, pos)

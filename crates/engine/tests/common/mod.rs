@@ -79,6 +79,8 @@ pub fn request(
         logprobs: None,
         post_sampling: false,
         cache_prompt: true,
+        progress: false,
+        slot: None,
         cache_namespace: kv::SHARED,
         draft: Default::default(),
         embed,

@@ -195,7 +195,7 @@ impl EventReply for MessageReply {
         ]
     }
 
-    fn delta(&mut self, text: &str) -> Vec<SseData> {
+    fn delta(&mut self, text: &str, _: usize) -> Vec<SseData> {
         let out = self.chain.push(text);
         self.events(out)
     }

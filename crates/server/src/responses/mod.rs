@@ -61,7 +61,8 @@ pub async fn responses(
     let (events, calls) = sub.only();
     let chain = chat_chain(ready, &sub.answer, calls);
     let (echo, keep) = std::mem::take(&mut sub.extra);
-    let mut reply = ResponseReply::new(sub.task, ready.model_id.clone(), echo, chain);
+    let mut reply = ResponseReply::new(sub.task, ready.model_id.clone(), echo, chain)
+        .with_telemetry(sub.answer.progress, sub.answer.timings_per_token);
     if let Some(items) = keep {
         let store = s.clone();
         reply = reply.when_done(move |r| store.responses.keep(ns, items, r.clone()));

@@ -8,7 +8,9 @@ use engine::{FinishReason, Summary};
 use serde_json::{json, Map, Value};
 
 use crate::error::ApiError;
+use crate::format::timings;
 use crate::generate::{EventReply, SseData};
+use crate::telemetry::Telemetry;
 use crate::tools::ToolCall;
 use crate::transform::{Chain, Out};
 
@@ -43,6 +45,8 @@ pub struct ResponseReply {
     seq: u64,
     /// Told the finished response (to store it).
     on_done: Option<OnDone>,
+    /// llama-server's `prompt_progress` and running timings, when asked.
+    telemetry: Telemetry,
 }
 
 fn function_call(c: &ToolCall, arguments: &str, status: &str) -> Value {
@@ -96,7 +100,15 @@ impl ResponseReply {
             open: None,
             seq: 0,
             on_done: None,
+            telemetry: Telemetry::default(),
         }
+    }
+
+    /// Reports the prompt's reading (`return_progress`) and the timings so far in every
+    /// event (`timings_per_token`), as llama-server's Responses streams do.
+    pub fn with_telemetry(mut self, progress: bool, per_token: bool) -> Self {
+        self.telemetry = Telemetry::new(progress, per_token);
+        self
     }
 
     /// `on_done` is told the finished response.
@@ -275,9 +287,28 @@ impl EventReply for ResponseReply {
         ]
     }
 
-    fn delta(&mut self, text: &str) -> Vec<SseData> {
+    fn delta(&mut self, text: &str, n_tokens: usize) -> Vec<SseData> {
+        self.telemetry.on_tokens(n_tokens);
         let out = self.chain.push(text);
-        self.events(out)
+        let mut events = self.events(out);
+        if let Some(t) = self.telemetry.timings() {
+            for (_, data) in &mut events {
+                data["timings"] = t.clone();
+            }
+        }
+        events
+    }
+
+    fn progress(&mut self, p: &engine::Progress) -> Vec<SseData> {
+        let Some(report) = self.telemetry.on_progress(p) else {
+            return Vec::new();
+        };
+        let r = self.response("in_progress", None);
+        let mut data = json!({"response": r, "prompt_progress": report});
+        if let Some(t) = self.telemetry.timings() {
+            data["timings"] = t;
+        }
+        vec![self.event("response.in_progress", data)]
     }
 
     fn closing(&mut self, s: &Summary) -> Vec<SseData> {
@@ -290,7 +321,7 @@ impl EventReply for ResponseReply {
             Some("incomplete") => "response.incomplete",
             _ => "response.completed",
         };
-        events.push(self.event(kind, json!({"response": r})));
+        events.push(self.event(kind, json!({"response": r, "timings": timings(s)})));
         events
     }
 

@@ -48,6 +48,9 @@ pub struct ResponsesRequest {
     pub prompt: Option<Value>,
     pub max_tool_calls: Option<Value>,
     pub top_logprobs: Option<i64>,
+    /// llama-server's stream telemetry.
+    pub return_progress: Option<bool>,
+    pub timings_per_token: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -399,6 +402,8 @@ impl ResponsesRequest {
             tools: tools.map(Value::Array),
             tool_choice: self.tool_choice.map(tool_choice).transpose()?,
             parallel_tool_calls: self.parallel_tool_calls.map(Value::Bool),
+            return_progress: self.return_progress,
+            timings_per_token: self.timings_per_token,
             chain: RawChain {
                 response_format,
                 ..RawChain::default()
