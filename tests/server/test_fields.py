@@ -112,7 +112,7 @@ LLAMA = [
     ("logit_bias", [[1, False]], lambda b, _: True),
     ("n_probs", 2, lambda b, _: all(len(p["top_logprobs"]) == 2 for p in b["completion_probabilities"])),
     ("min_keep", 2, None),
-    ("t_max_predict_ms", 100, None),
+    ("t_max_predict_ms", 60000, lambda b, _: b["generation_settings"]["t_max_predict_ms"] == 60000),
     ("id_slot", 3, lambda b, _: b["id_slot"] == 3),
     ("cache_prompt", False, lambda b, _: b["tokens_cached"] == 0),
     ("return_tokens", True, lambda b, _: len(b["tokens"]) == b["tokens_predicted"]),

@@ -222,3 +222,12 @@ def test_an_idle_server_sleeps_and_a_request_wakes_it():
         assert not sleeping()
     finally:
         s.stop()
+
+
+def test_t_max_predict_ms_ends_the_answer_after_a_newline(server):
+    body = {"prompt": PROMPT, "n_predict": 200, "temperature": 0, "ignore_eos": True, "grammar": 'root ::= ("ab\\n")+'}
+    r = server.post("/completion", json=dict(body, t_max_predict_ms=1)).json()
+    assert r["stop_type"] == "limit" and r["tokens_predicted"] < 200, r
+    assert "\n" in r["content"] and r["content"].startswith("ab")
+    full = server.post("/completion", json=body).json()
+    assert full["tokens_predicted"] == 200 and full["content"].startswith(r["content"])

@@ -38,6 +38,9 @@ pub struct GenRequest {
     pub post_sampling: bool,
     /// Reuse cached KV blocks of an earlier request with the same prefix.
     pub cache_prompt: bool,
+    /// Generation ends (as `MaxTokens`) at the first token after this long since the first
+    /// token once the answer holds a newline (llama-server's `t_max_predict_ms`).
+    pub max_predict_time: Option<std::time::Duration>,
     /// Run in this slot (llama-server's `id_slot`; below the engine's slot count), waiting
     /// for it to be free; requests behind it that can run elsewhere are not held up.
     pub slot: Option<usize>,

@@ -63,6 +63,9 @@ pub(crate) struct Sequence {
     step_verified: usize,
     step_accepted: usize,
     max_tokens: Option<usize>,
+    /// [`GenRequest::max_predict_time`], and whether the answer has had a newline.
+    max_predict_time: Option<std::time::Duration>,
+    newline: bool,
     slot_ctx: usize,
     /// The request's stop strings, matched as the text streams.
     stops: StopMatcher,
@@ -111,6 +114,8 @@ impl Sequence {
             step_verified: 0,
             step_accepted: 0,
             max_tokens: req.max_tokens,
+            max_predict_time: req.max_predict_time,
+            newline: false,
             slot_ctx,
             stops: StopMatcher::new(Stops::new(&req.stop)),
             stop_words: req.stop,
@@ -348,7 +353,13 @@ impl Sequence {
             let word = self.stop_words[f.index].clone();
             return Some(self.finish(FinishReason::StopWord(word)));
         }
-        if self.max_tokens.is_some_and(|m| self.n_generated >= m) {
+        self.newline |= piece.contains('\n');
+        let out_of_time = self.newline
+            && self
+                .max_predict_time
+                .zip(self.t_first)
+                .is_some_and(|(limit, t)| t.elapsed() >= limit);
+        if out_of_time || self.max_tokens.is_some_and(|m| self.n_generated >= m) {
             return Some(self.finish(FinishReason::MaxTokens));
         }
         if self.tokens.len() >= self.slot_ctx {

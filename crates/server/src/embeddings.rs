@@ -173,7 +173,7 @@ fn normalize(v: &mut [f32], how: i64) {
 }
 
 /// The request for one input's embedding.
-pub(crate) fn request(prompt: Vec<u32>, pooling: Pooling, namespace: u64) -> GenRequest {
+fn request(prompt: Vec<u32>, pooling: Pooling, namespace: u64) -> GenRequest {
     GenRequest {
         prompt,
         sampling: SamplerConfig::greedy(),
@@ -189,13 +189,14 @@ pub(crate) fn request(prompt: Vec<u32>, pooling: Pooling, namespace: u64) -> Gen
         cache_prompt: false,
         progress: false,
         slot: None,
+        max_predict_time: None,
         cache_namespace: namespace,
         draft: Default::default(),
         embed: Some(pooling),
     }
 }
 
-pub(crate) async fn vectors(mut events: EventStream) -> Result<Vec<Vec<f32>>, ApiError> {
+async fn vectors(mut events: EventStream) -> Result<Vec<Vec<f32>>, ApiError> {
     let mut got = None;
     while let Some(ev) = events.recv().await {
         match ev {
@@ -212,6 +213,33 @@ pub(crate) async fn vectors(mut events: EventStream) -> Result<Vec<Vec<f32>>, Ap
     Err(ApiError::internal("the engine stopped"))
 }
 
+/// Each prompt's states pooled as `pooling`, computed in the engine's steps, in the prefix
+/// namespace of the request's key.
+pub(crate) async fn pooled(
+    ready: &Ready,
+    key: Option<Extension<KeyNamespace>>,
+    prompts: &[Vec<u32>],
+    pooling: Pooling,
+) -> Result<Vec<Vec<Vec<f32>>>, ApiError> {
+    let namespace = key.map_or(kv::SHARED, |Extension(KeyNamespace(k))| {
+        namespace_of((k, kv::SHARED))
+    });
+    let streams = prompts
+        .iter()
+        .map(|p| {
+            ready
+                .engine
+                .submit(request(p.clone(), pooling, namespace))
+                .map(|(_, e)| e)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut all = Vec::with_capacity(streams.len());
+    for events in streams {
+        all.push(vectors(events).await?);
+    }
+    Ok(all)
+}
+
 /// Every input's vectors, normalized, and the prompt tokens in all.
 async fn embed(
     s: &Shared,
@@ -226,24 +254,9 @@ async fn embed(
     .await?;
     let ready = ready(s)?;
     let pooling = ready.embeddings.expect("checked when parsed");
-    let namespace = key.map_or(kv::SHARED, |Extension(KeyNamespace(k))| {
-        namespace_of((k, kv::SHARED))
-    });
-    let streams = asked
-        .prompts
-        .iter()
-        .map(|p| {
-            ready
-                .engine
-                .submit(request(p.clone(), pooling, namespace))
-                .map(|(_, e)| e)
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut all = Vec::with_capacity(streams.len());
-    for events in streams {
-        let mut v = vectors(events).await?;
-        v.iter_mut().for_each(|v| normalize(v, asked.normalize));
-        all.push(v);
+    let mut all = pooled(ready, key, &asked.prompts, pooling).await?;
+    for v in all.iter_mut().flatten() {
+        normalize(v, asked.normalize);
     }
     Ok((asked, all))
 }

@@ -84,7 +84,6 @@ const INERT: &[Inert] = &[
     Inert { name: "suffix", takes: null_or_empty, why: "suffix is not supported here: use /infill" },
     // llama-server's.
     Inert { name: "n_keep", takes: keep, why: "the context is never shifted here (an answer stops at the slot's end), so nothing is kept" },
-    Inert { name: "t_max_predict_ms", takes: null_or_zero, why: "a time limit on generation is not supported" },
     Inert { name: "return_tokens", takes: any, why: "" },
     Inert { name: "lora", takes: null_or_empty, why: "LoRA adapters are not supported" },
     Inert { name: "n_indent", takes: null_or_zero, why: "n_indent is not supported" },

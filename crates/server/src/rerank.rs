@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use crate::error::ApiError;
 use crate::state::{Ready, Shared};
-use crate::{body, namespace_of, off_runtime, ready, KeyNamespace};
+use crate::{body, off_runtime, ready, KeyNamespace};
 
 /// How a model's rerank prompts are built, read from its GGUF at start.
 #[derive(Debug, Clone)]
@@ -164,25 +164,14 @@ pub async fn rerank(
     let bytes = body(b)?;
     let mut asked = off_runtime(&s, bytes.len(), move |ready| parse(&bytes, ready)).await?;
     let ready = ready(&s)?;
-    let namespace = key.map_or(kv::SHARED, |Extension(KeyNamespace(k))| {
-        namespace_of((k, kv::SHARED))
-    });
-    let streams = asked
-        .prompts
-        .iter()
-        .map(|p| {
-            let req = crate::embeddings::request(p.clone(), Pooling::Last, namespace);
-            ready.engine.submit(req).map(|(_, e)| e)
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let all = crate::embeddings::pooled(ready, key, &asked.prompts, Pooling::Last).await?;
     let label = if asked.tei {
         "score"
     } else {
         "relevance_score"
     };
-    let mut results = Vec::with_capacity(streams.len());
-    for (i, events) in streams.into_iter().enumerate() {
-        let v = crate::embeddings::vectors(events).await?;
+    let mut results = Vec::with_capacity(all.len());
+    for (i, v) in all.iter().enumerate() {
         let score = v.first().and_then(|v| v.first()).copied().unwrap_or(0.0);
         let mut r = json!({"index": i, label: score});
         if asked.return_text {

@@ -118,6 +118,9 @@ pub struct RawRequest {
     pub verbose: Option<bool>,
     /// llama-server's: run in this slot (-1: any).
     pub id_slot: Option<i64>,
+    /// llama-server's: stop at the first token past this many ms of generation once the
+    /// answer has a newline (0: no limit).
+    pub t_max_predict_ms: Option<i64>,
     /// Penalties, typical-p, the stage order, logit_bias and the structured-output fields.
     #[serde(flatten)]
     pub chain: RawChain,
@@ -475,6 +478,16 @@ impl RawRequest {
             cache_prompt: self.cache_prompt.unwrap_or(true),
             progress: self.return_progress == Some(true) || self.timings_per_token == Some(true),
             slot,
+            max_predict_time: match self.t_max_predict_ms {
+                None | Some(0) => None,
+                Some(ms) if ms > 0 => Some(std::time::Duration::from_millis(ms as u64)),
+                Some(ms) => {
+                    return Err(ApiError::invalid(
+                        "t_max_predict_ms",
+                        format!("t_max_predict_ms must be 0 (no limit) or positive, got {ms}"),
+                    ))
+                }
+            },
             cache_namespace: match &self.cache_salt {
                 None => kv::SHARED,
                 Some(salt) if salt.is_empty() => {
@@ -497,6 +510,7 @@ impl RawRequest {
         let mut settings =
             generation_settings(&first, self.stream.unwrap_or(false), &self.chain, eog);
         settings["timings_per_token"] = serde_json::json!(self.timings_per_token == Some(true));
+        settings["t_max_predict_ms"] = serde_json::json!(self.t_max_predict_ms.unwrap_or(0));
         let choices = prompts
             .into_iter()
             .flat_map(|(_, ids)| (0..n).map(move |j| (ids.clone(), j)))

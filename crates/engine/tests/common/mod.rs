@@ -81,6 +81,7 @@ pub fn request(
         cache_prompt: true,
         progress: false,
         slot: None,
+        max_predict_time: None,
         cache_namespace: kv::SHARED,
         draft: Default::default(),
         embed,
