@@ -231,3 +231,41 @@ def test_t_max_predict_ms_ends_the_answer_after_a_newline(server):
     assert "\n" in r["content"] and r["content"].startswith("ab")
     full = server.post("/completion", json=body).json()
     assert full["tokens_predicted"] == 200 and full["content"].startswith(r["content"])
+
+
+def test_a_reasoning_budget_forces_the_end_of_reasoning():
+    template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}<think>"
+    ask = [{"role": "user", "content": "Think about the sea."}]
+
+    def chat(s, **kw):
+        body = {"messages": ask, "max_tokens": 40, "temperature": 0, "ignore_eos": True, **kw}
+        return s.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]
+
+    s = Server("-c", "1024", "-np", "1", "--chat-template", template, "--reasoning", "on",
+               "--reasoning-budget-message", " Enough.")
+    try:
+        free = chat(s)
+        assert free["content"] == "", "without a budget, it thinks on"
+        prompt = s.post("/apply-template", json={"messages": ask}).json()["prompt"]
+        first6 = s.post("/completion", json={"prompt": prompt, "n_predict": 6, "temperature": 0,
+                                             "ignore_eos": True}).json()["content"]
+        capped = chat(s, reasoning_budget_tokens=6)
+        assert capped["reasoning_content"] == first6 + " Enough.", (capped, first6)
+        assert free["reasoning_content"].startswith(first6)
+        assert capped["content"], "the answer goes on after </think>"
+        none = chat(s, thinking_budget_tokens=0, reasoning_budget_message="")
+        assert not none.get("reasoning_content") and none["content"]
+        r = httpx.post(s.url + "/v1/messages", json={
+            "model": "m", "max_tokens": 30, "temperature": 0,
+            "thinking": {"type": "enabled", "budget_tokens": 6},
+            "messages": ask}, timeout=60).json()
+        block = r["content"][0]
+        assert block["type"] == "thinking" and block["thinking"] == first6 + " Enough.", r
+    finally:
+        s.stop()
+    s = Server("-c", "1024", "-np", "1", "--chat-template", template, "--reasoning", "on",
+               "--reasoning-budget", "6")
+    try:
+        assert chat(s)["reasoning_content"] == first6, "the server's budget, with no message"
+    finally:
+        s.stop()

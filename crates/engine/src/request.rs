@@ -1,6 +1,6 @@
 //! What the engine is asked for and what it answers, per request.
 
-use crate::sampling::{Dry, LogitBias};
+use crate::sampling::{Dry, LogitBias, ThinkBudget};
 use crate::SamplerConfig;
 
 /// A generation request the edge has validated: the engine trusts every field.
@@ -26,6 +26,8 @@ pub struct GenRequest {
     pub ignore_eos: bool,
     /// Added to the logits of these tokens before sampling (−∞ bans a token).
     pub logit_bias: LogitBias,
+    /// At most so many reasoning tokens, then the end of reasoning forced.
+    pub think_budget: Option<ThinkBudget>,
     /// Every token generated keeps the answer within this grammar; the answer ends when
     /// the grammar is complete.
     pub constraint: Option<Box<text::Constraint>>,

@@ -125,6 +125,7 @@ impl Sequence {
                 constraint: req.constraint,
                 bias: req.logit_bias,
                 ban_eog: req.ignore_eos,
+                budget: req.think_budget.map(crate::sampling::Budget::new),
                 grammar_time: Default::default(),
             },
             sampler: Sampler::new(req.sampling).with_dry(req.dry),

@@ -183,6 +183,7 @@ fn request(prompt: Vec<u32>, pooling: Pooling, namespace: u64) -> GenRequest {
         shown_tokens: vec![],
         ignore_eos: false,
         logit_bias: vec![],
+        think_budget: None,
         constraint: None,
         logprobs: None,
         post_sampling: false,

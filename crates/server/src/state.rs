@@ -22,6 +22,11 @@ pub struct Defaults {
     pub seed: Option<i64>,
     /// `max_tokens` for requests without one; `None`: until the context is full.
     pub n_predict: Option<usize>,
+    /// Reasoning tokens a chat answer may spend before the end of reasoning is forced
+    /// (`--reasoning-budget`); `None`: no limit.
+    pub reasoning_budget: Option<usize>,
+    /// Written before the forced end of reasoning (`--reasoning-budget-message`).
+    pub reasoning_budget_message: String,
 }
 
 /// Whether reasoning (`<think>…</think>`) is split out of chat answers.
@@ -146,6 +151,8 @@ impl ServerConfig {
                 sampling: SamplerConfig::default(),
                 seed: None,
                 n_predict: None,
+                reasoning_budget: None,
+                reasoning_budget_message: String::new(),
             },
             chat_template: None,
             tool_format: None,

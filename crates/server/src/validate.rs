@@ -1,6 +1,7 @@
 //! The edge: raw JSON bodies become valid requests, or a 400 that names the field.
 
 use axum::body::Bytes;
+use engine::sampling::ThinkBudget;
 use engine::{DraftLimits, GenRequest, SamplerConfig};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -118,6 +119,11 @@ pub struct RawRequest {
     pub verbose: Option<bool>,
     /// llama-server's: run in this slot (-1: any).
     pub id_slot: Option<i64>,
+    /// llama-server's: reasoning tokens before the end of reasoning is forced (-1: the
+    /// server's `--reasoning-budget`); `thinking_budget_tokens` is its other name.
+    pub reasoning_budget_tokens: Option<i64>,
+    pub thinking_budget_tokens: Option<i64>,
+    pub reasoning_budget_message: Option<String>,
     /// llama-server's: stop at the first token past this many ms of generation once the
     /// answer has a newline (0: no limit).
     pub t_max_predict_ms: Option<i64>,
@@ -245,6 +251,11 @@ impl RawRequest {
 
     /// Validates a request of `route` into a [`ValidGen`].
     pub fn validate(self, route: Route, ready: &Ready) -> Result<ValidGen, ApiError> {
+        let asked = BudgetAsked {
+            reasoning: self.reasoning_budget_tokens,
+            thinking: self.thinking_budget_tokens,
+            message: self.reasoning_budget_message.clone(),
+        };
         crate::fields::check(&self.rest)?;
         let d = &ready.defaults;
         let reasoning = match self.reasoning_format.as_deref() {
@@ -444,6 +455,7 @@ impl RawRequest {
             .enumerate()
             .map(|(i, p)| checked_prompt(ready, route, p, many.then_some(i)))
             .collect::<Result<Vec<_>, _>>()?;
+        let think_budget = think_budget(&asked, route, ready, &prompts[0].0)?;
         let nested = self.speculative.unwrap_or_default();
         let draft = DraftLimits {
             n_max: draft_bound("speculative.n_max", self.speculative_n_max.or(nested.n_max))?,
@@ -472,6 +484,7 @@ impl RawRequest {
             },
             ignore_eos: self.ignore_eos.unwrap_or(false),
             logit_bias,
+            think_budget,
             constraint,
             logprobs: logprobs.map(|l| l.n_top),
             post_sampling,
@@ -511,6 +524,8 @@ impl RawRequest {
             generation_settings(&first, self.stream.unwrap_or(false), &self.chain, eog);
         settings["timings_per_token"] = serde_json::json!(self.timings_per_token == Some(true));
         settings["t_max_predict_ms"] = serde_json::json!(self.t_max_predict_ms.unwrap_or(0));
+        settings["reasoning_budget_tokens"] =
+            serde_json::json!(first.think_budget.as_ref().map_or(-1, |b| b.tokens as i64));
         let choices = prompts
             .into_iter()
             .flat_map(|(_, ids)| (0..n).map(move |j| (ids.clone(), j)))
@@ -540,6 +555,60 @@ impl RawRequest {
             },
         })
     }
+}
+
+/// What a request asks of the reasoning budget.
+struct BudgetAsked {
+    reasoning: Option<i64>,
+    thinking: Option<i64>,
+    message: Option<String>,
+}
+
+/// A chat answer's reasoning budget, when the template marks reasoning with `<think>`:
+/// the request's (`reasoning_budget_tokens`, or `thinking_budget_tokens`; -1: the
+/// server's `--reasoning-budget`), then the message and `</think>` forced.
+fn think_budget(
+    asked: &BudgetAsked,
+    route: Route,
+    ready: &Ready,
+    prompt: &str,
+) -> Result<Option<ThinkBudget>, ApiError> {
+    let (name, given) = match (asked.reasoning, asked.thinking) {
+        (None, Some(n)) => ("thinking_budget_tokens", Some(n)),
+        (n, _) => ("reasoning_budget_tokens", n),
+    };
+    let tokens = match given {
+        None | Some(-1) => ready.defaults.reasoning_budget,
+        Some(n) if n >= 0 => Some(n as usize),
+        Some(n) => {
+            return Err(ApiError::invalid(
+                name,
+                format!("{name} must be -1 (the server's budget) or at least 0, got {n}"),
+            ))
+        }
+    };
+    let Some(tokens) = tokens.filter(|_| route == Route::Chat && ready.reasoning) else {
+        return Ok(None);
+    };
+    let encode = |t: &str| {
+        ready.tok.encode(t, false, true).map_err(|e| {
+            ApiError::invalid("reasoning_budget_message", format!("cannot tokenize: {e}"))
+        })
+    };
+    let end = encode("</think>")?;
+    let message = asked
+        .message
+        .as_deref()
+        .unwrap_or(&ready.defaults.reasoning_budget_message);
+    let mut forced = encode(message)?;
+    forced.extend(&end);
+    Ok(Some(ThinkBudget {
+        tokens,
+        start: encode("<think>")?,
+        end,
+        forced,
+        inside: prompt.trim_end().ends_with("<think>"),
+    }))
 }
 
 /// llama-server's `generation_settings` of `req`: the settings tandem has, and the inert

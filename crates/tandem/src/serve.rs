@@ -75,6 +75,14 @@ pub struct ServeArgs {
     /// on, off or auto.
     #[arg(long = "reasoning", value_parser = ["on", "off", "auto"])]
     pub reasoning: Option<String>,
+    /// Reasoning tokens a chat answer may spend before `</think>` is forced (-1: no limit,
+    /// 0: none).
+    #[arg(long = "reasoning-budget", default_value_t = -1, allow_negative_numbers = true,
+          value_parser = clap::value_parser!(i64).range(-1..))]
+    pub reasoning_budget: i64,
+    /// Written before the forced `</think>` when the budget is spent.
+    #[arg(long = "reasoning-budget-message")]
+    pub reasoning_budget_message: Option<String>,
     /// Default max tokens per request; -1: until the context is full.
     #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true)]
     pub n_predict: i64,
@@ -459,6 +467,8 @@ impl ServeArgs {
                 },
                 seed: Some(self.seed).filter(|&s| s >= 0),
                 n_predict: usize::try_from(self.n_predict).ok().filter(|&n| n > 0),
+                reasoning_budget: usize::try_from(self.reasoning_budget).ok(),
+                reasoning_budget_message: self.reasoning_budget_message.clone().unwrap_or_default(),
             },
             chat_template,
             tool_format: self.tool_format,

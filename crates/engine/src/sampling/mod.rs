@@ -10,6 +10,7 @@
 //! Every stage reads only this sequence's logits and history, so a row's token never
 //! depends on its batch.
 
+mod budget;
 mod dry;
 mod mask;
 mod rng;
@@ -17,6 +18,7 @@ mod stages;
 
 use serde::{Deserialize, Serialize};
 
+pub use budget::{Budget, ThinkBudget};
 pub use device::argmax;
 pub use dry::Dry;
 pub use mask::{LogitBias, Mask};

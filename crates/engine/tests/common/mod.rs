@@ -75,6 +75,7 @@ pub fn request(
         shown_tokens: vec![],
         ignore_eos: true,
         logit_bias: vec![],
+        think_budget: None,
         constraint: None,
         logprobs: None,
         post_sampling: false,

@@ -102,6 +102,8 @@ pub struct ToolChoice {
 pub struct Thinking {
     #[serde(rename = "type")]
     pub kind: String,
+    /// With `enabled`: reasoning tokens before the end of reasoning is forced.
+    pub budget_tokens: Option<i64>,
 }
 
 fn text_of(at: &str, blocks: &[Map<String, Value>]) -> Result<String, ApiError> {
@@ -323,15 +325,34 @@ impl MessagesRequest {
             ));
         }
         let mut kwargs = Map::new();
-        match self.thinking.as_ref().map(|t| t.kind.as_str()) {
-            None | Some("adaptive") => {}
-            Some("disabled") => {
+        let mut budget = None;
+        match self.thinking.as_ref().map(|t| (t.kind.as_str(), t.budget_tokens)) {
+            None | Some(("adaptive", _)) => {}
+            Some(("disabled", _)) => {
                 kwargs.insert("enable_thinking".into(), json!(false));
             }
-            Some(kind) => {
+            Some(("enabled", tokens)) => {
+                kwargs.insert("enable_thinking".into(), json!(true));
+                budget = match tokens {
+                    Some(n) if n >= 0 => Some(n),
+                    Some(n) => {
+                        return Err(ApiError::invalid(
+                            "thinking.budget_tokens",
+                            format!("thinking.budget_tokens must be at least 0, got {n}"),
+                        ))
+                    }
+                    None => {
+                        return Err(ApiError::invalid(
+                            "thinking.budget_tokens",
+                            "thinking.budget_tokens is required with thinking of type 'enabled'",
+                        ))
+                    }
+                };
+            }
+            Some((kind, _)) => {
                 return Err(ApiError::invalid(
                     "thinking",
-                    format!("thinking of type '{kind}' is not supported (no thinking budgets here): use adaptive, and a reasoning model thinks as its template says, or disabled"),
+                    format!("thinking of type '{kind}' is not supported: enabled (with budget_tokens), adaptive or disabled"),
                 ))
             }
         }
@@ -405,6 +426,7 @@ impl MessagesRequest {
             tool_choice,
             parallel_tool_calls: parallel,
             chat_template_kwargs: (!kwargs.is_empty()).then_some(kwargs),
+            thinking_budget_tokens: budget,
             chain: RawChain {
                 json_schema: schema,
                 ..RawChain::default()
