@@ -81,6 +81,10 @@ def test_input_tokens_counts_the_rendered_chat(server):
     r = server.post("/chat/completions/input_tokens", json={"messages": messages})
     assert r.status_code == 200 and r.json()["input_tokens"] == len(tokens.json()["tokens"])
     assert server.post("/v1/chat/completions/input_tokens", json={}).status_code == 400
+    body = {"input": "Hello world", "instructions": "Be brief."}
+    n = server.post("/v1/responses/input_tokens", json=body).json()["input_tokens"]
+    used = server.post("/v1/responses", json=dict(body, max_output_tokens=2)).json()["usage"]["input_tokens"]
+    assert n == used > 0
 
 
 def test_verbose_and_logit_bias_are_reported(server):
@@ -220,6 +224,12 @@ def test_an_idle_server_sleeps_and_a_request_wakes_it():
         assert sleeping(), "reading /props, /models or /metrics does not wake it"
         assert s.post("/completion", json=body).json()["content"] == before
         assert not sleeping()
+        deadline = time.monotonic() + 15
+        while not sleeping():
+            assert time.monotonic() < deadline, "the server never went to sleep again"
+            time.sleep(0.1)
+        assert s.post("/tokenize", json={"content": "hi"}).status_code == 200
+        assert not sleeping(), "any request but the status reads wakes it"
     finally:
         s.stop()
 
@@ -269,3 +279,11 @@ def test_a_reasoning_budget_forces_the_end_of_reasoning():
         assert chat(s)["reasoning_content"] == first6, "the server's budget, with no message"
     finally:
         s.stop()
+
+
+def test_messages_may_be_empty_on_anthropics_route_only(server):
+    r = server.post("/v1/messages", json={"model": "m", "max_tokens": 4, "messages": []})
+    assert r.status_code == 200 and r.json()["type"] == "message", r.text
+    r = server.post("/v1/chat/completions", json={"max_tokens": 4, "messages": []})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+    assert server.post("/v1/messages", json={"model": "m", "max_tokens": 4}).status_code == 400

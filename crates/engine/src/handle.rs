@@ -285,6 +285,7 @@ pub(crate) enum Command {
         reply: oneshot::Sender<std::result::Result<SlotDone, String>>,
     },
     SleepAfter(Option<Duration>),
+    Wake,
 }
 
 /// The events of one request. Dropping it cancels the request: the engine frees its slot
@@ -306,6 +307,12 @@ pub struct EngineHandle {
 impl EngineHandle {
     pub fn config(&self) -> &EngineConfig {
         &self.config
+    }
+
+    /// Wakes a sleeping engine (and counts as activity for the idle time); what follows on
+    /// this handle is answered once it is awake.
+    pub fn wake(&self) -> Result<()> {
+        self.tx.send(Command::Wake).map_err(|_| Error::Stopped)
     }
 
     /// After `idle` with no request, the engine releases its executor (the weights on the

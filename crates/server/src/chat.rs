@@ -72,6 +72,9 @@ const ROLES: [&str; 6] = [
 pub struct Ending {
     pub continue_final: Option<bool>,
     pub generation_prompt: Option<bool>,
+    /// No messages at all render as the template's opening of the assistant's turn
+    /// (llama-server's `/v1/messages`); otherwise they are a 400.
+    pub empty: bool,
 }
 
 impl Ending {
@@ -108,7 +111,7 @@ pub fn render_chat(
     kwargs: Option<Map<String, Value>>,
     ending: Ending,
 ) -> Result<String, ApiError> {
-    if messages.is_empty() {
+    if messages.is_empty() && !ending.empty {
         return Err(ApiError::invalid("messages", "messages must not be empty"));
     }
     let template = ready.template.as_ref().ok_or_else(|| {
@@ -136,9 +139,10 @@ pub fn render_chat(
             Ok(Value::Object(obj))
         })
         .collect::<Result<Vec<_>, ApiError>>()?;
-    let last = msgs.len() - 1;
-    let (continues, add_generation_prompt) =
-        ending.decide(msgs[last]["role"].as_str().unwrap_or(""))?;
+    let (continues, add_generation_prompt) = match msgs.last() {
+        Some(last) => ending.decide(last["role"].as_str().unwrap_or(""))?,
+        None => (false, ending.generation_prompt.unwrap_or(true)),
+    };
     let prefill = match continues {
         false => String::new(),
         true => continued(&mut msgs)?,

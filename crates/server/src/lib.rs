@@ -146,6 +146,32 @@ fn key_matches(keys: &[String], given: &str) -> bool {
     hit.into()
 }
 
+/// Routes that only read the server's state: they never wake a sleeping engine.
+const STATUS: &[&str] = &[
+    "/health",
+    "/v1/health",
+    "/ready",
+    "/v1/ready",
+    "/props",
+    "/models",
+    "/v1/models",
+    "/metrics",
+    "/slots",
+];
+
+/// Any other request wakes a sleeping engine before it is handled (`--sleep-idle-seconds`):
+/// a client is at work, and the engine is ready by the time its next request comes.
+async fn activity(State(s): State<Shared>, req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    let status = STATUS.contains(&path) || path.starts_with("/v1/models/");
+    if !status && req.method() != axum::http::Method::GET && s.config.sleep_idle.is_some() {
+        if let Some(r) = s.ready.get() {
+            let _ = r.engine.wake();
+        }
+    }
+    next.run(req).await
+}
+
 /// The host of a Host header: `[::1]:8080` → `[::1]`, `localhost:8080` → `localhost`.
 fn host_of(header: &str) -> &str {
     match header.strip_prefix('[') {
@@ -229,7 +255,8 @@ pub fn router(state: Shared) -> Router {
             app.with_state(state.clone()).fallback_service(routes)
         }
     };
-    app.layer(middleware::from_fn(json_only))
+    app.layer(middleware::from_fn_with_state(state.clone(), activity))
+        .layer(middleware::from_fn(json_only))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             conn::read_body,
@@ -276,6 +303,8 @@ fn routes() -> Router<Shared> {
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/responses", post(responses::responses))
         .route("/responses", post(responses::responses))
+        .route("/v1/responses/input_tokens", post(responses::input_tokens))
+        .route("/responses/input_tokens", post(responses::input_tokens))
         .route(
             "/v1/responses/{id}",
             get(responses::get).delete(responses::delete),

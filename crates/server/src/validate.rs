@@ -130,6 +130,10 @@ pub struct RawRequest {
     /// Penalties, typical-p, the stage order, logit_bias and the structured-output fields.
     #[serde(flatten)]
     pub chain: RawChain,
+    /// Set by the Messages route, never read from a body: no messages render as the opening
+    /// of the assistant's turn.
+    #[serde(skip)]
+    pub empty_messages: bool,
     /// The fields read by none of the above ([`crate::fields::check`]).
     #[serde(flatten)]
     pub rest: Map<String, Value>,
@@ -235,6 +239,7 @@ impl RawRequest {
         Ending {
             continue_final: self.continue_final_message,
             generation_prompt: self.add_generation_prompt,
+            empty: self.empty_messages,
         }
     }
 

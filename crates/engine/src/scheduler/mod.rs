@@ -329,6 +329,12 @@ impl Engine {
                 self.exec.busy = Instant::now();
             }
             Command::SleepAfter(after) => self.exec.sleep_after = after,
+            Command::Wake => {
+                if let Err(e) = self.wake() {
+                    eprintln!("engine: could not wake: {e}");
+                }
+                self.exec.busy = Instant::now();
+            }
         }
     }
 

@@ -427,6 +427,7 @@ impl MessagesRequest {
             parallel_tool_calls: parallel,
             chat_template_kwargs: (!kwargs.is_empty()).then_some(kwargs),
             thinking_budget_tokens: budget,
+            empty_messages: true,
             chain: RawChain {
                 json_schema: schema,
                 ..RawChain::default()

@@ -33,6 +33,43 @@ fn namespace(key: &Option<Extension<KeyNamespace>>) -> u64 {
         })
 }
 
+/// The stored items `req` continues (`previous_response_id`), or a 400 naming it.
+fn previous(s: &Shared, ns: u64, req: &ResponsesRequest) -> Result<Vec<Value>, ApiError> {
+    match &req.previous_response_id {
+        None => Ok(Vec::new()),
+        Some(id) => s.responses.items(ns, id).ok_or_else(|| {
+            ApiError::invalid(
+                "previous_response_id",
+                format!("previous_response_id '{id}' is not a response stored here"),
+            )
+        }),
+    }
+}
+
+/// llama-server's `/v1/responses/input_tokens`: the tokens the request's prompt would take.
+pub async fn input_tokens(
+    State(s): State<Shared>,
+    key: Option<Extension<KeyNamespace>>,
+    b: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let ns = namespace(&key);
+    let bytes = crate::body(b)?;
+    let shared = s.clone();
+    let n = crate::off_runtime(&s, bytes.len(), move |ready| {
+        let req: ResponsesRequest = parse(&bytes)?;
+        let previous = previous(&shared, ns, &req)?;
+        let (raw, _) = req.into_chat(previous)?;
+        let prompt = raw.chat_prompt(ready).map_err(renamed)?;
+        ready
+            .tok
+            .encode(&prompt, true, true)
+            .map(|t| t.len())
+            .map_err(|e| ApiError::invalid("input", format!("cannot tokenize: {e}")))
+    })
+    .await?;
+    Ok(Json(json!({"input_tokens": n})))
+}
+
 pub async fn responses(
     State(s): State<Shared>,
     key: Option<Extension<KeyNamespace>>,
@@ -42,15 +79,7 @@ pub async fn responses(
     let shared = s.clone();
     let mut sub = submit(&s, key, b, move |bytes, ready| {
         let req: ResponsesRequest = parse(bytes)?;
-        let previous = match &req.previous_response_id {
-            None => Vec::new(),
-            Some(id) => shared.responses.items(ns, id).ok_or_else(|| {
-                ApiError::invalid(
-                    "previous_response_id",
-                    format!("previous_response_id '{id}' is not a response stored here"),
-                )
-            })?,
-        };
+        let previous = previous(&shared, ns, &req)?;
         let (keep, echo) = (req.store != Some(false), req.echo());
         let (raw, items) = req.into_chat(previous)?;
         let valid = raw.validate(Route::Chat, ready).map_err(renamed)?;
