@@ -552,26 +552,15 @@ mod tests {
             12 => Some(2),
             _ => None,
         };
-        let filled = admit(
-            &mut slots,
-            &mut queue,
-            pinned,
-            |_| Ok(()),
-            |_, _| {},
-            |q, _| q,
-        );
+        let admit_all = |slots: &mut [Option<u32>], queue: &mut VecDeque<u32>| {
+            admit(slots, queue, pinned, |_| Ok(()), |_, _| {}, |q, _| q)
+        };
+        let filled = admit_all(&mut slots, &mut queue);
         assert_eq!(filled, [2, 1]);
         assert_eq!(slots, [Some(100), Some(13), Some(12)]);
         assert_eq!(queue, [10, 11], "in their order, for slot 0");
         slots[0] = None;
-        let filled = admit(
-            &mut slots,
-            &mut queue,
-            pinned,
-            |_| Ok(()),
-            |_, _| {},
-            |q, _| q,
-        );
+        let filled = admit_all(&mut slots, &mut queue);
         assert_eq!((filled, slots[0], queue.len()), (vec![0], Some(10), 1));
     }
 }
