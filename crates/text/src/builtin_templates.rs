@@ -156,6 +156,63 @@ pub fn builtin(name: &str) -> Option<Result<String, String>> {
             "{{- '<|start_of_role|>' ~ m['role'] ~ '<|end_of_role|>' ~ ('<|tool_call|>' if m['role'] == 'assistant_tool_call' else '') ~ m['content'] ~ '<|end_of_text|>\\n' -}}",
             "<|start_of_role|>assistant<|end_of_role|>",
         ),
+        "granite-4.0" => each(
+            "{{- ('<|start_of_role|>assistant<|end_of_role|><|tool_call|>' if m['role'] == 'assistant_tool_call' else '<|start_of_role|>' ~ m['role'] ~ '<|end_of_role|>') ~ m['content'] ~ '<|end_of_text|>\\n' -}}",
+            "<|start_of_role|>assistant<|end_of_role|>",
+        ),
+        "chatglm3" => format!(
+            "{{{{- '[gMASK]sop' -}}}}{}",
+            each("{{- '<|' ~ m['role'] ~ '|>\\n ' ~ m['content'] -}}", "<|assistant|>")
+        ),
+        "chatglm4" => format!(
+            "{{{{- '[gMASK]<sop>' -}}}}{}",
+            each("{{- '<|' ~ m['role'] ~ '|>\\n' ~ m['content'] -}}", "<|assistant|>\\n")
+        ),
+        "glmedge" => each("{{- '<|' ~ m['role'] ~ '|>\\n' ~ m['content'] -}}", "<|assistant|>"),
+        "deepseek-ocr" => "{%- for m in messages -%}{{- m['content'] -}}{%- endfor -%}".to_string(),
+        "exaone3" => each(
+            "{%- if m['role'] == 'system' -%}{{- '[|system|]' ~ (m['content'] | trim) ~ '[|endofturn|]\\n' -}}\
+             {%- elif m['role'] == 'user' -%}{{- '[|user|]' ~ (m['content'] | trim) ~ '\\n' -}}\
+             {%- elif m['role'] == 'assistant' -%}{{- '[|assistant|]' ~ (m['content'] | trim) ~ '[|endofturn|]\\n' -}}{%- endif -%}",
+            "[|assistant|]",
+        ),
+        "rwkv-world" => "{%- for m in messages -%}\
+             {%- if m['role'] == 'system' -%}{{- 'System: ' ~ (m['content'] | trim) ~ '\\n\\n' -}}\
+             {%- elif m['role'] == 'user' -%}{{- 'User: ' ~ (m['content'] | trim) ~ '\\n\\n' -}}{%- if loop.last -%}{{- 'Assistant:' -}}{%- endif -%}\
+             {%- elif m['role'] == 'assistant' -%}{{- 'Assistant: ' ~ (m['content'] | trim) ~ '\\n\\n' -}}{%- endif -%}{%- endfor -%}"
+            .to_string(),
+        "megrez" => each(
+            "{{- '<|role_start|>' ~ m['role'] ~ '<|role_end|>' ~ m['content'] ~ '<|turn_end|>' -}}",
+            "<|role_start|>assistant<|role_end|>",
+        ),
+        "llama4" => each(
+            "{{- '<|header_start|>' ~ m['role'] ~ '<|header_end|>\\n\\n' ~ (m['content'] | trim) ~ '<|eot|>' -}}",
+            "<|header_start|>assistant<|header_end|>\\n\\n",
+        ),
+        "smolvlm" => format!(
+            "{{{{- '<|im_start|>' -}}}}{}",
+            each(
+                "{%- if m['role'] == 'system' -%}{{- m['content'] ~ '\\n\\n' -}}\
+                 {%- elif m['role'] == 'user' -%}{{- 'User: ' ~ m['content'] ~ '<end_of_utterance>\\n' -}}\
+                 {%- else -%}{{- 'Assistant: ' ~ m['content'] ~ '<end_of_utterance>\\n' -}}{%- endif -%}",
+                "Assistant:",
+            )
+        ),
+        "kimi-k2" => each(
+            "{%- set open = {'system': '<|im_system|>system', 'user': '<|im_user|>user', 'assistant': '<|im_assistant|>assistant', 'tool': '<|im_system|>tool'}.get(m['role'], '') -%}\
+             {{- (open ~ '<|im_middle|>' if open else '') ~ m['content'] ~ '<|im_end|>' -}}",
+            "<|im_assistant|>assistant<|im_middle|>",
+        ),
+        "seed_oss" => each(
+            "{{- '<seed:bos>' ~ m['role'] ~ '\\n' ~ ((m['content'] | trim) if m['role'] == 'assistant' else m['content']) ~ '<seed:eos>' -}}",
+            "<seed:bos>assistant\\n",
+        ),
+        "grok-2" => each(
+            "{%- if m['role'] == 'system' -%}{{- 'System: ' ~ (m['content'] | trim) ~ '<|separator|>\\n\\n' -}}\
+             {%- elif m['role'] == 'user' -%}{{- 'Human: ' ~ (m['content'] | trim) ~ '<|separator|>\\n\\n' -}}\
+             {%- elif m['role'] == 'assistant' -%}{{- 'Assistant: ' ~ m['content'] ~ '<|separator|>\\n\\n' -}}{%- endif -%}",
+            "Assistant:",
+        ),
         other if LLAMA_NAMES.contains(&other) => {
             return Some(Err(format!(
                 "the built-in chat template '{other}' is not available in tandem; give its Jinja source with --chat-template-file"

@@ -32,6 +32,6 @@ fn each_built_in_template_renders_llama_cpps_prompt() {
         golden.len(),
         "every name with a source has golden prompts"
     );
-    assert!(builtin("kimi-k2").unwrap().is_err());
+    assert!(builtin("gpt-oss").unwrap().is_err());
     assert!(builtin("{{ messages }}").is_none());
 }
