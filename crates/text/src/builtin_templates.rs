@@ -213,6 +213,37 @@ pub fn builtin(name: &str) -> Option<Result<String, String>> {
              {%- elif m['role'] == 'assistant' -%}{{- 'Assistant: ' ~ m['content'] ~ '<|separator|>\\n\\n' -}}{%- endif -%}",
             "Assistant:",
         ),
+        "exaone4" => each(
+            "{%- set tag = {'system': '[|system|]', 'user': '[|user|]', 'assistant': '[|assistant|]', 'tool': '[|tool|]'}.get(m['role']) -%}\
+             {%- if tag -%}{{- tag ~ (m['content'] | trim) ~ ('\\n' if m['role'] == 'user' else '[|endofturn|]\\n') -}}{%- endif -%}",
+            "[|assistant|]",
+        ),
+        "gigachat" => "{%- set system = messages and messages[0]['role'] == 'system' -%}\
+             {{- '<s>' ~ (messages[0]['content'] ~ '<|message_sep|>' if system else '') -}}\
+             {%- for m in messages[1 if system else 0:] -%}\
+             {%- if m['role'] == 'user' -%}{{- 'user<|role_sep|>' ~ m['content'] ~ '<|message_sep|>available functions<|role_sep|>[]<|message_sep|>' -}}\
+             {%- elif m['role'] == 'assistant' -%}{{- 'assistant<|role_sep|>' ~ m['content'] ~ '<|message_sep|>' -}}{%- endif -%}{%- endfor -%}\
+             {%- if add_generation_prompt -%}{{- 'assistant<|role_sep|>' -}}{%- endif -%}"
+            .to_string(),
+        "yandex" => each(
+            "{%- if m['role'] == 'user' -%}{{- ' Пользователь: ' ~ m['content'] ~ '\\n\\n' -}}\
+             {%- elif m['role'] == 'assistant' -%}{{- ' Ассистент: ' ~ m['content'] ~ '\\n\\n' -}}{%- endif -%}",
+            " Ассистент:[SEP]",
+        ),
+        "hunyuan-moe" => "{%- for m in messages -%}\
+             {%- if m['role'] == 'system' -%}{{- '<|startoftext|>' ~ m['content'] ~ '<|extra_4|>' -}}\
+             {%- elif m['role'] == 'assistant' -%}{{- m['content'] ~ '<|eos|>' -}}\
+             {%- else -%}{{- '<|startoftext|>' ~ m['content'] ~ '<|extra_0|>' -}}{%- endif -%}{%- endfor -%}"
+            .to_string(),
+        "hunyuan-dense" => "{%- for m in messages -%}\
+             {%- if loop.first and m['role'] == 'system' -%}{{- m['content'] ~ '<｜hy_place▁holder▁no▁3｜>' -}}{%- endif -%}\
+             {%- if m['role'] == 'assistant' -%}{{- '<｜hy_Assistant｜>' ~ m['content'] ~ '<｜hy_place▁holder▁no▁2｜>' -}}\
+             {%- elif m['role'] == 'user' -%}{{- '<｜hy_User｜>' ~ m['content'] ~ '<｜hy_Assistant｜>' -}}{%- endif -%}{%- endfor -%}"
+            .to_string(),
+        "bailing" | "bailing-think" => each(
+            "{{- '<role>' ~ ('HUMAN' if m['role'] == 'user' else m['role'] | upper) ~ '</role>' ~ m['content'] -}}",
+            if name == "bailing" { "<role>ASSISTANT</role>" } else { "<role>ASSISTANT</role><think>" },
+        ),
         other if LLAMA_NAMES.contains(&other) => {
             return Some(Err(format!(
                 "the built-in chat template '{other}' is not available in tandem; give its Jinja source with --chat-template-file"
