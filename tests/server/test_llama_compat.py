@@ -287,3 +287,10 @@ def test_messages_may_be_empty_on_anthropics_route_only(server):
     r = server.post("/v1/chat/completions", json={"max_tokens": 4, "messages": []})
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
     assert server.post("/v1/messages", json={"model": "m", "max_tokens": 4}).status_code == 400
+
+
+def test_a_reasoning_budget_is_refused_where_no_chat_answer_is(server):
+    for field, value in [("reasoning_budget_tokens", 4), ("thinking_budget_tokens", 4),
+                         ("reasoning_budget_message", "x")]:
+        r = server.post("/completion", json={"prompt": PROMPT, "n_predict": 2, field: value})
+        assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text

@@ -603,11 +603,7 @@ pub async fn chat_input_tokens(
 ) -> Result<Json<Value>, ApiError> {
     let bytes = body(b)?;
     let n = off_runtime(&s, bytes.len(), move |r| {
-        let prompt = parse::<RawRequest>(&bytes)?.chat_prompt(r)?;
-        r.tok
-            .encode(&prompt, true, true)
-            .map(|t| t.len())
-            .map_err(|e| ApiError::invalid("messages", format!("cannot tokenize: {e}")))
+        parse::<RawRequest>(&bytes)?.chat_prompt_tokens(r)
     })
     .await?;
     Ok(Json(json!({"input_tokens": n})))

@@ -254,6 +254,17 @@ impl RawRequest {
         render_chat(ready, messages, &spec, self.chat_template_kwargs, ending)
     }
 
+    /// The tokens [`RawRequest::chat_prompt`]'s prompt takes: what the token-counting
+    /// routes answer.
+    pub fn chat_prompt_tokens(self, ready: &Ready) -> Result<usize, ApiError> {
+        let prompt = self.chat_prompt(ready)?;
+        ready
+            .tok
+            .encode(&prompt, true, true)
+            .map(|t| t.len())
+            .map_err(|e| ApiError::invalid("messages", format!("cannot tokenize: {e}")))
+    }
+
     /// Validates a request of `route` into a [`ValidGen`].
     pub fn validate(self, route: Route, ready: &Ready) -> Result<ValidGen, ApiError> {
         let asked = BudgetAsked {
@@ -494,7 +505,9 @@ impl RawRequest {
             logprobs: logprobs.map(|l| l.n_top),
             post_sampling,
             cache_prompt: self.cache_prompt.unwrap_or(true),
-            progress: self.return_progress == Some(true) || self.timings_per_token == Some(true),
+            // Reports only a stream shows (a whole answer's timings come with it anyway).
+            progress: self.stream == Some(true)
+                && (self.return_progress == Some(true) || self.timings_per_token == Some(true)),
             slot,
             max_predict_time: match self.t_max_predict_ms {
                 None | Some(0) => None,
@@ -582,6 +595,17 @@ fn think_budget(
         (None, Some(n)) => ("thinking_budget_tokens", Some(n)),
         (n, _) => ("reasoning_budget_tokens", n),
     };
+    if route != Route::Chat && (given.is_some() || asked.message.is_some()) {
+        let name = if given.is_some() {
+            name
+        } else {
+            "reasoning_budget_message"
+        };
+        return Err(ApiError::invalid(
+            name,
+            format!("{name}: only chat answers have a reasoning budget"),
+        ));
+    }
     let tokens = match given {
         None | Some(-1) => ready.defaults.reasoning_budget,
         Some(n) if n >= 0 => Some(n as usize),
@@ -593,6 +617,7 @@ fn think_budget(
         }
     };
     let Some(tokens) = tokens.filter(|_| route == Route::Chat && ready.reasoning) else {
+        // A model whose template marks no reasoning spends none: any budget holds.
         return Ok(None);
     };
     let encode = |t: &str| {

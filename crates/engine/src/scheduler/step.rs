@@ -102,20 +102,13 @@ impl Engine {
             self.counters.tokens.n_decode_total += 1;
             self.counters.tokens.rows_total += n as u64;
             self.counters.tokens.n_busy_slots_total += self.slots.iter().flatten().count() as u64;
-            let mut reading = Vec::new();
             for &(slot, pos, _) in chunk {
                 let t = &mut self.counters.tokens;
                 t.n_tokens_max = t.n_tokens_max.max(pos as u64 + 1);
-                if pos < self.active(slot).seq.n_prompt {
-                    self.counters.tokens.prompt_tokens_total += 1;
-                    if reading.last() != Some(&slot) {
-                        reading.push(slot);
-                    }
-                }
-            }
-            for slot in reading {
-                if let Some(a) = &mut self.slots[slot] {
-                    a.seq.report_progress();
+                let seq = &mut self.slots[slot].as_mut().expect("planned").seq;
+                if pos < seq.n_prompt {
+                    t.prompt_tokens_total += 1;
+                    seq.report_progress();
                 }
             }
             let shape = Shape {

@@ -48,12 +48,7 @@ pub async fn count_tokens(State(s): State<Shared>, b: Result<Bytes, BytesRejecti
         off_runtime(&s, bytes.len(), move |ready| {
             let req: MessagesRequest = parse(&bytes)?;
             let raw = req.into_chat(true)?;
-            let prompt = raw.chat_prompt(ready).map_err(renamed)?;
-            let n = ready
-                .tok
-                .encode(&prompt, true, true)
-                .map_err(|e| ApiError::invalid("messages", format!("cannot tokenize: {e}")))?
-                .len();
+            let n = raw.chat_prompt_tokens(ready).map_err(renamed)?;
             Ok(Json(json!({"input_tokens": n})).into_response())
         })
         .await

@@ -59,12 +59,7 @@ pub async fn input_tokens(
         let req: ResponsesRequest = parse(&bytes)?;
         let previous = previous(&shared, ns, &req)?;
         let (raw, _) = req.into_chat(previous)?;
-        let prompt = raw.chat_prompt(ready).map_err(renamed)?;
-        ready
-            .tok
-            .encode(&prompt, true, true)
-            .map(|t| t.len())
-            .map_err(|e| ApiError::invalid("input", format!("cannot tokenize: {e}")))
+        raw.chat_prompt_tokens(ready).map_err(renamed)
     })
     .await?;
     Ok(Json(json!({"input_tokens": n})))
