@@ -260,6 +260,9 @@ pub struct Snapshot {
     pub n_queued: usize,
     /// The engine released its executor while idle (see [`EngineHandle::sleep_after`]).
     pub sleeping: bool,
+    /// Awake: the idle time left before it sleeps (the whole `sleep_after` while a request
+    /// runs); `None` when it never sleeps or sleeps already.
+    pub sleeps_in: Option<Duration>,
     pub kv_blocks_total: usize,
     pub kv_blocks_free: usize,
     /// Blocks held by the prefix cache (reusable, evictable).

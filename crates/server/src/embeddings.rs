@@ -262,6 +262,18 @@ async fn embed(
     Ok((asked, all))
 }
 
+/// Each input's vector (pooled, L2-normalized) of an OpenAI-shaped body, and the prompt
+/// tokens in all: Ollama's `/api/embed`.
+pub(crate) async fn pooled_inputs(
+    s: &Shared,
+    key: Option<Extension<KeyNamespace>>,
+    b: Result<Bytes, BytesRejection>,
+) -> Result<(Vec<Vec<f32>>, usize), ApiError> {
+    let (asked, all) = embed(s, key, b, true).await?;
+    let n = asked.prompts.iter().map(Vec::len).sum();
+    Ok((all.into_iter().map(|mut v| v.swap_remove(0)).collect(), n))
+}
+
 /// `/v1/embeddings`.
 pub async fn openai(
     State(s): State<Shared>,

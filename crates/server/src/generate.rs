@@ -92,7 +92,17 @@ where
     X: Send + 'static,
 {
     let bytes = body(b)?;
-    let (mut v, extra) = off_runtime(s, bytes.len(), move |ready| prepare(&bytes, ready)).await?;
+    let (v, extra) = off_runtime(s, bytes.len(), move |ready| prepare(&bytes, ready)).await?;
+    enqueue(s, key, v, extra).await
+}
+
+/// Queues a validated request, its prompts cached in the namespace of its API key.
+pub(crate) async fn enqueue<X>(
+    s: &Shared,
+    key: Option<Extension<KeyNamespace>>,
+    mut v: ValidGen,
+    extra: X,
+) -> Result<Submitted<X>, ApiError> {
     if let Some(Extension(KeyNamespace(k))) = key {
         for c in &mut v.choices {
             c.cache_namespace = namespace_of((k, c.cache_namespace));
@@ -226,24 +236,19 @@ async fn whole(mut reply: Reply, events: EventStream, asked: bool) -> Result<Res
     Ok(Json(reply.complete(text, tokens, &lps, asked, &summary)).into_response())
 }
 
-/// The events of an answer as it is streamed, in some API's shape.
-pub(crate) trait Streamed: Send + 'static {
+/// The items of an answer as it is streamed, in some API's shape: server-sent events
+/// (`T` = [`SseEvent`]) or, for Ollama's API, lines of JSON.
+pub(crate) trait Streamed<T = SseEvent>: Send + 'static {
     /// What the stream starts with.
-    fn opening(&mut self) -> Vec<SseEvent>;
-    /// The events of the next piece of the answer.
-    fn delta(
-        &mut self,
-        slot: usize,
-        text: &str,
-        tokens: &[u32],
-        lps: &[TokenLogprob],
-    ) -> Vec<SseEvent>;
-    /// The events that end the stream.
-    fn closing(&mut self, s: &Summary) -> Vec<SseEvent>;
-    /// The event that ends a stream that failed.
-    fn failed(&mut self, e: ApiError) -> SseEvent;
-    /// The events of a report of the prompt's reading (none unless the API has them).
-    fn progress(&mut self, _: &engine::Progress) -> Vec<SseEvent> {
+    fn opening(&mut self) -> Vec<T>;
+    /// The items of the next piece of the answer.
+    fn delta(&mut self, slot: usize, text: &str, tokens: &[u32], lps: &[TokenLogprob]) -> Vec<T>;
+    /// The items that end the stream.
+    fn closing(&mut self, s: &Summary) -> Vec<T>;
+    /// The item that ends a stream that failed.
+    fn failed(&mut self, e: ApiError) -> T;
+    /// The items of a report of the prompt's reading (none unless the API has them).
+    fn progress(&mut self, _: &engine::Progress) -> Vec<T> {
         Vec::new()
     }
 }
@@ -303,10 +308,10 @@ impl Streamed for OpenAiStream {
     }
 }
 
-struct StreamState<A> {
+struct StreamState<A, T> {
     events: EventStream,
     answer: A,
-    out: VecDeque<SseEvent>,
+    out: VecDeque<T>,
     finished: bool,
 }
 
@@ -320,9 +325,17 @@ pub(crate) fn sse<A: Streamed>(
 
 /// The server-sent events of an answer.
 pub(crate) fn sse_events<A: Streamed>(
-    mut answer: A,
+    answer: A,
     events: EventStream,
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+    items(answer, events)
+}
+
+/// The items of an answer, as `answer` makes them from the engine's `events`.
+pub(crate) fn items<T: Send + 'static, A: Streamed<T>>(
+    mut answer: A,
+    events: EventStream,
+) -> impl Stream<Item = Result<T, Infallible>> {
     let out = answer.opening().into();
     let state = StreamState {
         events,

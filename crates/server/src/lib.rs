@@ -22,6 +22,7 @@ mod generate;
 mod infill;
 mod info;
 pub mod memory;
+pub mod ollama;
 mod prompts;
 mod reasoning;
 mod rerank;
@@ -157,14 +158,19 @@ const STATUS: &[&str] = &[
     "/v1/models",
     "/metrics",
     "/slots",
+    "/api/tags",
+    "/api/ps",
+    "/api/version",
+    "/api/show",
 ];
 
-/// Any other request wakes a sleeping engine before it is handled (`--sleep-idle-seconds`):
-/// a client is at work, and the engine is ready by the time its next request comes.
+/// Any other request wakes a sleeping engine before it is handled (`--sleep-idle-seconds`,
+/// Ollama's `keep_alive`): a client is at work, and the engine is ready by the time its
+/// next request comes.
 async fn activity(State(s): State<Shared>, req: Request, next: Next) -> Response {
     let path = req.uri().path();
     let status = STATUS.contains(&path) || path.starts_with("/v1/models/");
-    if !status && req.method() != axum::http::Method::GET && s.config.sleep_idle.is_some() {
+    if !status && req.method() != axum::http::Method::GET {
         if let Some(r) = s.ready.get() {
             let _ = r.engine.wake();
         }
@@ -319,6 +325,7 @@ fn routes() -> Router<Shared> {
         .route("/v1/reranking", post(rerank::rerank))
         .route("/cors-proxy", get(not_enabled).post(not_enabled))
         .route("/tools", get(not_enabled).post(not_enabled))
+        .merge(ollama::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
 }

@@ -114,6 +114,8 @@ pub struct ServerConfig {
     pub slot_save_path: Option<PathBuf>,
     /// `/infill` prompts put the suffix before the prefix (`--spm-infill`).
     pub spm_infill: bool,
+    /// Fetches the models tandem knows for Ollama's `/api/pull`; `None`: it is refused.
+    pub pull: Option<crate::ollama::Puller>,
 }
 
 /// The head of a split model: blocks `at..n` and the output head here, the embeddings and
@@ -174,6 +176,7 @@ impl ServerConfig {
             pooling: None,
             slot_save_path: None,
             spm_infill: false,
+            pull: None,
         }
     }
 }

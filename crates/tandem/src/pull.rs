@@ -129,6 +129,19 @@ pub fn resolve(arg: &str, dir: Option<&Path>) -> Result<PathBuf, CliError> {
     }
 }
 
+/// Ollama's `/api/pull` of `name`: a model tandem knows, fetched into the default cache
+/// (`$TANDEM_MODELS` or the user's); `Ok(None)` for a name it does not know.
+pub fn for_ollama(name: &str) -> Result<Option<server::ollama::Pulled>, String> {
+    let Some(m) = known(name) else {
+        return Ok(None);
+    };
+    pull(m, None).map_err(|e| e.to_string())?;
+    Ok(Some(server::ollama::Pulled {
+        size: m.size,
+        sha256: m.sha256.to_string(),
+    }))
+}
+
 /// Fetches `m` into the cache unless a verified copy is there; returns its path.
 pub fn pull(m: &KnownModel, dir: Option<&Path>) -> Result<PathBuf, CliError> {
     let dir = cache_dir(dir);

@@ -487,6 +487,7 @@ impl ServeArgs {
             },
             slot_save_path: self.slot_save_path.clone(),
             spm_infill: self.spm_infill,
+            pull: Some(pull::for_ollama),
             pooling: self.pooling.as_deref().map(|p| match p {
                 "mean" => engine::Pooling::Mean,
                 "cls" => engine::Pooling::Cls,

@@ -54,7 +54,7 @@ const DAYS: [&str; 7] = [
 /// Formats `secs` since the Unix epoch (UTC).
 ///
 /// Example: `strftime("%d %b %Y", 1_700_000_000)` is `"14 Nov 2023"`.
-pub(crate) fn strftime(format: &str, secs: u64) -> String {
+pub fn strftime(format: &str, secs: u64) -> String {
     let days = (secs / 86_400) as i64;
     let (year, month, day) = civil_from_days(days);
     let rem = secs % 86_400;

@@ -23,6 +23,7 @@ pub use detok::Detokenizer;
 pub use error::{Error, Result};
 pub use grammar::{Constraint, GrammarError, GrammarSpec, Grammars};
 pub use holdback::partial_suffix;
+pub use jinja_fns::strftime;
 pub use pretokenize::PreTokenizer;
 pub use special::{FimTokens, TokenKind};
 pub use stops::{StopFound, StopMatcher, Stops};

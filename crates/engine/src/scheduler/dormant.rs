@@ -71,6 +71,15 @@ impl Engine {
         }
     }
 
+    /// Awake, the idle time left before it sleeps (all of `sleep_after` while busy).
+    pub(super) fn sleeps_in(&self) -> Option<Duration> {
+        let after = self.exec.sleep_after.filter(|_| !self.exec.asleep())?;
+        match self.is_idle() {
+            true => Some(after.saturating_sub(self.exec.busy.elapsed())),
+            false => Some(after),
+        }
+    }
+
     /// Builds the executor again when asleep.
     pub(super) fn wake(&mut self) -> Result<()> {
         if !self.exec.asleep() {

@@ -373,6 +373,7 @@ impl Engine {
             slots,
             n_queued: self.queue.len(),
             sleeping: self.exec.asleep(),
+            sleeps_in: self.sleeps_in(),
             kv_blocks_total,
             kv_blocks_free,
             kv_blocks_cached: self.cache.n_blocks(),
