@@ -171,6 +171,11 @@ pub struct SlotState {
     pub n_decoded: usize,
     /// Positions whose KV is computed.
     pub n_past: usize,
+    /// Draft tokens verified for the request so far, those accepted, and the draft tokens
+    /// of its latest step (its current depth).
+    pub draft_n: usize,
+    pub draft_n_accepted: usize,
+    pub draft_depth: usize,
 }
 
 /// Counters since start (llama.cpp's `/metrics`), grouped by concern.
@@ -180,6 +185,18 @@ pub struct Counters {
     pub requests: RequestCounters,
     pub spec: SpecCounters,
     pub split: SplitCounters,
+    pub steps: StepCounters,
+}
+
+/// Where the engine's time goes: drafting, and the forwards' time shared among the kinds
+/// of rows they computed (prompt rows, generated-token rows, draft rows being verified) in
+/// proportion to their count.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepCounters {
+    pub prefill_seconds_total: f64,
+    pub decode_seconds_total: f64,
+    pub verify_seconds_total: f64,
+    pub draft_seconds_total: f64,
 }
 
 /// Tokens computed and the time they took.

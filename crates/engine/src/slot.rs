@@ -61,6 +61,8 @@ pub(crate) struct Sequence {
     /// Draft tokens verified, and accepted, in this step (a draft token after the end of
     /// the request is not verified).
     step_verified: usize,
+    /// Draft tokens of the latest step.
+    pub draft_depth: usize,
     step_accepted: usize,
     max_tokens: Option<usize>,
     /// [`GenRequest::max_predict_time`], and whether the answer has had a newline.
@@ -112,6 +114,7 @@ impl Sequence {
             draft_n_accepted: 0,
             verifying: false,
             step_verified: 0,
+            draft_depth: 0,
             step_accepted: 0,
             max_tokens: req.max_tokens,
             max_predict_time: req.max_predict_time,
@@ -259,6 +262,7 @@ impl Sequence {
     /// Starts the step's verification of `draft` (possibly empty).
     pub fn begin_step(&mut self) {
         self.verifying = true;
+        self.draft_depth = self.draft.len();
         self.step_verified = 0;
         self.step_accepted = 0;
     }

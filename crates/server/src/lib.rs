@@ -21,6 +21,7 @@ pub mod gcp;
 mod generate;
 mod infill;
 mod info;
+mod live;
 pub mod memory;
 pub mod ollama;
 mod prompts;
@@ -33,6 +34,7 @@ mod telemetry;
 pub mod tools;
 mod transform;
 mod validate;
+mod webui;
 
 use std::sync::Arc;
 
@@ -113,6 +115,7 @@ async fn auth(State(s): State<Shared>, mut req: Request, next: Next) -> Result<R
     let path = req.uri().path();
     let gcp_health = s.config.gcp.as_ref().and_then(|g| g.health.as_deref());
     let public = PUBLIC.contains(&path)
+        || webui::is_ui_path(path)
         || gcp_health == Some(path)
         || (s.config.metrics_public && path == "/metrics");
     if s.config.api_keys.is_empty() || public {
@@ -162,6 +165,7 @@ const STATUS: &[&str] = &[
     "/api/ps",
     "/api/version",
     "/api/show",
+    "/engine/events",
 ];
 
 /// Any other request wakes a sleeping engine before it is handled (`--sleep-idle-seconds`,
@@ -325,6 +329,9 @@ fn routes() -> Router<Shared> {
         .route("/v1/reranking", post(rerank::rerank))
         .route("/cors-proxy", get(not_enabled).post(not_enabled))
         .route("/tools", get(not_enabled).post(not_enabled))
+        .route("/", get(webui::index))
+        .route("/webui/{name}", get(webui::asset))
+        .route("/engine/events", get(live::events))
         .merge(ollama::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -116,6 +116,8 @@ pub struct ServerConfig {
     pub spm_infill: bool,
     /// Fetches the models tandem knows for Ollama's `/api/pull`; `None`: it is refused.
     pub pull: Option<crate::ollama::Puller>,
+    /// Serve the web UI at `/` (`--no-webui`: 404).
+    pub webui: bool,
 }
 
 /// The head of a split model: blocks `at..n` and the output head here, the embeddings and
@@ -177,6 +179,7 @@ impl ServerConfig {
             slot_save_path: None,
             spm_infill: false,
             pull: None,
+            webui: true,
         }
     }
 }

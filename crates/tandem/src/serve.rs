@@ -175,6 +175,12 @@ pub struct ServeArgs {
     /// Preflights answer `Access-Control-Allow-Credentials: false`.
     #[arg(long = "no-cors-credentials", overrides_with = "cors_credentials")]
     pub no_cors_credentials: bool,
+    /// Serve the web UI at / (the default).
+    #[arg(long = "webui", overrides_with = "no_webui")]
+    pub webui: bool,
+    /// No web UI: / answers 404.
+    #[arg(long = "no-webui", overrides_with = "webui")]
+    pub no_webui: bool,
     #[arg(long)]
     pub slots: bool,
     /// Hide /slots.
@@ -507,6 +513,7 @@ impl ServeArgs {
                 credentials: !self.no_cors_credentials,
             },
             slots: !self.no_slots,
+            webui: !self.no_webui,
             mem_limit: self.mem_limit,
             body_limit: self.body_limit,
             limits: server::Limits {

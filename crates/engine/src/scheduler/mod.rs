@@ -235,6 +235,7 @@ impl Engine {
                 let t0 = Instant::now();
                 self.draft_all();
                 drafting = t0.elapsed();
+                self.counters.steps.draft_seconds_total += drafting.as_secs_f64();
                 plan = self.plan();
                 if !plan.is_empty() || self.cohorts.busy() {
                     break;
@@ -351,6 +352,9 @@ impl Engine {
                     n_cached: seq.n_cached,
                     n_decoded: seq.n_generated,
                     n_past: seq.kv.len(),
+                    draft_n: seq.draft_n,
+                    draft_n_accepted: seq.draft_n_accepted,
+                    draft_depth: seq.draft_depth,
                 },
                 None => SlotState {
                     id,
@@ -359,6 +363,9 @@ impl Engine {
                     n_cached: 0,
                     n_decoded: 0,
                     n_past: 0,
+                    draft_n: 0,
+                    draft_n_accepted: 0,
+                    draft_depth: 0,
                 },
             })
             .collect();

@@ -102,6 +102,8 @@ impl Engine {
             self.counters.tokens.n_decode_total += 1;
             self.counters.tokens.rows_total += n as u64;
             self.counters.tokens.n_busy_slots_total += self.slots.iter().flatten().count() as u64;
+            // Rows computing the prompt, generated tokens, and draft tokens.
+            let mut kinds = [0usize; 3];
             for &(slot, pos, _) in chunk {
                 let t = &mut self.counters.tokens;
                 t.n_tokens_max = t.n_tokens_max.max(pos as u64 + 1);
@@ -109,8 +111,18 @@ impl Engine {
                 if pos < seq.n_prompt {
                     t.prompt_tokens_total += 1;
                     seq.report_progress();
+                    kinds[0] += 1;
+                } else if pos < seq.tokens.len() {
+                    kinds[1] += 1;
+                } else {
+                    kinds[2] += 1;
                 }
             }
+            let share = t0.elapsed().as_secs_f64() / n.max(1) as f64;
+            let st = &mut self.counters.steps;
+            st.prefill_seconds_total += share * kinds[0] as f64;
+            st.decode_seconds_total += share * kinds[1] as f64;
+            st.verify_seconds_total += share * kinds[2] as f64;
             let shape = Shape {
                 rows: n,
                 logits: out_rows.len(),
