@@ -24,8 +24,9 @@ API_KEY = "test-key-123"
 class Server:
     def __init__(self, *flags, model="smollm2-135m", timeout=120.0, env=None):
         self.log = tempfile.NamedTemporaryFile(prefix="tandem-serve-", suffix=".log", delete=False)
+        chosen = ["-m", model] if model else []
         self.proc = subprocess.Popen(
-            [BINARY, "serve", "-m", model, "--port", "0", "-t", "2", *flags],
+            [BINARY, "serve", *chosen, "--port", "0", "-t", "2", *flags],
             stdout=self.log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -211,3 +211,30 @@ def test_the_engine_view_shows_a_slot_busy(page, smol):
     page.find_element(By.ID, "tab-chat").click()
     page.find_element(By.ID, "stop").click()
     wait(page, lambda d: idle(smol), 10)
+
+
+def test_on_a_router_the_page_chats_with_the_model_chosen(browser, tmp_path):
+    cache = Path(os.environ.get("TANDEM_MODELS", Path.home() / ".cache" / "tandem" / "models"))
+    d = tmp_path / "models"
+    d.mkdir()
+    (d / "smol.gguf").symlink_to(cache / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    (d / "qwen.gguf").symlink_to(cache / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+    s = Server("--models-dir", str(d), "-c", "1024", model=None)
+    try:
+        browser.get(s.url + "/")
+        select = wait(browser, lambda b: b.find_element(By.ID, "model-select").is_displayed() and
+                      b.find_element(By.ID, "model-select"))
+        options = [o.get_attribute("value") for o in select.find_elements(By.TAG_NAME, "option")]
+        assert sorted(options) == ["qwen", "smol"]
+        for name in ["qwen", "smol"]:
+            browser.execute_script(
+                "const s = document.getElementById('model-select'); s.value = arguments[0];"
+                "s.dispatchEvent(new Event('change'))", name)
+            set_knob(browser, "max_tokens", 8)
+            send(browser, "Hello!")
+            wait(browser, lambda b: running(b), 30)
+            wait(browser, lambda b: not running(b), 120)
+            assert last_text(browser, ".stats").startswith(name + " ·")
+        shot(browser, "router")
+    finally:
+        s.stop()

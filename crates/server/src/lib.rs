@@ -14,6 +14,7 @@ pub mod cors;
 mod embeddings;
 mod error;
 mod fields;
+pub mod fleet;
 mod format;
 #[doc(hidden)]
 pub mod fuzz;
@@ -265,6 +266,11 @@ pub fn router(state: Shared) -> Router {
             app.with_state(state.clone()).fallback_service(routes)
         }
     };
+    layered(app, state)
+}
+
+/// `app` behind the body, key, CORS and host layers of `state`'s settings.
+pub(crate) fn layered(app: Router, state: Shared) -> Router {
     app.layer(middleware::from_fn_with_state(state.clone(), activity))
         .layer(middleware::from_fn(json_only))
         .layer(middleware::from_fn_with_state(
@@ -337,7 +343,7 @@ fn routes() -> Router<Shared> {
         .method_not_allowed_fallback(method_not_allowed)
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
@@ -362,7 +368,10 @@ pub fn run(config: ServerConfig) -> Result<(), Error> {
     rt.block_on(serve(config))
 }
 
-async fn serve(config: ServerConfig) -> Result<(), Error> {
+/// Listeners on every address of `config.host`, and their URLs.
+pub(crate) async fn bind(
+    config: &ServerConfig,
+) -> Result<(Vec<tokio::net::TcpListener>, String), Error> {
     let mut listeners: Vec<tokio::net::TcpListener> = Vec::new();
     for host in config.host.split(',').map(str::trim) {
         let host = match host.contains(':') && !host.starts_with('[') {
@@ -388,6 +397,11 @@ async fn serve(config: ServerConfig) -> Result<(), Error> {
         .map(|l| l.local_addr().map(|a| format!("http://{a}")))
         .collect::<Result<Vec<_>, _>>()?
         .join(", ");
+    Ok((listeners, local))
+}
+
+async fn serve(config: ServerConfig) -> Result<(), Error> {
+    let (listeners, local) = bind(&config).await?;
     let state = Arc::new(AppState::new(config));
     eprintln!(
         "tandem serve: listening on {local} (loading {})",

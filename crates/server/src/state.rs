@@ -246,6 +246,8 @@ pub struct AppState {
     pub preparing: Lanes,
     /// Stored Responses-API responses.
     pub responses: crate::responses::store::Store,
+    /// A router's models (`crate::fleet`): set instead of `ready`.
+    pub fleet: OnceLock<Arc<crate::fleet::Fleet>>,
 }
 
 /// The preparation turns: large bodies get one less than the cores (one at least), so that
@@ -283,6 +285,7 @@ impl AppState {
         AppState {
             config,
             ready: OnceLock::new(),
+            fleet: OnceLock::new(),
             preparing: Lanes::new(),
             responses: Default::default(),
             started: Instant::now(),

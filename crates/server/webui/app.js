@@ -23,6 +23,8 @@ let conversations = JSON.parse(localStorage.getItem(STORE) || "[]");
 let current = conversations[0]?.id ?? null;
 let running = null;
 let image = null;
+/** The model asked for, on a router of several (else the server's only one). */
+let model = localStorage.getItem("tandem.model") || "";
 
 function save() {
   localStorage.setItem(STORE, JSON.stringify(conversations));
@@ -331,6 +333,7 @@ async function complete(c) {
   running = new AbortController();
   renderAll();
   const body = { messages: apiMessages(c).slice(0, -1), stream: true, stream_options: { include_usage: true }, ...fields };
+  if (model) body.model = model;
   const calls = [];
   let paint = null;
   const repaint = () => {
@@ -357,7 +360,7 @@ async function complete(c) {
         if (ev.error) throw new Error(ev.error.message);
         if (ev.usage) {
           const speed = ev.timings?.predicted_per_second;
-          m.stats = `${ev.usage.completion_tokens} tokens` + (speed ? ` · ${speed.toFixed(1)} tok/s` : "") +
+          m.stats = `${ev.model} · ${ev.usage.completion_tokens} tokens` + (speed ? ` · ${speed.toFixed(1)} tok/s` : "") +
             ` · prompt ${ev.usage.prompt_tokens} tokens`;
         }
         const d = ev.choices?.[0]?.delta;
@@ -416,10 +419,26 @@ async function loadProps() {
     }
     if (!r.ok) return;
     const p = await r.json();
+    if (p.role === "router") return loadModels();
     $("model").textContent = p.model_alias;
     $("attach").hidden = !p.modalities?.vision;
     return;
   }
+}
+
+/** A router's models, in the header's selector. */
+async function loadModels() {
+  const r = await fetch("/v1/models", { headers: authHeaders() });
+  const list = (await r.json()).data.map((m) => m.id);
+  if (!list.includes(model)) model = list[0] ?? "";
+  const sel = $("model-select");
+  sel.replaceChildren(...list.map((id) => {
+    const o = document.createElement("option");
+    o.value = o.textContent = id;
+    return o;
+  }));
+  sel.value = model;
+  sel.hidden = false;
 }
 
 function tab(engine) {
@@ -427,7 +446,7 @@ function tab(engine) {
   $("engine-view").hidden = !engine;
   $("tab-chat").classList.toggle("on", !engine);
   $("tab-engine").classList.toggle("on", engine);
-  if (engine) startEngineView(authHeaders, askKey);
+  if (engine) startEngineView(authHeaders, askKey, model);
   else stopEngineView();
 }
 
@@ -445,6 +464,10 @@ $("new-chat").addEventListener("click", () => {
   renderAll();
 });
 $("key-button").addEventListener("click", askKey);
+$("model-select").addEventListener("change", () => {
+  model = $("model-select").value;
+  localStorage.setItem("tandem.model", model);
+});
 $("tab-chat").addEventListener("click", () => tab(false));
 $("tab-engine").addEventListener("click", () => tab(true));
 $("image").addEventListener("change", () => {

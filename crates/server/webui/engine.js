@@ -87,15 +87,17 @@ function show(s) {
   previous = s;
 }
 
-/** Starts reading the engine's events; `headers()` gives the key, `askKey` asks for it. */
-export async function startEngineView(headers, askKey) {
+/** Starts reading the engine's events (of `model` on a router); `headers()` gives the key,
+ * `askKey` asks for it. */
+export async function startEngineView(headers, askKey, model) {
   stopEngineView();
   const ctl = new AbortController();
   reading = ctl;
   previous = null;
   try {
     for (;;) {
-      const r = await fetch("/engine/events?interval_ms=500", { headers: headers(), signal: ctl.signal });
+      const which = model ? `&model=${encodeURIComponent(model)}` : "";
+      const r = await fetch(`/engine/events?interval_ms=500${which}`, { headers: headers(), signal: ctl.signal });
       if (r.status === 401) {
         await askKey();
         continue;

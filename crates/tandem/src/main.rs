@@ -11,6 +11,7 @@ mod perplexity;
 mod pull;
 mod quantize;
 mod race;
+mod router;
 mod run;
 mod serve;
 mod soak;
@@ -74,8 +75,9 @@ fn arguments() -> Vec<String> {
         let mut cmd = cli::Cli::command();
         cmd.build();
         let serve = cmd.find_subcommand("serve").expect("serve is a subcommand");
-        let (rest, warnings) =
+        let (mut rest, warnings) =
             llama_flags::prepare(serve, args.split_off(2), &|k| std::env::var(k).ok());
+        router::rewrite_models(&mut rest);
         args.extend(rest);
         for w in warnings {
             eprintln!("warning: {w}");

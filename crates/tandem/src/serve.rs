@@ -175,6 +175,24 @@ pub struct ServeArgs {
     /// Preflights answer `Access-Control-Allow-Credentials: false`.
     #[arg(long = "no-cors-credentials", overrides_with = "cors_credentials")]
     pub no_cors_credentials: bool,
+    /// Router mode: serve every GGUF file in DIR (and each subdirectory's first, by the
+    /// subdirectory's name), each loaded on the first request that names it.
+    #[arg(long = "models-dir")]
+    pub models_dir: Option<PathBuf>,
+    /// Router mode: per-model flags, an INI file with a [NAME] section per model
+    /// (`ctx-size = 8192`; `model = PATH` adds a model; [*] applies to all).
+    #[arg(long = "models-preset")]
+    pub models_preset: Option<PathBuf>,
+    /// Router mode: at most N models loaded at once; the least recently used idle one is
+    /// unloaded to make room.
+    #[arg(long = "models-max", default_value_t = 4)]
+    pub models_max: usize,
+    /// Router mode: load models only through POST /models/load, not on request.
+    #[arg(long = "no-models-autoload")]
+    pub no_models_autoload: bool,
+    /// Router mode: the models of repeated -m (written here from them).
+    #[arg(long = "router-model", hide = true)]
+    pub router_models: Vec<String>,
     /// Serve the web UI at / (the default).
     #[arg(long = "webui", overrides_with = "no_webui")]
     pub webui: bool,
@@ -407,6 +425,7 @@ impl ServeArgs {
         };
         let api_keys = api_keys(&self.api_key, self.api_key_file.as_deref())?;
         let keyed = !api_keys.is_empty();
+        let (cors, limits) = (self.cors(keyed), self.limits()?);
         let allowed_hosts = allowed_hosts(&self.host, &self.allowed_hosts);
         let ctx = self.model.context_config();
         let (device, gpu_layers) = self.gpu_layers(ctx.device)?;
@@ -501,26 +520,12 @@ impl ServeArgs {
                 _ => engine::Pooling::None,
             }),
             metrics_public: self.metrics_public,
-            cors: server::cors::Cors {
-                origins: server::cors::Origins::parse(
-                    (!self.cors_origins.is_empty())
-                        .then(|| self.cors_origins.join(","))
-                        .as_deref(),
-                    keyed,
-                ),
-                methods: self.cors_methods.clone(),
-                headers: self.cors_headers.clone(),
-                credentials: !self.no_cors_credentials,
-            },
+            cors,
             slots: !self.no_slots,
             webui: !self.no_webui,
             mem_limit: self.mem_limit,
             body_limit: self.body_limit,
-            limits: server::Limits {
-                header_timeout: seconds("--timeout-header", self.timeout_header)?,
-                body_timeout: seconds("--timeout-body", self.timeout_body)?,
-                max_connections: self.max_connections.max(1),
-            },
+            limits,
             speculation,
             split: self
                 .split_at
@@ -539,6 +544,30 @@ impl ServeArgs {
                     credentials,
                 }),
             gpu_layers,
+        })
+    }
+
+    /// Which origins browsers may call from (any only with a key, by default this machine's).
+    pub fn cors(&self, keyed: bool) -> server::cors::Cors {
+        server::cors::Cors {
+            origins: server::cors::Origins::parse(
+                (!self.cors_origins.is_empty())
+                    .then(|| self.cors_origins.join(","))
+                    .as_deref(),
+                keyed,
+            ),
+            methods: self.cors_methods.clone(),
+            headers: self.cors_headers.clone(),
+            credentials: !self.no_cors_credentials,
+        }
+    }
+
+    /// Deadlines for clients and the cap on connections.
+    pub fn limits(&self) -> Result<server::Limits, CliError> {
+        Ok(server::Limits {
+            header_timeout: seconds("--timeout-header", self.timeout_header)?,
+            body_timeout: seconds("--timeout-body", self.timeout_body)?,
+            max_connections: self.max_connections.max(1),
         })
     }
 
@@ -616,7 +645,7 @@ impl ServeArgs {
 /// The keys of `--api-key` and `--api-key-file`. An empty or blank key (`--api-key "$KEY"`
 /// with KEY unset), or one with whitespace around it (which no client could send), is an
 /// error: starting without the authentication asked for is never silent.
-fn api_keys(given: &[String], file: Option<&std::path::Path>) -> Result<Vec<String>, CliError> {
+pub fn api_keys(given: &[String], file: Option<&std::path::Path>) -> Result<Vec<String>, CliError> {
     let mut keys: Vec<(String, String)> = given
         .iter()
         .map(|k| (k.clone(), "--api-key".to_string()))
@@ -657,7 +686,7 @@ fn api_keys(given: &[String], file: Option<&std::path::Path>) -> Result<Vec<Stri
 
 /// `--allowed-hosts`, or its default for the addresses `hosts` the server binds
 /// (comma-separated): the loopback names when every one is a loopback address, else any.
-fn allowed_hosts(hosts: &str, given: &[String]) -> Option<Vec<String>> {
+pub fn allowed_hosts(hosts: &str, given: &[String]) -> Option<Vec<String>> {
     if given.iter().any(|h| h == "*") {
         return None;
     }
@@ -689,6 +718,9 @@ fn allowed_hosts(hosts: &str, given: &[String]) -> Option<Vec<String>> {
 }
 
 pub fn execute(a: ServeArgs) -> Result<(), CliError> {
+    if crate::router::wanted(&a) {
+        return crate::router::execute(a);
+    }
     for w in a.warnings() {
         eprintln!("warning: {w}");
     }

@@ -58,7 +58,7 @@ fn lookup(name: &str) -> Option<&'static LlamaFlag> {
 }
 
 /// Whether `cmd` (after `expand_short_aliases`) takes `name`, and how many values it takes.
-fn known(cmd: &Command, name: &str) -> Option<usize> {
+pub(crate) fn known(cmd: &Command, name: &str) -> Option<usize> {
     cmd.get_arguments().find_map(|a| {
         let takes = if a.get_action().takes_values() {
             a.get_num_args().map_or(1, |r| r.min_values().max(1))
