@@ -6,6 +6,7 @@ move it; a name that is not there is a 404 naming it, and a path (outside the di
 it) is never opened; repeated -m serves the models named; a preset gives a model its flags."""
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -114,6 +115,30 @@ def test_load_and_unload_move_the_status(router):
     assert status(router)["qwen"] == "unloaded"
     r = router.post("/models/unload", {"model": "qwen"})
     assert r.status_code == 400 and "not loaded" in r.json()["error"]["message"]
+
+
+def children(pid):
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            kids.append(int(stat.parent.name))
+    return kids
+
+
+def test_a_model_whose_server_died_is_loaded_again(router):
+    before = chat(router, "smol")[1]
+    kids = children(router.proc.pid)
+    assert len(kids) == 1
+    os.kill(kids[0], signal.SIGKILL)
+    time.sleep(0.3)
+    with pytest.raises(openai.APIStatusError) as e:
+        chat(router, "smol")
+    assert e.value.status_code == 503 and "stopped" in e.value.message
+    assert chat(router, "smol")[1] == before
 
 
 def test_the_key_is_required(router):

@@ -12,33 +12,17 @@ use axum::response::{IntoResponse, Response};
 use crate::error::ApiError;
 use crate::state::Shared;
 
+const JS: &str = "text/javascript; charset=utf-8";
+
 /// The UI's files: name, content type, body.
+#[rustfmt::skip]
 const FILES: &[(&str, &str, &str)] = &[
-    (
-        "index.html",
-        "text/html; charset=utf-8",
-        include_str!("../webui/index.html"),
-    ),
-    (
-        "app.js",
-        "text/javascript; charset=utf-8",
-        include_str!("../webui/app.js"),
-    ),
-    (
-        "engine.js",
-        "text/javascript; charset=utf-8",
-        include_str!("../webui/engine.js"),
-    ),
-    (
-        "render.js",
-        "text/javascript; charset=utf-8",
-        include_str!("../webui/render.js"),
-    ),
-    (
-        "style.css",
-        "text/css; charset=utf-8",
-        include_str!("../webui/style.css"),
-    ),
+    ("index.html", "text/html; charset=utf-8", include_str!("../webui/index.html")),
+    ("style.css", "text/css; charset=utf-8", include_str!("../webui/style.css")),
+    ("app.js", JS, include_str!("../webui/app.js")),
+    ("engine.js", JS, include_str!("../webui/engine.js")),
+    ("render.js", JS, include_str!("../webui/render.js")),
+    ("sse.js", JS, include_str!("../webui/sse.js")),
 ];
 
 const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
@@ -82,4 +66,22 @@ pub async fn asset(
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     file(&s, &name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_file_of_the_ui_is_served() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("webui");
+        let mut on_disk: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        on_disk.sort();
+        let mut served: Vec<String> = FILES.iter().map(|f| f.0.to_string()).collect();
+        served.sort();
+        assert_eq!(served, on_disk);
+    }
 }

@@ -5,6 +5,7 @@
 
 import { renderMarkdown } from "./render.js";
 import { startEngineView, stopEngineView } from "./engine.js";
+import { events } from "./sse.js";
 
 const $ = (id) => document.getElementById(id);
 const STORE = "tandem.conversations";
@@ -279,29 +280,6 @@ function renderAll() {
 }
 
 // ---- streaming
-
-/** The server-sent events of `response`'s body, as parsed `data:` objects. */
-async function* events(response) {
-  const reader = response.body.getReader();
-  const decoder = new TextDecoder();
-  let buf = "";
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) return;
-    buf += decoder.decode(value, { stream: true });
-    let end;
-    while ((end = buf.indexOf("\n\n")) >= 0) {
-      const block = buf.slice(0, end);
-      buf = buf.slice(end + 2);
-      for (const line of block.split("\n")) {
-        if (!line.startsWith("data:")) continue;
-        const data = line.slice(5).trim();
-        if (data === "[DONE]") return;
-        yield JSON.parse(data);
-      }
-    }
-  }
-}
 
 function apiMessages(c) {
   const out = [];

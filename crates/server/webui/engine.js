@@ -3,6 +3,8 @@
 // where the step time went, and tokens per second over the last minutes. Rates and the
 // time split are differences between two events' totals.
 
+import { events } from "./sse.js";
+
 const $ = (id) => document.getElementById(id);
 const HISTORY = 240;
 
@@ -102,20 +104,8 @@ export async function startEngineView(headers, askKey, model) {
         await askKey();
         continue;
       }
-      const reader = r.body.getReader();
-      const decoder = new TextDecoder();
-      let buf = "";
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) return;
-        buf += decoder.decode(value, { stream: true });
-        let end;
-        while ((end = buf.indexOf("\n\n")) >= 0) {
-          const data = buf.slice(0, end).split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5)).join("");
-          buf = buf.slice(end + 2);
-          if (data.trim()) show(JSON.parse(data));
-        }
-      }
+      for await (const ev of events(r)) show(ev);
+      return;
     }
   } catch (e) {
     if (e.name !== "AbortError") $("queued").textContent = `(engine view stopped: ${e.message})`;

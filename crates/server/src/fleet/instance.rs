@@ -148,7 +148,8 @@ impl Instance {
         Err(failed("the model did not load in time"))
     }
 
-    fn exited(&self) -> bool {
+    /// Whether its server is not running (never started, or exited).
+    pub fn exited(&self) -> bool {
         let mut c = self.child.lock().unwrap_or_else(|e| e.into_inner());
         c.as_mut().is_none_or(|c| !matches!(c.try_wait(), Ok(None)))
     }

@@ -61,6 +61,13 @@ pub struct Lease {
     pub addr: std::net::SocketAddr,
 }
 
+impl Lease {
+    /// Whether its model's server has exited (crashed or was killed from outside).
+    pub fn dead(&self) -> bool {
+        self.inst.exited()
+    }
+}
+
 impl Drop for Lease {
     fn drop(&mut self) {
         self.inst.touch();
@@ -260,6 +267,26 @@ impl Fleet {
                 true
             }
         }
+    }
+
+    /// Forgets the model of `lease` when its server has exited, so that the next request
+    /// loads it again; whether it had.
+    pub fn forget_if_dead(&self, lease: &Lease) -> bool {
+        if !lease.dead() {
+            return false;
+        }
+        let mut live = self.live();
+        if live
+            .get(&lease.inst.name)
+            .is_some_and(|i| Arc::ptr_eq(i, &lease.inst))
+        {
+            live.remove(&lease.inst.name);
+        }
+        lease
+            .inst
+            .status
+            .send_replace(Status::Failed("its server stopped".into()));
+        true
     }
 
     /// Unloads `name`; whether it was loaded.

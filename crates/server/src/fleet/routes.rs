@@ -210,9 +210,9 @@ fn serde_urlencoded_pairs(query: &str) -> Vec<(String, String)> {
     .unwrap_or_default()
 }
 
-/// The model a request names: `model` in a JSON body, else `?model=`, else the only model
-/// loaded or the only one there is.
-fn model_of(f: &Fleet, req: &axum::http::request::Parts, body: &Bytes) -> Result<Entry, ApiError> {
+/// The model a request names: `model` in a JSON body, else `?model=` of `query`, else the
+/// only model loaded or the only one there is.
+fn model_of(f: &Fleet, query: Option<&str>, body: &Bytes) -> Result<Entry, ApiError> {
     #[derive(Deserialize)]
     struct M {
         model: Option<Value>,
@@ -221,7 +221,7 @@ fn model_of(f: &Fleet, req: &axum::http::request::Parts, body: &Bytes) -> Result
         .ok()
         .and_then(|m| m.model)
         .and_then(|v| v.as_str().map(str::to_string));
-    let asked = in_body.or_else(|| req.uri.query().and_then(|q| url_param(q, "model")));
+    let asked = in_body.or_else(|| query.and_then(|q| url_param(q, "model")));
     if let Some(name) = asked {
         return f.resolve(&name);
     }
@@ -250,7 +250,17 @@ async fn forward(State(s): State<Shared>, req: Request) -> Response {
         let bytes = axum::body::to_bytes(body, usize::MAX)
             .await
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
-        let entry = model_of(&f, &parts, &bytes)?;
+        let query = parts.uri.query().map(str::to_string);
+        let entry = match bytes.len() > crate::state::Lanes::SMALL {
+            // A large body is read for its model off the runtime, as bodies are prepared.
+            true => {
+                let (fl, b) = (f.clone(), bytes.clone());
+                tokio::task::spawn_blocking(move || model_of(&fl, query.as_deref(), &b))
+                    .await
+                    .map_err(|e| ApiError::internal(e.to_string()))??
+            }
+            false => model_of(&f, query.as_deref(), &bytes)?,
+        };
         let lease = f.acquire(&entry, f.autoload()).await?;
         let path = parts
             .uri
@@ -272,7 +282,19 @@ async fn forward(State(s): State<Shared>, req: Request) -> Response {
             .header(header::AUTHORIZATION, bearer)
             .body(Full::new(bytes))
             .map_err(|e| ApiError::internal(e.to_string()))?;
-        let r = send(lease.addr, out).await.map_err(ApiError::internal)?;
+        let r = match send(lease.addr, out).await {
+            Ok(r) => r,
+            Err(_) if f.forget_if_dead(&lease) => {
+                return Err(ApiError::unavailable(
+                    format!(
+                        "the server of model '{}' stopped; the next request loads it again",
+                        entry.name
+                    ),
+                    1,
+                ))
+            }
+            Err(e) => return Err(ApiError::internal(e)),
+        };
         let (head, incoming) = r.into_parts();
         // The lease lives as long as the answer's body does.
         let frames = BodyStream::new(incoming).filter_map(move |frame| {

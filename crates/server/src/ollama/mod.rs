@@ -103,6 +103,23 @@ struct Prepared {
     keep_alive: KeepAlive,
 }
 
+/// `asked`, with the model, stream flag (Ollama streams by default) and `keep_alive` of `c`.
+fn prepared(c: &request::Common, keep_alive: KeepAlive, asked: Asked) -> Prepared {
+    Prepared {
+        asked,
+        model: c.model.clone().unwrap_or_default(),
+        stream: c.stream.unwrap_or(true),
+        keep_alive,
+    }
+}
+
+/// A request that only loads the model, or unloads it with `keep_alive: 0`.
+fn load_only(keep_alive: KeepAlive) -> Asked {
+    Asked::Load {
+        unload: keep_alive == Some(Some(Duration::ZERO)),
+    }
+}
+
 /// Caps every choice's answer so that prompt and answer fit `num_ctx` (Ollama's window).
 fn fit(valid: &mut ValidGen, num_ctx: Option<usize>, ready: &Ready) -> Result<(), ApiError> {
     let Some(n) = num_ctx else { return Ok(()) };
@@ -128,20 +145,9 @@ fn prepare_chat(bytes: &Bytes, ready: &Ready) -> Result<Prepared, ApiError> {
     let c = &req.common;
     check_model(ready, c.model.as_deref())?;
     let keep_alive = keep_alive_of(&c.keep_alive)?;
-    let (model, stream) = (
-        c.model.clone().unwrap_or_default(),
-        c.stream.unwrap_or(true),
-    );
     let messages = req.messages.unwrap_or_default();
     if messages.is_empty() {
-        let unload = keep_alive == Some(Some(Duration::ZERO));
-        let asked = Asked::Load { unload };
-        return Ok(Prepared {
-            asked,
-            model,
-            stream,
-            keep_alive,
-        });
+        return Ok(prepared(c, keep_alive, load_only(keep_alive)));
     }
     let mut body = common_body(c)?;
     let window = num_ctx(c.options.as_ref())?;
@@ -161,12 +167,7 @@ fn prepare_chat(bytes: &Bytes, ready: &Ready) -> Result<Prepared, ApiError> {
         split: true,
         context: None,
     };
-    Ok(Prepared {
-        asked,
-        model,
-        stream,
-        keep_alive,
-    })
+    Ok(prepared(c, keep_alive, asked))
 }
 
 fn prepare_generate(bytes: &Bytes, ready: &Ready) -> Result<Prepared, ApiError> {
@@ -175,22 +176,11 @@ fn prepare_generate(bytes: &Bytes, ready: &Ready) -> Result<Prepared, ApiError> 
     check_model(ready, c.model.as_deref())?;
     req.refuse_unsupported()?;
     let keep_alive = keep_alive_of(&c.keep_alive)?;
-    let (model, stream) = (
-        c.model.clone().unwrap_or_default(),
-        c.stream.unwrap_or(true),
-    );
     let prompt = req.prompt.clone().unwrap_or_default();
     let suffix = req.suffix.clone().unwrap_or_default();
     let context = req.context.clone().unwrap_or_default();
     if prompt.is_empty() && suffix.is_empty() && context.is_empty() {
-        let unload = keep_alive == Some(Some(Duration::ZERO));
-        let asked = Asked::Load { unload };
-        return Ok(Prepared {
-            asked,
-            model,
-            stream,
-            keep_alive,
-        });
+        return Ok(prepared(c, keep_alive, load_only(keep_alive)));
     }
     let mut body = common_body(c)?;
     let window = num_ctx(c.options.as_ref())?;
@@ -256,12 +246,7 @@ fn prepare_generate(bytes: &Bytes, ready: &Ready) -> Result<Prepared, ApiError> 
         split,
         context,
     };
-    Ok(Prepared {
-        asked,
-        model,
-        stream,
-        keep_alive,
-    })
+    Ok(prepared(c, keep_alive, asked))
 }
 
 /// Applies a request's `keep_alive` (not given: the server's `--sleep-idle-seconds`).
