@@ -141,6 +141,17 @@ def test_a_model_whose_server_died_is_loaded_again(router):
     assert chat(router, "smol")[1] == before
 
 
+def test_a_request_given_up_while_its_model_loads_does_not_pin_it(router):
+    router.post("/models/unload", {"model": "qwen"})
+    router.post("/models/unload", {"model": "smol"})
+    with pytest.raises(openai.APITimeoutError):
+        router.client(timeout=0.05).chat.completions.create(model="qwen", messages=HI, max_tokens=4)
+    # With room for one, smol's load must unload qwen once it has loaded: a hold the
+    # cancelled request never gave back would keep it forever.
+    assert chat(router, "smol")[0] == "smol"
+    assert status(router)["qwen"] == "unloaded"
+
+
 def test_the_key_is_required(router):
     with pytest.raises(openai.AuthenticationError):
         router.client(api_key="wrong").models.list()

@@ -45,6 +45,7 @@ pub fn attention_case(
         n_rot: hd,
         mode,
         freq_base: 10000.0,
+        scaling: crate::RopeScaling::NONE,
     };
     let spec = AttnSpec {
         n_head: nh,

@@ -22,7 +22,7 @@ pub mod testing;
 pub use seam::{
     full_stores, rope_angles, seq_runs, AttnSpec, Buf, Bytes, ConvSpec, DeltaIo, DeltaSpec, Device,
     Gating, Mat, MatOut, MatrixSource, MoeScratch, MoeSpec, MoeStats, Op, OpTime, Progress, Role,
-    RopeMode, RopeSpec, Routing, Row, ScratchShape, SharedIn, Step, Tables,
+    RopeMode, RopeScaling, RopeSpec, Routing, Row, ScratchShape, SharedIn, Step, Tables,
 };
 
 use gguf::GgmlType;

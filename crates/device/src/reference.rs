@@ -322,9 +322,11 @@ impl Device for Reference {
             for h in 0..heads {
                 let head = &mut xs[(r * heads + h) * hd..(r * heads + h + 1) * hd];
                 for i in 0..half {
-                    let theta = row.pos as f64
+                    let extrap = row.pos as f64
                         * (spec.freq_base as f64).powf(-2.0 * i as f64 / spec.n_rot as f64);
+                    let (theta, mscale) = scaled(extrap, i, &spec.scaling);
                     let (s, c) = theta.sin_cos();
+                    let (s, c) = (s * mscale, c * mscale);
                     let (a, b) = match spec.mode {
                         RopeMode::Normal => (2 * i, 2 * i + 1),
                         RopeMode::Neox => (i, i + half),
@@ -568,4 +570,18 @@ impl Device for Reference {
     fn moe_stats(&self) -> MoeStats {
         self.stats
     }
+}
+
+/// The angle `extrap` of pair `i` and the magnitude of its cos and sin under `s`, in f64
+/// (the same formulas as [`crate::rope_angles`]).
+fn scaled(extrap: f64, i: usize, s: &crate::RopeScaling) -> (f64, f64) {
+    let interp = s.freq_scale as f64 * extrap;
+    if s.ext_factor == 0.0 {
+        return (interp, s.attn_factor as f64);
+    }
+    let [low, high] = s.corr_dims.map(f64::from);
+    let ramp = 1.0 - ((i as f64 - low) / (high - low).max(0.001)).clamp(0.0, 1.0);
+    let mix = ramp * s.ext_factor as f64;
+    let m = s.attn_factor as f64 * (1.0 + 0.1 * (1.0 / s.freq_scale as f64).ln());
+    (interp * (1.0 - mix) + extrap * mix, m)
 }

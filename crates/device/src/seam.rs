@@ -184,25 +184,101 @@ pub enum RopeMode {
 }
 
 /// RoPE of rows of heads of `head_dim`: the first `n_rot` dimensions of each head turn by
-/// `θ_i = pos · freq_base^(-2i/n_rot)`.
+/// `θ_i = pos · freq_base^(-2i/n_rot)`, scaled as `scaling` says.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RopeSpec {
     pub head_dim: usize,
     pub n_rot: usize,
     pub mode: RopeMode,
     pub freq_base: f32,
+    pub scaling: RopeScaling,
+}
+
+impl RopeSpec {
+    /// What the angles of a step depend on, as bits (a cache key).
+    pub fn angle_key(&self) -> [u32; 7] {
+        let s = &self.scaling;
+        [
+            self.n_rot as u32,
+            self.freq_base.to_bits(),
+            s.freq_scale.to_bits(),
+            s.ext_factor.to_bits(),
+            s.attn_factor.to_bits(),
+            s.corr_dims[0].to_bits(),
+            s.corr_dims[1].to_bits(),
+        ]
+    }
+}
+
+/// RoPE scaling as ggml applies it (linear interpolation and YaRN): each angle is the
+/// unscaled one times `freq_scale`; with `ext_factor` not 0 (YaRN), dimension pair `i` takes
+/// back `ramp(i) · ext_factor` of the unscaled angle, `ramp` falling from 1 to 0 between
+/// `corr_dims`, and cos and sin are scaled by `attn_factor · (1 + 0.1 ln(1/freq_scale))`
+/// (by `attn_factor` alone without YaRN).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RopeScaling {
+    pub freq_scale: f32,
+    pub ext_factor: f32,
+    pub attn_factor: f32,
+    pub corr_dims: [f32; 2],
+}
+
+impl RopeScaling {
+    /// No scaling: the angles as [`rope_angles`] computes them unscaled.
+    pub const NONE: RopeScaling = RopeScaling {
+        freq_scale: 1.0,
+        ext_factor: 0.0,
+        attn_factor: 1.0,
+        corr_dims: [0.0, 0.0],
+    };
+
+    /// YaRN's correction dimensions (ggml's `ggml_rope_yarn_corr_dims`): the pairs that turn
+    /// fewer than `beta_fast` times, and more than `beta_slow` times, over `n_ctx_orig`
+    /// positions.
+    pub fn corr_dims(
+        n_rot: usize,
+        n_ctx_orig: usize,
+        freq_base: f32,
+        [beta_fast, beta_slow]: [f32; 2],
+    ) -> [f32; 2] {
+        let dim = |rotations: f32| {
+            n_rot as f32 * (n_ctx_orig as f32 / (rotations * 2.0 * std::f32::consts::PI)).ln()
+                / (2.0 * freq_base.ln())
+        };
+        [
+            dim(beta_fast).floor().max(0.0),
+            dim(beta_slow).ceil().min(n_rot as f32 - 1.0),
+        ]
+    }
+
+    /// The share of the unscaled angle pair `i` keeps (before `ext_factor`).
+    fn ramp(&self, i: usize) -> f32 {
+        let [low, high] = self.corr_dims;
+        let y = (i as f32 - low) / (high - low).max(0.001);
+        1.0 - y.clamp(0.0, 1.0)
+    }
 }
 
 /// Rotation angles for one position: `cos_sin[i] = (cos θ_i, sin θ_i)` with
-/// `θ_i = pos · base^(-2i/n_rot)`, computed as ggml does (θ multiplied by the f32 ratio
-/// step by step) so that positions agree with llama.cpp.
-pub fn rope_angles(pos: usize, n_rot: usize, freq_base: f32, cos_sin: &mut [(f32, f32)]) {
-    assert_eq!(cos_sin.len(), n_rot / 2);
-    let theta_scale = freq_base.powf(-2.0 / n_rot as f32);
-    let mut theta = pos as f32;
-    for cs in cos_sin.iter_mut() {
-        *cs = (theta.cos(), theta.sin());
-        theta *= theta_scale;
+/// `θ_i = pos · base^(-2i/n_rot)` scaled by `spec.scaling`, computed as ggml does (θ
+/// multiplied by the f32 ratio step by step) so that positions agree with llama.cpp.
+pub fn rope_angles(pos: usize, spec: &RopeSpec, cos_sin: &mut [(f32, f32)]) {
+    assert_eq!(cos_sin.len(), spec.n_rot / 2);
+    let s = &spec.scaling;
+    let theta_scale = spec.freq_base.powf(-2.0 / spec.n_rot as f32);
+    let mut theta_extrap = pos as f32;
+    for (i, cs) in cos_sin.iter_mut().enumerate() {
+        let interp = s.freq_scale * theta_extrap;
+        let (theta, mscale) = match s.ext_factor != 0.0 {
+            true => {
+                let mix = s.ramp(i) * s.ext_factor;
+                let m = s.attn_factor * (1.0 + 0.1 * (1.0 / s.freq_scale).ln());
+                (interp * (1.0 - mix) + theta_extrap * mix, m)
+            }
+            false => (interp, s.attn_factor),
+        };
+        *cs = (theta.cos() * mscale, theta.sin() * mscale);
+        theta_extrap *= theta_scale;
     }
 }
 

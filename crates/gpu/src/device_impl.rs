@@ -286,13 +286,13 @@ impl Device for Gpu {
         if rows == 0 || half == 0 {
             return;
         }
-        let key = (spec.n_rot, spec.freq_base.to_bits());
+        let key = spec.angle_key();
         let cs = match self.angles.iter().find(|a| a.0 == key) {
             Some(&(_, r)) => r,
             None => {
                 let mut cs = vec![(0f32, 0f32); rows * half];
                 for (row, c) in self.rows.iter().zip(cs.chunks_exact_mut(half)) {
-                    device::rope_angles(row.pos, spec.n_rot, spec.freq_base, c);
+                    device::rope_angles(row.pos, spec, c);
                 }
                 let flat: Vec<f32> = cs.iter().flat_map(|&(c, s)| [c, s]).collect();
                 let r = self.rec.push(&self.ctx, bytemuck::cast_slice(&flat));

@@ -61,8 +61,8 @@ pub struct Gpu {
     pub(crate) states: Option<crate::recurrent::GpuStates>,
     pub(crate) rows: Vec<Row>,
     pub(crate) step: Option<StepData>,
-    /// This step's RoPE angles per `(n_rot, freq_base bits)`.
-    pub(crate) angles: Vec<((usize, u32), Region)>,
+    /// This step's RoPE angles per `RopeSpec::angle_key`.
+    pub(crate) angles: Vec<([u32; 7], Region)>,
     /// Bound where a kernel's optional input is absent.
     pub(crate) dummy: wgpu::Buffer,
     pub(crate) moe_stats: MoeStats,

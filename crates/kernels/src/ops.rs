@@ -424,12 +424,19 @@ mod tests {
     #[test]
     fn rope_preserves_norm_and_is_identity_at_zero() {
         let mut cs = vec![(0f32, 0f32); 4];
-        rope_angles(0, 8, 10000.0, &mut cs);
+        let spec = device::RopeSpec {
+            head_dim: 8,
+            n_rot: 8,
+            mode: RopeMode::Neox,
+            freq_base: 10000.0,
+            scaling: device::RopeScaling::NONE,
+        };
+        rope_angles(0, &spec, &mut cs);
         let orig: Vec<f32> = (0..16).map(|i| i as f32 * 0.1).collect();
         let mut x = orig.clone();
         rope(&mut x, 8, RopeMode::Neox, &cs);
         assert_eq!(x, orig);
-        rope_angles(17, 8, 10000.0, &mut cs);
+        rope_angles(17, &spec, &mut cs);
         for mode in [RopeMode::Normal, RopeMode::Neox] {
             let mut x = orig.clone();
             rope(&mut x, 8, mode, &cs);

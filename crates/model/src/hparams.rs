@@ -5,6 +5,7 @@
 use device::RopeMode;
 use gguf::Metadata;
 
+use crate::rope::{RopeOverrides, RopeParams};
 use crate::{Error, Result};
 
 /// What the shared reading of hyper-parameters needs to know of an architecture.
@@ -93,6 +94,8 @@ pub struct HParams {
     pub n_rot: usize,
     pub rope_mode: RopeMode,
     pub rope_freq_base: f32,
+    /// RoPE scaling past the training context.
+    pub rope: RopeParams,
     pub rms_eps: f32,
     pub n_ctx_train: usize,
     /// The mixture of experts, for architectures and files that have one.
@@ -173,6 +176,7 @@ impl HParams {
             Some(v) => positive(&key("vocab_size"), v)?,
             None => md.array("tokenizer.ggml.tokens")?.len(),
         };
+        let n_ctx_train = md.opt_u32(&key("context_length"))?.unwrap_or(2048) as usize;
         let hp = HParams {
             arch,
             n_vocab,
@@ -187,8 +191,9 @@ impl HParams {
                 .map_or(head_dim, |v| v as usize),
             rope_mode: traits.rope_mode,
             rope_freq_base: md.opt_f32(&key("rope.freq_base"))?.unwrap_or(10_000.0),
+            rope: RopeParams::from_metadata(md, arch, n_ctx_train)?,
             rms_eps: md.f32(&key("attention.layer_norm_rms_epsilon"))?,
-            n_ctx_train: md.opt_u32(&key("context_length"))?.unwrap_or(2048) as usize,
+            n_ctx_train,
             moe: None,
             attn_scale: 1.0 / (head_dim as f32).sqrt(),
             embed_scale: traits.scaled_embeddings.then(|| (n_embd as f32).sqrt()),
@@ -209,14 +214,6 @@ impl HParams {
                 "rope.dimension_count",
                 format!("{} must be even and at most head_dim {head_dim}", hp.n_rot),
             ));
-        }
-        if let Some(s) = md.opt_str(&key("rope.scaling.type"))? {
-            if s != "none" && md.opt_f32(&key("rope.scaling.factor"))?.unwrap_or(1.0) != 1.0 {
-                return Err(bad(
-                    "rope.scaling.type",
-                    format!("'{s}' is not supported yet"),
-                ));
-            }
         }
         let moe = MoeParams::from_metadata(md, arch, traits.experts, [hp.n_ff, hp.n_layer])?;
         let window = match traits.sliding {
@@ -244,6 +241,20 @@ impl HParams {
         match (self.window(il), self.sliding) {
             (Some(_), Some(s)) => s.pattern.rope_freq_base.unwrap_or(self.rope_freq_base),
             _ => self.rope_freq_base,
+        }
+    }
+
+    /// The RoPE scaling of block `il`.
+    pub fn rope_scaling(&self, il: usize) -> device::RopeScaling {
+        self.rope
+            .scaling(self.rope_base(il), self.n_rot, self.window(il).is_some())
+    }
+
+    /// Puts the flags' RoPE settings over the file's.
+    pub fn apply_rope(&mut self, o: &RopeOverrides) {
+        self.rope = self.rope.with(o);
+        if let Some(b) = o.freq_base {
+            self.rope_freq_base = b;
         }
     }
 

@@ -20,6 +20,7 @@ mod head;
 mod hparams;
 pub mod layers;
 pub mod quant;
+pub mod rope;
 mod scratch;
 mod stage;
 pub mod synthetic;

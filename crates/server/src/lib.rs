@@ -42,7 +42,7 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -115,8 +115,9 @@ pub(crate) fn namespace_of<T: std::hash::Hash>(parts: T) -> u64 {
 async fn auth(State(s): State<Shared>, mut req: Request, next: Next) -> Result<Response, ApiError> {
     let path = req.uri().path();
     let gcp_health = s.config.gcp.as_ref().and_then(|g| g.health.as_deref());
+    let reading = matches!(*req.method(), Method::GET | Method::HEAD);
     let public = PUBLIC.contains(&path)
-        || webui::is_ui_path(path)
+        || (reading && webui::is_ui_path(path))
         || gcp_health == Some(path)
         || (s.config.metrics_public && path == "/metrics");
     if s.config.api_keys.is_empty() || public {
@@ -174,7 +175,10 @@ const STATUS: &[&str] = &[
 /// next request comes.
 async fn activity(State(s): State<Shared>, req: Request, next: Next) -> Response {
     let path = req.uri().path();
-    let status = STATUS.contains(&path) || path.starts_with("/v1/models/");
+    // Ollama's routes wake the engine themselves, when they need it: `keep_alive: 0` must
+    // not load a sleeping model only to unload it.
+    let status =
+        STATUS.contains(&path) || path.starts_with("/v1/models/") || path.starts_with("/api/");
     if !status && req.method() != axum::http::Method::GET {
         if let Some(r) = s.ready.get() {
             let _ = r.engine.wake();

@@ -29,9 +29,12 @@ const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
     img-src 'self' data: blob:; connect-src 'self'; base-uri 'none'; form-action 'none'; \
     frame-ancestors 'none'";
 
-/// Whether `path` is one of the UI's (reachable without the key).
+/// Whether `path` is one of the UI's files (reachable without the key).
 pub fn is_ui_path(path: &str) -> bool {
-    path == "/" || path.starts_with("/webui/")
+    path == "/"
+        || path
+            .strip_prefix("/webui/")
+            .is_some_and(|name| FILES.iter().any(|f| f.0 == name))
 }
 
 fn file(s: &Shared, name: &str) -> Result<Response, ApiError> {

@@ -135,6 +135,9 @@ pub fn for_ollama(name: &str) -> Result<Option<server::ollama::Pulled>, String> 
     let Some(m) = known(name) else {
         return Ok(None);
     };
+    // One fetch at a time: two of the same model would write the same partial file.
+    static FETCHING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = FETCHING.lock().unwrap_or_else(|e| e.into_inner());
     pull(m, None).map_err(|e| e.to_string())?;
     Ok(Some(server::ollama::Pulled {
         size: m.size,

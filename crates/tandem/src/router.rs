@@ -1,6 +1,7 @@
 //! `tandem serve` as a router of several models (`--models-dir`, `--models-preset`, or `-m`
 //! given more than once): the command line split into the router's own settings (address,
-//! keys, CORS, limits, the web UI) and the flags every model's server gets (the rest).
+//! CORS, limits, the web UI) and the flags every model's server gets (the rest, the API keys
+//! included: requests reach the models' servers with the client's key).
 
 use clap::{Command, CommandFactory};
 
@@ -23,8 +24,6 @@ const ROUTER_ONLY: &[&str] = &[
     "--no-models-autoload",
     "--host",
     "--port",
-    "--api-key",
-    "--api-key-file",
     "-a",
     "--alias",
     "--tags",

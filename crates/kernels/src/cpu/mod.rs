@@ -54,9 +54,10 @@ pub struct Cpu {
     states: Option<HostStates>,
     rows: Vec<Row>,
     tables: device::Tables,
-    /// `[step rows, n_rot / 2]` RoPE angles of this step, for the `(n_rot, freq_base)` given.
+    /// `[step rows, n_rot / 2]` RoPE angles of this step, for the spec whose `angle_key` is
+    /// `angles_of`.
     angles: Vec<(f32, f32)>,
-    angles_of: Option<(usize, u32)>,
+    angles_of: Option<[u32; 7]>,
     moe: moe::Routes,
 }
 
@@ -346,11 +347,11 @@ impl Device for Cpu {
 
     fn rope(&mut self, x: Buf, heads: usize, spec: &RopeSpec) {
         let half = spec.n_rot / 2;
-        let key = (spec.n_rot, spec.freq_base.to_bits());
+        let key = spec.angle_key();
         if self.angles_of != Some(key) {
             self.angles.resize(self.rows.len() * half, (0.0, 0.0));
             for (row, cs) in self.rows.iter().zip(self.angles.chunks_exact_mut(half)) {
-                rope_angles(row.pos, spec.n_rot, spec.freq_base, cs);
+                rope_angles(row.pos, spec, cs);
             }
             self.angles_of = Some(key);
         }

@@ -120,6 +120,7 @@ pub fn heads(cx: &Cx<'_>, dev: &mut dyn Device, n: usize, norms: Option<(VecId, 
         n_rot: hp.n_rot,
         mode: hp.rope_mode,
         freq_base: hp.rope_base(il),
+        scaling: hp.rope_scaling(il),
     };
     dev.rope(s.q, hp.n_head, &rope);
     dev.rope(s.k, hp.n_head_kv, &rope);

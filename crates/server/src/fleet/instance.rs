@@ -65,18 +65,20 @@ impl Instance {
             .then(|| *self.last_used.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// Starts `exe serve` on `entry` with `args`, and sets the status once it is ready or
-    /// has failed.
-    pub async fn load(&self, exe: &Path, entry: &Entry, args: &[String], key: &Path) {
-        let status = match self.start(exe, entry, args, key).await {
-            Ok(addr) => Status::Loaded(addr),
-            Err(why) => {
-                self.unload().await;
-                Status::Failed(why)
-            }
-        };
+    /// Starts `exe serve` on `entry` with `args` and waits until it answers; a server that
+    /// failed is stopped.
+    pub async fn load(
+        &self,
+        exe: &Path,
+        entry: &Entry,
+        args: &[String],
+    ) -> Result<SocketAddr, String> {
+        let started = self.start(exe, entry, args).await;
+        if started.is_err() {
+            self.unload().await;
+        }
         self.touch();
-        self.status.send_replace(status);
+        started
     }
 
     async fn start(
@@ -84,7 +86,6 @@ impl Instance {
         exe: &Path,
         entry: &Entry,
         args: &[String],
-        key: &Path,
     ) -> Result<SocketAddr, String> {
         let mut cmd = Command::new(exe);
         cmd.arg("serve")
@@ -94,12 +95,17 @@ impl Instance {
             .args(&entry.args)
             .args(["--host", "127.0.0.1", "--port", "0", "--no-webui"])
             .args(["--alias", &entry.name])
-            .arg("--api-key-file")
-            .arg(key)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+        // The router's own flags came from these already; a child reading them again would
+        // be a router too.
+        for (k, _) in std::env::vars_os() {
+            if k.to_str().is_some_and(|k| k.starts_with("LLAMA_ARG_")) {
+                cmd.env_remove(k);
+            }
+        }
         let mut child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;

@@ -11,7 +11,8 @@
 //! status, `?reload=1` reading the directory and preset again), `/models/load` and
 //! `/models/unload`, `/props` without `?model=` (its role and limits), Ollama's `/api/tags`,
 //! `/api/ps` and `/api/version`, and the web UI. Everything else goes to the model's server,
-//! streamed both ways, with a key only the router holds.
+//! streamed both ways with the client's own key: the models' servers take the router's
+//! keys, so that each key keeps its own prefix-cache namespace there.
 
 mod catalog;
 mod instance;
@@ -47,54 +48,47 @@ pub struct Fleet {
     settings: FleetSettings,
     catalog: RwLock<Vec<Entry>>,
     live: Mutex<HashMap<String, Arc<Instance>>>,
+    /// Why the last load of a model failed (until it is loaded again).
+    failures: Mutex<HashMap<String, String>>,
     /// Held while room is made and a load starts: requests that need room take turns in
     /// the order they came.
     gate: tokio::sync::Mutex<()>,
-    /// The file with the key the models' servers accept, and the key.
-    key_file: PathBuf,
-    key: String,
+}
+
+/// A count in a model's `in_flight`, given back when dropped (also when the request that
+/// took it is cancelled while the model loads).
+struct Hold(Arc<Instance>);
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// A request's hold on a loaded model: it is not unloaded while held.
 pub struct Lease {
-    inst: Arc<Instance>,
+    hold: Hold,
     pub addr: std::net::SocketAddr,
 }
 
 impl Lease {
     /// Whether its model's server has exited (crashed or was killed from outside).
     pub fn dead(&self) -> bool {
-        self.inst.exited()
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        self.inst.touch();
-        self.inst.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.hold.0.exited()
     }
 }
 
 impl Fleet {
-    /// The fleet of `settings`, its catalog read and its key written (mode 0600).
+    /// The fleet of `settings`, its catalog read.
     pub fn new(settings: FleetSettings) -> Result<Fleet, String> {
         let catalog = catalog::read(&settings.sources)?;
-        let key = format!(
-            "{:016x}{:016x}",
-            crate::validate::rand_seed(),
-            crate::validate::rand_seed()
-        );
-        let key_file =
-            std::env::temp_dir().join(format!("tandem-router-{}.key", std::process::id()));
-        write_private(&key_file, &key)
-            .map_err(|e| format!("writing {}: {e}", key_file.display()))?;
         Ok(Fleet {
             settings,
             catalog: RwLock::new(catalog),
             live: Mutex::new(HashMap::new()),
+            failures: Mutex::new(HashMap::new()),
             gate: tokio::sync::Mutex::new(()),
-            key_file,
-            key,
         })
     }
 
@@ -139,12 +133,20 @@ impl Fleet {
 
     /// A model's status: `loaded`, `loading`, `failed` or `unloaded`, with the failure.
     pub fn status(&self, name: &str) -> (&'static str, Option<String>) {
-        match self.live().get(name).map(|i| i.status.borrow().clone()) {
-            None => ("unloaded", None),
+        let live = self.live().get(name).map(|i| i.status.borrow().clone());
+        match live {
             Some(Status::Loading) => ("loading", None),
             Some(Status::Loaded(_)) => ("loaded", None),
             Some(Status::Failed(why)) => ("failed", Some(why)),
+            None => match self.failures().get(name) {
+                Some(why) => ("failed", Some(why.clone())),
+                None => ("unloaded", None),
+            },
         }
+    }
+
+    fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.failures.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The names loaded now.
@@ -167,10 +169,6 @@ impl Fleet {
         self.settings.autoload
     }
 
-    pub fn key(&self) -> &str {
-        &self.key
-    }
-
     /// Waits for `entry`'s server and holds it for a request; starts it first when it is not
     /// loaded and `load` allows.
     pub async fn acquire(self: &Arc<Self>, entry: &Entry, load: bool) -> Result<Lease, ApiError> {
@@ -189,27 +187,20 @@ impl Fleet {
                 self.start(entry).await;
                 continue;
             };
-            let mut rx = inst.status.subscribe();
+            let hold = Hold(inst);
+            let mut rx = hold.0.status.subscribe();
             let status = rx
                 .wait_for(|s| *s != Status::Loading)
                 .await
                 .map(|s| s.clone())
                 .unwrap_or(Status::Failed("the router is stopping".into()));
             match status {
-                Status::Loaded(addr) => {
-                    inst.touch();
-                    return Ok(Lease { inst, addr });
-                }
+                Status::Loaded(addr) => return Ok(Lease { hold, addr }),
                 Status::Failed(why) => {
-                    inst.in_flight.fetch_sub(1, Ordering::AcqRel);
-                    let mut live = self.live();
-                    if live.get(&entry.name).is_some_and(|i| Arc::ptr_eq(i, &inst)) {
-                        live.remove(&entry.name);
-                    }
                     return Err(ApiError::unavailable(
                         format!("model '{}' could not be loaded: {why}", entry.name),
                         1,
-                    ));
+                    ))
                 }
                 Status::Loading => unreachable!("waited past loading"),
             }
@@ -234,15 +225,30 @@ impl Fleet {
         let (fleet, entry) = (self.clone(), entry.clone());
         tokio::spawn(async move {
             let s = &fleet.settings;
-            loop {
-                inst.load(&s.exe, &entry, &s.args, &fleet.key_file).await;
-                let over = matches!(&*inst.status.borrow(), Status::Failed(w) if w.contains("the memory plan"));
-                // A plan that does not fit beside the others: unload one and try again.
-                if over && fleet.unload_lru(&entry.name).await {
-                    inst.status.send_replace(Status::Loading);
-                    continue;
+            let loaded = loop {
+                match inst.load(&s.exe, &entry, &s.args).await {
+                    // A plan that does not fit beside the others: unload one and try again.
+                    Err(why)
+                        if why.contains("the memory plan")
+                            && fleet.unload_lru(&entry.name).await => {}
+                    done => break done,
                 }
-                break;
+            };
+            match loaded {
+                Ok(addr) => {
+                    fleet.failures().remove(&entry.name);
+                    inst.status.send_replace(Status::Loaded(addr));
+                }
+                Err(why) => {
+                    {
+                        let mut live = fleet.live();
+                        if live.get(&entry.name).is_some_and(|i| Arc::ptr_eq(i, &inst)) {
+                            live.remove(&entry.name);
+                        }
+                    }
+                    fleet.failures().insert(entry.name.clone(), why.clone());
+                    inst.status.send_replace(Status::Failed(why));
+                }
             }
         });
     }
@@ -275,16 +281,12 @@ impl Fleet {
         if !lease.dead() {
             return false;
         }
+        let inst = &lease.hold.0;
         let mut live = self.live();
-        if live
-            .get(&lease.inst.name)
-            .is_some_and(|i| Arc::ptr_eq(i, &lease.inst))
-        {
-            live.remove(&lease.inst.name);
+        if live.get(&inst.name).is_some_and(|i| Arc::ptr_eq(i, inst)) {
+            live.remove(&inst.name);
         }
-        lease
-            .inst
-            .status
+        inst.status
             .send_replace(Status::Failed("its server stopped".into()));
         true
     }
@@ -308,19 +310,7 @@ impl Fleet {
         for i in all {
             i.unload().await;
         }
-        let _ = std::fs::remove_file(&self.key_file);
     }
-}
-
-fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    #[cfg(unix)]
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut o = std::fs::OpenOptions::new();
-    o.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    o.mode(0o600);
-    o.open(path)?.write_all(text.as_bytes())
 }
 
 pub use routes::run;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Query, Request, State};
-use axum::http::{header, HeaderValue, Method};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -55,6 +55,8 @@ fn routes() -> Router<Shared> {
     Router::new()
         .route("/health", get(health))
         .route("/v1/health", get(health))
+        .route("/ready", get(health))
+        .route("/v1/ready", get(health))
         .route("/models", get(models))
         .route("/v1/models", get(models))
         .route("/models/{id}", get(model))
@@ -241,6 +243,43 @@ fn model_of(f: &Fleet, query: Option<&str>, body: &Bytes) -> Result<Entry, ApiEr
     }
 }
 
+/// Headers that are not the connection's own (RFC 9110 §7.6.1: `Connection`, the ones it
+/// names, and the hop-by-hop ones).
+fn end_to_end(h: &HeaderMap) -> impl Iterator<Item = (&HeaderName, &HeaderValue)> {
+    const HOP: [&str; 8] = [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "proxy-authenticate",
+    ];
+    let named: Vec<String> = h
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|n| n.trim().to_ascii_lowercase())
+        .collect();
+    h.iter().filter(move |(k, _)| {
+        let k = k.as_str();
+        !HOP.contains(&k) && !named.iter().any(|n| n == k)
+    })
+}
+
+fn bad_gateway(why: String) -> ApiError {
+    ApiError {
+        status: axum::http::StatusCode::BAD_GATEWAY,
+        message: why,
+        kind: "server_error",
+        param: None,
+        retry_after: None,
+        context: None,
+    }
+}
+
 /// Hands the request to its model's server and streams the answer back.
 async fn forward(State(s): State<Shared>, req: Request) -> Response {
     let ollama = req.uri().path().starts_with("/api/");
@@ -270,16 +309,13 @@ async fn forward(State(s): State<Shared>, req: Request) -> Response {
         let mut out = hyper::Request::builder()
             .method(parts.method.clone())
             .uri(path);
-        for (k, v) in &parts.headers {
-            let skip = [header::HOST, header::AUTHORIZATION, header::CONTENT_LENGTH];
-            if !skip.contains(k) && k.as_str() != "x-api-key" {
+        for (k, v) in end_to_end(&parts.headers) {
+            if k != header::HOST && k != header::CONTENT_LENGTH {
                 out = out.header(k, v);
             }
         }
-        let bearer = format!("Bearer {}", f.key());
         let out = out
             .header(header::HOST, "127.0.0.1")
-            .header(header::AUTHORIZATION, bearer)
             .body(Full::new(bytes))
             .map_err(|e| ApiError::internal(e.to_string()))?;
         let r = match send(lease.addr, out).await {
@@ -293,7 +329,7 @@ async fn forward(State(s): State<Shared>, req: Request) -> Response {
                     1,
                 ))
             }
-            Err(e) => return Err(ApiError::internal(e)),
+            Err(e) => return Err(bad_gateway(e)),
         };
         let (head, incoming) = r.into_parts();
         // The lease lives as long as the answer's body does.
@@ -305,7 +341,13 @@ async fn forward(State(s): State<Shared>, req: Request) -> Response {
             })
         });
         let mut resp = Response::from_parts(head, Body::from_stream(frames));
-        resp.headers_mut().remove(header::CONTENT_LENGTH);
+        let kept: Vec<_> = end_to_end(resp.headers())
+            .filter(|(k, _)| *k != header::CONTENT_LENGTH)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let h = resp.headers_mut();
+        h.clear();
+        h.extend(kept);
         if parts.method == Method::HEAD {
             *resp.body_mut() = Body::empty();
         }

@@ -366,7 +366,11 @@ async fn vectors(
         let input = input
             .filter(|v| !v.is_null())
             .ok_or_else(|| ApiError::invalid(name, format!("{name} is required")))?;
-        let mut b = json!({"input": input});
+        // The legacy route's vector is the model's as pooled, not normalized (Ollama's).
+        let mut b = match legacy {
+            true => json!({"input": input, "embd_normalize": -1}),
+            false => json!({"input": input}),
+        };
         if let Some(d) = e.dimensions.filter(|d| !d.is_null()) {
             b["dimensions"] = d;
         }

@@ -393,6 +393,7 @@ pub fn keep_alive(v: &Value) -> Result<Option<Duration>, ApiError> {
     };
     let secs = match v {
         Value::Number(n) => n.as_f64().ok_or_else(bad)?,
+        Value::String(s) if s.trim().is_empty() => return Err(bad()),
         Value::String(s) => go_duration(s.trim()).ok_or_else(bad)?,
         _ => return Err(bad()),
     };
@@ -451,7 +452,13 @@ mod tests {
         assert_eq!(d(json!("1.5s")), Some(Duration::from_millis(1500)));
         assert_eq!(d(json!("-2m")), None);
         assert_eq!(d(json!(12.5)), Some(Duration::from_millis(12500)));
-        for bad in [json!("5 minutes"), json!("m"), json!(true), json!("1x")] {
+        for bad in [
+            json!("5 minutes"),
+            json!("m"),
+            json!(true),
+            json!("1x"),
+            json!(""),
+        ] {
             assert_eq!(
                 keep_alive(&bad).unwrap_err().param.as_deref(),
                 Some("keep_alive")
