@@ -184,10 +184,8 @@ mod tests {
             "2",
             "--no-webui",
         ]);
-        assert_eq!(
-            model_args(serve, &args),
-            strings(&["-c", "2048", "--temp", "0.5", "--metrics"])
-        );
+        let kept = ["-c", "2048", "--api-key", "k", "--temp", "0.5", "--metrics"];
+        assert_eq!(model_args(serve, &args), strings(&kept));
         let mut repeated = strings(&["-m", "a", "--model=b", "-c", "1"]);
         rewrite_models(&mut repeated);
         assert_eq!(
