@@ -197,6 +197,34 @@ mod tests {
     }
 
     #[test]
+    fn the_files_keys_give_the_scaling() {
+        use gguf::{Gguf, GgufWriter, Value};
+        let mut w = GgufWriter::new();
+        w.metadata("qwen2.rope.scaling.type", Value::String("yarn".into()))
+            .metadata("qwen2.rope.scaling.factor", Value::F32(4.0))
+            .metadata(
+                "qwen2.rope.scaling.original_context_length",
+                Value::U32(32768),
+            );
+        let g = Gguf::parse(&w.to_bytes()).unwrap();
+        let p = RopeParams::from_metadata(&g.metadata, "qwen2", 131072).unwrap();
+        assert_eq!(
+            (p.kind, p.freq_scale, p.n_ctx_orig),
+            (RopeKind::Yarn, 0.25, 32768)
+        );
+        let mut w = GgufWriter::new();
+        w.metadata("qwen2.rope.scaling.type", Value::String("longrope".into()));
+        let g = Gguf::parse(&w.to_bytes()).unwrap();
+        let e = RopeParams::from_metadata(&g.metadata, "qwen2", 4096).unwrap_err();
+        assert!(e.to_string().contains("qwen2.rope.scaling.type"), "{e}");
+        let none = RopeParams::from_metadata(&gguf::Metadata::default(), "qwen2", 4096).unwrap();
+        assert_eq!(
+            (none.kind, none.freq_scale, none.n_ctx_orig),
+            (RopeKind::None, 1.0, 4096)
+        );
+    }
+
+    #[test]
     fn flags_override_the_file() {
         let o = RopeOverrides {
             kind: Some(RopeKind::Linear),

@@ -118,6 +118,8 @@ pub struct ServerConfig {
     pub pull: Option<crate::ollama::Puller>,
     /// Serve the web UI at `/` (`--no-webui`: 404).
     pub webui: bool,
+    /// RoPE scaling over the model file's (`--rope-scaling`, `--yarn-*`, ...).
+    pub rope: model::rope::RopeOverrides,
 }
 
 /// The head of a split model: blocks `at..n` and the output head here, the embeddings and
@@ -180,6 +182,7 @@ impl ServerConfig {
             spm_infill: false,
             pull: None,
             webui: true,
+            rope: Default::default(),
         }
     }
 }
@@ -352,7 +355,8 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
     };
     // Before loading: the plan counts the weights, which loading takes from what is free.
     let available = engine::available_memory();
-    let model = Model::load_stage(&config.model_path, part)?;
+    let mut model = Model::load_stage(&config.model_path, part)?;
+    model.hparams.apply_rope(&config.rope);
     let hp = &model.hparams;
     let md = &model.file.header.metadata;
     let tok = Arc::new(Tokenizer::from_gguf(md)?);
@@ -428,7 +432,8 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
     let local_front = match local_at {
         None => None,
         Some(at) => {
-            let first = Model::load_stage(&config.model_path, Part::First(at))?;
+            let mut first = Model::load_stage(&config.model_path, Part::First(at))?;
+            first.hparams.apply_rope(&config.rope);
             let cfg = engine::ContextConfig {
                 device: engine::DeviceKind::Cpu,
                 ..ecfg.context_config()

@@ -329,7 +329,7 @@ fn prefill(a: PrefillBenchArgs) -> Result<(), CliError> {
         ));
     }
     let path = a.model.path()?;
-    let model = std::sync::Arc::new(Model::load(&path)?);
+    let model = std::sync::Arc::new(a.model.load(&path, model::Part::Whole)?);
     let context = a.model.context_config();
     let err = |e: bench::Error| CliError::Usage(e.to_string());
     let mut points = prefill::run(model, context, &a.lengths, a.reps).map_err(err)?;
@@ -357,7 +357,7 @@ fn prefill(a: PrefillBenchArgs) -> Result<(), CliError> {
 
 fn model(a: ModelBenchArgs) -> Result<(), CliError> {
     let path = a.model.path()?;
-    let model = std::sync::Arc::new(Model::load(&path)?);
+    let model = std::sync::Arc::new(a.model.load(&path, model::Part::Whole)?);
     let mut cfg = ModelBenchConfig {
         pp: a.pp,
         tg: a.tg,
@@ -392,7 +392,11 @@ fn model(a: ModelBenchArgs) -> Result<(), CliError> {
         None => None,
     };
     let spec_costs = if a.spec {
-        Some(spec_costs(&a, Model::load(&path)?, &cfg.context)?)
+        Some(spec_costs(
+            &a,
+            a.model.load(&path, model::Part::Whole)?,
+            &cfg.context,
+        )?)
     } else {
         None
     };

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use model::{Model, Part};
+use model::Part;
 use split::auth::Key;
 use split::tls::TlsServer;
 use split::worker::{Access, BoxWorker};
@@ -80,7 +80,7 @@ pub fn execute(a: BoxArgs) -> Result<(), CliError> {
     let path = a.model.path()?;
     // Before loading: the plan counts the weights, which loading takes from what is free.
     let available = engine::available_memory();
-    let model = Model::load_stage(&path, Part::First(a.layers))?;
+    let model = a.model.load(&path, Part::First(a.layers))?;
     let n_layer = model.hparams.n_layer;
     let cfg = engine::ContextConfig {
         n_seq: a.max_sessions,

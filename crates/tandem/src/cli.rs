@@ -134,6 +134,67 @@ pub struct ModelArgs {
     pub swa_full: bool,
     #[command(flatten)]
     pub cache: CacheArgs,
+    #[command(flatten)]
+    pub rope: RopeArgs,
+}
+
+/// RoPE scaling over what the model file says, as llama.cpp's flags set it.
+#[derive(Args, Clone, Default)]
+pub struct RopeArgs {
+    /// RoPE scaling: none, linear or yarn (default: the model's).
+    #[arg(long = "rope-scaling", value_parser = ["none", "linear", "yarn"])]
+    pub scaling: Option<String>,
+    /// Context scaling factor: RoPE frequencies divided by N.
+    #[arg(long = "rope-scale")]
+    pub scale: Option<f32>,
+    /// RoPE base frequency (default: the model's).
+    #[arg(long = "rope-freq-base")]
+    pub freq_base: Option<f32>,
+    /// RoPE frequency scaling factor, 1/N of --rope-scale.
+    #[arg(long = "rope-freq-scale")]
+    pub freq_scale: Option<f32>,
+    /// YaRN: the model's original context (default: the model's).
+    #[arg(long = "yarn-orig-ctx")]
+    pub yarn_orig_ctx: Option<usize>,
+    /// YaRN: extrapolation mix factor (default: 1 with YaRN, else 0).
+    #[arg(long = "yarn-ext-factor")]
+    pub yarn_ext_factor: Option<f32>,
+    /// YaRN: magnitude scaling factor.
+    #[arg(long = "yarn-attn-factor")]
+    pub yarn_attn_factor: Option<f32>,
+    /// YaRN: high correction dimension (default 1).
+    #[arg(long = "yarn-beta-slow")]
+    pub yarn_beta_slow: Option<f32>,
+    /// YaRN: low correction dimension (default 32).
+    #[arg(long = "yarn-beta-fast")]
+    pub yarn_beta_fast: Option<f32>,
+}
+
+impl RopeArgs {
+    /// The overrides, checked (factors positive).
+    pub fn overrides(&self) -> Result<model::rope::RopeOverrides, CliError> {
+        let positive = |name: &str, v: Option<f32>| match v {
+            Some(x) if !(x.is_finite() && x > 0.0) => {
+                Err(CliError::Usage(format!("{name} must be positive, got {x}")))
+            }
+            v => Ok(v),
+        };
+        let scale = positive("--rope-scale", self.scale)?;
+        let freq_scale = positive("--rope-freq-scale", self.freq_scale)?;
+        Ok(model::rope::RopeOverrides {
+            kind: self
+                .scaling
+                .as_deref()
+                .and_then(model::rope::RopeKind::parse),
+            freq_scale: freq_scale.or(scale.map(|s| 1.0 / s)),
+            freq_base: positive("--rope-freq-base", self.freq_base)?,
+            n_ctx_orig: self.yarn_orig_ctx.filter(|&n| n > 0),
+            ext_factor: self.yarn_ext_factor.filter(|&x| x >= 0.0),
+            attn_factor: self.yarn_attn_factor.filter(|&x| x >= 0.0),
+            beta_fast: self.yarn_beta_fast.filter(|&x| x >= 0.0),
+            beta_slow: self.yarn_beta_slow.filter(|&x| x >= 0.0),
+        })
+    }
 }
 
 pub fn parse_kv_type(s: &str) -> Result<GgmlType, String> {
@@ -151,6 +212,17 @@ pub fn parse_kv_type(s: &str) -> Result<GgmlType, String> {
 impl ModelArgs {
     pub fn path(&self) -> Result<PathBuf, CliError> {
         pull::resolve(&self.model, self.cache.dir.as_deref())
+    }
+
+    /// The part `part` of the model at `path`, with the RoPE flags over its file's settings.
+    pub fn load(
+        &self,
+        path: &std::path::Path,
+        part: model::Part,
+    ) -> Result<model::Model, CliError> {
+        let mut m = model::Model::load_stage(path, part)?;
+        m.hparams.apply_rope(&self.rope.overrides()?);
+        Ok(m)
     }
 
     pub fn context_config(&self) -> engine::ContextConfig {

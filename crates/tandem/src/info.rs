@@ -3,14 +3,13 @@
 use std::collections::BTreeMap;
 
 use engine::MemoryPlan;
-use model::Model;
 
 use crate::cli::InfoArgs;
 use crate::CliError;
 
 pub fn execute(a: InfoArgs) -> Result<(), CliError> {
     let path = a.model.path()?;
-    let model = Model::load(&path)?;
+    let model = a.model.load(&path, model::Part::Whole)?;
     let kind = a.model.device.resolve();
     let hp = &model.hparams;
     let md = &model.file.header.metadata;

@@ -8,7 +8,6 @@
 use std::time::Instant;
 
 use engine::{Executor, Outputs};
-use model::Model;
 use serde::Serialize;
 use text::Tokenizer;
 
@@ -38,7 +37,7 @@ fn nll(logits: &[f32], target: u32) -> f64 {
 }
 
 pub fn execute(a: PerplexityArgs) -> Result<(), CliError> {
-    let model = std::sync::Arc::new(Model::load(a.model.path()?)?);
+    let model = std::sync::Arc::new(a.model.load(&a.model.path()?, model::Part::Whole)?);
     let tok = Tokenizer::from_gguf(&model.file.header.metadata)?;
     let mut cfg = a.model.context_config();
     let mut base = match (&a.kl_divergence_base, a.kl_divergence) {

@@ -4,7 +4,6 @@ use std::io::Write;
 use std::time::Instant;
 
 use engine::{Executor, Outputs, Sampler, SamplerConfig};
-use model::Model;
 use serde::Serialize;
 use text::{ChatMessage, ChatTemplate, Detokenizer, Tokenizer};
 
@@ -38,7 +37,7 @@ fn per_second(n: usize, ms: f64) -> f64 {
 }
 
 pub fn execute(a: RunArgs) -> Result<(), CliError> {
-    let model = std::sync::Arc::new(Model::load(a.model.path()?)?);
+    let model = std::sync::Arc::new(a.model.load(&a.model.path()?, model::Part::Whole)?);
     let md = &model.file.header.metadata;
     let tok = Tokenizer::from_gguf(md)?;
     let prompt = if a.chat {

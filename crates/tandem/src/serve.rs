@@ -523,6 +523,7 @@ impl ServeArgs {
             cors,
             slots: !self.no_slots,
             webui: !self.no_webui,
+            rope: self.model.rope.overrides()?,
             mem_limit: self.mem_limit,
             body_limit: self.body_limit,
             limits,
