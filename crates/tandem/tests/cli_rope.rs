@@ -5,35 +5,16 @@
 //! with linear scaling alone, is far from the golden: it tests YaRN's ramp and magnitudes.
 
 use std::path::Path;
-use std::process::Command;
 
 mod common;
-use common::json;
+use common::{json, ok};
 
 /// `tandem synth` arguments of the golden model (as scripts/gen_rope_golden.sh has them).
+#[rustfmt::skip]
 const SYNTH: &[&str] = &[
-    "--arch",
-    "qwen2",
-    "--experts",
-    "0",
-    "--n-embd",
-    "128",
-    "--n-layer",
-    "2",
-    "--n-head",
-    "4",
-    "--n-head-kv",
-    "2",
-    "--n-ff",
-    "256",
-    "--type",
-    "f32",
-    "--tokenizer",
-    "smollm2-135m",
-    "--vocab",
-    "320",
-    "--seed",
-    "7",
+    "--arch", "qwen2", "--experts", "0", "--n-embd", "128", "--n-layer", "2", "--n-head", "4",
+    "--n-head-kv", "2", "--n-ff", "256", "--type", "f32", "--tokenizer", "smollm2-135m",
+    "--vocab", "320", "--seed", "7",
 ];
 const YARN: &[&str] = &[
     "--rope-scaling",
@@ -77,16 +58,9 @@ fn yarn_reads_as_llama_cpp_does() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("qwen2.gguf");
     let model = model.to_str().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["synth", "-o", model])
-        .args(SYNTH)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut synth = vec!["synth", "-o", model];
+    synth.extend(SYNTH);
+    ok(&synth);
     let gpu = gpu::adapter_for_tests().then_some("gpu");
     for device in ["cpu", "reference"].into_iter().chain(gpu) {
         let (kld, top) = against_golden(model, device, YARN);
