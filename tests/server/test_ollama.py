@@ -156,6 +156,18 @@ def test_embed_equals_the_openai_route(ol, name, qwen):
     assert all(abs(x / norm - y) < 1e-6 for x, y in zip(legacy, e.embeddings[0]))
 
 
+def test_embed_truncates_a_long_input_unless_told_not_to(ol, name, qwen):
+    text = "The quick brown fox jumps over the lazy dog. " * 300
+    ids = qwen.post("/tokenize", {"content": text}).json()["tokens"]
+    slot = qwen.get("/props").json()["default_generation_settings"]["n_ctx"]
+    assert len(ids) > slot
+    cut = qwen.client().embeddings.create(model="m", input=[ids[:slot - 1]]).data[0].embedding
+    assert ol.embed(model=name, input=text).embeddings[0] == cut
+    with pytest.raises(ollama.ResponseError) as e:
+        ol.embed(model=name, input=text, truncate=False)
+    assert e.value.status_code == 400
+
+
 def test_keep_alive_zero_unloads_and_the_next_request_reloads_with_the_same_text(ol, name, qwen):
     msgs = [{"role": "user", "content": "Count to five."}]
     before = ol.chat(model=name, messages=msgs, options=GREEDY).message.content

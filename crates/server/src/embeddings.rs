@@ -54,7 +54,20 @@ struct Asked {
     normalize: i64,
 }
 
-fn parse_embed(bytes: &Bytes, ready: &Ready, openai: bool) -> Result<Asked, ApiError> {
+/// How an input longer than a slot is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TooLong {
+    Refuse,
+    /// Cut to the first tokens that fit a slot (Ollama's `truncate`).
+    Truncate,
+}
+
+fn parse_embed(
+    bytes: &Bytes,
+    ready: &Ready,
+    openai: bool,
+    too_long: TooLong,
+) -> Result<Asked, ApiError> {
     let pooling = ready.embeddings.ok_or_else(|| {
         ApiError::not_supported(
             "this server does not compute embeddings; start it with --embeddings",
@@ -137,7 +150,11 @@ fn parse_embed(bytes: &Bytes, ready: &Ready, openai: bool) -> Result<Asked, ApiE
                     format!("{name}[{i}]: token id {bad} is outside the vocabulary of {n_vocab}"),
                 ));
             }
-            if ids.len() > slot_ctx {
+            // The engine keeps a slot's last position free, embeddings too.
+            if ids.len() >= slot_ctx && too_long == TooLong::Truncate {
+                return Ok(ids[..slot_ctx - 1].to_vec());
+            }
+            if ids.len() >= slot_ctx {
                 return Err(ApiError::exceeds_context(
                     &format!("{name}[{i}]"),
                     ids.len(),
@@ -246,11 +263,11 @@ async fn embed(
     s: &Shared,
     key: Option<Extension<KeyNamespace>>,
     b: Result<Bytes, BytesRejection>,
-    openai: bool,
+    (openai, too_long): (bool, TooLong),
 ) -> Result<(Asked, Vec<Vec<Vec<f32>>>), ApiError> {
     let bytes = body(b)?;
     let asked = off_runtime(s, bytes.len(), move |ready| {
-        parse_embed(&bytes, ready, openai)
+        parse_embed(&bytes, ready, openai, too_long)
     })
     .await?;
     let ready = ready(s)?;
@@ -262,14 +279,15 @@ async fn embed(
     Ok((asked, all))
 }
 
-/// Each input's vector (pooled, L2-normalized) of an OpenAI-shaped body, and the prompt
-/// tokens in all: Ollama's `/api/embed`.
+/// Each input's vector (pooled, normalized as the body says) of an OpenAI-shaped body, and
+/// the prompt tokens in all: Ollama's `/api/embed` and `/api/embeddings`.
 pub(crate) async fn pooled_inputs(
     s: &Shared,
     key: Option<Extension<KeyNamespace>>,
     b: Result<Bytes, BytesRejection>,
+    too_long: TooLong,
 ) -> Result<(Vec<Vec<f32>>, usize), ApiError> {
-    let (asked, all) = embed(s, key, b, true).await?;
+    let (asked, all) = embed(s, key, b, (true, too_long)).await?;
     let n = asked.prompts.iter().map(Vec::len).sum();
     Ok((all.into_iter().map(|mut v| v.swap_remove(0)).collect(), n))
 }
@@ -280,7 +298,7 @@ pub async fn openai(
     key: Option<Extension<KeyNamespace>>,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let (asked, all) = embed(&s, key, b, true).await?;
+    let (asked, all) = embed(&s, key, b, (true, TooLong::Refuse)).await?;
     let data: Vec<Value> = all
         .into_iter()
         .enumerate()
@@ -312,7 +330,7 @@ pub async fn native(
     key: Option<Extension<KeyNamespace>>,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let (_, all) = embed(&s, key, b, false).await?;
+    let (_, all) = embed(&s, key, b, (false, TooLong::Refuse)).await?;
     let data: Vec<Value> = all
         .into_iter()
         .enumerate()

@@ -28,6 +28,7 @@ use futures_util::stream::{self, StreamExt};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::embeddings::TooLong;
 use crate::error::ApiError;
 use crate::format::chat_chain;
 use crate::generate::{collect, enqueue, items};
@@ -348,7 +349,8 @@ struct EmbedBody {
 }
 
 /// Each input's vector (pooled, L2-normalized) and the prompt tokens in all; `legacy`:
-/// `/api/embeddings`' one `prompt`.
+/// `/api/embeddings`' one `prompt`. An input longer than a slot is cut to its first tokens
+/// unless `truncate: false` (then a 400), as Ollama's.
 async fn vectors(
     s: &Shared,
     key: Option<Extension<KeyNamespace>>,
@@ -356,7 +358,7 @@ async fn vectors(
     legacy: bool,
 ) -> Result<(Vec<Vec<f32>>, usize), ApiError> {
     let bytes = body(b)?;
-    let openai = off_runtime(s, bytes.len(), move |ready| {
+    let (openai, too_long) = off_runtime(s, bytes.len(), move |ready| {
         let e: EmbedBody = parse(&bytes)?;
         check_model(ready, e.model.as_deref())?;
         let (name, input) = match legacy {
@@ -374,11 +376,14 @@ async fn vectors(
         if let Some(d) = e.dimensions.filter(|d| !d.is_null()) {
             b["dimensions"] = d;
         }
-        let _ = e.truncate;
-        Ok(Bytes::from(b.to_string()))
+        let too_long = match e.truncate {
+            Some(false) => TooLong::Refuse,
+            _ => TooLong::Truncate,
+        };
+        Ok((Bytes::from(b.to_string()), too_long))
     })
     .await?;
-    crate::embeddings::pooled_inputs(s, key, Ok(openai)).await
+    crate::embeddings::pooled_inputs(s, key, Ok(openai), too_long).await
 }
 
 async fn embed(
