@@ -59,6 +59,9 @@ def test_list_show_ps_and_version_describe_the_served_model(ol, name, qwen):
     assert shown.modelinfo["general.architecture"] == "qwen2"
     assert shown.modelinfo["qwen2.context_length"] == 32768
     assert "<|im_start|>" in shown.template
+    assert shown.modelinfo["tokenizer.ggml.tokens"] is None
+    verbose = qwen.post("/api/show", {"model": name, "verbose": True}).json()["model_info"]
+    assert len(verbose["tokenizer.ggml.tokens"]) == 151936 and verbose["tokenizer.ggml.tokens"][0] == "!"
     running = ol.ps().models
     assert [m.model for m in running] == [name] and running[0].context_length == 2048
     assert qwen.get("/api/version").json()["version"].count(".") == 2
@@ -183,6 +186,12 @@ def test_keep_alive_zero_unloads_and_the_next_request_reloads_with_the_same_text
     assert after.message.content == before
     expires = ol.ps().models[0].expires_at
     assert expires is not None
+    ol.embed(model=name, input="hello", keep_alive=0)
+    for _ in range(100):
+        if not ol.ps().models:
+            break
+        time.sleep(0.05)
+    assert ol.ps().models == [], "an embed request's keep_alive 0 unloads too"
     loaded = ol.chat(model=name, messages=[])
     assert loaded.done_reason == "load"
     ol.chat(model=name, messages=msgs, options=GREEDY, keep_alive=-1)

@@ -163,10 +163,6 @@ const STATUS: &[&str] = &[
     "/v1/models",
     "/metrics",
     "/slots",
-    "/api/tags",
-    "/api/ps",
-    "/api/version",
-    "/api/show",
     "/engine/events",
 ];
 

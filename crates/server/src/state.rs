@@ -251,6 +251,8 @@ pub struct AppState {
     pub responses: crate::responses::store::Store,
     /// A router's models (`crate::fleet`): set instead of `ready`.
     pub fleet: OnceLock<Arc<crate::fleet::Fleet>>,
+    /// What Ollama's `/api/tags`, `/api/ps` and `/api/show` show of the model file, read once.
+    pub ollama_card: OnceLock<crate::ollama::Card>,
 }
 
 /// The preparation turns: large bodies get one less than the cores (one at least), so that
@@ -289,6 +291,7 @@ impl AppState {
             config,
             ready: OnceLock::new(),
             fleet: OnceLock::new(),
+            ollama_card: OnceLock::new(),
             preparing: Lanes::new(),
             responses: Default::default(),
             started: Instant::now(),

@@ -149,11 +149,7 @@ async fn unload(State(s): State<Shared>, b: Bytes) -> Result<Json<Value>, ApiErr
 /// `/props`: a model's with `?model=`, else the router's own.
 async fn props(State(s): State<Shared>, req: Request) -> Response {
     let f = fleet(&s);
-    let asks_model = req
-        .uri()
-        .query()
-        .is_some_and(|q| url_param(q, "model").is_some());
-    if asks_model {
+    if url_param(req.uri(), "model").is_some() {
         return forward(State(s.clone()), req).await;
     }
     Json(json!({
@@ -196,25 +192,15 @@ async fn version() -> Json<Value> {
     Json(json!({"version": crate::ollama::OLLAMA_VERSION}))
 }
 
-/// A query's parameter `name`, percent-decoded.
-fn url_param(query: &str, name: &str) -> Option<String> {
-    serde_urlencoded_pairs(query)
-        .into_iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v)
+/// The query parameter `name` of `uri`, percent-decoded.
+fn url_param(uri: &axum::http::Uri, name: &str) -> Option<String> {
+    let pairs = Query::<Vec<(String, String)>>::try_from_uri(uri).ok()?.0;
+    pairs.into_iter().find(|(k, _)| k == name).map(|(_, v)| v)
 }
 
-fn serde_urlencoded_pairs(query: &str) -> Vec<(String, String)> {
-    axum::extract::Query::<Vec<(String, String)>>::try_from_uri(
-        &format!("/?{query}").parse().expect("a path and query"),
-    )
-    .map(|q| q.0)
-    .unwrap_or_default()
-}
-
-/// The model a request names: `model` in a JSON body, else `?model=` of `query`, else the
+/// The model a request names: `model` in a JSON body, else `in_query` (`?model=`), else the
 /// only model loaded or the only one there is.
-fn model_of(f: &Fleet, query: Option<&str>, body: &Bytes) -> Result<Entry, ApiError> {
+fn model_of(f: &Fleet, in_query: Option<String>, body: &Bytes) -> Result<Entry, ApiError> {
     #[derive(Deserialize)]
     struct M {
         model: Option<Value>,
@@ -223,7 +209,7 @@ fn model_of(f: &Fleet, query: Option<&str>, body: &Bytes) -> Result<Entry, ApiEr
         .ok()
         .and_then(|m| m.model)
         .and_then(|v| v.as_str().map(str::to_string));
-    let asked = in_body.or_else(|| query.and_then(|q| url_param(q, "model")));
+    let asked = in_body.or(in_query);
     if let Some(name) = asked {
         return f.resolve(&name);
     }
@@ -289,16 +275,16 @@ async fn forward(State(s): State<Shared>, req: Request) -> Response {
         let bytes = axum::body::to_bytes(body, usize::MAX)
             .await
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
-        let query = parts.uri.query().map(str::to_string);
+        let query = url_param(&parts.uri, "model");
         let entry = match bytes.len() > crate::state::Lanes::SMALL {
             // A large body is read for its model off the runtime, as bodies are prepared.
             true => {
                 let (fl, b) = (f.clone(), bytes.clone());
-                tokio::task::spawn_blocking(move || model_of(&fl, query.as_deref(), &b))
+                tokio::task::spawn_blocking(move || model_of(&fl, query, &b))
                     .await
                     .map_err(|e| ApiError::internal(e.to_string()))??
             }
-            false => model_of(&f, query.as_deref(), &bytes)?,
+            false => model_of(&f, query, &bytes)?,
         };
         let lease = f.acquire(&entry, f.autoload()).await?;
         let path = parts

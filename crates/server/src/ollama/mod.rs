@@ -37,7 +37,7 @@ use crate::transform::Chain;
 use crate::validate::{parse, Route, ValidGen};
 use crate::{body, off_runtime, ready, KeyNamespace};
 use models::{check_model, Named};
-pub use models::{Pulled, Puller, OLLAMA_VERSION};
+pub use models::{Card, Pulled, Puller, OLLAMA_VERSION};
 use reply::{Kind, Lines};
 use request::{
     chat_messages, common_body, keep_alive, num_ctx, raw_request, renamed, ChatBody, GenerateBody,
@@ -342,23 +342,33 @@ async fn generate(
 #[serde(default)]
 struct EmbedBody {
     model: Option<String>,
+    keep_alive: Option<Value>,
     input: Option<Value>,
     prompt: Option<Value>,
     dimensions: Option<Value>,
     truncate: Option<bool>,
 }
 
-/// Each input's vector (pooled, L2-normalized) and the prompt tokens in all; `legacy`:
-/// `/api/embeddings`' one `prompt`. An input longer than a slot is cut to its first tokens
-/// unless `truncate: false` (then a 400), as Ollama's.
+/// An embedding request read: the OpenAI-shaped body it becomes, how a long input is
+/// taken, its model's name and `keep_alive`.
+struct EmbedAsked {
+    body: Bytes,
+    too_long: TooLong,
+    model: String,
+    keep_alive: KeepAlive,
+}
+
+/// Each input's vector (pooled, L2-normalized) and the prompt tokens in all, and the model
+/// named; `legacy`: `/api/embeddings`' one `prompt`. An input longer than a slot is cut to
+/// its first tokens unless `truncate: false` (then a 400), as Ollama's.
 async fn vectors(
     s: &Shared,
     key: Option<Extension<KeyNamespace>>,
     b: Result<Bytes, BytesRejection>,
     legacy: bool,
-) -> Result<(Vec<Vec<f32>>, usize), ApiError> {
+) -> Result<(Vec<Vec<f32>>, usize, String), ApiError> {
     let bytes = body(b)?;
-    let (openai, too_long) = off_runtime(s, bytes.len(), move |ready| {
+    let asked = off_runtime(s, bytes.len(), move |ready| {
         let e: EmbedBody = parse(&bytes)?;
         check_model(ready, e.model.as_deref())?;
         let (name, input) = match legacy {
@@ -376,14 +386,20 @@ async fn vectors(
         if let Some(d) = e.dimensions.filter(|d| !d.is_null()) {
             b["dimensions"] = d;
         }
-        let too_long = match e.truncate {
-            Some(false) => TooLong::Refuse,
-            _ => TooLong::Truncate,
-        };
-        Ok((Bytes::from(b.to_string()), too_long))
+        Ok(EmbedAsked {
+            body: Bytes::from(b.to_string()),
+            too_long: match e.truncate {
+                Some(false) => TooLong::Refuse,
+                _ => TooLong::Truncate,
+            },
+            model: e.model.unwrap_or_default(),
+            keep_alive: keep_alive_of(&e.keep_alive)?,
+        })
     })
     .await?;
-    crate::embeddings::pooled_inputs(s, key, Ok(openai), too_long).await
+    let (v, n) = crate::embeddings::pooled_inputs(s, key, Ok(asked.body), asked.too_long).await?;
+    keep(s, ready(s)?, asked.keep_alive)?;
+    Ok((v, n, asked.model))
 }
 
 async fn embed(
@@ -393,8 +409,7 @@ async fn embed(
 ) -> Response {
     let t0 = std::time::Instant::now();
     let answered = async {
-        let model = model_named(&b);
-        let (v, n) = vectors(&s, key, b, false).await?;
+        let (v, n, model) = vectors(&s, key, b, false).await?;
         Ok::<_, ApiError>(Json(json!({
             "model": model,
             "embeddings": v,
@@ -414,7 +429,7 @@ async fn embeddings(
     b: Result<Bytes, BytesRejection>,
 ) -> Response {
     let answered = async {
-        let (mut v, _) = vectors(&s, key, b, true).await?;
+        let (mut v, _, _) = vectors(&s, key, b, true).await?;
         Ok::<_, ApiError>(Json(json!({"embedding": v.swap_remove(0)})))
     };
     answered
@@ -422,32 +437,24 @@ async fn embeddings(
         .map_or_else(answer_error, IntoResponse::into_response)
 }
 
-/// The `model` a body names, for the answer (checked where the body is parsed).
-fn model_named(b: &Result<Bytes, BytesRejection>) -> String {
-    #[derive(Deserialize)]
-    struct M {
-        model: Option<String>,
+/// The served model's card (arrays past a few items left out), read from its file off the
+/// runtime once: the file does not change while it is served.
+async fn card(s: &Shared) -> Result<&models::Card, ApiError> {
+    if let Some(c) = s.ollama_card.get() {
+        return Ok(c);
     }
-    b.as_ref()
-        .ok()
-        .and_then(|b| serde_json::from_slice::<M>(b).ok())
-        .and_then(|m| m.model)
-        .unwrap_or_default()
-}
-
-/// The served model's card, read from its file off the runtime.
-async fn card(s: &Shared) -> Result<models::Card, ApiError> {
     let shared = s.clone();
-    tokio::task::spawn_blocking(move || models::card(&shared, ready(&shared)?))
+    let c = tokio::task::spawn_blocking(move || models::card(&shared, ready(&shared)?, false))
         .await
-        .map_err(|e| ApiError::internal(format!("reading the model's card failed: {e}")))?
+        .map_err(|e| ApiError::internal(format!("reading the model's card failed: {e}")))??;
+    Ok(s.ollama_card.get_or_init(|| c))
 }
 
 async fn tags(State(s): State<Shared>) -> Response {
     let answered = async {
         let card = card(&s).await?;
         let r = ready(&s)?;
-        Ok::<_, ApiError>(Json(json!({"models": [models::tag(r, &card)]})))
+        Ok::<_, ApiError>(Json(json!({"models": [models::tag(r, card)]})))
     };
     answered
         .await
@@ -463,7 +470,7 @@ async fn ps(State(s): State<Shared>) -> Response {
         }
         let card = card(&s).await?;
         Ok::<_, ApiError>(Json(
-            json!({"models": [models::running(r, &card, snap.sleeps_in)]}),
+            json!({"models": [models::running(r, card, snap.sleeps_in)]}),
         ))
     };
     answered
@@ -474,15 +481,22 @@ async fn ps(State(s): State<Shared>) -> Response {
 async fn show(State(s): State<Shared>, b: Result<Bytes, BytesRejection>) -> Response {
     let answered = async {
         let bytes = body(b)?;
-        let shared = s.clone();
-        let shown = tokio::task::spawn_blocking(move || {
-            let r = ready(&shared)?;
-            let n: Named = parse(&bytes)?;
-            check_model(r, Some(n.model()?))?;
-            models::show(&shared, r)
-        })
-        .await
-        .map_err(|e| ApiError::internal(format!("reading the model's card failed: {e}")))??;
+        let n: Named = parse(&bytes)?;
+        check_model(ready(&s)?, Some(n.model()?))?;
+        let shown = match n.verbose == Some(true) {
+            false => models::show(&s, ready(&s)?, card(&s).await?),
+            true => {
+                let shared = s.clone();
+                tokio::task::spawn_blocking(move || {
+                    let r = ready(&shared)?;
+                    Ok::<_, ApiError>(models::show(&shared, r, &models::card(&shared, r, true)?))
+                })
+                .await
+                .map_err(|e| {
+                    ApiError::internal(format!("reading the model's card failed: {e}"))
+                })??
+            }
+        };
         Ok::<_, ApiError>(Json(shown))
     };
     answered

@@ -110,6 +110,7 @@ const FILE_TYPES: &[(u32, &str)] = &[
 ];
 
 /// What Ollama shows of a model file: its details and metadata, read from its GGUF header.
+#[derive(Debug, Clone)]
 pub struct Card {
     pub details: Value,
     pub model_info: Map<String, Value>,
@@ -120,21 +121,21 @@ pub struct Card {
 /// as Ollama shows them unless asked for verbose output.
 const SHORT_ARRAY: usize = 64;
 
-fn shown(v: &gguf::Value) -> Value {
+fn shown(v: &gguf::Value, verbose: bool) -> Value {
     use gguf::Value as G;
     match v {
         G::String(s) => json!(s),
         G::Bool(b) => json!(b),
         G::F32(x) => json!(x),
         G::F64(x) => json!(x),
-        G::Array(_, items) if items.len() > SHORT_ARRAY => Value::Null,
-        G::Array(_, items) => Value::Array(items.iter().map(shown).collect()),
+        G::Array(_, items) if items.len() > SHORT_ARRAY && !verbose => Value::Null,
+        G::Array(_, items) => Value::Array(items.iter().map(|v| shown(v, verbose)).collect()),
         other => other.as_integer().map_or(Value::Null, |i| json!(i as i64)),
     }
 }
 
-/// The card of the served model, read from its file.
-pub fn card(s: &AppState, ready: &Ready) -> Result<Card, ApiError> {
+/// The card of the served model, read from its file; `verbose`: long arrays in full.
+pub fn card(s: &AppState, ready: &Ready, verbose: bool) -> Result<Card, ApiError> {
     let path = &s.config.model_path;
     let file = gguf::GgufFile::open(path)
         .map_err(|e| ApiError::internal(format!("reading {}: {e}", path.display())))?;
@@ -152,7 +153,7 @@ pub fn card(s: &AppState, ready: &Ready) -> Result<Card, ApiError> {
     let mut model_info: Map<String, Value> = md
         .iter()
         .filter(|(k, _)| !k.starts_with("tokenizer.chat_template"))
-        .map(|(k, v)| (k.to_string(), shown(v)))
+        .map(|(k, v)| (k.to_string(), shown(v, verbose)))
         .collect();
     model_info.insert("general.parameter_count".into(), json!(ready.n_params));
     let modified = std::fs::metadata(path)
@@ -218,14 +219,13 @@ pub fn parameters(ready: &Ready) -> String {
     p
 }
 
-/// `/api/show`'s body.
-pub fn show(s: &AppState, ready: &Ready) -> Result<Value, ApiError> {
-    let card = card(s, ready)?;
+/// `/api/show`'s body for `card`.
+pub fn show(s: &AppState, ready: &Ready, card: &Card) -> Value {
     let modelfile = format!(
         "# Modelfile of the model tandem serves\nFROM {}\n",
         s.config.model_path.display()
     );
-    Ok(json!({
+    json!({
         "modelfile": modelfile,
         "parameters": parameters(ready),
         "template": ready.template_source.clone().unwrap_or_default(),
@@ -233,7 +233,7 @@ pub fn show(s: &AppState, ready: &Ready) -> Result<Value, ApiError> {
         "model_info": card.model_info,
         "capabilities": capabilities(ready),
         "modified_at": card.modified_at,
-    }))
+    })
 }
 
 /// The served model as `/api/ps` lists it while loaded; `sleeps_in` is the idle time left
