@@ -405,6 +405,9 @@ pub fn moe_case(dev: &mut dyn Device, gating: Gating, k: usize, rows: usize) -> 
             out: shared,
             gate: Some(gate),
         }),
+        choice_bias: None,
+        given: None,
+        limit: None,
         scratch,
     };
     dev.moe(&spec, x, rows, hidden);

@@ -14,13 +14,16 @@
 pub mod conformance;
 pub mod formats;
 pub mod host;
+pub mod hyper;
+pub mod records;
 pub mod reference;
 mod seam;
+pub mod sparse;
 pub mod state;
 pub mod testing;
 
 pub use seam::{
-    full_stores, rope_angles, seq_runs, AttnSpec, Buf, Bytes, ConvSpec, DeltaIo, DeltaSpec, Device,
+    full_stores, rope_angles, seq_runs, AttnSpec, Buf, Bytes, Cols, ConvSpec, DeltaIo, DeltaSpec, Device,
     Gating, Mat, MatOut, MatrixSource, MoeScratch, MoeSpec, MoeStats, Op, OpTime, Progress, Role,
     RopeMode, RopeScaling, RopeSpec, Routing, Row, ScratchShape, SharedIn, Step, Tables,
 };

@@ -9,7 +9,10 @@ use kv::{KvConfig, BLOCK_SIZE};
 
 use crate::formats::{dequantize_row, is_supported, quantize_row};
 use crate::host::HostBufs;
+use crate::hyper::{self, HyperSpec};
+use crate::records::Records;
 use crate::seam::*;
+use crate::sparse::{self, SparseIo, SparseSpec};
 use crate::state::HostStates;
 use crate::{Error, Result};
 
@@ -145,15 +148,31 @@ fn softmax(x: &mut [f32]) {
 }
 
 /// A row's `k` experts, most probable first (ties: the lower), with their weights.
-pub fn route(r: &Routing, logits: &[f32]) -> Vec<(usize, f32)> {
+pub fn route(
+    r: &Routing,
+    logits: &[f32],
+    bias: Option<&[f32]>,
+    given: Option<&[u32]>,
+) -> Vec<(usize, f32)> {
     let mut p = logits.to_vec();
     match r.gating {
         Gating::Softmax => softmax(&mut p),
         Gating::Sigmoid => p.iter_mut().for_each(|v| *v = sigmoid(*v)),
+        Gating::SqrtSoftplus => p.iter_mut().for_each(|v| *v = softplus(*v).sqrt()),
     }
-    let mut order: Vec<usize> = (0..p.len()).collect();
-    order.sort_by(|&a, &b| p[b].total_cmp(&p[a]).then(a.cmp(&b)));
-    let mut picks: Vec<(usize, f32)> = order[..r.k].iter().map(|&e| (e, p[e])).collect();
+    let chosen: Vec<usize> = match given {
+        Some(g) => g.iter().map(|&e| e as usize).collect(),
+        None => {
+            let key: Vec<f32> = match bias {
+                Some(b) => p.iter().zip(b).map(|(&v, &b)| v + b).collect(),
+                None => p.clone(),
+            };
+            let mut order: Vec<usize> = (0..p.len()).collect();
+            order.sort_by(|&a, &b| key[b].total_cmp(&key[a]).then(a.cmp(&b)));
+            order[..r.k].to_vec()
+        }
+    };
+    let mut picks: Vec<(usize, f32)> = chosen.iter().map(|&e| (e, p[e])).collect();
     let scale = if r.norm_weights {
         let sum: f32 = picks.iter().map(|p| p.1).sum();
         r.weights_scale / sum.max(6.103_515_6e-5)
@@ -162,6 +181,22 @@ pub fn route(r: &Routing, logits: &[f32]) -> Vec<(usize, f32)> {
     };
     picks.iter_mut().for_each(|p| p.1 *= scale);
     picks
+}
+
+fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        (1.0 + x.exp()).ln()
+    }
+}
+
+/// `silu(min(g, limit)) · clamp(u, -limit, limit)`, or `silu(g) · u` without a limit.
+fn swiglu_one(g: f32, u: f32, limit: Option<f32>) -> f32 {
+    match limit {
+        Some(c) => silu(g.min(c)) * u.clamp(-c, c),
+        None => silu(g) * u,
+    }
 }
 
 impl Device for Reference {
@@ -356,6 +391,64 @@ impl Device for Reference {
         });
     }
 
+    fn sparse_attention(&mut self, layer: usize, io: &SparseIo, spec: &SparseSpec) {
+        let RefKv { cfg, keys, values } = self.kv.as_mut().expect("kv_alloc first");
+        let tables = self.tables.of(cfg, layer);
+        let mut rec = Records::new(cfg, &mut keys[layer], &mut values[layer], tables);
+        let rows = &self.rows;
+        sparse::sparse_attention(&mut rec, &mut self.bufs, rows, io, spec, |n, f| {
+            (0..n).for_each(f)
+        });
+    }
+
+    fn hyper_pre(&mut self, x: Buf, mix: Buf, base: Buf, out: Buf, rows: usize, s: &HyperSpec) {
+        let (m, d) = (s.mix_width(), s.width);
+        let (xs, bv) = (self.bufs.take(x), self.bufs.take(base));
+        let mut o = self.bufs.take(out);
+        let w = &mut self.bufs[mix];
+        for r in 0..rows {
+            let w = &mut w[r * m..(r + 1) * m];
+            hyper::weights(w, &bv, s);
+            let x = &xs[r * s.streams * d..(r + 1) * s.streams * d];
+            hyper::pre(x, w, &mut o[r * d..(r + 1) * d], s);
+        }
+        self.bufs.put(x, xs);
+        self.bufs.put(base, bv);
+        self.bufs.put(out, o);
+    }
+
+    fn hyper_post(&mut self, y: Buf, x: Buf, mix: Buf, rows: usize, s: &HyperSpec) {
+        let (m, d, n) = (s.mix_width(), s.width, s.streams);
+        let (ys, w) = (self.bufs.take(y), self.bufs.take(mix));
+        let xs = &mut self.bufs[x];
+        for r in 0..rows {
+            let x = &mut xs[r * n * d..(r + 1) * n * d];
+            hyper::post(&ys[r * d..(r + 1) * d], x, &w[r * m..(r + 1) * m], s);
+        }
+        self.bufs.put(y, ys);
+        self.bufs.put(mix, w);
+    }
+
+    fn copy_cols(&mut self, x: Buf, out: Buf, rows: usize, c: &Cols) {
+        let xs = self.bufs.take(x);
+        let o = &mut self.bufs[out];
+        for r in 0..rows {
+            let from = &xs[r * c.x_width + c.x_at..][..c.width];
+            o[r * c.out_width + c.out_at..][..c.width].copy_from_slice(from);
+        }
+        self.bufs.put(x, xs);
+    }
+
+    fn swiglu_limited(&mut self, gate: Buf, up: Buf, len: usize, limit: f32) {
+        let u = self.bufs.take(up);
+        let g = &mut self.bufs[gate];
+        g[..len]
+            .iter_mut()
+            .zip(&u)
+            .for_each(|(g, &u)| *g = swiglu_one(*g, u, Some(limit)));
+        self.bufs.put(up, u);
+    }
+
     fn kv_store(&mut self, layer: usize, k: Buf, v: Buf) {
         let kv = self.kv.as_ref().expect("kv_alloc first");
         let (pb, width) = (kv.cfg.position_bytes(), kv.cfg.n_head_kv * kv.cfg.head_dim);
@@ -457,11 +550,16 @@ impl Device for Reference {
         for r in 0..rows {
             let xr = &xs[r * e..(r + 1) * e];
             let mut acc = vec![0f64; e];
-            for (ex, w) in route(&spec.routing, &logits[r * ne..(r + 1) * ne]) {
+            let bias = spec.choice_bias.map(|b| &self.buf(b)[..ne]);
+            let given = spec.given.map(|g| &g[r * spec.routing.k..(r + 1) * spec.routing.k]);
+            let row = &logits[r * ne..(r + 1) * ne];
+            for (ex, w) in route(&spec.routing, row, bias, given) {
                 used[ex] = true;
                 let mut g = self.product(spec.gate[ex], xr, 1);
                 let u = self.product(spec.up[ex], xr, 1);
-                g.iter_mut().zip(&u).for_each(|(g, &u)| *g = silu(*g) * u);
+                g.iter_mut()
+                    .zip(&u)
+                    .for_each(|(g, &u)| *g = swiglu_one(*g, u, spec.limit));
                 let y = self.product(spec.down[ex], &g[..ff], 1);
                 acc.iter_mut()
                     .zip(&y)

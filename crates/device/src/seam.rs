@@ -4,6 +4,8 @@ use std::sync::Arc;
 use gguf::{GgmlType, GgufFile};
 use kv::KvConfig;
 
+use crate::hyper::HyperSpec;
+use crate::sparse::{SparseIo, SparseSpec};
 use crate::Result;
 
 /// A buffer of f32 on a device, made by [`Device::alloc`]; meaningful only to that device.
@@ -307,6 +309,8 @@ impl AttnSpec {
 pub enum Gating {
     Softmax,
     Sigmoid,
+    /// `√softplus(x)` (DeepSeek-V4).
+    SqrtSoftplus,
 }
 
 /// How a mixture routes each row: the `k` most probable of `n_expert` experts (ties: the
@@ -343,6 +347,14 @@ pub struct MoeSpec<'a> {
     pub n_embd: usize,
     pub n_ff_exp: usize,
     pub shared: Option<SharedIn>,
+    /// Added to the probabilities to choose the experts (`[n_expert]`), not to their
+    /// weights (DeepSeek's `exp_probs_b`).
+    pub choice_bias: Option<Buf>,
+    /// The experts of each row, given (`[rows · k]`: routing by token), weighted by their
+    /// probabilities as chosen ones would be.
+    pub given: Option<&'a [u32]>,
+    /// The experts' SwiGLU clamped ([`Device::swiglu_limited`]).
+    pub limit: Option<f32>,
     /// Buffers the device may use while computing it.
     pub scratch: MoeScratch,
 }
@@ -394,10 +406,14 @@ pub enum Op {
     L2NormRows,
     Mul,
     DeltaNet,
+    SparseAttention,
+    HyperConnections,
+    CopyCols,
+    SwigluLimit,
 }
 
 impl Op {
-    pub const ALL: [Op; 22] = [
+    pub const ALL: [Op; 26] = [
         Op::Embed,
         Op::RmsNorm,
         Op::MatMul,
@@ -420,6 +436,10 @@ impl Op {
         Op::L2NormRows,
         Op::Mul,
         Op::DeltaNet,
+        Op::SparseAttention,
+        Op::HyperConnections,
+        Op::CopyCols,
+        Op::SwigluLimit,
     ];
 }
 
@@ -509,6 +529,23 @@ pub trait Device: Send {
     fn delta_net(&mut self, layer: usize, io: &DeltaIo, spec: &DeltaSpec);
     /// `gate = silu(gate) · up` over `len` floats.
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize);
+    /// `gate = silu(min(gate, limit)) · clamp(up, -limit, limit)` over `len` floats
+    /// (DeepSeek-V4's clamped SwiGLU).
+    fn swiglu_limited(&mut self, gate: Buf, up: Buf, len: usize, limit: f32);
+    /// Compressed sparse attention ([`crate::sparse`]) of KV layer `layer` (whose memory is
+    /// records of [`SparseSpec::layout`]) over the step's rows.
+    fn sparse_attention(&mut self, layer: usize, io: &SparseIo, spec: &SparseSpec);
+    /// Hyper-connections before a block ([`crate::hyper`]): per row, `mix` (`[rows,
+    /// mix_width]`) becomes its weights in place (`base` `[mix_width]`), and `out` (`[rows,
+    /// width]`) the block's input from the streams `x` (`[rows, streams · width]`).
+    fn hyper_pre(&mut self, x: Buf, mix: Buf, base: Buf, out: Buf, rows: usize, spec: &HyperSpec);
+    /// Hyper-connections after a block: the streams `x` (`[rows, streams · width]`) from the
+    /// block's output `y` (`[rows, width]`) and themselves, by the weights `hyper_pre` left
+    /// in `mix`.
+    fn hyper_post(&mut self, y: Buf, x: Buf, mix: Buf, rows: usize, spec: &HyperSpec);
+    /// Per row: `out[r, c.out_at..][..c.width] = x[r, c.x_at..][..c.width]` (rows of
+    /// `c.x_width` and `c.out_width` floats; `out` a buffer other than `x`).
+    fn copy_cols(&mut self, x: Buf, out: Buf, rows: usize, c: &Cols);
     /// `gate = gelu(gate) · up` over `len` floats (tanh approximation).
     fn gelu(&mut self, gate: Buf, up: Buf, len: usize);
     /// `x += y` over `len` floats.
@@ -566,6 +603,16 @@ pub trait Device: Send {
     fn read_bandwidth(&mut self) -> Option<f64> {
         None
     }
+}
+
+/// Columns [`Device::copy_cols`] copies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cols {
+    pub x_width: usize,
+    pub x_at: usize,
+    pub out_width: usize,
+    pub out_at: usize,
+    pub width: usize,
 }
 
 /// A causal convolution over positions, per channel, with the sequence's last `k - 1`

@@ -74,8 +74,16 @@ impl ContextConfig {
         });
         let floats = memory.iter().filter_map(|m| match m {
             LayerMemory::State { floats } => Some(*floats),
-            LayerMemory::Paged { .. } => None,
+            _ => None,
         });
+        let record = memory.iter().filter_map(|m| match m {
+            LayerMemory::Records { keys, values } => Some(*keys.max(values)),
+            _ => None,
+        });
+        let (n_head_kv, head_dim) = match record.max() {
+            Some(w) => (1, w),
+            None => (hp.n_head_kv, hp.head_dim),
+        };
         let state = floats.max().map(|floats| StateKv {
             layers: mask(&|m| matches!(m, LayerMemory::State { .. })),
             floats,
@@ -83,8 +91,8 @@ impl ContextConfig {
         });
         KvConfig {
             n_layer: memory.len(),
-            n_head_kv: hp.n_head_kv,
-            head_dim: hp.head_dim,
+            n_head_kv,
+            head_dim,
             ty: self.kv_type,
             n_positions,
             window,
@@ -109,7 +117,7 @@ pub enum Outputs {
 pub enum Enter<'a> {
     /// Their tokens, embedded here (`[rows]`).
     Tokens(&'a [u32]),
-    /// Hidden states computed by an earlier stage (`[rows, n_embd]`): a split's box.
+    /// Hidden states computed by an earlier stage (`[rows, hidden_width]`): a split's box.
     States(&'a [f32]),
 }
 
@@ -167,7 +175,7 @@ pub struct Executor {
     kv: KvPool,
     /// `[n_ubatch, n_embd]`.
     hidden: Buf,
-    /// `[LOGIT_ROWS, n_embd]` rows picked for the output head.
+    /// `[LOGIT_ROWS, hidden_width]` rows picked for the output head.
     picked: Buf,
     /// `[LOGIT_ROWS, n_logits]`, on the device and here.
     logits: Buf,
@@ -208,6 +216,15 @@ impl Executor {
             ));
         }
         let kv_cfg = config.kv_config(&model);
+        let records = model.memory().iter().any(|m| matches!(m, LayerMemory::Records { .. }));
+        if records && config.kv_type.block_size() != 1 {
+            return Err(Error::Config(format!(
+                "{} keeps a record of every position, which needs an element-wise KV type \
+                 (f32, f16 or bf16), not {}",
+                model.arch.name(),
+                config.kv_type
+            )));
+        }
         let kv = KvPool::new(kv_cfg)?;
         let weights = model.upload(&mut *dev, progress)?;
         dev.kv_alloc(kv_cfg).map_err(model::Error::from)?;
@@ -216,8 +233,8 @@ impl Executor {
         let nl = model.n_logits();
         let alloc = |dev: &mut dyn Device, n| dev.alloc(n).map_err(model::Error::from);
         Ok(Executor {
-            hidden: alloc(&mut *dev, config.n_ubatch * hp.n_embd)?,
-            picked: alloc(&mut *dev, LOGIT_ROWS * hp.n_embd)?,
+            hidden: alloc(&mut *dev, config.n_ubatch * hp.hidden_width())?,
+            picked: alloc(&mut *dev, LOGIT_ROWS * hp.hidden_width())?,
             logits: alloc(&mut *dev, LOGIT_ROWS * nl)?,
             host_logits: vec![0.0; LOGIT_ROWS * nl],
             config,
@@ -413,7 +430,7 @@ impl Executor {
             }
         }
         let (model, dev, w) = (&*self.model, &mut *self.dev, &self.weights);
-        let e = model.hparams.n_embd;
+        let e = model.hparams.hidden_width();
         let tables: Vec<&[u32]> = seqs.iter().map(|s| s.blocks()).collect();
         let windowed: Vec<Vec<u32>> = match self.kv.config().window {
             Some(_) => seqs.iter().map(|s| self.kv.window_table(s)).collect(),
@@ -428,7 +445,7 @@ impl Executor {
             states: &states,
         });
         let entered = match enter {
-            Enter::Tokens(tokens) => model.embed(dev, w, tokens, self.hidden),
+            Enter::Tokens(tokens) => model.embed(dev, w, &self.scratch, tokens, self.hidden),
             Enter::States(states) => {
                 dev.upload(self.hidden, 0, &states[..n * e]);
                 Ok(())
@@ -445,12 +462,18 @@ impl Executor {
         };
         let mut tapped = Vec::with_capacity(taps.layers.len());
         let mut from = layers.start;
+        let tokens = match enter {
+            Enter::Tokens(tokens) => Some(tokens),
+            Enter::States(_) => None,
+        };
         for &l in taps.layers {
-            model.forward_layers(dev, w, &self.scratch, from..l + 1, self.hidden, n);
+            let s = &self.scratch;
+            model.forward_layers(dev, w, s, from..l + 1, self.hidden, n, tokens);
             tapped.push(gather(dev, self.hidden, self.picked, taps.rows, e));
             from = l + 1;
         }
-        model.forward_layers(dev, w, &self.scratch, from..layers.end, self.hidden, n);
+        let s = &self.scratch;
+        model.forward_layers(dev, w, s, from..layers.end, self.hidden, n, tokens);
         let finite = dev.all_finite(self.hidden, n, e);
         for (seq, &len) in seqs.iter_mut().zip(&next) {
             self.kv.commit(seq, len);
@@ -499,7 +522,8 @@ impl Executor {
     }
 
     /// The logits of rows `logits` and the normed states of rows `states` of the forward
-    /// just computed, `LOGIT_ROWS` at a time.
+    /// just computed, `LOGIT_ROWS` at a time (at most a ubatch: the output's own blocks
+    /// work in the scratch of one).
     fn rows_out(
         &mut self,
         logits: &[usize],
@@ -507,22 +531,28 @@ impl Executor {
         on_row: &mut dyn FnMut(usize, RowOut<'_>),
     ) {
         let (model, dev, w) = (&*self.model, &mut *self.dev, &self.weights);
-        let (e, nl) = (model.hparams.n_embd, model.n_logits());
-        for group in logits.chunks(LOGIT_ROWS) {
+        let (h, e, nl) = (
+            model.hparams.hidden_width(),
+            model.hparams.n_embd,
+            model.n_logits(),
+        );
+        let s = &self.scratch;
+        let per = LOGIT_ROWS.min(self.config.n_ubatch);
+        for group in logits.chunks(per) {
             let g = group.len();
-            dev.gather_rows(self.hidden, group, e, self.picked);
-            model.output(dev, w, self.picked, g, self.logits);
+            dev.gather_rows(self.hidden, group, h, self.picked);
+            model.output(dev, w, s, self.picked, g, self.logits);
             let host = &mut self.host_logits[..g * nl];
             dev.download(self.logits, 0, host);
             for (&r, l) in group.iter().zip(host.chunks_exact_mut(nl)) {
                 on_row(r, RowOut::Logits(l));
             }
         }
-        let mut host = vec![0f32; LOGIT_ROWS.min(states.len()) * e];
-        for group in states.chunks(LOGIT_ROWS) {
+        let mut host = vec![0f32; per.min(states.len()) * e];
+        for group in states.chunks(per) {
             let g = group.len();
-            dev.gather_rows(self.hidden, group, e, self.picked);
-            model.output_norm(dev, w, self.picked, g);
+            dev.gather_rows(self.hidden, group, h, self.picked);
+            model.output_norm(dev, w, s, self.picked, g);
             dev.download(self.picked, 0, &mut host[..g * e]);
             for (&r, state) in group.iter().zip(host.chunks_exact(e)) {
                 on_row(r, RowOut::State(state));

@@ -99,7 +99,7 @@ impl Front for LocalFront {
     }
 
     fn replay(&mut self, rows: &[(u64, usize, u32)]) -> Result<(), String> {
-        let e = self.exec.model().hparams.n_embd;
+        let e = self.exec.model().hparams.hidden_width();
         let mut states = vec![0f32; rows.len() * e];
         self.forward(rows, &mut states)
     }

@@ -30,8 +30,8 @@ impl MemoryPlan {
             head_dim: hp.head_dim,
         };
         let scratch = Scratch::bytes(hp, &model.scratch_widths(), rows)
-            + (rows * hp.n_embd * 4) as u64
-            + (LOGIT_ROWS * (2 * model.n_logits() + hp.n_embd) * 4) as u64
+            + (rows * hp.hidden_width() * 4) as u64
+            + (LOGIT_ROWS * (2 * model.n_logits() + hp.hidden_width()) * 4) as u64
             + cfg.device.scratch_bytes(&own);
         MemoryPlan {
             weights: model.weight_bytes(&|ty, r, c, role| cfg.device.matrix_bytes(ty, r, c, role)),

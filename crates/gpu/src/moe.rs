@@ -27,7 +27,7 @@ impl Gpu {
         let logits = self.read_floats(sc.probs, 0, rows * ne);
         let picks: Vec<Vec<(usize, f32)>> = logits
             .chunks_exact(ne)
-            .map(|l| device::reference::route(&spec.routing, l))
+            .map(|l| device::reference::route(&spec.routing, l, None, None))
             .collect();
         let mut chose: Vec<Vec<(usize, usize)>> = vec![Vec::new(); ne];
         for (r, p) in picks.iter().enumerate() {

@@ -46,6 +46,14 @@ pub fn swiglu_inplace(gate: &mut [f32], up: &[f32]) {
     gated_inplace::<false>(gate, up);
 }
 
+/// `gate[i] = silu(min(gate[i], limit)) · clamp(up[i], -limit, limit)`: [`swiglu_inplace`]
+/// on the clamped values (`up` is clamped in place).
+pub fn swiglu_limited_inplace(gate: &mut [f32], up: &mut [f32], limit: f32) {
+    gate.iter_mut().for_each(|g| *g = g.min(limit));
+    up.iter_mut().for_each(|u| *u = u.clamp(-limit, limit));
+    swiglu_inplace(gate, up);
+}
+
 /// `x[i] = silu(x[i])`, as [`swiglu_inplace`] gives it with `up` all ones.
 pub fn silu_inplace(x: &mut [f32]) {
     const ONES: [f32; 256] = [1.0; 256];

@@ -20,6 +20,8 @@ pub enum Error {
     },
     #[error("tensor '{tensor}': {what} is not supported yet")]
     UnsupportedTensor { tensor: String, what: &'static str },
+    #[error("tensor '{tensor}': {problem}")]
+    BadTensor { tensor: String, problem: String },
     #[error("tensor '{tensor}' has type {ty}, which tandem cannot compute with yet")]
     UnsupportedType { tensor: String, ty: GgmlType },
     #[error(

@@ -106,6 +106,9 @@ pub struct HParams {
     pub embed_scale: Option<f32>,
     /// Sliding-window attention on some blocks.
     pub sliding: Option<Sliding>,
+    /// Residual streams the blocks pass each other (hyper-connections; 1 for a plain
+    /// residual): the hidden state between blocks is `[rows, streams · n_embd]`.
+    pub streams: usize,
 }
 
 /// Sliding-window attention: the windowed blocks see the last `window` positions up to
@@ -198,6 +201,7 @@ impl HParams {
             attn_scale: 1.0 / (head_dim as f32).sqrt(),
             embed_scale: traits.scaled_embeddings.then(|| (n_embd as f32).sqrt()),
             sliding: None,
+            streams: 1,
         };
         let bad = |k: &str, problem: String| Error::BadHParam {
             key: key(k),
@@ -228,6 +232,11 @@ impl HParams {
                 pattern,
             });
         Ok(HParams { moe, sliding, ..hp })
+    }
+
+    /// Floats per row of the hidden state between blocks ([`HParams::streams`]).
+    pub fn hidden_width(&self) -> usize {
+        self.streams * self.n_embd
     }
 
     /// The window block `il` attends through, if it is a windowed block.

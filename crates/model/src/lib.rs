@@ -69,6 +69,9 @@ pub struct Model {
     output: Option<MatId>,
     /// The output head restricted to part of the vocabulary ([`Model::restrict_head`]).
     pub head: Option<SubsetHead>,
+    /// What merges the residual streams into one before the output norm
+    /// ([`Recipe::merge`]), when the stage ends with the head.
+    merge: Option<Box<dyn Layer>>,
 }
 
 /// A stage's weights on a device: what [`Model::upload`] gives.
@@ -125,6 +128,19 @@ impl Model {
             .head
             .then(|| t.vector("output_norm.weight", e))
             .transpose()?;
+        if let Some(il) = (!stage.embed)
+            .then(|| stage.layers.clone().zip(&layers).find(|(_, l)| l.needs_tokens()))
+            .flatten()
+            .map(|(il, _)| il)
+        {
+            return Err(Error::BadStage(format!(
+                "block {il} routes by token: a split must keep it with the embeddings"
+            )));
+        }
+        let merge = match stage.head {
+            true => recipe.merge(&mut t, &hparams)?,
+            false => None,
+        };
         let tensors = t.finish();
         Ok(Model {
             file: Arc::new(file),
@@ -137,6 +153,7 @@ impl Model {
             output_norm,
             output,
             head: None,
+            merge,
         })
     }
 
@@ -153,7 +170,7 @@ impl Model {
     /// ([`Layer::scratch`]): the widest of each.
     pub fn scratch_widths(&self) -> Vec<usize> {
         let mut widths: Vec<usize> = Vec::new();
-        for l in &self.layers {
+        for l in self.layers.iter().chain(&self.merge) {
             let w = l.scratch();
             widths.resize(widths.len().max(w.len()), 0);
             widths.iter_mut().zip(w).for_each(|(a, b)| *a = (*a).max(b));
@@ -267,30 +284,43 @@ impl Model {
         Ok(DeviceWeights { t })
     }
 
-    /// Embedding rows for `tokens` into `hidden` (`[tokens.len(), n_embd]`), scaled where
-    /// the architecture scales them.
+    /// Embedding rows for `tokens` into `hidden` (`[tokens.len(), hidden_width]`), scaled
+    /// where the architecture scales them, each repeated in every residual stream
+    /// ([`HParams::streams`]; through `s.x`).
     pub fn embed(
         &self,
         dev: &mut dyn Device,
         w: &DeviceWeights,
+        s: &Scratch,
         tokens: &[u32],
         hidden: Buf,
     ) -> Result<()> {
         let table = self.token_embd.ok_or(Error::NotInStage("the embeddings"))?;
-        let n_vocab = self.hparams.n_vocab;
+        let hp = &self.hparams;
+        let n_vocab = hp.n_vocab;
         if let Some(&id) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
             return Err(Error::TokenOutOfRange { id, n_vocab });
         }
-        dev.embed(w.t[table], tokens, hidden);
-        if let Some(f) = self.hparams.embed_scale {
-            dev.scale(hidden, tokens.len() * self.hparams.n_embd, f);
+        let into = if hp.streams > 1 { s.x } else { hidden };
+        dev.embed(w.t[table], tokens, into);
+        if let Some(f) = hp.embed_scale {
+            dev.scale(into, tokens.len() * hp.n_embd, f);
+        }
+        if hp.streams > 1 {
+            let rows: Vec<usize> = (0..tokens.len() * hp.streams)
+                .map(|i| i / hp.streams)
+                .collect();
+            dev.gather_rows(s.x, &rows, hp.n_embd, hidden);
         }
         Ok(())
     }
 
-    /// Runs blocks `layers` (of the stage's) over `hidden` (`[n, n_embd]`, updated in place)
-    /// for the rows of the step begun on `dev`, writing each row's keys and values into the
-    /// device's KV pool (which holds the stage's blocks, the first at index 0).
+    /// Runs blocks `layers` (of the stage's) over `hidden` (`[n, hidden_width]`, updated in
+    /// place) for the rows of the step begun on `dev`, writing each row's keys and values
+    /// into the device's KV pool (which holds the stage's blocks, the first at index 0).
+    /// `tokens`: the rows' tokens, where the stage embedded them (blocks that route by
+    /// token need them: [`Cx::tokens`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn forward_layers(
         &self,
         dev: &mut dyn Device,
@@ -299,6 +329,7 @@ impl Model {
         layers: Range<usize>,
         hidden: Buf,
         n: usize,
+        tokens: Option<&[u32]>,
     ) {
         assert!(
             n <= s.max_rows,
@@ -313,23 +344,51 @@ impl Model {
                 s,
                 il,
                 kv_layer,
+                tokens,
             };
             self.layers[kv_layer].forward(&cx, dev, hidden, n);
         }
     }
 
-    /// Final norm and output head: `logits` (`[n, n_logits]`) for `x` (`[n, n_embd]`,
+    /// Final norm and output head: `logits` (`[n, n_logits]`) for `x` (`[n, hidden_width]`,
     /// normalized in place).
-    pub fn output(&self, dev: &mut dyn Device, w: &DeviceWeights, x: Buf, n: usize, logits: Buf) {
+    pub fn output(
+        &self,
+        dev: &mut dyn Device,
+        w: &DeviceWeights,
+        s: &Scratch,
+        x: Buf,
+        n: usize,
+        logits: Buf,
+    ) {
         let head = self.output.expect("the stage holds the output head");
-        self.output_norm(dev, w, x, n);
+        self.output_norm(dev, w, s, x, n);
         dev.matmul(&[w.t[head]], x, n, &[device::MatOut::to(logits)]);
     }
 
-    /// The output norm of `x` (`[n, n_embd]`, in place): the final hidden states that
+    /// The output norm of `x` (`[n, hidden_width]`, in place; `[n, n_embd]` after it, the
+    /// residual streams merged first where there are several): the final hidden states that
     /// embeddings pool.
-    pub fn output_norm(&self, dev: &mut dyn Device, w: &DeviceWeights, x: Buf, n: usize) {
+    pub fn output_norm(
+        &self,
+        dev: &mut dyn Device,
+        w: &DeviceWeights,
+        s: &Scratch,
+        x: Buf,
+        n: usize,
+    ) {
         let hp = &self.hparams;
+        if let Some(merge) = &self.merge {
+            let cx = Cx {
+                hp,
+                t: &w.t,
+                s,
+                il: hp.n_layer,
+                kv_layer: usize::MAX,
+                tokens: None,
+            };
+            merge.forward(&cx, dev, x, n);
+        }
         let norm = self.output_norm.expect("the stage holds the output head");
         dev.rms_norm(x, w.t[norm], n, hp.n_embd, hp.rms_eps, x);
     }

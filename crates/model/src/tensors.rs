@@ -284,6 +284,71 @@ impl<'a> TensorLoader<'a> {
         Ok(MatSpan(start..self.table.matrices.len()))
     }
 
+    /// The `groups` matrices of `n_rows` rows of `n_cols` of tensor `name`, stored as one
+    /// matrix of `groups · n_rows` rows (`[n_cols, groups · n_rows]`) or as a 3-D tensor
+    /// `[n_cols, n_rows, groups]` (a grouped projection: DeepSeek-V4's output LoRA).
+    pub fn grouped(
+        &mut self,
+        name: &str,
+        groups: usize,
+        n_rows: usize,
+        n_cols: usize,
+    ) -> Result<Vec<MatId>> {
+        let three = [n_cols as u64, n_rows as u64, groups as u64];
+        let info = match self.info(name, &three) {
+            Ok(info) => info,
+            Err(_) => self.info(name, &[n_cols as u64, (groups * n_rows) as u64])?,
+        };
+        let all = self.weight(name, info, groups * n_rows, n_cols)?;
+        let ids = split_rows(&all, &vec![n_rows; groups])
+            .into_iter()
+            .map(|w| self.push(w, Role::Multiply, Reads::Whole))
+            .collect();
+        Ok(ids)
+    }
+
+    /// A small tensor of GGUF dims `dims` read for the host alone (constants a block
+    /// computes with), converted to f32.
+    pub fn values(&mut self, name: &str, dims: &[usize]) -> Result<Vec<f32>> {
+        let dims64: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
+        let info = self.info(name, &dims64)?;
+        let mut data = vec![0f32; dims.iter().product()];
+        device::formats::dequantize_row(info.ggml_type, self.file.tensor_bytes(info), &mut data)
+            .map_err(|_| Error::UnsupportedType {
+                tensor: name.to_string(),
+                ty: info.ggml_type,
+            })?;
+        Ok(data)
+    }
+
+    /// A tensor of 32-bit integers of GGUF dims `dims`, read for the host (a table of
+    /// ids).
+    pub fn integers(&mut self, name: &str, dims: &[usize]) -> Result<Vec<i32>> {
+        let dims64: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
+        let info = self.info(name, &dims64)?;
+        if info.ggml_type != GgmlType::I32 {
+            return Err(Error::UnsupportedType {
+                tensor: name.to_string(),
+                ty: info.ggml_type,
+            });
+        }
+        let bytes = self.file.tensor_bytes(info);
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|b| i32::from_le_bytes(b.try_into().expect("4 bytes")))
+            .collect())
+    }
+
+    /// A vector of values not in the file, uploaded like the file's (ones for a norm
+    /// without weights), named for errors.
+    pub fn constant(&mut self, name: &str, data: Vec<f32>) -> VecId {
+        self.table.vectors.push(Vector {
+            name: name.to_string(),
+            data,
+        });
+        VecId(self.table.vectors.len() - 1)
+    }
+
     /// A vector of `n` values, converted to f32.
     pub fn vector(&mut self, name: &str, n: usize) -> Result<VecId> {
         self.vector_dims(name, &[n])

@@ -276,7 +276,7 @@ impl Compute {
         let Some(i) = self.streams.iter().position(Stream::may_advance) else {
             return;
         };
-        let (ub, e) = (self.cfg.n_ubatch, self.exec.model().hparams.n_embd);
+        let (ub, e) = (self.cfg.n_ubatch, self.exec.model().hparams.hidden_width());
         let st = &mut self.streams[i];
         if st.started.is_none() {
             st.credits -= 1;
@@ -334,7 +334,7 @@ impl Compute {
     /// The boundary states of `rows` (`[rows, n_embd]`), computed `n_ubatch` rows at a time;
     /// each session's KV grows by its rows.
     fn forward(&mut self, rows: &[StepRow]) -> Result<Vec<f32>> {
-        let e = self.exec.model().hparams.n_embd;
+        let e = self.exec.model().hparams.hidden_width();
         let mut states = vec![0f32; rows.len() * e];
         for (chunk, out) in rows
             .chunks(self.cfg.n_ubatch)

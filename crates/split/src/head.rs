@@ -153,7 +153,7 @@ impl BoxClient {
             epoch: 0,
             seq: 0,
             split: model.stage.layers.start as u32,
-            n_embd: model.hparams.n_embd,
+            n_embd: model.hparams.hidden_width(),
             grace: Duration::from_secs(10),
             chunk: DEFAULT_CHUNK,
             pipelined: false,

@@ -142,7 +142,7 @@ impl BoxWorker {
             hash: crate::model_hash(&model.file),
             epoch,
             split: stage.layers.end as u32,
-            n_embd: model.hparams.n_embd as u32,
+            n_embd: model.hparams.hidden_width() as u32,
             key: access.key,
             fast_frame: HEADER_BYTES + 8 + 16 * cfg.n_ctx.max(max_sessions),
             current: Mutex::new(Current {

@@ -89,7 +89,7 @@ impl Engine {
     /// whatever their blocks held: only the time counts.
     fn time_forward(&mut self, rows: usize, from: usize, logits: bool) -> Option<Duration> {
         let hp = &self.exec.model().hparams;
-        let (e, n_vocab) = (hp.n_embd, hp.n_vocab);
+        let (e, n_vocab) = (hp.hidden_width(), hp.n_vocab);
         let mut seq = SeqKv::default();
         let entering: Vec<(u64, usize, u32)> = (0..rows)
             .map(|i| (SCRATCH_SESSION, from + i, (i * 7919 % n_vocab) as u32))

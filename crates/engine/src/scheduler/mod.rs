@@ -80,7 +80,7 @@ pub struct Engine {
     front: Option<Box<dyn Front>>,
     /// A [`FrontState`], shared with the handle.
     front_state: Arc<AtomicU8>,
-    /// `[n_ubatch, n_embd]`: the states entering from the front.
+    /// `[n_ubatch, hidden_width]`: the states entering from the front.
     entered: Vec<f32>,
     slots: Vec<Option<Active>>,
     queue: VecDeque<Queued>,
@@ -127,7 +127,7 @@ pub fn start_with(
         ));
     }
     cfg.validate()?;
-    let e = model.hparams.n_embd;
+    let e = model.hparams.hidden_width();
     let (tx, rx) = mpsc::channel();
     let queued = Arc::new(AtomicUsize::new(0));
     let front_state = Arc::new(AtomicU8::new(FrontState::Up as u8));

@@ -49,7 +49,7 @@ impl Engine {
         let Some(f) = &mut self.front else {
             return Ok(());
         };
-        let n = rows.len() * self.exec.model().hparams.n_embd;
+        let n = rows.len() * self.exec.model().hparams.hidden_width();
         self.exec.rest();
         let result = match f.forward(rows, &mut self.entered[..n]) {
             Err(_) => self.regain(&mut |e| {

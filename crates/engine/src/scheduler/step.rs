@@ -221,7 +221,7 @@ impl Engine {
         let tokens: Vec<u32> = chunk.iter().map(|r| r.2).collect();
         let n = chunk.len();
         let enter = match self.front {
-            Some(_) => Enter::States(&self.entered[..n * self.exec.model().hparams.n_embd]),
+            Some(_) => Enter::States(&self.entered[..n * self.exec.model().hparams.hidden_width()]),
             None => Enter::Tokens(&tokens),
         };
         let (slots, tok) = (&mut self.slots, &self.tok);

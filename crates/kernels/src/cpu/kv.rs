@@ -2,6 +2,7 @@
 
 use std::cell::RefCell;
 
+use device::records::Records;
 use device::{AttnSpec, Row, Tables};
 use kv::{KvConfig, BLOCK_SIZE};
 
@@ -59,6 +60,14 @@ impl KvStore {
             keys: (0..cfg.n_layer).map(layer).collect(),
             values: (0..cfg.n_layer).map(layer).collect(),
         })
+    }
+
+    /// Layer `layer`'s storage as records ([`device::records`]) of the sequences' blocks
+    /// `tables`.
+    pub fn records<'a>(&'a mut self, layer: usize, tables: &'a Tables) -> Records<'a> {
+        let tables = tables.of(&self.cfg, layer);
+        let (keys, values) = (&mut self.keys[layer], &mut self.values[layer]);
+        Records::new(&self.cfg, keys, values, tables)
     }
 
     /// The stores of the layers that keep every position: keys, then values.

@@ -12,9 +12,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use device::host::HostBufs;
+use device::hyper::{self, HyperSpec};
+use device::sparse::{SparseIo, SparseSpec};
 use device::state::HostStates;
 use device::{
-    AttnSpec, Buf, Bytes, ConvSpec, DeltaIo, DeltaSpec, Device, Mat, MatOut, MatrixSource, MoeSpec,
+    AttnSpec, Buf, Bytes, Cols, ConvSpec, DeltaIo, DeltaSpec, Device, Mat, MatOut, MatrixSource, MoeSpec,
     MoeStats, Op, Progress, Result, Role, RopeSpec, Row, ScratchShape, Step,
 };
 use gguf::GgmlType;
@@ -23,7 +25,7 @@ pub use crate::features::CpuFeatures;
 
 use crate::matmul::{matmul, matmul_many, Precision, QMatrix};
 use crate::ops::{add_inplace, gelu_inplace, rms_norm, rms_norm_inplace, rope, rope_angles};
-use crate::ops::{all_finite, sigmoid, softmax_inplace, swiglu_inplace};
+use crate::ops::{all_finite, sigmoid, softmax_inplace, swiglu_inplace, swiglu_limited_inplace};
 use crate::qmatmul::packed::PackedMatrix;
 use crate::ThreadPool;
 
@@ -389,6 +391,57 @@ impl Device for Cpu {
 
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize) {
         self.with2(up, gate, |u, g| swiglu_inplace(&mut g[..len], &u[..len]));
+    }
+
+    fn swiglu_limited(&mut self, gate: Buf, up: Buf, len: usize, limit: f32) {
+        self.with2(up, gate, |u, g| {
+            let mut u = u[..len].to_vec();
+            swiglu_limited_inplace(&mut g[..len], &mut u, limit)
+        });
+    }
+
+    /// The rows' attention on the threads, a row per task.
+    fn sparse_attention(&mut self, layer: usize, io: &SparseIo, spec: &SparseSpec) {
+        let kv = self.kv.as_mut().expect("kv_alloc first");
+        let mut rec = kv.records(layer, &self.tables);
+        let pool = &self.pool;
+        let par = |n, f: &(dyn Fn(usize) + Sync)| pool.for_ranges(n, &|r| r.for_each(f));
+        device::sparse::sparse_attention(&mut rec, &mut self.bufs, &self.rows, io, spec, par);
+    }
+
+    fn hyper_pre(&mut self, x: Buf, mix: Buf, base: Buf, out: Buf, rows: usize, s: &HyperSpec) {
+        let (m, d) = (s.mix_width(), s.width);
+        let (xs, mut w, mut o) = (self.bufs.take(x), self.bufs.take(mix), self.bufs.take(out));
+        let bv = &self.bufs[base];
+        for r in 0..rows {
+            let w = &mut w[r * m..(r + 1) * m];
+            hyper::weights(w, bv, s);
+            let x = &xs[r * s.streams * d..(r + 1) * s.streams * d];
+            hyper::pre(x, w, &mut o[r * d..(r + 1) * d], s);
+        }
+        self.bufs.put(x, xs);
+        self.bufs.put(mix, w);
+        self.bufs.put(out, o);
+    }
+
+    fn hyper_post(&mut self, y: Buf, x: Buf, mix: Buf, rows: usize, s: &HyperSpec) {
+        let (m, d, n) = (s.mix_width(), s.width, s.streams);
+        let mut xs = self.bufs.take(x);
+        let (ys, w) = (&self.bufs[y], &self.bufs[mix]);
+        for r in 0..rows {
+            let x = &mut xs[r * n * d..(r + 1) * n * d];
+            hyper::post(&ys[r * d..(r + 1) * d], x, &w[r * m..(r + 1) * m], s);
+        }
+        self.bufs.put(x, xs);
+    }
+
+    fn copy_cols(&mut self, x: Buf, out: Buf, rows: usize, c: &Cols) {
+        self.with2(x, out, |x, o| {
+            for r in 0..rows {
+                let from = &x[r * c.x_width + c.x_at..][..c.width];
+                o[r * c.out_width + c.out_at..][..c.width].copy_from_slice(from);
+            }
+        });
     }
 
     fn gelu(&mut self, gate: Buf, up: Buf, len: usize) {

@@ -16,7 +16,7 @@ use device::{Gating, MoeSpec, MoeStats, Routing};
 
 use super::Cpu;
 use crate::dot::{dot, Isa};
-use crate::ops::{add_inplace, sigmoid, softmax_inplace, swiglu_inplace};
+use crate::ops::{add_inplace, sigmoid, softmax_inplace, swiglu_inplace, swiglu_limited_inplace};
 use crate::{matmul, matmul_grouped, Group, QMatrix};
 
 /// The smallest sum the chosen weights are divided by when renormalized (llama.cpp's).
@@ -63,8 +63,11 @@ pub(super) fn block(
     let view = |m: device::Mat| cpu.mats[m.0 as usize].view();
     let probs_n = &mut probs[..n * ne];
     matmul(&cpu.pool, &view(spec.router), xs, probs_n, cpu.precision);
-    for (row, picks) in probs_n.chunks_exact_mut(ne).zip(chosen.chunks_exact_mut(k)) {
-        route(p, row, picks);
+    let bias = spec.choice_bias.map(|b| &cpu.bufs[b][..ne]);
+    let rows = probs_n.chunks_exact_mut(ne).zip(chosen.chunks_exact_mut(k));
+    for (r, (row, picks)) in rows.enumerate() {
+        let given = spec.given.map(|g| &g[r * k..(r + 1) * k]);
+        route(p, row, picks, bias, given);
     }
     group(&chosen[..n * k], ne, &mut slot[..n * k], start);
     for (i, &sl) in slot[..n * k].iter().enumerate() {
@@ -86,7 +89,10 @@ pub(super) fn block(
         .flat_map(|(g, u)| [g, u])
         .collect();
     matmul_grouped(&cpu.pool, &groups, &mut ys, cpu.precision);
-    swiglu_inplace(&mut gate[..total * ff], &up[..total * ff]);
+    match spec.limit {
+        Some(c) => swiglu_limited_inplace(&mut gate[..total * ff], &mut up[..total * ff], c),
+        None => swiglu_inplace(&mut gate[..total * ff], &up[..total * ff]),
+    }
     let downs: Vec<[QMatrix; 1]> = active.iter().map(|&ex| [view(spec.down[ex])]).collect();
     let groups = by_expert(&active, start, &downs, &gate, ff);
     let mut ys = split(&mut out[..total * e], &group_sizes(&active, start, e));
@@ -122,23 +128,38 @@ pub(super) fn block(
 }
 
 /// Turns one row's router logits `probs` (`[n_expert]`) into probabilities in place and
-/// writes its `k = picks.len()` experts to `picks`, most probable first (ties: the lower
-/// expert), each with its weight: its probability, divided by the sum of the chosen ones'
-/// when `p.norm_weights`, times `p.weights_scale`.
-pub fn route(p: &Routing, probs: &mut [f32], picks: &mut [(usize, f32)]) {
+/// writes its `k = picks.len()` experts to `picks`: the `given` ones, or the most probable
+/// first (counting `bias` when given; ties: the lower expert), each with its weight: its
+/// probability, divided by the sum of the chosen ones' when `p.norm_weights`, times
+/// `p.weights_scale`.
+pub fn route(
+    p: &Routing,
+    probs: &mut [f32],
+    picks: &mut [(usize, f32)],
+    bias: Option<&[f32]>,
+    given: Option<&[u32]>,
+) {
     match p.gating {
         Gating::Softmax => softmax_inplace(probs),
         Gating::Sigmoid => probs.iter_mut().for_each(|v| *v = sigmoid(*v)),
+        Gating::SqrtSoftplus => probs.iter_mut().for_each(|v| *v = softplus(*v).sqrt()),
     }
-    for j in 0..picks.len() {
+    if let Some(g) = given {
+        for (pick, &ex) in picks.iter_mut().zip(g) {
+            *pick = (ex as usize, probs[ex as usize]);
+        }
+    }
+    for j in (0..picks.len()).filter(|_| given.is_none()) {
         let mut best: Option<(usize, f32)> = None;
         for (ex, &v) in probs.iter().enumerate() {
+            let key = v + bias.map_or(0.0, |b| b[ex]);
             let taken = picks[..j].iter().any(|&(c, _)| c == ex);
-            if !taken && best.is_none_or(|(_, b)| v > b) {
-                best = Some((ex, v));
+            if !taken && best.is_none_or(|(_, b)| key > b) {
+                best = Some((ex, key));
             }
         }
-        picks[j] = best.expect("k is at most n_expert");
+        let ex = best.expect("k is at most n_expert").0;
+        picks[j] = (ex, probs[ex]);
     }
     let scale = if p.norm_weights {
         let sum: f32 = picks.iter().map(|&(_, w)| w).sum();
@@ -148,6 +169,15 @@ pub fn route(p: &Routing, probs: &mut [f32], picks: &mut [(usize, f32)]) {
     };
     if scale != 1.0 {
         picks.iter_mut().for_each(|(_, w)| *w *= scale);
+    }
+}
+
+/// `ln(1 + e^x)`, `x` itself above 20 (ggml's).
+fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        (1.0 + x.exp()).ln()
     }
 }
 
@@ -230,7 +260,7 @@ mod tests {
     fn route_picks_the_most_probable_and_weighs_them() {
         let mut probs = [1.0, 3.0, 3.0, 2.0];
         let mut picks = [(0, 0.0); 3];
-        route(&params(3, false), &mut probs, &mut picks);
+        route(&params(3, false), &mut probs, &mut picks, None, None);
         assert_eq!(picks.map(|p| p.0), [1, 2, 3], "ties go to the lower expert");
         let z: f32 = [1f32, 3.0, 3.0, 2.0].iter().map(|v| v.exp()).sum();
         for (ex, w) in picks {
@@ -238,7 +268,7 @@ mod tests {
             assert!((w - want).abs() < 1e-6, "expert {ex}: {w} vs {want}");
         }
         let mut probs = [1.0, 3.0, 3.0, 2.0];
-        route(&params(3, true), &mut probs, &mut picks);
+        route(&params(3, true), &mut probs, &mut picks, None, None);
         let sum: f32 = picks.iter().map(|p| p.1).sum();
         assert!((sum - 1.0).abs() < 1e-6);
     }

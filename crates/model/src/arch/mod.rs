@@ -4,6 +4,7 @@
 //! [`crate::layers`] or its own). Adding an architecture is its file and one line of
 //! [`RECIPES`].
 
+mod deepseek4;
 mod gemma3;
 mod llama;
 mod phi3;
@@ -41,6 +42,13 @@ pub trait Recipe: Sync {
     /// them.
     fn layer(&self, t: &mut TensorLoader, hp: &HParams, il: usize) -> Result<Box<dyn Layer>>;
 
+    /// What merges the residual streams of an architecture with several
+    /// ([`HParams::streams`]) into one `[rows, n_embd]` before the output norm, its tensors
+    /// loaded through `t`; `None` for a plain residual.
+    fn merge(&self, _t: &mut TensorLoader, _hp: &HParams) -> Result<Option<Box<dyn Layer>>> {
+        Ok(None)
+    }
+
     /// Device ops its blocks use besides those every model needs.
     fn extra_ops(&self) -> &'static [Op] {
         &[]
@@ -57,6 +65,7 @@ pub static RECIPES: &[&dyn Recipe] = &[
     &qwen35::QWEN35,
     &qwen35::QWEN35MOE,
     &gemma3::Gemma3,
+    &deepseek4::DeepSeek4,
     &phi3::RECIPE,
 ];
 

@@ -194,6 +194,9 @@ impl Moe {
             n_embd: hp.n_embd,
             n_ff_exp: p.n_ff_exp,
             shared,
+            choice_bias: None,
+            given: None,
+            limit: None,
             scratch: s.moe.expect("mixture scratch for a model with experts"),
         };
         dev.moe(&spec, s.x, n, hidden);

@@ -7,7 +7,9 @@ pub mod attention;
 pub mod ffn;
 pub mod gated_attention;
 pub mod gated_delta_net;
+pub mod hyper;
 pub mod pre_norm;
+pub mod sparse_attention;
 
 use device::{Buf, Device};
 
@@ -25,6 +27,9 @@ pub struct Cx<'a> {
     pub il: usize,
     /// The block's index in the device's KV pool, which holds the stage's blocks only.
     pub kv_layer: usize,
+    /// The tokens of the step's rows, where the stage embedded them (`None` for the
+    /// blocks after a split, which receive hidden states).
+    pub tokens: Option<&'a [u32]>,
 }
 
 /// What a block keeps of each sequence between forwards.
@@ -35,6 +40,10 @@ pub enum LayerMemory {
     Paged { window: Option<usize> },
     /// A recurrent state of `floats` values per sequence, whatever its length.
     State { floats: usize },
+    /// A record of every position ([`device::records`]): `keys` floats in the keys' store
+    /// and `values` in the values' (the pool's rows as wide as the widest half of any
+    /// block's). A model's paged blocks all keep records or none does.
+    Records { keys: usize, values: usize },
 }
 
 /// One block of a model, its tensors loaded: the unit a recipe makes and the model runs.
@@ -53,7 +62,13 @@ pub trait Layer: Send + Sync {
         Vec::new()
     }
 
-    /// `hidden` (`[n, n_embd]`) through the block, in place, for the rows of the step begun
-    /// on `dev`, writing what the block keeps of each row into its memory.
+    /// Whether the block reads the rows' tokens ([`Cx::tokens`]): it then runs only where
+    /// they are embedded (never after a split).
+    fn needs_tokens(&self) -> bool {
+        false
+    }
+
+    /// `hidden` (`[n, hidden_width]`) through the block, in place, for the rows of the step
+    /// begun on `dev`, writing what the block keeps of each row into its memory.
     fn forward(&self, cx: &Cx<'_>, dev: &mut dyn Device, hidden: Buf, n: usize);
 }

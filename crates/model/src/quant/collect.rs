@@ -28,9 +28,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
+use device::hyper::HyperSpec;
+use device::sparse::{SparseIo, SparseSpec};
 use device::{
-    AttnSpec, Buf, ConvSpec, DeltaIo, DeltaSpec, Device, Gating, Mat, MatOut, MatrixSource,
-    MoeSpec, MoeStats, Op, OpTime, Progress, Result, Role, RopeSpec, Step,
+    AttnSpec, Buf, Cols, ConvSpec, DeltaIo, DeltaSpec, Device, Mat, MatOut, MatrixSource, MoeSpec,
+    MoeStats, Op, OpTime, Progress, Result, Role, RopeSpec, Step,
 };
 use gguf::GgmlType;
 use kv::KvConfig;
@@ -107,15 +109,20 @@ impl Collector {
         let xs = std::mem::take(&mut self.host);
         let dev = &mut *self.inner;
         dev.matmul(&[spec.router], x, rows, &[MatOut::to(sc.probs)]);
-        match p.gating {
-            Gating::Softmax => dev.softmax_rows(sc.probs, rows, ne),
-            Gating::Sigmoid => dev.sigmoid(sc.probs, rows * ne),
+        let mut logits = vec![0f32; rows * ne];
+        dev.download(sc.probs, 0, &mut logits);
+        let mut bias = vec![0f32; ne];
+        if let Some(b) = spec.choice_bias {
+            dev.download(b, 0, &mut bias);
         }
-        let picks = dev.top_k_rows(sc.probs, rows, ne, k);
         let mut routed: Vec<Vec<usize>> = vec![Vec::new(); ne];
-        for (r, row) in picks.chunks_exact(k).enumerate() {
-            for &(ex, _) in row {
-                routed[ex as usize].push(r);
+        let mut picks = Vec::with_capacity(rows * k);
+        for (r, row) in logits.chunks_exact(ne).enumerate() {
+            let given = spec.given.map(|g| &g[r * k..(r + 1) * k]);
+            let bias = spec.choice_bias.map(|_| &bias[..]);
+            for (ex, _) in device::reference::route(p, row, bias, given) {
+                routed[ex].push(r);
+                picks.push(ex);
             }
         }
         // Per expert, `silu(gate) · up` of its rows (`[routed[ex].len(), ff]`).
@@ -129,7 +136,10 @@ impl Collector {
                 n,
                 &[MatOut::to(sc.gate), MatOut::to(sc.up)],
             );
-            dev.swiglu(sc.gate, sc.up, n * ff);
+            match spec.limit {
+                Some(c) => dev.swiglu_limited(sc.gate, sc.up, n * ff, c),
+                None => dev.swiglu(sc.gate, sc.up, n * ff),
+            }
             acts[ex].resize(n * ff, 0.0);
             dev.download(sc.gate, 0, &mut acts[ex]);
         }
@@ -142,7 +152,7 @@ impl Collector {
         add_to(&mut sums, &router, [1, 0], &xs, e);
         for j in 0..k {
             for r in 0..rows {
-                let ex = picks[r * k + j].0 as usize;
+                let ex = picks[r * k + j];
                 let xr = &xs[r * e..(r + 1) * e];
                 for name in [gate, up].into_iter().flatten() {
                     add_to(&mut sums, name, [ne, ex], xr, e);
@@ -297,6 +307,21 @@ impl Device for Collector {
     }
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize) {
         self.inner.swiglu(gate, up, len)
+    }
+    fn swiglu_limited(&mut self, gate: Buf, up: Buf, len: usize, limit: f32) {
+        self.inner.swiglu_limited(gate, up, len, limit)
+    }
+    fn sparse_attention(&mut self, layer: usize, io: &SparseIo, spec: &SparseSpec) {
+        self.inner.sparse_attention(layer, io, spec)
+    }
+    fn hyper_pre(&mut self, x: Buf, mix: Buf, base: Buf, out: Buf, rows: usize, s: &HyperSpec) {
+        self.inner.hyper_pre(x, mix, base, out, rows, s)
+    }
+    fn hyper_post(&mut self, y: Buf, x: Buf, mix: Buf, rows: usize, s: &HyperSpec) {
+        self.inner.hyper_post(y, x, mix, rows, s)
+    }
+    fn copy_cols(&mut self, x: Buf, out: Buf, rows: usize, c: &Cols) {
+        self.inner.copy_cols(x, out, rows, c)
     }
     fn gelu(&mut self, gate: Buf, up: Buf, len: usize) {
         self.inner.gelu(gate, up, len)

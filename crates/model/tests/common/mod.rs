@@ -131,7 +131,7 @@ pub fn run_stages_on(
                 states: &[],
             });
             if i == 0 {
-                model.embed(&mut **dev, w, &tokens, *hidden).unwrap();
+                model.embed(&mut **dev, w, scratch, &tokens, *hidden).unwrap();
             } else {
                 dev.upload(*hidden, 0, &states);
             }
@@ -142,6 +142,7 @@ pub fn run_stages_on(
                 model.stage.layers.clone(),
                 *hidden,
                 n,
+                (i == 0).then_some(&tokens[..]),
             );
             for (s, seq) in seqs.iter_mut().enumerate() {
                 kv.commit(seq, next[s]);
@@ -149,7 +150,7 @@ pub fn run_stages_on(
             if i + 1 < stages.len() {
                 dev.download(*hidden, 0, &mut states);
             } else {
-                model.output(&mut **dev, w, *hidden, n, *logits);
+                model.output(&mut **dev, w, scratch, *hidden, n, *logits);
                 let mut l = vec![0f32; n * hp.n_vocab];
                 dev.download(*logits, 0, &mut l);
                 for (row, l) in rows.iter().zip(l.chunks_exact(hp.n_vocab)) {

@@ -1,0 +1,369 @@
+//! Compressed sparse attention (DeepSeek-V4's): each query attends, with one shared key
+//! head that is also its value (`K = V`) and a sink per head, to the raw keys of the last
+//! `window` positions and to compressed rows, each pooling `ratio` positions, that the
+//! layer writes as the sequence grows. With ratio 4 a lightning indexer picks the `top_k`
+//! compressed rows a query sees; with ratio 128 it sees them all; with ratio 0 none.
+//!
+//! Per position `p` of a sequence, turning the last `n_rot` dimensions of a head (pairs
+//! `(2i, 2i + 1)` after the first `head_dim - n_rot`):
+//!
+//! ```text
+//! raw(p)   = turn(kv(p), p)
+//! row(p)   = comp.kv(p),  score(p) = comp.score(p) + ape[p mod r]   (2·d wide with r = 4)
+//! block b  = positions b·r .. b·r + r - 1, complete at p = b·r + r - 1:
+//!   C̃_b[δ] = Σ_j softmax_j(score_j[δ]) · row_j[δ]   per channel δ < d, over
+//!            r = 128: the block's positions;  r = 4: the previous block's positions on
+//!            the first half (channel δ) and the block's own on the second (d + δ)
+//!   C_b    = turn(rms_norm(C̃_b) · norm, b·r)                     (the compressed rope)
+//! a query at p sees raw(j) for p - window < j <= p, and C_b for b < (p + 1) / r (ratio 4:
+//! those the indexer picks):
+//!   I(b)   = Σ_h w_h(p) / √(c · H_i) · relu(turn(qi_h(p), p) · K^I_b)
+//!            the top_k blocks by I, all of them when no more are visible (ties: lower b)
+//!   l_h(j) = scale · turn(q_h(p), p) · K_j,     α = softmax over j and the sink s_h
+//!   out_h  = turn⁻¹(Σ_j α_h(j) · K_j, p)
+//! ```
+//!
+//! where K^I_b is an indexer block computed as C_b from the indexer's own rows (`c` wide).
+//! Every row a step writes is stored before any is read, so a query's result depends on
+//! its sequence's positions alone, whatever the step ([`crate::Device`]'s batch
+//! invariance). The records each position keeps are [`SparseSpec::layout`]'s.
+
+use std::ops::Range;
+
+use crate::host::HostBufs;
+use crate::records::Records;
+use crate::{rope_angles, Buf, RopeSpec, Row};
+
+/// One compressed-sparse attention layer's shape.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SparseSpec {
+    pub n_head: usize,
+    /// `d`: a query head, the key, a compressed row.
+    pub head_dim: usize,
+    /// Raw positions a query sees, its own included.
+    pub window: usize,
+    /// Positions per compressed row: 0 (none), 4 (overlapping, with the indexer) or 128.
+    pub ratio: usize,
+    pub scale: f32,
+    pub rms_eps: f32,
+    /// The turn of queries, raw keys and outputs (`head_dim`, `n_rot` of the layer).
+    pub rope: RopeSpec,
+    /// The turn of compressed rows and indexer queries (its `head_dim` ignored).
+    pub comp_rope: RopeSpec,
+    pub indexer: Option<IndexerSpec>,
+}
+
+/// The lightning indexer of a ratio-4 layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexerSpec {
+    pub n_head: usize,
+    /// `c`: an indexer head and key.
+    pub head_dim: usize,
+    pub top_k: usize,
+}
+
+/// A compressor's inputs for the step's rows: `kv`, `score` `[rows, coff · e]` (coff 2
+/// for ratio 4, else 1), `ape` `[ratio, coff · e]`, `norm` `[e]`.
+#[derive(Debug, Clone, Copy)]
+pub struct CompIo {
+    pub kv: Buf,
+    pub score: Buf,
+    pub ape: Buf,
+    pub norm: Buf,
+}
+
+/// The buffers of [`crate::Device::sparse_attention`] for the step's rows.
+#[derive(Debug, Clone, Copy)]
+pub struct SparseIo {
+    /// `[rows, n_head · d]`, each head RMS-normalized, not turned.
+    pub q: Buf,
+    /// `[rows, d]`, normalized, not turned.
+    pub kv: Buf,
+    /// `[n_head]`.
+    pub sinks: Buf,
+    /// `[rows, n_head · d]`.
+    pub out: Buf,
+    /// Ratio 4 and 128.
+    pub comp: Option<CompIo>,
+    /// Ratio 4: the indexer's compressor (`e = c`), its queries `[rows, H_i · c]` (not
+    /// turned) and head weights `[rows, H_i]`.
+    pub index: Option<(CompIo, Buf, Buf)>,
+}
+
+/// Where a position's record keeps each field: offsets into `keys` (`k`) or `values`
+/// (`v`) halves, given as floats from the record's start once the half's width is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// The turned raw key (`d`).
+    pub raw: usize,
+    /// The compressor's row and score of the position, and the compressed row written at
+    /// a block's last position (`coff · d`, `coff · d`, `d`).
+    pub comp: Option<[usize; 3]>,
+    /// The same for the indexer (`2c`, `2c`, `c`).
+    pub lid: Option<[usize; 3]>,
+}
+
+impl SparseSpec {
+    /// Floats the layer keeps per position in the keys' and the values' half.
+    pub fn halves(&self) -> (usize, usize) {
+        let (d, c) = (self.head_dim, self.indexer.map_or(0, |i| i.head_dim));
+        match self.ratio {
+            0 => (d, 0),
+            4 => (4 * d + c, 2 * d + 4 * c),
+            _ => (2 * d, 2 * d),
+        }
+    }
+
+    /// The fields of a record whose halves are `w` floats each.
+    pub fn layout(&self, w: usize) -> Layout {
+        let (d, c) = (self.head_dim, self.indexer.map_or(0, |i| i.head_dim));
+        match self.ratio {
+            0 => Layout {
+                raw: 0,
+                comp: None,
+                lid: None,
+            },
+            4 => Layout {
+                raw: 0,
+                comp: Some([2 * d, w, d]),
+                lid: Some([w + 2 * d, w + 2 * d + 2 * c, 4 * d]),
+            },
+            _ => Layout {
+                raw: 0,
+                comp: Some([w, w + d, d]),
+                lid: None,
+            },
+        }
+    }
+}
+
+/// Turns the last `spec.n_rot` dimensions of `x` (`[spec.head_dim]` per head, `heads` of
+/// them) by position `pos`, backwards when `inverse`.
+pub fn turn_tail(x: &mut [f32], pos: usize, spec: &RopeSpec, inverse: bool) {
+    let mut cs = vec![(0f32, 0f32); spec.n_rot / 2];
+    rope_angles(pos, spec, &mut cs);
+    let off = spec.head_dim - spec.n_rot;
+    for head in x.chunks_exact_mut(spec.head_dim) {
+        for (i, &(cos, sin)) in cs.iter().enumerate() {
+            let sin = if inverse { -sin } else { sin };
+            let (a, b) = (head[off + 2 * i], head[off + 2 * i + 1]);
+            head[off + 2 * i] = a * cos - b * sin;
+            head[off + 2 * i + 1] = a * sin + b * cos;
+        }
+    }
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).fold(0.0, |s, (&x, &y)| s + x * y)
+}
+
+/// A compressor of `e` floats per compressed row at ratio `r`, its fields at `at`.
+struct Compressor {
+    e: usize,
+    r: usize,
+    at: [usize; 3],
+    io: CompIo,
+}
+
+impl Compressor {
+    fn coff(&self) -> usize {
+        if self.r == 4 {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Stores row `i` of the step (at `pos` of `seq`): its compressor row and score.
+    fn store(&self, rec: &mut Records<'_>, b: &HostBufs, i: usize, pos: usize, seq: usize) {
+        let w = self.coff() * self.e;
+        rec.write(seq, pos, self.at[0], &b[self.io.kv][i * w..(i + 1) * w]);
+        let ape = &b[self.io.ape][(pos % self.r) * w..(pos % self.r + 1) * w];
+        let score: Vec<f32> = b[self.io.score][i * w..(i + 1) * w]
+            .iter()
+            .zip(ape)
+            .map(|(&s, &a)| s + a)
+            .collect();
+        rec.write(seq, pos, self.at[1], &score);
+    }
+
+    /// Writes the compressed row of the block ending at `pos` of `seq`.
+    fn compress(&self, rec: &mut Records<'_>, b: &HostBufs, pos: usize, seq: usize, s: &Rot) {
+        let (e, r) = (self.e, self.r);
+        let block = pos / r;
+        let w = self.coff() * e;
+        // (position, offset of its half) of every row pooled, oldest first.
+        let mut src: Vec<(usize, usize)> = Vec::new();
+        if r == 4 && block > 0 {
+            src.extend((block * r - r..block * r).map(|p| (p, 0)));
+        }
+        let own = if r == 4 { e } else { 0 };
+        src.extend((block * r..block * r + r).map(|p| (p, own)));
+        let (mut kv, mut sc) = (vec![0f32; w], vec![0f32; w]);
+        let mut rows = Vec::with_capacity(src.len());
+        for &(p, half) in &src {
+            rec.read(seq, p, self.at[0], &mut kv);
+            rec.read(seq, p, self.at[1], &mut sc);
+            rows.push((kv[half..half + e].to_vec(), sc[half..half + e].to_vec()));
+        }
+        let mut out = vec![0f32; e];
+        for (ch, o) in out.iter_mut().enumerate() {
+            let max = rows.iter().fold(f32::NEG_INFINITY, |m, r| m.max(r.1[ch]));
+            let sum: f32 = rows.iter().map(|r| (r.1[ch] - max).exp()).sum();
+            *o = rows
+                .iter()
+                .map(|r| (r.1[ch] - max).exp() / sum * r.0[ch])
+                .sum();
+        }
+        let ms = out.iter().map(|v| v * v).sum::<f32>() / e as f32;
+        let inv = 1.0 / (ms + s.eps).sqrt();
+        let norm = &b[self.io.norm][..e];
+        out.iter_mut().zip(norm).for_each(|(v, &g)| *v = *v * inv * g);
+        let mut rope = s.comp;
+        rope.head_dim = e;
+        turn_tail(&mut out, block * r, &rope, false);
+        rec.write(seq, pos, self.at[2], &out);
+    }
+
+    /// The compressed rows of blocks `blocks` of `seq`.
+    fn rows(&self, rec: &Records<'_>, seq: usize, blocks: Range<usize>) -> Vec<Vec<f32>> {
+        blocks
+            .map(|b| {
+                let mut v = vec![0f32; self.e];
+                rec.read(seq, b * self.r + self.r - 1, self.at[2], &mut v);
+                v
+            })
+            .collect()
+    }
+}
+
+/// What the compressors need besides their inputs.
+struct Rot {
+    comp: RopeSpec,
+    eps: f32,
+}
+
+/// [`crate::Device::sparse_attention`] over the step's `rows` with host buffers and the
+/// layer's `rec`ords; `par(n, task)` runs `task(i)` for each `i` in `0..n`, in any order
+/// or on any threads.
+pub fn sparse_attention(
+    rec: &mut Records<'_>,
+    bufs: &mut HostBufs,
+    rows: &[Row],
+    io: &SparseIo,
+    spec: &SparseSpec,
+    par: impl Fn(usize, &(dyn Fn(usize) + Sync)),
+) {
+    let (h, d) = (spec.n_head, spec.head_dim);
+    let lay = spec.layout(rec.floats() / 2);
+    let rot = Rot {
+        comp: spec.comp_rope,
+        eps: spec.rms_eps,
+    };
+    let comp = io.comp.zip(lay.comp).map(|(io, at)| Compressor {
+        e: d,
+        r: spec.ratio,
+        at,
+        io,
+    });
+    let lid = io.index.zip(lay.lid).zip(spec.indexer).map(|((x, at), s)| {
+        let c = Compressor {
+            e: s.head_dim,
+            r: 4,
+            at,
+            io: x.0,
+        };
+        (c, x.1, x.2, s)
+    });
+    for (i, r) in rows.iter().enumerate() {
+        let mut raw = bufs[io.kv][i * d..(i + 1) * d].to_vec();
+        turn_tail(&mut raw, r.pos, &spec.rope, false);
+        rec.write(r.seq, r.pos, lay.raw, &raw);
+        for c in comp.iter().chain(lid.as_ref().map(|l| &l.0)) {
+            c.store(rec, bufs, i, r.pos, r.seq);
+        }
+    }
+    if spec.ratio > 0 {
+        for r in rows.iter().filter(|r| (r.pos + 1) % spec.ratio == 0) {
+            for c in comp.iter().chain(lid.as_ref().map(|l| &l.0)) {
+                c.compress(rec, bufs, r.pos, r.seq, &rot);
+            }
+        }
+    }
+    let rec = &*rec;
+    let b = &*bufs;
+    let outs: Vec<std::sync::Mutex<Vec<f32>>> = rows
+        .iter()
+        .map(|_| std::sync::Mutex::new(vec![0f32; h * d]))
+        .collect();
+    par(rows.len(), &|i| {
+        let r = rows[i];
+        let visible = match spec.ratio {
+            0 => 0,
+            ratio => (r.pos + 1) / ratio,
+        };
+        let blocks: Vec<usize> = match &lid {
+            Some((c, q, wt, s)) if visible > s.top_k => {
+                let (hi, ci) = (s.n_head, s.head_dim);
+                let mut qi = b[*q][i * hi * ci..(i + 1) * hi * ci].to_vec();
+                let mut rope = spec.comp_rope;
+                rope.head_dim = ci;
+                turn_tail(&mut qi, r.pos, &rope, false);
+                let norm = 1.0 / ((ci * hi) as f32).sqrt();
+                let w: Vec<f32> = b[*wt][i * hi..(i + 1) * hi]
+                    .iter()
+                    .map(|v| v * norm)
+                    .collect();
+                let keys = c.rows(rec, r.seq, 0..visible);
+                let mut scored: Vec<(usize, f32)> = keys
+                    .iter()
+                    .enumerate()
+                    .map(|(blk, k)| {
+                        let s = qi
+                            .chunks_exact(ci)
+                            .zip(&w)
+                            .fold(0.0, |s, (q, &w)| s + w * dot(q, k).max(0.0));
+                        (blk, s)
+                    })
+                    .collect();
+                scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                let mut top: Vec<usize> = scored[..s.top_k].iter().map(|x| x.0).collect();
+                top.sort_unstable();
+                top
+            }
+            _ => (0..visible).collect(),
+        };
+        let span = (r.pos + 1).saturating_sub(spec.window)..r.pos + 1;
+        let mut keys: Vec<Vec<f32>> = span
+            .map(|p| {
+                let mut k = vec![0f32; d];
+                rec.read(r.seq, p, lay.raw, &mut k);
+                k
+            })
+            .collect();
+        if let Some(c) = &comp {
+            for blk in blocks {
+                keys.extend(c.rows(rec, r.seq, blk..blk + 1));
+            }
+        }
+        let mut q = b[io.q][i * h * d..(i + 1) * h * d].to_vec();
+        turn_tail(&mut q, r.pos, &spec.rope, false);
+        let mut out = outs[i].lock().expect("one task per row");
+        let sinks = &b[io.sinks][..h];
+        for ((qh, oh), &sink) in q.chunks_exact(d).zip(out.chunks_exact_mut(d)).zip(sinks) {
+            let l: Vec<f32> = keys.iter().map(|k| spec.scale * dot(qh, k)).collect();
+            let max = l.iter().fold(sink, |m, &v| m.max(v));
+            let e: Vec<f32> = l.iter().map(|&v| (v - max).exp()).collect();
+            let sum = e.iter().sum::<f32>() + (sink - max).exp();
+            for (k, &e) in keys.iter().zip(&e) {
+                let a = e / sum;
+                oh.iter_mut().zip(k).for_each(|(o, &v)| *o += a * v);
+            }
+        }
+        turn_tail(&mut out, r.pos, &spec.rope, true);
+    });
+    let o = &mut bufs[io.out];
+    for (i, m) in outs.into_iter().enumerate() {
+        o[i * h * d..(i + 1) * h * d].copy_from_slice(&m.into_inner().expect("tasks done"));
+    }
+}
