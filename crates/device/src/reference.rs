@@ -551,7 +551,9 @@ impl Device for Reference {
             let xr = &xs[r * e..(r + 1) * e];
             let mut acc = vec![0f64; e];
             let bias = spec.choice_bias.map(|b| &self.buf(b)[..ne]);
-            let given = spec.given.map(|g| &g[r * spec.routing.k..(r + 1) * spec.routing.k]);
+            let given = spec
+                .given
+                .map(|g| &g[r * spec.routing.k..(r + 1) * spec.routing.k]);
             let row = &logits[r * ne..(r + 1) * ne];
             for (ex, w) in route(&spec.routing, row, bias, given) {
                 used[ex] = true;

@@ -218,7 +218,9 @@ impl Compressor {
         let ms = out.iter().map(|v| v * v).sum::<f32>() / e as f32;
         let inv = 1.0 / (ms + s.eps).sqrt();
         let norm = &b[self.io.norm][..e];
-        out.iter_mut().zip(norm).for_each(|(v, &g)| *v = *v * inv * g);
+        out.iter_mut()
+            .zip(norm)
+            .for_each(|(v, &g)| *v = *v * inv * g);
         let mut rope = s.comp;
         rope.head_dim = e;
         turn_tail(&mut out, block * r, &rope, false);

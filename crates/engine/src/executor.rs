@@ -216,7 +216,10 @@ impl Executor {
             ));
         }
         let kv_cfg = config.kv_config(&model);
-        let records = model.memory().iter().any(|m| matches!(m, LayerMemory::Records { .. }));
+        let records = model
+            .memory()
+            .iter()
+            .any(|m| matches!(m, LayerMemory::Records { .. }));
         if records && config.kv_type.block_size() != 1 {
             return Err(Error::Config(format!(
                 "{} keeps a record of every position, which needs an element-wise KV type \

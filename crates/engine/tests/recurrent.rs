@@ -1,10 +1,12 @@
-//! Models whose layers keep a recurrent state (the test recipe toyconv: attention blocks and
-//! causal-convolution blocks alternating; qwen35: Gated DeltaNet and gated attention; random
-//! weights, SmolLM2's tokenizer) through
-//! the engine on the CPU: a user's greedy tokens do not depend on the others, on prompts
-//! read in chunks, on rejected drafts (the state goes back to its checkpoint and the engine
-//! computes again what was not kept), on the thread count, or on a resumed conversation (a state model shares
-//! no prefix: it computes it again).
+//! Models whose layers keep more than a key and a value per position (the test recipe
+//! toyconv: attention blocks and causal-convolution blocks alternating; qwen35: Gated
+//! DeltaNet and gated attention; deepseek4: compressed sparse attention with the lightning
+//! indexer, hyper-connections, hash-routed experts; random weights, SmolLM2's tokenizer)
+//! through the engine on the CPU: a user's greedy tokens do not depend on the others, on
+//! prompts read in chunks, on rejected drafts (a state goes back to its checkpoint and the
+//! engine computes again what was not kept; deepseek4's records are cut as keys are), on
+//! the thread count, or on a resumed conversation (a state model shares no prefix: it
+//! computes it again; deepseek4 reuses it).
 
 #[allow(dead_code)]
 mod common;
@@ -19,8 +21,10 @@ use gguf::GgmlType;
 use model::Model;
 use text::Tokenizer;
 
-/// The recurrent models, 4 blocks of 64 with SmolLM2's tokenizer: toyconv (blocks 1 and 3
-/// convolutions) and qwen35 (blocks 0 to 2 Gated DeltaNet, block 3 gated attention).
+/// The models, 4 blocks of 64 with SmolLM2's tokenizer: toyconv (blocks 1 and 3
+/// convolutions), qwen35 (blocks 0 to 2 Gated DeltaNet, block 3 gated attention) and
+/// deepseek4 (an 8-key window; blocks compressed at ratios 4, 128, 4 and not at all, the
+/// indexer picking 4 blocks; block 0 routed by token).
 fn models(dir: &Path) -> Vec<PathBuf> {
     let (_, file, name) = MODELS[0];
     let tokenizer = gguf::GgufFile::open(model_path(file, name)).unwrap();
@@ -48,7 +52,40 @@ fn models(dir: &Path) -> Vec<PathBuf> {
         n_k_heads: 2,
         n_v_heads: 4,
     };
-    vec![write("toyconv", None), write("qwen35", Some(delta))]
+    let dsv4 = dir.join("deepseek4.gguf");
+    model::synthetic::deepseek4::Dsv4Shape {
+        n_embd: 64,
+        n_layer: 4,
+        n_head: 4,
+        head_dim: 32,
+        n_rot: 8,
+        q_lora_rank: 32,
+        o_groups: 2,
+        o_lora_rank: 16,
+        window: 8,
+        compress_ratios: vec![4, 128, 4, 0],
+        indexer_heads: 16,
+        indexer_head_dim: 64,
+        indexer_top_k: 4,
+        hash_layers: 1,
+        experts: model::synthetic::ExpertShape {
+            n_expert: 8,
+            n_expert_used: 2,
+            n_ff_exp: 32,
+        },
+        ty: GgmlType::Q8_0,
+        seed: 5,
+        ..Default::default()
+    }
+    .write(&model::synthetic::Vocab::copied(&tokenizer).unwrap(), &dsv4)
+    .unwrap();
+    vec![write("toyconv", None), write("qwen35", Some(delta)), dsv4]
+}
+
+/// Whether the model keeps records of positions (deepseek4), which a prefix shares, rather
+/// than a state.
+fn keeps_records(path: &Path) -> bool {
+    path.ends_with("deepseek4.gguf")
 }
 
 fn config(n_parallel: usize, device: engine::DeviceKind) -> EngineConfig {
@@ -82,14 +119,16 @@ fn start_on(
     engine::start(model, Arc::new(tok), config(n_parallel, device), spec, None).unwrap()
 }
 
-/// Prompts of 9 to 75 tokens: the longer ones are read in several forwards of 32 rows.
+/// Prompts of 9 to 75 tokens (deepseek4: to 150, so that a block of 128 compresses): the
+/// longer ones are read in several forwards of 32 rows.
 fn prompts(path: &Path) -> Vec<Vec<u32>> {
     let model = Model::load(path).unwrap();
     let tok = Tokenizer::from_gguf(&model.file.header.metadata).unwrap();
     let text = "The quick brown fox jumps over the lazy dog while the river runs to the sea. ";
+    let times = if keeps_records(path) { 2 } else { 1 };
     (0..8)
         .map(|i| {
-            tok.encode(&text.repeat(1 + i % 4)[i..], true, false)
+            tok.encode(&text.repeat((1 + i % 4) * times)[i..], true, false)
                 .unwrap()
         })
         .collect()
@@ -160,6 +199,14 @@ fn eight_users_get_the_tokens_each_gets_alone() {
         }
         let one_thread = alone_on(&path, &prompts[7], n, 1, engine::DeviceKind::Cpu);
         assert_eq!(one_thread, together[7].0, "{path:?}: one thread");
+        let cfg = ContextConfig {
+            n_ctx: 512,
+            n_ubatch: 7,
+            ..ContextConfig::default()
+        };
+        let mut ctx = Executor::new(Model::load(&path).unwrap(), cfg).unwrap();
+        let small_ubatch = common::greedy_alone(&mut ctx, &prompts[7], n);
+        assert_eq!(small_ubatch, together[7].0, "{path:?}: ubatch 7");
     }
 }
 
@@ -172,7 +219,11 @@ fn eight_users_on_the_gpu_get_the_tokens_each_gets_alone() {
     }
     let dir = tempfile::tempdir().unwrap();
     let gpu = engine::DeviceKind::Gpu;
-    for path in models(dir.path()).into_iter().skip(1) {
+    for path in models(dir.path())
+        .into_iter()
+        .skip(1)
+        .filter(|p| !keeps_records(p))
+    {
         let prompts = prompts(&path);
         let n = 12;
         let together = run_all(&start_on(&path, 8, None, gpu), &prompts, n);
@@ -252,11 +303,19 @@ fn resumed_conversation(path: &Path) {
     turn2.extend(&first);
     turn2.extend(&prompt[1..5]);
     let (second, warm) = run_all(&handle, std::slice::from_ref(&turn2), 8).remove(0);
-    assert_eq!(
-        (cold.cache_n, warm.cache_n),
-        (0, 0),
-        "a state model shares no prefix"
-    );
+    match keeps_records(path) {
+        true => assert!(
+            cold.cache_n == 0 && warm.cache_n > 0,
+            "records share a prefix: {} then {}",
+            cold.cache_n,
+            warm.cache_n
+        ),
+        false => assert_eq!(
+            (cold.cache_n, warm.cache_n),
+            (0, 0),
+            "a state model shares no prefix"
+        ),
+    }
     assert_eq!(second, alone(path, &turn2, 8));
     let (again, _) = run_all(&handle, std::slice::from_ref(&prompt), 8).remove(0);
     assert_eq!(again, first);

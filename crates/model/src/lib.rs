@@ -129,7 +129,13 @@ impl Model {
             .then(|| t.vector("output_norm.weight", e))
             .transpose()?;
         if let Some(il) = (!stage.embed)
-            .then(|| stage.layers.clone().zip(&layers).find(|(_, l)| l.needs_tokens()))
+            .then(|| {
+                stage
+                    .layers
+                    .clone()
+                    .zip(&layers)
+                    .find(|(_, l)| l.needs_tokens())
+            })
             .flatten()
             .map(|(il, _)| il)
         {

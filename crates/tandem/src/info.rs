@@ -121,7 +121,25 @@ pub fn execute(a: InfoArgs) -> Result<(), CliError> {
         "context:       {} positions over {} sequence(s), ubatch {}, KV {}, {} threads",
         cfg.n_ctx, a.parallel, cfg.n_ubatch, cfg.kv_type, cfg.n_threads
     );
-    if let Some(w) = cfg.kv_config(&model).window {
+    let kv_cfg = cfg.kv_config(&model);
+    let full = (0..kv_cfg.n_layer).filter(|&l| kv_cfg.is_full(l)).count();
+    if full > 0 {
+        let records = model
+            .memory()
+            .iter()
+            .any(|m| matches!(m, model::LayerMemory::Records { .. }));
+        println!(
+            "KV per token:  {} bytes of context ({full} blocks × 2 × {} bytes{})",
+            full * 2 * kv_cfg.position_bytes(),
+            kv_cfg.position_bytes(),
+            if records {
+                ": each position's record: its raw key, compressor rows and compressed rows"
+            } else {
+                ""
+            }
+        );
+    }
+    if let Some(w) = kv_cfg.window {
         println!(
             "windowed KV:   {} blocks keep {} positions: a {}-position window per sequence and a forward's rows (--swa-full keeps all)",
             w.layers.count_ones(),
@@ -129,7 +147,7 @@ pub fn execute(a: InfoArgs) -> Result<(), CliError> {
             w.size
         );
     }
-    if let Some(s) = cfg.kv_config(&model).state {
+    if let Some(s) = kv_cfg.state {
         println!(
             "recurrent:     {} blocks keep a state of {:.1} MiB per sequence (and its checkpoint), whatever its length",
             s.n_layers(),

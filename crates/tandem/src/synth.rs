@@ -1,13 +1,16 @@
 //! `tandem synth`: a random-weight model of a given shape, for tests and benchmarks of
 //! shapes no downloadable model has. The defaults make the ~0.5B mixture of the MoE
-//! verify-cost benchmark: qwen3moe, 8 of 64 experts, Q4_K.
+//! verify-cost benchmark: qwen3moe, 8 of 64 experts, Q4_K. `--arch deepseek4` has
+//! defaults of its own: a small DeepSeek-V4 with every feature on
+//! ([`Dsv4Shape::default`]), Q8_0.
 
 use std::path::PathBuf;
 
 use clap::Args;
 use gguf::{GgmlType, GgufFile};
 use model::layers::gated_delta_net::DeltaShape;
-use model::synthetic::{ExpertShape, Synthetic};
+use model::synthetic::deepseek4::{Dsv4Shape, DEFAULT_RATIOS};
+use model::synthetic::{ExpertShape, Synthetic, Vocab};
 use model::Arch;
 
 use crate::cli::CacheArgs;
@@ -20,29 +23,35 @@ pub struct SynthArgs {
     #[arg(short = 'o', long = "out")]
     pub out: PathBuf,
     /// llama, qwen2, qwen3 (dense), qwen2moe, qwen3moe, qwen35 (hybrid; with --experts 0),
-    /// qwen35moe, or llama with --experts (Mixtral).
+    /// qwen35moe, llama with --experts (Mixtral), or deepseek4 (DeepSeek-V4; shaped
+    /// further by the --dsv4-* flags).
     #[arg(long, default_value = "qwen3moe")]
     pub arch: String,
-    #[arg(long, default_value_t = 1024)]
-    pub n_embd: usize,
-    #[arg(long, default_value_t = 8)]
-    pub n_layer: usize,
-    #[arg(long, default_value_t = 16)]
-    pub n_head: usize,
-    #[arg(long, default_value_t = 4)]
-    pub n_head_kv: usize,
-    /// Dense feed-forward width (qwen2moe: the shared expert's).
-    #[arg(long, default_value_t = 2816)]
-    pub n_ff: usize,
-    /// Experts per block (0: a dense model).
-    #[arg(long, default_value_t = 64)]
-    pub experts: usize,
-    /// Experts chosen per token.
-    #[arg(long, default_value_t = 8)]
-    pub experts_used: usize,
-    /// Hidden width of one expert.
-    #[arg(long, default_value_t = 256)]
-    pub n_ff_exp: usize,
+    /// [default: 1024; deepseek4: 256]
+    #[arg(long)]
+    pub n_embd: Option<usize>,
+    /// [default: 8; deepseek4: 6]
+    #[arg(long)]
+    pub n_layer: Option<usize>,
+    /// [default: 16; deepseek4: 8]
+    #[arg(long)]
+    pub n_head: Option<usize>,
+    /// [default: 4; deepseek4 has one key-and-value head]
+    #[arg(long)]
+    pub n_head_kv: Option<usize>,
+    /// Dense feed-forward width (qwen2moe: the shared expert's) [default: 2816; deepseek4:
+    /// none, its shared experts are --n-ff-exp wide].
+    #[arg(long)]
+    pub n_ff: Option<usize>,
+    /// Experts per block (0: a dense model) [default: 64; deepseek4: 16].
+    #[arg(long)]
+    pub experts: Option<usize>,
+    /// Experts chosen per token [default: 8; deepseek4: 4].
+    #[arg(long)]
+    pub experts_used: Option<usize>,
+    /// Hidden width of one expert [default: 256; deepseek4: 128].
+    #[arg(long)]
+    pub n_ff_exp: Option<usize>,
     /// qwen35, qwen35moe: taps of the Gated DeltaNet blocks' convolution [default: 4].
     #[arg(long)]
     pub ssm_conv_kernel: Option<usize>,
@@ -57,9 +66,10 @@ pub struct SynthArgs {
     #[arg(long)]
     pub ssm_time_step_rank: Option<usize>,
     /// Type of the matrices: any type `tandem quantize` writes (the IQ types quantized as
-    /// if every importance were 1).
-    #[arg(long = "type", default_value = "q4_k", value_parser = parse_type)]
-    pub ty: GgmlType,
+    /// if every importance were 1) [default: q4_k; deepseek4: q8_0, whose blocks of 32
+    /// divide its narrow rows].
+    #[arg(long = "type", value_parser = parse_type)]
+    pub ty: Option<GgmlType>,
     /// The model whose tokenizer and chat template are copied (a path or a known name).
     #[arg(long, default_value = DEFAULT_MODEL)]
     pub tokenizer: String,
@@ -74,7 +84,79 @@ pub struct SynthArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     #[command(flatten)]
+    pub dsv4: Box<Dsv4Args>,
+    #[command(flatten)]
     pub cache: CacheArgs,
+}
+
+/// The shape of a DeepSeek-V4 beyond the common flags; refused for other architectures.
+#[derive(Args)]
+pub struct Dsv4Args {
+    /// deepseek4: compression ratio of each block, 0, 4 or 128 (at least --n-layer of
+    /// them) [default: 4,128,4,0,4,128, repeated to --n-layer].
+    #[arg(long, value_delimiter = ',')]
+    pub dsv4_ratios: Option<Vec<u32>>,
+    /// deepseek4: keys each query sees in the raw sliding window [default: 16].
+    #[arg(long)]
+    pub dsv4_window: Option<usize>,
+    /// deepseek4: compressed blocks the lightning indexer picks per query [default: 8].
+    #[arg(long)]
+    pub dsv4_top_k: Option<usize>,
+    /// deepseek4: leading blocks that route tokens by id hash [default: 2, at most
+    /// --n-layer].
+    #[arg(long)]
+    pub dsv4_hash_layers: Option<usize>,
+    /// deepseek4: residual streams of the hyper-connections (llama.cpp runs only 4)
+    /// [default: 4].
+    #[arg(long)]
+    pub dsv4_streams: Option<usize>,
+    /// deepseek4: width of a head, query and key alike (`attention.key_length`)
+    /// [default: 64].
+    #[arg(long)]
+    pub dsv4_head_dim: Option<usize>,
+    /// deepseek4: trailing dims of each head that RoPE turns [default: 16].
+    #[arg(long)]
+    pub dsv4_rope_dim: Option<usize>,
+    /// deepseek4: rank of the low-rank query projection [default: 64].
+    #[arg(long)]
+    pub dsv4_q_lora: Option<usize>,
+    /// deepseek4: head groups of the low-rank output projection [default: 2].
+    #[arg(long)]
+    pub dsv4_o_groups: Option<usize>,
+    /// deepseek4: rank of each group's output projection [default: 32].
+    #[arg(long)]
+    pub dsv4_o_lora: Option<usize>,
+    /// deepseek4: lightning-indexer heads [default: 16; with few, many blocks tie at 0].
+    #[arg(long)]
+    pub dsv4_indexer_heads: Option<usize>,
+    /// deepseek4: width of an indexer head, a multiple of 64 [default: 128].
+    #[arg(long)]
+    pub dsv4_indexer_dim: Option<usize>,
+    /// deepseek4: shared experts [default: 1].
+    #[arg(long)]
+    pub dsv4_shared_experts: Option<usize>,
+}
+
+impl Dsv4Args {
+    fn any(&self) -> bool {
+        self.dsv4_ratios.is_some()
+            || [
+                self.dsv4_window,
+                self.dsv4_top_k,
+                self.dsv4_hash_layers,
+                self.dsv4_streams,
+                self.dsv4_head_dim,
+                self.dsv4_rope_dim,
+                self.dsv4_q_lora,
+                self.dsv4_o_groups,
+                self.dsv4_o_lora,
+                self.dsv4_indexer_heads,
+                self.dsv4_indexer_dim,
+                self.dsv4_shared_experts,
+            ]
+            .iter()
+            .any(Option::is_some)
+    }
 }
 
 fn parse_type(s: &str) -> Result<GgmlType, String> {
@@ -115,50 +197,120 @@ fn delta_shape(a: &SynthArgs) -> Result<Option<DeltaShape>, CliError> {
     }))
 }
 
-pub fn execute(a: SynthArgs) -> Result<(), CliError> {
-    let spec = Synthetic {
+/// A shape of an architecture with a recipe, or of DeepSeek-V4.
+enum Shape {
+    Recipe(Synthetic),
+    Dsv4(Dsv4Shape),
+}
+
+fn recipe_shape(a: &SynthArgs) -> Result<Synthetic, CliError> {
+    if a.dsv4.any() {
+        return Err(CliError::Usage(format!(
+            "--dsv4-* shape a deepseek4 model; not {}",
+            a.arch
+        )));
+    }
+    let experts = a.experts.unwrap_or(64);
+    Ok(Synthetic {
         arch: Arch::from_name(&a.arch)?,
-        n_embd: a.n_embd,
-        n_layer: a.n_layer,
-        n_head: a.n_head,
-        n_head_kv: a.n_head_kv,
-        n_ff: a.n_ff,
-        experts: (a.experts > 0).then_some(ExpertShape {
-            n_expert: a.experts,
-            n_expert_used: a.experts_used,
-            n_ff_exp: a.n_ff_exp,
+        n_embd: a.n_embd.unwrap_or(1024),
+        n_layer: a.n_layer.unwrap_or(8),
+        n_head: a.n_head.unwrap_or(16),
+        n_head_kv: a.n_head_kv.unwrap_or(4),
+        n_ff: a.n_ff.unwrap_or(2816),
+        experts: (experts > 0).then_some(ExpertShape {
+            n_expert: experts,
+            n_expert_used: a.experts_used.unwrap_or(8),
+            n_ff_exp: a.n_ff_exp.unwrap_or(256),
         }),
-        delta: delta_shape(&a)?,
-        ty: a.ty,
+        delta: delta_shape(a)?,
+        ty: a.ty.unwrap_or(GgmlType::Q4_K),
         seed: a.seed,
+    })
+}
+
+fn dsv4_shape(a: &SynthArgs) -> Result<Dsv4Shape, CliError> {
+    let refused = [
+        ("--n-head-kv", a.n_head_kv.is_some()),
+        ("--n-ff", a.n_ff.is_some()),
+    ];
+    if let Some((flag, _)) = refused.iter().find(|(_, given)| *given) {
+        return Err(CliError::Usage(format!(
+            "{flag} does not shape deepseek4 (one key-and-value head; shared experts \
+             --n-ff-exp wide)"
+        )));
+    }
+    delta_shape(a)?;
+    let d = Dsv4Shape::default();
+    let x = d.experts;
+    let n_layer = a.n_layer.unwrap_or(d.n_layer);
+    let f = &a.dsv4;
+    Ok(Dsv4Shape {
+        n_embd: a.n_embd.unwrap_or(d.n_embd),
+        n_layer,
+        n_head: a.n_head.unwrap_or(d.n_head),
+        head_dim: f.dsv4_head_dim.unwrap_or(d.head_dim),
+        n_rot: f.dsv4_rope_dim.unwrap_or(d.n_rot),
+        q_lora_rank: f.dsv4_q_lora.unwrap_or(d.q_lora_rank),
+        o_groups: f.dsv4_o_groups.unwrap_or(d.o_groups),
+        o_lora_rank: f.dsv4_o_lora.unwrap_or(d.o_lora_rank),
+        window: f.dsv4_window.unwrap_or(d.window),
+        compress_ratios: f.dsv4_ratios.clone().unwrap_or_else(|| {
+            DEFAULT_RATIOS
+                .iter()
+                .copied()
+                .cycle()
+                .take(n_layer)
+                .collect()
+        }),
+        indexer_heads: f.dsv4_indexer_heads.unwrap_or(d.indexer_heads),
+        indexer_head_dim: f.dsv4_indexer_dim.unwrap_or(d.indexer_head_dim),
+        indexer_top_k: f.dsv4_top_k.unwrap_or(d.indexer_top_k),
+        hc_streams: f.dsv4_streams.unwrap_or(d.hc_streams),
+        sinkhorn_iters: d.sinkhorn_iters,
+        hash_layers: f.dsv4_hash_layers.unwrap_or(d.hash_layers.min(n_layer)),
+        experts: ExpertShape {
+            n_expert: a.experts.unwrap_or(x.n_expert),
+            n_expert_used: a.experts_used.unwrap_or(x.n_expert_used),
+            n_ff_exp: a.n_ff_exp.unwrap_or(x.n_ff_exp),
+        },
+        n_shared: f.dsv4_shared_experts.unwrap_or(d.n_shared),
+        ty: a.ty.unwrap_or(d.ty),
+        seed: a.seed,
+    })
+}
+
+fn vocab(a: &SynthArgs) -> Result<Vocab, CliError> {
+    if let Some(n) = a.placeholder_vocab {
+        return Ok(Vocab::placeholder(n));
+    }
+    let tokenizer = GgufFile::open(pull::resolve(&a.tokenizer, a.cache.dir.as_deref())?)?;
+    Ok(match a.vocab {
+        Some(n) => Vocab::cut(&tokenizer, n)?,
+        None => Vocab::copied(&tokenizer)?,
+    })
+}
+
+pub fn execute(a: SynthArgs) -> Result<(), CliError> {
+    let shape = match a.arch.as_str() {
+        "deepseek4" => Shape::Dsv4(dsv4_shape(&a)?),
+        _ => Shape::Recipe(recipe_shape(&a)?),
     };
-    let n_vocab = match a.placeholder_vocab {
-        Some(n) => {
-            spec.write_placeholder_vocab(n, &a.out)?;
-            n
+    let vocab = vocab(&a)?;
+    let n_params = match &shape {
+        Shape::Recipe(s) => {
+            s.write_vocab(&vocab, &a.out)?;
+            s.n_params(vocab.n_vocab())
         }
-        None => {
-            let tokenizer = GgufFile::open(pull::resolve(&a.tokenizer, a.cache.dir.as_deref())?)?;
-            match a.vocab {
-                Some(n) => {
-                    spec.write_cut_vocab(&tokenizer, n, &a.out)?;
-                    n
-                }
-                None => {
-                    spec.write(&tokenizer, &a.out)?;
-                    tokenizer
-                        .header
-                        .metadata
-                        .array("tokenizer.ggml.tokens")?
-                        .len()
-                }
-            }
+        Shape::Dsv4(s) => {
+            s.write(&vocab, &a.out)?;
+            s.n_params(vocab.n_vocab())
         }
     };
     eprintln!(
         "tandem synth: {} ({:.3}B parameters) written to {}",
         a.arch,
-        spec.n_params(n_vocab) as f64 / 1e9,
+        n_params as f64 / 1e9,
         a.out.display()
     );
     Ok(())

@@ -83,7 +83,10 @@ impl Config {
             .iter()
             .map(|&r| match r {
                 0 | 4 | 128 => Ok(r as usize),
-                r => Err(bad("attention.compress_ratios", format!("{r} (0, 4 or 128)"))),
+                r => Err(bad(
+                    "attention.compress_ratios",
+                    format!("{r} (0, 4 or 128)"),
+                )),
             })
             .collect::<Result<Vec<_>>>()?;
         let indexer = device::sparse::IndexerSpec {
@@ -94,7 +97,10 @@ impl Config {
         if indexer.head_dim < n_rot {
             return Err(bad(
                 "attention.indexer.key_length",
-                format!("{} is less than the {n_rot} turned dimensions", indexer.head_dim),
+                format!(
+                    "{} is less than the {n_rot} turned dimensions",
+                    indexer.head_dim
+                ),
             ));
         }
         let groups = positive(md, "attention.output_group_count")?;
@@ -168,22 +174,37 @@ impl Recipe for DeepSeek4 {
 
     fn hparams(&self, md: &Metadata) -> Result<HParams> {
         let hp = HParams::read(md, ARCH, &self.traits())?;
-        if md.opt_u32(&key("attention.head_count_kv"))?.is_some_and(|v| v != 1) {
-            return Err(bad("attention.head_count_kv", "one shared key head is supported"));
+        if md
+            .opt_u32(&key("attention.head_count_kv"))?
+            .is_some_and(|v| v != 1)
+        {
+            return Err(bad(
+                "attention.head_count_kv",
+                "one shared key head is supported",
+            ));
         }
         let nextn = md.opt_u32(&key("nextn_predict_layers"))?.unwrap_or(0) as usize;
         if nextn >= hp.n_layer {
-            return Err(bad("nextn_predict_layers", format!("{nextn} leaves no block")));
+            return Err(bad(
+                "nextn_predict_layers",
+                format!("{nextn} leaves no block"),
+            ));
         }
         let n_layer = hp.n_layer - nextn;
         let cfg = Config::read(md, n_layer, hp.n_head, hp.n_rot)?;
         if md.u32(&key("expert_gating_func"))? != 4 {
-            return Err(bad("expert_gating_func", "deepseek4 routes by √softplus (4)"));
+            return Err(bad(
+                "expert_gating_func",
+                "deepseek4 routes by √softplus (4)",
+            ));
         }
         let n_expert = positive(md, "expert_count")?;
         let used = positive(md, "expert_used_count")?;
         if used > n_expert {
-            return Err(bad("expert_used_count", format!("{used} of {n_expert} experts")));
+            return Err(bad(
+                "expert_used_count",
+                format!("{used} of {n_expert} experts"),
+            ));
         }
         let n_ff_exp = positive(md, "expert_feed_forward_length")?;
         let moe = MoeParams {
@@ -213,7 +234,14 @@ impl Recipe for DeepSeek4 {
         let n = |s: &str| format!("blk.{il}.{s}.weight");
         let scratch = cfg.scratch(hp);
         let hc = |t: &mut TensorLoader, p: &str| {
-            Hyper::load(t, hp, &format!("blk.{il}.{p}"), cfg.hyper, false, [Config::FLAT, Config::MIX])
+            Hyper::load(
+                t,
+                hp,
+                &format!("blk.{il}.{p}"),
+                cfg.hyper,
+                false,
+                [Config::FLAT, Config::MIX],
+            )
         };
         let shape = SparseShape {
             ratio: cfg.ratios[il],
@@ -261,7 +289,14 @@ impl Recipe for DeepSeek4 {
 
     fn merge(&self, t: &mut TensorLoader, hp: &HParams) -> Result<Option<Box<dyn Layer>>> {
         let cfg = read(t.metadata(), hp)?;
-        let hyper = Hyper::load(t, hp, "output_hc", cfg.hyper, true, [Config::FLAT, Config::MIX])?;
+        let hyper = Hyper::load(
+            t,
+            hp,
+            "output_hc",
+            cfg.hyper,
+            true,
+            [Config::FLAT, Config::MIX],
+        )?;
         Ok(Some(Box::new(Merge {
             hyper,
             scratch: Hyper::scratch(hp, cfg.hyper.streams).to_vec(),
@@ -320,7 +355,9 @@ impl Block {
         let k = p.n_expert_used;
         let given: Option<Vec<u32>> = match &self.routing {
             Route::Table(table) => {
-                let tokens = cx.tokens.expect("a block routed by token runs where tokens are");
+                let tokens = cx
+                    .tokens
+                    .expect("a block routed by token runs where tokens are");
                 Some(
                     tokens[..n]
                         .iter()

@@ -96,13 +96,29 @@ impl SparseAttention {
         let gd = h * d / sh.groups;
         let comp = match sh.ratio {
             0 => None,
-            r => Some(Compressor::load(t, &format!("blk.{il}.attn_compressor"), hp, d, r)?),
+            r => Some(Compressor::load(
+                t,
+                &format!("blk.{il}.attn_compressor"),
+                hp,
+                d,
+                r,
+            )?),
         };
         let indexer = match sh.ratio {
             4 => Some(Indexer {
-                q_b: t.matrix(&n("indexer.attn_q_b"), sh.indexer.n_head * sh.indexer.head_dim, sh.q_lora)?,
+                q_b: t.matrix(
+                    &n("indexer.attn_q_b"),
+                    sh.indexer.n_head * sh.indexer.head_dim,
+                    sh.q_lora,
+                )?,
                 proj: t.matrix(&n("indexer.proj"), sh.indexer.n_head, e)?,
-                comp: Compressor::load(t, &format!("blk.{il}.indexer_compressor"), hp, sh.indexer.head_dim, 4)?,
+                comp: Compressor::load(
+                    t,
+                    &format!("blk.{il}.indexer_compressor"),
+                    hp,
+                    sh.indexer.head_dim,
+                    4,
+                )?,
             }),
             _ => None,
         };

@@ -131,7 +131,9 @@ pub fn run_stages_on(
                 states: &[],
             });
             if i == 0 {
-                model.embed(&mut **dev, w, scratch, &tokens, *hidden).unwrap();
+                model
+                    .embed(&mut **dev, w, scratch, &tokens, *hidden)
+                    .unwrap();
             } else {
                 dev.upload(*hidden, 0, &states);
             }

@@ -2,6 +2,8 @@
 //! of shapes no model at hand has (a mixture of experts of a given size, say). The weights
 //! are deterministic in the seed; the tokenizer (every `tokenizer.*` key, chat template
 //! included) is copied from a real model, so the result loads and serves like one.
+//! [`Synthetic`] shapes the architectures with a recipe; [`deepseek4::Dsv4Shape`] shapes
+//! DeepSeek-V4, whose file llama.cpp reads.
 
 use std::path::Path;
 
@@ -11,6 +13,8 @@ use crate::arch::Arch;
 use crate::hparams::Experts;
 use crate::layers::gated_delta_net::DeltaShape;
 use crate::{Error, Result};
+
+pub mod deepseek4;
 
 /// The shape of a synthetic model.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,16 +54,16 @@ impl Synthetic {
         let bad = |problem: String| Err(Error::Synthetic(problem));
         match (self.experts, self.arch.recipe().traits().experts) {
             (None, Experts::Always(_)) => {
-                return bad(format!("{} needs experts", self.arch.name()))
+                return bad(format!("{} needs experts", self.arch.name()));
             }
             (Some(_), Experts::Never) => {
-                return bad(format!("{} has no experts", self.arch.name()))
+                return bad(format!("{} has no experts", self.arch.name()));
             }
             (Some(x), _) if x.n_expert_used == 0 || x.n_expert_used > x.n_expert => {
                 return bad(format!(
                     "{} experts used of {}",
                     x.n_expert_used, x.n_expert
-                ))
+                ));
             }
             _ => {}
         }
@@ -122,90 +126,26 @@ impl Synthetic {
 
     /// Writes the model to `path`, with the tokenizer of `tokenizer`.
     pub fn write(&self, tokenizer: &GgufFile, path: &Path) -> Result<()> {
-        let md = &tokenizer.header.metadata;
-        let n_vocab = md.array("tokenizer.ggml.tokens")?.len();
-        let keys = md.iter().filter(|(k, _)| k.starts_with("tokenizer."));
-        self.write_with(keys, n_vocab, path)
+        self.write_vocab(&Vocab::copied(tokenizer)?, path)
     }
 
     /// Writes the model to `path` with the tokenizer of `tokenizer` cut to its first
-    /// `n_vocab` tokens and the merges among them (a byte-level BPE tokenizer whose
-    /// first tokens are its specials and bytes still encodes any text, in more tokens):
-    /// small golden logits over a real tokenizer.
+    /// `n_vocab` tokens ([`Vocab::cut`]).
     pub fn write_cut_vocab(&self, tokenizer: &GgufFile, n_vocab: usize, path: &Path) -> Result<()> {
-        let md = &tokenizer.header.metadata;
-        let bad = |problem: String| Error::Synthetic(problem);
-        let tokens = md.array("tokenizer.ggml.tokens")?;
-        if n_vocab == 0 || n_vocab > tokens.len() {
-            return Err(bad(format!(
-                "a vocabulary of {n_vocab} of {} tokens",
-                tokens.len()
-            )));
-        }
-        let kept: std::collections::HashSet<&str> = tokens[..n_vocab]
-            .iter()
-            .filter_map(|t| t.as_str())
-            .collect();
-        let mut keys = Vec::new();
-        for (k, v) in md.iter().filter(|(k, _)| k.starts_with("tokenizer.")) {
-            let v = match v {
-                Value::Array(ty, items) if k == "tokenizer.ggml.merges" => {
-                    let within = |m: &&Value| {
-                        let m = m.as_str().unwrap_or("");
-                        let (a, b) = m.split_once(' ').unwrap_or((m, ""));
-                        kept.contains(a)
-                            && kept.contains(b)
-                            && kept.contains(format!("{a}{b}").as_str())
-                    };
-                    Value::Array(*ty, items.iter().filter(within).cloned().collect())
-                }
-                Value::Array(ty, items) if items.len() == tokens.len() => {
-                    Value::Array(*ty, items[..n_vocab].to_vec())
-                }
-                v if k.ends_with("_token_id") => {
-                    if v.as_integer().is_some_and(|id| id >= n_vocab as i128) {
-                        return Err(bad(format!("{k} {v:?} lies past {n_vocab} tokens")));
-                    }
-                    v.clone()
-                }
-                v => v.clone(),
-            };
-            keys.push((k.to_string(), v));
-        }
-        self.write_with(keys.iter().map(|(k, v)| (k.as_str(), v)), n_vocab, path)
+        self.write_vocab(&Vocab::cut(tokenizer, n_vocab)?, path)
     }
 
-    /// Writes the model to `path` with a placeholder vocabulary of `n_vocab` tokens (`<0>`,
-    /// `<1>`, …; no merges, no template): for benchmarks of a real model's shape where that
-    /// model is not at hand (they run on token ids; no text can be encoded).
+    /// Writes the model to `path` with a placeholder vocabulary of `n_vocab` tokens
+    /// ([`Vocab::placeholder`]).
     pub fn write_placeholder_vocab(&self, n_vocab: usize, path: &Path) -> Result<()> {
-        let tokens = (0..n_vocab)
-            .map(|i| Value::String(format!("<{i}>")))
-            .collect();
-        let keys = [
-            ("tokenizer.ggml.model", Value::String("none".into())),
-            (
-                "tokenizer.ggml.tokens",
-                Value::Array(gguf::ValueType::String, tokens),
-            ),
-        ];
-        self.write_with(keys.iter().map(|(k, v)| (*k, v)), n_vocab, path)
+        self.write_vocab(&Vocab::placeholder(n_vocab), path)
     }
 
-    fn write_with<'k>(
-        &self,
-        tokenizer: impl Iterator<Item = (&'k str, &'k Value)>,
-        n_vocab: usize,
-        path: &Path,
-    ) -> Result<()> {
+    /// Writes the model to `path` with the tokenizer `vocab`.
+    pub fn write_vocab(&self, vocab: &Vocab, path: &Path) -> Result<()> {
         self.check()?;
         let a = self.arch.name();
-        let mut w = GgufWriter::new();
-        w.metadata("general.architecture", Value::String(a.into()));
-        w.metadata("general.name", Value::String(format!("synthetic {a}")));
-        for (k, v) in tokenizer {
-            w.metadata(k, v.clone());
-        }
+        let mut w = vocab.writer(a);
         // llama.cpp reads a Mixtral's expert width from feed_forward_length alone.
         let n_ff = match (a, self.experts) {
             ("llama", Some(x)) => x.n_ff_exp,
@@ -247,9 +187,8 @@ impl Synthetic {
             w: &mut w,
             rng: Rng::new(self.seed),
         };
-        self.tensors(&mut t, n_vocab)?;
-        w.write(path)
-            .map_err(|e| Error::Synthetic(format!("{}: {e}", path.display())))
+        self.tensors(&mut t, vocab.n_vocab)?;
+        write_file(&w, path)
     }
 
     fn tensors(&self, t: &mut Tensors, n_vocab: usize) -> Result<()> {
@@ -435,20 +374,134 @@ impl Synthetic {
     fn arch_keys(&self, _: &mut GgufWriter) {}
 }
 
+/// The tokenizer a synthetic model is written with: its `tokenizer.*` keys and the number
+/// of its tokens (the rows of the embeddings and the output head).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Vocab {
+    keys: Vec<(String, Value)>,
+    n_vocab: usize,
+}
+
+impl Vocab {
+    /// Every `tokenizer.*` key of `tokenizer`, chat template included.
+    pub fn copied(tokenizer: &GgufFile) -> Result<Vocab> {
+        let md = &tokenizer.header.metadata;
+        let n_vocab = md.array("tokenizer.ggml.tokens")?.len();
+        let keys = md
+            .iter()
+            .filter(|(k, _)| k.starts_with("tokenizer."))
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        Ok(Vocab { keys, n_vocab })
+    }
+
+    /// The tokenizer of `tokenizer` cut to its first `n_vocab` tokens and the merges among
+    /// them (a byte-level BPE tokenizer whose first tokens are its specials and bytes
+    /// still encodes any text, in more tokens): small golden logits over a real tokenizer.
+    /// Errors when `n_vocab` is 0 or more than the tokenizer has, or a special token's id
+    /// lies past it.
+    pub fn cut(tokenizer: &GgufFile, n_vocab: usize) -> Result<Vocab> {
+        let md = &tokenizer.header.metadata;
+        let bad = |problem: String| Error::Synthetic(problem);
+        let tokens = md.array("tokenizer.ggml.tokens")?;
+        if n_vocab == 0 || n_vocab > tokens.len() {
+            return Err(bad(format!(
+                "a vocabulary of {n_vocab} of {} tokens",
+                tokens.len()
+            )));
+        }
+        let kept: std::collections::HashSet<&str> = tokens[..n_vocab]
+            .iter()
+            .filter_map(|t| t.as_str())
+            .collect();
+        let mut keys = Vec::new();
+        for (k, v) in md.iter().filter(|(k, _)| k.starts_with("tokenizer.")) {
+            let v = match v {
+                Value::Array(ty, items) if k == "tokenizer.ggml.merges" => {
+                    let within = |m: &&Value| {
+                        let m = m.as_str().unwrap_or("");
+                        let (a, b) = m.split_once(' ').unwrap_or((m, ""));
+                        kept.contains(a)
+                            && kept.contains(b)
+                            && kept.contains(format!("{a}{b}").as_str())
+                    };
+                    Value::Array(*ty, items.iter().filter(within).cloned().collect())
+                }
+                Value::Array(ty, items) if items.len() == tokens.len() => {
+                    Value::Array(*ty, items[..n_vocab].to_vec())
+                }
+                v if k.ends_with("_token_id") => {
+                    if v.as_integer().is_some_and(|id| id >= n_vocab as i128) {
+                        return Err(bad(format!("{k} {v:?} lies past {n_vocab} tokens")));
+                    }
+                    v.clone()
+                }
+                v => v.clone(),
+            };
+            keys.push((k.to_string(), v));
+        }
+        Ok(Vocab { keys, n_vocab })
+    }
+
+    /// A placeholder vocabulary of `n_vocab` tokens (`<0>`, `<1>`, …; no merges, no
+    /// template): for benchmarks of a real model's shape where that model is not at hand
+    /// (they run on token ids; no text can be encoded).
+    pub fn placeholder(n_vocab: usize) -> Vocab {
+        let tokens = (0..n_vocab)
+            .map(|i| Value::String(format!("<{i}>")))
+            .collect();
+        let keys = vec![
+            ("tokenizer.ggml.model".into(), Value::String("none".into())),
+            (
+                "tokenizer.ggml.tokens".into(),
+                Value::Array(gguf::ValueType::String, tokens),
+            ),
+        ];
+        Vocab { keys, n_vocab }
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.n_vocab
+    }
+
+    /// A writer holding the general keys of a synthetic model of architecture `arch` and
+    /// these tokenizer keys.
+    pub(crate) fn writer(&self, arch: &str) -> GgufWriter {
+        let mut w = GgufWriter::new();
+        w.metadata("general.architecture", Value::String(arch.into()));
+        w.metadata("general.name", Value::String(format!("synthetic {arch}")));
+        for (k, v) in &self.keys {
+            w.metadata(k, v.clone());
+        }
+        w
+    }
+}
+
+pub(crate) fn write_file(w: &GgufWriter, path: &Path) -> Result<()> {
+    w.write(path)
+        .map_err(|e| Error::Synthetic(format!("{}: {e}", path.display())))
+}
+
 /// Uniform values of variance `1 / cols`: a product with a unit-variance input has unit
 /// variance.
-fn scale(cols: usize) -> f32 {
+pub(crate) fn scale(cols: usize) -> f32 {
     (3.0 / cols as f32).sqrt()
 }
 
-struct Tensors<'a> {
-    w: &'a mut GgufWriter,
-    rng: Rng,
+pub(crate) struct Tensors<'a> {
+    pub(crate) w: &'a mut GgufWriter,
+    pub(crate) rng: Rng,
 }
 
 impl Tensors<'_> {
     /// A tensor of GGUF dims `dims` (row length first) of values uniform in `[-a, a)`.
-    fn matrix(&mut self, name: &str, dims: &[usize], ty: GgmlType, a: f32) -> Result<()> {
+    pub(crate) fn matrix(
+        &mut self,
+        name: &str,
+        dims: &[usize],
+        ty: GgmlType,
+        a: f32,
+    ) -> Result<()> {
         let cols = dims[0];
         let n: usize = dims.iter().product();
         let rb = ty
@@ -467,13 +520,13 @@ impl Tensors<'_> {
         Ok(())
     }
 
-    fn vector(&mut self, name: &str, values: Vec<f32>) {
+    pub(crate) fn vector(&mut self, name: &str, values: Vec<f32>) {
         let n = values.len() as u64;
         let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         self.w.tensor(name, &[n], GgmlType::F32, bytes);
     }
 
-    fn ones(&mut self, name: &str, n: usize) {
+    pub(crate) fn ones(&mut self, name: &str, n: usize) {
         self.vector(name, vec![1.0; n]);
     }
 
@@ -483,18 +536,27 @@ impl Tensors<'_> {
 }
 
 /// xorshift64: the same values on every platform.
-struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    fn new(seed: u64) -> Rng {
+    pub(crate) fn new(seed: u64) -> Rng {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
 
-    /// Uniform in `[-1, 1)`.
-    fn uniform(&mut self) -> f32 {
+    fn step(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
-        (self.0 >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        self.0
+    }
+
+    /// Uniform in `[-1, 1)`.
+    pub(crate) fn uniform(&mut self) -> f32 {
+        (self.step() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+
+    /// Uniform in `0..n` (`n > 0`; up to a bias of `n / 2^32`).
+    pub(crate) fn below(&mut self, n: usize) -> usize {
+        (((self.step() >> 32) * n as u64) >> 32) as usize
     }
 }
