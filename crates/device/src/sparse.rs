@@ -153,8 +153,23 @@ pub fn turn_tail(x: &mut [f32], pos: usize, spec: &RopeSpec, inverse: bool) {
     }
 }
 
+/// `a · b` summed in 8 lanes (element `i` in lane `i mod 8`), the lanes then in order:
+/// one fixed order for any row, which compilers turn into vector code.
 fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).fold(0.0, |s, (&x, &y)| s + x * y)
+    let mut lanes = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            lanes[i] += x[i] * y[i];
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
 }
 
 /// A compressor of `e` floats per compressed row at ratio `r`, its fields at `at`.
@@ -336,28 +351,29 @@ pub fn sparse_attention(
             _ => (0..visible).collect(),
         };
         let span = (r.pos + 1).saturating_sub(spec.window)..r.pos + 1;
-        let mut keys: Vec<Vec<f32>> = span
-            .map(|p| {
-                let mut k = vec![0f32; d];
-                rec.read(r.seq, p, lay.raw, &mut k);
-                k
-            })
-            .collect();
+        let n_comp = if comp.is_some() { blocks.len() } else { 0 };
+        let mut keys = vec![0f32; (span.len() + n_comp) * d];
+        let mut slots = keys.chunks_exact_mut(d);
+        for (p, k) in span.zip(&mut slots) {
+            rec.read(r.seq, p, lay.raw, k);
+        }
         if let Some(c) = &comp {
-            for blk in blocks {
-                keys.extend(c.rows(rec, r.seq, blk..blk + 1));
+            for (&blk, k) in blocks.iter().zip(&mut slots) {
+                rec.read(r.seq, blk * c.r + c.r - 1, c.at[2], k);
             }
         }
         let mut q = b[io.q][i * h * d..(i + 1) * h * d].to_vec();
         turn_tail(&mut q, r.pos, &spec.rope, false);
         let mut out = outs[i].lock().expect("one task per row");
         let sinks = &b[io.sinks][..h];
+        let mut l = Vec::with_capacity(keys.len() / d);
         for ((qh, oh), &sink) in q.chunks_exact(d).zip(out.chunks_exact_mut(d)).zip(sinks) {
-            let l: Vec<f32> = keys.iter().map(|k| spec.scale * dot(qh, k)).collect();
+            l.clear();
+            l.extend(keys.chunks_exact(d).map(|k| spec.scale * dot(qh, k)));
             let max = l.iter().fold(sink, |m, &v| m.max(v));
-            let e: Vec<f32> = l.iter().map(|&v| (v - max).exp()).collect();
-            let sum = e.iter().sum::<f32>() + (sink - max).exp();
-            for (k, &e) in keys.iter().zip(&e) {
+            l.iter_mut().for_each(|v| *v = (*v - max).exp());
+            let sum = l.iter().sum::<f32>() + (sink - max).exp();
+            for (k, &e) in keys.chunks_exact(d).zip(&l) {
                 let a = e / sum;
                 oh.iter_mut().zip(k).for_each(|(o, &v)| *o += a * v);
             }

@@ -2,6 +2,8 @@
 //! as the model expects them, and the prompt ended as asked (the assistant's turn opened,
 //! a final assistant message continued, or neither).
 
+use std::collections::BTreeMap;
+
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use text::RenderOptions;
@@ -101,9 +103,11 @@ impl Ending {
 }
 
 /// Renders chat messages with the model's template into the prompt text, with the tools
-/// `spec` offers shown the way the model expects ([`tools::prepare_messages`]). A final
-/// assistant message that `ending` continues is taken out, the rest rendered with the
-/// assistant's turn opened, and its text appended (as llama-server prefills).
+/// `spec` offers shown the way the model expects ([`tools::prepare_messages`]) and `kwargs`
+/// as template variables (`enable_thinking`, unless given, the server's
+/// [`Ready::thinking`]). A final assistant message that `ending` continues is taken out, the
+/// rest rendered with the assistant's turn opened, and its text appended (as llama-server
+/// prefills).
 pub fn render_chat(
     ready: &Ready,
     messages: Vec<RawMessage>,
@@ -148,10 +152,16 @@ pub fn render_chat(
         true => continued(&mut msgs)?,
     };
     let tools = tools::prepare_messages(&mut msgs, ready.tool_support, ready.tool_format, spec);
+    let mut extra: BTreeMap<String, Value> = kwargs.unwrap_or_default().into_iter().collect();
+    if let Some(on) = ready.thinking {
+        extra
+            .entry("enable_thinking".into())
+            .or_insert(Value::Bool(on));
+    }
     let options = RenderOptions {
         add_generation_prompt: add_generation_prompt || continues,
         tools,
-        extra: kwargs.unwrap_or_default().into_iter().collect(),
+        extra,
     };
     let mut prompt = template
         .render_with(&msgs, &options)

@@ -48,13 +48,13 @@ pub fn usage(s: &Summary) -> Value {
 }
 
 /// The transforms of a chat answer: the reasoning split when the model reasons or the
-/// request asks for it (already thinking when the prompt ends in `<think>`), and the tool
-/// calls.
+/// request asks for it (already thinking when the prompt ends in `<think>`; ended also by a
+/// call block that the tool format opens straight from reasoning), and the tool calls.
 pub fn chat_chain(ready: &Ready, answer: &AnswerSpec, calls: Option<CallParser>) -> Chain {
     let splitter = answer
         .reasoning
         .unwrap_or(ready.reasoning)
-        .then(|| Splitter::new(answer.prompt_text.trim_end().ends_with("<think>")));
+        .then(|| Splitter::for_prompt(&answer.prompt_text, ready.tool_format, calls.is_some()));
     Chain::new(splitter, calls)
 }
 

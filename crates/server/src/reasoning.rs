@@ -5,6 +5,14 @@
 //! push("<thi")              -> ("", "")          holding "<thi"
 //! push("nk>plan</think>Hi") -> ("plan", "Hi")
 //! ```
+//!
+//! A prompt that opened the block itself (DeepSeek-V4 thinking: its generation prompt ends
+//! with `<think>`) starts the answer inside it; one that closed it (DeepSeek-V4 not thinking:
+//! `</think>`) starts it in content, unless the model opens a new block first. Reasoning is
+//! never content: text before `</think>` (or before a call block that ends reasoning, see
+//! [`Splitter::for_prompt`]) is reasoning, and so is an answer cut off inside it.
+
+use crate::tools::ToolFormat;
 
 const OPEN: &str = "<think>";
 const CLOSE: &str = "</think>";
@@ -14,6 +22,8 @@ enum Phase {
     /// Before any content: a `<think>` may still open.
     Start,
     Reasoning,
+    /// After `</think>`: whitespace is dropped until the content starts.
+    Gap,
     Content,
 }
 
@@ -22,6 +32,8 @@ enum Phase {
 pub struct Splitter {
     phase: Phase,
     held: String,
+    /// A marker that ends reasoning and stays at the start of the content.
+    marker: Option<&'static str>,
 }
 
 impl Splitter {
@@ -34,7 +46,26 @@ impl Splitter {
                 Phase::Start
             },
             held: String::new(),
+            marker: None,
         }
+    }
+
+    /// The splitter for an answer to `prompt`: inside reasoning when the prompt ends by
+    /// opening it (`<think>`); with `calls` (the answer's tool calls are parsed), ended also
+    /// by a call block that `format` opens straight from reasoning.
+    pub fn for_prompt(prompt: &str, format: ToolFormat, calls: bool) -> Self {
+        let s = Splitter::new(prompt.trim_end().ends_with(OPEN));
+        match format.ends_reasoning().filter(|_| calls) {
+            Some(marker) => s.ending_at(marker),
+            None => s,
+        }
+    }
+
+    /// Reasoning also ends where `marker` (a tool-call block's opening) starts: the marker
+    /// and what follows are content.
+    fn ending_at(mut self, marker: &'static str) -> Self {
+        self.marker = Some(marker);
+        self
     }
 
     /// The (reasoning, content) text that `text` completes.
@@ -46,6 +77,14 @@ impl Splitter {
                 Phase::Content => {
                     content.push_str(&std::mem::take(&mut self.held));
                     break;
+                }
+                Phase::Gap => {
+                    let lead = self.held.len() - self.held.trim_start().len();
+                    self.held.drain(..lead);
+                    if self.held.is_empty() {
+                        break;
+                    }
+                    self.phase = Phase::Content;
                 }
                 Phase::Start => {
                     let t = self.held.trim_start();
@@ -59,15 +98,29 @@ impl Splitter {
                     }
                 }
                 Phase::Reasoning => {
-                    if let Some(at) = self.held.find(CLOSE) {
-                        reasoning.push_str(&self.held[..at]);
-                        self.held = self.held[at + CLOSE.len()..].trim_start().to_string();
-                        self.phase = Phase::Content;
-                    } else {
-                        let keep = text::partial_suffix(&self.held, CLOSE);
-                        let rest = self.held.split_off(self.held.len() - keep);
-                        reasoning.push_str(&std::mem::replace(&mut self.held, rest));
-                        break;
+                    let close = self.held.find(CLOSE);
+                    let marked = self.marker.and_then(|m| self.held.find(m));
+                    let marked = marked.filter(|&m| close.is_none_or(|c| m < c));
+                    match (close, marked) {
+                        (_, Some(at)) => {
+                            reasoning.push_str(&self.held[..at]);
+                            self.held.drain(..at);
+                            self.phase = Phase::Content;
+                        }
+                        (Some(at), None) => {
+                            reasoning.push_str(&self.held[..at]);
+                            self.held.drain(..at + CLOSE.len());
+                            self.phase = Phase::Gap;
+                        }
+                        (None, None) => {
+                            let keep = self
+                                .marker
+                                .map_or(0, |m| text::partial_suffix(&self.held, m));
+                            let keep = keep.max(text::partial_suffix(&self.held, CLOSE));
+                            let rest = self.held.split_off(self.held.len() - keep);
+                            reasoning.push_str(&std::mem::replace(&mut self.held, rest));
+                            break;
+                        }
                     }
                 }
             }
@@ -80,7 +133,7 @@ impl Splitter {
         let rest = std::mem::take(&mut self.held);
         match self.phase {
             Phase::Reasoning => (rest, String::new()),
-            Phase::Start | Phase::Content => (String::new(), rest),
+            Phase::Start | Phase::Gap | Phase::Content => (String::new(), rest),
         }
     }
 }
@@ -90,7 +143,10 @@ mod tests {
     use super::*;
 
     fn run(in_reasoning: bool, deltas: &[&str]) -> (String, String) {
-        let mut s = Splitter::new(in_reasoning);
+        split(Splitter::new(in_reasoning), deltas)
+    }
+
+    fn split(mut s: Splitter, deltas: &[&str]) -> (String, String) {
         let (mut r, mut c) = (String::new(), String::new());
         for d in deltas {
             let (a, b) = s.push(d);
@@ -110,6 +166,7 @@ mod tests {
         );
         assert_eq!(run(false, &["<think>plan it</think>Hello"]), want);
         assert_eq!(run(true, &["plan it</think>", "Hello"]), want);
+        assert_eq!(run(true, &["plan it</think>", "\n", " \nHello"]), want);
     }
 
     #[test]
@@ -122,6 +179,44 @@ mod tests {
         assert_eq!(
             run(true, &["still thinking"]),
             ("still thinking".into(), String::new())
+        );
+    }
+
+    /// DeepSeek-V4: a prompt ending in `<think>` (thinking) starts in reasoning, one ending
+    /// in `</think>` (not thinking) in content; with tools, a call block ends reasoning too.
+    #[test]
+    fn prompts_that_open_or_close_reasoning() {
+        let on = "<｜User｜>Hi<｜Assistant｜><think>";
+        let off = "<｜User｜>Hi<｜Assistant｜></think>";
+        let block = "<｜DSML｜tool_calls>\n...";
+        let answer = format!("plan\n\n{block}");
+        let dsml = ToolFormat::Dsml;
+        for at in (0..=answer.len()).filter(|&at| answer.is_char_boundary(at)) {
+            let (a, b) = answer.split_at(at);
+            assert_eq!(
+                split(Splitter::for_prompt(on, dsml, true), &[a, b]),
+                ("plan\n\n".into(), block.into()),
+                "{at}"
+            );
+        }
+        assert_eq!(
+            split(Splitter::for_prompt(on, dsml, false), &[&answer]),
+            (answer.clone(), String::new())
+        );
+        assert_eq!(
+            split(Splitter::for_prompt(on, dsml, true), &["a</think>b", block]),
+            ("a".into(), format!("b{block}"))
+        );
+        assert_eq!(
+            split(Splitter::for_prompt(off, dsml, true), &["Hello"]),
+            (String::new(), "Hello".into())
+        );
+        assert_eq!(
+            split(
+                Splitter::for_prompt(on, ToolFormat::Hermes, true),
+                &["x<tool_call>"]
+            ),
+            ("x<tool_call>".into(), String::new())
         );
     }
 }

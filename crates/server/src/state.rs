@@ -29,7 +29,9 @@ pub struct Defaults {
     pub reasoning_budget_message: String,
 }
 
-/// Whether reasoning (`<think>…</think>`) is split out of chat answers.
+/// Whether chat answers reason (`--reasoning`, as llama-server's): the template's
+/// `enable_thinking` unless a request's `chat_template_kwargs` sets it, and whether
+/// `<think>…</think>` is split out of the answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reasoning {
     On,
@@ -199,6 +201,11 @@ pub struct Ready {
     pub tool_support: TemplateSupport,
     /// Chat answers carry `reasoning_content`.
     pub reasoning: bool,
+    /// The `enable_thinking` chat templates see unless a request's `chat_template_kwargs`
+    /// sets it: `--reasoning on` true, `off` false, `auto` true for a template that marks
+    /// reasoning (as llama-server passes it); `None`: not set. DeepSeek-V4's template reads
+    /// a request's `thinking` before it.
+    pub thinking: Option<bool>,
     /// The first of `aliases` (alphabetically, as llama-server picks it), the name answers
     /// carry.
     pub model_id: String,
@@ -387,6 +394,11 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         eprintln!("warning: --reasoning on: the chat template does not mark reasoning with <think>; answers stay whole");
     }
     let reasoning = config.reasoning != Reasoning::Off && marks_reasoning;
+    let thinking = match config.reasoning {
+        Reasoning::On => Some(true),
+        Reasoning::Off => Some(false),
+        Reasoning::Auto => marks_reasoning.then_some(true),
+    };
     let tool_format = config
         .tool_format
         .unwrap_or_else(|| ToolFormat::detect(template_source.as_deref().unwrap_or_default()));
@@ -550,6 +562,7 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         tool_format,
         tool_support,
         reasoning,
+        thinking,
         model_id,
         aliases,
         defaults: config.defaults.clone(),

@@ -104,7 +104,7 @@ impl Config {
             ));
         }
         let groups = positive(md, "attention.output_group_count")?;
-        if hp_n_head % groups != 0 {
+        if !hp_n_head.is_multiple_of(groups) {
             return Err(bad(
                 "attention.output_group_count",
                 format!("{groups} does not divide {hp_n_head} heads"),

@@ -6,6 +6,8 @@ use std::str::FromStr;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use super::dsml;
+
 /// The text a model's tool calls take.
 ///
 /// ```text
@@ -16,11 +18,16 @@ use serde_json::{json, Value};
 ///          [TOOL_CALLS]f[ARGS]{"x": 1}                                        (newer templates)
 /// Generic  {"tool_calls": [{"name": "f", "arguments": {"x": 1}}]}             (the whole answer)
 ///          {"response": "text"}                                               (an answer in text)
+/// Dsml     <｜DSML｜tool_calls>                                                (one block of calls,
+///          <｜DSML｜invoke name="f">                                            see [`super::dsml`])
+///          <｜DSML｜parameter name="x" string="false">1</｜DSML｜parameter>
+///          </｜DSML｜invoke>
+///          </｜DSML｜tool_calls>
 /// ```
 ///
 /// Generic is llama.cpp's format for templates with no tool syntax of their own: the system
 /// prompt asks for it ([`super::fallback_system_prompt`]), so it is always taught, never
-/// native. Parsing accepts `"arguments"` and `"parameters"` in every format.
+/// native. Parsing accepts `"arguments"` and `"parameters"` in every JSON format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ToolFormat {
     /// Hermes 2 Pro, Qwen 2.5 / Qwen 3.
@@ -30,14 +37,21 @@ pub enum ToolFormat {
     /// Mistral v3 / Nemo / Small.
     Mistral,
     Generic,
+    /// DeepSeek-V4's DSML markup.
+    Dsml,
 }
 
 impl ToolFormat {
-    /// The format a chat template's source implies: Hermes when it mentions `<tool_call>`,
-    /// Mistral for `[TOOL_CALLS]`, Llama 3.x for `<|python_tag|>` or the `ipython` role,
-    /// Generic otherwise (templates that do not render tools, or in a syntax not known here).
+    /// The format a chat template's source implies: DSML when it builds DeepSeek-V4's
+    /// `<｜DSML｜tool_calls>` (its `dsml_token`; V3.2's `function_calls` blocks are not this
+    /// format), Hermes when it mentions `<tool_call>`, Mistral for `[TOOL_CALLS]`, Llama 3.x
+    /// for `<|python_tag|>` or the `ipython` role, Generic otherwise (templates that do not
+    /// render tools, or in a syntax not known here).
     pub fn detect(template_source: &str) -> Self {
-        if template_source.contains("<tool_call>") {
+        let dsml = ["dsml_token", "DSML", "tool_calls>"];
+        if dsml.iter().all(|s| template_source.contains(s)) {
+            ToolFormat::Dsml
+        } else if template_source.contains("<tool_call>") {
             ToolFormat::Hermes
         } else if template_source.contains("[TOOL_CALLS]") {
             ToolFormat::Mistral
@@ -56,6 +70,7 @@ impl ToolFormat {
             ToolFormat::Llama3 => "llama3",
             ToolFormat::Mistral => "mistral",
             ToolFormat::Generic => "generic",
+            ToolFormat::Dsml => "dsml",
         }
     }
 
@@ -66,6 +81,16 @@ impl ToolFormat {
             ToolFormat::Llama3 => Some(PYTHON_TAG),
             ToolFormat::Mistral => Some(MISTRAL_OPEN),
             ToolFormat::Generic => None,
+            ToolFormat::Dsml => Some(dsml::OPEN),
+        }
+    }
+
+    /// A marker that also ends reasoning left open: DeepSeek's models may open their call
+    /// block straight from their reasoning, without `</think>` (llama.cpp reads it so).
+    pub(crate) fn ends_reasoning(self) -> Option<&'static str> {
+        match self {
+            ToolFormat::Dsml => Some(dsml::OPEN),
+            _ => None,
         }
     }
 
@@ -97,6 +122,7 @@ impl ToolFormat {
                 )
             }
             ToolFormat::Generic => py_json(&json!({"tool_calls": objects.collect::<Vec<_>>()})),
+            ToolFormat::Dsml => dsml::write(calls),
         }
     }
 }
@@ -117,15 +143,17 @@ impl fmt::Display for ToolFormat {
 impl FromStr for ToolFormat {
     type Err = String;
 
-    /// `hermes` (also `qwen`), `llama3`, `mistral` or `generic`, in any case.
+    /// `hermes` (also `qwen`), `llama3`, `mistral`, `generic` or `dsml` (also `deepseek`),
+    /// in any case.
     fn from_str(s: &str) -> Result<Self, String> {
         match s.to_ascii_lowercase().as_str() {
             "hermes" | "qwen" => Ok(ToolFormat::Hermes),
             "llama3" | "llama" => Ok(ToolFormat::Llama3),
             "mistral" => Ok(ToolFormat::Mistral),
             "generic" => Ok(ToolFormat::Generic),
+            "dsml" | "deepseek" => Ok(ToolFormat::Dsml),
             _ => Err(format!(
-                "unknown tool format '{s}' (expected hermes, llama3, mistral or generic)"
+                "unknown tool format '{s}' (expected hermes, llama3, mistral, generic or dsml)"
             )),
         }
     }
@@ -181,6 +209,14 @@ mod tests {
             ("{{- '<|python_tag|>' + x }}", ToolFormat::Llama3),
             ("{{- 'Environment: ipython\\n' }}", ToolFormat::Llama3),
             (
+                "{%- set dsml_token = '｜DSML｜' -%}{{- '\\n\\n<' + dsml_token + 'tool_calls>\\n' -}}",
+                ToolFormat::Dsml,
+            ),
+            (
+                "{%- set dsml_token = '｜DSML｜' -%}{{- '<' + dsml_token + 'function_calls>' -}}",
+                ToolFormat::Generic,
+            ),
+            (
                 "{% for m in messages %}{{ m.content }}{% endfor %}",
                 ToolFormat::Generic,
             ),
@@ -197,10 +233,12 @@ mod tests {
             ToolFormat::Llama3,
             ToolFormat::Mistral,
             ToolFormat::Generic,
+            ToolFormat::Dsml,
         ] {
             assert_eq!(f.to_string().parse::<ToolFormat>(), Ok(f));
         }
         assert_eq!("Qwen".parse::<ToolFormat>(), Ok(ToolFormat::Hermes));
+        assert_eq!("DeepSeek".parse::<ToolFormat>(), Ok(ToolFormat::Dsml));
         assert!("xml".parse::<ToolFormat>().is_err());
     }
 
@@ -225,6 +263,16 @@ mod tests {
         assert_eq!(
             ToolFormat::Generic.write_calls(&calls),
             r#"{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}"#
+        );
+        let more = json!({"city": "Paris", "days": [1, "é"]});
+        let none = json!({});
+        assert_eq!(
+            ToolFormat::Dsml.write_calls(&[("get_weather", &more), ("now", &none)]),
+            "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n\
+             <｜DSML｜parameter name=\"city\" string=\"true\">Paris</｜DSML｜parameter>\n\
+             <｜DSML｜parameter name=\"days\" string=\"false\">[1, \"é\"]</｜DSML｜parameter>\n\
+             </｜DSML｜invoke>\n<｜DSML｜invoke name=\"now\">\n\n</｜DSML｜invoke>\n\
+             </｜DSML｜tool_calls>"
         );
     }
 }

@@ -14,12 +14,26 @@
 //!
 //! `auto` is lazy where the format has a marker: any text until the model writes the marker,
 //! the call constrained from there on (llguidance's `head[lazy]: TEXT "<tool_call>"`).
+//!
+//! DSML (DeepSeek-V4) calls are markup, not JSON: each callable tool is one invoke rule whose
+//! parameters are the tool's properties, text (`string="true"`, up to the parameter's closing
+//! tag, or one of a string `enum`) where the schema allows a string, JSON of the property's
+//! schema (`string="false"`) where it allows anything else:
+//!
+//! ```text
+//! start: "<｜DSML｜tool_calls>" "\n" body+ "</｜DSML｜tool_calls>"
+//! call_0: "<｜DSML｜invoke name=\"get_weather\">\n" call_0_args "</｜DSML｜invoke>\n"
+//! call_0_args: call_0_p0 (call_0_p1)*
+//! call_0_p0: "<｜DSML｜parameter name=\"city\" string=\"true\">" param_text "\n"
+//! param_text[lazy]: TEXT "</｜DSML｜parameter>"
+//! ```
 
 use std::fmt::Write;
 
 use serde_json::{json, Map, Value};
 use text::{TokenKind, Tokenizer};
 
+use super::dsml;
 use super::format::{ToolFormat, HERMES_CLOSE, HERMES_OPEN, MISTRAL_OPEN};
 use super::{Tool, ToolChoice, ToolSpec};
 
@@ -33,7 +47,7 @@ const JSON_WS: &str = r"[\x20\x0A\x0D\x09]{1,24}";
 /// - `none`, or no tools: `None`.
 /// - `required`: the answer is calls and nothing else; one call without `parallel`.
 /// - a named function: exactly one call, of it.
-/// - `auto`: Hermes and Mistral: free text until the marker, then calls (one without
+/// - `auto`: Hermes, Mistral and DSML: free text until the marker, then calls (one without
 ///   `parallel`). Generic: `{"tool_calls": [...]}` or `{"response": "..."}`, its only
 ///   answers. Llama 3.x: `None`, since its call has no marker: a grammar would have to
 ///   bind every answer that starts with `{` to be a call.
@@ -91,6 +105,21 @@ pub fn lark(format: ToolFormat, spec: &ToolSpec, tok: &Tokenizer) -> Option<Stri
                 let _ = writeln!(g, "start: TEXT | head calls\n{head}\nTEXT: /(?s:.*)/");
             }
         }
+        ToolFormat::Dsml => {
+            let invokes = if many { "body+" } else { "body" };
+            let close = lit(dsml::CLOSE);
+            if forced {
+                let _ = writeln!(g, "start: {} \"\\n\" {invokes} {close}", lit(dsml::OPEN));
+            } else {
+                let head = lazy_head(tok, dsml::OPEN);
+                let _ = writeln!(g, "start: TEXT | head \"\\n\" {invokes} {close}\n{head}");
+            }
+            let _ = writeln!(
+                g,
+                "TEXT: /(?s:.*)/\nparam_text[lazy]: TEXT {}\nDSML_NAME: /[^\"<>\\n]+/",
+                lit(dsml::PARAM_CLOSE)
+            );
+        }
         ToolFormat::Llama3 if forced => g.push_str("start: body\n"),
         ToolFormat::Llama3 => return None,
         ToolFormat::Generic => {
@@ -113,8 +142,12 @@ pub fn lark(format: ToolFormat, spec: &ToolSpec, tok: &Tokenizer) -> Option<Stri
     let names: Vec<String> = (0..tools.len()).map(|i| format!("call_{i}")).collect();
     let _ = writeln!(g, "body: {}", names.join(" | "));
     for (name, tool) in names.iter().zip(&tools) {
-        let schema = call_schema(format, tool);
-        let _ = writeln!(g, "{name}: %json {schema}");
+        if format == ToolFormat::Dsml {
+            g.push_str(&dsml_invoke(name, tool, &lit));
+        } else {
+            let schema = call_schema(format, tool);
+            let _ = writeln!(g, "{name}: %json {schema}");
+        }
     }
     Some(g)
 }
@@ -133,6 +166,7 @@ pub fn marker_tokens(format: ToolFormat, tok: &Tokenizer) -> Vec<u32> {
     [
         format.marker(),
         (format == ToolFormat::Hermes).then_some(HERMES_CLOSE),
+        (format == ToolFormat::Dsml).then_some(dsml::TOKEN),
     ]
     .into_iter()
     .flatten()
@@ -160,6 +194,161 @@ fn lazy_head_rule(tok: &Tokenizer, marker: &str, name: &str, text: &str) -> Stri
         Some(id) => format!("{name}: {text} <[{id}]>"),
         None => format!("{name}[lazy]: {text} {}", literal(tok, marker)),
     }
+}
+
+/// The rules of one DSML invoke of `tool`, named `rule` (see the module documentation):
+/// the required parameters first, in the order of the schema's properties, then optional
+/// ones in any order; an invoke without parameters has its empty line, as the template writes
+/// it. A schema that declares no properties takes any parameters.
+fn dsml_invoke(rule: &str, tool: &Tool, lit: &dyn Fn(&str) -> String) -> String {
+    let params = &tool.parameters;
+    let mut g = String::new();
+    let mut required = Vec::new();
+    let mut optional = Vec::new();
+    match params.get("properties").and_then(Value::as_object) {
+        None => {
+            let (text, json) = (lit(dsml::AS_TEXT), lit(dsml::AS_JSON));
+            let _ = writeln!(
+                g,
+                "{rule}_any: {} DSML_NAME ({text} param_text | {json} {rule}_json {}) \"\\n\"",
+                lit(dsml::PARAM),
+                lit(dsml::PARAM_CLOSE),
+            );
+            let _ = writeln!(g, "{rule}_json: %json {}", param_schema(params, &json!({})));
+            optional.push(format!("{rule}_any"));
+        }
+        Some(props) => {
+            let needed: Vec<&str> = params
+                .get("required")
+                .and_then(Value::as_array)
+                .map(|r| r.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            for (i, (key, schema)) in props.iter().enumerate() {
+                let p = format!("{rule}_p{i}");
+                g.push_str(&dsml_param(&p, key, schema, params, lit));
+                match needed.contains(&key.as_str()) {
+                    true => required.push(p),
+                    false => optional.push(p),
+                }
+            }
+        }
+    }
+    let any = format!("({})", optional.join(" | "));
+    let args = match (required.is_empty(), optional.is_empty()) {
+        (true, true) => "\"\\n\"".to_string(),
+        (true, false) => format!("\"\\n\" | {any}+"),
+        (false, true) => required.join(" "),
+        (false, false) => format!("{} {any}*", required.join(" ")),
+    };
+    let open = lit(&format!("{}{}\">\n", dsml::INVOKE, tool.name));
+    let close = lit(&format!("{}\n", dsml::INVOKE_CLOSE));
+    let _ = writeln!(g, "{rule}: {open} {rule}_args {close}\n{rule}_args: {args}");
+    g
+}
+
+/// The rule `rule`: parameter `key`, of schema `schema`, of a tool whose parameters' schema
+/// is `params`.
+fn dsml_param(
+    rule: &str,
+    key: &str,
+    schema: &Value,
+    params: &Value,
+    lit: &dyn Fn(&str) -> String,
+) -> String {
+    let (text, other) = value_kinds(schema, params, 0);
+    let mut forms = Vec::new();
+    let mut g = String::new();
+    let close = lit(&format!("{}\n", dsml::PARAM_CLOSE));
+    if text {
+        let open = lit(&format!("{}{key}{}", dsml::PARAM, dsml::AS_TEXT));
+        match string_choices(schema) {
+            Some(choices) => {
+                let alts: Vec<String> = choices.iter().map(|c| lit(c)).collect();
+                forms.push(format!("{open} ({}) {close}", alts.join(" | ")));
+            }
+            None => forms.push(format!("{open} param_text \"\\n\"")),
+        }
+    }
+    if other {
+        let open = lit(&format!("{}{key}{}", dsml::PARAM, dsml::AS_JSON));
+        forms.push(format!("{open} {rule}_json {close}"));
+        let _ = writeln!(g, "{rule}_json: %json {}", param_schema(params, schema));
+    }
+    let _ = writeln!(g, "{rule}: {}", forms.join(" | "));
+    g
+}
+
+/// Whether a value of `schema` may be a string, and whether it may be anything else. A local
+/// `$ref` is followed into `root`'s `$defs` (or `definitions`); a schema that does not say
+/// may be either.
+fn value_kinds(schema: &Value, root: &Value, depth: usize) -> (bool, bool) {
+    let either = (true, true);
+    if depth > 8 {
+        return either;
+    }
+    if let Some(target) = schema.get("$ref").and_then(Value::as_str) {
+        let found = ["#/$defs/", "#/definitions/"].iter().find_map(|prefix| {
+            let name = target.strip_prefix(prefix)?;
+            root.get(&prefix[2..prefix.len() - 1])?.get(name)
+        });
+        return found.map_or(either, |s| value_kinds(s, root, depth + 1));
+    }
+    if let Some(values) = schema
+        .get("enum")
+        .and_then(Value::as_array)
+        .cloned()
+        .or_else(|| schema.get("const").map(|c| vec![c.clone()]))
+    {
+        return (
+            values.iter().any(Value::is_string),
+            values.iter().any(|v| !v.is_string()),
+        );
+    }
+    match schema.get("type") {
+        Some(Value::String(t)) => (t == "string", t != "string"),
+        Some(Value::Array(ts)) => (
+            ts.iter().any(|t| t == "string"),
+            ts.iter().any(|t| t != "string"),
+        ),
+        _ => {
+            let alts = ["anyOf", "oneOf"]
+                .iter()
+                .filter_map(|k| schema.get(*k).and_then(Value::as_array))
+                .flatten()
+                .map(|s| value_kinds(s, root, depth + 1));
+            alts.reduce(|a, b| (a.0 || b.0, a.1 || b.1))
+                .unwrap_or(either)
+        }
+    }
+}
+
+/// The strings a schema's `enum` or `const` allows, when it names them.
+fn string_choices(schema: &Value) -> Option<Vec<&str>> {
+    let values = match (schema.get("enum"), schema.get("const")) {
+        (Some(Value::Array(values)), _) => values.iter().collect::<Vec<_>>(),
+        (_, Some(c)) => vec![c],
+        _ => return None,
+    };
+    Some(values.into_iter().filter_map(Value::as_str).collect())
+}
+
+/// The JSON schema of one DSML parameter: `schema`, with `params`' `$defs` (and
+/// `definitions`) beside it, where its references point.
+fn param_schema(params: &Value, schema: &Value) -> Value {
+    let mut root = match schema {
+        Value::Object(o) => o.clone(),
+        _ => Map::new(),
+    };
+    for key in ["$defs", "definitions"] {
+        if let Some(defs) = params.get(key) {
+            root.insert(key.into(), defs.clone());
+        }
+    }
+    root.insert(
+        "x-guidance".into(),
+        json!({"whitespace_pattern": JSON_WS, "lenient": true}),
+    );
+    Value::Object(root)
 }
 
 /// The schema of one call object of `tool` in `format`. The tool's `$defs` (and

@@ -103,11 +103,12 @@ fn refused(format: ToolFormat, spec: &ToolSpec, text: &str) {
     );
 }
 
-const FORMATS: [ToolFormat; 4] = [
+const FORMATS: [ToolFormat; 5] = [
     ToolFormat::Hermes,
     ToolFormat::Llama3,
     ToolFormat::Mistral,
     ToolFormat::Generic,
+    ToolFormat::Dsml,
 ];
 
 #[test]
@@ -186,7 +187,7 @@ fn required_refuses_bad_calls() {
 fn auto_is_lazy_until_the_marker() {
     let s = spec(ToolChoice::Auto, true);
     let paris = json!({"city": "Paris"});
-    for format in [ToolFormat::Hermes, ToolFormat::Mistral] {
+    for format in [ToolFormat::Hermes, ToolFormat::Mistral, ToolFormat::Dsml] {
         accepted(format, &s, "It is probably sunny, but I cannot know.");
         let call = format.write_calls(&[("get_weather", &paris)]);
         accepted(format, &s, &format!("Let me check.\n{call}"));
@@ -241,6 +242,86 @@ fn auto_without_parallel_allows_one_call() {
     let call = ToolFormat::Hermes.write_calls(&[("get_weather", &paris)]);
     accepted(ToolFormat::Hermes, &s, &format!("Checking.\n{call}"));
     refused(ToolFormat::Hermes, &s, &format!("{call}\n{call}"));
+}
+
+/// DSML parameters as each tool's schema declares them: text where it allows a string (one
+/// of its `enum`), JSON where it allows anything else; required ones first, then optional
+/// ones in any order; a tool without parameters writes its empty line.
+#[test]
+fn dsml_parameters_follow_the_schema() {
+    let mut tools = tools();
+    tools[0].parameters = json!({
+        "type": "object",
+        "properties": {
+            "city": {"type": "string"},
+            "days": {"type": "integer"},
+            "unit": {"enum": ["C", "F"]},
+            "note": {"type": ["string", "null"]},
+        },
+        "required": ["city", "days"],
+    });
+    tools.push(Tool {
+        name: "now".into(),
+        description: None,
+        parameters: json!({"type": "object", "properties": {}}),
+    });
+    tools.push(Tool {
+        name: "any".into(),
+        description: None,
+        parameters: json!({"type": "object"}),
+    });
+    let s = ToolSpec {
+        tools,
+        choice: ToolChoice::Required,
+        parallel: true,
+    };
+    let dsml = ToolFormat::Dsml;
+    let p = |k: &str, as_text: bool, v: &str| {
+        format!("<｜DSML｜parameter name=\"{k}\" string=\"{as_text}\">{v}</｜DSML｜parameter>\n")
+    };
+    let block = |name: &str, params: &str| {
+        let params = if params.is_empty() { "\n" } else { params };
+        format!("<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"{name}\">\n{params}</｜DSML｜invoke>\n</｜DSML｜tool_calls>")
+    };
+    let city = p("city", true, "São Paulo, \"SP\" <b>");
+    let days = p("days", false, "3");
+    for params in [
+        format!("{city}{days}"),
+        format!(
+            "{city}{days}{}{}",
+            p("note", false, "null"),
+            p("unit", true, "F")
+        ),
+        format!("{city}{days}{}", p("note", true, "bring </b> an umbrella")),
+    ] {
+        accepted(dsml, &s, &block("get_weather", &params));
+    }
+    for params in [
+        format!("{days}{city}"),
+        city.clone(),
+        format!("{}{days}", p("city", false, "\"Paris\"")),
+        format!("{city}{}", p("days", true, "3")),
+        format!("{city}{}", p("days", false, "3.5")),
+        format!("{city}{days}{}", p("unit", true, "K")),
+        format!("{city}{days}{}", p("wind", true, "yes")),
+    ] {
+        refused(dsml, &s, &block("get_weather", &params));
+    }
+    accepted(dsml, &s, &block("now", ""));
+    refused(dsml, &s, &block("now", &p("x", true, "1")));
+    accepted(dsml, &s, &block("any", ""));
+    accepted(
+        dsml,
+        &s,
+        &block(
+            "any",
+            &format!(
+                "{}{}",
+                p("x", true, "1"),
+                p("y", false, "[1, {\"a\": null}]")
+            ),
+        ),
+    );
 }
 
 #[test]

@@ -17,11 +17,12 @@
 //! ```
 //!
 //! The format is the one the template's source shows (Qwen's `<tool_call>`, Llama 3.x's
-//! JSON, Mistral's `[TOOL_CALLS]`); a template with no known tool syntax gets
-//! [`ToolFormat::Generic`], which the system prompt teaches. A marker that is a control token
-//! in the vocabulary (`[TOOL_CALLS]`, `<|python_tag|>`) must be rendered into the text the
-//! parser reads.
+//! JSON, Mistral's `[TOOL_CALLS]`, DeepSeek-V4's `<｜DSML｜tool_calls>`); a template with no
+//! known tool syntax gets [`ToolFormat::Generic`], which the system prompt teaches. A marker
+//! that is a control token in the vocabulary (`[TOOL_CALLS]`, `<|python_tag|>`, perhaps
+//! `｜DSML｜`) must be rendered into the text the parser reads.
 
+mod dsml;
 mod format;
 mod grammar;
 mod history;

@@ -25,10 +25,22 @@
 //!
 //! Hermes, a call that does not parse:
 //! push("<tool_call>{oops}</tool_call>")     -> [Text("<tool_call>{oops}</tool_call>")]
+//!
+//! DSML (DeepSeek-V4), each invoke a call once complete:
+//! push("Sure.\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n")
+//!                                           -> [Text("Sure.")]
+//! push("<｜DSML｜parameter name=\"x\" string=\"false\">1</｜DSML｜parameter>\n</｜DSML｜invoke>\n")
+//!                                           -> [Call{0, "call_…", "f", "{\"x\":1}"}]
+//! push("</｜DSML｜tool_calls>")              -> []
 //! ```
+//!
+//! A broken call is never an error here: it stays in the content, and the answer's
+//! `finish_reason` is the engine's (`stop`, or `length` for a call cut off by the token
+//! limit), not `tool_calls`, unless other calls were parsed.
 
 use serde_json::Value;
 
+use super::dsml;
 use super::format::{ToolFormat, HERMES_CLOSE, MISTRAL_ARGS, MISTRAL_CALL_ID};
 use super::Tool;
 
@@ -207,6 +219,7 @@ impl CallParser {
                     ToolFormat::Hermes => self.hermes_body(out, at_end),
                     ToolFormat::Mistral => self.mistral_body(out, at_end),
                     ToolFormat::Llama3 | ToolFormat::Generic => self.json_sequence(out, at_end),
+                    ToolFormat::Dsml => self.dsml_body(out, at_end),
                 },
                 State::Bare => match self.format {
                     ToolFormat::Generic => self.generic_body(out, at_end),
@@ -405,6 +418,38 @@ impl CallParser {
                 }
                 _ => self.end_sequence(out),
             },
+            _ => self.end_sequence(out),
+        }
+    }
+
+    /// DSML: invokes until the block's closing tag, each a call as soon as it is complete
+    /// ([`dsml::next`]). At the end of the answer a missing or partial closing tag is
+    /// forgiven. A block that ends in anything but an invoke or its closing tag stops
+    /// there: without a call before, it is text, marker and all; after calls, the rest is.
+    fn dsml_body(&mut self, out: &mut Vec<Piece>, at_end: bool) -> Step {
+        match dsml::next(&self.held) {
+            dsml::Next::Call {
+                name,
+                arguments,
+                len,
+            } => {
+                self.held.drain(..len);
+                self.call(out, name, arguments);
+                Step::Go
+            }
+            dsml::Next::Close(len) if self.block_calls > 0 => {
+                self.held.drain(..len);
+                self.state = State::Text;
+                Step::Go
+            }
+            dsml::Next::Wait if !at_end => Step::Wait,
+            dsml::Next::Wait
+                if self.block_calls > 0 && dsml::CLOSE.starts_with(self.held.trim_start()) =>
+            {
+                self.held.clear();
+                self.state = State::Text;
+                Step::Go
+            }
             _ => self.end_sequence(out),
         }
     }

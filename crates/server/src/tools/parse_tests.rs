@@ -2,6 +2,14 @@ use serde_json::json;
 
 use super::*;
 
+const FORMATS: [ToolFormat; 5] = [
+    ToolFormat::Hermes,
+    ToolFormat::Llama3,
+    ToolFormat::Mistral,
+    ToolFormat::Generic,
+    ToolFormat::Dsml,
+];
+
 fn tools() -> Vec<Tool> {
     ["get_weather", "search"]
         .iter()
@@ -99,6 +107,16 @@ fn module_example() {
     let mut p = CallParser::new(ToolFormat::Hermes, &f, 0);
     let bad = "<tool_call>{oops}</tool_call>";
     assert_eq!(p.push(bad), vec![text(bad)]);
+
+    let mut p = CallParser::new(ToolFormat::Dsml, &f, 0);
+    let got = p.push("Sure.\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n");
+    assert_eq!(got, vec![text("Sure.")]);
+    let got = p.push(
+        "<｜DSML｜parameter name=\"x\" string=\"false\">1</｜DSML｜parameter>\n</｜DSML｜invoke>\n",
+    );
+    assert_eq!(merged(got), vec![call(0, "f", r#"{"x":1}"#)]);
+    assert_eq!(p.push("</｜DSML｜tool_calls>"), vec![]);
+    assert_eq!(p.finish(), vec![]);
 }
 
 #[test]
@@ -195,12 +213,7 @@ fn bad_calls_come_back_as_text() {
 #[test]
 fn answers_without_calls_are_untouched() {
     let answer = "\n  Hello,\n\nworld  \n";
-    for format in [
-        ToolFormat::Hermes,
-        ToolFormat::Llama3,
-        ToolFormat::Mistral,
-        ToolFormat::Generic,
-    ] {
+    for format in FORMATS {
         assert_eq!(parse_all_ways(format, answer), vec![text(answer)]);
     }
 }
@@ -269,12 +282,7 @@ fn written_calls_read_back() {
     let a = json!({"city": "Paris", "days": [1, 2]});
     let b = json!({});
     let calls = [("get_weather", &a), ("search", &b)];
-    for format in [
-        ToolFormat::Hermes,
-        ToolFormat::Llama3,
-        ToolFormat::Mistral,
-        ToolFormat::Generic,
-    ] {
+    for format in FORMATS {
         let written = format.write_calls(&calls);
         let (content, got) = parse_whole(format, &tools(), 3, &written);
         assert_eq!(content, "", "{format}: {written}");
@@ -339,6 +347,14 @@ fn random_answers_split_anywhere() {
         "{\"name\": \"get_weather\"}",
         "{\"tool_calls\": [",
         "{\"response\": \"ok\"}",
+        "<｜DSML｜tool_calls>",
+        "</｜DSML｜tool_calls>",
+        "<｜DSML｜invoke name=\"search\">",
+        "</｜DSML｜invoke>",
+        "<｜DSML｜parameter name=\"q\" string=\"true\">",
+        "<｜DSML｜parameter name=\"q\" string=\"false\">",
+        "</｜DSML｜parameter>",
+        "<｜DSML｜",
     ];
     let mut s = 0x2545_F491_4F6C_DD1Du64;
     let mut next = |n: usize| {
@@ -347,12 +363,7 @@ fn random_answers_split_anywhere() {
         s ^= s << 17;
         (s % n as u64) as usize
     };
-    for format in [
-        ToolFormat::Hermes,
-        ToolFormat::Llama3,
-        ToolFormat::Mistral,
-        ToolFormat::Generic,
-    ] {
+    for format in FORMATS {
         for _ in 0..300 {
             let answer: String = (0..1 + next(10)).map(|_| BITS[next(BITS.len())]).collect();
             let whole = run(format, &[&answer]);
@@ -375,5 +386,135 @@ fn random_answers_split_anywhere() {
             }
             assert_eq!(run(format, &deltas), whole, "{format}: {deltas:?}");
         }
+    }
+}
+
+/// DeepSeek-V4's example from its template's tools header, filled in: a string and a
+/// non-string parameter, a second invoke without parameters (the template's empty line).
+const DSML_TWO: &str = "Let me check.\n\n<｜DSML｜tool_calls>\n\
+    <｜DSML｜invoke name=\"get_weather\">\n\
+    <｜DSML｜parameter name=\"city\" string=\"true\">Paris, \"France\" <b>é</b>\nline 2</｜DSML｜parameter>\n\
+    <｜DSML｜parameter name=\"days\" string=\"false\">[1, 2]</｜DSML｜parameter>\n\
+    </｜DSML｜invoke>\n\
+    <｜DSML｜invoke name=\"search\">\n\n</｜DSML｜invoke>\n\
+    </｜DSML｜tool_calls>";
+
+fn dsml_two_calls() -> Vec<Piece> {
+    vec![
+        call(
+            0,
+            "get_weather",
+            r#"{"city":"Paris, \"France\" <b>é</b>\nline 2","days":[1,2]}"#,
+        ),
+        call(1, "search", "{}"),
+    ]
+}
+
+#[test]
+fn dsml_calls_as_the_template_writes_them() {
+    let mut want = vec![text("Let me check.")];
+    want.extend(dsml_two_calls());
+    assert_eq!(parse_all_ways(ToolFormat::Dsml, DSML_TWO), want);
+    let after = format!("{DSML_TWO}\nDone.");
+    want.push(text("Done."));
+    assert_eq!(parse_all_ways(ToolFormat::Dsml, &after), want);
+}
+
+#[test]
+fn dsml_values_by_their_string_attribute() {
+    let values = [
+        (r#"string="true">42"#, r#"{"v":"42"}"#),
+        (r#"string="false">42"#, r#"{"v":42}"#),
+        (r#"string="false"> true "#, r#"{"v":true}"#),
+        (r#"string="false">null"#, r#"{"v":null}"#),
+        (r#"string="false">"quoted""#, r#"{"v":"quoted"}"#),
+        (
+            r#"string="false">{"a": [1, {"b": "</x>"}]}"#,
+            r#"{"v":{"a":[1,{"b":"</x>"}]}}"#,
+        ),
+        (r#"string="true">"#, r#"{"v":""}"#),
+    ];
+    for (param, args) in values {
+        let answer = format!(
+            "<｜DSML｜tool_calls><｜DSML｜invoke name=\"f\"><｜DSML｜parameter name=\"v\" {param}</｜DSML｜parameter></｜DSML｜invoke></｜DSML｜tool_calls>"
+        );
+        assert_eq!(
+            parse_all_ways(ToolFormat::Dsml, &answer),
+            vec![call(0, "f", args)],
+            "{param}"
+        );
+    }
+}
+
+#[test]
+fn dsml_markers_are_held_until_decided() {
+    let mut p = CallParser::new(ToolFormat::Dsml, &tools(), 1);
+    assert_eq!(p.push("Hi\n\n<｜DSML｜tool"), vec![text("Hi")]);
+    assert_eq!(p.push("_calls>\n<｜DSML｜invoke name=\"sea"), vec![]);
+    assert_eq!(p.push("rch\">\n\n</｜DSML｜inv"), vec![]);
+    assert_eq!(merged(p.push("oke>\n")), vec![call(0, "search", "{}")]);
+    assert_eq!(p.push("</｜DSML｜tool_calls>"), vec![]);
+    assert_eq!(p.finish(), vec![]);
+
+    let mut p = CallParser::new(ToolFormat::Dsml, &tools(), 1);
+    assert_eq!(p.push("a <｜DSML｜"), vec![text("a")]);
+    assert_eq!(p.push("x"), vec![text(" <｜DSML｜x")]);
+}
+
+/// A block cut off at the end of the answer: complete invokes are calls (a missing or
+/// partial closing tag is forgiven, as Hermes forgives its own), an unfinished invoke is text.
+#[test]
+fn dsml_unfinished_blocks() {
+    let cut = DSML_TWO.find("</｜DSML｜tool_calls>").unwrap();
+    for end in [cut, cut + 5, DSML_TWO.len() - 1] {
+        let mut want = vec![text("Let me check.")];
+        want.extend(dsml_two_calls());
+        assert_eq!(
+            parse_all_ways(ToolFormat::Dsml, &DSML_TWO[..end]),
+            want,
+            "{end}"
+        );
+    }
+    let second = DSML_TWO.find("<｜DSML｜invoke name=\"search").unwrap();
+    let mut want = vec![text("Let me check.")];
+    want.extend(dsml_two_calls().into_iter().take(1));
+    want.push(text("<｜DSML｜invoke name=\"search\">"));
+    assert_eq!(
+        parse_all_ways(ToolFormat::Dsml, &DSML_TWO[..second + 32]),
+        want
+    );
+    let first = DSML_TWO.find("</｜DSML｜invoke>").unwrap();
+    assert_eq!(
+        parse_all_ways(ToolFormat::Dsml, &DSML_TWO[..first]),
+        vec![text(&DSML_TWO[..first])]
+    );
+}
+
+/// Broken calls stay in the content, marker and all: no call, so the answer's finish reason
+/// is the engine's, never `tool_calls`.
+#[test]
+fn dsml_broken_calls_come_back_as_text() {
+    let invoke = |body: &str| {
+        format!("<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n{body}\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>")
+    };
+    let cases = [
+        invoke("<｜DSML｜parameter name=\"x\" string=\"false\">{oops</｜DSML｜parameter>"),
+        invoke("<｜DSML｜parameter name=\"x\" string=\"false\">Paris</｜DSML｜parameter>"),
+        invoke("<｜DSML｜parameter name=\"x\" string=\"maybe\">1</｜DSML｜parameter>"),
+        invoke("<｜DSML｜parameter name=\"x\">1</｜DSML｜parameter>"),
+        invoke("<｜DSML｜parameter name=\"\" string=\"true\">1</｜DSML｜parameter>"),
+        invoke("{\"x\": 1}"),
+        "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"\">\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>".into(),
+        "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\n\">\n</｜DSML｜invoke>".into(),
+        "<｜DSML｜tool_calls>\n</｜DSML｜tool_calls>".into(),
+        "Here: <｜DSML｜tool_calls> is how calls start.".into(),
+        "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"x\" string=\"true\">cut".into(),
+    ];
+    for answer in cases {
+        assert_eq!(
+            parse_all_ways(ToolFormat::Dsml, &answer),
+            vec![text(&answer)],
+            "{answer:?}"
+        );
     }
 }

@@ -132,6 +132,14 @@ pub fn fallback_system_prompt(format: ToolFormat, spec: &ToolSpec) -> String {
              to call functions, or {\"response\": <your answer as a string>} to answer the \
              user directly."
         }
+        ToolFormat::Dsml => {
+            "To call functions, write one block with one invoke per call:\n\
+             <｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"<function-name>\">\n\
+             <｜DSML｜parameter name=\"<parameter-name>\" string=\"true|false\"><value></｜DSML｜parameter>\n\
+             ...\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>\n\
+             Write string values as they are, with string=\"true\"; write numbers, booleans, \
+             arrays and objects as JSON, with string=\"false\"."
+        }
     });
     let rule = match (&spec.choice, spec.parallel) {
         (ToolChoice::Named(name), _) => format!("You must call the function {name}, once."),
