@@ -49,7 +49,7 @@ impl Head {
     /// Computes `rows` (`(session, token)`, a session's rows together) and returns each
     /// row's logits.
     fn step(&mut self, rows: &[(usize, u32)]) -> Vec<Vec<f32>> {
-        let e = self.exec.model().hparams.n_embd;
+        let e = self.exec.model().hparams.hidden_width();
         let mut next: Vec<usize> = self.seqs.iter().map(|s| s.len()).collect();
         let mut step_rows = Vec::new();
         let mut batch_rows = Vec::new();
@@ -144,6 +144,53 @@ fn a_split_model_computes_the_whole_models_bits() {
         let again = head.step(&[(0, a[0])]);
         assert!(same(&again[0], &want0[0]), "{file}: after release");
     }
+}
+
+/// deepseek4 (a small synthetic one: records of compressed rows and the indexer's keys on
+/// both sides, hyper-connection streams crossing the split, hash-routed blocks in the box):
+/// 44 tokens (11 compressed blocks of 4, the indexer picking 4), drafts rolled back.
+#[test]
+fn a_split_deepseek4_computes_the_whole_models_bits() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("deepseek4.gguf");
+    model::synthetic::deepseek4::Dsv4Shape {
+        n_embd: 64,
+        n_layer: 4,
+        n_head: 4,
+        head_dim: 32,
+        n_rot: 8,
+        q_lora_rank: 32,
+        o_lora_rank: 16,
+        window: 8,
+        compress_ratios: vec![4, 128, 4, 0],
+        indexer_head_dim: 64,
+        indexer_top_k: 4,
+        ty: gguf::GgmlType::Q8_0,
+        ..Default::default()
+    }
+    .write(&model::synthetic::Vocab::placeholder(64), &path)
+    .unwrap();
+    let file = path.to_str().unwrap();
+    let addr = start_box(file, 2);
+    let mut head = Head::new(file, 2, addr);
+    let a: Vec<u32> = (0..44).map(|i| (i * 7 + 3) % 64).collect();
+    let rows: Vec<(usize, u32)> = a[..40].iter().map(|&t| (0, t)).collect();
+    let mut got = head.step(&rows);
+    let drafted = head.step(&[(0, a[40]), (0, 9), (0, 10)]);
+    got.push(drafted[0].clone());
+    head.rollback(0, 41);
+    for &t in &a[41..] {
+        got.push(head.step(&[(0, t)]).remove(0));
+    }
+    let want = whole(&Arc::new(load(file, Part::Whole)), &a);
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!(same(g, w), "deepseek4: position {i}");
+    }
+    let err = Model::load_stage(&path, Part::Last(1))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("block 1 routes by token"), "{err}");
 }
 
 #[test]

@@ -11,8 +11,13 @@ use split::worker::{Access, BoxWorker};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../model/tests/fixtures/");
 
+/// `file` of the fixtures, or the file at `file` when it is an absolute path.
 pub fn load(file: &str, part: Part) -> Model {
-    Model::load_stage(format!("{FIXTURES}{file}"), part).unwrap()
+    let path = match file.starts_with('/') {
+        true => file.to_string(),
+        false => format!("{FIXTURES}{file}"),
+    };
+    Model::load_stage(path, part).unwrap()
 }
 
 /// The sizes of both the box and the whole-model reference.
