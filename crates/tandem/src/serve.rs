@@ -68,11 +68,14 @@ pub struct ServeArgs {
     pub chat_template: Option<String>,
     #[arg(long = "chat-template-file")]
     pub chat_template_file: Option<PathBuf>,
-    /// How the model writes tool calls: hermes (Qwen's `<tool_call>`), llama3, mistral or
-    /// generic (a JSON answer taught by the system prompt); default: read from the template.
+    /// How the model writes tool calls: hermes (Qwen's `<tool_call>`), llama3, mistral, dsml
+    /// (DeepSeek-V4's `<｜DSML｜tool_calls>`) or generic (a JSON answer taught by the system
+    /// prompt); default: read from the template.
     #[arg(long = "tool-format")]
     pub tool_format: Option<server::tools::ToolFormat>,
-    /// on, off or auto.
+    /// on, off or auto: whether answers split out `<think>` reasoning, and the template's
+    /// `enable_thinking` (auto: on where the template marks reasoning) unless a request's
+    /// `chat_template_kwargs` sets it.
     #[arg(long = "reasoning", value_parser = ["on", "off", "auto"])]
     pub reasoning: Option<String>,
     /// Reasoning tokens a chat answer may spend before `</think>` is forced (-1: no limit,
