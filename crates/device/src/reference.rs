@@ -212,8 +212,11 @@ impl Device for Reference {
         is_supported(ty) && !self.lacks.1.contains(&ty)
     }
 
-    fn matrix_bytes(&self, ty: GgmlType, n_rows: usize, n_cols: usize, _: Role) -> u64 {
-        matrix_bytes(ty, n_rows, n_cols)
+    fn matrix_bytes(&self, ty: GgmlType, n_rows: usize, n_cols: usize, role: Role) -> u64 {
+        match role {
+            Role::LazyRows => 0,
+            _ => matrix_bytes(ty, n_rows, n_cols),
+        }
     }
 
     fn alloc(&mut self, len: usize) -> Result<Buf> {
@@ -239,6 +242,9 @@ impl Device for Reference {
         for s in srcs {
             if !is_supported(s.ty) {
                 return Err(Error::UnsupportedType(s.ty));
+            }
+            if s.role == Role::LazyRows {
+                s.bytes.release();
             }
             self.mats.push(RefMat {
                 ty: s.ty,

@@ -63,6 +63,10 @@ pub enum Role {
     Multiply,
     /// Only read by rows ([`Device::embed`]): the embedding table.
     Rows,
+    /// Read by rows, and from the file as they are needed where a device reads the map
+    /// (the CPU, the reference): never held resident there, so it takes no device memory
+    /// (`--lazy-mode`). A device that cannot read the map holds it as [`Role::Rows`].
+    LazyRows,
 }
 
 /// Told `(done, total)` bytes as an upload proceeds; called from several threads.

@@ -12,6 +12,8 @@ pub struct MemoryPlan {
     pub weights: u64,
     pub kv: u64,
     pub scratch: u64,
+    /// Tables read from the file as needed (`--lazy-mode`): not held, not in the total.
+    pub on_disk: u64,
 }
 
 impl MemoryPlan {
@@ -33,10 +35,12 @@ impl MemoryPlan {
             + (rows * hp.hidden_width() * 4) as u64
             + (LOGIT_ROWS * (2 * model.n_logits() + hp.hidden_width()) * 4) as u64
             + cfg.device.scratch_bytes(&own);
+        let bytes = |ty, r, c, role| cfg.device.matrix_bytes(ty, r, c, role);
         MemoryPlan {
-            weights: model.weight_bytes(&|ty, r, c, role| cfg.device.matrix_bytes(ty, r, c, role)),
+            weights: model.weight_bytes(&bytes),
             kv: cfg.kv_config(model).total_bytes(),
             scratch,
+            on_disk: model.lazy_bytes(&bytes),
         }
     }
 
@@ -46,6 +50,7 @@ impl MemoryPlan {
             weights: self.weights + other.weights,
             kv: self.kv + other.kv,
             scratch: self.scratch + other.scratch,
+            on_disk: self.on_disk + other.on_disk,
         }
     }
 
@@ -76,6 +81,14 @@ impl fmt::Display for MemoryPlan {
             mib(self.kv),
             mib(self.scratch),
             mib(self.total())
-        )
+        )?;
+        if self.on_disk > 0 {
+            write!(
+                f,
+                " (+ {:.1} MiB of tables read from the file)",
+                mib(self.on_disk)
+            )?;
+        }
+        Ok(())
     }
 }

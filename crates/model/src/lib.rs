@@ -45,7 +45,8 @@ pub use layers::{Cx, Layer, LayerMemory};
 pub use scratch::Scratch;
 pub use stage::{Part, Stage};
 pub use tensors::{
-    DeviceTensors, MatId, MatSpan, Matrix, Reads, TensorLoader, TensorTable, VecId, Vector, Weight,
+    DeviceTensors, LazyMode, MatId, MatSpan, Matrix, Reads, TensorLoader, TensorTable, VecId,
+    Vector, Weight,
 };
 
 /// A loaded model: its recipe, hyper-parameters and the tensors of its stage, checked, in
@@ -161,6 +162,25 @@ impl Model {
             head: None,
             merge,
         })
+    }
+
+    /// Leaves the tables `mode` says in the file, read as their rows are needed
+    /// ([`LazyMode`]); before [`Model::upload`].
+    pub fn set_lazy(&mut self, mode: LazyMode) {
+        self.tensors.set_lazy(mode);
+    }
+
+    /// Bytes of the tables read from the file as needed on a device whose matrices take
+    /// `matrix_bytes` (those it holds no memory for).
+    pub fn lazy_bytes(&self, matrix_bytes: &dyn Fn(GgmlType, usize, usize, Role) -> u64) -> u64 {
+        self.tensors
+            .iter()
+            .filter(|(_, m)| m.role == Role::LazyRows)
+            .filter(|(_, m)| {
+                matrix_bytes(m.weight.ty, m.weight.n_rows, m.weight.n_cols, m.role) == 0
+            })
+            .map(|(_, m)| m.weight.range.len() as u64)
+            .sum()
     }
 
     /// What each block of the stage keeps of a sequence, in order.

@@ -98,7 +98,50 @@ pub struct TensorTable {
     pub vectors: Vec<Vector>,
 }
 
+/// Which tables (matrices only read by rows: token embeddings) stay in the file and are
+/// read as their rows are needed, never held resident (llama.cpp's `--lazy-mode`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LazyMode {
+    /// Every table.
+    On,
+    /// Tables over [`LazyMode::AUTO_MIN_BYTES`].
+    #[default]
+    Auto,
+    /// None.
+    Off,
+}
+
+impl LazyMode {
+    /// The size above which `auto` leaves a table in the file (llama.cpp's 4 GiB).
+    pub const AUTO_MIN_BYTES: u64 = 4 << 30;
+
+    /// `on`, `auto` or `off`.
+    pub fn parse(s: &str) -> std::result::Result<LazyMode, String> {
+        match s {
+            "on" => Ok(LazyMode::On),
+            "auto" => Ok(LazyMode::Auto),
+            "off" => Ok(LazyMode::Off),
+            _ => Err(format!("'{s}' is not a lazy mode (on, auto or off)")),
+        }
+    }
+}
+
 impl TensorTable {
+    /// Makes the tables `mode` leaves in the file [`Role::LazyRows`] (and the others
+    /// [`Role::Rows`]).
+    pub fn set_lazy(&mut self, mode: LazyMode) {
+        for m in &mut self.matrices {
+            if matches!(m.role, Role::Rows | Role::LazyRows) {
+                let lazy = match mode {
+                    LazyMode::On => true,
+                    LazyMode::Auto => m.weight.range.len() as u64 > LazyMode::AUTO_MIN_BYTES,
+                    LazyMode::Off => false,
+                };
+                m.role = if lazy { Role::LazyRows } else { Role::Rows };
+            }
+        }
+    }
+
     pub fn matrix(&self, id: MatId) -> &Matrix {
         &self.matrices[id.0]
     }
@@ -122,7 +165,9 @@ impl TensorTable {
         let mut total = 0;
         for (id, m) in self.iter() {
             match (m.role, m.reads) {
-                (Role::Rows, _) => total += (m.weight.range.len() / m.weight.n_rows.max(1)) as u64,
+                (Role::Rows | Role::LazyRows, _) => {
+                    total += (m.weight.range.len() / m.weight.n_rows.max(1)) as u64
+                }
                 (Role::Multiply, Reads::Whole) => total += bytes(id),
                 (
                     Role::Multiply,

@@ -63,8 +63,9 @@ fn a_stage_without_a_part_says_so() {
     let mut dev = device::reference::Reference::new();
     let w = last.upload(&mut dev, &|_, _| {}).unwrap();
     let hidden = device::Device::alloc(&mut dev, last.hparams.n_embd).unwrap();
+    let s = model::Scratch::new(&mut dev, &last.hparams, &last.scratch_widths(), 1).unwrap();
     let err = last
-        .embed(&mut dev, &w, &[1], hidden)
+        .embed(&mut dev, &w, &s, &[1], hidden)
         .unwrap_err()
         .to_string();
     assert!(err.contains("does not hold the embeddings"), "{err}");

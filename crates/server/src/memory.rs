@@ -94,6 +94,7 @@ mod tests {
             weights: mib << 20,
             kv: 0,
             scratch: 0,
+            on_disk: 0,
         }
     }
 

@@ -122,6 +122,8 @@ pub struct ServerConfig {
     pub webui: bool,
     /// RoPE scaling over the model file's (`--rope-scaling`, `--yarn-*`, ...).
     pub rope: model::rope::RopeOverrides,
+    /// Which tables stay in the file (`--lazy-mode`).
+    pub lazy: model::LazyMode,
 }
 
 /// The head of a split model: blocks `at..n` and the output head here, the embeddings and
@@ -185,6 +187,7 @@ impl ServerConfig {
             pull: None,
             webui: true,
             rope: Default::default(),
+            lazy: Default::default(),
         }
     }
 }
@@ -367,6 +370,7 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
     let available = engine::available_memory();
     let mut model = Model::load_stage(&config.model_path, part)?;
     model.hparams.apply_rope(&config.rope);
+    model.set_lazy(config.lazy);
     let hp = &model.hparams;
     let md = &model.file.header.metadata;
     let tok = Arc::new(Tokenizer::from_gguf(md)?);
@@ -428,6 +432,7 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
             Drafter::Ngram => (Some(Speculation::with(Ngram::default(), s.config)), None),
             Drafter::Model(path) => {
                 let mut draft = Model::load(path)?;
+                draft.set_lazy(config.lazy);
                 check_draft_vocab(&tok, &draft, path)?;
                 if s.draft_vocab > 0 && s.draft_vocab < tok.n_vocab() {
                     let ids = engine::speculative::vocab::load_or_choose(&tok, path, s.draft_vocab);
@@ -449,6 +454,7 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         Some(at) => {
             let mut first = Model::load_stage(&config.model_path, Part::First(at))?;
             first.hparams.apply_rope(&config.rope);
+            first.set_lazy(config.lazy);
             let cfg = engine::ContextConfig {
                 device: engine::DeviceKind::Cpu,
                 ..ecfg.context_config()

@@ -132,6 +132,10 @@ pub struct ModelArgs {
     /// prompt can be reused, at full attention's KV memory (llama.cpp's --swa-full).
     #[arg(long = "swa-full")]
     pub swa_full: bool,
+    /// Tables (token embeddings) left in the file and read as their rows are needed, never
+    /// held resident on the CPU: on, auto (tables over 4 GiB) or off (llama.cpp's).
+    #[arg(long = "lazy-mode", visible_alias = "lzm", default_value = "auto", value_parser = model::LazyMode::parse)]
+    pub lazy_mode: model::LazyMode,
     #[command(flatten)]
     pub cache: CacheArgs,
     #[command(flatten)]
@@ -222,6 +226,7 @@ impl ModelArgs {
     ) -> Result<model::Model, CliError> {
         let mut m = model::Model::load_stage(path, part)?;
         m.hparams.apply_rope(&self.rope.overrides()?);
+        m.set_lazy(self.lazy_mode);
         Ok(m)
     }
 

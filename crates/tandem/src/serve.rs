@@ -527,6 +527,7 @@ impl ServeArgs {
             slots: !self.no_slots,
             webui: !self.no_webui,
             rope: self.model.rope.overrides()?,
+            lazy: self.model.lazy_mode,
             mem_limit: self.mem_limit,
             body_limit: self.body_limit,
             limits,

@@ -69,6 +69,7 @@ pub struct Cpu {
 pub fn matrix_bytes(ty: GgmlType, n_rows: usize, n_cols: usize, role: Role) -> u64 {
     let mapped = ty.row_bytes(n_cols as u64).unwrap_or(0) * n_rows as u64;
     match (role, CpuFeatures::get().packed) {
+        (Role::LazyRows, _) => 0,
         (Role::Multiply, Some(_)) => PackedMatrix::planned_bytes(ty, n_rows, n_cols)
             .map_or(mapped, |b| b.next_multiple_of(64) as u64),
         _ => mapped,
@@ -203,6 +204,9 @@ impl Device for Cpu {
         });
         let first = self.mats.len() as u32;
         for (s, p) in srcs.iter().zip(packed) {
+            if s.role == Role::LazyRows {
+                s.bytes.release();
+            }
             self.mats.push(CpuMat {
                 ty: s.ty,
                 bytes: s.bytes.clone(),
