@@ -1,7 +1,8 @@
-//! `--lazy-mode on`: the embedding table stays in the file, its rows read as tokens need
-//! them. The plan counts it apart from the weights it holds, the process's resident memory
-//! grows by less than the table and stays within the plan, and the tokens are those of
-//! `off`. (Alone in its binary: it measures the process's resident memory.)
+//! `--lazy-mode on`: the embedding table (Q8_0, larger than everything the plan holds: the
+//! output head is Q4_0) stays in the file, its rows read as tokens need them. The plan
+//! counts it apart from the weights it holds, the process's resident memory grows by less
+//! than the table and stays within the plan, and the tokens are those of `off`. (Alone in
+//! its binary: it measures the process's resident memory.)
 
 #[allow(dead_code)]
 mod common;
@@ -23,7 +24,7 @@ fn resident() -> u64 {
 }
 
 const VOCAB: usize = 400_000;
-const EMBD: usize = 256;
+const EMBD: usize = 1024;
 
 /// The greedy tokens, the plan and how much resident memory grew from before the load to
 /// after the tokens, with the tables left in the file as `mode` says.
@@ -57,10 +58,10 @@ fn a_lazy_table_stays_in_the_file_and_gives_the_same_tokens() {
         n_layer: 2,
         n_head: 4,
         n_head_kv: 4,
-        n_ff: 512,
+        n_ff: 1024,
         experts: None,
         delta: None,
-        ty: GgmlType::Q8_0,
+        ty: GgmlType::Q4_0,
         seed: 3,
     }
     .write_placeholder_vocab(VOCAB, &path)
@@ -68,6 +69,10 @@ fn a_lazy_table_stays_in_the_file_and_gives_the_same_tokens() {
     let table = (VOCAB * EMBD / 32 * 34) as u64;
     let (on_tokens, on_plan, on_grown) = run(&path, LazyMode::On);
     let (off_tokens, off_plan, off_grown) = run(&path, LazyMode::Off);
+    assert!(
+        table > on_plan.total(),
+        "the table outgrows the plan: {on_plan}"
+    );
     assert_eq!(on_tokens, off_tokens, "lazy rows read the same values");
     assert_eq!((on_plan.on_disk, off_plan.on_disk), (table, 0));
     assert_eq!(off_plan.weights - on_plan.weights, table);
