@@ -12,7 +12,7 @@ mod types;
 mod writer;
 
 pub use error::{Error, Result};
-pub use file::GgufFile;
+pub use file::{GgufFile, LoadMode};
 pub use metadata::{Metadata, Value, ValueType};
 pub use parse::{Gguf, TensorInfo, DEFAULT_ALIGNMENT, GGUF_MAGIC};
 pub use types::GgmlType;

@@ -31,7 +31,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use device::{Buf, Device, Op, Progress, Role};
-use gguf::{GgmlType, GgufFile, Metadata};
+use gguf::{GgmlType, GgufFile, LoadMode, Metadata};
 
 pub use arch::{Arch, Recipe, RECIPES};
 pub use device::{Gating, MoeStats, Row};
@@ -97,7 +97,12 @@ impl Model {
     /// and counted; the others are never read. A split that leaves one side no blocks is an
     /// error before anything is loaded.
     pub fn load_stage(path: impl AsRef<Path>, part: Part) -> Result<Model> {
-        let file = GgufFile::open(path)?;
+        Self::load_stage_with(path, part, LoadMode::Mmap)
+    }
+
+    /// [`Model::load_stage`] with the file held as `mode` says (`--load-mode`).
+    pub fn load_stage_with(path: impl AsRef<Path>, part: Part, mode: LoadMode) -> Result<Model> {
+        let file = GgufFile::open_with(path, mode)?;
         let md = &file.header.metadata;
         let arch = Arch::from_name(md.str("general.architecture")?)?;
         let recipe = arch.recipe();

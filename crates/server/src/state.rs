@@ -124,6 +124,8 @@ pub struct ServerConfig {
     pub rope: model::rope::RopeOverrides,
     /// Which tables stay in the file (`--lazy-mode`).
     pub lazy: model::LazyMode,
+    /// How the model files are held (`--load-mode`).
+    pub load_mode: gguf::LoadMode,
 }
 
 /// The head of a split model: blocks `at..n` and the output head here, the embeddings and
@@ -188,6 +190,7 @@ impl ServerConfig {
             webui: true,
             rope: Default::default(),
             lazy: Default::default(),
+            load_mode: Default::default(),
         }
     }
 }
@@ -368,7 +371,7 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
     };
     // Before loading: the plan counts the weights, which loading takes from what is free.
     let available = engine::available_memory();
-    let mut model = Model::load_stage(&config.model_path, part)?;
+    let mut model = Model::load_stage_with(&config.model_path, part, config.load_mode)?;
     model.hparams.apply_rope(&config.rope);
     model.set_lazy(config.lazy);
     let hp = &model.hparams;
@@ -431,7 +434,7 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         Some(s) => match &s.drafter {
             Drafter::Ngram => (Some(Speculation::with(Ngram::default(), s.config)), None),
             Drafter::Model(path) => {
-                let mut draft = Model::load(path)?;
+                let mut draft = Model::load_stage_with(path, Part::Whole, config.load_mode)?;
                 draft.set_lazy(config.lazy);
                 check_draft_vocab(&tok, &draft, path)?;
                 if s.draft_vocab > 0 && s.draft_vocab < tok.n_vocab() {
@@ -452,7 +455,8 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
     let local_front = match local_at {
         None => None,
         Some(at) => {
-            let mut first = Model::load_stage(&config.model_path, Part::First(at))?;
+            let mut first =
+                Model::load_stage_with(&config.model_path, Part::First(at), config.load_mode)?;
             first.hparams.apply_rope(&config.rope);
             first.set_lazy(config.lazy);
             let cfg = engine::ContextConfig {

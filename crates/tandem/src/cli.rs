@@ -136,6 +136,10 @@ pub struct ModelArgs {
     /// held resident on the CPU: on, auto (tables over 4 GiB) or off (llama.cpp's).
     #[arg(long = "lazy-mode", visible_alias = "lzm", default_value = "auto", value_parser = model::LazyMode::parse)]
     pub lazy_mode: model::LazyMode,
+    /// How the model file is held: mmap (pages read as touched), mlock or mmap+mlock (mapped
+    /// and locked in memory) or none (read whole into memory).
+    #[arg(long = "load-mode", visible_alias = "lm", default_value = "mmap", value_parser = gguf::LoadMode::parse)]
+    pub load_mode: gguf::LoadMode,
     #[command(flatten)]
     pub cache: CacheArgs,
     #[command(flatten)]
@@ -224,7 +228,7 @@ impl ModelArgs {
         path: &std::path::Path,
         part: model::Part,
     ) -> Result<model::Model, CliError> {
-        let mut m = model::Model::load_stage(path, part)?;
+        let mut m = model::Model::load_stage_with(path, part, self.load_mode)?;
         m.hparams.apply_rope(&self.rope.overrides()?);
         m.set_lazy(self.lazy_mode);
         Ok(m)

@@ -528,6 +528,7 @@ impl ServeArgs {
             webui: !self.no_webui,
             rope: self.model.rope.overrides()?,
             lazy: self.model.lazy_mode,
+            load_mode: self.model.load_mode,
             mem_limit: self.mem_limit,
             body_limit: self.body_limit,
             limits,
