@@ -6,9 +6,12 @@ use model::synthetic::deepseek4::Dsv4Shape;
 use model::synthetic::Vocab;
 use model::Model;
 
+/// A change to the bytes of the named tensor.
+type Patch<'a> = (&'a str, &'a dyn Fn(&mut [u8]));
+
 /// A small deepseek4 (placeholder vocabulary of 64 tokens) written to `dir`, rewritten
 /// with `keys` set (`None`: removed) and `patch` applied to the named tensor's bytes.
-fn load_with(keys: &[(&str, Option<Value>)], patch: Option<(&str, &dyn Fn(&mut [u8]))>) -> String {
+fn load_with(keys: &[(&str, Option<Value>)], patch: Option<Patch<'_>>) -> String {
     let dir = tempfile::tempdir().unwrap();
     let base = dir.path().join("base.gguf");
     let shape = Dsv4Shape {
