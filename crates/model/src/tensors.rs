@@ -402,19 +402,8 @@ impl<'a> TensorLoader<'a> {
     /// A tensor of GGUF dims `dims` read whole as a vector (row by row), converted to f32:
     /// small tensors the ops read as a table (a convolution's taps).
     pub fn vector_dims(&mut self, name: &str, dims: &[usize]) -> Result<VecId> {
-        let dims64: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
-        let info = self.info(name, &dims64)?;
-        let mut data = vec![0f32; dims.iter().product()];
-        device::formats::dequantize_row(info.ggml_type, self.file.tensor_bytes(info), &mut data)
-            .map_err(|_| Error::UnsupportedType {
-                tensor: name.to_string(),
-                ty: info.ggml_type,
-            })?;
-        self.table.vectors.push(Vector {
-            name: name.to_string(),
-            data,
-        });
-        Ok(VecId(self.table.vectors.len() - 1))
+        let data = self.values(name, dims)?;
+        Ok(self.constant(name, data))
     }
 }
 

@@ -41,21 +41,17 @@ fn model(dir: &std::path::Path) -> String {
     path
 }
 
-fn ppl(model: &str, extra: &[&str]) -> f64 {
-    let mut args = vec![
-        "perplexity",
-        "-m",
-        model,
-        "-f",
-        TEXT,
-        "-c",
-        "128",
-        "--chunks",
-        "2",
-    ];
+/// `tandem perplexity` of `model` over two chunks of 128 tokens, with `extra` flags.
+fn perplexity<'a>(model: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["perplexity", "-m", model, "-f", TEXT, "-c", "128"];
+    args.extend(["--chunks", "2"]);
     args.extend(extra);
     args.push("--json");
-    json(&args)["ppl"].as_f64().unwrap()
+    args
+}
+
+fn ppl(model: &str, extra: &[&str]) -> f64 {
+    json(&perplexity(model, extra))["ppl"].as_f64().unwrap()
 }
 
 #[test]
@@ -70,18 +66,7 @@ fn every_load_mode_computes_the_same() {
     ] {
         assert_eq!(ppl(model, extra), mapped, "{extra:?}");
     }
-    let mut args = vec![
-        "perplexity",
-        "-m",
-        model,
-        "-f",
-        TEXT,
-        "-c",
-        "128",
-        "--chunks",
-        "2",
-    ];
-    args.extend(["--load-mode", "mlock", "--json"]);
+    let args = perplexity(model, &["--load-mode", "mlock"]);
     match tandem(&args) {
         (true, _) => assert_eq!(ppl(model, &["--load-mode", "mmap+mlock"]), mapped),
         (false, err) => assert!(err.contains("mlock"), "{err}"),
