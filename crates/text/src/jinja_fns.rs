@@ -141,6 +141,14 @@ fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
 /// Python's `json.dumps` writes it (Hugging Face's filter): `", "` and `": "` between items by
 /// default, `","` between items when indenting, non-ASCII kept unless `ensure_ascii`, and no
 /// HTML escaping.
+/// `from_json`: the value a JSON text stands for (DeepSeek-V4's template reads tool-call
+/// arguments given as a string this way); text that is not JSON is a render error.
+pub(crate) fn from_json(text: &str) -> Result<Value, Error> {
+    let parsed: serde_json::Value = serde_json::from_str(text)
+        .map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("from_json: {e}")))?;
+    Ok(Value::from_serialize(&parsed))
+}
+
 pub(crate) fn tojson(value: &Value, kwargs: Kwargs) -> Result<Value, Error> {
     let indent: Option<Value> = kwargs.get("indent")?;
     let indent = match indent {
@@ -310,6 +318,29 @@ mod tests {
             "Tuesday February 29, 060 %"
         );
         assert_eq!(strftime("%I %p %q", 13 * 3600), "01 PM %q");
+    }
+
+    #[test]
+    fn from_json_reads_what_tojson_writes_and_refuses_other_text() {
+        let mut env = minijinja::Environment::new();
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_filter("from_json", from_json);
+        env.add_filter("tojson", tojson);
+        let t = "{% set a = s | from_json %}{% for k, v in a.items() %}{{ k }}={{ v | tojson }};{% endfor %}";
+        let out = env
+            .render_str(
+                t,
+                minijinja::context! { s => r#"{"city": "Paris", "days": [1, 2]}"# },
+            )
+            .unwrap();
+        assert_eq!(out, r#"city="Paris";days=[1, 2];"#);
+        let err = env
+            .render_str(
+                "{{ s | from_json }}",
+                minijinja::context! { s => "{not json" },
+            )
+            .unwrap_err();
+        assert!(err.to_string().contains("from_json"), "{err}");
     }
 
     #[test]

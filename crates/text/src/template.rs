@@ -142,6 +142,7 @@ impl ChatTemplate {
         env.add_function("raise_exception", jinja_fns::raise_exception);
         env.add_function("strftime_now", jinja_fns::strftime_now);
         env.add_filter("tojson", jinja_fns::tojson);
+        env.add_filter("from_json", jinja_fns::from_json);
         env.add_template_owned(TEMPLATE_NAME, source.to_string())?;
         Ok(Self {
             env,
