@@ -3,7 +3,8 @@ and blocks 0..15, `tandem serve --split-at 15 --box ADDR` the other 15 and the o
 At temperature 0 the split server's answers are byte-identical to one process's, for 4 users
 at once, plainly, with a draft, and with prompts streamed in chunks and two cohorts
 pipelined; a box with a key killed (-9) mid-answer and started again is
-replayed and the answer completes byte-identical; a box that stays down past the grace window gives
+replayed and the answer completes byte-identical (also for a small synthetic DeepSeek-V4, whose
+records and hyper-connection streams cross the split); a box that stays down past the grace window gives
 503 with Retry-After (and the streaming answer in flight a retryable error event), /ready
 says so while /health stays 200; a hung box is lost by its heartbeats, while answering and
 while idle; a head whose box is not there refuses to start."""
@@ -43,10 +44,10 @@ def free_port():
 
 
 class Box:
-    def __init__(self, port=0, flags=()):
+    def __init__(self, port=0, flags=(), model="smollm2-135m", split=SPLIT):
         self.log = tempfile.NamedTemporaryFile(prefix="tandem-box-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
-            [BINARY, "box", "-m", "smollm2-135m", "--layers", f"0:{SPLIT}", "--listen", f"127.0.0.1:{port}",
+            [BINARY, "box", "-m", model, "--layers", f"0:{split}", "--listen", f"127.0.0.1:{port}",
              "-t", "2", "-c", "8192", *flags],
             stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )
@@ -175,6 +176,41 @@ def test_a_keyed_box_killed_mid_answer_is_replayed_and_the_text_stays(tmp_path):
         assert error is None, error
         assert got == want
         assert s.get("/ready").status_code == 200
+        metrics = s.get("/metrics").text
+        value = lambda name: float(next(l for l in metrics.splitlines() if l.startswith(name + " ")).split()[1])
+        assert value("tandem:box_reconnects_total") >= 1
+        assert value("tandem:box_replayed_rows_total") > 20
+    finally:
+        s.stop()
+        box[0].stop()
+
+
+def test_a_deepseek4_box_killed_mid_answer_is_replayed_and_the_text_stays(tmp_path):
+    model = str(tmp_path / "deepseek4.gguf")
+    shape = ["--n-embd", "64", "--n-layer", "4", "--n-head", "4", "--dsv4-head-dim", "32", "--dsv4-rope-dim", "8",
+             "--dsv4-q-lora", "32", "--dsv4-o-lora", "16", "--dsv4-window", "8", "--dsv4-ratios", "4,128,4,0",
+             "--dsv4-indexer-dim", "64", "--dsv4-top-k", "4", "--experts", "8", "--experts-used", "2",
+             "--n-ff-exp", "32", "--type", "q8_0", "--tokenizer", "smollm2-135m"]
+    subprocess.run([BINARY, "synth", "-o", model, "--arch", "deepseek4", *shape], check=True, capture_output=True)
+    s = Server(*FLAGS, model=model)
+    try:
+        want, _ = stream_chat(s)
+    finally:
+        s.stop()
+    port = free_port()
+    box = [Box(port, model=model, split=2)]
+    s = Server(*FLAGS, "--split-at", "2", "--box", f"127.0.0.1:{port}", "--box-grace", "30", model=model)
+
+    def kill_and_restart(n):
+        if n == 20:
+            box[0].stop()
+            time.sleep(0.5)
+            box[0] = Box(port, model=model, split=2)
+
+    try:
+        got, error = stream_chat(s, kill_and_restart)
+        assert error is None, error
+        assert got == want and len(want) > 0
         metrics = s.get("/metrics").text
         value = lambda name: float(next(l for l in metrics.splitlines() if l.startswith(name + " ")).split()[1])
         assert value("tandem:box_reconnects_total") >= 1
