@@ -3,7 +3,7 @@
 
 use std::ops::{Index, IndexMut};
 
-use crate::Buf;
+use crate::{Buf, Cols};
 
 /// See the module doc.
 #[derive(Default)]
@@ -33,6 +33,17 @@ impl HostBufs {
 
     pub fn put(&mut self, buf: Buf, v: Vec<f32>) {
         self.0[buf.0 as usize] = v;
+    }
+
+    /// [`crate::Device::copy_cols`].
+    pub fn copy_cols(&mut self, x: Buf, out: Buf, rows: usize, c: &Cols) {
+        let xs = self.take(x);
+        let o = &mut self[out];
+        for r in 0..rows {
+            let from = &xs[r * c.x_width + c.x_at..][..c.width];
+            o[r * c.out_width + c.out_at..][..c.width].copy_from_slice(from);
+        }
+        self.put(x, xs);
     }
 }
 

@@ -16,6 +16,9 @@
 //!
 //! A merge (before the output head) has only `pre` (`mix` is `[n]`, `scale[0]` its scale).
 
+use crate::host::HostBufs;
+use crate::Buf;
+
 /// One hyper-connection's shape and constants.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HyperSpec {
@@ -84,6 +87,41 @@ pub fn weights(mix: &mut [f32], base: &[f32], s: &HyperSpec) {
         over_dst(m);
         over_src(m);
     }
+}
+
+/// [`crate::Device::hyper_pre`] over `rows` rows of host buffers.
+pub fn pre_rows(b: &mut HostBufs, [x, mix, base, out]: [Buf; 4], rows: usize, s: &HyperSpec) {
+    let (m, d) = (s.mix_width(), s.width);
+    let (xs, mut w, mut o) = (b.take(x), b.take(mix), b.take(out));
+    for r in 0..rows {
+        let w = &mut w[r * m..(r + 1) * m];
+        weights(w, &b[base], s);
+        pre(
+            &xs[r * s.streams * d..][..s.streams * d],
+            w,
+            &mut o[r * d..][..d],
+            s,
+        );
+    }
+    b.put(x, xs);
+    b.put(mix, w);
+    b.put(out, o);
+}
+
+/// [`crate::Device::hyper_post`] over `rows` rows of host buffers.
+pub fn post_rows(b: &mut HostBufs, [y, x, mix]: [Buf; 3], rows: usize, s: &HyperSpec) {
+    let (m, d, n) = (s.mix_width(), s.width, s.streams);
+    let mut xs = b.take(x);
+    for r in 0..rows {
+        let w = &b[mix][r * m..(r + 1) * m];
+        post(
+            &b[y][r * d..(r + 1) * d],
+            &mut xs[r * n * d..][..n * d],
+            w,
+            s,
+        );
+    }
+    b.put(x, xs);
 }
 
 /// One row's block input: `out = Σ_h pre[h] · x_h`.

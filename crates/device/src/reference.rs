@@ -408,41 +408,15 @@ impl Device for Reference {
     }
 
     fn hyper_pre(&mut self, x: Buf, mix: Buf, base: Buf, out: Buf, rows: usize, s: &HyperSpec) {
-        let (m, d) = (s.mix_width(), s.width);
-        let (xs, bv) = (self.bufs.take(x), self.bufs.take(base));
-        let mut o = self.bufs.take(out);
-        let w = &mut self.bufs[mix];
-        for r in 0..rows {
-            let w = &mut w[r * m..(r + 1) * m];
-            hyper::weights(w, &bv, s);
-            let x = &xs[r * s.streams * d..(r + 1) * s.streams * d];
-            hyper::pre(x, w, &mut o[r * d..(r + 1) * d], s);
-        }
-        self.bufs.put(x, xs);
-        self.bufs.put(base, bv);
-        self.bufs.put(out, o);
+        hyper::pre_rows(&mut self.bufs, [x, mix, base, out], rows, s);
     }
 
     fn hyper_post(&mut self, y: Buf, x: Buf, mix: Buf, rows: usize, s: &HyperSpec) {
-        let (m, d, n) = (s.mix_width(), s.width, s.streams);
-        let (ys, w) = (self.bufs.take(y), self.bufs.take(mix));
-        let xs = &mut self.bufs[x];
-        for r in 0..rows {
-            let x = &mut xs[r * n * d..(r + 1) * n * d];
-            hyper::post(&ys[r * d..(r + 1) * d], x, &w[r * m..(r + 1) * m], s);
-        }
-        self.bufs.put(y, ys);
-        self.bufs.put(mix, w);
+        hyper::post_rows(&mut self.bufs, [y, x, mix], rows, s);
     }
 
     fn copy_cols(&mut self, x: Buf, out: Buf, rows: usize, c: &Cols) {
-        let xs = self.bufs.take(x);
-        let o = &mut self.bufs[out];
-        for r in 0..rows {
-            let from = &xs[r * c.x_width + c.x_at..][..c.width];
-            o[r * c.out_width + c.out_at..][..c.width].copy_from_slice(from);
-        }
-        self.bufs.put(x, xs);
+        self.bufs.copy_cols(x, out, rows, c);
     }
 
     fn swiglu_limited(&mut self, gate: Buf, up: Buf, len: usize, limit: f32) {

@@ -222,12 +222,18 @@ impl Compressor {
             rows.push((kv[half..half + e].to_vec(), sc[half..half + e].to_vec()));
         }
         let mut out = vec![0f32; e];
+        let mut weight = vec![0f32; rows.len()];
         for (ch, o) in out.iter_mut().enumerate() {
             let max = rows.iter().fold(f32::NEG_INFINITY, |m, r| m.max(r.1[ch]));
-            let sum: f32 = rows.iter().map(|r| (r.1[ch] - max).exp()).sum();
-            *o = rows
+            weight
+                .iter_mut()
+                .zip(&rows)
+                .for_each(|(w, r)| *w = (r.1[ch] - max).exp());
+            let sum: f32 = weight.iter().sum();
+            *o = weight
                 .iter()
-                .map(|r| (r.1[ch] - max).exp() / sum * r.0[ch])
+                .zip(&rows)
+                .map(|(w, r)| w / sum * r.0[ch])
                 .sum();
         }
         let ms = out.iter().map(|v| v * v).sum::<f32>() / e as f32;
@@ -242,12 +248,17 @@ impl Compressor {
         rec.write(seq, pos, self.at[2], &out);
     }
 
+    /// The position whose record holds block `block`'s compressed row: its last.
+    fn last(&self, block: usize) -> usize {
+        block * self.r + self.r - 1
+    }
+
     /// The compressed rows of blocks `blocks` of `seq`.
     fn rows(&self, rec: &Records<'_>, seq: usize, blocks: Range<usize>) -> Vec<Vec<f32>> {
         blocks
             .map(|b| {
                 let mut v = vec![0f32; self.e];
-                rec.read(seq, b * self.r + self.r - 1, self.at[2], &mut v);
+                rec.read(seq, self.last(b), self.at[2], &mut v);
                 v
             })
             .collect()
@@ -359,7 +370,7 @@ pub fn sparse_attention(
         }
         if let Some(c) = &comp {
             for (&blk, k) in blocks.iter().zip(&mut slots) {
-                rec.read(r.seq, blk * c.r + c.r - 1, c.at[2], k);
+                rec.read(r.seq, c.last(blk), c.at[2], k);
             }
         }
         let mut q = b[io.q][i * h * d..(i + 1) * h * d].to_vec();

@@ -297,11 +297,15 @@ impl<'a> TensorLoader<'a> {
         let n_rows = parts.iter().sum();
         let info = self.info(name, &[n_cols as u64, n_rows as u64])?;
         let all = self.weight(name, info, n_rows, n_cols)?;
-        let ids = split_rows(&all, parts)
+        Ok(self.push_parts(&all, parts))
+    }
+
+    /// `all` as consecutive matrices of `parts[i]` rows, each multiplied on its own.
+    fn push_parts(&mut self, all: &Weight, parts: &[usize]) -> Vec<MatId> {
+        split_rows(all, parts)
             .into_iter()
             .map(|w| self.push(w, Role::Multiply, Reads::Whole))
-            .collect();
-        Ok(ids)
+            .collect()
     }
 
     /// The `n_expert` slabs of `n_rows` rows of `n_cols` of the 3-D expert tensor `name` of
@@ -345,11 +349,7 @@ impl<'a> TensorLoader<'a> {
             Err(_) => self.info(name, &[n_cols as u64, (groups * n_rows) as u64])?,
         };
         let all = self.weight(name, info, groups * n_rows, n_cols)?;
-        let ids = split_rows(&all, &vec![n_rows; groups])
-            .into_iter()
-            .map(|w| self.push(w, Role::Multiply, Reads::Whole))
-            .collect();
-        Ok(ids)
+        Ok(self.push_parts(&all, &vec![n_rows; groups]))
     }
 
     /// A small tensor of GGUF dims `dims` read for the host alone (constants a block

@@ -74,6 +74,17 @@ fn every_load_mode_computes_the_same() {
 }
 
 #[test]
+fn lazy_tables_on_the_gpu_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = &model(dir.path());
+    let (ok, err) = tandem(&perplexity(
+        model,
+        &["--device", "gpu", "--lazy-mode", "on"],
+    ));
+    assert!(!ok && err.contains("--lazy-mode on"), "{err}");
+}
+
+#[test]
 fn an_unknown_mode_is_refused_by_name() {
     for (flag, value) in [("--load-mode", "dio"), ("--lazy-mode", "maybe")] {
         let (ok, err) = tandem(&["perplexity", "-m", "any.gguf", "-f", TEXT, flag, value]);

@@ -168,14 +168,7 @@ fn render(mut messages: Vec<Value>, vars: Value) -> String {
 }
 
 fn tools() -> Vec<Tool> {
-    ["get_weather", "now"]
-        .iter()
-        .map(|n| Tool {
-            name: n.to_string(),
-            description: None,
-            parameters: json!({"type": "object"}),
-        })
-        .collect()
+    crate::tools::testing::untyped_tools(&["get_weather", "now"])
 }
 
 #[test]

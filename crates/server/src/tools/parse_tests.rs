@@ -11,14 +11,7 @@ const FORMATS: [ToolFormat; 5] = [
 ];
 
 fn tools() -> Vec<Tool> {
-    ["get_weather", "search"]
-        .iter()
-        .map(|n| Tool {
-            name: n.to_string(),
-            description: None,
-            parameters: json!({"type": "object"}),
-        })
-        .collect()
+    crate::tools::testing::untyped_tools(&["get_weather", "search"])
 }
 
 /// Pieces with adjacent text merged and ids blanked (ids are checked on their own).

@@ -5,6 +5,20 @@ use std::sync::{Arc, OnceLock};
 
 use text::{ChatTemplate, Grammars, Tokenizer};
 
+use super::Tool;
+
+/// Tools of these names, each taking any object.
+pub fn untyped_tools(names: &[&str]) -> Vec<Tool> {
+    names
+        .iter()
+        .map(|n| Tool {
+            name: n.to_string(),
+            description: None,
+            parameters: serde_json::json!({"type": "object"}),
+        })
+        .collect()
+}
+
 pub struct Model {
     pub template: ChatTemplate,
     pub source: String,
