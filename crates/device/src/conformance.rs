@@ -36,6 +36,7 @@ pub fn attention_case(
         n_positions: 8 * BLOCK_SIZE,
         window: None,
         state: None,
+        records: None,
     };
     dev.kv_alloc(cfg).unwrap();
     // Sequence 0 holds blocks 5, 1, 6 (40 positions); sequence 1 blocks 2, 0.
@@ -125,6 +126,7 @@ pub fn recurrent_case(dev: &mut dyn Device) -> Vec<f32> {
             floats: delta.at + delta.state_floats(),
             n_slots: 3,
         }),
+        records: None,
     };
     dev.kv_alloc(cfg).unwrap();
     let spec = ConvSpec {

@@ -14,6 +14,7 @@
 pub mod conformance;
 pub mod formats;
 pub mod host;
+pub mod host_kv;
 pub mod hyper;
 pub mod records;
 pub mod reference;
@@ -23,9 +24,9 @@ pub mod state;
 pub mod testing;
 
 pub use seam::{
-    full_stores, rope_angles, seq_runs, AttnSpec, Buf, Bytes, Cols, ConvSpec, DeltaIo, DeltaSpec,
-    Device, Gating, Mat, MatOut, MatrixSource, MoeScratch, MoeSpec, MoeStats, Op, OpTime, Progress,
-    Role, RopeMode, RopeScaling, RopeSpec, Routing, Row, ScratchShape, SharedIn, Step, Tables,
+    rope_angles, seq_runs, AttnSpec, Buf, Bytes, Cols, ConvSpec, DeltaIo, DeltaSpec, Device,
+    Gating, Mat, MatOut, MatrixSource, MoeScratch, MoeSpec, MoeStats, Op, OpTime, Progress, Role,
+    RopeMode, RopeScaling, RopeSpec, Routing, Row, ScratchShape, SharedIn, Step, Tables,
 };
 
 use gguf::GgmlType;

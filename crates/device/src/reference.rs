@@ -5,12 +5,12 @@
 //! every backend checked against it op by op) and small models.
 
 use gguf::GgmlType;
-use kv::{KvConfig, BLOCK_SIZE};
+use kv::KvConfig;
 
 use crate::formats::{dequantize_row, is_supported, quantize_row};
 use crate::host::HostBufs;
+use crate::host_kv::HostKv;
 use crate::hyper::{self, HyperSpec};
-use crate::records::Records;
 use crate::seam::*;
 use crate::sparse::{self, SparseIo, SparseSpec};
 use crate::state::HostStates;
@@ -32,34 +32,6 @@ impl RefMat {
     }
 }
 
-/// KV storage: per layer, `[its class's blocks, BLOCK_SIZE, n_head_kv, head_dim]` of the
-/// pool's type.
-struct RefKv {
-    cfg: KvConfig,
-    keys: Vec<Vec<u8>>,
-    values: Vec<Vec<u8>>,
-}
-
-impl RefKv {
-    /// The stores of the layers that keep every position: keys, then values.
-    fn full_stores(&mut self) -> Vec<&mut Vec<u8>> {
-        crate::full_stores(&self.cfg, &mut self.keys, &mut self.values)
-    }
-
-    /// The byte offset of position `pos` of a sequence with blocks `table`.
-    fn at(&self, table: &[u32], pos: usize) -> usize {
-        table[pos / BLOCK_SIZE] as usize * self.cfg.block_bytes()
-            + (pos % BLOCK_SIZE) * self.cfg.position_bytes()
-    }
-
-    /// The `[n_head_kv · head_dim]` vector at `pos`, dequantized.
-    fn read(&self, store: &[u8], table: &[u32], pos: usize, out: &mut [f32]) {
-        let at = self.at(table, pos);
-        let pb = self.cfg.position_bytes();
-        dequantize_row(self.cfg.ty, &store[at..at + pb], out).expect("validated KV type");
-    }
-}
-
 /// Bytes a matrix takes on the reference device: its GGUF bytes, which it keeps as they are.
 pub fn matrix_bytes(ty: GgmlType, n_rows: usize, n_cols: usize) -> u64 {
     ty.row_bytes(n_cols as u64).unwrap_or(0) * n_rows as u64
@@ -72,7 +44,7 @@ pub struct Reference {
     lacks: (Vec<Op>, Vec<GgmlType>),
     bufs: HostBufs,
     mats: Vec<RefMat>,
-    kv: Option<RefKv>,
+    kv: Option<HostKv>,
     states: Option<HostStates>,
     rows: Vec<Row>,
     tables: Tables,
@@ -112,7 +84,7 @@ impl Reference {
         y
     }
 
-    fn kv(&self) -> &RefKv {
+    fn kv(&self) -> &HostKv {
         self.kv.as_ref().expect("kv_alloc before KV ops")
     }
 }
@@ -263,41 +235,30 @@ impl Device for Reference {
         if !crate::formats::is_quantize_supported(cfg.ty) {
             return Err(Error::UnsupportedType(cfg.ty));
         }
-        let layer = |l: usize| vec![0; cfg.layer_blocks(l) * cfg.block_bytes()];
         self.states = cfg.state.map(HostStates::new);
-        self.kv = Some(RefKv {
-            cfg,
-            keys: (0..cfg.n_layer).map(layer).collect(),
-            values: (0..cfg.n_layer).map(layer).collect(),
-        });
+        self.kv = Some(HostKv::new(cfg, |n| vec![0; n]));
         Ok(())
     }
 
     fn kv_copy_block(&mut self, from: u32, to: u32) {
-        let kv = self.kv.as_mut().expect("kv_alloc first");
-        let bb = kv.cfg.block_bytes();
-        let (f, t) = (from as usize * bb, to as usize * bb);
-        for store in kv.full_stores() {
-            store.copy_within(f..f + bb, t);
-        }
+        self.kv
+            .as_mut()
+            .expect("kv_alloc first")
+            .copy_block(from, to);
     }
 
     fn kv_read_block(&mut self, block: u32, out: &mut Vec<u8>) {
-        let kv = self.kv.as_mut().expect("kv_alloc first");
-        let bb = kv.cfg.block_bytes();
-        let f = block as usize * bb;
-        for store in kv.full_stores() {
-            out.extend_from_slice(&store[f..f + bb]);
-        }
+        self.kv
+            .as_mut()
+            .expect("kv_alloc first")
+            .read_block(block, out);
     }
 
     fn kv_write_block(&mut self, block: u32, data: &[u8]) {
-        let kv = self.kv.as_mut().expect("kv_alloc first");
-        let bb = kv.cfg.block_bytes();
-        let t = block as usize * bb;
-        for (store, src) in kv.full_stores().into_iter().zip(data.chunks_exact(bb)) {
-            store[t..t + bb].copy_from_slice(src);
-        }
+        self.kv
+            .as_mut()
+            .expect("kv_alloc first")
+            .write_block(block, data);
     }
 
     fn state_restore(&mut self, slot: u32) {
@@ -398,9 +359,8 @@ impl Device for Reference {
     }
 
     fn sparse_attention(&mut self, layer: usize, io: &SparseIo, spec: &SparseSpec) {
-        let RefKv { cfg, keys, values } = self.kv.as_mut().expect("kv_alloc first");
-        let tables = self.tables.of(cfg, layer);
-        let mut rec = Records::new(cfg, &mut keys[layer], &mut values[layer], tables);
+        let kv = self.kv.as_mut().expect("kv_alloc first");
+        let mut rec = kv.records(layer, &self.tables);
         let rows = &self.rows;
         sparse::sparse_attention(&mut rec, &mut self.bufs, rows, io, spec, |n, f| {
             (0..n).for_each(f)

@@ -112,21 +112,6 @@ pub struct Step<'a> {
     pub states: &'a [u32],
 }
 
-/// Of a KV pool shaped `cfg` stored as one byte store per layer for keys and one for
-/// values, the stores of the layers that keep every position: keys, then values (the
-/// blocks [`Device::kv_read_block`] reads).
-pub fn full_stores<'a>(
-    cfg: &KvConfig,
-    keys: &'a mut [Vec<u8>],
-    values: &'a mut [Vec<u8>],
-) -> Vec<&'a mut Vec<u8>> {
-    let keys = keys.iter_mut().enumerate();
-    keys.chain(values.iter_mut().enumerate())
-        .filter(|(l, _)| cfg.is_full(*l))
-        .map(|(_, s)| s)
-        .collect()
-}
-
 /// A device's copy of a step's block tables, kept between steps to reuse the room.
 #[derive(Debug, Default)]
 pub struct Tables {
@@ -150,7 +135,13 @@ impl Tables {
 
     /// Per sequence, the blocks KV layer `layer` of a pool shaped `cfg` reads and writes.
     pub fn of(&self, cfg: &KvConfig, layer: usize) -> &[Vec<u32>] {
-        if cfg.is_windowed(layer) {
+        self.of_store(cfg, layer, false)
+    }
+
+    /// Per sequence, the blocks of KV layer `layer`'s keys' store (`values` false) or
+    /// values' ([`KvConfig::store_is_full`]).
+    pub fn of_store(&self, cfg: &KvConfig, layer: usize, values: bool) -> &[Vec<u32>] {
+        if cfg.is_windowed(layer) && !cfg.store_is_full(layer, values) {
             &self.windowed
         } else {
             &self.all

@@ -90,49 +90,67 @@ pub struct SparseIo {
     pub index: Option<(CompIo, Buf, Buf)>,
 }
 
-/// Where a position's record keeps each field: offsets into `keys` (`k`) or `values`
-/// (`v`) halves, given as floats from the record's start once the half's width is known.
+/// Where a record keeps each field: offsets into a position's recent part, and into the
+/// kept parts of the [`SparseSpec::span`] positions ending at a block's last.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
-    /// The turned raw key (`d`).
+    /// The turned raw key (`d`, recent).
     pub raw: usize,
-    /// The compressor's row and score of the position, and the compressed row written at
-    /// a block's last position (`coff · d`, `coff · d`, `d`).
+    /// The compressor's row and score of the position (`coff · d` each, recent) and the
+    /// compressed row of a block (`d`, kept).
     pub comp: Option<[usize; 3]>,
     /// The same for the indexer (`2c`, `2c`, `c`).
     pub lid: Option<[usize; 3]>,
 }
 
 impl SparseSpec {
-    /// Floats the layer keeps per position in the keys' and the values' half.
-    pub fn halves(&self) -> (usize, usize) {
-        let (d, c) = (self.head_dim, self.indexer.map_or(0, |i| i.head_dim));
-        match self.ratio {
-            0 => (d, 0),
-            4 => (4 * d + c, 2 * d + 4 * c),
-            _ => (2 * d, 2 * d),
+    /// Rows a compressor pools per channel: ratio 4 overlaps the previous block.
+    fn coff(&self) -> usize {
+        if self.ratio == 4 {
+            2
+        } else {
+            1
         }
     }
 
-    /// The fields of a record whose halves are `w` floats each.
-    pub fn layout(&self, w: usize) -> Layout {
+    /// Positions over whose kept parts a block's compressed rows lie: the block, or the
+    /// last [`BLOCK_SIZE`](kv::BLOCK_SIZE) of its positions.
+    pub fn span(&self) -> usize {
+        self.ratio.min(kv::BLOCK_SIZE)
+    }
+
+    /// What the layer keeps of each position: the recent part (raw key, compressor rows
+    /// and scores) and the kept part (a share of each block's compressed rows).
+    pub fn record(&self) -> kv::RecordKv {
         let (d, c) = (self.head_dim, self.indexer.map_or(0, |i| i.head_dim));
-        match self.ratio {
-            0 => Layout {
-                raw: 0,
-                comp: None,
-                lid: None,
+        let comp = if self.ratio > 0 {
+            2 * self.coff() * d
+        } else {
+            0
+        };
+        kv::RecordKv {
+            recent: d + comp + 4 * c,
+            kept: match self.ratio {
+                0 => 0,
+                _ => (d + c).div_ceil(self.span()),
             },
-            4 => Layout {
-                raw: 0,
-                comp: Some([2 * d, w, d]),
-                lid: Some([w + 2 * d, w + 2 * d + 2 * c, 4 * d]),
-            },
-            _ => Layout {
-                raw: 0,
-                comp: Some([w, w + d, d]),
-                lid: None,
-            },
+        }
+    }
+
+    /// Positions a row reads the recent parts of, its own included: the window's, and
+    /// the rows its compressor pools when it ends a block.
+    pub fn lookback(&self) -> usize {
+        self.window.max(self.coff() * self.ratio)
+    }
+
+    /// The fields of a record.
+    pub fn layout(&self) -> Layout {
+        let (d, c) = (self.head_dim, self.indexer.map_or(0, |i| i.head_dim));
+        let w = self.coff() * d;
+        Layout {
+            raw: 0,
+            comp: (self.ratio > 0).then_some([d, d + w, 0]),
+            lid: self.indexer.map(|_| [d + 2 * w, d + 2 * w + 2 * c, d]),
         }
     }
 }
@@ -172,10 +190,12 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     lanes.iter().sum::<f32>() + tail
 }
 
-/// A compressor of `e` floats per compressed row at ratio `r`, its fields at `at`.
+/// A compressor of `e` floats per compressed row at ratio `r`, its fields at `at`, its
+/// rows over the kept parts of `span` positions.
 struct Compressor {
     e: usize,
     r: usize,
+    span: usize,
     at: [usize; 3],
     io: CompIo,
 }
@@ -192,14 +212,14 @@ impl Compressor {
     /// Stores row `i` of the step (at `pos` of `seq`): its compressor row and score.
     fn store(&self, rec: &mut Records<'_>, b: &HostBufs, i: usize, pos: usize, seq: usize) {
         let w = self.coff() * self.e;
-        rec.write(seq, pos, self.at[0], &b[self.io.kv][i * w..(i + 1) * w]);
+        rec.write_recent(seq, pos, self.at[0], &b[self.io.kv][i * w..(i + 1) * w]);
         let ape = &b[self.io.ape][(pos % self.r) * w..(pos % self.r + 1) * w];
         let score: Vec<f32> = b[self.io.score][i * w..(i + 1) * w]
             .iter()
             .zip(ape)
             .map(|(&s, &a)| s + a)
             .collect();
-        rec.write(seq, pos, self.at[1], &score);
+        rec.write_recent(seq, pos, self.at[1], &score);
     }
 
     /// Writes the compressed row of the block ending at `pos` of `seq`.
@@ -217,8 +237,8 @@ impl Compressor {
         let (mut kv, mut sc) = (vec![0f32; w], vec![0f32; w]);
         let mut rows = Vec::with_capacity(src.len());
         for &(p, half) in &src {
-            rec.read(seq, p, self.at[0], &mut kv);
-            rec.read(seq, p, self.at[1], &mut sc);
+            rec.read_recent(seq, p, self.at[0], &mut kv);
+            rec.read_recent(seq, p, self.at[1], &mut sc);
             rows.push((kv[half..half + e].to_vec(), sc[half..half + e].to_vec()));
         }
         let mut out = vec![0f32; e];
@@ -245,10 +265,10 @@ impl Compressor {
         let mut rope = s.comp;
         rope.head_dim = e;
         turn_tail(&mut out, block * r, &rope, false);
-        rec.write(seq, pos, self.at[2], &out);
+        rec.write_kept(seq, pos, self.span, self.at[2], &out);
     }
 
-    /// The position whose record holds block `block`'s compressed row: its last.
+    /// The last position of block `block`, where its compressed row's span ends.
     fn last(&self, block: usize) -> usize {
         block * self.r + self.r - 1
     }
@@ -258,7 +278,7 @@ impl Compressor {
         blocks
             .map(|b| {
                 let mut v = vec![0f32; self.e];
-                rec.read(seq, self.last(b), self.at[2], &mut v);
+                rec.read_kept(seq, self.last(b), self.span, self.at[2], &mut v);
                 v
             })
             .collect()
@@ -283,7 +303,8 @@ pub fn sparse_attention(
     par: impl Fn(usize, &(dyn Fn(usize) + Sync)),
 ) {
     let (h, d) = (spec.n_head, spec.head_dim);
-    let lay = spec.layout(rec.floats() / 2);
+    let lay = spec.layout();
+    let span = spec.span();
     let rot = Rot {
         comp: spec.comp_rope,
         eps: spec.rms_eps,
@@ -291,6 +312,7 @@ pub fn sparse_attention(
     let comp = io.comp.zip(lay.comp).map(|(io, at)| Compressor {
         e: d,
         r: spec.ratio,
+        span,
         at,
         io,
     });
@@ -298,6 +320,7 @@ pub fn sparse_attention(
         let c = Compressor {
             e: s.head_dim,
             r: 4,
+            span,
             at,
             io: x.0,
         };
@@ -306,7 +329,8 @@ pub fn sparse_attention(
     for (i, r) in rows.iter().enumerate() {
         let mut raw = bufs[io.kv][i * d..(i + 1) * d].to_vec();
         turn_tail(&mut raw, r.pos, &spec.rope, false);
-        rec.write(r.seq, r.pos, lay.raw, &raw);
+        rec.round(&mut raw);
+        rec.write_recent(r.seq, r.pos, lay.raw, &raw);
         for c in comp.iter().chain(lid.as_ref().map(|l| &l.0)) {
             c.store(rec, bufs, i, r.pos, r.seq);
         }
@@ -366,11 +390,11 @@ pub fn sparse_attention(
         let mut keys = vec![0f32; (span.len() + n_comp) * d];
         let mut slots = keys.chunks_exact_mut(d);
         for (p, k) in span.zip(&mut slots) {
-            rec.read(r.seq, p, lay.raw, k);
+            rec.read_recent(r.seq, p, lay.raw, k);
         }
         if let Some(c) = &comp {
             for (&blk, k) in blocks.iter().zip(&mut slots) {
-                rec.read(r.seq, c.last(blk), c.at[2], k);
+                rec.read_kept(r.seq, c.last(blk), c.span, c.at[2], k);
             }
         }
         let mut q = b[io.q][i * h * d..(i + 1) * h * d].to_vec();

@@ -228,6 +228,7 @@ mod tests {
                 floats,
                 n_slots: 1,
             }),
+            records: None,
         })
         .unwrap();
         dev

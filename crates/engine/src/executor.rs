@@ -66,24 +66,39 @@ impl ContextConfig {
                 .filter(|&(kl, m)| kl < 128 && keep(m));
             kls.fold(0u128, |m, (kl, _)| m | 1 << kl)
         };
-        let window = hp.sliding.filter(|_| !self.swa_full).map(|s| WindowKv {
-            size: s.window,
-            layers: mask(&|m| matches!(m, LayerMemory::Paged { window: Some(_) })),
-            n_blocks: WindowKv::blocks_for(s.window, self.n_seq, self.n_ubatch)
-                .min(n_positions.div_ceil(kv::BLOCK_SIZE)),
+        let lookback = memory.iter().filter_map(|m| match m {
+            LayerMemory::Paged { window } => *window,
+            LayerMemory::Records { lookback, .. } => Some(*lookback),
+            LayerMemory::State { .. } => None,
         });
+        let window = lookback
+            .max()
+            .filter(|_| !self.swa_full)
+            .map(|size| WindowKv {
+                size,
+                layers: mask(&|m| {
+                    matches!(
+                        m,
+                        LayerMemory::Paged { window: Some(_) } | LayerMemory::Records { .. }
+                    )
+                }),
+                n_blocks: WindowKv::blocks_for(size, self.n_seq, self.n_ubatch)
+                    .min(n_positions.div_ceil(kv::BLOCK_SIZE)),
+            });
         let floats = memory.iter().filter_map(|m| match m {
             LayerMemory::State { floats } => Some(*floats),
             _ => None,
         });
-        let record = memory.iter().filter_map(|m| match m {
-            LayerMemory::Records { keys, values } => Some(*keys.max(values)),
-            _ => None,
-        });
-        let (n_head_kv, head_dim) = match record.max() {
-            Some(w) => (1, w),
-            None => (hp.n_head_kv, hp.head_dim),
-        };
+        let records = memory
+            .iter()
+            .any(|m| matches!(m, LayerMemory::Records { .. }))
+            .then(|| {
+                let of = |m: &LayerMemory| match m {
+                    LayerMemory::Records { record, .. } => Some(*record),
+                    _ => None,
+                };
+                memory.iter().map(of).collect()
+            });
         let state = floats.max().map(|floats| StateKv {
             layers: mask(&|m| matches!(m, LayerMemory::State { .. })),
             floats,
@@ -91,12 +106,13 @@ impl ContextConfig {
         });
         KvConfig {
             n_layer: memory.len(),
-            n_head_kv,
-            head_dim,
+            n_head_kv: hp.n_head_kv,
+            head_dim: hp.head_dim,
             ty: self.kv_type,
             n_positions,
             window,
             state,
+            records,
         }
     }
 }
@@ -228,7 +244,7 @@ impl Executor {
                 config.kv_type
             )));
         }
-        let kv = KvPool::new(kv_cfg)?;
+        let kv = KvPool::new(kv_cfg.clone())?;
         let weights = model.upload(&mut *dev, progress)?;
         dev.kv_alloc(kv_cfg).map_err(model::Error::from)?;
         let hp = &model.hparams;

@@ -2,7 +2,9 @@
 //! layers keep only their window's blocks, and a long prompt, its decoding and a draft's
 //! rollback give the same logits bits as with every position kept (`--swa-full`); the
 //! engine's prefix cache reuses a prefix as far back as its window is kept, and the tokens
-//! stay those of the prompt evaluated alone.
+//! stay those of the prompt evaluated alone. DeepSeek-V4's record layers keep their recent
+//! parts (raw keys, compressor rows) the same way, and only compressed rows for every
+//! position.
 
 use std::sync::Arc;
 #[allow(dead_code)]
@@ -32,7 +34,7 @@ fn config(n_ctx: usize, swa_full: bool) -> ContextConfig {
 
 fn tokens(n: usize, seed: u32) -> Vec<u32> {
     (0..n as u32)
-        .map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed) >> 8) % 200_000 + 100)
+        .map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed) >> 8) % 40_000 + 100)
         .collect()
 }
 
@@ -89,7 +91,7 @@ fn a_2000_token_prompt_has_the_same_bits_with_the_window_s_blocks_freed() {
     let prompt = tokens(2000, 3);
     let mut full = Executor::new(model.clone(), config(2048, true)).unwrap();
     let mut windowed = Executor::new(model.clone(), config(2048, false)).unwrap();
-    let (f, w) = (*full.kv().config(), *windowed.kv().config());
+    let (f, w) = (full.kv().config().clone(), windowed.kv().config().clone());
     assert!(f.window.is_none());
     let win = w.window.expect("gemma3 has windowed layers");
     assert_eq!(win.layers.count_ones(), 15);
@@ -98,7 +100,7 @@ fn a_2000_token_prompt_has_the_same_bits_with_the_window_s_blocks_freed() {
         32 + 2 + 32,
         "one window and one forward's rows"
     );
-    let blocks = |c: &kv::KvConfig| (0..18).map(|l| c.layer_blocks(l)).sum::<usize>();
+    let blocks = |c: &kv::KvConfig| (0..18).map(|l| c.store_blocks(l, false)).sum::<usize>();
     assert_eq!((blocks(&f), blocks(&w)), (18 * 128, 3 * 128 + 15 * 66));
 
     let want = run(&mut full, &prompt);
@@ -251,7 +253,7 @@ fn every_block_windowed_keeps_only_the_window() {
         };
         let mut ctx = Executor::new(model.clone(), cfg).unwrap();
         let kv = ctx.kv().config();
-        let blocks: usize = (0..kv.n_layer).map(|l| kv.layer_blocks(l)).sum();
+        let blocks: usize = (0..kv.n_layer).map(|l| kv.store_blocks(l, false)).sum();
         let mut seq = SeqKv::default();
         let mut out = Vec::new();
         ctx.eval(&mut seq, &prompt, Outputs::All, &mut |_, l| {
@@ -264,4 +266,82 @@ fn every_block_windowed_keeps_only_the_window() {
     let (got, windowed_blocks) = logits(false);
     assert_eq!((full_blocks, windowed_blocks), (2 * 32, 2 * 4));
     assert!(got == want, "the same bits");
+}
+
+/// A deepseek4 of 4 blocks (a 40-key window; ratios 4, 128, 4 and 0) with SmolLM2's
+/// vocabulary.
+fn deepseek4(dir: &std::path::Path) -> Arc<Model> {
+    let (_, file, name) = MODELS[0];
+    let tokenizer = gguf::GgufFile::open(model_path(file, name)).unwrap();
+    let path = dir.join("deepseek4.gguf");
+    model::synthetic::deepseek4::Dsv4Shape {
+        n_embd: 64,
+        n_layer: 4,
+        n_head: 4,
+        head_dim: 32,
+        n_rot: 8,
+        q_lora_rank: 32,
+        o_groups: 2,
+        o_lora_rank: 16,
+        window: 40,
+        compress_ratios: vec![4, 128, 4, 0],
+        indexer_heads: 4,
+        indexer_head_dim: 64,
+        indexer_top_k: 8,
+        ty: gguf::GgmlType::Q8_0,
+        seed: 3,
+        ..Default::default()
+    }
+    .write(&model::synthetic::Vocab::copied(&tokenizer).unwrap(), &path)
+    .unwrap();
+    Arc::new(Model::load(&path).unwrap())
+}
+
+/// Forwards of 100 rows and a prompt of 2040, so that blocks of 128 positions are
+/// compressed from rows of earlier forwards, and by the drafts after the prompt.
+#[test]
+fn deepseek4_keeps_a_window_of_records_and_compressed_rows_of_every_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = deepseek4(dir.path());
+    let prompt = tokens(2040, 11);
+    let config = |swa_full| ContextConfig {
+        n_ubatch: 100,
+        ..config(2304, swa_full)
+    };
+    let mut full = Executor::new(model.clone(), config(true)).unwrap();
+    let mut windowed = Executor::new(model.clone(), config(false)).unwrap();
+    let (f, w) = (full.kv().config().clone(), windowed.kv().config().clone());
+    assert!(f.window.is_none());
+    let win = w.window.expect("records keep their recent parts windowed");
+    assert_eq!(
+        (win.layers, win.size),
+        (0b1111, 128),
+        "the 128-ratio compressor's rows"
+    );
+    assert_eq!(
+        win.n_blocks,
+        8 + 2 + 7,
+        "one lookback and one forward's rows"
+    );
+    let (d, c, f16) = (32, 64, 2);
+    let per_token = f16 * ((d + c) / 4 + d / 16 + (d + c) / 4);
+    assert_eq!(w.full_block_bytes(), kv::BLOCK_SIZE * per_token);
+    let recent = 4 * ((d + 4 * d + 4 * c) * 2 + (d + 2 * d) + d);
+    assert_eq!(
+        w.total_bytes(),
+        (144 * kv::BLOCK_SIZE * per_token + 17 * kv::BLOCK_SIZE * recent) as u64,
+        "the pool: compressed rows of every position, the recent parts of the window's"
+    );
+
+    let want = run(&mut full, &prompt);
+    let got = run(&mut windowed, &prompt);
+    assert_eq!(got.logits.len(), want.logits.len());
+    for (i, (g, w)) in got.logits.iter().zip(&want.logits).enumerate() {
+        let same = g.iter().zip(w).all(|(x, y)| x.to_bits() == y.to_bits());
+        assert!(same, "output {i} differs");
+    }
+    let kept = got.window_table.iter().filter(|&&b| b != u32::MAX).count();
+    assert!(kept <= win.n_blocks, "{kept} windowed blocks");
+    assert!(got.window_table[..64].iter().all(|&b| b == u32::MAX));
+    assert_eq!((want.kept_at_1000, got.kept_at_1000), (1000, 0));
 }

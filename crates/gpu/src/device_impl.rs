@@ -130,6 +130,9 @@ impl Device for Gpu {
         if kv_code(cfg.ty).is_none() {
             return Err(Error::UnsupportedType(cfg.ty));
         }
+        if cfg.records.is_some() {
+            return Err(self.unsupported("keep record layers' KV (compressed attention)".into()));
+        }
         let width = cfg.n_head_kv * cfg.head_dim;
         if cfg.ty == GgmlType::Q8_0 && !width.is_multiple_of(64) {
             return Err(self.unsupported(format!(
@@ -139,7 +142,7 @@ impl Device for Gpu {
         }
         let bb = cfg.block_bytes() as u64;
         let largest = (0..cfg.n_layer)
-            .map(|l| cfg.layer_blocks(l) as u64 * bb)
+            .map(|l| cfg.store_blocks(l, false) as u64 * bb)
             .max();
         if largest.unwrap_or(0) > self.ctx.max_binding() {
             return Err(self.unsupported(format!(
@@ -148,9 +151,12 @@ impl Device for Gpu {
                 self.ctx.max_binding() >> 20
             )));
         }
-        let layer = |l: usize| self.ctx.buffer("kv", cfg.layer_blocks(l) as u64 * bb);
+        let layer = |l: usize| {
+            self.ctx
+                .buffer("kv", cfg.store_blocks(l, false) as u64 * bb)
+        };
         let kv = self.ctx.out_of_memory(|| GpuKv {
-            cfg,
+            cfg: cfg.clone(),
             keys: (0..cfg.n_layer).map(layer).collect(),
             values: (0..cfg.n_layer).map(layer).collect(),
             tmp: self.ctx.buffer("kv block", bb),
@@ -317,7 +323,11 @@ impl Device for Gpu {
     fn kv_store(&mut self, layer: usize, k: Buf, v: Buf) {
         let rows = self.rows.len();
         let kv = self.kv();
-        let (cfg, kc, vc) = (kv.cfg, kv.keys[layer].clone(), kv.values[layer].clone());
+        let (cfg, kc, vc) = (
+            kv.cfg.clone(),
+            kv.keys[layer].clone(),
+            kv.values[layer].clone(),
+        );
         let width = cfg.n_head_kv * cfg.head_dim;
         if rows == 0 {
             return;
@@ -339,7 +349,11 @@ impl Device for Gpu {
         }
         assert!(spec.head_dim <= 256, "head_dim {} over 256", spec.head_dim);
         let kv = self.kv();
-        let (cfg, kc, vc) = (kv.cfg, kv.keys[layer].clone(), kv.values[layer].clone());
+        let (cfg, kc, vc) = (
+            kv.cfg.clone(),
+            kv.keys[layer].clone(),
+            kv.values[layer].clone(),
+        );
         let (region, tab) = (self.step().region, self.tables_at(&cfg, layer));
         let n_parts = self.rows.iter().map(|r| r.pos / ATTENTION_PART + 1).max();
         let n_parts = n_parts.unwrap_or(1);

@@ -182,8 +182,9 @@ fn kv_blocks_copy_read_and_write() {
         n_positions: 4 * BLOCK_SIZE,
         window: None,
         state: None,
+        records: None,
     };
-    d.kv_alloc(cfg).unwrap();
+    d.kv_alloc(cfg.clone()).unwrap();
     let rows: Vec<Row> = (0..BLOCK_SIZE).map(|pos| Row { pos, seq: 0 }).collect();
     let spec = AttnSpec {
         n_head: 1,
@@ -236,13 +237,14 @@ fn kv_store_writes_the_bytes_the_reference_writes_for_every_kv_type() {
             n_positions: 2 * BLOCK_SIZE,
             window: None,
             state: None,
+            records: None,
         };
         let rows: Vec<Row> = (3..3 + BLOCK_SIZE).map(|pos| Row { pos, seq: 0 }).collect();
         let Some(devs) = both() else { return };
         let blocks: Vec<Vec<u8>> = devs
             .into_iter()
             .map(|mut d| {
-                d.kv_alloc(cfg).unwrap();
+                d.kv_alloc(cfg.clone()).unwrap();
                 let k = buf(&mut *d, &data(BLOCK_SIZE * 128, 4));
                 let v = buf(&mut *d, &data(BLOCK_SIZE * 128, 5));
                 d.begin(&Step {
@@ -309,6 +311,7 @@ fn attention_over_several_parts_and_a_window_across_them() {
         n_positions: 20 * BLOCK_SIZE,
         window: None,
         state: None,
+        records: None,
     };
     let table: Vec<u32> = (0..20).rev().collect();
     let rows: Vec<Row> = (0..n).map(|pos| Row { pos, seq: 0 }).collect();
@@ -326,7 +329,7 @@ fn attention_over_several_parts_and_a_window_across_them() {
             .with_attention_parts_bytes(7 * 3 * (nh * (hd + 2) * 4) as u64);
         let mut outs = Vec::new();
         for mut d in [g, r, Box::new(grouped)] {
-            d.kv_alloc(cfg).unwrap();
+            d.kv_alloc(cfg.clone()).unwrap();
             let q = buf(&mut *d, &data(n * nh * hd, 1));
             let (k, v) = (
                 buf(&mut *d, &data(n * nkv * hd, 2)),

@@ -10,9 +10,12 @@
 //!
 //! A model with sliding-window layers keeps those layers in a second, smaller class of
 //! blocks that only the window's positions occupy ([`window`]). A model with recurrent
-//! layers keeps theirs as one state per sequence, in slots ([`state`]).
+//! layers keeps theirs as one state per sequence, in slots ([`state`]). A record layer
+//! ([`RecordKv`]) keeps a recent part of its last positions in the windowed class and a
+//! kept part of every position in the pool's blocks, each as wide as the layer asks.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use gguf::GgmlType;
 
@@ -49,8 +52,18 @@ pub enum Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
-/// The shape of a KV pool.
+/// What a record layer keeps of each position instead of keys and values (DeepSeek-V4's
+/// compressed attention): its *keys'* store holds `recent` f32 per position, of the last
+/// positions only when the pool has a windowed class (which the layer is then in), and
+/// its *values'* store `kept` floats of the pool's type per position, of every position.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordKv {
+    pub recent: usize,
+    pub kept: usize,
+}
+
+/// The shape of a KV pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KvConfig {
     pub n_layer: usize,
     pub n_head_kv: usize,
@@ -63,6 +76,8 @@ pub struct KvConfig {
     pub window: Option<WindowKv>,
     /// The state layers (they hold no blocks); `None`: every layer is paged.
     pub state: Option<StateKv>,
+    /// Per KV layer, `Some` for a record layer; `None`: no layer is.
+    pub records: Option<Arc<[Option<RecordKv>]>>,
 }
 
 impl KvConfig {
@@ -70,16 +85,62 @@ impl KvConfig {
         self.n_positions.div_ceil(BLOCK_SIZE)
     }
 
-    /// Bytes of one position of one layer's keys (or values).
+    /// Bytes of one position of one layer's keys (or values), but a record layer's.
     pub fn position_bytes(&self) -> usize {
         self.ty
             .row_bytes((self.n_head_kv * self.head_dim) as u64)
             .unwrap_or(0) as usize
     }
 
-    /// Bytes of one block of one layer's keys (or values).
+    /// Bytes of one block of one layer's keys (or values), but a record layer's.
     pub fn block_bytes(&self) -> usize {
         BLOCK_SIZE * self.position_bytes()
+    }
+
+    /// KV layer `layer`'s record shape, when it is a record layer.
+    pub fn record(&self, layer: usize) -> Option<RecordKv> {
+        self.records.as_ref().and_then(|r| r[layer])
+    }
+
+    /// Bytes of one position of KV layer `layer`'s keys' store (`values` false) or values'.
+    pub fn store_position_bytes(&self, layer: usize, values: bool) -> usize {
+        match self.record(layer) {
+            Some(r) if values => self.ty.row_bytes(r.kept as u64).unwrap_or(0) as usize,
+            Some(r) => 4 * r.recent,
+            None => self.position_bytes(),
+        }
+    }
+
+    /// Bytes of one block of KV layer `layer`'s keys' or values' store.
+    pub fn store_block_bytes(&self, layer: usize, values: bool) -> usize {
+        BLOCK_SIZE * self.store_position_bytes(layer, values)
+    }
+
+    /// Whether KV layer `layer`'s keys' or values' store keeps every position in the pool's
+    /// blocks (a record layer's values always do).
+    pub fn store_is_full(&self, layer: usize, values: bool) -> bool {
+        !self.is_state(layer)
+            && (!self.is_windowed(layer) || values && self.record(layer).is_some())
+    }
+
+    /// Blocks of KV layer `layer`'s keys' or values' store.
+    pub fn store_blocks(&self, layer: usize, values: bool) -> usize {
+        match self.window {
+            _ if self.is_state(layer) => 0,
+            _ if self.store_is_full(layer, values) => self.n_blocks(),
+            Some(w) => w.n_blocks,
+            None => self.n_blocks(),
+        }
+    }
+
+    /// Bytes of one block over every store that keeps every position: what a block's
+    /// reads and writes move ([`KvPool`]'s blocks).
+    pub fn full_block_bytes(&self) -> usize {
+        let stores = (0..self.n_layer).flat_map(|l| [(l, false), (l, true)]);
+        stores
+            .filter(|&(l, v)| self.store_is_full(l, v))
+            .map(|(l, v)| self.store_block_bytes(l, v))
+            .sum()
     }
 
     /// Whether KV layer `layer` keeps only a window (in the windowed class of blocks).
@@ -92,27 +153,14 @@ impl KvConfig {
         self.state.is_some_and(|s| s.has(layer))
     }
 
-    /// Whether KV layer `layer` keeps every position in the pool's blocks: the blocks a
-    /// prefix shares, and that [`KvPool`]'s block reads and writes move.
-    pub fn is_full(&self, layer: usize) -> bool {
-        !self.is_windowed(layer) && !self.is_state(layer)
-    }
-
-    /// Blocks the storage of KV layer `layer` has (none for a state layer).
-    pub fn layer_blocks(&self, layer: usize) -> usize {
-        match self.window {
-            _ if self.is_state(layer) => 0,
-            Some(w) if w.has(layer) => w.n_blocks,
-            _ => self.n_blocks(),
-        }
-    }
-
-    /// Bytes the pool allocates: keys and values of every paged layer, and the states with
+    /// Bytes the pool allocates: every store of every paged layer, and the states with
     /// their checkpoints.
     pub fn total_bytes(&self) -> u64 {
-        let blocks: usize = (0..self.n_layer).map(|l| self.layer_blocks(l)).sum();
-        let states = self.state.map_or(0, |s| s.total_bytes());
-        2 * blocks as u64 * self.block_bytes() as u64 + states
+        let stores = (0..self.n_layer).flat_map(|l| [(l, false), (l, true)]);
+        let paged: u64 = stores
+            .map(|(l, v)| self.store_blocks(l, v) as u64 * self.store_block_bytes(l, v) as u64)
+            .sum();
+        paged + self.state.map_or(0, |s| s.total_bytes())
     }
 
     /// Checks the element type and that a head is whole blocks of it.
@@ -130,6 +178,9 @@ impl KvConfig {
         }
         if (self.window.is_some() || self.state.is_some()) && self.n_layer > 128 {
             return Err(Error::TooManyLayers(self.n_layer));
+        }
+        if let Some(r) = &self.records {
+            assert_eq!(r.len(), self.n_layer, "a record shape per KV layer");
         }
         Ok(())
     }
@@ -189,13 +240,13 @@ impl KvPool {
     pub fn new(cfg: KvConfig) -> Result<Self> {
         cfg.validate()?;
         Ok(KvPool {
-            cfg,
             free: (0..cfg.n_blocks() as u32).rev().collect(),
             refs: vec![0; cfg.n_blocks()],
             win: cfg.window.map(|w| Companions::new(w, cfg.n_blocks())),
             free_states: (0..cfg.state.map_or(0, |s| s.n_slots as u32))
                 .rev()
                 .collect(),
+            cfg,
         })
     }
 
@@ -456,6 +507,7 @@ mod tests {
             n_positions,
             window: None,
             state: None,
+            records: None,
         }
     }
 
@@ -499,7 +551,7 @@ mod tests {
         let mut c = cfg(16);
         c.ty = GgmlType::Q8_0;
         c.head_dim = 48;
-        assert!(matches!(KvPool::new(c), Err(Error::HeadDim { .. })));
+        assert!(matches!(KvPool::new(c.clone()), Err(Error::HeadDim { .. })));
         c.ty = GgmlType::Q4_K;
         assert!(matches!(KvPool::new(c), Err(Error::UnsupportedType(_))));
     }

@@ -206,6 +206,7 @@ mod tests {
             n_positions: n_blocks * BLOCK_SIZE,
             window: None,
             state: None,
+            records: None,
         })
         .unwrap()
     }

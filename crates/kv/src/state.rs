@@ -68,6 +68,7 @@ mod tests {
                 floats: 24,
                 n_slots,
             }),
+            records: None,
         })
         .unwrap()
     }
@@ -125,9 +126,9 @@ mod tests {
 
     #[test]
     fn state_layers_hold_no_blocks_and_count_their_bytes() {
-        let cfg = *pool(3).config();
-        assert!(cfg.is_full(0) && cfg.is_state(1) && !cfg.is_full(1));
-        assert_eq!(cfg.layer_blocks(1), 0);
+        let cfg = pool(3).config().clone();
+        assert!(cfg.store_is_full(0, false) && cfg.is_state(1) && !cfg.store_is_full(1, true));
+        assert_eq!(cfg.store_blocks(1, false), 0);
         let paged = 2 * cfg.n_blocks() as u64 * cfg.block_bytes() as u64;
         assert_eq!(cfg.total_bytes(), paged + 2 * 4 * 24 * 3);
     }

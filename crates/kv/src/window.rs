@@ -170,6 +170,7 @@ mod tests {
                 n_blocks: 8,
             }),
             state: None,
+            records: None,
         })
         .unwrap()
     }
@@ -190,10 +191,38 @@ mod tests {
     }
 
     #[test]
+    fn a_record_layer_keeps_its_recent_part_windowed_and_its_kept_part_whole() {
+        let mut cfg = pool().config().clone();
+        let rec = crate::RecordKv {
+            recent: 100,
+            kept: 8,
+        };
+        cfg.records = Some(vec![None, Some(rec)].into());
+        let (f16, bs) = (2, BLOCK_SIZE);
+        assert_eq!(cfg.store_block_bytes(1, false), bs * 4 * 100, "recent: f32");
+        assert_eq!(cfg.store_block_bytes(1, true), bs * f16 * 8);
+        assert_eq!(
+            (cfg.store_blocks(1, false), cfg.store_blocks(1, true)),
+            (8, 64)
+        );
+        assert!(!cfg.store_is_full(1, false) && cfg.store_is_full(1, true));
+        let full = 2 * bs * f16 * 32 + bs * f16 * 8;
+        assert_eq!(cfg.full_block_bytes(), full);
+        let total = 64 * (2 * bs * f16 * 32 + bs * f16 * 8) + 8 * bs * 4 * 100;
+        assert_eq!(cfg.total_bytes(), total as u64);
+        cfg.window = None;
+        assert_eq!(
+            cfg.store_blocks(1, false),
+            64,
+            "no windowed class: every position"
+        );
+    }
+
+    #[test]
     fn only_the_window_keeps_windowed_blocks() {
         let mut pool = pool();
-        assert_eq!(pool.config().layer_blocks(0), 64);
-        assert_eq!(pool.config().layer_blocks(1), 8);
+        assert_eq!(pool.config().store_blocks(0, false), 64);
+        assert_eq!(pool.config().store_blocks(1, true), 8);
         let mut a = SeqKv::default();
         advance(&mut pool, &mut a, 1000, 16);
         assert_eq!(a.blocks().len(), 63);

@@ -181,10 +181,10 @@ pub async fn action(
             let (name, path) = file(&bytes)?;
             let data = std::fs::read(&path)
                 .map_err(|e| ApiError::invalid("filename", format!("cannot read {name}: {e}")))?;
-            let pool = r.kv_config;
+            let pool = r.kv_config.clone();
             let saved = decode(&data, r.model_hash, pool)
                 .map_err(|why| ApiError::invalid("filename", format!("{name}: {why}")))?;
-            let SlotDone::Restored(n) = done(SlotOp::Restore(saved)).await? else {
+            let SlotDone::Restored(n) = done(SlotOp::Restore(Box::new(saved))).await? else {
                 return Err(ApiError::internal("the engine answered another operation"));
             };
             Ok(Json(json!({

@@ -122,18 +122,12 @@ pub fn execute(a: InfoArgs) -> Result<(), CliError> {
         cfg.n_ctx, a.parallel, cfg.n_ubatch, cfg.kv_type, cfg.n_threads
     );
     let kv_cfg = cfg.kv_config(&model);
-    let full = (0..kv_cfg.n_layer).filter(|&l| kv_cfg.is_full(l)).count();
-    if full > 0 {
-        let records = model
-            .memory()
-            .iter()
-            .any(|m| matches!(m, model::LayerMemory::Records { .. }));
+    let per_token = kv_cfg.full_block_bytes() / kv::BLOCK_SIZE;
+    if per_token > 0 {
         println!(
-            "KV per token:  {} bytes of context ({full} blocks × 2 × {} bytes{})",
-            full * 2 * kv_cfg.position_bytes(),
-            kv_cfg.position_bytes(),
-            if records {
-                ": each position's record: its raw key, compressor rows and compressed rows"
+            "KV per token:  {per_token} bytes of context{}",
+            if kv_cfg.records.is_some() {
+                " (the compressed rows and indexer keys every block of positions leaves)"
             } else {
                 ""
             }

@@ -23,7 +23,7 @@ pub struct SavedPrefix {
 #[derive(Debug)]
 pub enum SlotOp {
     Save,
-    Restore(SavedPrefix),
+    Restore(Box<SavedPrefix>),
     Erase,
 }
 
@@ -68,14 +68,14 @@ impl Engine {
                 }
                 Ok(SlotDone::Saved(SavedPrefix {
                     tokens: tokens[..blocks.len() * BLOCK_SIZE].to_vec(),
-                    kv: *self.exec.kv().config(),
+                    kv: self.exec.kv().config().clone(),
                     data,
                 }))
             }
             SlotOp::Restore(saved) => {
-                let here = *self.exec.kv().config();
+                let here = self.exec.kv().config().clone();
                 let n_blocks = saved.tokens.len() / BLOCK_SIZE;
-                let bytes = 2 * here.n_layer * here.block_bytes();
+                let bytes = here.full_block_bytes();
                 if saved.kv != here
                     || saved.tokens.len() % BLOCK_SIZE != 0
                     || saved.data.len() != n_blocks * bytes

@@ -2,7 +2,7 @@
 
 use std::cell::RefCell;
 
-use device::records::Records;
+use device::host_kv::HostKv;
 use device::{AttnSpec, Row, Tables};
 use kv::{KvConfig, BLOCK_SIZE};
 
@@ -15,14 +15,9 @@ thread_local! {
     static ATTN: RefCell<AttentionScratch> = RefCell::new(AttentionScratch::default());
 }
 
-/// Per layer, keys and values of every block of its class:
-/// `[blocks, BLOCK_SIZE, n_head_kv, head_dim]` of the pool's type. Allocated and touched
-/// once, in `new`.
-pub(super) struct KvStore {
-    cfg: KvConfig,
-    keys: Vec<Vec<u8>>,
-    values: Vec<Vec<u8>>,
-}
+/// The pool's stores ([`HostKv`]), allocated and touched once, in `new`; a plain layer's
+/// are `[blocks, BLOCK_SIZE, n_head_kv, head_dim]` of the pool's type.
+pub(super) struct KvStore(HostKv);
 
 fn touched(n: usize) -> Vec<u8> {
     let mut v = vec![0u8; n];
@@ -54,63 +49,21 @@ impl KvStore {
         if !crate::formats::is_quantize_supported(cfg.ty) {
             return Err(device::Error::UnsupportedType(cfg.ty));
         }
-        let layer = |l: usize| touched(cfg.layer_blocks(l) * cfg.block_bytes());
-        Ok(KvStore {
-            cfg,
-            keys: (0..cfg.n_layer).map(layer).collect(),
-            values: (0..cfg.n_layer).map(layer).collect(),
-        })
+        Ok(KvStore(HostKv::new(cfg, touched)))
     }
 
-    /// Layer `layer`'s storage as records ([`device::records`]) of the sequences' blocks
-    /// `tables`.
-    pub fn records<'a>(&'a mut self, layer: usize, tables: &'a Tables) -> Records<'a> {
-        let tables = tables.of(&self.cfg, layer);
-        let (keys, values) = (&mut self.keys[layer], &mut self.values[layer]);
-        Records::new(&self.cfg, keys, values, tables)
-    }
-
-    /// The stores of the layers that keep every position: keys, then values.
-    fn full_stores(&mut self) -> Vec<&mut Vec<u8>> {
-        device::full_stores(&self.cfg, &mut self.keys, &mut self.values)
-    }
-
-    /// Appends block `block`'s bytes: the keys of every layer keeping every position, then
-    /// their values.
-    pub fn read_block(&mut self, block: u32, out: &mut Vec<u8>) {
-        let bb = self.cfg.block_bytes();
-        let f = block as usize * bb;
-        for store in self.full_stores() {
-            out.extend_from_slice(&store[f..f + bb]);
-        }
-    }
-
-    /// Writes block `block` from bytes laid out as [`Self::read_block`] gives them.
-    pub fn write_block(&mut self, block: u32, data: &[u8]) {
-        let bb = self.cfg.block_bytes();
-        let t = block as usize * bb;
-        for (store, src) in self.full_stores().into_iter().zip(data.chunks_exact(bb)) {
-            store[t..t + bb].copy_from_slice(src);
-        }
-    }
-
-    pub fn copy_block(&mut self, from: u32, to: u32) {
-        let bb = self.cfg.block_bytes();
-        let (f, t) = (from as usize * bb, to as usize * bb);
-        for store in self.full_stores() {
-            store.copy_within(f..f + bb, t);
-        }
+    /// The stores, for block moves and record layers.
+    pub fn host(&mut self) -> &mut HostKv {
+        &mut self.0
     }
 
     /// Stores row `r`'s keys `k[r]` and values `v[r]` (`[n_head_kv · head_dim]` each) at
     /// position `rows[r].pos` of the sequence with blocks `tables.of(layer)[rows[r].seq]`.
     pub fn store(&mut self, layer: usize, rows: &[Row], tables: &Tables, k: &[f32], v: &[f32]) {
-        let tables = tables.of(&self.cfg, layer);
-        let pb = self.cfg.position_bytes();
-        let (bb, width) = (
-            self.cfg.block_bytes(),
-            self.cfg.n_head_kv * self.cfg.head_dim,
-        );
+        let kv = &mut self.0;
+        let tables = tables.of(&kv.cfg, layer);
+        let pb = kv.cfg.position_bytes();
+        let width = kv.cfg.n_head_kv * kv.cfg.head_dim;
         for (r, row) in rows.iter().enumerate() {
             let table = &tables[row.seq];
             assert!(
@@ -118,14 +71,14 @@ impl KvStore {
                 "position {} not reserved",
                 row.pos
             );
-            let at = table[row.pos / BLOCK_SIZE] as usize * bb + (row.pos % BLOCK_SIZE) * pb;
+            let at = kv.at(table, row.pos);
             let (kr, vr) = (
                 &k[r * width..(r + 1) * width],
                 &v[r * width..(r + 1) * width],
             );
-            let ty = self.cfg.ty;
-            quantize_row(ty, kr, &mut self.keys[layer][at..at + pb]).expect("validated KV type");
-            quantize_row(ty, vr, &mut self.values[layer][at..at + pb]).expect("validated KV type");
+            let ty = kv.cfg.ty;
+            quantize_row(ty, kr, &mut kv.keys[layer][at..at + pb]).expect("validated KV type");
+            quantize_row(ty, vr, &mut kv.values[layer][at..at + pb]).expect("validated KV type");
         }
     }
 
@@ -146,7 +99,8 @@ impl KvStore {
         out: &mut [f32],
         spec: &AttnSpec,
     ) {
-        let bb = self.cfg.block_bytes();
+        let kv = &self.0;
+        let bb = kv.cfg.block_bytes();
         fn slices<'s>(store: &'s [u8], t: &[u32], bb: usize) -> Vec<&'s [u8]> {
             t.iter()
                 .map(|&b| match b {
@@ -157,12 +111,12 @@ impl KvStore {
         }
         type Blocks<'s> = Vec<&'s [u8]>;
         let blocks: Vec<(Blocks, Blocks)> = tables
-            .of(&self.cfg, layer)
+            .of(&kv.cfg, layer)
             .iter()
             .map(|t| {
                 (
-                    slices(&self.keys[layer], t, bb),
-                    slices(&self.values[layer], t, bb),
+                    slices(&kv.keys[layer], t, bb),
+                    slices(&kv.values[layer], t, bb),
                 )
             })
             .collect();
@@ -205,12 +159,13 @@ impl KvStore {
     }
 
     fn view<'a>(&self, blocks: &'a [&'a [u8]]) -> KvView<'a> {
+        let cfg = &self.0.cfg;
         KvView {
-            ty: self.cfg.ty,
+            ty: cfg.ty,
             blocks,
             block_size: BLOCK_SIZE,
-            n_head_kv: self.cfg.n_head_kv,
-            head_dim: self.cfg.head_dim,
+            n_head_kv: cfg.n_head_kv,
+            head_dim: cfg.head_dim,
         }
     }
 }

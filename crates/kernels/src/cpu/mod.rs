@@ -219,8 +219,8 @@ impl Device for Cpu {
     }
 
     fn kv_alloc(&mut self, cfg: ::kv::KvConfig) -> Result<()> {
-        self.kv = Some(kv::KvStore::new(cfg)?);
         self.states = cfg.state.map(HostStates::new);
+        self.kv = Some(kv::KvStore::new(cfg)?);
         Ok(())
     }
 
@@ -232,6 +232,7 @@ impl Device for Cpu {
         self.kv
             .as_mut()
             .expect("kv_alloc first")
+            .host()
             .copy_block(from, to);
     }
 
@@ -239,6 +240,7 @@ impl Device for Cpu {
         self.kv
             .as_mut()
             .expect("kv_alloc first")
+            .host()
             .read_block(block, out);
     }
 
@@ -246,6 +248,7 @@ impl Device for Cpu {
         self.kv
             .as_mut()
             .expect("kv_alloc first")
+            .host()
             .write_block(block, data);
     }
 
@@ -407,7 +410,7 @@ impl Device for Cpu {
     /// The rows' attention on the threads, a row per task.
     fn sparse_attention(&mut self, layer: usize, io: &SparseIo, spec: &SparseSpec) {
         let kv = self.kv.as_mut().expect("kv_alloc first");
-        let mut rec = kv.records(layer, &self.tables);
+        let mut rec = kv.host().records(layer, &self.tables);
         let pool = &self.pool;
         let par = |n, f: &(dyn Fn(usize) + Sync)| pool.for_ranges(n, &|r| r.for_each(f));
         device::sparse::sparse_attention(&mut rec, &mut self.bufs, &self.rows, io, spec, par);

@@ -150,6 +150,7 @@ fn copied_kv_blocks_attend_like_the_originals() {
             n_positions: 4 * BLOCK_SIZE,
             window: None,
             state: None,
+            records: None,
         };
         d.kv_alloc(cfg).unwrap();
         let rows: Vec<Row> = (0..BLOCK_SIZE).map(|pos| Row { pos, seq: 0 }).collect();

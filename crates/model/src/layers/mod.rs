@@ -40,10 +40,12 @@ pub enum LayerMemory {
     Paged { window: Option<usize> },
     /// A recurrent state of `floats` values per sequence, whatever its length.
     State { floats: usize },
-    /// A record of every position ([`device::records`]): `keys` floats in the keys' store
-    /// and `values` in the values' (the pool's rows as wide as the widest half of any
-    /// block's). A model's paged blocks all keep records or none does.
-    Records { keys: usize, values: usize },
+    /// A record of every position ([`device::records`]): its recent part read by the
+    /// `lookback` positions from it (itself included), and its kept part.
+    Records {
+        record: kv::RecordKv,
+        lookback: usize,
+    },
 }
 
 /// One block of a model, its tensors loaded: the unit a recipe makes and the model runs.

@@ -195,8 +195,10 @@ impl SparseAttention {
 
     /// What the layer keeps of each position.
     pub fn memory(&self) -> LayerMemory {
-        let (keys, values) = self.spec.halves();
-        LayerMemory::Records { keys, values }
+        LayerMemory::Records {
+            record: self.spec.record(),
+            lookback: self.spec.lookback(),
+        }
     }
 
     /// `s.proj = attention(s.x)` for the normalized input `s.x` (`[n, n_embd]`).

@@ -93,8 +93,9 @@ pub fn run_stages_on(
             n_positions: 256,
             window: None,
             state: None,
+            records: None,
         };
-        kvs.push(KvPool::new(cfg).unwrap());
+        kvs.push(KvPool::new(cfg.clone()).unwrap());
         dev.kv_alloc(cfg).unwrap();
         let w = model.upload(&mut **dev, &|_, _| {}).unwrap();
         let scratch = Scratch::new(&mut **dev, hp, &model.scratch_widths(), 128).unwrap();
