@@ -102,8 +102,8 @@ pub fn attention_case(
 /// The recurrences of a state layer (KV layer 1 of 2): the causal convolution (with SiLU)
 /// and, on the state after it, the gated delta rule (2 key heads, 4 value heads of 16),
 /// over steps of two sequences: a prompt in two steps, a step whose last rows are cut back
-/// (the state restored from its checkpoint and the rows computed again), and a sequence
-/// starting over at position 0. Gives every step's outputs (convolution, then delta rule)
+/// (the state restored from its checkpoint and the rows computed again), a sequence
+/// starting over at position 0, and rows computed again from a snapshot. Gives every step's outputs (convolution, then delta rule)
 /// and the cut-back rows' outputs computed again.
 pub fn recurrent_case(dev: &mut dyn Device) -> Vec<f32> {
     let (width, k) = (24, 4);
@@ -125,6 +125,7 @@ pub fn recurrent_case(dev: &mut dyn Device) -> Vec<f32> {
             layers: 0b10,
             floats: delta.at + delta.state_floats(),
             n_slots: 3,
+            n_snaps: 2,
         }),
         records: None,
     };
@@ -153,7 +154,9 @@ pub fn recurrent_case(dev: &mut dyn Device) -> Vec<f32> {
     );
     let row = |seq, pos| Row { pos, seq };
     // Sequence 0 in slot 2, sequence 1 in slot 0.
-    let steps: [(Vec<Row>, u64); 5] = [
+    // Step 5 computes step 2's rows again in slot 1, from a snapshot of slot 2 taken
+    // before step 2.
+    let steps: [(Vec<Row>, u64); 6] = [
         (
             (0..5)
                 .map(|p| row(0, p))
@@ -165,18 +168,22 @@ pub fn recurrent_case(dev: &mut dyn Device) -> Vec<f32> {
         ((7..12).map(|p| row(0, p)).collect(), 3),
         ((7..9).map(|p| row(0, p)).collect(), 3),
         ((0..2).map(|p| row(1, p)).collect(), 4),
+        ((7..12).map(|p| row(0, p)).collect(), 3),
     ];
     let mut result = Vec::new();
     for (i, (rows, seed)) in steps.iter().enumerate() {
-        if i == 3 {
-            dev.state_restore(2);
+        match i {
+            2 => dev.state_save(2, 1),
+            3 => dev.state_restore(2),
+            5 => dev.state_load(1, 1),
+            _ => {}
         }
         let n = rows.len();
         dev.begin(&Step {
             rows,
             tables: &[&[0], &[1]],
             windowed: &[],
-            states: &[2, 0],
+            states: if i == 5 { &[1, 0] } else { &[2, 0] },
         });
         dev.upload(x, 0, &data(n * width, *seed));
         dev.conv1d(1, x, w, out, &spec);
@@ -228,6 +235,12 @@ pub fn recurrent_case(dev: &mut dyn Device) -> Vec<f32> {
     assert_eq!(
         first, again,
         "rows computed again from the restored checkpoint"
+    );
+    let s5 = 20 * per;
+    assert_eq!(
+        result[s2..s2 + 5 * per],
+        result[s5..s5 + 5 * per],
+        "rows computed again from a snapshot loaded into another slot"
     );
     result
 }

@@ -265,6 +265,20 @@ impl Device for Reference {
         self.states.as_mut().expect("state layers").restore(slot);
     }
 
+    fn state_save(&mut self, slot: u32, snap: u32) {
+        self.states
+            .as_mut()
+            .expect("state layers")
+            .snapshot(slot, snap, false);
+    }
+
+    fn state_load(&mut self, snap: u32, slot: u32) {
+        self.states
+            .as_mut()
+            .expect("state layers")
+            .snapshot(slot, snap, true);
+    }
+
     fn begin(&mut self, step: &Step<'_>) {
         self.rows = step.rows.to_vec();
         self.tables.set(step);

@@ -480,15 +480,20 @@ pub trait Device: Send {
     /// Copies block `from` of every layer's keys and values to block `to` (the layers
     /// that keep every position: the windowed ones have their own blocks).
     fn kv_copy_block(&mut self, from: u32, to: u32);
-    /// Appends the bytes of block `block` to `out`: the keys of every layer that keeps
-    /// every position, then their values (`2 · n_layer · block_bytes` without windowed
-    /// layers).
+    /// Appends the bytes of block `block` to `out`: the keys' store of every layer that
+    /// keeps every position in it, then the values' stores
+    /// ([`KvConfig::full_block_bytes`]).
     fn kv_read_block(&mut self, block: u32, out: &mut Vec<u8>);
     /// Writes block `block` from bytes laid out as [`Device::kv_read_block`] gives them.
     fn kv_write_block(&mut self, block: u32, data: &[u8]);
     /// Puts back the checkpoint of state slot `slot` in every state layer (the pool cut
     /// its sequence back to it: [`kv::KvPool::truncate`]).
     fn state_restore(&mut self, slot: u32);
+    /// Copies the state of slot `slot` (in every state layer) into snapshot `snap`
+    /// ([`kv::snapshot`]), after the forward recorded last.
+    fn state_save(&mut self, slot: u32, snap: u32);
+    /// Copies snapshot `snap` into the state of slot `slot`.
+    fn state_load(&mut self, snap: u32, slot: u32);
 
     /// Starts a forward over `step`'s rows.
     fn begin(&mut self, step: &Step<'_>);

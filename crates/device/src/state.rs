@@ -15,6 +15,8 @@ pub struct HostStates {
     /// `[state layers, n_slots, floats]`.
     state: Vec<f32>,
     checkpoint: Vec<f32>,
+    /// `[state layers, n_snaps, floats]`.
+    snaps: Vec<f32>,
     /// Per sequence of the step, its slot.
     slots: Vec<u32>,
     rows: Vec<Row>,
@@ -27,6 +29,7 @@ impl HostStates {
             cfg,
             state: vec![0.0; n],
             checkpoint: vec![0.0; n],
+            snaps: vec![0.0; cfg.n_layers() * cfg.n_snaps * cfg.floats],
             slots: Vec::new(),
             rows: Vec::new(),
         }
@@ -66,6 +69,19 @@ impl HostStates {
         for layer in (0..128).filter(|&l| self.cfg.has(l)) {
             let range = self.range(layer, slot);
             self.state[range.clone()].copy_from_slice(&self.checkpoint[range]);
+        }
+    }
+
+    /// [`crate::Device::state_save`] (`load` false) and [`crate::Device::state_load`].
+    pub fn snapshot(&mut self, slot: u32, snap: u32, load: bool) {
+        let f = self.cfg.floats;
+        for (rank, layer) in (0..128).filter(|&l| self.cfg.has(l)).enumerate() {
+            let state = self.range(layer, slot);
+            let at = (rank * self.cfg.n_snaps + snap as usize) * f;
+            match load {
+                false => self.snaps[at..at + f].copy_from_slice(&self.state[state]),
+                true => self.state[state].copy_from_slice(&self.snaps[at..at + f]),
+            }
         }
     }
 
@@ -227,6 +243,7 @@ mod tests {
                 layers: 1,
                 floats,
                 n_slots: 1,
+                n_snaps: 0,
             }),
             records: None,
         })

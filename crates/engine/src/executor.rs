@@ -33,6 +33,9 @@ pub struct ContextConfig {
     /// Sliding-window layers keep every position, as the others do (llama.cpp's
     /// `--swa-full`): any prefix can be reused, at full attention's memory.
     pub swa_full: bool,
+    /// Per sequence, snapshots of recurrent states a prefix can start from (llama.cpp's
+    /// `--ctx-checkpoints`; [`kv::snapshot`]).
+    pub ctx_checkpoints: usize,
 }
 
 impl Default for ContextConfig {
@@ -46,6 +49,7 @@ impl Default for ContextConfig {
             device: DeviceKind::default(),
             n_seq: 1,
             swa_full: false,
+            ctx_checkpoints: 8,
         }
     }
 }
@@ -103,6 +107,7 @@ impl ContextConfig {
             layers: mask(&|m| matches!(m, LayerMemory::State { .. })),
             floats,
             n_slots: self.n_seq,
+            n_snaps: self.n_seq * self.ctx_checkpoints,
         });
         KvConfig {
             n_layer: memory.len(),
@@ -457,6 +462,9 @@ impl Executor {
         };
         let windowed: Vec<&[u32]> = windowed.iter().map(Vec::as_slice).collect();
         let states = self.kv.state_slots(seqs);
+        for (snap, slot) in self.kv.snapshot_loads() {
+            dev.state_load(snap, slot);
+        }
         dev.begin(&Step {
             rows,
             tables: &tables,
@@ -496,6 +504,9 @@ impl Executor {
         let finite = dev.all_finite(self.hidden, n, e);
         for (seq, &len) in seqs.iter_mut().zip(&next) {
             self.kv.commit(seq, len);
+        }
+        for (slot, snap) in self.kv.snapshot_saves() {
+            dev.state_save(slot, snap);
         }
         let mut sane_seq = vec![true; seqs.len()];
         for (r, &ok) in rows.iter().zip(&finite) {

@@ -37,6 +37,8 @@ pub struct EngineConfig {
     pub step_budget: StepBudget,
     /// Sliding-window layers keep every position (`--swa-full`).
     pub swa_full: bool,
+    /// Snapshots of recurrent states per slot (`--ctx-checkpoints`).
+    pub ctx_checkpoints: usize,
 }
 
 /// How long an engine step may take while any sequence is decoding, so that a prompt
@@ -133,6 +135,7 @@ impl EngineConfig {
             device: self.device,
             n_seq: self.n_parallel,
             swa_full: self.swa_full,
+            ctx_checkpoints: self.ctx_checkpoints,
             ..ContextConfig::default()
         }
     }

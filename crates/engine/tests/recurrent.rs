@@ -5,8 +5,8 @@
 //! through the engine on the CPU: a user's greedy tokens do not depend on the others, on
 //! prompts read in chunks, on rejected drafts (a state goes back to its checkpoint and the
 //! engine computes again what was not kept; deepseek4's records are cut as keys are), on
-//! the thread count, or on a resumed conversation (a state model shares no prefix: it
-//! computes it again; deepseek4 reuses it).
+//! the thread count, or on a resumed conversation (which reuses its prefix: a state model
+//! from the snapshot of its state after the prefix's last block, deepseek4 its records).
 
 #[allow(dead_code)]
 mod common;
@@ -82,8 +82,7 @@ fn models(dir: &Path) -> Vec<PathBuf> {
     vec![write("toyconv", None), write("qwen35", Some(delta)), dsv4]
 }
 
-/// Whether the model keeps records of positions (deepseek4), which a prefix shares, rather
-/// than a state.
+/// Whether the model keeps records of positions (deepseek4) rather than a state.
 fn keeps_records(path: &Path) -> bool {
     path.ends_with("deepseek4.gguf")
 }
@@ -101,6 +100,7 @@ fn config(n_parallel: usize, device: engine::DeviceKind) -> EngineConfig {
         device,
         step_budget: engine::StepBudget::AUTO,
         swa_full: false,
+        ctx_checkpoints: 8,
     }
 }
 
@@ -303,19 +303,12 @@ fn resumed_conversation(path: &Path) {
     turn2.extend(&first);
     turn2.extend(&prompt[1..5]);
     let (second, warm) = run_all(&handle, std::slice::from_ref(&turn2), 8).remove(0);
-    match keeps_records(path) {
-        true => assert!(
-            cold.cache_n == 0 && warm.cache_n > 0,
-            "records share a prefix: {} then {}",
-            cold.cache_n,
-            warm.cache_n
-        ),
-        false => assert_eq!(
-            (cold.cache_n, warm.cache_n),
-            (0, 0),
-            "a state model shares no prefix"
-        ),
-    }
+    assert!(
+        cold.cache_n == 0 && warm.cache_n > 0,
+        "a prefix is shared (records, or a state's snapshot): {} then {}",
+        cold.cache_n,
+        warm.cache_n
+    );
     assert_eq!(second, alone(path, &turn2, 8));
     let (again, _) = run_all(&handle, std::slice::from_ref(&prompt), 8).remove(0);
     assert_eq!(again, first);

@@ -55,6 +55,7 @@ fn config(n_ctx: usize, n_parallel: usize) -> EngineConfig {
         device: engine::DeviceKind::Cpu,
         step_budget: engine::StepBudget::AUTO,
         swa_full: false,
+        ctx_checkpoints: 8,
     }
 }
 

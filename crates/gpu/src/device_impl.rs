@@ -196,6 +196,14 @@ impl Device for Gpu {
         self.states_restore(slot);
     }
 
+    fn state_save(&mut self, slot: u32, snap: u32) {
+        self.states_snapshot(slot, snap, false);
+    }
+
+    fn state_load(&mut self, snap: u32, slot: u32) {
+        self.states_snapshot(slot, snap, true);
+    }
+
     fn conv1d(&mut self, layer: usize, x: Buf, w: Buf, out: Buf, spec: &ConvSpec) {
         self.conv(layer, x, w, out, spec);
     }

@@ -16,6 +16,8 @@ pub(crate) struct GpuStates {
     floats: usize,
     /// Per KV layer: the states and the checkpoints.
     stores: Vec<Option<(wgpu::Buffer, wgpu::Buffer)>>,
+    /// Per KV layer: the snapshots (`[n_snaps, floats]`).
+    snaps: Vec<Option<wgpu::Buffer>>,
     /// Per sequence of the step, its slot.
     slots: Vec<u32>,
 }
@@ -27,7 +29,8 @@ impl Gpu {
             return Ok(None);
         };
         let bytes = (s.n_slots * s.floats * 4) as u64;
-        if bytes > self.ctx.max_binding() {
+        let snap_bytes = (s.n_snaps * s.floats * 4) as u64;
+        if bytes.max(snap_bytes) > self.ctx.max_binding() {
             return Err(self.unsupported(format!(
                 "hold a layer's recurrent states of {} MiB (it binds at most {} MiB): use fewer slots (-np)",
                 bytes >> 20,
@@ -40,18 +43,23 @@ impl Gpu {
                 (b("recurrent state"), b("recurrent checkpoint"))
             })
         };
-        let stores = self
-            .ctx
-            .out_of_memory(|| (0..cfg.n_layer).map(store).collect())
-            .map_err(|e| {
-                self.unsupported(format!(
-                    "hold recurrent states of {} MiB ({e}): use fewer slots (-np)",
-                    s.total_bytes() >> 20
-                ))
-            })?;
+        let snap = |l: usize| {
+            (s.has(l) && s.n_snaps > 0).then(|| self.ctx.buffer("recurrent snapshots", snap_bytes))
+        };
+        let all = || {
+            let stores = (0..cfg.n_layer).map(store).collect();
+            (stores, (0..cfg.n_layer).map(snap).collect())
+        };
+        let (stores, snaps) = self.ctx.out_of_memory(all).map_err(|e| {
+            self.unsupported(format!(
+                "hold recurrent states of {} MiB ({e}): use fewer slots (-np)",
+                s.total_bytes() >> 20
+            ))
+        })?;
         Ok(Some(GpuStates {
             floats: s.floats,
             stores,
+            snaps,
             slots: Vec::new(),
         }))
     }
@@ -88,6 +96,20 @@ impl Gpu {
         let enc = self.rec.encoder(&self.ctx);
         for (state, checkpoint) in st.stores.iter().flatten() {
             enc.copy_buffer_to_buffer(checkpoint, at, state, at, bytes);
+        }
+    }
+
+    /// [`device::Device::state_save`] (`load` false) and [`device::Device::state_load`].
+    pub(crate) fn states_snapshot(&mut self, slot: u32, snap: u32, load: bool) {
+        let st = self.states.as_ref().expect("state layers");
+        let bytes = st.floats as u64 * 4;
+        let (at, to) = (slot as u64 * bytes, snap as u64 * bytes);
+        let enc = self.rec.encoder(&self.ctx);
+        for ((state, _), snaps) in st.stores.iter().flatten().zip(st.snaps.iter().flatten()) {
+            match load {
+                false => enc.copy_buffer_to_buffer(state, at, snaps, to, bytes),
+                true => enc.copy_buffer_to_buffer(snaps, to, state, at, bytes),
+            }
         }
     }
 

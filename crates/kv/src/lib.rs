@@ -20,9 +20,11 @@ use std::sync::Arc;
 use gguf::GgmlType;
 
 mod prefix;
+pub mod snapshot;
 pub mod state;
 pub mod window;
 pub use prefix::{PrefixCache, SHARED};
+use snapshot::Snapshots;
 pub use state::StateKv;
 use window::Companions;
 pub use window::WindowKv;
@@ -234,6 +236,7 @@ pub struct KvPool {
     win: Option<Companions>,
     /// Free recurrent-state slots.
     free_states: Vec<u32>,
+    snaps: Option<Snapshots>,
 }
 
 impl KvPool {
@@ -246,6 +249,10 @@ impl KvPool {
             free_states: (0..cfg.state.map_or(0, |s| s.n_slots as u32))
                 .rev()
                 .collect(),
+            snaps: cfg
+                .state
+                .filter(|s| s.n_snaps > 0)
+                .map(|s| Snapshots::new(s.n_snaps, cfg.n_blocks())),
             cfg,
         })
     }
@@ -256,6 +263,11 @@ impl KvPool {
 
     pub fn free_blocks(&self) -> usize {
         self.free.len()
+    }
+
+    /// Whether the pool keeps snapshots of recurrent states ([`snapshot`]).
+    pub fn snapshots(&self) -> bool {
+        self.snaps.is_some()
     }
 
     /// Makes room in `seq` for `n_positions` positions in all, taking blocks from the pool
@@ -307,24 +319,37 @@ impl KvPool {
 
     /// How many of `blocks` (full, computed blocks of a prefix, in order) a sequence can
     /// start from without computing any again: the most whose last window still has its
-    /// windowed companions (all of them without a windowed class), and none with state
-    /// layers (a prefix's blocks do not hold the state after it).
+    /// windowed companions (all of them without a windowed class) and, with state layers,
+    /// whose last block has a snapshot ([`snapshot`]) while a state slot is free.
     pub fn usable(&self, blocks: &[u32]) -> usize {
-        if self.cfg.state.is_some() {
-            return 0;
-        }
-        let Some(w) = &self.win else {
-            return blocks.len();
+        let state_ok = |k: usize| match (&self.cfg.state, &self.snaps) {
+            (None, _) => true,
+            (Some(_), Some(s)) => k > 0 && s.has(blocks[k - 1]) && !self.free_states.is_empty(),
+            (Some(_), None) => false,
+        };
+        let window_ok = |k: usize| match &self.win {
+            Some(w) => w.all_kept(blocks, w.cfg.first_seen(k * BLOCK_SIZE)..k),
+            None => true,
         };
         (0..=blocks.len())
             .rev()
-            .find(|&k| w.all_kept(blocks, w.cfg.first_seen(k * BLOCK_SIZE)..k))
+            .find(|&k| k == 0 || state_ok(k) && window_ok(k))
             .unwrap_or(0)
     }
 
     /// Needs the companions of the window before the next row of `seq`, which just came to
-    /// hold its blocks; they all have one ([`Self::usable`]).
+    /// hold its blocks; they all have one ([`Self::usable`]). With state layers, gives it a
+    /// slot that loads the snapshot of its last block.
     pub(crate) fn adopt(&mut self, seq: &mut SeqKv) {
+        if let Some(snaps) = self.snaps.as_mut().filter(|_| seq.len > 0) {
+            let slot = self
+                .free_states
+                .pop()
+                .expect("a usable prefix has a free slot");
+            snaps.load(seq.blocks[seq.len / BLOCK_SIZE - 1], slot);
+            seq.state = Some(slot);
+            seq.checkpoint = seq.len;
+        }
         let Some(w) = &mut self.win else { return };
         let lo = w.cfg.first_seen(seq.len);
         let hi = seq.len.div_ceil(BLOCK_SIZE);
@@ -342,6 +367,9 @@ impl KvPool {
             self.free.push(block);
             if let Some(w) = &mut self.win {
                 w.freed(block);
+            }
+            if let Some(s) = &mut self.snaps {
+                s.drop_of(block);
             }
         }
     }
@@ -371,6 +399,12 @@ impl KvPool {
         }
         if seq.need.is_empty() {
             seq.need = 0..0;
+        }
+        if let Some(s) = &mut self.snaps {
+            match seq.blocks.get(len / BLOCK_SIZE) {
+                Some(&b) if self.refs[b as usize] == 1 => s.drop_of(b),
+                _ => {}
+            }
         }
         if seq.blocks.is_empty() {
             if let Some(slot) = seq.state.take() {
@@ -454,10 +488,16 @@ impl KvPool {
     }
 
     /// Marks positions up to `len` of `seq` as cached (after every layer has written them).
-    /// The windowed blocks before the window of the row at `len` become idle.
+    /// The windowed blocks before the window of the row at `len` become idle. With state
+    /// layers and `len` at a block's end, that block gets a snapshot of the state.
     pub fn commit(&mut self, seq: &mut SeqKv, len: usize) {
         assert!(len <= seq.capacity());
         seq.len = len;
+        if let (Some(s), Some(slot)) = (&mut self.snaps, seq.state) {
+            if len > 0 && len.is_multiple_of(BLOCK_SIZE) {
+                s.save(seq.blocks[len / BLOCK_SIZE - 1], slot);
+            }
+        }
         if let Some(w) = &mut self.win {
             let lo = w.cfg.first_seen(len).min(seq.need.end);
             for &b in &seq.blocks[seq.need.start.min(lo)..lo] {
@@ -486,6 +526,22 @@ impl KvPool {
                 .collect(),
             None => Vec::new(),
         }
+    }
+
+    /// The snapshots the device owes of the states the forward just computed: `(slot,
+    /// snapshot)`, to copy after it ([`snapshot`]).
+    pub fn snapshot_saves(&mut self) -> Vec<(u32, u32)> {
+        self.snaps
+            .as_mut()
+            .map_or(Vec::new(), |s| std::mem::take(&mut s.saves))
+    }
+
+    /// The snapshots the device owes to slots: `(snapshot, slot)`, to copy before the next
+    /// forward.
+    pub fn snapshot_loads(&mut self) -> Vec<(u32, u32)> {
+        self.snaps
+            .as_mut()
+            .map_or(Vec::new(), |s| std::mem::take(&mut s.loads))
     }
 
     /// Windowed blocks no sequence needs (free or idle); 0 without a windowed class.

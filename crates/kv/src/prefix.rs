@@ -131,10 +131,10 @@ impl PrefixCache {
     /// Returns all of `seq`'s blocks: each full block whose positions are cached goes into
     /// the cache under namespace `ns` (or back to the pool when the cache already has that
     /// prefix), the rest to the pool. `tokens` are the sequence's tokens, at least
-    /// `seq.len()` of them. With state layers nothing is cached: no prefix of such a pool
-    /// is [`KvPool::usable`].
+    /// `seq.len()` of them. With state layers but no snapshots nothing is cached: no prefix
+    /// of such a pool is [`KvPool::usable`].
     pub fn give(&mut self, pool: &mut KvPool, seq: &mut SeqKv, tokens: &[u32], ns: u64) {
-        if pool.config().state.is_some() {
+        if pool.config().state.is_some() && !pool.snapshots() {
             pool.release(seq);
             return;
         }
@@ -175,6 +175,7 @@ impl PrefixCache {
         }
         seq.blocks.clear();
         seq.len = 0;
+        pool.cut(seq, 0);
     }
 
     /// Frees least recently used blocks until `pool` has `n_free` free blocks; false when

@@ -15,6 +15,10 @@
 //! ```
 //!
 //! A forward whose rows of a sequence start at position 0 starts from the zero state.
+//!
+//! *Snapshots* let a prefix be shared anyway ([`crate::snapshot`]): a full block of the
+//! pool may carry a copy of the state after its last position, which a sequence starting
+//! with that block's prefix loads into its slot.
 
 /// The state layers of a pool: which KV layers they are, their state's size, and how many
 /// sequences hold one at once.
@@ -26,6 +30,8 @@ pub struct StateKv {
     pub floats: usize,
     /// Slots: sequences that can hold a state at once.
     pub n_slots: usize,
+    /// Snapshots of states after a block's last position (llama.cpp's context checkpoints).
+    pub n_snaps: usize,
 }
 
 impl StateKv {
@@ -39,9 +45,9 @@ impl StateKv {
         self.layers.count_ones() as usize
     }
 
-    /// Bytes of the states and their checkpoints (f32).
+    /// Bytes of the states, their checkpoints and the snapshots (f32).
     pub fn total_bytes(&self) -> u64 {
-        2 * 4 * (self.n_layers() * self.floats * self.n_slots) as u64
+        4 * (self.n_layers() * self.floats * (2 * self.n_slots + self.n_snaps)) as u64
     }
 }
 
@@ -67,6 +73,7 @@ mod tests {
                 layers: 0b10,
                 floats: 24,
                 n_slots,
+                n_snaps: 0,
             }),
             records: None,
         })

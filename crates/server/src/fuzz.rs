@@ -174,6 +174,7 @@ pub fn ready(model: std::path::PathBuf) -> Result<Ready, crate::Error> {
         device: engine::DeviceKind::Cpu,
         step_budget: engine::StepBudget::AUTO,
         swa_full: false,
+        ctx_checkpoints: 8,
     };
     crate::load(&ServerConfig::new(model, engine))
 }

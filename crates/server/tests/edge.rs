@@ -24,6 +24,7 @@ fn loading_server(api_keys: &[&str]) -> axum::Router {
         device: engine::DeviceKind::Cpu,
         step_budget: engine::StepBudget::AUTO,
         swa_full: false,
+        ctx_checkpoints: 8,
     };
     let config = ServerConfig {
         api_keys: api_keys.iter().map(|k| k.to_string()).collect(),

@@ -124,6 +124,7 @@ fn config(model_path: PathBuf) -> ServerConfig {
         device: engine::DeviceKind::Cpu,
         step_budget: engine::StepBudget::AUTO,
         swa_full: false,
+        ctx_checkpoints: 8,
     };
     ServerConfig {
         metrics: true,

@@ -189,6 +189,7 @@ fn spec_costs(
         device: ctx.device,
         step_budget: engine::StepBudget::AUTO,
         swa_full: false,
+        ctx_checkpoints: ctx.ctx_checkpoints,
     };
     let handle = engine::start(model, tok, ecfg, Some(spec), None)?;
     let costs = handle

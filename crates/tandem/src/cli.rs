@@ -132,6 +132,11 @@ pub struct ModelArgs {
     /// prompt can be reused, at full attention's KV memory (llama.cpp's --swa-full).
     #[arg(long = "swa-full")]
     pub swa_full: bool,
+    /// Snapshots of a recurrent model's state kept per slot, so that a prompt starting
+    /// with a computed prefix (the next turn of a chat) resumes from the nearest one
+    /// instead of computing it all again; each costs one state (`tandem info`).
+    #[arg(long = "ctx-checkpoints", visible_aliases = ["ctxcp", "swa-checkpoints"], default_value_t = 8)]
+    pub ctx_checkpoints: usize,
     /// Tables (token embeddings) left in the file and read as their rows are needed, never
     /// held resident on the CPU: on, auto (tables over 4 GiB) or off (llama.cpp's).
     #[arg(long = "lazy-mode", visible_alias = "lzm", default_value = "auto", value_parser = model::LazyMode::parse)]
@@ -260,6 +265,7 @@ impl ModelArgs {
             device: self.device.resolve(),
             n_seq: 1,
             swa_full: self.swa_full,
+            ctx_checkpoints: self.ctx_checkpoints,
         }
     }
 }

@@ -143,9 +143,10 @@ pub fn execute(a: InfoArgs) -> Result<(), CliError> {
     }
     if let Some(s) = kv_cfg.state {
         println!(
-            "recurrent:     {} blocks keep a state of {:.1} MiB per sequence (and its checkpoint), whatever its length",
+            "recurrent:     {} blocks keep a state of {:.1} MiB per sequence (and its checkpoint), whatever its length, and {} snapshots of it for prefixes to resume from (--ctx-checkpoints per slot)",
             s.n_layers(),
-            (s.n_layers() * s.floats * 4) as f64 / (1 << 20) as f64
+            (s.n_layers() * s.floats * 4) as f64 / (1 << 20) as f64,
+            s.n_snaps
         );
     }
     let adapter = cfg.device.adapter();

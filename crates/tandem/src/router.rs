@@ -125,6 +125,7 @@ pub fn execute(a: ServeArgs) -> Result<(), CliError> {
         device: engine::DeviceKind::Cpu,
         step_budget: a.step_budget,
         swa_full: a.model.swa_full,
+        ctx_checkpoints: a.model.ctx_checkpoints,
     };
     let place = a.models_dir.clone().unwrap_or_default();
     let config = server::ServerConfig {

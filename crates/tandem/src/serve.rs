@@ -468,6 +468,7 @@ impl ServeArgs {
                 device,
                 step_budget: self.step_budget,
                 swa_full: self.model.swa_full,
+                ctx_checkpoints: self.model.ctx_checkpoints,
             },
             api_keys,
             allowed_hosts,

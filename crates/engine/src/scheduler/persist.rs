@@ -30,7 +30,7 @@ pub enum SlotOp {
 /// What was done: the prefix saved, or the positions restored or erased.
 #[derive(Debug)]
 pub enum SlotDone {
-    Saved(SavedPrefix),
+    Saved(Box<SavedPrefix>),
     Restored(usize),
     Erased(usize),
 }
@@ -66,11 +66,11 @@ impl Engine {
                 for &b in &blocks {
                     self.exec.read_kv_block(b, &mut data);
                 }
-                Ok(SlotDone::Saved(SavedPrefix {
+                Ok(SlotDone::Saved(Box::new(SavedPrefix {
                     tokens: tokens[..blocks.len() * BLOCK_SIZE].to_vec(),
                     kv: self.exec.kv().config().clone(),
                     data,
-                }))
+                })))
             }
             SlotOp::Restore(saved) => {
                 let here = self.exec.kv().config().clone();

@@ -228,6 +228,20 @@ impl Device for Cpu {
         self.states.as_mut().expect("state layers").restore(slot);
     }
 
+    fn state_save(&mut self, slot: u32, snap: u32) {
+        self.states
+            .as_mut()
+            .expect("state layers")
+            .snapshot(slot, snap, false);
+    }
+
+    fn state_load(&mut self, snap: u32, slot: u32) {
+        self.states
+            .as_mut()
+            .expect("state layers")
+            .snapshot(slot, snap, true);
+    }
+
     fn kv_copy_block(&mut self, from: u32, to: u32) {
         self.kv
             .as_mut()

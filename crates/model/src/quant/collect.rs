@@ -254,6 +254,12 @@ impl Device for Collector {
     fn state_restore(&mut self, slot: u32) {
         self.inner.state_restore(slot)
     }
+    fn state_save(&mut self, slot: u32, snap: u32) {
+        self.inner.state_save(slot, snap)
+    }
+    fn state_load(&mut self, snap: u32, slot: u32) {
+        self.inner.state_load(snap, slot)
+    }
     fn begin(&mut self, step: &Step<'_>) {
         self.inner.begin(step)
     }

@@ -1,0 +1,184 @@
+//! Snapshots of recurrent states, so that a state model shares prefixes too.
+//!
+//! A state cannot be cut back to a position, so a prefix's blocks alone do not let a
+//! sequence skip computing it. A *snapshot* is a copy of a sequence's state right after the
+//! last position of one of its full blocks, attached to that block of the pool: since the
+//! forward is batch-invariant, the state after a prefix is a function of the prefix, so
+//! whoever holds the block (sequences sharing the prefix, the prefix cache) may load it.
+//!
+//! A forward whose rows of a sequence end at a block's end snapshots the state there (the
+//! device copies it after the forward, [`Snapshots::saves`]). A sequence that comes to
+//! hold a prefix whose last block has a snapshot loads it into its slot before its next
+//! forward ([`Snapshots::loads`]). A snapshot goes with its block (freed, or cut back into
+//! by a sequence that holds it alone), or, when the room is wanted, the least recently
+//! used goes first.
+//!
+//! ```text
+//! seq blocks  [b0] [b1] [b2] [b3~]       len 60: rows 48..60 computed after 32..48
+//! snapshots         s4   s1               (states after 32 and 48)
+//! a new sequence with the same first 48 tokens: holds b0 b1 b2, loads s1, computes 48..
+//! ```
+
+use std::collections::BTreeMap;
+
+use crate::window::NONE;
+
+/// The snapshots' accounting.
+pub(crate) struct Snapshots {
+    free: Vec<u32>,
+    /// Per global block: its snapshot, or [`NONE`].
+    of: Vec<u32>,
+    /// Per snapshot: its block, and its key in `lru`.
+    owner: Vec<(u32, u64)>,
+    lru: BTreeMap<u64, u32>,
+    tick: u64,
+    /// Copies the device owes: `(slot, snapshot)` after the forward just computed,
+    /// `(snapshot, slot)` before the next one.
+    pub(crate) saves: Vec<(u32, u32)>,
+    pub(crate) loads: Vec<(u32, u32)>,
+}
+
+impl Snapshots {
+    pub(crate) fn new(n_snaps: usize, n_global: usize) -> Self {
+        Snapshots {
+            free: (0..n_snaps as u32).rev().collect(),
+            of: vec![NONE; n_global],
+            owner: vec![(NONE, 0); n_snaps],
+            lru: BTreeMap::new(),
+            tick: 0,
+            saves: Vec::new(),
+            loads: Vec::new(),
+        }
+    }
+
+    /// Whether block `block` has a snapshot.
+    pub(crate) fn has(&self, block: u32) -> bool {
+        self.of[block as usize] != NONE
+    }
+
+    fn touch(&mut self, snap: u32) {
+        let (block, at) = self.owner[snap as usize];
+        self.lru.remove(&at);
+        self.tick += 1;
+        self.lru.insert(self.tick, snap);
+        self.owner[snap as usize] = (block, self.tick);
+    }
+
+    /// Block `block` loses its snapshot, if it has one.
+    pub(crate) fn drop_of(&mut self, block: u32) {
+        let snap = std::mem::replace(&mut self.of[block as usize], NONE);
+        if snap != NONE {
+            let (_, at) = self.owner[snap as usize];
+            self.lru.remove(&at);
+            self.owner[snap as usize] = (NONE, 0);
+            self.free.push(snap);
+        }
+    }
+
+    /// Block `block`, just completed in `slot`'s state, gets a snapshot of it (taking the
+    /// least recently used one when none is free); nothing without any.
+    pub(crate) fn save(&mut self, block: u32, slot: u32) {
+        if let Some(&snap) = self.of.get(block as usize).filter(|&&s| s != NONE) {
+            self.touch(snap);
+            return;
+        }
+        let snap = match self.free.pop() {
+            Some(s) => s,
+            None => match self.lru.first_key_value() {
+                Some((_, &s)) => {
+                    self.drop_of(self.owner[s as usize].0);
+                    self.free.pop().expect("just freed")
+                }
+                None => return,
+            },
+        };
+        self.of[block as usize] = snap;
+        self.owner[snap as usize].0 = block;
+        self.touch(snap);
+        self.saves.push((slot, snap));
+    }
+
+    /// `slot` starts from block `block`'s snapshot.
+    pub(crate) fn load(&mut self, block: u32, slot: u32) {
+        let snap = self.of[block as usize];
+        assert_ne!(snap, NONE, "a usable prefix ends at a snapshot");
+        self.touch(snap);
+        self.loads.push((snap, slot));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gguf::GgmlType;
+
+    use crate::{KvConfig, KvPool, SeqKv, StateKv, BLOCK_SIZE};
+
+    fn pool(n_slots: usize, n_snaps: usize) -> KvPool {
+        KvPool::new(KvConfig {
+            n_layer: 2,
+            n_head_kv: 1,
+            head_dim: 32,
+            ty: GgmlType::F16,
+            n_positions: 16 * BLOCK_SIZE,
+            window: None,
+            state: Some(StateKv {
+                layers: 0b10,
+                floats: 24,
+                n_slots,
+                n_snaps,
+            }),
+            records: None,
+        })
+        .unwrap()
+    }
+
+    fn forward(pool: &mut KvPool, seq: &mut SeqKv, first: usize, len: usize) {
+        pool.reserve(seq, len).unwrap();
+        pool.prepare(seq, first, len).unwrap();
+        pool.commit(seq, len);
+    }
+
+    #[test]
+    fn a_prefix_is_usable_up_to_its_last_snapshot_which_a_new_sequence_loads() {
+        let mut p = pool(2, 2);
+        let mut a = SeqKv::default();
+        forward(&mut p, &mut a, 0, 20);
+        assert_eq!(p.usable(a.blocks()), 0, "no forward ended at a block's end");
+        forward(&mut p, &mut a, 20, 32);
+        assert_eq!(p.snapshot_saves(), vec![(0, 0)], "slot 0 into snapshot 0");
+        forward(&mut p, &mut a, 32, 40);
+        assert_eq!(p.usable(&a.blocks()[..2]), 2);
+        assert_eq!(p.usable(&a.blocks()[..1]), 0, "block 0 has none");
+        let mut b = SeqKv::default();
+        p.share(&a.blocks()[..2], &mut b);
+        assert_eq!((b.len(), b.state_slot()), (32, Some(1)));
+        assert_eq!(p.snapshot_loads(), vec![(0, 1)]);
+        assert_eq!(p.usable(&a.blocks()[..2]), 0, "no slot left to load into");
+        p.release(&mut b);
+        forward(&mut p, &mut a, 40, 48);
+        forward(&mut p, &mut a, 48, 64);
+        assert_eq!(
+            p.snapshot_saves(),
+            vec![(0, 1), (0, 0)],
+            "the oldest taken back"
+        );
+        assert_eq!(p.usable(&a.blocks()[..2]), 0);
+        assert_eq!(p.usable(a.blocks()), 4);
+        assert_eq!(p.truncate(&mut a, 60), 48, "back to the checkpoint");
+        assert_eq!(p.usable(&a.blocks()[..3]), 3);
+        forward(&mut p, &mut a, 48, 64);
+        assert_eq!(
+            p.snapshot_saves(),
+            vec![(0, 0)],
+            "the freed block's snapshot"
+        );
+        assert_eq!(p.truncate(&mut a, 48), 48);
+        forward(&mut p, &mut a, 48, 50);
+        assert_eq!(p.truncate(&mut a, 49), 48);
+        assert_eq!(
+            p.usable(&a.blocks()[..3]),
+            3,
+            "a whole block keeps its snapshot"
+        );
+    }
+}
