@@ -484,6 +484,10 @@ impl Engine {
             n_batch: self.cfg.n_batch,
             budget: self.cfg.step_budget,
             predict,
+            align: match self.exec.kv().snapshots() {
+                true => BLOCK_SIZE,
+                false => 1,
+            },
         }
     }
 

@@ -62,6 +62,10 @@ pub(super) struct Limits<'a> {
     pub budget: StepBudget,
     /// Predicted seconds of a step of this shape.
     pub predict: &'a dyn Fn(&Shape) -> f64,
+    /// A prompt's rows that do not end it are cut back to end at a multiple of this many
+    /// positions where that leaves any (a block, for a pool that snapshots recurrent
+    /// states where a forward ends at a block's end; 1: no cut).
+    pub align: usize,
 }
 
 /// The oldest waiting prompt is given at least `1 / OLDEST_SHARE` of the prompt rows.
@@ -117,7 +121,13 @@ pub(super) fn plan(limits: &Limits, slots: &mut dyn Slots) -> Vec<Planned> {
     if decoding.is_empty() {
         shares = streams_starting(limits, rows_left, &waiting, shares);
     }
-    for (&(o, s), (n, &(from, _))) in prompts.iter().zip(shares.into_iter().zip(&waiting)) {
+    for (&(o, s), (n, &(from, pending))) in prompts.iter().zip(shares.into_iter().zip(&waiting)) {
+        let aligned = (from + n) / limits.align * limits.align;
+        let n = if n < pending && aligned > from {
+            aligned - from
+        } else {
+            n
+        };
         if n > 0 {
             take(slots, o, Planned { slot: s, from, n });
         }
@@ -354,11 +364,31 @@ mod tests {
             n_batch,
             budget,
             predict: &linear,
+            align: 1,
         }
     }
 
     fn rows(p: &[Planned]) -> Vec<(usize, usize)> {
         p.iter().map(|p| (p.slot, p.n)).collect()
+    }
+
+    #[test]
+    fn a_prompt_cut_short_of_its_end_ends_at_a_block_when_aligned() {
+        let aligned = Limits {
+            align: 16,
+            ..limits(64, StepBudget::AUTO)
+        };
+        let p = plan(&aligned, &mut fake(&[(0, 2000, 0, 5)], 100_000));
+        assert_eq!((p[0].from, p[0].n), (5, 59), "ends at 64");
+        let p = plan(
+            &limits(64, StepBudget::AUTO),
+            &mut fake(&[(0, 2000, 0, 5)], 100_000),
+        );
+        assert_eq!(p[0].n, 64);
+        let p = plan(&aligned, &mut fake(&[(0, 30, 0, 5)], 100_000));
+        assert_eq!(p[0].n, 30, "a prompt's last rows end where it does");
+        let p = plan(&aligned, &mut fake(&[(0, 2000, 0, 60)], 100_000));
+        assert_eq!(p[0].n, 52, "60 + 64 cut back to 112");
     }
 
     #[test]
