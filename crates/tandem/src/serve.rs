@@ -69,8 +69,8 @@ pub struct ServeArgs {
     #[arg(long = "chat-template-file")]
     pub chat_template_file: Option<PathBuf>,
     /// How the model writes tool calls: hermes (Qwen's `<tool_call>`), llama3, mistral, dsml
-    /// (DeepSeek-V4's `<｜DSML｜tool_calls>`) or generic (a JSON answer taught by the system
-    /// prompt); default: read from the template.
+    /// (DeepSeek-V4's `<｜DSML｜tool_calls>`), qwen3-coder (Qwen 3.5's `<function=...>`) or
+    /// generic (a JSON answer taught by the system prompt); default: read from the template.
     #[arg(long = "tool-format")]
     pub tool_format: Option<server::tools::ToolFormat>,
     /// on, off or auto: whether answers split out `<think>` reasoning, and the template's

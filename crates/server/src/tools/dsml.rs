@@ -89,12 +89,12 @@ pub(crate) enum Next {
 }
 
 /// Why a scan stopped short.
-enum Stop {
+pub(crate) enum Stop {
     Wait,
     Broken,
 }
 
-type Scan<T> = Result<T, Stop>;
+pub(crate) type Scan<T> = Result<T, Stop>;
 
 /// The next call or the block's end at the start of `s` (see [`Next`]). Whitespace is
 /// allowed between tags; a parameter's value is everything up to its closing tag.
@@ -174,7 +174,7 @@ fn attribute(s: &str, at: usize) -> Scan<(&str, usize)> {
 }
 
 /// `lit` at `at`: the byte after it.
-fn tag(s: &str, at: usize, lit: &str) -> Scan<usize> {
+pub(crate) fn tag(s: &str, at: usize, lit: &str) -> Scan<usize> {
     let rest = &s[at..];
     if rest.starts_with(lit) {
         Ok(at + lit.len())
@@ -185,7 +185,7 @@ fn tag(s: &str, at: usize, lit: &str) -> Scan<usize> {
     }
 }
 
-fn skip_ws(s: &str, at: usize) -> usize {
+pub(crate) fn skip_ws(s: &str, at: usize) -> usize {
     s.len() - s[at..].trim_start().len()
 }
 

@@ -6,7 +6,7 @@ use std::str::FromStr;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::dsml;
+use super::{dsml, qwen_xml};
 
 /// The text a model's tool calls take.
 ///
@@ -23,6 +23,9 @@ use super::dsml;
 ///          <｜DSML｜parameter name="x" string="false">1</｜DSML｜parameter>
 ///          </｜DSML｜invoke>
 ///          </｜DSML｜tool_calls>
+/// QwenXml  <tool_call>\n<function=f>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_call>
+///                                                                             (one block per call,
+///                                                                             see [`super::qwen_xml`])
 /// ```
 ///
 /// Generic is llama.cpp's format for templates with no tool syntax of their own: the system
@@ -39,18 +42,26 @@ pub enum ToolFormat {
     Generic,
     /// DeepSeek-V4's DSML markup.
     Dsml,
+    /// Qwen3-Coder's XML, taught by the Qwen 3.5 templates.
+    QwenXml,
 }
 
 impl ToolFormat {
     /// The format a chat template's source implies: DSML when it builds DeepSeek-V4's
     /// `<｜DSML｜tool_calls>` (its `dsml_token`; V3.2's `function_calls` blocks are not this
-    /// format), Hermes when it mentions `<tool_call>`, Mistral for `[TOOL_CALLS]`, Llama 3.x
+    /// format), Qwen3-Coder's XML when it writes `<function=` and `<parameter=` inside
+    /// `<tool_call>`, Hermes when it mentions `<tool_call>` otherwise, Mistral for `[TOOL_CALLS]`, Llama 3.x
     /// for `<|python_tag|>` or the `ipython` role, Generic otherwise (templates that do not
     /// render tools, or in a syntax not known here).
     pub fn detect(template_source: &str) -> Self {
         let dsml = ["dsml_token", "DSML", "tool_calls>"];
         if dsml.iter().all(|s| template_source.contains(s)) {
             ToolFormat::Dsml
+        } else if [qwen_xml::OPEN, qwen_xml::FUNCTION, qwen_xml::PARAM]
+            .iter()
+            .all(|s| template_source.contains(s))
+        {
+            ToolFormat::QwenXml
         } else if template_source.contains("<tool_call>") {
             ToolFormat::Hermes
         } else if template_source.contains("[TOOL_CALLS]") {
@@ -71,6 +82,7 @@ impl ToolFormat {
             ToolFormat::Mistral => "mistral",
             ToolFormat::Generic => "generic",
             ToolFormat::Dsml => "dsml",
+            ToolFormat::QwenXml => "qwen3-coder",
         }
     }
 
@@ -82,6 +94,7 @@ impl ToolFormat {
             ToolFormat::Mistral => Some(MISTRAL_OPEN),
             ToolFormat::Generic => None,
             ToolFormat::Dsml => Some(dsml::OPEN),
+            ToolFormat::QwenXml => Some(qwen_xml::OPEN),
         }
     }
 
@@ -123,6 +136,7 @@ impl ToolFormat {
             }
             ToolFormat::Generic => py_json(&json!({"tool_calls": objects.collect::<Vec<_>>()})),
             ToolFormat::Dsml => dsml::write(calls),
+            ToolFormat::QwenXml => qwen_xml::write(calls),
         }
     }
 }
@@ -143,8 +157,8 @@ impl fmt::Display for ToolFormat {
 impl FromStr for ToolFormat {
     type Err = String;
 
-    /// `hermes` (also `qwen`), `llama3`, `mistral`, `generic` or `dsml` (also `deepseek`),
-    /// in any case.
+    /// `hermes` (also `qwen`), `llama3`, `mistral`, `generic`, `dsml` (also `deepseek`) or
+    /// `qwen3-coder` (also `xml`), in any case.
     fn from_str(s: &str) -> Result<Self, String> {
         match s.to_ascii_lowercase().as_str() {
             "hermes" | "qwen" => Ok(ToolFormat::Hermes),
@@ -152,8 +166,9 @@ impl FromStr for ToolFormat {
             "mistral" => Ok(ToolFormat::Mistral),
             "generic" => Ok(ToolFormat::Generic),
             "dsml" | "deepseek" => Ok(ToolFormat::Dsml),
+            "qwen3-coder" | "xml" => Ok(ToolFormat::QwenXml),
             _ => Err(format!(
-                "unknown tool format '{s}' (expected hermes, llama3, mistral, generic or dsml)"
+                "unknown tool format '{s}' (expected hermes, llama3, mistral, generic, dsml or qwen3-coder)"
             )),
         }
     }

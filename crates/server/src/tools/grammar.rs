@@ -33,8 +33,8 @@ use std::fmt::Write;
 use serde_json::{json, Map, Value};
 use text::{TokenKind, Tokenizer};
 
-use super::dsml;
 use super::format::{ToolFormat, HERMES_CLOSE, HERMES_OPEN, MISTRAL_OPEN};
+use super::{dsml, qwen_xml};
 use super::{Tool, ToolChoice, ToolSpec};
 
 /// Whitespace a call's JSON may hold at each place JSON allows it: enough for indented JSON,
@@ -120,6 +120,24 @@ pub fn lark(format: ToolFormat, spec: &ToolSpec, tok: &Tokenizer) -> Option<Stri
                 lit(dsml::PARAM_CLOSE)
             );
         }
+        ToolFormat::QwenXml => {
+            let (open, close) = (lit(qwen_xml::OPEN), lit(qwen_xml::CLOSE));
+            if forced {
+                let repeat = if many { " (\"\\n\" block)*" } else { "" };
+                let _ = writeln!(g, "start: block{repeat}");
+                let _ = writeln!(g, "block: {open} \"\\n\" body \"\\n\" {close}");
+            } else {
+                let rest = if many { " block* TEXT" } else { "" };
+                let head = lazy_head(tok, qwen_xml::OPEN);
+                let _ = writeln!(g, "start: TEXT | head \"\\n\" body \"\\n\" {close}{rest}");
+                let _ = writeln!(g, "block: head \"\\n\" body \"\\n\" {close}\n{head}");
+            }
+            let _ = writeln!(
+                g,
+                "TEXT: /(?s:.*)/\nparam_xml[lazy]: TEXT {}\nXML_NAME: /[^<>\\n]+/",
+                lit(qwen_xml::PARAM_CLOSE)
+            );
+        }
         ToolFormat::Llama3 if forced => g.push_str("start: body\n"),
         ToolFormat::Llama3 => return None,
         ToolFormat::Generic => {
@@ -144,6 +162,8 @@ pub fn lark(format: ToolFormat, spec: &ToolSpec, tok: &Tokenizer) -> Option<Stri
     for (name, tool) in names.iter().zip(&tools) {
         if format == ToolFormat::Dsml {
             g.push_str(&dsml_invoke(name, tool, &lit));
+        } else if format == ToolFormat::QwenXml {
+            g.push_str(&xml_call(name, tool, &lit));
         } else {
             let schema = call_schema(format, tool);
             let _ = writeln!(g, "{name}: %json {schema}");
@@ -218,11 +238,7 @@ fn dsml_invoke(rule: &str, tool: &Tool, lit: &dyn Fn(&str) -> String) -> String 
             optional.push(format!("{rule}_any"));
         }
         Some(props) => {
-            let needed: Vec<&str> = params
-                .get("required")
-                .and_then(Value::as_array)
-                .map(|r| r.iter().filter_map(Value::as_str).collect())
-                .unwrap_or_default();
+            let needed = required_keys(params);
             for (i, (key, schema)) in props.iter().enumerate() {
                 let p = format!("{rule}_p{i}");
                 g.push_str(&dsml_param(&p, key, schema, params, lit));
@@ -233,17 +249,91 @@ fn dsml_invoke(rule: &str, tool: &Tool, lit: &dyn Fn(&str) -> String) -> String 
             }
         }
     }
-    let any = format!("({})", optional.join(" | "));
-    let args = match (required.is_empty(), optional.is_empty()) {
-        (true, true) => "\"\\n\"".to_string(),
-        (true, false) => format!("\"\\n\" | {any}+"),
-        (false, true) => required.join(" "),
-        (false, false) => format!("{} {any}*", required.join(" ")),
-    };
+    let args = args_rule(&required, &optional, "\"\\n\"");
     let open = lit(&format!("{}{}\">\n", dsml::INVOKE, tool.name));
     let close = lit(&format!("{}\n", dsml::INVOKE_CLOSE));
     let _ = writeln!(g, "{rule}: {open} {rule}_args {close}\n{rule}_args: {args}");
     g
+}
+
+/// The keys a tool's parameters' schema `params` requires.
+fn required_keys(params: &Value) -> Vec<&str> {
+    params
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// A call's parameters: the `required` rules in order, then the `optional` ones in any
+/// order; `empty` where there are none.
+fn args_rule(required: &[String], optional: &[String], empty: &str) -> String {
+    let any = format!("({})", optional.join(" | "));
+    match (required.is_empty(), optional.is_empty()) {
+        (true, true) => empty.to_string(),
+        (true, false) => format!("{empty} | {any}+"),
+        (false, true) => required.join(" "),
+        (false, false) => format!("{} {any}*", required.join(" ")),
+    }
+}
+
+/// The rules of one Qwen3-Coder call of `tool`, named `rule`: as [`dsml_invoke`]'s, each
+/// value text up to its closing tag where the schema allows a string (or one of a string
+/// `enum`), else JSON of the property's schema; a call without parameters has none.
+fn xml_call(rule: &str, tool: &Tool, lit: &dyn Fn(&str) -> String) -> String {
+    let params = &tool.parameters;
+    let mut g = String::new();
+    let (mut required, mut optional) = (Vec::new(), Vec::new());
+    let close = lit(&format!("{}\n", qwen_xml::PARAM_CLOSE));
+    match params.get("properties").and_then(Value::as_object) {
+        None => {
+            let open = lit(qwen_xml::PARAM);
+            let _ = writeln!(g, "{rule}_any: {open} XML_NAME \">\\n\" param_xml \"\\n\"");
+            optional.push(format!("{rule}_any"));
+        }
+        Some(props) => {
+            let needed = required_keys(params);
+            for (i, (key, schema)) in props.iter().enumerate() {
+                let p = format!("{rule}_p{i}");
+                let open = lit(&format!("{}{key}>\n", qwen_xml::PARAM));
+                let value = match (value_kinds(schema, params, 0).0, string_choices(schema)) {
+                    (true, Some(choices)) if !choices.is_empty() => {
+                        let alts: Vec<String> = choices.iter().map(|c| lit(c)).collect();
+                        format!("({}) {close}", alts.join(" | "))
+                    }
+                    (true, _) => "param_xml \"\\n\"".to_string(),
+                    (false, _) => {
+                        let _ = writeln!(g, "{p}_json: %json {}", param_schema(params, schema));
+                        format!("{p}_json {close}")
+                    }
+                };
+                let _ = writeln!(g, "{p}: {open} {value}");
+                match needed.contains(&key.as_str()) {
+                    true => required.push(p),
+                    false => optional.push(p),
+                }
+            }
+        }
+    }
+    let open = lit(&format!("{}{}>\n", qwen_xml::FUNCTION, tool.name));
+    let end = lit(qwen_xml::FUNCTION_CLOSE);
+    match required.is_empty() && optional.is_empty() {
+        true => {
+            let _ = writeln!(g, "{rule}: {open} {end}");
+        }
+        false => {
+            let args = args_rule(&required, &optional, "");
+            let _ = writeln!(g, "{rule}: {open} {rule}_args {end}\n{rule}_args: {args}");
+        }
+    }
+    g
+}
+
+/// Whether parameter `key` of a tool whose parameters' schema is `params` is text: the
+/// schema allows a string and nothing else.
+pub(crate) fn is_text(params: &Value, key: &str) -> bool {
+    let schema = params.get("properties").and_then(|p| p.get(key));
+    schema.is_some_and(|s| value_kinds(s, params, 0) == (true, false))
 }
 
 /// The rule `rule`: parameter `key`, of schema `schema`, of a tool whose parameters' schema

@@ -103,12 +103,13 @@ fn refused(format: ToolFormat, spec: &ToolSpec, text: &str) {
     );
 }
 
-const FORMATS: [ToolFormat; 5] = [
+const FORMATS: [ToolFormat; 6] = [
     ToolFormat::Hermes,
     ToolFormat::Llama3,
     ToolFormat::Mistral,
     ToolFormat::Generic,
     ToolFormat::Dsml,
+    ToolFormat::QwenXml,
 ];
 
 #[test]
@@ -187,7 +188,13 @@ fn required_refuses_bad_calls() {
 fn auto_is_lazy_until_the_marker() {
     let s = spec(ToolChoice::Auto, true);
     let paris = json!({"city": "Paris"});
-    for format in [ToolFormat::Hermes, ToolFormat::Mistral, ToolFormat::Dsml] {
+    let marked = [
+        ToolFormat::Hermes,
+        ToolFormat::Mistral,
+        ToolFormat::Dsml,
+        ToolFormat::QwenXml,
+    ];
+    for format in marked {
         accepted(format, &s, "It is probably sunny, but I cannot know.");
         let call = format.write_calls(&[("get_weather", &paris)]);
         accepted(format, &s, &format!("Let me check.\n{call}"));
@@ -322,6 +329,44 @@ fn dsml_parameters_follow_the_schema() {
             ),
         ),
     );
+}
+
+/// Qwen3-Coder's values as each tool's schema declares them: text where it allows a string
+/// (one of its `enum`), JSON where it allows anything else; required ones first.
+#[test]
+fn qwen_xml_parameters_follow_the_schema() {
+    let mut tools = tools();
+    tools[0].parameters = json!({
+        "type": "object",
+        "properties": {
+            "city": {"type": "string"},
+            "days": {"type": "integer"},
+            "unit": {"enum": ["C", "F"]},
+        },
+        "required": ["city", "days"],
+    });
+    let s = ToolSpec {
+        tools,
+        choice: ToolChoice::Required,
+        parallel: false,
+    };
+    let xml = ToolFormat::QwenXml;
+    let p = |k: &str, v: &str| format!("<parameter={k}>\n{v}\n</parameter>\n");
+    let call = |params: &str| {
+        format!("<tool_call>\n<function=get_weather>\n{params}</function>\n</tool_call>")
+    };
+    let (city, days) = (p("city", "São Paulo, <b>\nline two"), p("days", "3"));
+    accepted(xml, &s, &call(&format!("{city}{days}")));
+    accepted(xml, &s, &call(&format!("{city}{days}{}", p("unit", "F"))));
+    for params in [
+        format!("{days}{city}"),
+        city.clone(),
+        format!("{city}{}", p("days", "three")),
+        format!("{city}{days}{}", p("unit", "K")),
+        format!("{city}{days}{}", p("wind", "yes")),
+    ] {
+        refused(xml, &s, &call(&params));
+    }
 }
 
 #[test]

@@ -16,8 +16,9 @@
 //!                                                      Piece::Call (tool_calls[i])
 //! ```
 //!
-//! The format is the one the template's source shows (Qwen's `<tool_call>`, Llama 3.x's
-//! JSON, Mistral's `[TOOL_CALLS]`, DeepSeek-V4's `<｜DSML｜tool_calls>`); a template with no
+//! The format is the one the template's source shows (Qwen's `<tool_call>`, Qwen 3.5's
+//! `<function=...>` inside it, Llama 3.x's JSON, Mistral's `[TOOL_CALLS]`, DeepSeek-V4's
+//! `<｜DSML｜tool_calls>`); a template with no
 //! known tool syntax gets [`ToolFormat::Generic`], which the system prompt teaches. A marker
 //! that is a control token in the vocabulary (`[TOOL_CALLS]`, `<|python_tag|>`, perhaps
 //! `｜DSML｜`) must be rendered into the text the parser reads.
@@ -28,6 +29,7 @@ mod grammar;
 mod history;
 mod parse;
 mod prompt;
+mod qwen_xml;
 mod request;
 #[cfg(test)]
 mod testing;

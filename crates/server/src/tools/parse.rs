@@ -42,6 +42,7 @@ use serde_json::Value;
 
 use super::dsml;
 use super::format::{ToolFormat, HERMES_CLOSE, MISTRAL_ARGS, MISTRAL_CALL_ID};
+use super::qwen_xml;
 use super::Tool;
 
 /// One tool call of an answer.
@@ -147,6 +148,8 @@ pub struct CallParser {
     format: ToolFormat,
     /// Bare JSON (Llama 3.x without its tag) is a call only when it names one of these.
     names: Vec<String>,
+    /// Each tool's parameters' schema, by which Qwen3-Coder's values are read.
+    schemas: Vec<Value>,
     id_seed: u64,
     state: State,
     /// Undecided text: a partial marker, or the body of a possible call.
@@ -171,6 +174,7 @@ impl CallParser {
         CallParser {
             format,
             names: tools.iter().map(|t| t.name.clone()).collect(),
+            schemas: tools.iter().map(|t| t.parameters.clone()).collect(),
             id_seed,
             state: State::Text,
             held: String::new(),
@@ -220,6 +224,7 @@ impl CallParser {
                     ToolFormat::Mistral => self.mistral_body(out, at_end),
                     ToolFormat::Llama3 | ToolFormat::Generic => self.json_sequence(out, at_end),
                     ToolFormat::Dsml => self.dsml_body(out, at_end),
+                    ToolFormat::QwenXml => self.xml_body(out, at_end),
                 },
                 State::Bare => match self.format {
                     ToolFormat::Generic => self.generic_body(out, at_end),
@@ -451,6 +456,47 @@ impl CallParser {
                 Step::Go
             }
             _ => self.end_sequence(out),
+        }
+    }
+
+    /// Qwen3-Coder: `<tool_call>` then one function ([`qwen_xml::next`]). At the end of the
+    /// answer a missing `</tool_call>` is forgiven; a block that does not parse is text,
+    /// marker and all.
+    fn xml_body(&mut self, out: &mut Vec<Piece>, at_end: bool) -> Step {
+        let is_text = |tool: &str, key: &str| {
+            let at = self.names.iter().position(|n| n == tool);
+            at.is_some_and(|i| super::grammar::is_text(&self.schemas[i], key))
+        };
+        let closed = format!("{}\n{}", self.held.trim_end(), qwen_xml::CLOSE);
+        let next = match qwen_xml::next(&self.held, &is_text) {
+            dsml::Next::Wait if at_end => match qwen_xml::next(&closed, &is_text) {
+                dsml::Next::Call {
+                    name, arguments, ..
+                } => {
+                    self.held.clear();
+                    dsml::Next::Call {
+                        name,
+                        arguments,
+                        len: 0,
+                    }
+                }
+                _ => dsml::Next::Broken,
+            },
+            next => next,
+        };
+        match next {
+            dsml::Next::Call {
+                name,
+                arguments,
+                len,
+            } => {
+                self.held.drain(..len);
+                self.state = State::Text;
+                self.call(out, name, arguments);
+                Step::Go
+            }
+            dsml::Next::Wait => Step::Wait,
+            _ => self.give_up_marker(out),
         }
     }
 

@@ -140,6 +140,12 @@ pub fn fallback_system_prompt(format: ToolFormat, spec: &ToolSpec) -> String {
              Write string values as they are, with string=\"true\"; write numbers, booleans, \
              arrays and objects as JSON, with string=\"false\"."
         }
+        ToolFormat::QwenXml => {
+            "To call a function, write one block per call:\n<tool_call>\n\
+             <function=<function-name>>\n<parameter=<parameter-name>>\n<value>\n</parameter>\n\
+             ...\n</function>\n</tool_call>\n\
+             Write string values as they are; write numbers, booleans, arrays and objects as JSON."
+        }
     });
     let rule = match (&spec.choice, spec.parallel) {
         (ToolChoice::Named(name), _) => format!("You must call the function {name}, once."),
