@@ -53,32 +53,7 @@ fn models(dir: &Path) -> Vec<PathBuf> {
         n_v_heads: 4,
     };
     let dsv4 = dir.join("deepseek4.gguf");
-    model::synthetic::deepseek4::Dsv4Shape {
-        n_embd: 64,
-        n_layer: 4,
-        n_head: 4,
-        head_dim: 32,
-        n_rot: 8,
-        q_lora_rank: 32,
-        o_groups: 2,
-        o_lora_rank: 16,
-        window: 8,
-        compress_ratios: vec![4, 128, 4, 0],
-        indexer_heads: 16,
-        indexer_head_dim: 64,
-        indexer_top_k: 4,
-        hash_layers: 1,
-        experts: model::synthetic::ExpertShape {
-            n_expert: 8,
-            n_expert_used: 2,
-            n_ff_exp: 32,
-        },
-        ty: GgmlType::Q8_0,
-        seed: 5,
-        ..Default::default()
-    }
-    .write(&model::synthetic::Vocab::copied(&tokenizer).unwrap(), &dsv4)
-    .unwrap();
+    common::write_deepseek4(&dsv4, 8, 16, 4);
     vec![write("toyconv", None), write("qwen35", Some(delta)), dsv4]
 }
 

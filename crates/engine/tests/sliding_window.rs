@@ -269,41 +269,15 @@ fn every_block_windowed_keeps_only_the_window() {
     assert!(got == want, "the same bits");
 }
 
-/// A deepseek4 of 4 blocks (a 40-key window; ratios 4, 128, 4 and 0) with SmolLM2's
-/// vocabulary.
-fn deepseek4(dir: &std::path::Path) -> Arc<Model> {
-    let (_, file, name) = MODELS[0];
-    let tokenizer = gguf::GgufFile::open(model_path(file, name)).unwrap();
-    let path = dir.join("deepseek4.gguf");
-    model::synthetic::deepseek4::Dsv4Shape {
-        n_embd: 64,
-        n_layer: 4,
-        n_head: 4,
-        head_dim: 32,
-        n_rot: 8,
-        q_lora_rank: 32,
-        o_groups: 2,
-        o_lora_rank: 16,
-        window: 40,
-        compress_ratios: vec![4, 128, 4, 0],
-        indexer_heads: 4,
-        indexer_head_dim: 64,
-        indexer_top_k: 8,
-        ty: gguf::GgmlType::Q8_0,
-        seed: 3,
-        ..Default::default()
-    }
-    .write(&model::synthetic::Vocab::copied(&tokenizer).unwrap(), &path)
-    .unwrap();
-    Arc::new(Model::load(&path).unwrap())
-}
-
-/// Forwards of 100 rows and a prompt of 2040, so that blocks of 128 positions are
-/// compressed from rows of earlier forwards, and by the drafts after the prompt.
+/// A deepseek4 with a 40-key window ([`common::write_deepseek4`]), forwards of 100 rows and
+/// a prompt of 2040, so that blocks of 128 positions are compressed from rows of earlier
+/// forwards, and by the drafts after the prompt.
 #[test]
 fn deepseek4_keeps_a_window_of_records_and_compressed_rows_of_every_position() {
     let dir = tempfile::tempdir().unwrap();
-    let model = deepseek4(dir.path());
+    let path = dir.path().join("deepseek4.gguf");
+    common::write_deepseek4(&path, 40, 4, 8);
+    let model = Arc::new(Model::load(&path).unwrap());
     let prompt = tokens(2040, 11);
     let config = |swa_full| ContextConfig {
         n_ubatch: 100,

@@ -109,34 +109,8 @@ impl Snapshots {
 
 #[cfg(test)]
 mod tests {
-    use gguf::GgmlType;
-
-    use crate::{KvConfig, KvPool, SeqKv, StateKv, BLOCK_SIZE};
-
-    fn pool(n_slots: usize, n_snaps: usize) -> KvPool {
-        KvPool::new(KvConfig {
-            n_layer: 2,
-            n_head_kv: 1,
-            head_dim: 32,
-            ty: GgmlType::F16,
-            n_positions: 16 * BLOCK_SIZE,
-            window: None,
-            state: Some(StateKv {
-                layers: 0b10,
-                floats: 24,
-                n_slots,
-                n_snaps,
-            }),
-            records: None,
-        })
-        .unwrap()
-    }
-
-    fn forward(pool: &mut KvPool, seq: &mut SeqKv, first: usize, len: usize) {
-        pool.reserve(seq, len).unwrap();
-        pool.prepare(seq, first, len).unwrap();
-        pool.commit(seq, len);
-    }
+    use crate::state::tests::{forward, pool};
+    use crate::SeqKv;
 
     #[test]
     fn a_prefix_is_usable_up_to_its_last_snapshot_which_a_new_sequence_loads() {

@@ -55,13 +55,14 @@ impl StateKv {
 pub const NO_SLOT: u32 = u32::MAX;
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use gguf::GgmlType;
 
     use super::*;
     use crate::{Error, KvConfig, KvPool, SeqKv};
 
-    fn pool(n_slots: usize) -> KvPool {
+    /// Layer 1 of 2 keeps a state of 24 floats; 16 blocks.
+    pub(crate) fn pool(n_slots: usize, n_snaps: usize) -> KvPool {
         KvPool::new(KvConfig {
             n_layer: 2,
             n_head_kv: 1,
@@ -73,7 +74,7 @@ mod tests {
                 layers: 0b10,
                 floats: 24,
                 n_slots,
-                n_snaps: 0,
+                n_snaps,
             }),
             records: None,
         })
@@ -81,7 +82,7 @@ mod tests {
     }
 
     /// A forward of rows `first..len` of `seq`.
-    fn forward(pool: &mut KvPool, seq: &mut SeqKv, first: usize, len: usize) {
+    pub(crate) fn forward(pool: &mut KvPool, seq: &mut SeqKv, first: usize, len: usize) {
         pool.reserve(seq, len).unwrap();
         pool.prepare(seq, first, len).unwrap();
         pool.commit(seq, len);
@@ -89,7 +90,7 @@ mod tests {
 
     #[test]
     fn a_truncation_keeps_the_checkpoint_or_nothing() {
-        let mut p = pool(2);
+        let mut p = pool(2, 0);
         let mut a = SeqKv::default();
         forward(&mut p, &mut a, 0, 40);
         forward(&mut p, &mut a, 40, 45);
@@ -104,7 +105,7 @@ mod tests {
 
     #[test]
     fn a_first_forward_cut_back_keeps_nothing() {
-        let mut p = pool(1);
+        let mut p = pool(1, 0);
         let mut a = SeqKv::default();
         forward(&mut p, &mut a, 0, 5);
         assert_eq!(p.truncate(&mut a, 3), 0);
@@ -113,7 +114,7 @@ mod tests {
 
     #[test]
     fn slots_are_held_until_release_and_no_prefix_is_usable() {
-        let mut p = pool(1);
+        let mut p = pool(1, 0);
         let (mut a, mut b) = (SeqKv::default(), SeqKv::default());
         forward(&mut p, &mut a, 0, 32);
         let free = p.free_blocks();
@@ -133,7 +134,7 @@ mod tests {
 
     #[test]
     fn state_layers_hold_no_blocks_and_count_their_bytes() {
-        let cfg = pool(3).config().clone();
+        let cfg = pool(3, 0).config().clone();
         assert!(cfg.store_is_full(0, false) && cfg.is_state(1) && !cfg.store_is_full(1, true));
         assert_eq!(cfg.store_blocks(1, false), 0);
         let paged = 2 * cfg.n_blocks() as u64 * cfg.block_bytes() as u64;

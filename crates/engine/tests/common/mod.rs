@@ -109,3 +109,37 @@ pub fn greedy_alone(exec: &mut engine::Executor, prompt: &[u32], n: usize) -> Ve
     }
     out
 }
+
+/// A deepseek4 of 4 blocks of 64 (heads of 32, blocks compressed at ratios 4, 128, 4 and not
+/// at all, 4 streams, block 0 routed by token) with SmolLM2's vocabulary, at `path`: a
+/// `window`-key window, the indexer's `indexer_heads` heads picking `top_k` blocks.
+pub fn write_deepseek4(path: &std::path::Path, window: usize, indexer_heads: usize, top_k: usize) {
+    let (_, file, name) = MODELS[0];
+    let tokenizer = gguf::GgufFile::open(model_path(file, name)).unwrap();
+    model::synthetic::deepseek4::Dsv4Shape {
+        n_embd: 64,
+        n_layer: 4,
+        n_head: 4,
+        head_dim: 32,
+        n_rot: 8,
+        q_lora_rank: 32,
+        o_groups: 2,
+        o_lora_rank: 16,
+        window,
+        compress_ratios: vec![4, 128, 4, 0],
+        indexer_heads,
+        indexer_head_dim: 64,
+        indexer_top_k: top_k,
+        hash_layers: 1,
+        experts: model::synthetic::ExpertShape {
+            n_expert: 8,
+            n_expert_used: 2,
+            n_ff_exp: 32,
+        },
+        ty: gguf::GgmlType::Q8_0,
+        seed: 5,
+        ..Default::default()
+    }
+    .write(&model::synthetic::Vocab::copied(&tokenizer).unwrap(), path)
+    .unwrap();
+}

@@ -128,20 +128,11 @@ fn invoke(s: &str, at: usize) -> Scan<(String, Map<String, Value>, usize)> {
     let mut at = tag(s, quote, "\">")?;
     let mut params = Map::new();
     loop {
-        at = skip_ws(s, at);
-        let rest = &s[at..];
-        if rest.starts_with(INVOKE_CLOSE) {
-            return Ok((name.to_string(), params, at + INVOKE_CLOSE.len()));
-        }
-        if !rest.starts_with(PARAM) {
-            return Err(
-                match INVOKE_CLOSE.starts_with(rest) || PARAM.starts_with(rest) {
-                    true => Stop::Wait,
-                    false => Stop::Broken,
-                },
-            );
-        }
-        let (key, quote) = attribute(s, at + PARAM.len())?;
+        let at_param = match part(s, at, INVOKE_CLOSE, PARAM)? {
+            Part::Close(end) => return Ok((name.to_string(), params, end)),
+            Part::Param(after) => after,
+        };
+        let (key, quote) = attribute(s, at_param)?;
         let (as_text, from) = match (tag(s, quote, AS_TEXT), tag(s, quote, AS_JSON)) {
             (Ok(from), _) => (true, from),
             (_, Ok(from)) => (false, from),
@@ -156,6 +147,30 @@ fn invoke(s: &str, at: usize) -> Scan<(String, Map<String, Value>, usize)> {
         };
         params.insert(key.to_string(), value);
         at = end + PARAM_CLOSE.len();
+    }
+}
+
+/// What a call holds at `at`, after whitespace: its closing tag or a parameter's opening.
+pub(crate) enum Part {
+    /// The byte after the closing tag.
+    Close(usize),
+    /// The byte after the parameter's opening.
+    Param(usize),
+}
+
+/// The call's closing tag `close` or a parameter's opening `param` at `at`, after
+/// whitespace.
+pub(crate) fn part(s: &str, at: usize, close: &str, param: &str) -> Scan<Part> {
+    let at = skip_ws(s, at);
+    let rest = &s[at..];
+    if rest.starts_with(close) {
+        Ok(Part::Close(at + close.len()))
+    } else if rest.starts_with(param) {
+        Ok(Part::Param(at + param.len()))
+    } else if close.starts_with(rest) || param.starts_with(rest) {
+        Err(Stop::Wait)
+    } else {
+        Err(Stop::Broken)
     }
 }
 

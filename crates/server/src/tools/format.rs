@@ -220,6 +220,10 @@ mod tests {
     fn detects_by_template_text() {
         let cases = [
             ("{{- '<tool_call>\\n' }}", ToolFormat::Hermes),
+            (
+                "{{- '<tool_call>\\n<function=' + name + '>\\n' }}{{- '<parameter=' + k + '>\\n' }}",
+                ToolFormat::QwenXml,
+            ),
             ("{{- '[TOOL_CALLS][' }}", ToolFormat::Mistral),
             ("{{- '<|python_tag|>' + x }}", ToolFormat::Llama3),
             ("{{- 'Environment: ipython\\n' }}", ToolFormat::Llama3),
@@ -249,12 +253,13 @@ mod tests {
             ToolFormat::Mistral,
             ToolFormat::Generic,
             ToolFormat::Dsml,
+            ToolFormat::QwenXml,
         ] {
             assert_eq!(f.to_string().parse::<ToolFormat>(), Ok(f));
         }
         assert_eq!("Qwen".parse::<ToolFormat>(), Ok(ToolFormat::Hermes));
         assert_eq!("DeepSeek".parse::<ToolFormat>(), Ok(ToolFormat::Dsml));
-        assert!("xml".parse::<ToolFormat>().is_err());
+        assert!("json".parse::<ToolFormat>().is_err());
     }
 
     #[test]

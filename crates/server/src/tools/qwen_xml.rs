@@ -22,7 +22,7 @@
 
 use serde_json::{Map, Value};
 
-use super::dsml::{skip_ws, tag, Next, Scan, Stop};
+use super::dsml::{part, skip_ws, tag, Next, Part, Scan, Stop};
 use super::format::py_json;
 
 pub(crate) const OPEN: &str = "<tool_call>";
@@ -78,25 +78,17 @@ pub(crate) fn next(s: &str, is_text: IsText<'_>) -> Next {
 
 fn call(s: &str, is_text: IsText<'_>) -> Scan<(String, Map<String, Value>, usize)> {
     let at = tag(s, skip_ws(s, 0), FUNCTION)?;
-    let (func, at) = name(s, at)?;
+    let (func, mut at) = name(s, at)?;
     let mut params = Map::new();
-    let mut at = at;
     loop {
-        at = skip_ws(s, at);
-        let rest = &s[at..];
-        if rest.starts_with(FUNCTION_CLOSE) {
-            let end = tag(s, skip_ws(s, at + FUNCTION_CLOSE.len()), CLOSE)?;
-            return Ok((func.to_string(), params, end));
-        }
-        if !rest.starts_with(PARAM) {
-            return Err(
-                match FUNCTION_CLOSE.starts_with(rest) || PARAM.starts_with(rest) {
-                    true => Stop::Wait,
-                    false => Stop::Broken,
-                },
-            );
-        }
-        let (key, from) = name(s, at + PARAM.len())?;
+        let at_param = match part(s, at, FUNCTION_CLOSE, PARAM)? {
+            Part::Close(after) => {
+                let end = tag(s, skip_ws(s, after), CLOSE)?;
+                return Ok((func.to_string(), params, end));
+            }
+            Part::Param(after) => after,
+        };
+        let (key, from) = name(s, at_param)?;
         let from = match s[from..].starts_with('\n') {
             true => from + 1,
             false if s.len() == from => return Err(Stop::Wait),
