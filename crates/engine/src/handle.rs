@@ -39,6 +39,8 @@ pub struct EngineConfig {
     pub swa_full: bool,
     /// Snapshots of recurrent states per slot (`--ctx-checkpoints`).
     pub ctx_checkpoints: usize,
+    /// MiB of computed prefixes kept in host memory past the pool (`--cache-ram`; 0: none).
+    pub cache_ram_mib: usize,
 }
 
 /// How long an engine step may take while any sequence is decoding, so that a prompt

@@ -104,6 +104,7 @@ fn embeddings_are_the_prompts_own_states_alone_or_among_generations() {
         step_budget: engine::StepBudget::AUTO,
         swa_full: false,
         ctx_checkpoints: 8,
+        cache_ram_mib: 0,
     };
     let handle = engine::start(model, std::sync::Arc::new(tok), cfg, None, None).unwrap();
     let submit = |p: &Vec<u32>, e| handle.submit(request(p.clone(), e)).unwrap().1;

@@ -69,6 +69,7 @@ fn a_model_split_between_two_local_stages_answers_as_the_whole_model() {
         step_budget: engine::StepBudget::AUTO,
         swa_full: false,
         ctx_checkpoints: 8,
+        cache_ram_mib: 0,
     };
     let handle = engine::start(whole, tok.clone(), cfg, None, None).unwrap();
     let want = answers(&handle, &prompts);

@@ -76,6 +76,7 @@ fn config(n_parallel: usize, device: engine::DeviceKind) -> EngineConfig {
         step_budget: engine::StepBudget::AUTO,
         swa_full: false,
         ctx_checkpoints: 8,
+        cache_ram_mib: 0,
     }
 }
 

@@ -56,6 +56,7 @@ fn config(n_ctx: usize, n_parallel: usize) -> EngineConfig {
         step_budget: engine::StepBudget::AUTO,
         swa_full: false,
         ctx_checkpoints: 8,
+        cache_ram_mib: 0,
     }
 }
 
@@ -265,6 +266,52 @@ fn prefix_cache_reuses_a_resumed_conversation() {
     assert_eq!(warm.cache_n, full_blocks);
     let (again, _) = run_all(&handle, std::slice::from_ref(&prompt), 8).remove(0);
     assert_eq!(again, first, "reused KV gives the same tokens");
+}
+
+/// A conversation whose blocks the pool gave up to another's is read back from the host
+/// tier (`--cache-ram`) with the same tokens; without the tier it is computed again.
+#[test]
+fn the_host_tier_gives_back_a_conversation_the_pool_gave_up() {
+    let _serial = serial();
+    let (model, tok) = load();
+    let prompt = tok
+        .encode(&PROMPTS.join(" ").repeat(3), true, false)
+        .unwrap();
+    let other = tok
+        .encode(&PROMPTS.join(" - ").repeat(4), true, false)
+        .unwrap();
+    let n_ctx = (other.len() + 8).div_ceil(16) * 16 + 32;
+    assert!(
+        prompt.len() + other.len() > n_ctx,
+        "the pool holds one of them"
+    );
+    let turn = |mib: usize| {
+        let cfg = EngineConfig {
+            cache_ram_mib: mib,
+            ..config(n_ctx, 1)
+        };
+        let handle = engine::start(load().0, tok.clone(), cfg, None, None).unwrap();
+        let (first, _) = run_all(&handle, std::slice::from_ref(&prompt), 8).remove(0);
+        run_all(&handle, std::slice::from_ref(&other), 8);
+        let mut turn2 = prompt.clone();
+        turn2.extend(&first);
+        turn2.extend(tok.encode(" And then", false, false).unwrap());
+        let (second, warm) = run_all(&handle, std::slice::from_ref(&turn2), 8).remove(0);
+        (
+            second,
+            warm.cache_n,
+            (prompt.len() + first.len() - 1) / 16 * 16,
+        )
+    };
+    let (want, cold, _) = turn(0);
+    let (got, warm, full_blocks) = turn(64);
+    assert!(
+        cold <= full_blocks / 4,
+        "the pool gave most of it up: {cold} kept"
+    );
+    assert_eq!(warm, full_blocks, "read back from host memory");
+    assert_eq!(got, want);
+    drop(model);
 }
 
 #[test]

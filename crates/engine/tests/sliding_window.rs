@@ -208,6 +208,7 @@ fn a_conversation_resumed_past_the_window_reuses_its_prefix_and_keeps_its_tokens
         step_budget: engine::StepBudget::AUTO,
         swa_full: false,
         ctx_checkpoints: 8,
+        cache_ram_mib: 0,
     };
     let (_, file, name) = MODELS[3];
     let engine_model = Model::load(model_path(file, name)).unwrap();

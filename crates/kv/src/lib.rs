@@ -19,10 +19,12 @@ use std::sync::Arc;
 
 use gguf::GgmlType;
 
+pub mod host_cache;
 mod prefix;
 pub mod snapshot;
 pub mod state;
 pub mod window;
+pub use host_cache::HostCache;
 pub use prefix::{PrefixCache, SHARED};
 use snapshot::Snapshots;
 pub use state::StateKv;

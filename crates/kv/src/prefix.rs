@@ -48,7 +48,8 @@ pub struct PrefixCache {
     tick: u64,
 }
 
-fn key(parent: u64, tokens: &[u32]) -> u64 {
+/// The key of the block of `tokens` after the block keyed `parent` (or a namespace).
+pub(crate) fn key(parent: u64, tokens: &[u32]) -> u64 {
     let mut h = DefaultHasher::new();
     parent.hash(&mut h);
     tokens.hash(&mut h);

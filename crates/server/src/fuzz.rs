@@ -175,6 +175,7 @@ pub fn ready(model: std::path::PathBuf) -> Result<Ready, crate::Error> {
         step_budget: engine::StepBudget::AUTO,
         swa_full: false,
         ctx_checkpoints: 8,
+        cache_ram_mib: 0,
     };
     crate::load(&ServerConfig::new(model, engine))
 }

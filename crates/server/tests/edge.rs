@@ -25,6 +25,7 @@ fn loading_server(api_keys: &[&str]) -> axum::Router {
         step_budget: engine::StepBudget::AUTO,
         swa_full: false,
         ctx_checkpoints: 8,
+        cache_ram_mib: 0,
     };
     let config = ServerConfig {
         api_keys: api_keys.iter().map(|k| k.to_string()).collect(),

@@ -125,6 +125,7 @@ fn config(model_path: PathBuf) -> ServerConfig {
         step_budget: engine::StepBudget::AUTO,
         swa_full: false,
         ctx_checkpoints: 8,
+        cache_ram_mib: 0,
     };
     ServerConfig {
         metrics: true,

@@ -190,6 +190,7 @@ fn spec_costs(
         step_budget: engine::StepBudget::AUTO,
         swa_full: false,
         ctx_checkpoints: ctx.ctx_checkpoints,
+        cache_ram_mib: 0,
     };
     let handle = engine::start(model, tok, ecfg, Some(spec), None)?;
     let costs = handle

@@ -303,6 +303,12 @@ pub struct ServeArgs {
     /// decoding step), a factor such as `4x`, milliseconds such as `400ms`, or `off`.
     #[arg(long = "step-budget", default_value = "auto", value_parser = engine::StepBudget::parse)]
     pub step_budget: engine::StepBudget,
+    /// MiB of computed prompt prefixes kept in host memory past the KV pool, so that a
+    /// conversation the pool gave up is read back instead of computed again: 0 none, -1 no
+    /// limit (llama-server's flag; off by default here, since each finished request is then
+    /// copied out of the pool). For models whose layers all keep every position.
+    #[arg(long = "cache-ram", visible_alias = "cram", default_value = "0", value_parser = parse_cache_ram, allow_hyphen_values = true)]
+    pub cache_ram: usize,
     /// Largest request body in bytes; larger ones get 413.
     #[arg(long = "body-limit", default_value_t = 32 << 20)]
     pub body_limit: usize,
@@ -469,6 +475,7 @@ impl ServeArgs {
                 step_budget: self.step_budget,
                 swa_full: self.model.swa_full,
                 ctx_checkpoints: self.model.ctx_checkpoints,
+                cache_ram_mib: self.cache_ram,
             },
             api_keys,
             allowed_hosts,
@@ -734,4 +741,14 @@ pub fn execute(a: ServeArgs) -> Result<(), CliError> {
     }
     server::run(a.config()?)?;
     Ok(())
+}
+
+/// `--cache-ram`: MiB, or -1 for no limit.
+fn parse_cache_ram(s: &str) -> Result<usize, String> {
+    match s.trim() {
+        "-1" => Ok(usize::MAX >> 20),
+        v => v
+            .parse()
+            .map_err(|_| format!("'{s}' is not a size in MiB (or -1 for no limit)")),
+    }
 }

@@ -41,6 +41,7 @@ mod calibrate;
 mod cohorts;
 mod dormant;
 mod drafting;
+mod host_tier;
 pub mod persist;
 mod planner;
 mod recovery;
@@ -75,6 +76,8 @@ pub struct Engine {
     tok: Arc<Tokenizer>,
     cfg: EngineConfig,
     cache: PrefixCache,
+    /// The prefix cache's host-memory tier (`--cache-ram`).
+    host: Option<kv::HostCache>,
     spec: Option<Spec>,
     /// The box of a split model (then `model` is the last stage).
     front: Option<Box<dyn Front>>,
@@ -142,6 +145,7 @@ pub fn start_with(
         ));
     }
     eprintln!("device: {}", exec.device().describe());
+    let host = host_tier::host_cache(exec.kv().config(), cfg.cache_ram_mib, front.is_some());
     let spec = spec.map(|s| Spec::new(s, &cfg, pool.clone())).transpose()?;
     let mut engine = Engine {
         cost: StepCost::unmeasured(cfg.n_ubatch),
@@ -153,6 +157,7 @@ pub fn start_with(
         tok,
         cfg,
         cache: PrefixCache::new(),
+        host,
         slots: (0..cfg.n_parallel).map(|_| None).collect(),
         last: (0..cfg.n_parallel).map(|_| None).collect(),
         queue: VecDeque::new(),
@@ -459,8 +464,9 @@ impl Engine {
         if let Some(mut a) = self.slots[slot].take() {
             self.last[slot] = Some((a.seq.tokens.clone(), a.seq.cache_namespace));
             give_kv(
-                self.exec.kv_mut(),
+                &mut self.exec,
                 &mut self.cache,
+                &mut self.host,
                 &mut self.front,
                 &mut a.seq,
             );
@@ -536,6 +542,8 @@ impl Engine {
                     .take(self.exec.kv_mut(), &mut a.seq.kv, &a.seq.tokens, max, ns)
             }
         };
+        debug_assert_eq!(n, self.active(slot).seq.kv.len());
+        let n = self.read_back(slot);
         let a = self.slots[slot].as_mut().expect("slot is active");
         if !a.resumed {
             a.seq.n_cached = n;
@@ -604,8 +612,9 @@ impl Engine {
             v.seq.draft.clear();
             self.counters.requests.preemptions_total += 1;
             give_kv(
-                self.exec.kv_mut(),
+                &mut self.exec,
                 &mut self.cache,
+                &mut self.host,
                 &mut self.front,
                 &mut v.seq,
             );
@@ -657,14 +666,20 @@ impl Slots for Engine {
     }
 }
 
-/// Gives a sequence's KV up: to the prefix cache, or (split) back to the pool, the box
-/// freeing the session's too (a failing box is noticed at the next forward).
+/// Gives a sequence's KV up: to the prefix cache (and its host tier), or (split) back to
+/// the pool, the box freeing the session's too (a failing box is noticed at the next
+/// forward).
 fn give_kv(
-    kv: &mut KvPool,
+    exec: &mut Executor,
     cache: &mut PrefixCache,
+    host: &mut Option<kv::HostCache>,
     front: &mut Option<Box<dyn Front>>,
     seq: &mut Sequence,
 ) {
+    if let Some(host) = host {
+        host_tier::spill(exec, host, seq);
+    }
+    let kv = exec.kv_mut();
     match front {
         None => cache.give(kv, &mut seq.kv, &seq.tokens, seq.cache_namespace),
         Some(_) => release_kv(kv, front, seq),

@@ -140,8 +140,9 @@ impl Engine {
             ));
             self.counters.requests.requests_failed += 1;
             super::give_kv(
-                self.exec.kv_mut(),
+                &mut self.exec,
                 &mut self.cache,
+                &mut self.host,
                 &mut self.front,
                 &mut a.seq,
             );
