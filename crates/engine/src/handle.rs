@@ -41,6 +41,8 @@ pub struct EngineConfig {
     pub ctx_checkpoints: usize,
     /// MiB of computed prefixes kept in host memory past the pool (`--cache-ram`; 0: none).
     pub cache_ram_mib: usize,
+    /// Where computed prefixes are kept on disk across restarts (`--cache-dir`).
+    pub cache_dir: Option<&'static std::path::Path>,
 }
 
 /// How long an engine step may take while any sequence is decoding, so that a prompt

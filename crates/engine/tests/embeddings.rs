@@ -105,6 +105,7 @@ fn embeddings_are_the_prompts_own_states_alone_or_among_generations() {
         swa_full: false,
         ctx_checkpoints: 8,
         cache_ram_mib: 0,
+        cache_dir: None,
     };
     let handle = engine::start(model, std::sync::Arc::new(tok), cfg, None, None).unwrap();
     let submit = |p: &Vec<u32>, e| handle.submit(request(p.clone(), e)).unwrap().1;

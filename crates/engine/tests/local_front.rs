@@ -70,6 +70,7 @@ fn a_model_split_between_two_local_stages_answers_as_the_whole_model() {
         swa_full: false,
         ctx_checkpoints: 8,
         cache_ram_mib: 0,
+        cache_dir: None,
     };
     let handle = engine::start(whole, tok.clone(), cfg, None, None).unwrap();
     let want = answers(&handle, &prompts);

@@ -77,6 +77,7 @@ fn config(n_parallel: usize, device: engine::DeviceKind) -> EngineConfig {
         swa_full: false,
         ctx_checkpoints: 8,
         cache_ram_mib: 0,
+        cache_dir: None,
     }
 }
 

@@ -209,6 +209,7 @@ fn a_conversation_resumed_past_the_window_reuses_its_prefix_and_keeps_its_tokens
         swa_full: false,
         ctx_checkpoints: 8,
         cache_ram_mib: 0,
+        cache_dir: None,
     };
     let (_, file, name) = MODELS[3];
     let engine_model = Model::load(model_path(file, name)).unwrap();

@@ -5,7 +5,8 @@
 //!
 //! The engine copies a finished sequence's full blocks here as it gives them to the prefix
 //! cache (those not here yet), and a new sequence whose prefix runs on past what the pool
-//! still holds writes the rest back into fresh blocks. Only pools whose every layer keeps
+//! still holds writes the rest back into fresh blocks ([`HostCache::blocks`] names a
+//! prefix's blocks, [`HostCache::get`] gives one's bytes). Only pools whose every layer keeps
 //! every position use it (a window, a state or a record layer's recent part is not in a
 //! block's bytes). Least recently used blocks go first when the bytes would pass the cap.
 //!
@@ -53,6 +54,11 @@ impl HostCache {
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         self.bytes
+    }
+
+    /// The most bytes it holds.
+    pub fn cap(&self) -> usize {
+        self.cap
     }
 
     /// Per full block of the first `n_blocks` of `tokens` in namespace `ns`: its key, its
@@ -103,34 +109,14 @@ impl HostCache {
         self.entries.insert(k, entry);
     }
 
-    /// The bytes of blocks `from..` of `tokens`' prefix in namespace `ns` that the cache
-    /// holds in a row, within `max_positions` (whole blocks), oldest first; they become the
-    /// most recently used.
-    pub fn chain(
-        &mut self,
-        tokens: &[u32],
-        max_positions: usize,
-        ns: u64,
-        from: usize,
-    ) -> Vec<&[u8]> {
-        let n_max = max_positions.min(tokens.len()) / BLOCK_SIZE;
-        let blocks = self.blocks(tokens, n_max, ns);
-        let run: Vec<u64> = blocks
-            .iter()
-            .skip(from)
-            .take_while(|b| b.2)
-            .map(|b| b.0)
-            .collect();
-        for &k in &run {
-            self.tick += 1;
-            let e = self.entries.get_mut(&k).expect("held");
-            self.lru.remove(&e.tick);
-            e.tick = self.tick;
-            self.lru.insert(self.tick, k);
-        }
-        run.iter()
-            .map(|k| self.entries[k].data.as_slice())
-            .collect()
+    /// The bytes of the block keyed `k`, which becomes the most recently used.
+    pub fn get(&mut self, k: u64) -> Option<&[u8]> {
+        let e = self.entries.get_mut(&k)?;
+        self.tick += 1;
+        self.lru.remove(&e.tick);
+        e.tick = self.tick;
+        self.lru.insert(self.tick, k);
+        Some(&e.data)
     }
 }
 
@@ -139,7 +125,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_prefix_reads_back_in_a_row_and_the_least_recent_goes_first() {
+    fn blocks_are_kept_by_prefix_and_the_least_recent_goes_first() {
         let mut c = HostCache::new(3 * 10);
         let a: Vec<u32> = (0..64).collect();
         let blocks = c.blocks(&a, 4, 7);
@@ -148,24 +134,27 @@ mod tests {
             c.insert(k, parent, &a[i * 16..(i + 1) * 16], vec![i as u8; 10]);
         }
         assert_eq!(c.bytes(), 30);
-        assert_eq!(c.chain(&a, 64, 7, 1), vec![&[1u8; 10][..], &[2u8; 10][..]]);
-        assert!(c.chain(&a, 64, 8, 0).is_empty(), "another namespace");
-        assert_eq!(
-            c.chain(&a, 40, 7, 0).len(),
-            2,
-            "whole blocks within 40 positions"
-        );
-        let (k, parent, _) = blocks[3];
-        c.insert(k, parent, &a[48..64], vec![3; 10]);
-        assert_eq!(c.bytes(), 30);
-        assert!(
-            !c.blocks(&a, 4, 7)[2].2,
-            "block 2, least recently read, went"
-        );
-        assert!(c.chain(&a, 64, 7, 0).len() == 2 && c.chain(&a, 64, 7, 3).len() == 1);
+        let held = |c: &HostCache, t: &[u32], ns| -> Vec<bool> {
+            c.blocks(t, 4, ns).iter().map(|b| b.2).collect()
+        };
+        assert_eq!(held(&c, &a, 7), [true, true, true, false]);
+        assert_eq!(held(&c, &a, 8), [false; 4], "another namespace");
         let mut b = a.clone();
         b[20] = 999;
-        assert_eq!(c.chain(&b, 64, 7, 0).len(), 1, "a different second block");
+        assert_eq!(
+            held(&c, &b, 7),
+            [true, false, false, false],
+            "another second block"
+        );
+        assert_eq!(c.get(blocks[0].0), Some(&[0u8; 10][..]));
+        c.get(blocks[2].0);
+        c.insert(blocks[3].0, blocks[3].1, &a[48..64], vec![3; 10]);
+        assert_eq!(c.bytes(), 30);
+        assert_eq!(
+            held(&c, &a, 7),
+            [true, false, true, true],
+            "the least recent went"
+        );
         c.insert(1, 0, &a[..16], vec![0; 31]);
         assert_eq!(c.bytes(), 30, "larger than the cap: not kept");
     }

@@ -176,6 +176,7 @@ pub fn ready(model: std::path::PathBuf) -> Result<Ready, crate::Error> {
         swa_full: false,
         ctx_checkpoints: 8,
         cache_ram_mib: 0,
+        cache_dir: None,
     };
     crate::load(&ServerConfig::new(model, engine))
 }

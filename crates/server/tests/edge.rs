@@ -26,6 +26,7 @@ fn loading_server(api_keys: &[&str]) -> axum::Router {
         swa_full: false,
         ctx_checkpoints: 8,
         cache_ram_mib: 0,
+        cache_dir: None,
     };
     let config = ServerConfig {
         api_keys: api_keys.iter().map(|k| k.to_string()).collect(),

@@ -126,6 +126,7 @@ fn config(model_path: PathBuf) -> ServerConfig {
         swa_full: false,
         ctx_checkpoints: 8,
         cache_ram_mib: 0,
+        cache_dir: None,
     };
     ServerConfig {
         metrics: true,

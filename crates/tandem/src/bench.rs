@@ -191,6 +191,7 @@ fn spec_costs(
         swa_full: false,
         ctx_checkpoints: ctx.ctx_checkpoints,
         cache_ram_mib: 0,
+        cache_dir: None,
     };
     let handle = engine::start(model, tok, ecfg, Some(spec), None)?;
     let costs = handle

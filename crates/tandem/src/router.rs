@@ -127,6 +127,7 @@ pub fn execute(a: ServeArgs) -> Result<(), CliError> {
         swa_full: a.model.swa_full,
         ctx_checkpoints: a.model.ctx_checkpoints,
         cache_ram_mib: a.cache_ram,
+        cache_dir: None,
     };
     let place = a.models_dir.clone().unwrap_or_default();
     let config = server::ServerConfig {

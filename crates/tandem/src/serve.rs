@@ -309,6 +309,12 @@ pub struct ServeArgs {
     /// copied out of the pool). For models whose layers all keep every position.
     #[arg(long = "cache-ram", visible_alias = "cram", default_value = "0", value_parser = parse_cache_ram, allow_hyphen_values = true)]
     pub cache_ram: usize,
+    /// A folder where computed prompt prefixes are also kept on disk, one checksummed file
+    /// per block of 16 tokens under a folder per model and KV shape, so that a restarted
+    /// server reads a conversation back instead of computing it (files that do not match
+    /// are ignored; the folder grows until deleted). Models as `--cache-ram`.
+    #[arg(long = "cache-dir")]
+    pub cache_dir: Option<PathBuf>,
     /// Largest request body in bytes; larger ones get 413.
     #[arg(long = "body-limit", default_value_t = 32 << 20)]
     pub body_limit: usize,
@@ -476,6 +482,10 @@ impl ServeArgs {
                 swa_full: self.model.swa_full,
                 ctx_checkpoints: self.model.ctx_checkpoints,
                 cache_ram_mib: self.cache_ram,
+                cache_dir: self
+                    .cache_dir
+                    .clone()
+                    .map(|d| &*Box::leak(d.into_boxed_path())),
             },
             api_keys,
             allowed_hosts,

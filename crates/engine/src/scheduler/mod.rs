@@ -39,6 +39,7 @@ use crate::Result;
 
 mod calibrate;
 mod cohorts;
+mod disk_tier;
 mod dormant;
 mod drafting;
 mod host_tier;
@@ -76,8 +77,10 @@ pub struct Engine {
     tok: Arc<Tokenizer>,
     cfg: EngineConfig,
     cache: PrefixCache,
-    /// The prefix cache's host-memory tier (`--cache-ram`).
+    /// The prefix cache's host-memory tier (`--cache-ram`, or a disk tier's index).
     host: Option<kv::HostCache>,
+    /// Its disk tier (`--cache-dir`).
+    disk: Option<disk_tier::DiskCache>,
     spec: Option<Spec>,
     /// The box of a split model (then `model` is the last stage).
     front: Option<Box<dyn Front>>,
@@ -145,7 +148,7 @@ pub fn start_with(
         ));
     }
     eprintln!("device: {}", exec.device().describe());
-    let host = host_tier::host_cache(exec.kv().config(), cfg.cache_ram_mib, front.is_some());
+    let (host, disk) = tiers(&exec, &cfg, front.is_some())?;
     let spec = spec.map(|s| Spec::new(s, &cfg, pool.clone())).transpose()?;
     let mut engine = Engine {
         cost: StepCost::unmeasured(cfg.n_ubatch),
@@ -158,6 +161,7 @@ pub fn start_with(
         cfg,
         cache: PrefixCache::new(),
         host,
+        disk,
         slots: (0..cfg.n_parallel).map(|_| None).collect(),
         last: (0..cfg.n_parallel).map(|_| None).collect(),
         queue: VecDeque::new(),
@@ -466,7 +470,7 @@ impl Engine {
             give_kv(
                 &mut self.exec,
                 &mut self.cache,
-                &mut self.host,
+                (&mut self.host, &self.disk),
                 &mut self.front,
                 &mut a.seq,
             );
@@ -614,7 +618,7 @@ impl Engine {
             give_kv(
                 &mut self.exec,
                 &mut self.cache,
-                &mut self.host,
+                (&mut self.host, &self.disk),
                 &mut self.front,
                 &mut v.seq,
             );
@@ -672,18 +676,44 @@ impl Slots for Engine {
 fn give_kv(
     exec: &mut Executor,
     cache: &mut PrefixCache,
-    host: &mut Option<kv::HostCache>,
+    (host, disk): (&mut Option<kv::HostCache>, &Option<disk_tier::DiskCache>),
     front: &mut Option<Box<dyn Front>>,
     seq: &mut Sequence,
 ) {
     if let Some(host) = host {
-        host_tier::spill(exec, host, seq);
+        host_tier::spill(exec, host, disk.as_ref(), seq);
     }
     let kv = exec.kv_mut();
     match front {
         None => cache.give(kv, &mut seq.kv, &seq.tokens, seq.cache_namespace),
         Some(_) => release_kv(kv, front, seq),
     }
+}
+
+/// The prefix cache's host and disk tiers `cfg` asks for, where the pool can use them (a
+/// warning says so where it cannot).
+fn tiers(
+    exec: &Executor,
+    cfg: &EngineConfig,
+    split: bool,
+) -> Result<(Option<kv::HostCache>, Option<disk_tier::DiskCache>)> {
+    let asked = cfg.cache_ram_mib > 0 || cfg.cache_dir.is_some();
+    if !asked {
+        return Ok((None, None));
+    }
+    if !host_tier::tiers_fit(exec.kv().config(), split) {
+        eprintln!(
+            "warning: --cache-ram and --cache-dir keep prompts of models whose layers all keep \
+             every position in the pool, not split: not used for this one"
+        );
+        return Ok((None, None));
+    }
+    let disk = cfg
+        .cache_dir
+        .map(|dir| disk_tier::DiskCache::open(dir, exec.model(), exec.kv().config()))
+        .transpose()
+        .map_err(|e| crate::Error::Config(format!("--cache-dir: {e}")))?;
+    Ok((Some(kv::HostCache::new(cfg.cache_ram_mib << 20)), disk))
 }
 
 /// Frees a sequence's KV, here and (split) on the box, without caching it.

@@ -142,7 +142,7 @@ impl Engine {
             super::give_kv(
                 &mut self.exec,
                 &mut self.cache,
-                &mut self.host,
+                (&mut self.host, &self.disk),
                 &mut self.front,
                 &mut a.seq,
             );
