@@ -428,7 +428,7 @@ async fn serve(config: ServerConfig) -> Result<(), Error> {
         limits.header_timeout.as_secs_f64(),
         limits.body_timeout.as_secs_f64(),
     );
-    let server = conn::serve(listeners, router(state), limits, shutdown_signal());
+    let server = conn::serve(listeners, router(state.clone()), limits, shutdown_signal());
     let failed_load = async {
         match loader.await {
             Ok(Ok(())) => std::future::pending().await,
@@ -437,7 +437,15 @@ async fn serve(config: ServerConfig) -> Result<(), Error> {
         }
     };
     tokio::select! {
-        r = server => Ok(r?),
+        r = server => {
+            r?;
+            // The engine answers between its steps, after giving the requests that ended
+            // their KV (and the prompt caches' tiers their blocks): nothing owed is cut off.
+            if let Some(ready) = state.ready.get() {
+                let _ = ready.engine.snapshot().await;
+            }
+            Ok(())
+        }
         e = failed_load => Err(e),
     }
 }
