@@ -64,7 +64,7 @@ fn flags_tandem_lacks_are_taken_out_with_their_values_and_named() {
         &[
             "--prio",
             "-1",
-            "-cram",
+            "--threads-http",
             "100",
             "-c",
             "256",
@@ -82,7 +82,7 @@ fn flags_tandem_lacks_are_taken_out_with_their_values_and_named() {
     assert_eq!(w.len(), 4, "{w:?}");
     for name in [
         "--prio",
-        "-cram",
+        "--threads-http",
         "--control-vector-layer-range",
         "--mirostat-lr",
     ] {
@@ -132,9 +132,11 @@ fn environment_variables_set_the_flags_the_line_does_not() {
         ("LLAMA_ARG_CTX_SIZE", "333"),
         ("LLAMA_ARG_N_PREDICT", "5"),
         ("LLAMA_ARG_ENDPOINT_METRICS", "1"),
+        ("LLAMA_ARG_THREADS_HTTP", "64"),
         ("LLAMA_ARG_CACHE_RAM", "64"),
     ];
     let (a, w) = serve(&["-n", "11"], &env);
+    assert_eq!(a.cache_ram, 64, "an implemented flag's variable");
     assert_eq!(a.model.ctx_size, 333);
     assert_eq!(
         a.n_predict, 11,
@@ -142,7 +144,7 @@ fn environment_variables_set_the_flags_the_line_does_not() {
     );
     assert!(a.metrics);
     assert!(
-        w.iter().any(|l| l.starts_with("LLAMA_ARG_CACHE_RAM:")),
+        w.iter().any(|l| l.starts_with("LLAMA_ARG_THREADS_HTTP:")),
         "{w:?}"
     );
     let (a, _) = serve(&[], &[("LLAMA_ARG_ENDPOINT_METRICS", "0")]);
