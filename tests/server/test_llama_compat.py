@@ -144,14 +144,14 @@ def test_rerank_scores_are_the_last_states_first_component():
 
 
 def test_llama_server_flags_tandem_lacks_start_with_a_warning():
-    env = dict(os.environ, LLAMA_ARG_CTX_SIZE="1024", LLAMA_ARG_CACHE_RAM="64")
-    s = Server("-np", "1", "--prio", "2", "-cram", "100", "--no-warmup", "--dry-base=1.5",
+    env = dict(os.environ, LLAMA_ARG_CTX_SIZE="1024", LLAMA_ARG_THREADS_HTTP="3")
+    s = Server("-np", "1", "--prio", "2", "--threads-http", "4", "--no-warmup", "--dry-base=1.5",
                "--backend_sampling", "--cors-credentials", env=env)
     try:
         out = s.output()
-        for flag in ["--prio", "-cram", "--no-warmup", "--dry-base", "--backend-sampling"]:
+        for flag in ["--prio", "--threads-http", "--no-warmup", "--dry-base", "--backend-sampling"]:
             assert f"warning: {flag}: a llama-server flag tandem does not implement" in out, flag
-        assert "warning: LLAMA_ARG_CACHE_RAM" not in out, "the command line's -cram wins"
+        assert "warning: LLAMA_ARG_THREADS_HTTP" not in out, "the command line's flag wins"
         assert s.get("/props").json()["default_generation_settings"]["n_ctx"] == 1024
     finally:
         s.stop()
