@@ -32,6 +32,26 @@ fn config(n_ctx: usize, swa_full: bool) -> ContextConfig {
     }
 }
 
+/// One slot of 2,048 positions, forwards of 32 rows, 2 threads, on the CPU.
+fn engine_config() -> EngineConfig {
+    EngineConfig {
+        n_ctx: 2048,
+        n_parallel: 1,
+        kv_unified: true,
+        n_batch: 64,
+        n_ubatch: 32,
+        n_threads: 2,
+        kv_type: gguf::GgmlType::F16,
+        queue_limit: 8,
+        device: engine::DeviceKind::Cpu,
+        step_budget: engine::StepBudget::AUTO,
+        swa_full: false,
+        ctx_checkpoints: 8,
+        cache_ram_mib: 0,
+        cache_dir: None,
+    }
+}
+
 fn tokens(n: usize, seed: u32) -> Vec<u32> {
     (0..n as u32)
         .map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed) >> 8) % 40_000 + 100)
@@ -195,22 +215,7 @@ fn a_conversation_resumed_past_the_window_reuses_its_prefix_and_keeps_its_tokens
     let prose = include_str!("../../../tests/data/eval-prose.txt");
     let prompt = tok.encode(&prose[..3200], true, false).unwrap();
     assert!(prompt.len() > 600, "past the window: {}", prompt.len());
-    let cfg = EngineConfig {
-        n_ctx: 2048,
-        n_parallel: 1,
-        kv_unified: true,
-        n_batch: 64,
-        n_ubatch: 32,
-        n_threads: 2,
-        kv_type: gguf::GgmlType::F16,
-        queue_limit: 8,
-        device: engine::DeviceKind::Cpu,
-        step_budget: engine::StepBudget::AUTO,
-        swa_full: false,
-        ctx_checkpoints: 8,
-        cache_ram_mib: 0,
-        cache_dir: None,
-    };
+    let cfg = engine_config();
     let (_, file, name) = MODELS[3];
     let engine_model = Model::load(model_path(file, name)).unwrap();
     let handle = engine::start(engine_model, tok.clone(), cfg, None, None).unwrap();
@@ -321,4 +326,19 @@ fn deepseek4_keeps_a_window_of_records_and_compressed_rows_of_every_position() {
     assert!(kept <= win.n_blocks, "{kept} windowed blocks");
     assert!(got.window_table[..64].iter().all(|&b| b == u32::MAX));
     assert_eq!((want.kept_at_1000, got.kept_at_1000), (1000, 0));
+}
+
+#[test]
+fn prompt_cache_tiers_are_refused_for_windowed_layers() {
+    let (_, file, name) = MODELS[3];
+    let model = Model::load(model_path(file, name)).unwrap();
+    let tok = Arc::new(Tokenizer::from_gguf(&model.file.header.metadata).unwrap());
+    let cfg = EngineConfig {
+        cache_ram_mib: 8,
+        ..engine_config()
+    };
+    let err = engine::start(model, tok, cfg, None, None)
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("--cache-ram"), "{err}");
 }

@@ -533,20 +533,18 @@ impl Engine {
         let cached = self
             .cache
             .peek(self.exec.kv(), &a.seq.tokens, max, a.seq.cache_namespace);
-        let n = match self.live_prefix(slot) {
+        match self.live_prefix(slot) {
             Some(blocks) if blocks.len() * BLOCK_SIZE > cached => {
                 let a = self.slots[slot].as_mut().expect("slot is active");
                 self.exec.kv_mut().share(&blocks, &mut a.seq.kv);
-                a.seq.kv.len()
             }
             _ => {
                 let a = self.slots[slot].as_mut().expect("slot is active");
                 let ns = a.seq.cache_namespace;
                 self.cache
-                    .take(self.exec.kv_mut(), &mut a.seq.kv, &a.seq.tokens, max, ns)
+                    .take(self.exec.kv_mut(), &mut a.seq.kv, &a.seq.tokens, max, ns);
             }
-        };
-        debug_assert_eq!(n, self.active(slot).seq.kv.len());
+        }
         let n = self.read_back(slot);
         let a = self.slots[slot].as_mut().expect("slot is active");
         if !a.resumed {
@@ -690,8 +688,8 @@ fn give_kv(
     }
 }
 
-/// The prefix cache's host and disk tiers `cfg` asks for, where the pool can use them (a
-/// warning says so where it cannot).
+/// The prefix cache's host and disk tiers `cfg` asks for; asking for them where the pool
+/// cannot use them is an error.
 fn tiers(
     exec: &Executor,
     cfg: &EngineConfig,
@@ -702,11 +700,11 @@ fn tiers(
         return Ok((None, None));
     }
     if !host_tier::tiers_fit(exec.kv().config(), split) {
-        eprintln!(
-            "warning: --cache-ram and --cache-dir keep prompts of models whose layers all keep \
-             every position in the pool, not split: not used for this one"
-        );
-        return Ok((None, None));
+        return Err(crate::Error::Config(
+            "--cache-ram and --cache-dir keep prompts of models whose layers all keep every \
+             position in the pool, not split: leave them out for this one"
+                .into(),
+        ));
     }
     let disk = cfg
         .cache_dir

@@ -467,21 +467,23 @@ impl CallParser {
             let at = self.names.iter().position(|n| n == tool);
             at.is_some_and(|i| super::grammar::is_text(&self.schemas[i], key))
         };
-        let closed = format!("{}\n{}", self.held.trim_end(), qwen_xml::CLOSE);
         let next = match qwen_xml::next(&self.held, &is_text) {
-            dsml::Next::Wait if at_end => match qwen_xml::next(&closed, &is_text) {
-                dsml::Next::Call {
-                    name, arguments, ..
-                } => {
-                    self.held.clear();
+            dsml::Next::Wait if at_end => {
+                let closed = format!("{}\n{}", self.held.trim_end(), qwen_xml::CLOSE);
+                match qwen_xml::next(&closed, &is_text) {
                     dsml::Next::Call {
-                        name,
-                        arguments,
-                        len: 0,
+                        name, arguments, ..
+                    } => {
+                        self.held.clear();
+                        dsml::Next::Call {
+                            name,
+                            arguments,
+                            len: 0,
+                        }
                     }
+                    _ => dsml::Next::Broken,
                 }
-                _ => dsml::Next::Broken,
-            },
+            }
             next => next,
         };
         match next {
