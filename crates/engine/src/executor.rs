@@ -140,6 +140,13 @@ pub enum Enter<'a> {
     Tokens(&'a [u32]),
     /// Hidden states computed by an earlier stage (`[rows, hidden_width]`): a split's box.
     States(&'a [f32]),
+    /// Hidden states with the rows' tokens: a multi-token-prediction stage
+    /// ([`model::Part::Nextn`]), whose row of position `p` enters as the target's final
+    /// normed state of `p - 1` and the token at `p`.
+    Joined {
+        tokens: &'a [u32],
+        states: &'a [f32],
+    },
 }
 
 /// What a forward gives back besides its KV.
@@ -477,6 +484,9 @@ impl Executor {
                 dev.upload(self.hidden, 0, &states[..n * e]);
                 Ok(())
             }
+            Enter::Joined { tokens, states } => model.check_tokens(tokens).map(|()| {
+                dev.upload(self.hidden, 0, &states[..n * e]);
+            }),
         };
         if let Err(err) = entered {
             dev.finish();
@@ -490,7 +500,7 @@ impl Executor {
         let mut tapped = Vec::with_capacity(taps.layers.len());
         let mut from = layers.start;
         let tokens = match enter {
-            Enter::Tokens(tokens) => Some(tokens),
+            Enter::Tokens(tokens) | Enter::Joined { tokens, .. } => Some(tokens),
             Enter::States(_) => None,
         };
         for &l in taps.layers {

@@ -61,6 +61,7 @@ fn a_lazy_table_stays_in_the_file_and_gives_the_same_tokens() {
         n_ff: 1024,
         experts: None,
         delta: None,
+        nextn: 0,
         ty: GgmlType::Q4_0,
         seed: 3,
     }

@@ -39,6 +39,7 @@ fn models(dir: &Path) -> Vec<PathBuf> {
             n_ff: 128,
             experts: None,
             delta,
+            nextn: 0,
             ty: GgmlType::Q8_0,
             seed: 5,
         }

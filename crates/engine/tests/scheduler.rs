@@ -520,6 +520,7 @@ fn tiny(dir: &std::path::Path) -> std::path::PathBuf {
         n_ff: 128,
         experts: None,
         delta: None,
+        nextn: 0,
         ty: GgmlType::Q8_0,
         seed: 11,
     }

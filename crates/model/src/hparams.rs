@@ -109,6 +109,10 @@ pub struct HParams {
     /// Residual streams the blocks pass each other (hyper-connections; 1 for a plain
     /// residual): the hidden state between blocks is `[rows, streams · n_embd]`.
     pub streams: usize,
+    /// Multi-token-prediction blocks stored after the `n_layer` blocks
+    /// (`nextn_predict_layers`): a drafter's ([`crate::Part::Nextn`]), never run by the
+    /// model's own forward.
+    pub n_nextn: usize,
 }
 
 /// Sliding-window attention: the windowed blocks see the last `window` positions up to
@@ -202,6 +206,7 @@ impl HParams {
             embed_scale: traits.scaled_embeddings.then(|| (n_embd as f32).sqrt()),
             sliding: None,
             streams: 1,
+            n_nextn: 0,
         };
         let bad = |k: &str, problem: String| Error::BadHParam {
             key: key(k),

@@ -107,7 +107,7 @@ impl Model {
         let arch = Arch::from_name(md.str("general.architecture")?)?;
         let recipe = arch.recipe();
         let hparams = recipe.hparams(md)?;
-        let stage = part.stage(hparams.n_layer)?;
+        let stage = part.stage(hparams.n_layer, hparams.n_nextn)?;
         let mut t = TensorLoader::new(&file);
         for name in ["rope_factors_long.weight", "rope_factors_short.weight"] {
             if t.has(name) {
@@ -118,23 +118,32 @@ impl Model {
             }
         }
         let (e, nv) = (hparams.n_embd, hparams.n_vocab);
+        let nextn = part == Part::Nextn;
+        // A NextN block may have a head of its own.
+        let shared = |s: &str| format!("blk.{}.nextn.shared_head_{s}.weight", stage.layers.start);
+        let own = |t: &TensorLoader, s: &str, name: &str| match nextn && t.has(&shared(s)) {
+            true => shared(s),
+            false => name.to_string(),
+        };
         let embd = |t: &mut TensorLoader, role| t.matrix_for("token_embd.weight", nv, e, role);
         let token_embd = stage.embed.then(|| embd(&mut t, Role::Rows)).transpose()?;
-        let output = match (stage.head, t.has("output.weight")) {
+        let head = own(&t, "head", "output.weight");
+        let output = match (stage.head, t.has(&head)) {
             (false, _) => None,
-            (true, true) => Some(t.matrix("output.weight", nv, e)?),
+            (true, true) => Some(t.matrix(&head, nv, e)?),
             (true, false) => Some(embd(&mut t, Role::Multiply)?),
         };
         let layers = stage
             .layers
             .clone()
-            .map(|il| recipe.layer(&mut t, &hparams, il))
+            .map(|il| match nextn {
+                true => recipe.nextn(&mut t, &hparams, il),
+                false => recipe.layer(&mut t, &hparams, il),
+            })
             .collect::<Result<Vec<_>>>()?;
-        let output_norm = stage
-            .head
-            .then(|| t.vector("output_norm.weight", e))
-            .transpose()?;
-        if let Some(il) = (!stage.embed)
+        let norm = own(&t, "norm", "output_norm.weight");
+        let output_norm = stage.head.then(|| t.vector(&norm, e)).transpose()?;
+        if let Some(il) = (!stage.embed && !nextn)
             .then(|| {
                 stage
                     .layers
@@ -275,6 +284,9 @@ impl Model {
         if self.stage.embed {
             ops.push(Op::Embed);
         }
+        if self.stage.layers.start >= self.hparams.n_layer {
+            ops.extend([Op::Embed, Op::CopyCols]);
+        }
         if self.stage.head {
             ops.extend([Op::GatherRows, Op::Argmax]);
         }
@@ -328,10 +340,7 @@ impl Model {
     ) -> Result<()> {
         let table = self.token_embd.ok_or(Error::NotInStage("the embeddings"))?;
         let hp = &self.hparams;
-        let n_vocab = hp.n_vocab;
-        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
-            return Err(Error::TokenOutOfRange { id, n_vocab });
-        }
+        self.check_tokens(tokens)?;
         let into = if hp.streams > 1 { s.x } else { hidden };
         dev.embed(w.t[table], tokens, into);
         if let Some(f) = hp.embed_scale {
@@ -344,6 +353,15 @@ impl Model {
             dev.gather_rows(s.x, &rows, hp.n_embd, hidden);
         }
         Ok(())
+    }
+
+    /// An error naming the first of `tokens` outside the vocabulary.
+    pub fn check_tokens(&self, tokens: &[u32]) -> Result<()> {
+        let n_vocab = self.hparams.n_vocab;
+        match tokens.iter().find(|&&t| t as usize >= n_vocab) {
+            Some(&id) => Err(Error::TokenOutOfRange { id, n_vocab }),
+            None => Ok(()),
+        }
     }
 
     /// Runs blocks `layers` (of the stage's) over `hidden` (`[n, hidden_width]`, updated in

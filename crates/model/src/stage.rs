@@ -21,12 +21,29 @@ pub enum Part {
     First(usize),
     /// Blocks `L..n_layer` and the output head.
     Last(usize),
+    /// The multi-token-prediction blocks stored after the model's own
+    /// ([`crate::HParams::n_nextn`]) and the output head: a drafter whose rows enter as the
+    /// target's final hidden states with their tokens ([`crate::Recipe::nextn`]).
+    Nextn,
 }
 
 impl Part {
-    /// The stage of a model of `n_layer` blocks; a split must leave blocks on both sides.
-    pub fn stage(self, n_layer: usize) -> Result<Stage> {
+    /// The stage of a model of `n_layer` blocks followed by `n_nextn` multi-token-prediction
+    /// blocks; a split must leave blocks on both sides.
+    pub fn stage(self, n_layer: usize, n_nextn: usize) -> Result<Stage> {
         let (split, embed) = match self {
+            Part::Nextn if n_nextn == 0 => {
+                return Err(Error::BadStage(
+                    "the model file holds no multi-token-prediction (nextn) blocks".into(),
+                ))
+            }
+            Part::Nextn => {
+                return Ok(Stage {
+                    layers: n_layer..n_layer + n_nextn,
+                    embed: false,
+                    head: true,
+                })
+            }
             Part::Whole => {
                 return Ok(Stage {
                     layers: 0..n_layer,

@@ -239,6 +239,7 @@ fn top5_log_probabilities_match_llama_cpp() {
                 n_ff_exp: dim("n_ff_exp"),
             }),
             delta: None,
+            nextn: 0,
             ty: GgmlType::F32,
             seed: shape["seed"].as_u64().unwrap(),
         };

@@ -47,6 +47,8 @@ pub enum Drafter {
     Model(PathBuf),
     /// Prompt lookup over the request's own tokens.
     Ngram,
+    /// The model's own multi-token-prediction blocks (`--spec-type draft-mtp`).
+    Mtp,
 }
 
 /// Speculative decoding as configured.
@@ -433,6 +435,14 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         None => (None, None),
         Some(s) => match &s.drafter {
             Drafter::Ngram => (Some(Speculation::with(Ngram::default(), s.config)), None),
+            Drafter::Mtp => {
+                let mut mtp =
+                    Model::load_stage_with(&config.model_path, Part::Nextn, config.load_mode)?;
+                mtp.hparams.apply_rope(&config.rope);
+                mtp.set_lazy(config.lazy);
+                let plan = MemoryPlan::new(&mtp, &ecfg.context_config());
+                (Some(Speculation::mtp(mtp, s.config)), Some(plan))
+            }
             Drafter::Model(path) => {
                 let mut draft = Model::load_stage_with(path, Part::Whole, config.load_mode)?;
                 draft.set_lazy(config.lazy);

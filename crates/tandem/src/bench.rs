@@ -59,8 +59,12 @@ pub struct SpecBenchArgs {
     #[arg(short = 'm', long = "model")]
     pub model: String,
     /// Draft model.
-    #[arg(long = "model-draft")]
-    pub model_draft: String,
+    #[arg(long = "model-draft", required_unless_present = "spec_type")]
+    pub model_draft: Option<String>,
+    /// A drafter without a draft model instead: `draft-mtp` (the target's NextN blocks)
+    /// or `ngram`.
+    #[arg(long = "spec-type", conflicts_with = "model_draft", value_parser = ["draft-mtp", "ngram"])]
+    pub spec_type: Option<String>,
     #[arg(short = 't', long = "threads", default_value_t = 2)]
     pub threads: usize,
     #[arg(short = 'c', long = "ctx-size", default_value_t = 8192)]
@@ -216,6 +220,12 @@ pub fn execute(a: BenchArgs) -> Result<(), CliError> {
     }
 }
 
+/// What `tandem bench spec` drafts with: a draft model's path, or a `--spec-type`.
+enum Drafter {
+    Model(String),
+    Kind(String),
+}
+
 /// The two prompts of the published llama.cpp run.
 const SPEC_PROMPTS: [(&str, &str); 2] = [
     (
@@ -231,7 +241,11 @@ const SPEC_PROMPTS: [(&str, &str); 2] = [
 fn spec(a: SpecBenchArgs) -> Result<(), CliError> {
     use bench::spec_bench::{self, Arm, SpecBenchConfig};
     let target = crate::pull::resolve(&a.model, None)?;
-    let draft = crate::pull::resolve(&a.model_draft, None)?;
+    let draft = match (&a.model_draft, a.spec_type.as_deref()) {
+        (Some(m), _) => Drafter::Model(crate::pull::resolve(m, None)?.display().to_string()),
+        (None, Some(t)) => Drafter::Kind(t.to_string()),
+        (None, None) => unreachable!("clap requires one"),
+    };
     let exe = std::env::current_exe().map_err(|e| CliError::Usage(e.to_string()))?;
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
     let (t, c, np, n) = (
@@ -240,16 +254,25 @@ fn spec(a: SpecBenchArgs) -> Result<(), CliError> {
         a.parallel.to_string(),
         a.draft_max.to_string(),
     );
-    let (target, draft) = (target.display().to_string(), draft.display().to_string());
+    let target = target.display().to_string();
+    let ours = |n: &str| match &draft {
+        Drafter::Model(path) => s(&["-md", path, "--spec-draft-n-max", n]),
+        Drafter::Kind(t) => s(&["--spec-type", t, "--spec-draft-n-max", n]),
+    };
+    let peers = match &draft {
+        Drafter::Model(path) => s(&["-md", path, "--spec-type", "draft-simple"]),
+        Drafter::Kind(t) if t == "ngram" => s(&["--spec-type", "ngram-simple"]),
+        Drafter::Kind(t) => s(&["--spec-type", t]),
+    };
     let common = s(&["-m", &target, "-t", &t, "-c", &c, "-np", &np]);
-    let tandem = |extra: &[&str]| {
+    let tandem = |extra: &[String]| {
         let mut v = vec![
             exe.display().to_string(),
             "serve".into(),
             "--metrics".into(),
         ];
         v.extend(common.clone());
-        v.extend(s(extra));
+        v.extend_from_slice(extra);
         v
     };
     let arm = |name: &str, command: Vec<String>, baseline: Option<&str>| Arm {
@@ -261,21 +284,16 @@ fn spec(a: SpecBenchArgs) -> Result<(), CliError> {
         arm("tandem plain", tandem(&[]), None),
         arm(
             "tandem draft adaptive",
-            tandem(&["-md", &draft, "--spec-draft-n-max", &n]),
+            tandem(&ours(&n)),
             Some("tandem plain"),
         ),
     ];
     if !a.no_fixed {
+        let mut fixed = ours(&n);
+        fixed.extend(s(&["--spec-policy", "fixed"]));
         arms.push(arm(
             "tandem draft fixed",
-            tandem(&[
-                "-md",
-                &draft,
-                "--spec-policy",
-                "fixed",
-                "--spec-draft-n-max",
-                &n,
-            ]),
+            tandem(&fixed),
             Some("tandem plain"),
         ));
     }
@@ -283,16 +301,8 @@ fn spec(a: SpecBenchArgs) -> Result<(), CliError> {
         let mut llama = vec![server.display().to_string()];
         llama.extend(common.clone());
         let mut llama_spec = llama.clone();
-        llama_spec.extend(s(&[
-            "-md",
-            &draft,
-            "--spec-type",
-            "draft-simple",
-            "--spec-draft-n-max",
-            &n,
-            "--spec-draft-n-min",
-            "0",
-        ]));
+        llama_spec.extend(peers);
+        llama_spec.extend(s(&["--spec-draft-n-max", &n, "--spec-draft-n-min", "0"]));
         arms.push(arm("llama-server plain", llama, None));
         arms.push(arm(
             "llama-server draft",

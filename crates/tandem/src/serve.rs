@@ -235,7 +235,8 @@ pub struct ServeArgs {
     #[arg(long = "no-mmap")]
     pub no_mmap: bool,
     /// Drafter without a draft model: `ngram` (prompt lookup over the request's tokens;
-    /// llama.cpp's ngram-* names are taken as this).
+    /// llama.cpp's ngram-* names are taken as this) or `draft-mtp` (the model's own
+    /// multi-token-prediction blocks, `mtp` too).
     #[arg(long = "spec-type")]
     pub spec_type: Option<String>,
     /// Draft tokens per slot and step, at most.
@@ -397,7 +398,7 @@ impl ServeArgs {
                 && self
                     .spec_type
                     .as_deref()
-                    .is_some_and(|t| t.starts_with("draft-") && t != "draft-simple"),
+                    .is_some_and(|t| t.starts_with("draft-") && !matches!(t, "draft-simple" | "draft-mtp")),
             "--spec-type draft-*: the draft model drafts token by token here (draft-simple); block and multi-token drafters are not available",
         );
         say(
@@ -406,7 +407,7 @@ impl ServeArgs {
                 && (self.spec_draft_n_max.is_some()
                     || self.spec_draft_n_min.is_some()
                     || self.spec_draft_p_min.is_some()),
-            "--spec-draft-*: no drafter is set (-md or --spec-type ngram); these flags do nothing",
+            "--spec-draft-*: no drafter is set (-md or --spec-type ngram|draft-mtp); these flags do nothing",
         );
         w
     }
@@ -621,6 +622,12 @@ impl ServeArgs {
     fn speculation(&self) -> Result<Option<server::SpecSettings>, CliError> {
         let drafter = match (&self.model_draft, self.spec_type.as_deref()) {
             (None, None | Some("none")) => return Ok(None),
+            (Some(_), Some(t @ ("draft-mtp" | "mtp"))) => {
+                return Err(CliError::Usage(format!(
+                    "-md and --spec-type {t} both name a drafter (MTP drafts with the model's own blocks); give one"
+                )))
+            }
+            (None, Some("draft-mtp" | "mtp")) => server::Drafter::Mtp,
             (Some(_), Some(t)) if !t.starts_with("draft") => {
                 return Err(CliError::Usage(format!(
                     "-md and --spec-type {t} both name a drafter; give one"
@@ -632,7 +639,7 @@ impl ServeArgs {
             (None, Some(t)) if t == "ngram" || t.starts_with("ngram-") => server::Drafter::Ngram,
             (None, Some(t)) => {
                 return Err(CliError::Usage(format!(
-                    "--spec-type {t}: this server drafts with -md MODEL or --spec-type ngram"
+                    "--spec-type {t}: this server drafts with -md MODEL, --spec-type ngram or --spec-type draft-mtp"
                 )))
             }
         };

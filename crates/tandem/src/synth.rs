@@ -65,6 +65,10 @@ pub struct SynthArgs {
     /// qwen35, qwen35moe: value heads of the delta rule (`ssm.time_step_rank`) [default: 16].
     #[arg(long)]
     pub ssm_time_step_rank: Option<usize>,
+    /// qwen35, qwen35moe: multi-token-prediction (NextN) blocks after the --n-layer, for
+    /// `--spec-type draft-mtp` [default: 0].
+    #[arg(long)]
+    pub nextn: Option<usize>,
     /// Type of the matrices: any type `tandem quantize` writes (the IQ types quantized as
     /// if every importance were 1) [default: q4_k; deepseek4: q8_0, whose blocks of 32
     /// divide its narrow rows].
@@ -224,6 +228,7 @@ fn recipe_shape(a: &SynthArgs) -> Result<Synthetic, CliError> {
             n_ff_exp: a.n_ff_exp.unwrap_or(256),
         }),
         delta: delta_shape(a)?,
+        nextn: a.nextn.unwrap_or(0),
         ty: a.ty.unwrap_or(GgmlType::Q4_K),
         seed: a.seed,
     })
@@ -231,13 +236,21 @@ fn recipe_shape(a: &SynthArgs) -> Result<Synthetic, CliError> {
 
 fn dsv4_shape(a: &SynthArgs) -> Result<Dsv4Shape, CliError> {
     let refused = [
-        ("--n-head-kv", a.n_head_kv.is_some()),
-        ("--n-ff", a.n_ff.is_some()),
+        (
+            "--n-head-kv",
+            a.n_head_kv.is_some(),
+            "one key-and-value head",
+        ),
+        ("--n-ff", a.n_ff.is_some(), "shared experts --n-ff-exp wide"),
+        (
+            "--nextn",
+            a.nextn.is_some(),
+            "its NextN blocks are not written yet",
+        ),
     ];
-    if let Some((flag, _)) = refused.iter().find(|(_, given)| *given) {
+    if let Some((flag, _, why)) = refused.iter().find(|r| r.1) {
         return Err(CliError::Usage(format!(
-            "{flag} does not shape deepseek4 (one key-and-value head; shared experts \
-             --n-ff-exp wide)"
+            "{flag} does not shape deepseek4 ({why})"
         )));
     }
     delta_shape(a)?;

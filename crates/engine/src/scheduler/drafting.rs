@@ -68,6 +68,15 @@ impl Spec {
         }
     }
 
+    /// Whether the drafter reads the target's final states ([`Proposer::reads_states`]).
+    pub fn reads_states(&self) -> bool {
+        self.proposer.reads_states()
+    }
+
+    pub fn observe_state(&mut self, slot: usize, pos: usize, state: &[f32]) {
+        self.proposer.observe_state(slot, pos, state);
+    }
+
     pub fn release(&mut self, slot: usize) {
         self.proposer.release(slot);
         self.policy.release(slot);

@@ -63,13 +63,15 @@ impl Engine {
     fn forward_plan(&mut self, plan: &[Planned]) -> Option<Done> {
         let rows = self.rows(plan);
         // A row's logits are wanted when it computes the last token or a draft token of a
-        // generating request; an embedding request wants its pooling's states.
+        // generating request; an embedding request wants its pooling's states, a drafter
+        // that reads the target's states every generating row's.
+        let feed = self.spec.as_ref().is_some_and(|s| s.reads_states());
         let wanted: Vec<(bool, bool)> = rows
             .iter()
             .map(|&(slot, pos, _)| {
                 let seq = &self.active(slot).seq;
                 let logits = !seq.embeds() && pos + 1 >= seq.tokens.len();
-                (logits, seq.wants_state(pos))
+                (logits, seq.wants_state(pos) || (feed && !seq.embeds()))
             })
             .collect();
         for p in plan {
@@ -193,7 +195,8 @@ impl Engine {
     /// One forward of `chunk`'s rows (`(slot, position, token)`, a slot's rows together):
     /// their states enter from the front (in `self.entered`) or are embedded; each slot in
     /// it commits its rows; the logits of rows `out_rows.0` are verified or sampled and the
-    /// normed states of rows `out_rows.1` pooled into their embeddings, unless a row of that
+    /// normed states of rows `out_rows.1` pooled into their embeddings (or, for a generating
+    /// request, handed to the drafter), unless a row of that
     /// slot came out NaN or infinite (then the slot fails at that row).
     fn forward_chunk(
         &mut self,
@@ -224,7 +227,7 @@ impl Engine {
             Some(_) => Enter::States(&self.entered[..n * self.exec.model().hparams.hidden_width()]),
             None => Enter::Tokens(&tokens),
         };
-        let (slots, tok) = (&mut self.slots, &self.tok);
+        let (slots, tok, spec) = (&mut self.slots, &self.tok, &mut self.spec);
         let mut on_row = |r: usize, out: RowOut<'_>| {
             let (slot, pos, _) = chunk[r];
             if done.has_failed(slot) {
@@ -239,7 +242,13 @@ impl Engine {
                     return done.poison(slot, pos)
                 }
                 RowOut::Logits(logits) => seq.accept(logits, tok),
-                RowOut::State(state) => Ok(seq.take_state(pos, state)),
+                RowOut::State(state) if seq.embeds() => Ok(seq.take_state(pos, state)),
+                RowOut::State(state) => {
+                    if let Some(spec) = spec.as_mut() {
+                        spec.observe_state(slot, pos, state);
+                    }
+                    Ok(None)
+                }
                 RowOut::Tap { .. } => unreachable!("the step taps no layer"),
             };
             match ended {

@@ -7,9 +7,9 @@ use kernels::ThreadPool;
 use kv::SeqKv;
 use model::Model;
 
+use super::pick::Picker;
 use super::{Draft, DraftJob, DraftLog, Proposer};
-use crate::sampling::argmax;
-use crate::{ContextConfig, Executor, Sampler};
+use crate::{ContextConfig, Executor};
 
 /// A draft model with a KV sequence per slot, planned once like the target's. Its output
 /// head may be restricted to part of the vocabulary ([`Model::restrict_head`]).
@@ -25,12 +25,9 @@ pub struct DraftModel {
     /// Per slot: the draft's KV and the tokens it holds.
     seqs: Vec<SeqKv>,
     seen: Vec<Vec<u32>>,
-    /// Per slot: the request's sampler chain, with the draft's own random stream.
-    samplers: Vec<Option<Sampler>>,
+    picker: Picker,
     /// Per slot: whether its request ended (its KV is kept for the slot's next one).
     ended: Vec<bool>,
-    /// `[n_vocab]` scratch for the draft's probability of its token.
-    probs: Vec<f32>,
 }
 
 impl DraftModel {
@@ -46,9 +43,8 @@ impl DraftModel {
             ctx: Executor::with_pool(model, config, pool)?,
             seqs: (0..n_slots).map(|_| SeqKv::default()).collect(),
             seen: vec![Vec::new(); n_slots],
-            samplers: vec![None; n_slots],
+            picker: Picker::new(n_slots, n_vocab),
             ended: vec![false; n_slots],
-            probs: vec![0.0; n_vocab],
         })
     }
 
@@ -87,40 +83,6 @@ impl DraftModel {
             self.ctx.release(&mut self.seqs[slot]);
             self.seen[slot].clear();
         }
-    }
-
-    /// Picks the draft token from `logits` for `job` and records it in `d` unless the
-    /// draft gives it less than `p_min`. Returns whether drafting for this slot goes on.
-    fn pick(&mut self, job: &DraftJob, logits: &[f32], d: &mut Draft) -> bool {
-        let sampler = self.samplers[job.slot].get_or_insert_with(|| {
-            let mut cfg = job.sampling;
-            cfg.seed ^= 0x5EED_D5AF;
-            // The draft's rows index its own (possibly cut) vocabulary, so the target's
-            // history cannot penalize them; verification stays exact with any `q`.
-            cfg.penalties = Default::default();
-            Sampler::new(cfg)
-        });
-        let model = self.ctx.model();
-        let (token, conf, q) = if job.sampling.temperature > 0.0 {
-            let (i, q) = sampler.sample_with_distribution(logits, &[]);
-            let conf = q.iter().find(|x| x.0 == i).map_or(0.0, |x| x.1);
-            let q = q.iter().map(|&(j, p)| (model.logit_token(j), p)).collect();
-            (model.logit_token(i), conf, Some(q))
-        } else {
-            let i = argmax(logits);
-            let p = &mut self.probs[..logits.len()];
-            p.copy_from_slice(logits);
-            kernels::ops::exp_shifted(p, logits[i as usize]);
-            let sum: f32 = p.iter().sum();
-            (model.logit_token(i), 1.0 / sum, None)
-        };
-        if conf < job.p_min {
-            return false;
-        }
-        d.q.extend(q);
-        d.tokens.push(token);
-        d.confidence.push(conf);
-        d.len() < job.n_max
     }
 }
 
@@ -172,7 +134,10 @@ impl Proposer for DraftModel {
             let logits = logits_of[j]
                 .take()
                 .expect("every job's last row has logits");
-            if self.pick(job, &logits, &mut out[j]) {
+            if self
+                .picker
+                .pick(self.ctx.model(), job, &logits, &mut out[j])
+            {
                 active.push(j);
             }
         }
@@ -194,7 +159,10 @@ impl Proposer for DraftModel {
             log.steps.push((rows.len(), t0.elapsed()));
             let mut still = Vec::with_capacity(active.len());
             for (&j, logits) in active.iter().zip(&picked) {
-                if self.pick(&jobs[j], logits, &mut out[j]) {
+                if self
+                    .picker
+                    .pick(self.ctx.model(), &jobs[j], logits, &mut out[j])
+                {
                     still.push(j);
                 }
             }
@@ -211,7 +179,7 @@ impl Proposer for DraftModel {
     /// shares with this one (a chat template's system part, a conversation's history).
     /// Freed when another slot needs the room ([`DraftModel::make_room`]).
     fn release(&mut self, slot: usize) {
-        self.samplers[slot] = None;
+        self.picker.release(slot);
         self.ended[slot] = true;
     }
 }

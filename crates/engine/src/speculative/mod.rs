@@ -10,13 +10,16 @@
 
 mod draft_model;
 mod estimates;
+mod mtp;
 mod ngram;
+mod pick;
 pub mod policy;
 mod scripted;
 pub mod verify;
 pub mod vocab;
 
 pub use draft_model::DraftModel;
+pub use mtp::Mtp;
 pub use ngram::Ngram;
 pub use policy::{Policy, PolicyKind};
 pub use scripted::Scripted;
@@ -120,6 +123,15 @@ pub trait Proposer: Send {
     fn offers(&self, _slot: usize, _tokens: &[u32], n_max: usize) -> usize {
         n_max
     }
+    /// Whether the drafter reads the target's final states: the engine then hands it, for
+    /// every row the target computes of a generating slot, [`Proposer::observe_state`].
+    fn reads_states(&self) -> bool {
+        false
+    }
+    /// The target computed position `pos` of slot `slot`'s sequence; `state` (`[n_embd]`)
+    /// is its hidden state after the output norm. A slot's rows come in order; a position
+    /// seen again replaces what followed it (a rejected draft's rows, a new request).
+    fn observe_state(&mut self, _slot: usize, _pos: usize, _state: &[f32]) {}
 }
 
 /// What the policy works with, as of a snapshot: measured at start, refreshed while
@@ -184,6 +196,18 @@ impl Speculation {
         Speculation {
             make: Box::new(move |env: &ProposerEnv| {
                 let p = DraftModel::new(model, env.context, env.n_slots, env.pool.clone())?;
+                Ok(Box::new(p) as Box<dyn Proposer>)
+            }),
+            config,
+        }
+    }
+
+    /// The target's multi-token-prediction blocks (`model`: its [`model::Part::Nextn`]
+    /// stage).
+    pub fn mtp(model: Model, config: SpecConfig) -> Self {
+        Speculation {
+            make: Box::new(move |env: &ProposerEnv| {
+                let p = Mtp::new(model, env.context, env.n_slots, env.pool.clone())?;
                 Ok(Box::new(p) as Box<dyn Proposer>)
             }),
             config,

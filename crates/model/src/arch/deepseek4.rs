@@ -191,6 +191,7 @@ impl Recipe for DeepSeek4 {
             ));
         }
         let n_layer = hp.n_layer - nextn;
+        let n_nextn = nextn;
         let cfg = Config::read(md, n_layer, hp.n_head, hp.n_rot)?;
         if md.u32(&key("expert_gating_func"))? != 4 {
             return Err(bad(
@@ -222,6 +223,7 @@ impl Recipe for DeepSeek4 {
         };
         Ok(HParams {
             n_layer,
+            n_nextn,
             n_head_kv: 1,
             moe: Some(moe),
             streams: cfg.hyper.streams,

@@ -42,6 +42,15 @@ pub trait Recipe: Sync {
     /// them.
     fn layer(&self, t: &mut TensorLoader, hp: &HParams, il: usize) -> Result<Box<dyn Layer>>;
 
+    /// Multi-token-prediction block `il` (past the `n_layer` blocks: [`crate::Part::Nextn`])
+    /// as the layer that runs it; an error for a recipe that does not run its NextN blocks.
+    fn nextn(&self, _t: &mut TensorLoader, _hp: &HParams, il: usize) -> Result<Box<dyn Layer>> {
+        Err(Error::BadStage(format!(
+            "{}: multi-token-prediction block {il} is not run by this version",
+            self.name()
+        )))
+    }
+
     /// What merges the residual streams of an architecture with several
     /// ([`HParams::streams`]) into one `[rows, n_embd]` before the output norm, its tensors
     /// loaded through `t`; `None` for a plain residual.

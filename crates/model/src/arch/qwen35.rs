@@ -5,7 +5,8 @@
 //! Qwen's interleaved multi-axis sections; for text every axis has the token's position,
 //! which is NeoX RoPE over `rope.dimension_count` dimensions as long as every rotated pair
 //! falls in one of the first three sections (the fourth turns by position 0). Blocks past
-//! `block_count - nextn_predict_layers` are the multi-token-prediction head, not run here.
+//! `block_count - nextn_predict_layers` are the multi-token-prediction head: a gated
+//! attention block behind the NextN entry ([`crate::layers::nextn`]), run as a drafter.
 //! qwen35moe (Qwen 3.5 MoE) is the same with a mixture in every block: softmax routing,
 //! the chosen experts' weights renormalized, and a shared expert scaled by a sigmoid gate
 //! of its own (`ffn_gate_inp_shexp`).
@@ -19,6 +20,7 @@ use crate::hparams::{ExpertWidth, Experts, HParams, RoutingDefaults, Traits, PLA
 use crate::layers::ffn::{Activation, Ffn, GateUp};
 use crate::layers::gated_attention::GatedAttention;
 use crate::layers::gated_delta_net::{DeltaShape, GatedDeltaNet};
+use crate::layers::nextn::Nextn;
 use crate::layers::{Cx, Layer, LayerMemory};
 use crate::tensors::{TensorLoader, VecId};
 
@@ -68,13 +70,12 @@ impl Recipe for Qwen35 {
         }
         Ok(HParams {
             n_layer: hp.n_layer - nextn,
+            n_nextn: nextn,
             ..hp
         })
     }
 
     fn layer(&self, t: &mut TensorLoader, hp: &HParams, il: usize) -> Result<Box<dyn Layer>> {
-        let e = hp.n_embd;
-        let n = |s: &str| format!("blk.{il}.{s}.weight");
         let (mixer, scratch) = match recurrent(t.metadata(), self.name(), il)? {
             true => {
                 let shape = DeltaShape::read(t.metadata(), self.name())?;
@@ -87,13 +88,14 @@ impl Recipe for Qwen35 {
                 GatedAttention::scratch(hp),
             ),
         };
-        Ok(Box::new(Block {
-            attn_norm: t.vector(&n("attn_norm"), e)?,
-            mixer,
-            scratch,
-            post_attention_norm: t.vector(&n("post_attention_norm"), e)?,
-            ffn: Ffn::load(t, hp, il, GateUp::Apart)?,
-        }))
+        Ok(Box::new(Block::load(t, hp, il, mixer, scratch)?))
+    }
+
+    /// A gated-attention block (the file's feed-forward kind) behind the NextN entry.
+    fn nextn(&self, t: &mut TensorLoader, hp: &HParams, il: usize) -> Result<Box<dyn Layer>> {
+        let mixer = Mixer::Attention(GatedAttention::load(t, hp, il)?);
+        let block = Block::load(t, hp, il, mixer, GatedAttention::scratch(hp))?;
+        Ok(Box::new(Nextn::load(t, hp, il, Box::new(block))?))
     }
 
     fn extra_ops(&self) -> &'static [Op] {
@@ -172,6 +174,25 @@ struct Block {
     post_attention_norm: VecId,
     ffn: Ffn,
     scratch: Vec<usize>,
+}
+
+impl Block {
+    fn load(
+        t: &mut TensorLoader,
+        hp: &HParams,
+        il: usize,
+        mixer: Mixer,
+        scratch: Vec<usize>,
+    ) -> Result<Block> {
+        let n = |s: &str| format!("blk.{il}.{s}.weight");
+        Ok(Block {
+            attn_norm: t.vector(&n("attn_norm"), hp.n_embd)?,
+            mixer,
+            scratch,
+            post_attention_norm: t.vector(&n("post_attention_norm"), hp.n_embd)?,
+            ffn: Ffn::load(t, hp, il, GateUp::Apart)?,
+        })
+    }
 }
 
 impl Layer for Block {

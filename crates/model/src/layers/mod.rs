@@ -8,6 +8,7 @@ pub mod ffn;
 pub mod gated_attention;
 pub mod gated_delta_net;
 pub mod hyper;
+pub mod nextn;
 pub mod pre_norm;
 pub mod sparse_attention;
 

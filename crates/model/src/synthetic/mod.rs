@@ -30,6 +30,11 @@ pub struct Synthetic {
     pub experts: Option<ExpertShape>,
     /// The Gated DeltaNet blocks of a hybrid (qwen35: every fourth block attends).
     pub delta: Option<DeltaShape>,
+    /// Multi-token-prediction blocks after the `n_layer` (hybrids only): each a gated
+    /// attention block behind the NextN entry, whose `eh_proj` passes the token's
+    /// embedding through and adds a small random share of the target's state, so that
+    /// the head drafts well where the target's next token follows from the current one.
+    pub nextn: usize,
     /// Type of every matrix but the embeddings (Q8_0) and the router (F32); its block size
     /// must divide `n_embd` and the feed-forward widths. The output head is a matrix of its
     /// own (untied), so that the next token is not simply the last one.
@@ -72,6 +77,9 @@ impl Synthetic {
                 "{} takes a Gated DeltaNet shape only for qwen35 and qwen35moe",
                 self.arch.name()
             ));
+        }
+        if self.nextn > 0 && self.delta.is_none() {
+            return bad(format!("{} takes no NextN blocks here", self.arch.name()));
         }
         if self.n_head == 0
             || self.n_head_kv == 0
@@ -121,7 +129,7 @@ impl Synthetic {
                 x.n_expert * (3 * e * x.n_ff_exp + e) + shared
             }
         };
-        (2 * n_vocab * e + self.n_layer * (attn + ffn)) as u64
+        (2 * n_vocab * e + (self.n_layer + self.nextn) * (attn + ffn)) as u64
     }
 
     /// Writes the model to `path`, with the tokenizer of `tokenizer`.
@@ -153,12 +161,15 @@ impl Synthetic {
         };
         let mut keys = vec![
             ("embedding_length", self.n_embd),
-            ("block_count", self.n_layer),
+            ("block_count", self.n_layer + self.nextn),
             ("feed_forward_length", n_ff),
             ("attention.head_count", self.n_head),
             ("attention.head_count_kv", self.n_head_kv),
             ("context_length", 4096),
         ];
+        if self.nextn > 0 {
+            keys.push(("nextn_predict_layers", self.nextn));
+        }
         if let Some(x) = self.experts {
             keys.extend([
                 ("expert_count", x.n_expert),
@@ -204,8 +215,11 @@ impl Synthetic {
         let head = if self.delta.is_some() { 2.0 } else { 1.0 };
         t.matrix("output.weight", &[e, n_vocab], self.ty, head * scale(e))?;
         t.ones("output_norm.weight", e);
-        for il in 0..self.n_layer {
+        for il in 0..self.n_layer + self.nextn {
             let n = |s: &str| format!("blk.{il}.{s}");
+            if il >= self.n_layer {
+                self.nextn_entry(t, il)?;
+            }
             if let Some(d) = self.delta {
                 self.hybrid_mixer(t, il, d)?;
             } else {
@@ -309,7 +323,7 @@ impl Synthetic {
         let n = |s: &str| format!("blk.{il}.{s}");
         t.ones(&n("attn_norm.weight"), e);
         t.ones(&n("post_attention_norm.weight"), e);
-        if (il + 1).is_multiple_of(FULL_ATTENTION_INTERVAL) {
+        if il >= self.n_layer || (il + 1).is_multiple_of(FULL_ATTENTION_INTERVAL) {
             t.matrix(&n("attn_q.weight"), &[e, 2 * q], ty, scale(e))?;
             t.matrix(&n("attn_k.weight"), &[e, kv], ty, scale(e))?;
             t.matrix(&n("attn_v.weight"), &[e, kv], ty, scale(e))?;
@@ -336,6 +350,25 @@ impl Synthetic {
             t.matrix(&n("ssm_out.weight"), &[hv * sd, e], ty, scale(hv * sd))?;
         }
         Ok(())
+    }
+}
+
+impl Synthetic {
+    /// NextN block `il`'s entry and head norm: `eh_proj` is the identity on the
+    /// embedding's half, uniform in `±0.1/√n_embd` on the state's (see [`Synthetic::nextn`]).
+    fn nextn_entry(&self, t: &mut Tensors, il: usize) -> Result<()> {
+        let e = self.n_embd;
+        let n = |s: &str| format!("blk.{il}.nextn.{s}.weight");
+        t.ones(&n("enorm"), e);
+        t.ones(&n("hnorm"), e);
+        t.ones(&n("shared_head_norm"), e);
+        let a = 0.1 * scale(e);
+        let rows = (0..e).map(|i| {
+            let mut row = vec![0.0; 2 * e];
+            row[i] = 1.0;
+            row
+        });
+        t.rows(&n("eh_proj"), 2 * e, rows, self.ty, a)
     }
 }
 
@@ -517,6 +550,36 @@ impl Tensors<'_> {
         }
         let dims: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
         self.w.tensor(name, &dims, ty, bytes);
+        Ok(())
+    }
+
+    /// A matrix of rows of `cols` given by `rows`, the second half of each row (past
+    /// `cols / 2`) filled uniform in `[-a, a)`.
+    fn rows(
+        &mut self,
+        name: &str,
+        cols: usize,
+        rows: impl Iterator<Item = Vec<f32>>,
+        ty: GgmlType,
+        a: f32,
+    ) -> Result<()> {
+        let rb = ty
+            .row_bytes(cols as u64)
+            .ok_or_else(|| Error::Synthetic(format!("{name}: rows of {cols} in {ty}")))?
+            as usize;
+        let mut bytes = Vec::new();
+        let mut n_rows = 0;
+        for mut row in rows {
+            row[cols / 2..]
+                .iter_mut()
+                .for_each(|v| *v = self.rng.uniform() * a);
+            let at = bytes.len();
+            bytes.resize(at + rb, 0);
+            device::formats::quantize_row(ty, &row, &mut bytes[at..])
+                .map_err(|e| Error::Synthetic(format!("{name}: {e}")))?;
+            n_rows += 1;
+        }
+        self.w.tensor(name, &[cols as u64, n_rows], ty, bytes);
         Ok(())
     }
 

@@ -1,0 +1,236 @@
+//! Multi-token prediction: a synthetic qwen35 with one NextN block (f32, SmolLM2's
+//! tokenizer cut to 320 tokens; the shape `scripts/gen_mtp_golden.sh` writes) drafts what
+//! llama.cpp's `draft-mtp` drafts on the same file, and speculation with it leaves the
+//! greedy text of 8 users as each gets it alone.
+
+#[allow(dead_code)]
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use common::{model_path, MODELS};
+use device::Row;
+use engine::speculative::{
+    Draft, DraftJob, DraftLog, Mtp, PolicyKind, Proposer, SpecConfig, Speculation,
+};
+use engine::{ContextConfig, EngineConfig, Enter, Event, Executor, Out, RowOut, Taps};
+use gguf::GgmlType;
+use model::layers::gated_delta_net::DeltaShape;
+use model::synthetic::{Synthetic, Vocab};
+use model::{Model, Part};
+use text::Tokenizer;
+
+/// llama.cpp's top two draft candidates closer than this (in its probabilities over the
+/// top 10) are a tie that the two implementations' rounding may break either way.
+const TIE: f64 = 0.01;
+
+/// The model of `scripts/gen_mtp_golden.sh` at `dir/qwen35-mtp.gguf`.
+fn write_model(dir: &Path) -> PathBuf {
+    let (_, file, name) = MODELS[0];
+    let tokenizer = gguf::GgufFile::open(model_path(file, name)).unwrap();
+    let path = dir.join("qwen35-mtp.gguf");
+    let shape = Synthetic {
+        arch: model::Arch::from_name("qwen35").unwrap(),
+        n_embd: 128,
+        n_layer: 4,
+        n_head: 4,
+        n_head_kv: 2,
+        n_ff: 256,
+        experts: None,
+        delta: Some(DeltaShape {
+            conv_kernel: 4,
+            head_dim: 32,
+            n_k_heads: 2,
+            n_v_heads: 4,
+        }),
+        nextn: 1,
+        ty: GgmlType::F32,
+        seed: 7,
+    };
+    let vocab = Vocab::cut(&tokenizer, 320).unwrap();
+    shape.write_vocab(&vocab, &path).unwrap();
+    path
+}
+
+fn context() -> ContextConfig {
+    ContextConfig {
+        n_ctx: 512,
+        n_ubatch: 64,
+        n_threads: 2,
+        device: engine::DeviceKind::Cpu,
+        kv_type: GgmlType::F32,
+        ..ContextConfig::default()
+    }
+}
+
+/// The target's normed final state of every position of `tokens`: `[pos][n_embd]`.
+fn target_states(path: &Path, tokens: &[u32]) -> Vec<Vec<f32>> {
+    let mut exec = Executor::new(Model::load(path).unwrap(), context()).unwrap();
+    let mut seq = kv::SeqKv::default();
+    let mut states = vec![Vec::new(); tokens.len()];
+    for (c, chunk) in tokens.chunks(64).enumerate() {
+        let rows: Vec<Row> = (0..chunk.len())
+            .map(|i| Row {
+                pos: c * 64 + i,
+                seq: 0,
+            })
+            .collect();
+        let all: Vec<usize> = (0..chunk.len()).collect();
+        let mut on_row = |r: usize, o: RowOut<'_>| {
+            if let RowOut::State(s) = o {
+                states[c * 64 + r] = s.to_vec();
+            }
+        };
+        let out = Out::Rows {
+            logits: &[],
+            states: &all,
+            taps: Taps::default(),
+            on_row: &mut on_row,
+        };
+        exec.forward(&mut [&mut seq], &rows, Enter::Tokens(chunk), out)
+            .unwrap();
+    }
+    states
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u32> {
+    common::ids(v)
+}
+
+#[test]
+fn drafts_equal_llama_cpp_s_on_the_same_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_model(dir.path());
+    let golden: serde_json::Value =
+        serde_json::from_str(include_str!("golden/qwen35-mtp.llamacpp.json")).unwrap();
+    let mut seq = ids(&golden["prompt_tokens"]);
+    seq.extend(ids(&golden["answer_tokens"]));
+    let states = target_states(&path, &seq);
+    let pool = Arc::new(kernels::ThreadPool::new(2));
+    let nextn = Model::load_stage(&path, Part::Nextn).unwrap();
+    let mut mtp = Mtp::new(nextn, context(), 1, pool).unwrap();
+    for (pos, s) in states.iter().enumerate() {
+        mtp.observe_state(0, pos, s);
+    }
+    let (mut compared, mut ties, mut total) = (0, 0, 0);
+    for step in golden["steps"].as_array().unwrap() {
+        let n_past = step["n_past"].as_u64().unwrap() as usize;
+        assert_eq!(seq[n_past], step["id_last"].as_u64().unwrap() as u32);
+        let cands = step["candidates"].as_array().unwrap();
+        let job = DraftJob {
+            slot: 0,
+            tokens: &seq[..=n_past],
+            n_max: cands.len(),
+            sampling: engine::SamplerConfig::greedy(),
+            p_min: 0.0,
+        };
+        let mut out = [Draft::default()];
+        mtp.propose(&[job], &mut out, &mut DraftLog::default())
+            .unwrap();
+        assert_eq!(out[0].len(), cands.len(), "a draft of every length asked");
+        total += cands.len();
+        for (i, c) in cands.iter().enumerate() {
+            let top = |k: usize| (c[k][0].as_u64().unwrap() as u32, c[k][1].as_f64().unwrap());
+            let ours = out[0].tokens[i];
+            if top(0).1 - top(1).1 < TIE {
+                assert!(
+                    ours == top(0).0 || ours == top(1).0,
+                    "after {n_past} tokens, draft {i}: {ours} is neither of llama.cpp's tied {:?}",
+                    [top(0), top(1)]
+                );
+                ties += 1;
+                break;
+            }
+            assert_eq!(
+                ours,
+                top(0).0,
+                "after {n_past} tokens, draft {i}: llama.cpp drafts {:?}",
+                top(0)
+            );
+            compared += 1;
+        }
+    }
+    assert!(
+        compared * 10 >= total * 9,
+        "only {compared} of {total} drafts compared ({ties} ties)"
+    );
+}
+
+fn config(n_parallel: usize) -> EngineConfig {
+    EngineConfig {
+        n_ctx: 4096,
+        n_parallel,
+        kv_unified: true,
+        n_batch: 64,
+        n_ubatch: 32,
+        n_threads: 2,
+        kv_type: GgmlType::F32,
+        queue_limit: 64,
+        device: engine::DeviceKind::Cpu,
+        step_budget: engine::StepBudget::AUTO,
+        swa_full: false,
+        ctx_checkpoints: 8,
+        cache_ram_mib: 0,
+        cache_dir: None,
+    }
+}
+
+fn run(path: &Path, prompts: &[Vec<u32>], spec: Option<Speculation>) -> Vec<(Vec<u32>, usize)> {
+    let model = Model::load(path).unwrap();
+    let tok = Tokenizer::from_gguf(&model.file.header.metadata).unwrap();
+    let handle = engine::start(model, Arc::new(tok), config(8), spec, None).unwrap();
+    let streams: Vec<_> = prompts
+        .iter()
+        .map(|p| {
+            handle
+                .submit(common::request(p.clone(), 32, None))
+                .unwrap()
+                .1
+        })
+        .collect();
+    streams
+        .into_iter()
+        .map(|mut events| {
+            let mut tokens = Vec::new();
+            loop {
+                match events.blocking_recv().expect("engine answers") {
+                    Event::Delta { tokens: t, .. } => tokens.extend(t),
+                    Event::Done(s) => return (tokens, s.draft_n),
+                    Event::Progress(_) => {}
+                    other => panic!("request failed: {other:?}"),
+                }
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn eight_users_drafting_with_the_nextn_block_get_the_plain_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_model(dir.path());
+    let model = Model::load(&path).unwrap();
+    let tok = Tokenizer::from_gguf(&model.file.header.metadata).unwrap();
+    let text = "The quick brown fox jumps over the lazy dog while the river runs to the sea. ";
+    let prompts: Vec<Vec<u32>> = (0..8)
+        .map(|i| {
+            tok.encode(&text.repeat(1 + i % 3)[i..], true, false)
+                .unwrap()
+        })
+        .collect();
+    let plain = run(&path, &prompts, None);
+    let spec = SpecConfig {
+        n_max: 3,
+        policy: PolicyKind::Fixed,
+        ..SpecConfig::default()
+    };
+    let nextn = Model::load_stage(&path, Part::Nextn).unwrap();
+    let drafted = run(&path, &prompts, Some(Speculation::mtp(nextn, spec)));
+    for (i, (p, d)) in plain.iter().zip(&drafted).enumerate() {
+        assert_eq!(p.0, d.0, "prompt {i}");
+    }
+    assert!(
+        drafted.iter().map(|d| d.1).sum::<usize>() > 0,
+        "nothing was drafted"
+    );
+}
