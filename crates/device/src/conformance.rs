@@ -84,6 +84,7 @@ pub fn attention_case(
             tables: &tables,
             windowed: &[],
             states: &[],
+            checkpoints: &[],
         });
         dev.upload(q, 0, &data(n * nh * hd, 10 + i as u64));
         dev.upload(k, 0, &data(n * nkv * hd, 20 + i as u64));
@@ -102,9 +103,10 @@ pub fn attention_case(
 /// The recurrences of a state layer (KV layer 1 of 2): the causal convolution (with SiLU)
 /// and, on the state after it, the gated delta rule (2 key heads, 4 value heads of 16),
 /// over steps of two sequences: a prompt in two steps, a step whose last rows are cut back
-/// (the state restored from its checkpoint and the rows computed again), a sequence
-/// starting over at position 0, and rows computed again from a snapshot. Gives every step's outputs (convolution, then delta rule)
-/// and the cut-back rows' outputs computed again.
+/// (its checkpoint taken before its third row, the state restored from it and the rows
+/// from there computed again), a sequence starting over at position 0, and rows computed
+/// again from a snapshot. Gives every step's outputs (convolution, then delta rule) and the
+/// cut-back rows' outputs computed again.
 pub fn recurrent_case(dev: &mut dyn Device) -> Vec<f32> {
     let (width, k) = (24, 4);
     let delta = DeltaSpec {
@@ -154,24 +156,26 @@ pub fn recurrent_case(dev: &mut dyn Device) -> Vec<f32> {
     );
     let row = |seq, pos| Row { pos, seq };
     // Sequence 0 in slot 2, sequence 1 in slot 0.
-    // Step 5 computes step 2's rows again in slot 1, from a snapshot of slot 2 taken
-    // before step 2.
-    let steps: [(Vec<Row>, u64); 6] = [
+    // Step 3 computes step 2's rows 9 and 10 again (inputs from its third row on); step 5
+    // computes step 2's rows again in slot 1, from a snapshot of slot 2 taken before step 2.
+    let steps: [(Vec<Row>, u64, usize); 6] = [
         (
             (0..5)
                 .map(|p| row(0, p))
                 .chain((0..3).map(|p| row(1, p)))
                 .collect(),
             1,
+            0,
         ),
-        ((5..7).map(|p| row(0, p)).chain([row(1, 3)]).collect(), 2),
-        ((7..12).map(|p| row(0, p)).collect(), 3),
-        ((7..9).map(|p| row(0, p)).collect(), 3),
-        ((0..2).map(|p| row(1, p)).collect(), 4),
-        ((7..12).map(|p| row(0, p)).collect(), 3),
+        ((5..7).map(|p| row(0, p)).chain([row(1, 3)]).collect(), 2, 0),
+        ((7..12).map(|p| row(0, p)).collect(), 3, 0),
+        ((9..11).map(|p| row(0, p)).collect(), 3, 2),
+        ((0..2).map(|p| row(1, p)).collect(), 4, 0),
+        ((7..12).map(|p| row(0, p)).collect(), 3, 0),
     ];
+    let data = |n: usize, seed: u64, skip: usize| data(n + skip, seed).split_off(skip);
     let mut result = Vec::new();
-    for (i, (rows, seed)) in steps.iter().enumerate() {
+    for (i, (rows, seed, skip)) in steps.iter().enumerate() {
         match i {
             2 => dev.state_save(2, 1),
             3 => dev.state_restore(2),
@@ -184,12 +188,13 @@ pub fn recurrent_case(dev: &mut dyn Device) -> Vec<f32> {
             tables: &[&[0], &[1]],
             windowed: &[],
             states: if i == 5 { &[1, 0] } else { &[2, 0] },
+            checkpoints: if i == 2 { &[9, 0] } else { &[] },
         });
-        dev.upload(x, 0, &data(n * width, *seed));
+        dev.upload(x, 0, &data(n * width, *seed, skip * width));
         dev.conv1d(1, x, w, out, &spec);
         result.extend(read(dev, out, n * width));
         for (b, w, unit) in [(q, wk, true), (kk, wk, true), (v, wv, false)] {
-            let mut values = data(n * w, *seed + w as u64);
+            let mut values = data(n * w, *seed + w as u64, skip * w);
             if unit {
                 for head in values.chunks_exact_mut(16) {
                     let norm = head.iter().map(|x| x * x).sum::<f32>().sqrt();
@@ -203,7 +208,7 @@ pub fn recurrent_case(dev: &mut dyn Device) -> Vec<f32> {
         dev.upload(
             g,
             0,
-            &data(n * hv, *seed + 1)
+            &data(n * hv, *seed + 1, skip * hv)
                 .into_iter()
                 .map(rate)
                 .collect::<Vec<_>>(),
@@ -211,7 +216,7 @@ pub fn recurrent_case(dev: &mut dyn Device) -> Vec<f32> {
         dev.upload(
             beta,
             0,
-            &data(n * hv, *seed + 2)
+            &data(n * hv, *seed + 2, skip * hv)
                 .into_iter()
                 .map(gate)
                 .collect::<Vec<_>>(),
@@ -220,13 +225,13 @@ pub fn recurrent_case(dev: &mut dyn Device) -> Vec<f32> {
         result.extend(read(dev, o, n * wv));
         dev.finish();
     }
-    // Steps 0 and 1 give 11 rows of `width + wv`; step 2 (5 rows) and step 3 (its first two
-    // rows again) give their convolutions, then their delta rules.
+    // Steps 0 and 1 give 11 rows of `width + wv`; step 2 (5 rows) and step 3 (its third and
+    // fourth rows again) give their convolutions, then their delta rules.
     let per = width + wv;
     let (s2, s3) = (11 * per, 16 * per);
     let first = [
-        &result[s2..s2 + 2 * width],
-        &result[s2 + 5 * width..s2 + 5 * width + 2 * wv],
+        &result[s2 + 2 * width..s2 + 4 * width],
+        &result[s2 + 5 * width + 2 * wv..s2 + 5 * width + 4 * wv],
     ];
     let again = [
         &result[s3..s3 + 2 * width],

@@ -110,6 +110,11 @@ pub struct Step<'a> {
     /// here is at position 0 starts from the zero state; another's state before its rows
     /// becomes its checkpoint.
     pub states: &'a [u32],
+    /// Per sequence, its checkpoint's position ([`kv::SeqKv::checkpoint`]): where it lies
+    /// among the sequence's rows after the first, the state before that row becomes the
+    /// checkpoint instead (its rows from there on are drafts). Empty when the pool has no
+    /// state layers, or to take every checkpoint before the first row.
+    pub checkpoints: &'a [usize],
 }
 
 /// A device's copy of a step's block tables, kept between steps to reuse the room.

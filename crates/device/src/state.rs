@@ -19,6 +19,8 @@ pub struct HostStates {
     snaps: Vec<f32>,
     /// Per sequence of the step, its slot.
     slots: Vec<u32>,
+    /// Per sequence of the step, its checkpoint's position (empty: before its first row).
+    checkpoints: Vec<usize>,
     rows: Vec<Row>,
 }
 
@@ -31,6 +33,7 @@ impl HostStates {
             checkpoint: vec![0.0; n],
             snaps: vec![0.0; cfg.n_layers() * cfg.n_snaps * cfg.floats],
             slots: Vec::new(),
+            checkpoints: Vec::new(),
             rows: Vec::new(),
         }
     }
@@ -44,9 +47,11 @@ impl HostStates {
     }
 
     /// Starts a step: each sequence with rows starts from the zero state (its first row at
-    /// position 0) or keeps its state as its checkpoint.
+    /// position 0) or keeps its state as its checkpoint (which the recurrences take again
+    /// at a later row where [`Step::checkpoints`] says).
     pub fn begin(&mut self, step: &Step<'_>) {
         self.slots = step.states.to_vec();
+        self.checkpoints = step.checkpoints.to_vec();
         self.rows = step.rows.to_vec();
         let mut seen = vec![false; self.slots.len()];
         for r in step.rows {
@@ -86,11 +91,17 @@ impl HostStates {
     }
 
     /// The step's rows as runs of one sequence each: `(rows, first float of its slot in
-    /// layer `layer`)`.
-    fn runs(&self, layer: usize) -> Vec<(std::ops::Range<usize>, usize)> {
+    /// layer `layer`, the run's row before which the checkpoint is taken again)`.
+    fn runs(&self, layer: usize) -> Vec<(std::ops::Range<usize>, usize, Option<usize>)> {
         let runs = seq_runs(&self.rows);
-        runs.map(|(rows, seq)| (rows, self.range(layer, self.slots[seq]).start))
-            .collect()
+        runs.map(|(rows, seq)| {
+            let at = self.range(layer, self.slots[seq]).start;
+            let first = self.rows[rows.start].pos;
+            let ck = self.checkpoints.get(seq).map(|&c| c.wrapping_sub(first));
+            let ck = ck.filter(|&c| (1..rows.len()).contains(&c));
+            (rows, at, ck)
+        })
+        .collect()
     }
 
     /// [`crate::Device::conv1d`] over the step's rows with host buffers: each output the
@@ -112,7 +123,7 @@ impl HostStates {
         let taps: Vec<f32> = (0..k * width)
             .map(|i| w[(i % width) * k + i / width])
             .collect();
-        for (rows, at) in self.runs(layer) {
+        for (rows, at, ck) in self.runs(layer) {
             let range = at..at + floats;
             // [k - 1 + rows, width]: the state, then the step's inputs.
             let mut window = self.state[range.clone()].to_vec();
@@ -131,6 +142,10 @@ impl HostStates {
                 }
             }
             let n = rows.len();
+            if let Some(c) = ck {
+                let held = &window[c * width..(c + k - 1) * width];
+                self.checkpoint[range.clone()].copy_from_slice(held);
+            }
             self.state[range].copy_from_slice(&window[n * width..(n + k - 1) * width]);
         }
     }
@@ -159,24 +174,29 @@ impl HostStates {
         let runs = self.runs(layer);
         // One task per (run, value head): its state and its rows' outputs.
         let mut tasks = Vec::new();
-        let mut rest = &mut self.state[..];
+        let (mut rest, mut kept) = (&mut self.state[..], &mut self.checkpoint[..]);
         let mut taken = 0;
         let mut order: Vec<usize> = (0..runs.len()).collect();
         order.sort_by_key(|&i| runs[i].1);
         for i in order {
-            let (rows, at) = runs[i].clone();
+            let (rows, at, ck) = runs[i].clone();
             assert!(
                 at + spec.at >= taken,
                 "a sequence's rows come together in a step"
             );
             let start = at + spec.at - taken;
-            let (_, tail) = rest.split_at_mut(start);
-            let (state, tail) = tail.split_at_mut(spec.state_floats());
-            taken = at + spec.at + spec.state_floats();
-            rest = tail;
-            for (h, s) in state.chunks_exact_mut(d * d).enumerate() {
+            let n = spec.state_floats();
+            let (state, tail) = rest.split_at_mut(start).1.split_at_mut(n);
+            let (checkpoint, ck_tail) = kept.split_at_mut(start).1.split_at_mut(n);
+            taken = at + spec.at + n;
+            (rest, kept) = (tail, ck_tail);
+            let heads = state
+                .chunks_exact_mut(d * d)
+                .zip(checkpoint.chunks_exact_mut(d * d));
+            for (h, (s, c)) in heads.enumerate() {
                 let out = vec![0f32; rows.len() * d];
-                tasks.push(std::sync::Mutex::new((rows.clone(), h, s, out)));
+                let ck = ck.map(|row| (row, c));
+                tasks.push(std::sync::Mutex::new((rows.clone(), h, s, ck, out)));
             }
         }
         let b = &*bufs;
@@ -184,8 +204,11 @@ impl HostStates {
         let (g, beta, a) = (&b[io.g], &b[io.beta], &b[io.a]);
         par(tasks.len(), &|i| {
             let mut task = tasks[i].lock().expect("one thread per task");
-            let (rows, h, s, out) = &mut *task;
-            for (o, r) in out.chunks_exact_mut(d).zip(rows.clone()) {
+            let (rows, h, s, ck, out) = &mut *task;
+            for (i, (o, r)) in out.chunks_exact_mut(d).zip(rows.clone()).enumerate() {
+                if let Some((_, c)) = ck.as_mut().filter(|c| c.0 == i) {
+                    c.copy_from_slice(s);
+                }
                 let kh = (r * hk + *h % hk) * d;
                 let (q, k) = (&q[kh..kh + d], &k[kh..kh + d]);
                 let vh = (r * hv + *h) * d;
@@ -198,7 +221,7 @@ impl HostStates {
         });
         let mut out = bufs.take(io.out);
         for task in tasks {
-            let (rows, h, _, o) = task.into_inner().expect("tasks done");
+            let (rows, h, _, _, o) = task.into_inner().expect("tasks done");
             for (r, o) in rows.zip(o.chunks_exact(d)) {
                 out[(r * hv + h) * d..][..d].copy_from_slice(o);
             }
@@ -274,6 +297,7 @@ mod tests {
                 tables: &[&[0]],
                 windowed: &[],
                 states: &[0],
+                checkpoints: &[],
             });
             dev.upload(x, 0, &all[span.start * width..span.end * width]);
             dev.conv1d(
@@ -350,6 +374,7 @@ mod tests {
                     tables: &[&[0]],
                     windowed: &[],
                     states: &[0],
+                    checkpoints: &[],
                 });
                 for (b, src, w) in [
                     (io.q, &q, 8),

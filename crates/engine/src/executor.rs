@@ -469,6 +469,10 @@ impl Executor {
         };
         let windowed: Vec<&[u32]> = windowed.iter().map(Vec::as_slice).collect();
         let states = self.kv.state_slots(seqs);
+        let checkpoints: Vec<usize> = match states.is_empty() {
+            true => Vec::new(),
+            false => seqs.iter().map(|s| s.checkpoint()).collect(),
+        };
         for (snap, slot) in self.kv.snapshot_loads() {
             dev.state_load(snap, slot);
         }
@@ -477,6 +481,7 @@ impl Executor {
             tables: &tables,
             windowed: &windowed,
             states: &states,
+            checkpoints: &checkpoints,
         });
         let entered = match enter {
             Enter::Tokens(tokens) => model.embed(dev, w, &self.scratch, tokens, self.hidden),

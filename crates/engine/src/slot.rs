@@ -64,6 +64,9 @@ pub(crate) struct Sequence {
     /// Draft tokens of the latest step.
     pub draft_depth: usize,
     step_accepted: usize,
+    /// Accepted draft tokens the latest step's truncation gave back (a recurrent state
+    /// goes back to its checkpoint before the drafts), computed again with the next token.
+    pub redo: usize,
     max_tokens: Option<usize>,
     /// [`GenRequest::max_predict_time`], and whether the answer has had a newline.
     max_predict_time: Option<std::time::Duration>,
@@ -116,6 +119,7 @@ impl Sequence {
             step_verified: 0,
             draft_depth: 0,
             step_accepted: 0,
+            redo: 0,
             max_tokens: req.max_tokens,
             max_predict_time: req.max_predict_time,
             newline: false,
@@ -231,9 +235,10 @@ impl Sequence {
         self.sampler.config
     }
 
-    /// Whether the last token is computed and generation goes on.
+    /// Whether generation goes on with every token computed but the last one and the
+    /// accepted drafts given back ([`Sequence::redo`]).
     pub fn is_decoding(&self) -> bool {
-        self.n_generated > 0 && self.pending() == 1
+        self.n_generated > 0 && self.pending() <= 1 + self.redo
     }
 
     /// Tokens the request may still generate, by `max_tokens` and the slot's context.

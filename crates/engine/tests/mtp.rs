@@ -157,6 +157,79 @@ fn drafts_equal_llama_cpp_s_on_the_same_file() {
     );
 }
 
+/// One request of `prompt` (its end token ends it) drafting with the NextN block at a
+/// fixed depth of 3, every draft verified (no step budget): its tokens and summary.
+fn drafted_alone(path: &Path, prompt: &[u32]) -> (Vec<u32>, engine::Summary) {
+    let model = Model::load(path).unwrap();
+    let tok = Tokenizer::from_gguf(&model.file.header.metadata).unwrap();
+    let spec = SpecConfig {
+        n_max: 3,
+        policy: PolicyKind::Fixed,
+        ..SpecConfig::default()
+    };
+    let nextn = Model::load_stage(path, Part::Nextn).unwrap();
+    let cfg = EngineConfig {
+        step_budget: engine::StepBudget::Off,
+        ..config(1)
+    };
+    let spec = Some(Speculation::mtp(nextn, spec));
+    let handle = engine::start(model, Arc::new(tok), cfg, spec, None).unwrap();
+    let mut req = common::request(prompt.to_vec(), 256, None);
+    req.ignore_eos = false;
+    let mut events = handle.submit(req).unwrap().1;
+    let mut tokens = Vec::new();
+    loop {
+        match events.blocking_recv().expect("engine answers") {
+            Event::Delta { tokens: t, .. } => tokens.extend(t),
+            Event::Done(s) => return (tokens, s),
+            Event::Progress(_) => {}
+            other => panic!("request failed: {other:?}"),
+        }
+    }
+}
+
+/// The drafts llama-server verified and accepted over its answer (each call's first
+/// candidates against the answer's next tokens): the step after a rejection drafts again
+/// in both, the state kept before the draft rows.
+#[test]
+fn the_answer_drafts_and_accepts_as_llama_server_s() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_model(dir.path());
+    let golden: serde_json::Value =
+        serde_json::from_str(include_str!("golden/qwen35-mtp.llamacpp.json")).unwrap();
+    let prompt = ids(&golden["prompt_tokens"]);
+    let answer = ids(&golden["answer_tokens"]);
+    let seq: Vec<u32> = prompt.iter().chain(&answer).copied().collect();
+    let (mut verified, mut accepted) = (0, 0);
+    for step in golden["steps"].as_array().unwrap() {
+        let n_past = step["n_past"].as_u64().unwrap() as usize;
+        let drafts: Vec<u32> = step["candidates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c[0][0].as_u64().unwrap() as u32)
+            .collect();
+        let a = drafts
+            .iter()
+            .zip(&seq[n_past + 1..])
+            .take_while(|(d, t)| d == t)
+            .count();
+        accepted += a;
+        verified += (a + 1).min(drafts.len());
+    }
+    assert_eq!(
+        accepted as u64,
+        golden["draft_n_accepted"].as_u64().unwrap()
+    );
+    let (tokens, summary) = drafted_alone(&path, &prompt);
+    assert_eq!(tokens, answer);
+    assert_eq!(
+        (summary.draft_n, summary.draft_n_accepted),
+        (verified, accepted),
+        "drafts verified and accepted"
+    );
+}
+
 fn config(n_parallel: usize) -> EngineConfig {
     EngineConfig {
         n_ctx: 4096,

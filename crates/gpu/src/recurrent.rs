@@ -20,6 +20,8 @@ pub(crate) struct GpuStates {
     snaps: Vec<Option<wgpu::Buffer>>,
     /// Per sequence of the step, its slot.
     slots: Vec<u32>,
+    /// Per sequence of the step, its checkpoint's position (empty: before its first row).
+    checkpoints: Vec<usize>,
 }
 
 impl Gpu {
@@ -61,16 +63,19 @@ impl Gpu {
             stores,
             snaps,
             slots: Vec::new(),
+            checkpoints: Vec::new(),
         }))
     }
 
     /// At `begin`: each sequence with rows starts from the zero state (its first row at
-    /// position 0) or keeps its state as its checkpoint.
+    /// position 0) or keeps its state as its checkpoint (which the shaders take again at a
+    /// later row where [`Step::checkpoints`] says).
     pub(crate) fn states_begin(&mut self, step: &Step<'_>) {
         let Some(st) = self.states.as_mut() else {
             return;
         };
         st.slots = step.states.to_vec();
+        st.checkpoints = step.checkpoints.to_vec();
         let bytes = st.floats as u64 * 4;
         let enc = self.rec.encoder(&self.ctx);
         let mut seen = vec![false; st.slots.len()];
@@ -114,17 +119,24 @@ impl Gpu {
     }
 
     /// The step's runs of one sequence's rows as the shaders read them: (first row,
-    /// rows, the slot's first float), and layer `layer`'s state store.
-    fn runs(&self, layer: usize) -> (Vec<u32>, wgpu::Buffer) {
+    /// rows, the slot's first float, the run's row before which the checkpoint is taken
+    /// again or `u32::MAX`), and layer `layer`'s state and checkpoint stores.
+    fn runs(&self, layer: usize) -> (Vec<u32>, wgpu::Buffer, wgpu::Buffer) {
         let st = self.states.as_ref().expect("state layers");
-        let (state, _) = st.stores[layer]
+        let (state, checkpoint) = st.stores[layer]
             .as_ref()
             .unwrap_or_else(|| panic!("KV layer {layer} keeps no state"));
         let runs = device::seq_runs(&self.rows).flat_map(|(rows, seq)| {
             let at = st.slots[seq] as usize * st.floats;
-            [rows.start, rows.len(), at].map(|v| v as u32)
+            let first = self.rows[rows.start].pos;
+            let ck = st.checkpoints.get(seq).map(|&c| c.wrapping_sub(first));
+            let ck = ck.filter(|&c| (1..rows.len()).contains(&c));
+            [rows.start, rows.len(), at]
+                .map(|v| v as u32)
+                .into_iter()
+                .chain([ck.map_or(u32::MAX, |c| c as u32)])
         });
-        (runs.collect(), state.clone())
+        (runs.collect(), state.clone(), checkpoint.clone())
     }
 
     pub(crate) fn conv(&mut self, layer: usize, x: Buf, w: Buf, out: Buf, spec: &ConvSpec) {
@@ -133,8 +145,8 @@ impl Gpu {
             "{} taps: conv.wgsl takes 2 to 8",
             spec.k
         );
-        let (runs, state) = self.runs(layer);
-        let n_runs = runs.len() / 3;
+        let (runs, state, checkpoint) = self.runs(layer);
+        let n_runs = runs.len() / 4;
         if n_runs == 0 {
             return;
         }
@@ -148,12 +160,13 @@ impl Gpu {
         let p = self.rec.push(&self.ctx, bytemuck::cast_slice(&p));
         let [x, w, out] = [x, w, out].map(|b| self.buf(b));
         let g = [spec.width.div_ceil(64) as u32, n_runs as u32, 1];
-        self.run(Kernel::Conv1d, &[B(&x), B(&w), B(&out), B(&state), A(p)], g);
+        let binds = [B(&x), B(&w), B(&out), B(&state), B(&checkpoint), A(p)];
+        self.run(Kernel::Conv1d, &binds, g);
     }
 
     pub(crate) fn delta(&mut self, layer: usize, io: &DeltaIo, spec: &DeltaSpec) {
-        let (runs, state) = self.runs(layer);
-        let n_runs = runs.len() / 3;
+        let (runs, state, checkpoint) = self.runs(layer);
+        let n_runs = runs.len() / 4;
         if n_runs == 0 {
             return;
         }
@@ -179,6 +192,7 @@ impl Gpu {
             B(&a),
             B(&out),
             B(&state),
+            B(&checkpoint),
             A(p),
         ];
         self.run(

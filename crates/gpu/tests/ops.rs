@@ -206,6 +206,7 @@ fn kv_blocks_copy_read_and_write() {
             tables: &[&[block]],
             windowed: &[],
             states: &[],
+            checkpoints: &[],
         });
         for layer in 0..2 {
             if store {
@@ -252,6 +253,7 @@ fn kv_store_writes_the_bytes_the_reference_writes_for_every_kv_type() {
                     tables: &[&[1, 0]],
                     windowed: &[],
                     states: &[],
+                    checkpoints: &[],
                 });
                 d.kv_store(0, k, v);
                 d.finish();
@@ -342,6 +344,7 @@ fn attention_over_several_parts_and_a_window_across_them() {
                 tables,
                 windowed: &[],
                 states: &[],
+                checkpoints: &[],
             });
             d.kv_store(0, k, v);
             d.attention(0, q, out, &spec);
@@ -354,6 +357,7 @@ fn attention_over_several_parts_and_a_window_across_them() {
                 tables,
                 windowed: &[],
                 states: &[],
+                checkpoints: &[],
             });
             d.attention(0, q1, out, &spec);
             d.finish();

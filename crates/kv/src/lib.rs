@@ -201,12 +201,27 @@ pub struct SeqKv {
     state: Option<u32>,
     /// The position of its state's checkpoint.
     checkpoint: usize,
+    /// Where the next forward's rows may be cut back from ([`SeqKv::uncertain_from`]).
+    uncertain: Option<usize>,
 }
 
 impl SeqKv {
     /// Positions whose keys and values are cached.
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Says that the next forward's rows of this sequence from position `pos` on are
+    /// drafts, which a truncation may cut back: with state layers, the state before `pos`
+    /// becomes the checkpoint (rather than the state before the forward's first row), so
+    /// that the rows before it are never computed again.
+    pub fn uncertain_from(&mut self, pos: usize) {
+        self.uncertain = Some(pos);
+    }
+
+    /// The position of its state's checkpoint: the device keeps the state before it.
+    pub fn checkpoint(&self) -> usize {
+        self.checkpoint
     }
 
     pub fn is_empty(&self) -> bool {
@@ -465,10 +480,14 @@ impl KvPool {
     /// Before a forward whose rows of `seq` are positions `first..len`: needs (attaching
     /// where missing) the windowed companions of the blocks those rows see or write.
     /// With state layers, `first` becomes the state's checkpoint (the device keeps the state
-    /// before the rows, [`state`]).
+    /// before the rows, [`state`]), or the position [`SeqKv::uncertain_from`] gave where it
+    /// lies among the rows after the first.
     pub fn prepare(&mut self, seq: &mut SeqKv, first: usize, len: usize) -> Result<()> {
+        let uncertain = seq.uncertain.take();
         if self.cfg.state.is_some() {
-            seq.checkpoint = first;
+            seq.checkpoint = uncertain
+                .filter(|u| (first + 1..len).contains(u))
+                .unwrap_or(first);
         }
         let Some(w) = &mut self.win else {
             return Ok(());

@@ -3,14 +3,16 @@
 //!
 //! A sequence holding positions `0..len` holds one *slot* of state, which its device keeps
 //! as it is after position `len - 1`, and a *checkpoint*: the state before the rows of the
-//! last forward that computed any of its positions (position `checkpoint`). A state cannot
-//! be cut back to any position the way paged KV is; it can go back to its checkpoint, and
-//! the engine computes again what lies between (positions a truncation did not keep):
+//! last forward that computed any of its positions, or before its first draft row there
+//! ([`crate::SeqKv::uncertain_from`]; position `checkpoint`). A state cannot be cut back to
+//! any position the way paged KV is; it can go back to its checkpoint, and the engine
+//! computes again what lies between (positions a truncation did not keep):
 //!
 //! ```text
-//! forward   rows 40..45 (a token and four drafts): checkpoint = 40, len = 45
-//! truncate  to 42 (two drafts accepted)  → kept 40: the device restores the checkpoint,
-//!           the engine computes 40..42 again with its next rows
+//! forward   rows 40..45 (a token and four drafts): checkpoint = 41, len = 45
+//! truncate  to 41 (no draft accepted)    → kept 41: the device restores the checkpoint
+//! truncate  to 43 (two drafts accepted)  → kept 41: the device restores the checkpoint,
+//!           the engine computes 41..43 again with its next rows
 //! truncate  to 38 (before the checkpoint) → kept 0: the slot goes back to the pool
 //! ```
 //!
@@ -101,6 +103,29 @@ pub(crate) mod tests {
         forward(&mut p, &mut a, 40, 42);
         assert_eq!(p.truncate(&mut a, 39), 0, "short of the checkpoint");
         assert_eq!((a.len(), a.state_slot(), p.free_blocks()), (0, None, 16));
+    }
+
+    #[test]
+    fn drafts_take_the_checkpoint_at_the_first_of_them() {
+        let mut p = pool(2, 0);
+        let mut a = SeqKv::default();
+        forward(&mut p, &mut a, 0, 40);
+        a.uncertain_from(42);
+        forward(&mut p, &mut a, 40, 45);
+        assert_eq!(a.checkpoint(), 42);
+        assert_eq!(
+            p.truncate(&mut a, 42),
+            42,
+            "no draft accepted: nothing to compute again"
+        );
+        assert_eq!(p.truncate(&mut a, 41), 0, "short of the checkpoint");
+        let mut b = SeqKv::default();
+        forward(&mut p, &mut b, 0, 40);
+        b.uncertain_from(45);
+        forward(&mut p, &mut b, 40, 45);
+        assert_eq!(b.checkpoint(), 40, "past the rows: before the first");
+        forward(&mut p, &mut b, 45, 46);
+        assert_eq!(b.checkpoint(), 45, "taken once");
     }
 
     #[test]

@@ -127,13 +127,12 @@ impl Engine {
                 continue;
             };
             let seq = &a.seq;
-            match seq.pending() {
-                1 => decoding = decoding.plus(Shape::run(seq.kv.len(), 1, 1)),
-                n => waiting.push((a.order, seq.kv.len(), n)),
-            }
+            let n = seq.pending();
             if !seq.is_decoding() {
+                waiting.push((a.order, seq.kv.len(), n));
                 continue;
             }
+            decoding = decoding.plus(Shape::run(seq.kv.len(), n, 1));
             let n_max = spec
                 .cfg
                 .n_max
@@ -152,7 +151,7 @@ impl Engine {
                     n_min,
                     behind,
                     remaining: seq.remaining(),
-                    position: seq.kv.len(),
+                    position: seq.tokens.len() - 1,
                 });
             }
         }

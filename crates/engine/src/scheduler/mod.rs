@@ -646,6 +646,10 @@ impl Slots for Engine {
         self.active(slot).seq.pending()
     }
 
+    fn decoding(&self, slot: usize) -> bool {
+        self.active(slot).seq.is_decoding()
+    }
+
     fn cut_draft(&mut self, slot: usize, keep: usize) -> usize {
         let draft = &mut self.slots[slot].as_mut().expect("slot is active").seq.draft;
         draft.truncate(keep);

@@ -5,7 +5,8 @@
 //! and the tests below drive it with plain numbers.
 //!
 //! A step is planned in two phases, oldest request first within each:
-//! 1. Decoding slots (one pending token): each takes its row, then as much of its draft
+//! 1. Decoding slots (the last sampled token pending, after the accepted drafts a recurrent
+//!    state gave back): each takes its rows, then as much of its draft
 //!    as the rows and the time target allow. The target is the [`StepBudget`] applied to
 //!    the predicted time of the decoding rows alone (by default 2.5× it): a stream waits
 //!    at most that long for its next token whoever else is reading a prompt.
@@ -46,6 +47,9 @@ pub(super) trait Slots {
     fn prepare(&mut self, slot: usize);
     /// Tokens of `slot` not yet computed (the prompt's rest, or the last sampled token).
     fn pending(&self, slot: usize) -> usize;
+    /// Whether it decodes: its pending tokens are the last sampled one and the accepted
+    /// drafts a recurrent state gave back (computed again with it), and it may draft.
+    fn decoding(&self, slot: usize) -> bool;
     /// Its draft tokens, cut to at most `keep`; returns how many it keeps.
     fn cut_draft(&mut self, slot: usize, keep: usize) -> usize;
     /// Positions it has computed.
@@ -79,17 +83,16 @@ pub(super) fn plan(limits: &Limits, slots: &mut dyn Slots) -> Vec<Planned> {
     for &(_, s) in &order {
         slots.prepare(s);
     }
-    let (decoding, prompts): (Vec<_>, Vec<_>) = order
-        .iter()
-        .copied()
-        .partition(|&(_, s)| slots.pending(s) == 1);
+    let (decoding, prompts): (Vec<_>, Vec<_>) =
+        order.iter().copied().partition(|&(_, s)| slots.decoding(s));
     let mut shape = decoding
         .iter()
-        .map(|&(_, s)| Shape::run(slots.computed(s), 1, 1))
+        .map(|&(_, s)| Shape::run(slots.computed(s), slots.pending(s), 1))
         .fold(Shape::default(), Shape::plus);
     let target = step_target(limits, &shape);
     let fits = |s: &Shape| target.is_none_or(|t| (limits.predict)(s) <= t);
-    let mut rows_left = limits.n_batch.saturating_sub(decoding.len());
+    let pending: usize = decoding.iter().map(|&(_, s)| slots.pending(s)).sum();
+    let mut rows_left = limits.n_batch.saturating_sub(pending);
     let (mut planned, mut orders): (Vec<Planned>, Vec<u64>) = (Vec::new(), Vec::new());
     let mut take = |slots: &mut dyn Slots, order: u64, p: Planned| {
         if slots.make_room(p.slot, p.from + p.n, &planned) {
@@ -98,18 +101,18 @@ pub(super) fn plan(limits: &Limits, slots: &mut dyn Slots) -> Vec<Planned> {
         }
     };
     for &(o, s) in &decoding {
-        let from = slots.computed(s);
+        let (from, pending) = (slots.computed(s), slots.pending(s));
         let mut keep = slots.cut_draft(s, rows_left);
-        while keep > 0 && !fits(&shape.plus(Shape::run(from + 1, keep, keep))) {
+        while keep > 0 && !fits(&shape.plus(Shape::run(from + pending, keep, keep))) {
             keep -= 1;
         }
         let keep = slots.cut_draft(s, keep);
         rows_left -= keep;
-        shape = shape.plus(Shape::run(from + 1, keep, keep));
+        shape = shape.plus(Shape::run(from + pending, keep, keep));
         let p = Planned {
             slot: s,
             from,
-            n: 1 + keep,
+            n: pending + keep,
         };
         take(slots, o, p);
     }
@@ -327,6 +330,9 @@ mod tests {
         }
         fn pending(&self, slot: usize) -> usize {
             self.slots[slot].1
+        }
+        fn decoding(&self, slot: usize) -> bool {
+            self.slots[slot].1 == 1 || self.slots[slot].2 > 0
         }
         fn cut_draft(&mut self, slot: usize, keep: usize) -> usize {
             let d = &mut self.slots[slot].2;

@@ -148,11 +148,13 @@ impl Engine {
         for p in plan {
             let seq = &mut self.slots[p.slot].as_mut().expect("planned").seq;
             let d = seq.end_step();
+            seq.redo = 0;
             if d.computed == 0 {
                 continue;
             }
             let valid = (p.from + p.n - (d.computed - d.accepted)).min(seq.tokens.len());
             let kept = self.exec.truncate(&mut seq.kv, valid);
+            seq.redo = valid.saturating_sub(kept);
             if let Some(f) = &mut self.front {
                 if kept < p.from + p.n {
                     let _ = f.truncate(seq.task, kept);
@@ -216,10 +218,16 @@ impl Engine {
             });
         }
         // The sequences' KV leaves their slots for the forward, so that sampling may
-        // borrow the slots meanwhile.
+        // borrow the slots meanwhile; a recurrent state keeps its checkpoint before the
+        // first draft row, so that rejected drafts cost no accepted row again.
         let mut kvs: Vec<SeqKv> = seq_slots
             .iter()
-            .map(|&s| std::mem::take(&mut self.slots[s].as_mut().expect("planned").seq.kv))
+            .map(|&s| {
+                let seq = &mut self.slots[s].as_mut().expect("planned").seq;
+                let mut kv = std::mem::take(&mut seq.kv);
+                kv.uncertain_from(seq.tokens.len());
+                kv
+            })
             .collect();
         let tokens: Vec<u32> = chunk.iter().map(|r| r.2).collect();
         let n = chunk.len();

@@ -2,7 +2,9 @@
 // (channel c, run) walks its run's rows in order, keeping the channel's last k - 1 inputs;
 // out = Σ_j w[c·k + j] · in(j) over the taps in order, then SiLU when asked. The state of a
 // slot is `[k - 1, width]` (oldest first) from float `at` of the layer's store, written back
-// after the run's last row. A run: its first row, its rows, its slot's first float.
+// after the run's last row, and into the checkpoint store as it is before the run's row
+// `ck` when that is one of its rows. A run: its first row, its rows, its slot's first
+// float, `ck` (or u32::MAX).
 
 struct P {
     width: u32,
@@ -16,7 +18,8 @@ struct P {
 @group(0) @binding(1) var<storage, read> w: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 @group(0) @binding(3) var<storage, read_write> state: array<f32>;
-@group(0) @binding(4) var<storage, read> p: P;
+@group(0) @binding(4) var<storage, read_write> checkpoint: array<f32>;
+@group(0) @binding(5) var<storage, read> p: P;
 
 // Taps at most (ssm.conv_kernel is 4 in every model so far).
 const K_MAX: u32 = 8u;
@@ -28,15 +31,21 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (c >= p.width || run >= p.n_runs) {
         return;
     }
-    let first = p.runs[3u * run];
-    let n = p.runs[3u * run + 1u];
-    let at = p.runs[3u * run + 2u];
+    let first = p.runs[4u * run];
+    let n = p.runs[4u * run + 1u];
+    let at = p.runs[4u * run + 2u];
+    let ck = p.runs[4u * run + 3u];
     let held = p.k - 1u;
     var window: array<f32, K_MAX>;
     for (var j = 0u; j < held; j++) {
         window[j] = state[at + j * p.width + c];
     }
     for (var i = 0u; i < n; i++) {
+        if (i == ck) {
+            for (var j = 0u; j < held; j++) {
+                checkpoint[at + j * p.width + c] = window[j];
+            }
+        }
         let r = first + i;
         let input = x[r * p.width + c];
         window[held] = input;

@@ -4,7 +4,9 @@
 //   row *= exp(a[h] · g[h]);  δ = (v[j] - row·k) · β[h];  row += δ · k;  out[j] = row·q / √d
 // with the key head h % n_k_heads, each dot product summed in index order. The state of a
 // slot is the head-major `[n_v_heads, d, d]` from float `at` of its slot in the layer's
-// store. A run: its first row, its rows, its slot's first float.
+// store; each invocation copies its rows into the checkpoint store as they are before the
+// run's row `ck` when that is one of its rows. A run: its first row, its rows, its slot's
+// first float, `ck` (or u32::MAX).
 
 struct P {
     n_k_heads: u32,
@@ -23,7 +25,8 @@ struct P {
 @group(0) @binding(5) var<storage, read> a: array<f32>;
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;
 @group(0) @binding(7) var<storage, read_write> state: array<f32>;
-@group(0) @binding(8) var<storage, read> p: P;
+@group(0) @binding(8) var<storage, read_write> checkpoint: array<f32>;
+@group(0) @binding(9) var<storage, read> p: P;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
@@ -33,11 +36,19 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         return;
     }
     let d = p.d;
-    let first = p.runs[3u * run];
-    let n = p.runs[3u * run + 1u];
-    let base = p.runs[3u * run + 2u] + p.at + h * d * d;
+    let first = p.runs[4u * run];
+    let n = p.runs[4u * run + 1u];
+    let base = p.runs[4u * run + 2u] + p.at + h * d * d;
+    let ck = p.runs[4u * run + 3u];
     let scale = 1.0 / sqrt(f32(d));
     for (var i = 0u; i < n; i++) {
+        if (i == ck) {
+            for (var j = t; j < d; j += 64u) {
+                for (var e = 0u; e < d; e++) {
+                    checkpoint[base + j * d + e] = state[base + j * d + e];
+                }
+            }
+        }
         let r = first + i;
         let kh = (r * p.n_k_heads + h % p.n_k_heads) * d;
         let vh = (r * p.n_v_heads + h) * d;

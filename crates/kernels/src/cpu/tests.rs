@@ -172,6 +172,7 @@ fn copied_kv_blocks_attend_like_the_originals() {
             tables: &[&[3]],
             windowed: &[],
             states: &[],
+            checkpoints: &[],
         });
         d.kv_store(0, k, v);
         d.attention(0, q, o1, &spec);
@@ -182,6 +183,7 @@ fn copied_kv_blocks_attend_like_the_originals() {
             tables: &[&[1]],
             windowed: &[],
             states: &[],
+            checkpoints: &[],
         });
         d.attention(0, q, o2, &spec);
         d.finish();

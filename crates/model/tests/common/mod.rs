@@ -130,6 +130,7 @@ pub fn run_stages_on(
                 tables: &tables,
                 windowed: &[],
                 states: &[],
+                checkpoints: &[],
             });
             if i == 0 {
                 model
