@@ -306,8 +306,10 @@ pub struct Prims {
 /// The generic primitives on 7 rows of 96 (a width no multiple of 64): softmax with a
 /// masked (-∞) value, the L2 norm per row and per head (one row small enough that `eps`
 /// bounds its norm), sigmoid and softplus over ±30 (both sides of softplus's threshold),
-/// mul, and the top 5 and top 1 of rows with ties and a NaN. Asserted on `d` itself: a row
-/// softmaxed or normed alone has the bits it has among the others, and top 1 is argmax.
+/// copied columns (two row blocks side by side, as a NextN block joins its inputs), mul, and
+/// the top 5 and top 1 of rows with ties and a NaN. Asserted on `d` itself: a row softmaxed
+/// or normed alone has the bits it has among the others, the columns are copied exactly,
+/// and top 1 is argmax.
 pub fn prims_case(d: &mut dyn Device) -> Prims {
     let (rows, width) = (7, 96);
     let mut x: Vec<f32> = data(rows * width, 11).iter().map(|v| v * 4.0).collect();
@@ -357,6 +359,22 @@ pub fn prims_case(d: &mut dyn Device) -> Prims {
     d.softplus(xb, rows * width);
     values.push(("softplus", read(d, xb, rows * width)));
     d.upload(xb, 0, &x);
+    let joined = buf(d, &vec![0.0; rows * 64]);
+    let cols = |x_at, out_at| Cols {
+        x_width: width,
+        x_at,
+        out_width: 64,
+        out_at,
+        width: 32,
+    };
+    d.copy_cols(xb, joined, rows, &cols(8, 0));
+    d.copy_cols(yb, joined, rows, &cols(0, 32));
+    let want: Vec<f32> = (0..rows)
+        .flat_map(|r| [&x[r * width + 8..][..32], &y[r * width..][..32]].concat())
+        .collect();
+    let got = read(d, joined, rows * 64);
+    assert_eq!(bits(&got), bits(&want), "copied columns");
+    values.push(("copy_cols", got));
     d.mul(xb, yb, rows * width);
     values.push(("mul", read(d, xb, rows * width)));
 

@@ -1,7 +1,7 @@
 //! Multi-token prediction: a synthetic qwen35 with one NextN block (f32, SmolLM2's
 //! tokenizer cut to 320 tokens; the shape `scripts/gen_mtp_golden.sh` writes) drafts what
-//! llama.cpp's `draft-mtp` drafts on the same file, and speculation with it leaves the
-//! greedy text of 8 users as each gets it alone.
+//! llama.cpp's `draft-mtp` drafts on the same file, at the same steps, and speculation with
+//! it leaves the greedy text of 8 users as plain decoding gives it (on the CPU and the GPU).
 
 #[allow(dead_code)]
 mod common;
@@ -170,7 +170,7 @@ fn drafted_alone(path: &Path, prompt: &[u32]) -> (Vec<u32>, engine::Summary) {
     let nextn = Model::load_stage(path, Part::Nextn).unwrap();
     let cfg = EngineConfig {
         step_budget: engine::StepBudget::Off,
-        ..config(1)
+        ..config(1, engine::DeviceKind::Cpu)
     };
     let spec = Some(Speculation::mtp(nextn, spec));
     let handle = engine::start(model, Arc::new(tok), cfg, spec, None).unwrap();
@@ -230,7 +230,7 @@ fn the_answer_drafts_and_accepts_as_llama_server_s() {
     );
 }
 
-fn config(n_parallel: usize) -> EngineConfig {
+fn config(n_parallel: usize, device: engine::DeviceKind) -> EngineConfig {
     EngineConfig {
         n_ctx: 4096,
         n_parallel,
@@ -240,7 +240,7 @@ fn config(n_parallel: usize) -> EngineConfig {
         n_threads: 2,
         kv_type: GgmlType::F32,
         queue_limit: 64,
-        device: engine::DeviceKind::Cpu,
+        device,
         step_budget: engine::StepBudget::AUTO,
         swa_full: false,
         ctx_checkpoints: 8,
@@ -249,10 +249,15 @@ fn config(n_parallel: usize) -> EngineConfig {
     }
 }
 
-fn run(path: &Path, prompts: &[Vec<u32>], spec: Option<Speculation>) -> Vec<(Vec<u32>, usize)> {
+fn run(
+    path: &Path,
+    prompts: &[Vec<u32>],
+    spec: Option<Speculation>,
+    device: engine::DeviceKind,
+) -> Vec<(Vec<u32>, usize)> {
     let model = Model::load(path).unwrap();
     let tok = Tokenizer::from_gguf(&model.file.header.metadata).unwrap();
-    let handle = engine::start(model, Arc::new(tok), config(8), spec, None).unwrap();
+    let handle = engine::start(model, Arc::new(tok), config(8, device), spec, None).unwrap();
     let streams: Vec<_> = prompts
         .iter()
         .map(|p| {
@@ -280,6 +285,17 @@ fn run(path: &Path, prompts: &[Vec<u32>], spec: Option<Speculation>) -> Vec<(Vec
 
 #[test]
 fn eight_users_drafting_with_the_nextn_block_get_the_plain_text() {
+    eight_users_get_the_plain_text(engine::DeviceKind::Cpu);
+}
+
+#[test]
+fn eight_users_on_the_gpu_drafting_with_the_nextn_block_get_the_plain_text() {
+    if gpu::adapter_for_tests() {
+        eight_users_get_the_plain_text(engine::DeviceKind::Gpu);
+    }
+}
+
+fn eight_users_get_the_plain_text(device: engine::DeviceKind) {
     let dir = tempfile::tempdir().unwrap();
     let path = write_model(dir.path());
     let model = Model::load(&path).unwrap();
@@ -291,14 +307,14 @@ fn eight_users_drafting_with_the_nextn_block_get_the_plain_text() {
                 .unwrap()
         })
         .collect();
-    let plain = run(&path, &prompts, None);
+    let plain = run(&path, &prompts, None, device);
     let spec = SpecConfig {
         n_max: 3,
         policy: PolicyKind::Fixed,
         ..SpecConfig::default()
     };
     let nextn = Model::load_stage(&path, Part::Nextn).unwrap();
-    let drafted = run(&path, &prompts, Some(Speculation::mtp(nextn, spec)));
+    let drafted = run(&path, &prompts, Some(Speculation::mtp(nextn, spec)), device);
     for (i, (p, d)) in plain.iter().zip(&drafted).enumerate() {
         assert_eq!(p.0, d.0, "prompt {i}");
     }

@@ -26,7 +26,7 @@ impl Device for Gpu {
     fn supports(&self, op: Op) -> bool {
         !matches!(
             op,
-            Op::SparseAttention | Op::HyperConnections | Op::CopyCols | Op::SwigluLimit
+            Op::SparseAttention | Op::HyperConnections | Op::SwigluLimit
         )
     }
 
@@ -434,8 +434,20 @@ impl Device for Gpu {
         unreachable!("refused at load: the GPU lacks Op::HyperConnections")
     }
 
-    fn copy_cols(&mut self, _: Buf, _: Buf, _: usize, _: &Cols) {
-        unreachable!("refused at load: the GPU lacks Op::CopyCols")
+    fn copy_cols(&mut self, x: Buf, out: Buf, rows: usize, c: &Cols) {
+        let len = rows * c.width;
+        if len == 0 {
+            return;
+        }
+        let g = grid(len.div_ceil(64));
+        let p = [rows, c.width, c.x_width, c.x_at, c.out_width, c.out_at]
+            .map(|v| v as u32)
+            .into_iter()
+            .chain([g[0], 0])
+            .collect::<Vec<u32>>();
+        let p = self.rec.push(&self.ctx, bytemuck::cast_slice(&p));
+        let [x, out] = [x, out].map(|b| self.buf(b));
+        self.run(Kernel::CopyCols, &[B(&x), B(&out), A(p)], g);
     }
 
     fn gather_rows(&mut self, x: Buf, rows: &[usize], width: usize, out: Buf) {
