@@ -107,13 +107,12 @@ pub struct Step<'a> {
     pub windowed: &'a [&'a [u32]],
     /// Per sequence, its recurrent-state slot ([`kv::state`]; `kv::state::NO_SLOT` where it
     /// holds none). Empty when the pool has no state layers. A sequence whose first row
-    /// here is at position 0 starts from the zero state; another's state before its rows
-    /// becomes its checkpoint.
+    /// here is at position 0 starts from the zero state.
     pub states: &'a [u32],
-    /// Per sequence, its checkpoint's position ([`kv::SeqKv::checkpoint`]): where it lies
-    /// among the sequence's rows after the first, the state before that row becomes the
-    /// checkpoint instead (its rows from there on are drafts). Empty when the pool has no
-    /// state layers, or to take every checkpoint before the first row.
+    /// Per sequence, its checkpoint's position ([`kv::SeqKv::checkpoint`]): where it is one
+    /// of the sequence's rows, the state before that row becomes its checkpoint (its rows
+    /// from there on are drafts); otherwise the step keeps none. Empty when the pool has
+    /// no state layers, or to keep every sequence's state before its first row.
     pub checkpoints: &'a [usize],
 }
 

@@ -47,8 +47,8 @@ impl HostStates {
     }
 
     /// Starts a step: each sequence with rows starts from the zero state (its first row at
-    /// position 0) or keeps its state as its checkpoint (which the recurrences take again
-    /// at a later row where [`Step::checkpoints`] says).
+    /// position 0), or keeps its state as its checkpoint where [`Step::checkpoints`] says
+    /// so of its first row (the recurrences take it at a later row it names).
     pub fn begin(&mut self, step: &Step<'_>) {
         self.slots = step.states.to_vec();
         self.checkpoints = step.checkpoints.to_vec();
@@ -59,11 +59,13 @@ impl HostStates {
                 continue;
             }
             let slot = self.slots[r.seq];
+            let kept = step.checkpoints.get(r.seq).is_none_or(|&c| c == r.pos);
             for layer in (0..128).filter(|&l| self.cfg.has(l)) {
                 let range = self.range(layer, slot);
                 match r.pos {
                     0 => self.state[range].fill(0.0),
-                    _ => self.checkpoint[range.clone()].copy_from_slice(&self.state[range]),
+                    _ if kept => self.checkpoint[range.clone()].copy_from_slice(&self.state[range]),
+                    _ => {}
                 }
             }
         }

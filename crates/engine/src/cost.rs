@@ -62,18 +62,20 @@ impl CostCurve {
         self.secs.len() - 1
     }
 
-    /// Seconds for `rows` rows (0 for none; linear beyond the table).
+    /// Seconds for `rows` rows (0 for none; linear beyond the table): never less than for
+    /// fewer rows, whatever noise one point's moving average took in (a curve that dipped
+    /// made drafts that cannot be accepted look like they made a step faster).
     pub fn at(&self, rows: usize) -> f64 {
         let m = self.max_rows();
         if rows <= m {
-            return self.secs[rows];
+            return self.secs[..=rows].iter().copied().fold(0.0, f64::max);
         }
         let slope = if m >= 2 {
             self.secs[m] - self.secs[m - 1]
         } else {
             self.secs[m]
         };
-        self.secs[m] + slope * (rows - m) as f64
+        self.at(m) + slope.max(0.0) * (rows - m) as f64
     }
 
     /// Folds in one measured call.

@@ -68,8 +68,8 @@ impl Gpu {
     }
 
     /// At `begin`: each sequence with rows starts from the zero state (its first row at
-    /// position 0) or keeps its state as its checkpoint (which the shaders take again at a
-    /// later row where [`Step::checkpoints`] says).
+    /// position 0), or keeps its state as its checkpoint where [`Step::checkpoints`] says
+    /// so of its first row (the shaders take it at a later row it names).
     pub(crate) fn states_begin(&mut self, step: &Step<'_>) {
         let Some(st) = self.states.as_mut() else {
             return;
@@ -85,10 +85,12 @@ impl Gpu {
                 continue;
             }
             let at = slot as u64 * bytes;
+            let kept = st.checkpoints.get(r.seq).is_none_or(|&c| c == r.pos);
             for (state, checkpoint) in st.stores.iter().flatten() {
                 match r.pos {
                     0 => enc.clear_buffer(state, at, Some(bytes)),
-                    _ => enc.copy_buffer_to_buffer(state, at, checkpoint, at, bytes),
+                    _ if kept => enc.copy_buffer_to_buffer(state, at, checkpoint, at, bytes),
+                    _ => {}
                 }
             }
         }

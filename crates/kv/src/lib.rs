@@ -213,13 +213,14 @@ impl SeqKv {
 
     /// Says that the next forward's rows of this sequence from position `pos` on are
     /// drafts, which a truncation may cut back: with state layers, the state before `pos`
-    /// becomes the checkpoint (rather than the state before the forward's first row), so
-    /// that the rows before it are never computed again.
+    /// becomes the checkpoint. A forward without drafts keeps no checkpoint (it is never
+    /// cut back; a state copy per sequence and step saved).
     pub fn uncertain_from(&mut self, pos: usize) {
         self.uncertain = Some(pos);
     }
 
-    /// The position of its state's checkpoint: the device keeps the state before it.
+    /// The position of its state's checkpoint, whose state before it the device keeps; 0
+    /// for none.
     pub fn checkpoint(&self) -> usize {
         self.checkpoint
     }
@@ -479,15 +480,13 @@ impl KvPool {
 
     /// Before a forward whose rows of `seq` are positions `first..len`: needs (attaching
     /// where missing) the windowed companions of the blocks those rows see or write.
-    /// With state layers, `first` becomes the state's checkpoint (the device keeps the state
-    /// before the rows, [`state`]), or the position [`SeqKv::uncertain_from`] gave where it
-    /// lies among the rows after the first.
+    /// With state layers, the position [`SeqKv::uncertain_from`] gave becomes the state's
+    /// checkpoint where it is one of the rows (the device keeps the state before that row,
+    /// [`state`]); else the forward keeps none.
     pub fn prepare(&mut self, seq: &mut SeqKv, first: usize, len: usize) -> Result<()> {
         let uncertain = seq.uncertain.take();
         if self.cfg.state.is_some() {
-            seq.checkpoint = uncertain
-                .filter(|u| (first + 1..len).contains(u))
-                .unwrap_or(first);
+            seq.checkpoint = uncertain.filter(|u| (first..len).contains(u)).unwrap_or(0);
         }
         let Some(w) = &mut self.win else {
             return Ok(());

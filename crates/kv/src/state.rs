@@ -2,8 +2,8 @@
 //! position's keys and values (a convolution's last inputs, a linear attention's matrix).
 //!
 //! A sequence holding positions `0..len` holds one *slot* of state, which its device keeps
-//! as it is after position `len - 1`, and a *checkpoint*: the state before the rows of the
-//! last forward that computed any of its positions, or before its first draft row there
+//! as it is after position `len - 1`, and, where the last forward that computed any of its
+//! positions had drafts, a *checkpoint*: the state before its first draft row
 //! ([`crate::SeqKv::uncertain_from`]; position `checkpoint`). A state cannot be cut back to
 //! any position the way paged KV is; it can go back to its checkpoint, and the engine
 //! computes again what lies between (positions a truncation did not keep):
@@ -83,8 +83,9 @@ pub(crate) mod tests {
         .unwrap()
     }
 
-    /// A forward of rows `first..len` of `seq`.
+    /// A forward of rows `first..len` of `seq`, all of them drafts.
     pub(crate) fn forward(pool: &mut KvPool, seq: &mut SeqKv, first: usize, len: usize) {
+        seq.uncertain_from(first);
         pool.reserve(seq, len).unwrap();
         pool.prepare(seq, first, len).unwrap();
         pool.commit(seq, len);
@@ -108,10 +109,17 @@ pub(crate) mod tests {
     #[test]
     fn drafts_take_the_checkpoint_at_the_first_of_them() {
         let mut p = pool(2, 0);
+        let step = |p: &mut KvPool, seq: &mut SeqKv, first, len, drafts: Option<usize>| {
+            if let Some(d) = drafts {
+                seq.uncertain_from(d);
+            }
+            p.reserve(seq, len).unwrap();
+            p.prepare(seq, first, len).unwrap();
+            p.commit(seq, len);
+        };
         let mut a = SeqKv::default();
         forward(&mut p, &mut a, 0, 40);
-        a.uncertain_from(42);
-        forward(&mut p, &mut a, 40, 45);
+        step(&mut p, &mut a, 40, 45, Some(42));
         assert_eq!(a.checkpoint(), 42);
         assert_eq!(
             p.truncate(&mut a, 42),
@@ -121,11 +129,11 @@ pub(crate) mod tests {
         assert_eq!(p.truncate(&mut a, 41), 0, "short of the checkpoint");
         let mut b = SeqKv::default();
         forward(&mut p, &mut b, 0, 40);
-        b.uncertain_from(45);
-        forward(&mut p, &mut b, 40, 45);
-        assert_eq!(b.checkpoint(), 40, "past the rows: before the first");
-        forward(&mut p, &mut b, 45, 46);
-        assert_eq!(b.checkpoint(), 45, "taken once");
+        step(&mut p, &mut b, 40, 45, Some(45));
+        assert_eq!(b.checkpoint(), 0, "drafts past the rows: none kept");
+        step(&mut p, &mut b, 45, 46, None);
+        assert_eq!(b.checkpoint(), 0, "no drafts: none kept");
+        assert_eq!(p.truncate(&mut b, 45), 0, "nothing to go back to");
     }
 
     #[test]

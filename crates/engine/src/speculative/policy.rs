@@ -166,6 +166,9 @@ struct Forecast {
     secs: f64,
     /// Catching up of resuming slots, included whole in `secs`.
     resume: f64,
+    /// What the drafts add to `secs` by the curves (their rows, the draft steps,
+    /// catching up); negative where the target's curve is not monotonic.
+    draft_secs: f64,
     draft_tokens: usize,
     /// Whether the drafts fit the step budget.
     fits: bool,
@@ -278,14 +281,16 @@ impl Policy {
                 false => following += missed,
             }
         }
+        let secs = cost.predict(&forward) + drafting + following + resume;
         Forecast {
             tokens: cands
                 .iter()
                 .zip(depths)
                 .map(|(c, &d)| self.expected(c, d))
                 .sum(),
-            secs: cost.predict(&forward) + drafting + following + resume,
+            secs,
             resume,
+            draft_secs: secs - cost.predict(&base.shape),
             draft_tokens: drafts.rows,
             fits,
             plain: (drafts.rows == 0 && !base.reading)
@@ -309,7 +314,10 @@ impl Policy {
                 c.behind.saturating_sub(1) as f64 * self.catch_up * (1.0 - 1.0 / steps)
             })
             .sum();
-        let mut secs = f.secs - spread + self.plain_extra + self.per_draft * f.draft_tokens as f64;
+        // Drafts never make a step faster, whatever a noisy curve point or the correction
+        // says: one that did would be chosen whatever its acceptance.
+        let drafts = f.draft_secs - spread + self.per_draft * f.draft_tokens as f64;
+        let mut secs = f.secs - f.draft_secs + drafts.max(0.0) + self.plain_extra;
         if let Some((rows, attention)) = f.plain {
             if let Some(Some(floor)) = self.plain_floor.get(rows) {
                 secs = secs.min(floor + attention);

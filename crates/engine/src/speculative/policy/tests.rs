@@ -399,3 +399,22 @@ fn one_stalled_step_does_not_stop_drafting() {
     let n = drafted.iter().filter(|&&d| d).count();
     assert!(n >= 35, "{n} of the 39 steps after the stall drafted");
 }
+
+#[test]
+fn a_dip_in_the_target_s_curve_does_not_make_rejected_drafts_pay() {
+    let (mut t, d) = costs();
+    for _ in 0..30 {
+        for r in 9..=16 {
+            t.rows.observe(r, Duration::from_millis(30));
+        }
+    }
+    let mut p = Policy::new(PolicyKind::Adaptive, 4, 8, d);
+    for s in 0..8 {
+        for _ in 0..200 {
+            p.observe(s, 1, 0);
+        }
+    }
+    let cands: Vec<Candidate> = (0..8).map(|s| cand(s, 4, 1)).collect();
+    let depths = p.choose(&t, &rows(8), &cands);
+    assert_eq!(depths, vec![0; 8], "nothing is ever accepted");
+}
