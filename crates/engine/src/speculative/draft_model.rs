@@ -4,9 +4,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use kernels::ThreadPool;
-use kv::SeqKv;
 use model::Model;
 
+use super::kept::KeptKv;
 use super::pick::Picker;
 use super::{Draft, DraftJob, DraftLog, Proposer};
 use crate::{ContextConfig, Executor};
@@ -22,12 +22,8 @@ use crate::{ContextConfig, Executor};
 /// was accepted.
 pub struct DraftModel {
     ctx: Executor,
-    /// Per slot: the draft's KV and the tokens it holds.
-    seqs: Vec<SeqKv>,
-    seen: Vec<Vec<u32>>,
+    kv: KeptKv,
     picker: Picker,
-    /// Per slot: whether its request ended (its KV is kept for the slot's next one).
-    ended: Vec<bool>,
 }
 
 impl DraftModel {
@@ -41,48 +37,9 @@ impl DraftModel {
         let n_vocab = model.hparams.n_vocab;
         Ok(DraftModel {
             ctx: Executor::with_pool(model, config, pool)?,
-            seqs: (0..n_slots).map(|_| SeqKv::default()).collect(),
-            seen: vec![Vec::new(); n_slots],
+            kv: KeptKv::new(n_slots),
             picker: Picker::new(n_slots, n_vocab),
-            ended: vec![false; n_slots],
         })
-    }
-
-    /// Tokens of `tokens` whose KV slot `slot` keeps: the common prefix with what it
-    /// computed, short of the last token (whose logits drafting needs).
-    fn kept(&self, slot: usize, tokens: &[u32]) -> usize {
-        self.seen[slot]
-            .iter()
-            .zip(tokens)
-            .take_while(|(a, b)| a == b)
-            .count()
-            .min(tokens.len().saturating_sub(1))
-    }
-
-    /// Rolls slot `slot` back to [`DraftModel::kept`] and returns the tokens still to
-    /// compute (at least the last one).
-    fn sync<'t>(&mut self, slot: usize, tokens: &'t [u32]) -> &'t [u32] {
-        let common = self.kept(slot, tokens);
-        let kept = self.ctx.truncate(&mut self.seqs[slot], common);
-        self.seen[slot].truncate(kept);
-        &tokens[kept..]
-    }
-
-    /// Frees the KV kept for ended requests when the pool may lack room for `jobs` (their
-    /// `rows` to catch up, their drafts, a partly filled block each): a unified pool lets
-    /// one slot's kept KV take what another slot needs.
-    fn make_room(&mut self, jobs: &[DraftJob], rows: usize) {
-        for job in jobs {
-            self.ended[job.slot] = false;
-        }
-        let wanted = rows + jobs.iter().map(|j| j.n_max + kv::BLOCK_SIZE).sum::<usize>();
-        if self.ctx.kv().free_blocks() * kv::BLOCK_SIZE >= wanted {
-            return;
-        }
-        for slot in (0..self.seqs.len()).filter(|&s| self.ended[s]) {
-            self.ctx.release(&mut self.seqs[slot]);
-            self.seen[slot].clear();
-        }
     }
 }
 
@@ -100,12 +57,13 @@ impl Proposer for DraftModel {
         let mut rows: Vec<(usize, u32)> = Vec::new();
         let mut last_row: Vec<usize> = Vec::with_capacity(jobs.len());
         for job in jobs {
-            let todo = self.sync(job.slot, job.tokens);
+            let kept = self.kv.sync(&mut self.ctx, job.slot, job.tokens);
+            let todo = &job.tokens[kept..];
             rows.extend(todo.iter().map(|&t| (job.slot, t)));
-            self.seen[job.slot].extend_from_slice(todo);
+            self.kv.seen[job.slot].extend_from_slice(todo);
             last_row.push(rows.len() - 1);
         }
-        self.make_room(jobs, rows.len());
+        self.kv.make_room(&mut self.ctx, jobs, rows.len());
         let mut active: Vec<usize> = Vec::with_capacity(jobs.len());
         let n_ubatch = self.ctx.config.n_ubatch;
         let mut logits_of: Vec<Option<Vec<f32>>> = vec![None; jobs.len()];
@@ -118,7 +76,7 @@ impl Proposer for DraftModel {
                 .map(|&r| r - base)
                 .collect();
             self.ctx
-                .append(&mut self.seqs, chunk, &wanted, &mut |r, logits| {
+                .append(&mut self.kv.seqs, chunk, &wanted, &mut |r, logits| {
                     let j = last_row.iter().position(|&l| l == base + r);
                     if let Some(j) = j {
                         logits_of[j] = Some(logits.to_vec());
@@ -147,13 +105,13 @@ impl Proposer for DraftModel {
                 .map(|&j| (jobs[j].slot, *out[j].tokens.last().expect("drafted")))
                 .collect();
             for &(slot, t) in &rows {
-                self.seen[slot].push(t);
+                self.kv.seen[slot].push(t);
             }
             let wanted: Vec<usize> = (0..rows.len()).collect();
             let mut picked: Vec<Vec<f32>> = Vec::with_capacity(rows.len());
             let t0 = Instant::now();
             self.ctx
-                .append(&mut self.seqs, &rows, &wanted, &mut |_, logits| {
+                .append(&mut self.kv.seqs, &rows, &wanted, &mut |_, logits| {
                     picked.push(logits.to_vec())
                 })?;
             log.steps.push((rows.len(), t0.elapsed()));
@@ -172,14 +130,14 @@ impl Proposer for DraftModel {
     }
 
     fn behind(&self, slot: usize, tokens: &[u32]) -> usize {
-        tokens.len() - self.kept(slot, tokens)
+        tokens.len() - self.kv.kept(slot, tokens)
     }
 
     /// Keeps the slot's KV: the slot's next request catches up only past the prefix it
     /// shares with this one (a chat template's system part, a conversation's history).
-    /// Freed when another slot needs the room ([`DraftModel::make_room`]).
+    /// Freed when another slot needs the room ([`KeptKv::make_room`]).
     fn release(&mut self, slot: usize) {
         self.picker.release(slot);
-        self.ended[slot] = true;
+        self.kv.end(slot);
     }
 }

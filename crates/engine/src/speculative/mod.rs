@@ -10,6 +10,7 @@
 
 mod draft_model;
 mod estimates;
+mod kept;
 mod mtp;
 mod ngram;
 mod pick;

@@ -8,6 +8,7 @@ use kernels::ThreadPool;
 use kv::SeqKv;
 use model::Model;
 
+use super::kept::KeptKv;
 use super::pick::Picker;
 use super::{Draft, DraftJob, DraftLog, Proposer};
 use crate::executor::{Enter, Out, RowOut, Taps};
@@ -27,14 +28,11 @@ use crate::{ContextConfig, Executor};
 /// states.
 pub struct Mtp {
     ctx: Executor,
-    seqs: Vec<SeqKv>,
-    /// Per slot: the tokens whose rows its KV holds from the target's states.
-    seen: Vec<Vec<u32>>,
+    /// Per slot: its KV, whose rows were all computed from the target's states.
+    kv: KeptKv,
     /// Per slot: the target's states of positions `from..`, `[n, n_embd]`.
     states: Vec<States>,
     picker: Picker,
-    /// Per slot: whether its request ended (its KV is kept for the slot's next one).
-    ended: Vec<bool>,
 }
 
 #[derive(Default)]
@@ -67,24 +65,14 @@ impl Mtp {
         let n_vocab = model.hparams.n_vocab;
         Ok(Mtp {
             ctx: Executor::with_pool(model, config, pool)?,
-            seqs: (0..n_slots).map(|_| SeqKv::default()).collect(),
-            seen: vec![Vec::new(); n_slots],
+            kv: KeptKv::new(n_slots),
             states: (0..n_slots).map(|_| States::default()).collect(),
             picker: Picker::new(n_slots, n_vocab),
-            ended: vec![false; n_slots],
         })
     }
 
     fn n_embd(&self) -> usize {
         self.ctx.model().hparams.n_embd
-    }
-
-    /// Tokens of `tokens` whose rows slot `slot` keeps: the common prefix with what it
-    /// computed, short of the last token (whose logits drafting needs).
-    fn kept(&self, slot: usize, tokens: &[u32]) -> usize {
-        let common = self.seen[slot].iter().zip(tokens);
-        let common = common.take_while(|(a, b)| a == b).count();
-        common.min(tokens.len().saturating_sub(1))
     }
 
     /// The target's state of position `pos` of `slot`, zeros where it has none.
@@ -94,22 +82,6 @@ impl Mtp {
         match pos.filter(|&p| p >= s.from && (p - s.from + 1) * e <= s.rows.len()) {
             Some(p) => out.extend_from_slice(&s.rows[(p - s.from) * e..][..e]),
             None => out.resize(out.len() + e, 0.0),
-        }
-    }
-
-    /// Frees the KV kept for ended requests when the pool may lack room for `jobs` (their
-    /// `rows` to catch up, their drafts, a partly filled block each).
-    fn make_room(&mut self, jobs: &[DraftJob], rows: usize) {
-        for job in jobs {
-            self.ended[job.slot] = false;
-        }
-        let wanted = rows + jobs.iter().map(|j| j.n_max + kv::BLOCK_SIZE).sum::<usize>();
-        if self.ctx.kv().free_blocks() * kv::BLOCK_SIZE >= wanted {
-            return;
-        }
-        for slot in (0..self.seqs.len()).filter(|&s| self.ended[s]) {
-            self.ctx.release(&mut self.seqs[slot]);
-            self.seen[slot].clear();
         }
     }
 
@@ -143,7 +115,7 @@ impl Mtp {
                 RowOut::Tap { .. } => {}
             }
         };
-        let mut seqs: Vec<&mut SeqKv> = self.seqs.iter_mut().collect();
+        let mut seqs: Vec<&mut SeqKv> = self.kv.seqs.iter_mut().collect();
         let finite = self.ctx.forward(
             &mut seqs,
             &batch,
@@ -183,14 +155,12 @@ impl Proposer for Mtp {
         let mut last_row: Vec<usize> = Vec::with_capacity(jobs.len());
         for job in jobs {
             let (slot, tokens) = (job.slot, job.tokens);
-            let kept = self.kept(slot, tokens);
-            let kept = self.ctx.truncate(&mut self.seqs[slot], kept);
+            let kept = self.kv.sync(&mut self.ctx, slot, tokens);
             for (pos, &t) in tokens.iter().enumerate().skip(kept) {
                 rows.push((slot, pos, t));
                 self.state_into(slot, pos.checked_sub(1), &mut entered);
             }
-            self.seen[slot].truncate(kept);
-            self.seen[slot].extend_from_slice(&tokens[kept..]);
+            self.kv.seen[slot].extend_from_slice(&tokens[kept..]);
             last_row.push(rows.len() - 1);
             let s = &mut self.states[slot];
             let from = tokens.len().saturating_sub(2).max(s.from);
@@ -198,7 +168,7 @@ impl Proposer for Mtp {
             s.rows.drain(..drop);
             s.from = from;
         }
-        self.make_room(jobs, rows.len());
+        self.kv.make_room(&mut self.ctx, jobs, rows.len());
         let e = self.n_embd();
         let ub = self.ctx.config.n_ubatch;
         let mut drafted = Drafted {
@@ -265,11 +235,11 @@ impl Proposer for Mtp {
 
     fn release(&mut self, slot: usize) {
         self.picker.release(slot);
-        self.ended[slot] = true;
+        self.kv.end(slot);
     }
 
     fn behind(&self, slot: usize, tokens: &[u32]) -> usize {
-        tokens.len() - self.kept(slot, tokens)
+        tokens.len() - self.kv.kept(slot, tokens)
     }
 
     fn reads_states(&self) -> bool {
