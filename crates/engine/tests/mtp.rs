@@ -258,28 +258,9 @@ fn run(
     let model = Model::load(path).unwrap();
     let tok = Tokenizer::from_gguf(&model.file.header.metadata).unwrap();
     let handle = engine::start(model, Arc::new(tok), config(8, device), spec, None).unwrap();
-    let streams: Vec<_> = prompts
-        .iter()
-        .map(|p| {
-            handle
-                .submit(common::request(p.clone(), 32, None))
-                .unwrap()
-                .1
-        })
-        .collect();
-    streams
+    common::run_all(&handle, prompts, 32)
         .into_iter()
-        .map(|mut events| {
-            let mut tokens = Vec::new();
-            loop {
-                match events.blocking_recv().expect("engine answers") {
-                    Event::Delta { tokens: t, .. } => tokens.extend(t),
-                    Event::Done(s) => return (tokens, s.draft_n),
-                    Event::Progress(_) => {}
-                    other => panic!("request failed: {other:?}"),
-                }
-            }
-        })
+        .map(|(tokens, s)| (tokens, s.draft_n))
         .collect()
 }
 

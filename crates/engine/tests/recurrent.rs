@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use common::{model_path, MODELS};
 use engine::speculative::{PolicyKind, Scripted, SpecConfig, Speculation};
-use engine::{ContextConfig, EngineConfig, EngineHandle, Event, Executor, Summary};
+use engine::{ContextConfig, EngineConfig, EngineHandle, Executor};
 use gguf::GgmlType;
 use model::Model;
 use text::Tokenizer;
@@ -112,34 +112,6 @@ fn prompts(path: &Path) -> Vec<Vec<u32>> {
         .collect()
 }
 
-fn collect(mut events: engine::EventStream) -> (Vec<u32>, Summary) {
-    let mut tokens = Vec::new();
-    loop {
-        match events.blocking_recv().expect("engine answers") {
-            Event::Delta { tokens: ids, .. } => tokens.extend(ids),
-            Event::Done(s) => return (tokens, s),
-            Event::Rejected(m) | Event::Failed(m) | Event::Unavailable(m) => {
-                panic!("request failed: {m}")
-            }
-            Event::Embedding(_) => panic!("a generation request answered an embedding"),
-            Event::Progress(_) => {}
-        }
-    }
-}
-
-fn run_all(handle: &EngineHandle, prompts: &[Vec<u32>], n: usize) -> Vec<(Vec<u32>, Summary)> {
-    let streams: Vec<_> = prompts
-        .iter()
-        .map(|p| {
-            handle
-                .submit(common::request(p.clone(), n, None))
-                .unwrap()
-                .1
-        })
-        .collect();
-    streams.into_iter().map(collect).collect()
-}
-
 /// Greedy tokens of one sequence, alone, a token a forward after its prompt (2 threads).
 fn alone(path: &Path, prompt: &[u32], n: usize) -> Vec<u32> {
     alone_on(path, prompt, n, 2, engine::DeviceKind::Cpu)
@@ -170,7 +142,7 @@ fn eight_users_get_the_tokens_each_gets_alone() {
         let prompts = prompts(&path);
         let n = 24;
         let handle = start(&path, 8, None);
-        let together = run_all(&handle, &prompts, n);
+        let together = common::run_all(&handle, &prompts, n);
         for (i, (p, (got, _))) in prompts.iter().zip(&together).enumerate() {
             let want = alone(&path, p, n);
             assert_eq!(got, &want, "{path:?} prompt {i} ({} tokens)", p.len());
@@ -204,7 +176,7 @@ fn eight_users_on_the_gpu_get_the_tokens_each_gets_alone() {
     {
         let prompts = prompts(&path);
         let n = 12;
-        let together = run_all(&start_on(&path, 8, None, gpu), &prompts, n);
+        let together = common::run_all(&start_on(&path, 8, None, gpu), &prompts, n);
         for (i, (p, (got, _))) in prompts.iter().zip(&together).enumerate() {
             let want = alone_on(&path, p, n, 2, gpu);
             assert_eq!(got, &want, "{path:?} prompt {i} ({} tokens)", p.len());
@@ -223,7 +195,7 @@ fn rejected_drafts_take_the_state_back_and_keep_the_text() {
 fn rejected_drafts_keep_the_text(path: &Path) {
     let prompts = prompts(path);
     let n = 24;
-    let want = run_all(&start(path, 8, None), &prompts, n);
+    let want = common::run_all(&start(path, 8, None), &prompts, n);
     let scripts: Vec<Vec<u32>> = prompts
         .iter()
         .zip(&want)
@@ -249,7 +221,7 @@ fn rejected_drafts_keep_the_text(path: &Path) {
     // Which positions a slot drafts depends on the steps the scheduler plans from measured
     // costs: rejections are counted over all prompts, not per prompt.
     for (name, s, all_accepted) in arms {
-        let got = run_all(&start(path, 8, Some(s)), &prompts, n);
+        let got = common::run_all(&start(path, 8, Some(s)), &prompts, n);
         let (mut drafted, mut accepted) = (0, 0);
         for (i, ((tokens, summary), w)) in got.iter().zip(&want).enumerate() {
             assert_eq!(tokens, &w.0, "{path:?} {name}: prompt {i}");
@@ -276,11 +248,11 @@ fn a_resumed_conversation_is_computed_again_with_the_same_tokens() {
 fn resumed_conversation(path: &Path) {
     let prompt = prompts(path).remove(7);
     let handle = start(path, 2, None);
-    let (first, cold) = run_all(&handle, std::slice::from_ref(&prompt), 8).remove(0);
+    let (first, cold) = common::run_all(&handle, std::slice::from_ref(&prompt), 8).remove(0);
     let mut turn2 = prompt.clone();
     turn2.extend(&first);
     turn2.extend(&prompt[1..5]);
-    let (second, warm) = run_all(&handle, std::slice::from_ref(&turn2), 8).remove(0);
+    let (second, warm) = common::run_all(&handle, std::slice::from_ref(&turn2), 8).remove(0);
     assert!(
         cold.cache_n == 0 && warm.cache_n > 0,
         "a prefix is shared (records, or a state's snapshot): {} then {}",
@@ -288,6 +260,6 @@ fn resumed_conversation(path: &Path) {
         warm.cache_n
     );
     assert_eq!(second, alone(path, &turn2, 8));
-    let (again, _) = run_all(&handle, std::slice::from_ref(&prompt), 8).remove(0);
+    let (again, _) = common::run_all(&handle, std::slice::from_ref(&prompt), 8).remove(0);
     assert_eq!(again, first);
 }

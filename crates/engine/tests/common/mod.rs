@@ -143,3 +143,35 @@ pub fn write_deepseek4(path: &std::path::Path, window: usize, indexer_heads: usi
     .write(&model::synthetic::Vocab::copied(&tokenizer).unwrap(), path)
     .unwrap();
 }
+
+/// The tokens and summary of one request's stream (a failed request panics).
+pub fn collect(mut events: engine::EventStream) -> (Vec<u32>, engine::Summary) {
+    let mut tokens = Vec::new();
+    loop {
+        match events.blocking_recv().expect("engine answers") {
+            engine::Event::Delta { tokens: ids, .. } => tokens.extend(ids),
+            engine::Event::Done(s) => return (tokens, s),
+            engine::Event::Rejected(m)
+            | engine::Event::Failed(m)
+            | engine::Event::Unavailable(m) => {
+                panic!("request failed: {m}")
+            }
+            engine::Event::Embedding(_) => panic!("a generation request answered an embedding"),
+            engine::Event::Progress(_) => {}
+        }
+    }
+}
+
+/// Greedy requests of `n` tokens for `prompts`, submitted at once: each one's tokens and
+/// summary.
+pub fn run_all(
+    handle: &engine::EngineHandle,
+    prompts: &[Vec<u32>],
+    n: usize,
+) -> Vec<(Vec<u32>, engine::Summary)> {
+    let streams: Vec<_> = prompts
+        .iter()
+        .map(|p| handle.submit(request(p.clone(), n, None)).unwrap().1)
+        .collect();
+    streams.into_iter().map(collect).collect()
+}
