@@ -149,6 +149,12 @@ pub fn execute(a: InfoArgs) -> Result<(), CliError> {
             s.n_snaps
         );
     }
+    if hp.n_nextn > 0 {
+        println!(
+            "nextn:         {} multi-token-prediction block(s) after the {}, not run by the model (--spec-type draft-mtp drafts with them)",
+            hp.n_nextn, hp.n_layer
+        );
+    }
     let adapter = cfg.device.adapter();
     match &adapter {
         Some(a) => println!(

@@ -105,3 +105,27 @@ fn an_empty_or_padded_api_key_refuses_to_start() {
     std::fs::remove_file(&dir).unwrap();
     assert!(!ok && err.contains("holds no key"), "{err}");
 }
+
+#[test]
+fn mtp_drafts_need_nextn_blocks_and_no_draft_model() {
+    let (ok, err) = serve(&["-m", "smollm2-135m", "--spec-type", "draft-mtp"]);
+    assert!(!ok);
+    let last = err.trim_end().lines().last().unwrap();
+    assert!(
+        last.contains("holds no multi-token-prediction (nextn) blocks"),
+        "{err}"
+    );
+    let (ok, err) = serve(&[
+        "-m",
+        "smollm2-135m",
+        "-md",
+        "smollm2-135m",
+        "--spec-type",
+        "draft-mtp",
+    ]);
+    assert!(!ok);
+    assert!(
+        err.contains("-md and --spec-type draft-mtp both name a drafter"),
+        "{err}"
+    );
+}
