@@ -95,6 +95,16 @@ pub fn seq_runs(rows: &[Row]) -> impl Iterator<Item = (Range<usize>, usize)> + '
     })
 }
 
+/// Where sequence `seq`'s checkpoint is taken in a step whose [`Step::checkpoints`] are
+/// `checkpoints`, given its run of `n` rows from position `first`: `Some(0)` at `begin`
+/// (before its first row), `Some(i)` before the run's row `i`, `None` for none.
+pub fn checkpoint_row(checkpoints: &[usize], seq: usize, first: usize, n: usize) -> Option<usize> {
+    match checkpoints.get(seq) {
+        None => Some(0),
+        Some(&c) => c.checked_sub(first).filter(|&i| i < n),
+    }
+}
+
 /// What [`Device::begin`] is told of a forward: its rows, and per sequence the KV blocks
 /// it holds in order (block `i` holds positions `i · BLOCK_SIZE..`).
 #[derive(Debug, Clone, Copy)]

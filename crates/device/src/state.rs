@@ -7,7 +7,7 @@ use kv::state::NO_SLOT;
 use kv::StateKv;
 
 use crate::host::HostBufs;
-use crate::{seq_runs, ConvSpec, DeltaIo, DeltaSpec, Row, Step};
+use crate::{checkpoint_row, seq_runs, ConvSpec, DeltaIo, DeltaSpec, Row, Step};
 
 /// See the module doc.
 pub struct HostStates {
@@ -59,7 +59,7 @@ impl HostStates {
                 continue;
             }
             let slot = self.slots[r.seq];
-            let kept = step.checkpoints.get(r.seq).is_none_or(|&c| c == r.pos);
+            let kept = checkpoint_row(step.checkpoints, r.seq, r.pos, 1).is_some();
             for layer in (0..128).filter(|&l| self.cfg.has(l)) {
                 let range = self.range(layer, slot);
                 match r.pos {
@@ -99,8 +99,7 @@ impl HostStates {
         runs.map(|(rows, seq)| {
             let at = self.range(layer, self.slots[seq]).start;
             let first = self.rows[rows.start].pos;
-            let ck = self.checkpoints.get(seq).map(|&c| c.wrapping_sub(first));
-            let ck = ck.filter(|&c| (1..rows.len()).contains(&c));
+            let ck = checkpoint_row(&self.checkpoints, seq, first, rows.len()).filter(|&i| i > 0);
             (rows, at, ck)
         })
         .collect()

@@ -27,7 +27,12 @@ pub(crate) const ALPHA: f64 = 0.15;
 /// counts, interpolated between them, and refreshed by moving averages while serving.
 #[derive(Debug, Clone)]
 pub struct CostCurve {
+    /// The moving averages.
     secs: Vec<f64>,
+    /// Their running maximum, what [`CostCurve::at`] gives: more rows are never predicted
+    /// faster, whatever noise one point's average took in (a curve that dipped made drafts
+    /// that cannot be accepted look like they made a step faster).
+    rising: Vec<f64>,
 }
 
 impl CostCurve {
@@ -55,33 +60,39 @@ impl CostCurve {
         for r in 1..secs.len() {
             secs[r] = secs[r].max(secs[r - 1]);
         }
-        CostCurve { secs }
+        CostCurve {
+            rising: secs.clone(),
+            secs,
+        }
     }
 
     pub fn max_rows(&self) -> usize {
         self.secs.len() - 1
     }
 
-    /// Seconds for `rows` rows (0 for none; linear beyond the table): never less than for
-    /// fewer rows, whatever noise one point's moving average took in (a curve that dipped
-    /// made drafts that cannot be accepted look like they made a step faster).
+    /// Seconds for `rows` rows (0 for none; linear beyond the table), never less than for
+    /// fewer rows.
     pub fn at(&self, rows: usize) -> f64 {
         let m = self.max_rows();
         if rows <= m {
-            return self.secs[..=rows].iter().copied().fold(0.0, f64::max);
+            return self.rising[rows];
         }
         let slope = if m >= 2 {
             self.secs[m] - self.secs[m - 1]
         } else {
             self.secs[m]
         };
-        self.at(m) + slope.max(0.0) * (rows - m) as f64
+        self.rising[m] + slope.max(0.0) * (rows - m) as f64
     }
 
     /// Folds in one measured call.
     pub fn observe(&mut self, rows: usize, took: Duration) {
-        if let Some(s) = self.secs.get_mut(rows).filter(|_| rows > 0) {
-            *s += ALPHA * (took.as_secs_f64() - *s);
+        let Some(s) = self.secs.get_mut(rows).filter(|_| rows > 0) else {
+            return;
+        };
+        *s += ALPHA * (took.as_secs_f64() - *s);
+        for r in rows..self.secs.len() {
+            self.rising[r] = self.secs[r].max(self.rising[r - 1]);
         }
     }
 }

@@ -85,7 +85,7 @@ impl Gpu {
                 continue;
             }
             let at = slot as u64 * bytes;
-            let kept = st.checkpoints.get(r.seq).is_none_or(|&c| c == r.pos);
+            let kept = device::checkpoint_row(&st.checkpoints, r.seq, r.pos, 1).is_some();
             for (state, checkpoint) in st.stores.iter().flatten() {
                 match r.pos {
                     0 => enc.clear_buffer(state, at, Some(bytes)),
@@ -131,8 +131,8 @@ impl Gpu {
         let runs = device::seq_runs(&self.rows).flat_map(|(rows, seq)| {
             let at = st.slots[seq] as usize * st.floats;
             let first = self.rows[rows.start].pos;
-            let ck = st.checkpoints.get(seq).map(|&c| c.wrapping_sub(first));
-            let ck = ck.filter(|&c| (1..rows.len()).contains(&c));
+            let ck = device::checkpoint_row(&st.checkpoints, seq, first, rows.len());
+            let ck = ck.filter(|&i| i > 0);
             [rows.start, rows.len(), at]
                 .map(|v| v as u32)
                 .into_iter()

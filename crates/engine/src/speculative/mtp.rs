@@ -150,6 +150,7 @@ impl Proposer for Mtp {
         out: &mut [Draft],
         log: &mut DraftLog,
     ) -> crate::Result<()> {
+        let e = self.n_embd();
         let mut rows: Vec<(usize, usize, u32)> = Vec::new();
         let mut entered: Vec<f32> = Vec::new();
         let mut last_row: Vec<usize> = Vec::with_capacity(jobs.len());
@@ -164,12 +165,11 @@ impl Proposer for Mtp {
             last_row.push(rows.len() - 1);
             let s = &mut self.states[slot];
             let from = tokens.len().saturating_sub(2).max(s.from);
-            let drop = ((from - s.from) * self.ctx.model().hparams.n_embd).min(s.rows.len());
+            let drop = ((from - s.from) * e).min(s.rows.len());
             s.rows.drain(..drop);
             s.from = from;
         }
         self.kv.make_room(&mut self.ctx, jobs, rows.len());
-        let e = self.n_embd();
         let ub = self.ctx.config.n_ubatch;
         let mut drafted = Drafted {
             logits: vec![Vec::new(); jobs.len()],
