@@ -88,7 +88,7 @@ LLAMA = [
     ("min_p", 0.1, lambda b, _: True),
     ("n_predict", 2, lambda b, _: b["tokens_predicted"] <= 2),
     ("n_indent", 4, None),
-    ("n_keep", 8, None),
+    ("n_keep", 8, lambda b, _: b["generation_settings"]["n_keep"] == 8),
     ("stream", False, lambda b, _: "content" in b),
     ("typical_p", 0.5, lambda b, _: True),
     ("repeat_penalty", 1.5, lambda b, base: differs("/completion", b, base)),

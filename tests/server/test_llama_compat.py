@@ -1,11 +1,12 @@
 """llama-server's fields and routes that its own test suite reads (scripts/llama-suite): a
 request pinned to a slot (id_slot), prompt progress and running timings in streams,
 /chat/completions/input_tokens, __verbose, logit_bias in generation_settings, prompt
-objects, /rerank, and llama-server's flags tandem does not implement accepted with a
-warning."""
+objects, /rerank, context shift, and llama-server's flags tandem does not implement
+accepted with a warning."""
 
 import json
 import os
+import re
 import socket
 import time
 
@@ -294,3 +295,28 @@ def test_a_reasoning_budget_is_refused_where_no_chat_answer_is(server):
                          ("reasoning_budget_message", "x")]:
         r = server.post("/completion", json={"prompt": PROMPT, "n_predict": 2, field: value})
         assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
+
+
+def test_context_shift_lets_an_answer_run_past_its_slot():
+    env = dict(os.environ, LLAMA_ARG_CONTEXT_SHIFT="1")
+    s = Server("-c", "128", "-np", "2", "--api-key", API_KEY, "--metrics", env=env)
+    try:
+        body = {"prompt": PROMPT, "n_predict": 160, "ignore_eos": True, "temperature": 0, "n_keep": -1}
+        r = s.post("/completion", json=body)
+        assert r.status_code == 200, r.text
+        b = r.json()
+        assert b["tokens_predicted"] == 160 and b["truncated"] is True and b["stop_type"] == "limit"
+        assert b["generation_settings"]["n_keep"] == -1
+        shifts = re.search(r"^tandem:context_shifts_total (\d+)", s.get("/metrics").text, re.M)
+        assert int(shifts.group(1)) >= 2
+        r = s.post("/completion", json=dict(body, n_discard=-2))
+        assert r.status_code == 400 and "n_discard" in r.text
+    finally:
+        s.stop()
+    s = Server("-c", "128", "-np", "2", "--api-key", API_KEY)
+    try:
+        n_ctx = s.get("/props").json()["default_generation_settings"]["n_ctx"]
+        b = s.post("/completion", json={"prompt": PROMPT, "n_predict": 160, "ignore_eos": True}).json()
+        assert b["truncated"] is True and b["tokens_evaluated"] + b["tokens_predicted"] == n_ctx
+    finally:
+        s.stop()

@@ -234,6 +234,8 @@ pub struct RequestCounters {
     pub requests_failed: u64,
     /// Requests whose KV was taken back to make room for older ones.
     pub preemptions_total: u64,
+    /// Times a generating sequence filled its slot and dropped tokens to go on.
+    pub context_shifts_total: u64,
 }
 
 /// Speculation: what was drafted, accepted, and chosen.

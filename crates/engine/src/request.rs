@@ -7,7 +7,7 @@ use crate::SamplerConfig;
 ///
 /// Contract (checked by the server before submitting): `prompt` is non-empty, every id is
 /// below the vocabulary size, and `prompt.len() < slot_ctx`; generation stops at the slot's
-/// end whatever `max_tokens` says.
+/// end whatever `max_tokens` says, unless `context_shift` makes room there.
 #[derive(Debug, Clone)]
 pub struct GenRequest {
     pub prompt: Vec<u32>,
@@ -60,6 +60,32 @@ pub struct GenRequest {
     /// is then `Eos` and `predicted_n` 0). Every prompt row is computed (the prefix cache
     /// is not read).
     pub embed: Option<Pooling>,
+    /// When the slot's context is full, drop tokens and go on ([`ContextShift`]); `None`:
+    /// generation ends there ([`FinishReason::ContextFull`]).
+    pub context_shift: Option<ContextShift>,
+}
+
+/// llama-server's context shift: when a generating sequence fills its slot, the tokens at
+/// `keep..keep + discard` are dropped (`keep` at most `slot_ctx - 4`; `discard` at most
+/// what follows `keep` but one; `None`: half of it) and generation goes on from the rest.
+/// The rest's KV is what its tokens give at their new positions: what follows `keep` is
+/// computed again (the prefix cache gives back the kept prefix's whole blocks), so the
+/// continuation is the one a request whose prompt is the shifted tokens would get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContextShift {
+    pub keep: usize,
+    pub discard: Option<usize>,
+}
+
+impl ContextShift {
+    /// The tokens to drop from a sequence of `len` tokens in a slot of `slot_ctx`
+    /// positions: `keep'..keep' + n`, or `None` when nothing can be dropped.
+    pub fn dropped(&self, len: usize, slot_ctx: usize) -> Option<std::ops::Range<usize>> {
+        let keep = self.keep.min(slot_ctx.saturating_sub(4)).min(len);
+        let left = len - keep;
+        let n = self.discard.unwrap_or(left / 2).min(left.saturating_sub(1));
+        (n > 0).then(|| keep..keep + n)
+    }
 }
 
 /// How an embedding request pools its prompt's states.
@@ -136,6 +162,8 @@ pub struct Summary {
     pub draft_n_accepted: usize,
     /// Time the request's grammar took: masking logits and advancing past tokens.
     pub grammar_ms: f64,
+    /// Tokens were dropped to go on past the slot's context ([`ContextShift`]).
+    pub truncated: bool,
 }
 
 /// A prompt's reading so far (llama-server's `prompt_progress`).

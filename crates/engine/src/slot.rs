@@ -7,7 +7,7 @@ use text::{Detokenizer, StopMatcher, Stops, Tokenizer};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::request::{
-    DraftLimits, Event, FinishReason, GenRequest, Pooling, Summary, TokenLogprob,
+    ContextShift, DraftLimits, Event, FinishReason, GenRequest, Pooling, Summary, TokenLogprob,
 };
 use crate::sampling::Mask;
 use crate::speculative::Draft;
@@ -72,6 +72,11 @@ pub(crate) struct Sequence {
     max_predict_time: Option<std::time::Duration>,
     newline: bool,
     slot_ctx: usize,
+    /// What is dropped when the slot is full, and the tokens to drop once the step that
+    /// filled it is over ([`Sequence::shift_context`]).
+    shift: Option<ContextShift>,
+    pub shift_due: Option<std::ops::Range<usize>>,
+    truncated: bool,
     /// The request's stop strings, matched as the text streams.
     stops: StopMatcher,
     stop_words: Vec<String>,
@@ -124,6 +129,9 @@ impl Sequence {
             max_predict_time: req.max_predict_time,
             newline: false,
             slot_ctx,
+            shift: req.context_shift,
+            shift_due: None,
+            truncated: false,
             stops: StopMatcher::new(Stops::new(&req.stop)),
             stop_words: req.stop,
             logprobs: req.logprobs,
@@ -373,7 +381,12 @@ impl Sequence {
             return Some(self.finish(FinishReason::MaxTokens));
         }
         if self.tokens.len() >= self.slot_ctx {
-            return Some(self.finish(FinishReason::ContextFull));
+            self.shift_due = self
+                .shift
+                .and_then(|s| s.dropped(self.tokens.len(), self.slot_ctx));
+            if self.shift_due.is_none() {
+                return Some(self.finish(FinishReason::ContextFull));
+            }
         }
         if self.mask.is_finished() {
             return Some(self.finish(FinishReason::Eos));
@@ -383,6 +396,18 @@ impl Sequence {
         let text = std::mem::replace(&mut self.held, text);
         self.send_delta(text);
         None
+    }
+
+    /// Drops the tokens [`Sequence::shift_due`] names, once the sequence's KV was given up
+    /// (it is computed again from the shifted tokens).
+    pub fn shift_context(&mut self) {
+        let Some(dropped) = self.shift_due.take() else {
+            return;
+        };
+        debug_assert!(self.kv.is_empty() && self.draft.is_empty());
+        self.tokens.drain(dropped);
+        self.redo = 0;
+        self.truncated = true;
     }
 
     /// Ends the request with [`Event::Unavailable`].
@@ -415,6 +440,7 @@ impl Sequence {
             draft_n: self.draft_n,
             draft_n_accepted: self.draft_n_accepted,
             grammar_ms: self.mask.grammar_time.as_secs_f64() * 1e3,
+            truncated: self.truncated,
         };
         let _ = self.out.send(Event::Done(summary.clone()));
         summary

@@ -14,7 +14,6 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use common::{model_path, MODELS};
 use engine::speculative::{PolicyKind, Scripted, SpecConfig, Speculation};
 use engine::{ContextConfig, EngineConfig, EngineHandle, Executor};
 use gguf::GgmlType;
@@ -26,36 +25,13 @@ use text::Tokenizer;
 /// deepseek4 (an 8-key window; blocks compressed at ratios 4, 128, 4 and not at all, the
 /// indexer picking 4 blocks; block 0 routed by token).
 fn models(dir: &Path) -> Vec<PathBuf> {
-    let (_, file, name) = MODELS[0];
-    let tokenizer = gguf::GgufFile::open(model_path(file, name)).unwrap();
-    let write = |arch: &str, delta| {
-        let path = dir.join(format!("{arch}.gguf"));
-        model::synthetic::Synthetic {
-            arch: model::Arch::from_name(arch).unwrap(),
-            n_embd: 64,
-            n_layer: 4,
-            n_head: 4,
-            n_head_kv: 2,
-            n_ff: 128,
-            experts: None,
-            delta,
-            nextn: 0,
-            ty: GgmlType::Q8_0,
-            seed: 5,
-        }
-        .write(&tokenizer, &path)
-        .unwrap();
-        path
-    };
-    let delta = model::layers::gated_delta_net::DeltaShape {
-        conv_kernel: 4,
-        head_dim: 16,
-        n_k_heads: 2,
-        n_v_heads: 4,
-    };
     let dsv4 = dir.join("deepseek4.gguf");
     common::write_deepseek4(&dsv4, 8, 16, 4);
-    vec![write("toyconv", None), write("qwen35", Some(delta)), dsv4]
+    vec![
+        common::write_synthetic(dir, "toyconv"),
+        common::write_synthetic(dir, "qwen35"),
+        dsv4,
+    ]
 }
 
 /// Whether the model keeps records of positions (deepseek4) rather than a state.

@@ -211,6 +211,7 @@ fn request(prompt: Vec<u32>, pooling: Pooling, namespace: u64) -> GenRequest {
         cache_namespace: namespace,
         draft: Default::default(),
         embed: Some(pooling),
+        context_shift: None,
     }
 }
 

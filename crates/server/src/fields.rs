@@ -52,10 +52,6 @@ fn null_or_one(v: &Value) -> bool {
     v.is_null() || v.as_i64() == Some(1)
 }
 
-fn keep(v: &Value) -> bool {
-    v.is_null() || matches!(v.as_i64(), Some(0 | -1))
-}
-
 fn tier(v: &Value) -> bool {
     v.is_null() || matches!(v.as_str(), Some("auto" | "default"))
 }
@@ -83,7 +79,6 @@ const INERT: &[Inert] = &[
     Inert { name: "best_of", takes: null_or_one, why: "best_of above 1 is not supported" },
     Inert { name: "suffix", takes: null_or_empty, why: "suffix is not supported here: use /infill" },
     // llama-server's.
-    Inert { name: "n_keep", takes: keep, why: "the context is never shifted here (an answer stops at the slot's end), so nothing is kept" },
     Inert { name: "return_tokens", takes: any, why: "" },
     Inert { name: "lora", takes: null_or_empty, why: "LoRA adapters are not supported" },
     Inert { name: "n_indent", takes: null_or_zero, why: "n_indent is not supported" },

@@ -404,7 +404,7 @@ impl Reply {
             "tokens_evaluated": s.prompt_n,
             "tokens_cached": s.cache_n,
             "prompt": self.prompt_text,
-            "truncated": false,
+            "truncated": s.truncated || s.finish == FinishReason::ContextFull,
             "stop_type": stop_type,
             "stopped_eos": stop_type == "eos",
             "stopped_word": stop_type == "word",

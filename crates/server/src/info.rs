@@ -410,6 +410,11 @@ pub async fn metrics(State(s): State<Shared>) -> Result<Response, ApiError> {
         "# HELP tandem:preemptions_total Requests whose KV was taken back for older ones.\n# TYPE tandem:preemptions_total counter\ntandem:preemptions_total {}",
         c.requests.preemptions_total
     );
+    let _ = writeln!(
+        out,
+        "# HELP tandem:context_shifts_total Times an answer filled its slot and dropped tokens to go on (--context-shift).\n# TYPE tandem:context_shifts_total counter\ntandem:context_shifts_total {}",
+        c.requests.context_shifts_total
+    );
     if let Some(f) = &snap.front {
         let link = (f.bytes_sent + f.bytes_received) as f64;
         let per_token = if c.tokens.tokens_predicted_total > 0 {

@@ -27,6 +27,10 @@ pub struct Defaults {
     pub reasoning_budget: Option<usize>,
     /// Written before the forced end of reasoning (`--reasoning-budget-message`).
     pub reasoning_budget_message: String,
+    /// Whether an answer that fills its slot drops tokens and goes on (`--context-shift`).
+    pub context_shift: bool,
+    /// Prompt tokens kept then, for requests without `n_keep` (`--keep`; -1: the prompt).
+    pub n_keep: i64,
 }
 
 /// Whether chat answers reason (`--reasoning`, as llama-server's): the template's
@@ -167,6 +171,8 @@ impl ServerConfig {
                 n_predict: None,
                 reasoning_budget: None,
                 reasoning_budget_message: String::new(),
+                context_shift: false,
+                n_keep: 0,
             },
             chat_template: None,
             tool_format: None,

@@ -75,6 +75,7 @@ impl Telemetry {
             draft_n: 0,
             draft_n_accepted: 0,
             grammar_ms: 0.0,
+            truncated: false,
         }))
     }
 }

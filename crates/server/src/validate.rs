@@ -127,6 +127,11 @@ pub struct RawRequest {
     /// llama-server's: stop at the first token past this many ms of generation once the
     /// answer has a newline (0: no limit).
     pub t_max_predict_ms: Option<i64>,
+    /// llama-server's: prompt tokens (past BOS; -1: all) kept when the context shifts, and
+    /// how many after them are dropped (0: half of the rest). Inert without
+    /// `--context-shift`.
+    pub n_keep: Option<i64>,
+    pub n_discard: Option<i64>,
     /// Penalties, typical-p, the stage order, logit_bias and the structured-output fields.
     #[serde(flatten)]
     pub chain: RawChain,
@@ -531,6 +536,34 @@ impl RawRequest {
             },
             draft,
             embed: None,
+            context_shift: None,
+        };
+        let n_keep = match self.n_keep {
+            None => d.n_keep,
+            Some(n) if n >= -1 => n,
+            Some(n) => {
+                return Err(ApiError::invalid(
+                    "n_keep",
+                    format!("n_keep must be -1 (the whole prompt) or at least 0, got {n}"),
+                ))
+            }
+        };
+        let n_discard = match self.n_discard {
+            None | Some(0) => None,
+            Some(n) if n > 0 => Some(n as usize),
+            Some(n) => {
+                return Err(ApiError::invalid(
+                    "n_discard",
+                    format!("n_discard must be 0 (half of what follows n_keep) or positive, got {n}"),
+                ))
+            }
+        };
+        let bos = usize::from(ready.tok.add_bos());
+        let shift = |prompt: &[u32]| {
+            d.context_shift.then(|| engine::ContextShift {
+                keep: usize::try_from(n_keep).map_or(prompt.len(), |k| k + bos),
+                discard: n_discard,
+            })
         };
         let prompt_text = prompts[0].0.clone();
         let eog = if first.ignore_eos {
@@ -542,12 +575,15 @@ impl RawRequest {
             generation_settings(&first, self.stream.unwrap_or(false), &self.chain, eog);
         settings["timings_per_token"] = serde_json::json!(self.timings_per_token == Some(true));
         settings["t_max_predict_ms"] = serde_json::json!(self.t_max_predict_ms.unwrap_or(0));
+        settings["n_keep"] = serde_json::json!(n_keep);
+        settings["n_discard"] = serde_json::json!(n_discard.unwrap_or(0));
         settings["reasoning_budget_tokens"] =
             serde_json::json!(first.think_budget.as_ref().map_or(-1, |b| b.tokens as i64));
         let choices = prompts
             .into_iter()
             .flat_map(|(_, ids)| (0..n).map(move |j| (ids.clone(), j)))
             .map(|(prompt, j)| GenRequest {
+                context_shift: shift(&prompt),
                 prompt,
                 sampling: SamplerConfig {
                     seed: first.sampling.seed.wrapping_add(j as u64),

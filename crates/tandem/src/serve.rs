@@ -214,11 +214,17 @@ pub struct ServeArgs {
     /// Tags listed with the model in /v1/models, separated by commas.
     #[arg(long = "tags", value_delimiter = ',')]
     pub tags: Vec<String>,
-    /// This server never shifts the context (requests are bounded by it).
-    #[arg(long = "no-context-shift")]
-    pub no_context_shift: bool,
-    #[arg(long = "context-shift")]
+    /// An answer that fills its slot drops tokens after the first `--keep` (or the
+    /// request's `n_keep`) and goes on (llama-server's context shift; off by default).
+    #[arg(long = "context-shift", overrides_with = "no_context_shift")]
     pub context_shift: bool,
+    #[arg(long = "no-context-shift", overrides_with = "context_shift")]
+    pub no_context_shift: bool,
+    /// Prompt tokens kept when the context shifts, for requests without `n_keep` (-1: the
+    /// whole prompt).
+    #[arg(long = "keep", default_value_t = 0, allow_negative_numbers = true,
+          value_parser = clap::value_parser!(i64).range(-1..))]
+    pub keep: i64,
     /// Continuous batching is always on.
     #[arg(long = "cont-batching")]
     pub cont_batching: bool,
@@ -385,10 +391,6 @@ impl ServeArgs {
             "--no-jinja: chat templates are always rendered with Jinja",
         );
         say(
-            self.context_shift,
-            "--context-shift: the context is never shifted; requests are bounded by it",
-        );
-        say(
             self.threads_batch
                 .is_some_and(|tb| Some(tb) != self.model.threads),
             "-tb: this backend uses the -t threads for prompts and generation alike",
@@ -517,6 +519,8 @@ impl ServeArgs {
                 n_predict: usize::try_from(self.n_predict).ok().filter(|&n| n > 0),
                 reasoning_budget: usize::try_from(self.reasoning_budget).ok(),
                 reasoning_budget_message: self.reasoning_budget_message.clone().unwrap_or_default(),
+                context_shift: self.context_shift,
+                n_keep: self.keep,
             },
             chat_template,
             tool_format: self.tool_format,

@@ -7,7 +7,7 @@ use device::Row;
 use kv::SeqKv;
 
 use super::planner::Planned;
-use super::{release_kv, Engine};
+use super::{give_kv, release_kv, Engine};
 use crate::cost::Shape;
 use crate::executor::{Enter, Out, RowOut, Taps};
 use crate::request::Summary;
@@ -49,13 +49,43 @@ impl Engine {
     /// whose last token was computed samples its next one, or verifies its draft row by
     /// row ([`Engine::forward_plan`]); KV of rows past a rejected draft is rolled back
     /// ([`Engine::settle_drafts`]); finished and failed requests leave their slots
-    /// ([`Engine::retire`]).
+    /// ([`Engine::retire`]); sequences that filled their slots shift
+    /// ([`Engine::shift_contexts`]).
     pub(super) fn step(&mut self, plan: &[Planned]) {
         let Some(done) = self.forward_plan(plan) else {
             return;
         };
         self.settle_drafts(plan);
         self.retire(done);
+        self.shift_contexts();
+    }
+
+    /// Every sequence that filled its slot and shifts its context gives its KV up as a
+    /// preempted one does (to the prefix cache, under its tokens before the shift), drops
+    /// the tokens, and computes the rest again from what the cache gives back; its drafter
+    /// starts over.
+    fn shift_contexts(&mut self) {
+        for slot in 0..self.slots.len() {
+            let Some(a) = self.slots[slot].as_mut() else {
+                continue;
+            };
+            if a.seq.shift_due.is_none() {
+                continue;
+            }
+            give_kv(
+                &mut self.exec,
+                &mut self.cache,
+                (&mut self.host, &self.disk),
+                &mut self.front,
+                &mut a.seq,
+            );
+            a.seq.shift_context();
+            a.resumed = true;
+            self.counters.requests.context_shifts_total += 1;
+            if let Some(spec) = &mut self.spec {
+                spec.release(slot);
+            }
+        }
     }
 
     /// The forwards of `plan`, or `None` when the box was lost past its grace (every

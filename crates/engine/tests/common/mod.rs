@@ -86,11 +86,12 @@ pub fn request(
         cache_namespace: kv::SHARED,
         draft: Default::default(),
         embed,
+        context_shift: None,
     }
 }
 
 /// Greedy tokens of one sequence alone on `exec`: its prompt in one evaluation, then a
-/// token a forward.
+/// token a forward; its KV is released after.
 pub fn greedy_alone(exec: &mut engine::Executor, prompt: &[u32], n: usize) -> Vec<u32> {
     let mut seq = kv::SeqKv::default();
     let mut sampler = engine::Sampler::new(engine::SamplerConfig::greedy());
@@ -107,7 +108,39 @@ pub fn greedy_alone(exec: &mut engine::Executor, prompt: &[u32], n: usize) -> Ve
         })
         .unwrap();
     }
+    exec.release(&mut seq);
     out
+}
+
+/// `dir/{arch}.gguf`: 4 blocks of 64 (4 heads, 2 KV heads), Q8_0 random weights with
+/// SmolLM2's tokenizer; qwen35's blocks 0 to 2 Gated DeltaNet (kernel 4, heads of 16, 2 key
+/// and 4 value heads), block 3 gated attention.
+pub fn write_synthetic(dir: &std::path::Path, arch: &str) -> PathBuf {
+    let (_, file, name) = MODELS[0];
+    let tokenizer = gguf::GgufFile::open(model_path(file, name)).unwrap();
+    let path = dir.join(format!("{arch}.gguf"));
+    let delta = (arch == "qwen35").then_some(model::layers::gated_delta_net::DeltaShape {
+        conv_kernel: 4,
+        head_dim: 16,
+        n_k_heads: 2,
+        n_v_heads: 4,
+    });
+    model::synthetic::Synthetic {
+        arch: model::Arch::from_name(arch).unwrap(),
+        n_embd: 64,
+        n_layer: 4,
+        n_head: 4,
+        n_head_kv: 2,
+        n_ff: 128,
+        experts: None,
+        delta,
+        nextn: 0,
+        ty: gguf::GgmlType::Q8_0,
+        seed: 5,
+    }
+    .write(&tokenizer, &path)
+    .unwrap();
+    path
 }
 
 /// A deepseek4 of 4 blocks of 64 (heads of 32, blocks compressed at ratios 4, 128, 4 and not

@@ -202,6 +202,7 @@ mod tests {
             draft_n: 0,
             draft_n_accepted: 0,
             grammar_ms: 0.0,
+            truncated: false,
         }
     }
 

@@ -105,6 +105,7 @@ const MAPPED: &[(&str, &str, Kind)] = &[
     ("seed", "seed", Kind::Int),
     ("stop", "stop", Kind::Stops),
     ("mirostat", "mirostat", Kind::Int),
+    ("num_keep", "n_keep", Kind::Int),
 ];
 
 /// Options that only act with a sampler tandem refuses (mirostat) or that Ollama itself no
@@ -192,7 +193,6 @@ fn options(given: &Map<String, Value>, body: &mut Map<String, Value>) -> Result<
             ));
         } else {
             let refused = match name.as_str() {
-                "num_keep" => Some("tandem never shifts the context, so nothing is kept across a shift; a full context ends the answer with done_reason length"),
                 "tfs_z" if v.as_f64() != Some(1.0) => Some("tail-free sampling is not implemented (only 1.0, which turns it off)"),
                 "penalize_newline" if v != &Value::Bool(false) => Some("newlines are penalized as any token is (only false is accepted)"),
                 _ => None,
@@ -495,7 +495,7 @@ mod tests {
             common_body(&c).unwrap_err().param.unwrap()
         };
         assert_eq!(refused(json!({"num_gpu": 99})), "options.num_gpu");
-        assert_eq!(refused(json!({"num_keep": 4})), "options.num_keep");
+        assert_eq!(refused(json!({"num_keep": 4.5})), "options.num_keep");
         assert_eq!(
             refused(json!({"temperature": "hot"})),
             "options.temperature"
