@@ -24,7 +24,8 @@ pub use handle::{
 pub use local_front::LocalFront;
 pub use plan::{available_memory, MemoryPlan};
 pub use request::{
-    ContextShift, DraftLimits, Event, FinishReason, GenRequest, Pooling, Progress, Summary, TokenLogprob,
+    ContextShift, DraftLimits, Event, FinishReason, GenRequest, Pooling, Progress, Summary,
+    TokenLogprob,
 };
 pub use sampling::{Sampler, SamplerConfig};
 pub use scheduler::persist::{SavedPrefix, SlotDone, SlotOp};

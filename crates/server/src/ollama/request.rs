@@ -193,8 +193,12 @@ fn options(given: &Map<String, Value>, body: &mut Map<String, Value>) -> Result<
             ));
         } else {
             let refused = match name.as_str() {
-                "tfs_z" if v.as_f64() != Some(1.0) => Some("tail-free sampling is not implemented (only 1.0, which turns it off)"),
-                "penalize_newline" if v != &Value::Bool(false) => Some("newlines are penalized as any token is (only false is accepted)"),
+                "tfs_z" if v.as_f64() != Some(1.0) => {
+                    Some("tail-free sampling is not implemented (only 1.0, which turns it off)")
+                }
+                "penalize_newline" if v != &Value::Bool(false) => {
+                    Some("newlines are penalized as any token is (only false is accepted)")
+                }
                 _ => None,
             };
             if let Some(why) = refused {
