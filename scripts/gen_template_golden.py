@@ -14,7 +14,8 @@ NAMES = ["chatml", "llama2", "llama2-sys", "llama2-sys-bos", "llama2-sys-strip",
          "gemma", "orion", "openchat", "vicuna", "vicuna-orca", "deepseek", "deepseek2", "deepseek3",
          "command-r", "llama3", "minicpm", "granite", "granite-4.0", "chatglm3", "chatglm4", "glmedge",
          "deepseek-ocr", "exaone3", "rwkv-world", "megrez", "llama4", "smolvlm", "kimi-k2", "seed_oss", "grok-2",
-         "exaone4", "gigachat", "yandex", "hunyuan-moe", "hunyuan-dense", "bailing", "bailing-think"]
+         "exaone4", "gigachat", "yandex", "hunyuan-moe", "hunyuan-dense", "bailing", "bailing-think", "exaone-moe", "granite-4.1",
+         "bailing2", "gpt-oss", "hunyuan-vl", "pangu-embedded", "solar-open"]
 
 CHATS = [
     [["system", "You are a test."], ["user", "Hi there"]],

@@ -548,17 +548,18 @@ impl RawRequest {
                 ))
             }
         };
-        let n_discard =
-            match self.n_discard {
-                None | Some(0) => None,
-                Some(n) if n > 0 => Some(n as usize),
-                Some(n) => return Err(ApiError::invalid(
+        let n_discard = match self.n_discard {
+            None | Some(0) => None,
+            Some(n) if n > 0 => Some(n as usize),
+            Some(n) => {
+                return Err(ApiError::invalid(
                     "n_discard",
                     format!(
                         "n_discard must be 0 (half of what follows n_keep) or positive, got {n}"
                     ),
-                )),
-            };
+                ))
+            }
+        };
         let bos = usize::from(ready.tok.add_bos());
         let shift = |prompt: &[u32]| {
             d.context_shift.then(|| engine::ContextShift {

@@ -434,11 +434,9 @@ impl ServeArgs {
                     "give --chat-template or --chat-template-file, not both".into(),
                 ))
             }
-            (Some(t), None) => match text::builtin_templates::builtin(t) {
-                Some(Ok(source)) => Some(source),
-                Some(Err(why)) => return Err(CliError::Usage(format!("--chat-template: {why}"))),
-                None => Some(t.clone()),
-            },
+            (Some(t), None) => {
+                Some(text::builtin_templates::builtin(t).unwrap_or_else(|| t.clone()))
+            }
             (None, Some(p)) => Some(std::fs::read_to_string(p).map_err(|e| CliError::io(p, e))?),
             (None, None) => None,
         };

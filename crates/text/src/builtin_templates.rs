@@ -1,7 +1,6 @@
 //! llama.cpp's built-in chat templates by name (`--chat-template chatml`), as Jinja sources
 //! that render the prompts its `llama_chat_apply_template` writes (checked against its output
-//! in `tests/builtin_templates.rs`). A name llama.cpp knows and tandem has no source for is
-//! named as such, so that a server refuses it instead of rendering the name as a template.
+//! in `tests/builtin_templates.rs`), every name llama.cpp's release knows.
 
 /// Every built-in name llama.cpp's release knows.
 pub const LLAMA_NAMES: &[&str] = &[
@@ -61,9 +60,8 @@ pub const LLAMA_NAMES: &[&str] = &[
     "solar-open",
 ];
 
-/// A built-in template by name: `None` for a name llama.cpp does not know, `Some(Err)` for
-/// one tandem has no source for.
-pub fn builtin(name: &str) -> Option<Result<String, String>> {
+/// A built-in template by name: `None` for a name llama.cpp does not know.
+pub fn builtin(name: &str) -> Option<String> {
     let each = |body: &str, after: &str| {
         format!("{{%- for m in messages -%}}{body}{{%- endfor -%}}{{%- if add_generation_prompt -%}}{{{{- '{after}' -}}}}{{%- endif -%}}")
     };
@@ -156,7 +154,7 @@ pub fn builtin(name: &str) -> Option<Result<String, String>> {
             "{{- '<|start_of_role|>' ~ m['role'] ~ '<|end_of_role|>' ~ ('<|tool_call|>' if m['role'] == 'assistant_tool_call' else '') ~ m['content'] ~ '<|end_of_text|>\\n' -}}",
             "<|start_of_role|>assistant<|end_of_role|>",
         ),
-        "granite-4.0" => each(
+        "granite-4.0" | "granite-4.1" => each(
             "{{- ('<|start_of_role|>assistant<|end_of_role|><|tool_call|>' if m['role'] == 'assistant_tool_call' else '<|start_of_role|>' ~ m['role'] ~ '<|end_of_role|>') ~ m['content'] ~ '<|end_of_text|>\\n' -}}",
             "<|start_of_role|>assistant<|end_of_role|>",
         ),
@@ -244,14 +242,41 @@ pub fn builtin(name: &str) -> Option<Result<String, String>> {
             "{{- '<role>' ~ ('HUMAN' if m['role'] == 'user' else m['role'] | upper) ~ '</role>' ~ m['content'] -}}",
             if name == "bailing" { "<role>ASSISTANT</role>" } else { "<role>ASSISTANT</role><think>" },
         ),
-        other if LLAMA_NAMES.contains(&other) => {
-            return Some(Err(format!(
-                "the built-in chat template '{other}' is not available in tandem; give its Jinja source with --chat-template-file"
-            )))
-        }
+        "exaone-moe" => each(
+            "{%- if m['role'] in ['system', 'user', 'assistant', 'tool'] -%}\
+             {{- '<|' ~ m['role'] ~ '|>\\n' ~ (m['content'] | trim) ~ '<|endofturn|>\\n' -}}{%- endif -%}",
+            "<|assistant|>\\n",
+        ),
+        "bailing2" => format!(
+            "{{%- if not (messages and messages[0]['role'] == 'system') -%}}\
+             {{{{- '<role>SYSTEM</role>detailed thinking off<|role_end|>' -}}}}{{%- endif -%}}{}",
+            each(
+                "{{- '<role>' ~ ('HUMAN' if m['role'] == 'user' else m['role'] | upper) ~ '</role>' ~ m['content'] ~ '<|role_end|>' -}}",
+                "<role>ASSISTANT</role>",
+            )
+        ),
+        "gpt-oss" => each(
+            "{{- '<|start|>' ~ m['role'] ~ '<|message|>' ~ m['content'] ~ ('<|return|>' if m['role'] == 'assistant' else '<|end|>') -}}",
+            "<|start|>assistant",
+        ),
+        "hunyuan-vl" => "{{- '<｜hy_begin▁of▁sentence｜>' -}}{%- for m in messages -%}\
+             {%- if loop.first and m['role'] == 'system' -%}{{- m['content'] ~ '<｜hy_place▁holder▁no▁3｜>' -}}\
+             {%- elif m['role'] == 'user' -%}{{- m['content'] ~ '<｜hy_User｜>' -}}\
+             {%- elif m['role'] == 'assistant' -%}{{- m['content'] ~ '<｜hy_Assistant｜>' -}}{%- endif -%}{%- endfor -%}"
+            .to_string(),
+        "pangu-embedded" => each(
+            "{%- if loop.first and m['role'] != 'system' -%}{{- '[unused9]系统：[unused10]' -}}{%- endif -%}\
+             {%- set name = {'system': '系统', 'user': '用户', 'assistant': '助手', 'tool': '工具', 'function': '方法'}.get(m['role']) -%}\
+             {%- if name -%}{{- '[unused9]' ~ name ~ '：' ~ m['content'] ~ '[unused10]' -}}{%- endif -%}",
+            "[unused9]助手：",
+        ),
+        "solar-open" => each(
+            "{{- '<|begin|>' ~ m['role'] ~ '<|content|>' ~ m['content'] ~ '<|end|>' -}}",
+            "<|begin|>assistant",
+        ),
         _ => return None,
     };
-    Some(Ok(src))
+    Some(src)
 }
 
 /// Llama 2's `[INST]` turns: `system` in `<<SYS>>` (or as a line of the first turn),

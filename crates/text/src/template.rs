@@ -76,9 +76,7 @@ impl TemplateSource {
         Ok(match arch {
             "gemma" | "gemma2" | "gemma3" => Some(TemplateSource::Builtin {
                 name: "gemma",
-                source: crate::builtin_templates::builtin("gemma")
-                    .and_then(|r| r.ok())
-                    .expect("gemma is built in"),
+                source: crate::builtin_templates::builtin("gemma").expect("gemma is built in"),
             }),
             _ => None,
         })

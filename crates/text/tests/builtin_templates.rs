@@ -15,23 +15,14 @@ fn each_built_in_template_renders_llama_cpps_prompt() {
     let golden: std::collections::BTreeMap<String, Vec<Case>> =
         serde_json::from_str(include_str!("golden/chat_templates.json")).unwrap();
     for (name, cases) in &golden {
-        let source = builtin(name)
-            .unwrap_or_else(|| panic!("{name} is not built in"))
-            .unwrap();
+        let source = builtin(name).unwrap_or_else(|| panic!("{name} is not built in"));
         let t = ChatTemplate::new(&source, "<s>", "</s>").unwrap();
         for c in cases {
             assert_eq!(t.render(&c.messages, true).unwrap(), c.prompt, "{name}");
         }
     }
-    let implemented = LLAMA_NAMES
-        .iter()
-        .filter(|n| matches!(builtin(n), Some(Ok(_))))
-        .count();
-    assert_eq!(
-        implemented,
-        golden.len(),
-        "every name with a source has golden prompts"
-    );
-    assert!(builtin("gpt-oss").unwrap().is_err());
+    for name in LLAMA_NAMES {
+        assert!(golden.contains_key(*name), "{name} has golden prompts");
+    }
     assert!(builtin("{{ messages }}").is_none());
 }
