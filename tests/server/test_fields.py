@@ -120,7 +120,7 @@ LLAMA = [
     ("timings_per_token", True, lambda b, _: b["generation_settings"]["timings_per_token"] is True),
     ("post_sampling_probs", True, lambda b, _: all(0 <= p["prob"] <= 1 for p in b["completion_probabilities"])),
     ("response_fields", ["content"], None),
-    ("lora", [{"id": 0, "scale": 1.0}], None),
+    ("lora", [], lambda b, _: b["generation_settings"]["lora"] == []),
     ("top_n_sigma", 1.0, None),
     ("reasoning_format", "none", lambda b, _: True),
     ("speculative.n_max", 4, lambda b, _: True),

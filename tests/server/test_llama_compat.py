@@ -1,19 +1,20 @@
 """llama-server's fields and routes that its own test suite reads (scripts/llama-suite): a
 request pinned to a slot (id_slot), prompt progress and running timings in streams,
 /chat/completions/input_tokens, __verbose, logit_bias in generation_settings, prompt
-objects, /rerank, context shift, and llama-server's flags tandem does not implement
-accepted with a warning."""
+objects, /rerank, context shift, LoRA adapters, and llama-server's flags tandem does not
+implement accepted with a warning."""
 
 import json
 import os
 import re
 import socket
+import subprocess
 import time
 
 import httpx
 import pytest
 
-from conftest import API_KEY, Server
+from conftest import API_KEY, BINARY, Server
 
 PROMPT = "The three primary colors are"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -318,5 +319,32 @@ def test_context_shift_lets_an_answer_run_past_its_slot():
         n_ctx = s.get("/props").json()["default_generation_settings"]["n_ctx"]
         b = s.post("/completion", json={"prompt": PROMPT, "n_predict": 160, "ignore_eos": True}).json()
         assert b["truncated"] is True and b["tokens_evaluated"] + b["tokens_predicted"] == n_ctx
+    finally:
+        s.stop()
+
+
+def test_lora_adapters_are_listed_scaled_and_chosen_per_request(tmp_path):
+    adapter = tmp_path / "adapter.gguf"
+    subprocess.run([BINARY, "synth", "--lora-of", "smollm2-135m", "-o", str(adapter), "--seed", "3"], check=True)
+    s = Server("-c", "1024", "-np", "4", "--api-key", API_KEY, "--lora-init-without-apply", "--lora", str(adapter))
+    try:
+        listed = s.get("/lora-adapters").json()
+        assert listed == [{"id": 0, "path": str(adapter), "scale": 0.0, "task_name": "", "prompt_prefix": ""}]
+        body = {"prompt": PROMPT, "n_predict": 12, "temperature": 0, "cache_prompt": False}
+        plain = s.post("/completion", json=body).json()
+        assert plain["generation_settings"]["lora"] == []
+        own = s.post("/completion", json=dict(body, lora=[{"id": 0, "scale": 1.0}])).json()
+        assert own["generation_settings"]["lora"] == [{"id": 0, "scale": 1.0}]
+        assert own["content"] != plain["content"]
+        assert s.post("/lora-adapters", json=[{"id": 0, "scale": 1.0}]).json() == {"success": True}
+        assert s.get("/lora-adapters").json()[0]["scale"] == 1.0
+        assert s.post("/completion", json=body).json()["content"] == own["content"]
+        off = s.post("/completion", json=dict(body, lora=[{"id": 0, "scale": 0.0}])).json()
+        assert off["content"] == plain["content"]
+        for bad, field in [([{"id": 1, "scale": 1}], "lora[0].id"), ([{"id": 0}], "lora[0]"), ({"id": 0}, "lora")]:
+            r = s.post("/completion", json=dict(body, lora=bad))
+            assert r.status_code == 400 and field in r.text, r.text
+        r = s.post("/lora-adapters", json=[{"id": 3, "scale": 1}])
+        assert r.status_code == 400 and "body[0].id" in r.text
     finally:
         s.stop()

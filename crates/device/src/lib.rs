@@ -12,6 +12,7 @@
 //! ([`formats`]), the row and step types, and the parameters of each op.
 
 pub mod conformance;
+mod delegate;
 pub mod formats;
 pub mod host;
 pub mod host_kv;
@@ -31,6 +32,9 @@ pub use seam::{
 };
 
 use gguf::GgmlType;
+
+#[doc(hidden)]
+pub use {gguf as __gguf, kv as __kv};
 
 /// Errors of the seam: a type or op a device cannot run, bad lengths, device memory.
 #[derive(Debug, thiserror::Error)]

@@ -208,6 +208,8 @@ pub struct Executor {
     /// `[LOGIT_ROWS, n_logits]`, on the device and here.
     logits: Buf,
     host_logits: Vec<f32>,
+    /// The adapters' scales of the next forward's sequences, when the model has adapters.
+    lora: Option<model::lora::SharedScales>,
 }
 
 impl Executor {
@@ -257,6 +259,16 @@ impl Executor {
             )));
         }
         let kv = KvPool::new(kv_cfg.clone())?;
+        let lora = (!model.adapters.is_empty()).then(model::lora::SharedScales::default);
+        if let Some(scales) = &lora {
+            let adapters = model.adapters.clone();
+            dev = Box::new(model::lora::LoraDevice::new(
+                dev,
+                adapters,
+                scales.clone(),
+                config.n_ubatch,
+            ));
+        }
         let weights = model.upload(&mut *dev, progress)?;
         dev.kv_alloc(kv_cfg).map_err(model::Error::from)?;
         let hp = &model.hparams;
@@ -274,7 +286,17 @@ impl Executor {
             scratch,
             kv,
             model,
+            lora,
         })
+    }
+
+    /// The scale of each of the model's LoRA adapters for each sequence of the next
+    /// forward, in its order (an adapter left out: 0; `None`: the adapters' own scales,
+    /// as for a forward not told); nothing without adapters.
+    pub fn set_adapter_scales(&mut self, per_seq: Vec<Option<Vec<f32>>>) {
+        if let Some(scales) = &self.lora {
+            *scales.lock().expect("no thread panicked") = per_seq;
+        }
     }
 
     pub fn model(&self) -> &Model {

@@ -63,6 +63,30 @@ pub struct GenRequest {
     /// When the slot's context is full, drop tokens and go on ([`ContextShift`]); `None`:
     /// generation ends there ([`FinishReason::ContextFull`]).
     pub context_shift: Option<ContextShift>,
+    /// The scale of each of the model's LoRA adapters, in their order (one left out: 0;
+    /// `None`: the adapters' own scales, [`model::lora::Adapter::scale`]). Blocks computed
+    /// with adapters are other KV: the engine caches them in a namespace of their scales
+    /// ([`GenRequest::resolve_adapters`]).
+    pub lora: Option<Vec<f32>>,
+}
+
+impl GenRequest {
+    /// With adapters whose own scales are `defaults`: `lora` becomes the scales the request
+    /// computes with, and where any is not 0 its cache namespace one of its own for them.
+    pub(crate) fn resolve_adapters(&mut self, defaults: &[f32]) {
+        use std::hash::{Hash, Hasher};
+        if defaults.is_empty() {
+            return;
+        }
+        let scales = self.lora.take().unwrap_or_else(|| defaults.to_vec());
+        if scales.iter().any(|&s| s != 0.0) {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            ("lora", self.cache_namespace).hash(&mut h);
+            scales.iter().for_each(|s| s.to_bits().hash(&mut h));
+            self.cache_namespace = h.finish().max(1);
+        }
+        self.lora = Some(scales);
+    }
 }
 
 /// llama-server's context shift: when a generating sequence fills its slot, the tokens at

@@ -47,6 +47,8 @@ pub(crate) struct Sequence {
     pub cache_prompt: bool,
     /// The prefix-cache namespace of its blocks.
     pub cache_namespace: u64,
+    /// Its LoRA adapters' scales ([`GenRequest::lora`]).
+    pub lora: Option<Vec<f32>>,
     /// Whether the request asked for [`Event::Progress`], and the prompt rows last reported.
     progress: bool,
     progress_at: Option<usize>,
@@ -113,6 +115,7 @@ impl Sequence {
             n_cached: 0,
             cache_prompt: req.cache_prompt && req.embed.is_none(),
             cache_namespace: req.cache_namespace,
+            lora: req.lora,
             progress: req.progress,
             progress_at: None,
             n_generated: 0,

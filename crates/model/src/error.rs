@@ -34,6 +34,8 @@ pub enum Error {
     },
     #[error("token id {id} is out of range (vocabulary has {n_vocab} tokens)")]
     TokenOutOfRange { id: u32, n_vocab: usize },
+    #[error("LoRA adapter {path}: {what}")]
+    BadAdapter { path: String, what: String },
     #[error("importance matrix {path}: {what}")]
     BadImatrix { path: String, what: String },
     #[error("quantize: {0}")]

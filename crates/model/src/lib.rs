@@ -19,6 +19,7 @@ mod error;
 mod head;
 mod hparams;
 pub mod layers;
+pub mod lora;
 pub mod quant;
 pub mod rope;
 mod scratch;
@@ -73,6 +74,9 @@ pub struct Model {
     /// What merges the residual streams into one before the output norm
     /// ([`Recipe::merge`]), when the stage ends with the head.
     merge: Option<Box<dyn Layer>>,
+    /// LoRA adapters ([`Model::add_adapter`]): an executor of this model computes their
+    /// terms at the scales each sequence gives ([`lora::LoraDevice`]).
+    pub adapters: Vec<Arc<lora::Adapter>>,
 }
 
 /// A stage's weights on a device: what [`Model::upload`] gives.
@@ -175,7 +179,17 @@ impl Model {
             output,
             head: None,
             merge,
+            adapters: Vec::new(),
         })
+    }
+
+    /// Loads the LoRA adapter at `path` for this model (before [`Model::upload`]), applied
+    /// at `scale` to sequences that give no scales of their own; its index is the number
+    /// of adapters added before it.
+    pub fn add_adapter(&mut self, path: &Path, scale: f32) -> Result<()> {
+        let adapter = lora::Adapter::load(path, scale, self)?;
+        self.adapters.push(Arc::new(adapter));
+        Ok(())
     }
 
     /// Leaves the tables `mode` says in the file, read as their rows are needed

@@ -212,6 +212,7 @@ fn request(prompt: Vec<u32>, pooling: Pooling, namespace: u64) -> GenRequest {
         draft: Default::default(),
         embed: Some(pooling),
         context_shift: None,
+        lora: None,
     }
 }
 

@@ -60,155 +60,39 @@ fn text_only(v: &Value) -> bool {
     v.is_null() || *v == serde_json::json!(["text"])
 }
 
+#[rustfmt::skip]
 const INERT: &[Inert] = &[
     // OpenAI's.
-    Inert {
-        name: "user",
-        takes: any,
-        why: "",
-    },
-    Inert {
-        name: "safety_identifier",
-        takes: any,
-        why: "",
-    },
-    Inert {
-        name: "prompt_cache_key",
-        takes: any,
-        why: "",
-    },
-    Inert {
-        name: "metadata",
-        takes: any,
-        why: "",
-    },
-    Inert {
-        name: "store",
-        takes: null_or_false,
-        why: "completions are not stored here",
-    },
-    Inert {
-        name: "service_tier",
-        takes: tier,
-        why: "one service tier here: auto or default",
-    },
-    Inert {
-        name: "modalities",
-        takes: text_only,
-        why: "this server answers text only",
-    },
-    Inert {
-        name: "audio",
-        takes: null,
-        why: "this server answers text only",
-    },
-    Inert {
-        name: "prediction",
-        takes: null,
-        why: "predicted outputs are not supported; speculative decoding is the server's (-md)",
-    },
-    Inert {
-        name: "reasoning_effort",
-        takes: null,
-        why: "reasoning effort is not supported: the model thinks as its template says",
-    },
-    Inert {
-        name: "verbosity",
-        takes: null,
-        why: "verbosity is not supported",
-    },
-    Inert {
-        name: "web_search_options",
-        takes: null,
-        why: "web search is not available here",
-    },
-    Inert {
-        name: "functions",
-        takes: null,
-        why: "functions is deprecated: use tools",
-    },
-    Inert {
-        name: "function_call",
-        takes: null,
-        why: "function_call is deprecated: use tool_choice",
-    },
-    Inert {
-        name: "best_of",
-        takes: null_or_one,
-        why: "best_of above 1 is not supported",
-    },
-    Inert {
-        name: "suffix",
-        takes: null_or_empty,
-        why: "suffix is not supported here: use /infill",
-    },
+    Inert { name: "user", takes: any, why: "" },
+    Inert { name: "safety_identifier", takes: any, why: "" },
+    Inert { name: "prompt_cache_key", takes: any, why: "" },
+    Inert { name: "metadata", takes: any, why: "" },
+    Inert { name: "store", takes: null_or_false, why: "completions are not stored here" },
+    Inert { name: "service_tier", takes: tier, why: "one service tier here: auto or default" },
+    Inert { name: "modalities", takes: text_only, why: "this server answers text only" },
+    Inert { name: "audio", takes: null, why: "this server answers text only" },
+    Inert { name: "prediction", takes: null, why: "predicted outputs are not supported; speculative decoding is the server's (-md)" },
+    Inert { name: "reasoning_effort", takes: null, why: "reasoning effort is not supported: the model thinks as its template says" },
+    Inert { name: "verbosity", takes: null, why: "verbosity is not supported" },
+    Inert { name: "web_search_options", takes: null, why: "web search is not available here" },
+    Inert { name: "functions", takes: null, why: "functions is deprecated: use tools" },
+    Inert { name: "function_call", takes: null, why: "function_call is deprecated: use tool_choice" },
+    Inert { name: "best_of", takes: null_or_one, why: "best_of above 1 is not supported" },
+    Inert { name: "suffix", takes: null_or_empty, why: "suffix is not supported here: use /infill" },
     // llama-server's.
-    Inert {
-        name: "return_tokens",
-        takes: any,
-        why: "",
-    },
-    Inert {
-        name: "lora",
-        takes: null_or_empty,
-        why: "LoRA adapters are not supported",
-    },
-    Inert {
-        name: "n_indent",
-        takes: null_or_zero,
-        why: "n_indent is not supported",
-    },
-    Inert {
-        name: "min_keep",
-        takes: null_or_zero,
-        why: "min_keep is not supported",
-    },
-    Inert {
-        name: "n_cache_reuse",
-        takes: null_or_zero,
-        why: "KV reuse by shifting is not supported (the prefix cache reuses whole blocks)",
-    },
-    Inert {
-        name: "response_fields",
-        takes: null_or_empty,
-        why: "response_fields is not supported",
-    },
-    Inert {
-        name: "multimodal_data",
-        takes: null_or_empty,
-        why: "this server takes text only",
-    },
-    Inert {
-        name: "image_data",
-        takes: null_or_empty,
-        why: "this server takes text only",
-    },
-    Inert {
-        name: "thinking_forced_open",
-        takes: null_or_false,
-        why: "thinking_forced_open is not supported",
-    },
+    Inert { name: "return_tokens", takes: any, why: "" },
+    Inert { name: "n_indent", takes: null_or_zero, why: "n_indent is not supported" },
+    Inert { name: "min_keep", takes: null_or_zero, why: "min_keep is not supported" },
+    Inert { name: "n_cache_reuse", takes: null_or_zero, why: "KV reuse by shifting is not supported (the prefix cache reuses whole blocks)" },
+    Inert { name: "response_fields", takes: null_or_empty, why: "response_fields is not supported" },
+    Inert { name: "multimodal_data", takes: null_or_empty, why: "this server takes text only" },
+    Inert { name: "image_data", takes: null_or_empty, why: "this server takes text only" },
+    Inert { name: "thinking_forced_open", takes: null_or_false, why: "thinking_forced_open is not supported" },
     // Only meaningful with a sampler refused unless off.
-    Inert {
-        name: "xtc_threshold",
-        takes: any,
-        why: "",
-    },
-    Inert {
-        name: "mirostat_tau",
-        takes: any,
-        why: "",
-    },
-    Inert {
-        name: "mirostat_eta",
-        takes: any,
-        why: "",
-    },
-    Inert {
-        name: "dynatemp_exponent",
-        takes: any,
-        why: "",
-    },
+    Inert { name: "xtc_threshold", takes: any, why: "" },
+    Inert { name: "mirostat_tau", takes: any, why: "" },
+    Inert { name: "mirostat_eta", takes: any, why: "" },
+    Inert { name: "dynatemp_exponent", takes: any, why: "" },
 ];
 
 static UNKNOWN_TOTAL: AtomicU64 = AtomicU64::new(0);

@@ -23,6 +23,7 @@ mod generate;
 mod infill;
 mod info;
 mod live;
+pub mod lora;
 pub mod memory;
 pub mod ollama;
 mod prompts;
@@ -297,6 +298,7 @@ fn routes() -> Router<Shared> {
         .route("/models/{id}", get(info::model))
         .route("/props", get(info::props).post(info::change_props))
         .route("/slots", get(info::slots))
+        .route("/lora-adapters", get(lora::list).post(lora::set))
         .route("/slots/{id}", post(slots::action))
         .route("/metrics", get(info::metrics))
         .route("/tokenize", post(info::tokenize))

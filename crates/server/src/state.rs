@@ -132,6 +132,8 @@ pub struct ServerConfig {
     pub lazy: model::LazyMode,
     /// How the model files are held (`--load-mode`).
     pub load_mode: gguf::LoadMode,
+    /// LoRA adapters, with the scale of requests that give none (`--lora`).
+    pub lora: Vec<crate::lora::LoraSetting>,
 }
 
 /// The head of a split model: blocks `at..n` and the output head here, the embeddings and
@@ -199,6 +201,7 @@ impl ServerConfig {
             rope: Default::default(),
             lazy: Default::default(),
             load_mode: Default::default(),
+            lora: Vec::new(),
         }
     }
 }
@@ -244,6 +247,8 @@ pub struct Ready {
     pub plan: MemoryPlan,
     /// The grammar compiler for the vocabulary, built at the first constrained request.
     grammars: OnceLock<Result<Grammars, GrammarError>>,
+    /// The LoRA adapters and their scales.
+    pub lora: crate::lora::Adapters,
 }
 
 impl Ready {
@@ -380,6 +385,17 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
     // Before loading: the plan counts the weights, which loading takes from what is free.
     let available = engine::available_memory();
     let mut model = Model::load_stage_with(&config.model_path, part, config.load_mode)?;
+    if !config.lora.is_empty() && part != Part::Whole {
+        return Err(Error::Config(
+            "--lora: adapters apply to a model served whole, not in two stages (a split, or \
+             --n-gpu-layers short of every block)"
+                .into(),
+        ));
+    }
+    for l in &config.lora {
+        model.add_adapter(&l.path, l.scale)?;
+    }
+    let lora = crate::lora::Adapters::new(&model, &config.lora);
     model.hparams.apply_rope(&config.rope);
     model.set_lazy(config.lazy);
     let hp = &model.hparams;
@@ -604,6 +620,7 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         model_bytes,
         plan,
         grammars: OnceLock::new(),
+        lora,
     })
 }
 

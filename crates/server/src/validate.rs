@@ -132,6 +132,8 @@ pub struct RawRequest {
     /// `--context-shift`.
     pub n_keep: Option<i64>,
     pub n_discard: Option<i64>,
+    /// llama-server's: the LoRA adapters' scales for this request (`[{id, scale}]`).
+    pub lora: Option<Value>,
     /// Penalties, typical-p, the stage order, logit_bias and the structured-output fields.
     #[serde(flatten)]
     pub chain: RawChain,
@@ -493,6 +495,7 @@ impl RawRequest {
                 ))
             }
         };
+        let lora = ready.lora.for_request(self.lora.as_ref())?;
         let first = GenRequest {
             prompt: Vec::new(),
             sampling,
@@ -534,6 +537,7 @@ impl RawRequest {
                 }
                 Some(salt) => crate::namespace_of(("cache-salt", salt)),
             },
+            lora: Some(lora),
             draft,
             embed: None,
             context_shift: None,
@@ -579,6 +583,7 @@ impl RawRequest {
         settings["t_max_predict_ms"] = serde_json::json!(self.t_max_predict_ms.unwrap_or(0));
         settings["n_keep"] = serde_json::json!(n_keep);
         settings["n_discard"] = serde_json::json!(n_discard.unwrap_or(0));
+        settings["lora"] = crate::lora::settings(first.lora.as_deref().unwrap_or_default());
         settings["reasoning_budget_tokens"] =
             serde_json::json!(first.think_budget.as_ref().map_or(-1, |b| b.tokens as i64));
         let choices = prompts
@@ -737,7 +742,6 @@ fn generation_settings(req: &GenRequest, stream: bool, chain: &RawChain, eog: &[
         "speculative.n_min": req.draft.n_min,
         "timings_per_token": false,
         "post_sampling_probs": req.post_sampling,
-        "lora": [],
         "logit_bias": biases,
     })
 }

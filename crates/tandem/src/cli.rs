@@ -149,6 +149,15 @@ pub struct ModelArgs {
     pub cache: CacheArgs,
     #[command(flatten)]
     pub rope: RopeArgs,
+    /// LoRA adapters (GGUF) at scale 1, separated by commas; repeatable.
+    #[arg(long = "lora", value_delimiter = ',')]
+    pub lora: Vec<std::path::PathBuf>,
+    /// LoRA adapters with their scales, `FNAME:SCALE` separated by commas; repeatable.
+    #[arg(long = "lora-scaled", value_delimiter = ',')]
+    pub lora_scaled: Vec<String>,
+    /// Load the adapters at scale 0 (`tandem serve`: set later with POST /lora-adapters).
+    #[arg(long = "lora-init-without-apply")]
+    pub lora_init_without_apply: bool,
 }
 
 /// RoPE scaling over what the model file says, as llama.cpp's flags set it.
@@ -237,7 +246,26 @@ impl ModelArgs {
         let mut m = model::Model::load_stage_with(path, part, self.load_mode)?;
         m.hparams.apply_rope(&self.rope.overrides()?);
         m.set_lazy(self.lazy_mode);
+        let lora = self.lora_settings()?;
+        if !lora.is_empty() && part != model::Part::Whole {
+            return Err(CliError::Usage(
+                "--lora: adapters apply to a model computed whole, not to a stage of it".into(),
+            ));
+        }
+        for l in lora {
+            m.add_adapter(&l.path, l.scale)?;
+        }
         Ok(m)
+    }
+
+    /// The adapters `--lora`, `--lora-scaled` and `--lora-init-without-apply` give.
+    pub fn lora_settings(&self) -> Result<Vec<server::lora::LoraSetting>, CliError> {
+        server::lora::LoraSetting::from_flags(
+            &self.lora,
+            &self.lora_scaled,
+            self.lora_init_without_apply,
+        )
+        .map_err(CliError::Usage)
     }
 
     /// Refuses `--lazy-mode on` with the GPU backend, which uploads every table whatever

@@ -89,6 +89,16 @@ pub fn execute(a: InfoArgs) -> Result<(), CliError> {
             expert_bytes as f64 * moe.n_expert_used as f64 / moe.n_expert as f64 / 1048576.0,
         );
     }
+    for (i, l) in model.adapters.iter().enumerate() {
+        let ranks: std::collections::BTreeSet<usize> = l.pairs.iter().map(|p| p.rank).collect();
+        println!(
+            "lora {i}:        {} at scale {}, {} matrices of rank {ranks:?}, alpha {}",
+            l.path.display(),
+            l.scale,
+            l.pairs.len(),
+            l.alpha
+        );
+    }
     let mut by_type: BTreeMap<String, (usize, u64, gguf::GgmlType)> = BTreeMap::new();
     for t in &model.file.header.tensors {
         let e = by_type

@@ -551,6 +551,7 @@ impl ServeArgs {
             rope: self.model.rope.overrides()?,
             lazy: self.model.lazy_mode,
             load_mode: self.model.load_mode,
+            lora: self.model.lora_settings()?,
             mem_limit: self.mem_limit,
             body_limit: self.body_limit,
             limits,

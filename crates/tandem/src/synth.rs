@@ -87,6 +87,16 @@ pub struct SynthArgs {
     pub vocab: Option<usize>,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Instead of a model, a random LoRA adapter for this model (a path or a known name):
+    /// f32 factors for its blocks' attention and feed-forward matrices (`--lora`).
+    #[arg(long = "lora-of")]
+    pub lora_of: Option<String>,
+    /// The adapter's rank.
+    #[arg(long = "lora-rank", default_value_t = 8, requires = "lora_of")]
+    pub lora_rank: usize,
+    /// The adapter's `adapter.lora.alpha`.
+    #[arg(long = "lora-alpha", default_value_t = 16.0, requires = "lora_of")]
+    pub lora_alpha: f32,
     #[command(flatten)]
     pub dsv4: Box<Dsv4Args>,
     #[command(flatten)]
@@ -305,6 +315,16 @@ fn vocab(a: &SynthArgs) -> Result<Vocab, CliError> {
 }
 
 pub fn execute(a: SynthArgs) -> Result<(), CliError> {
+    if let Some(base) = &a.lora_of {
+        let base = GgufFile::open(pull::resolve(base, a.cache.dir.as_deref())?)?;
+        model::synthetic::lora::write_adapter(&base, a.lora_rank, a.lora_alpha, a.seed, &a.out)?;
+        eprintln!(
+            "tandem synth: a rank-{} LoRA adapter written to {}",
+            a.lora_rank,
+            a.out.display()
+        );
+        return Ok(());
+    }
     let shape = match a.arch.as_str() {
         "deepseek4" => Shape::Dsv4(dsv4_shape(&a)?),
         _ => Shape::Recipe(recipe_shape(&a)?),

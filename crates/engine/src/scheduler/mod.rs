@@ -440,6 +440,7 @@ impl Engine {
             }
         };
         let next_order = &mut self.next_order;
+        let adapters: Vec<f32> = self.exec.model().adapters.iter().map(|a| a.scale).collect();
         planner::admit(
             &mut self.slots,
             &mut self.queue,
@@ -451,10 +452,12 @@ impl Engine {
             |q, slot| {
                 let order = *next_order;
                 *next_order += 1;
+                let mut req = q.req;
+                req.resolve_adapters(&adapters);
                 Active {
                     order,
                     resumed: false,
-                    seq: Sequence::new(q.task, slot, q.req, q.out, slot_ctx),
+                    seq: Sequence::new(q.task, slot, req, q.out, slot_ctx),
                 }
             },
         );

@@ -87,6 +87,7 @@ pub fn request(
         draft: Default::default(),
         embed,
         context_shift: None,
+        lora: None,
     }
 }
 

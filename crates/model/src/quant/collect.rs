@@ -28,14 +28,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-use device::hyper::HyperSpec;
-use device::sparse::{SparseIo, SparseSpec};
-use device::{
-    AttnSpec, Buf, Cols, ConvSpec, DeltaIo, DeltaSpec, Device, Mat, MatOut, MatrixSource, MoeSpec,
-    MoeStats, Op, OpTime, Progress, Result, Role, RopeSpec, Step,
-};
-use gguf::GgmlType;
-use kv::KvConfig;
+use device::{Buf, Device, Mat, MatOut, MatrixSource, MoeSpec, Progress, Result, Role, Step};
 
 use super::Sums;
 
@@ -198,32 +191,13 @@ fn entry_name(name: &str) -> &str {
 }
 
 impl Device for Collector {
+    device::delegate_ops!(inner);
+
     fn describe(&self) -> String {
         format!(
             "{} (collecting an importance matrix)",
             self.inner.describe()
         )
-    }
-    fn supports(&self, op: Op) -> bool {
-        self.inner.supports(op)
-    }
-    fn supports_type(&self, ty: GgmlType) -> bool {
-        self.inner.supports_type(ty)
-    }
-    fn matrix_bytes(&self, ty: GgmlType, n_rows: usize, n_cols: usize, role: Role) -> u64 {
-        self.inner.matrix_bytes(ty, n_rows, n_cols, role)
-    }
-    fn rest(&self) {
-        self.inner.rest()
-    }
-    fn alloc(&mut self, len: usize) -> Result<Buf> {
-        self.inner.alloc(len)
-    }
-    fn upload(&mut self, buf: Buf, at: usize, data: &[f32]) {
-        self.inner.upload(buf, at, data)
-    }
-    fn download(&mut self, buf: Buf, at: usize, out: &mut [f32]) {
-        self.inner.download(buf, at, out)
     }
     fn upload_matrices(
         &mut self,
@@ -239,38 +213,8 @@ impl Device for Collector {
         }
         Ok(mats)
     }
-    fn kv_alloc(&mut self, cfg: KvConfig) -> Result<()> {
-        self.inner.kv_alloc(cfg)
-    }
-    fn kv_copy_block(&mut self, from: u32, to: u32) {
-        self.inner.kv_copy_block(from, to)
-    }
-    fn kv_read_block(&mut self, block: u32, out: &mut Vec<u8>) {
-        self.inner.kv_read_block(block, out)
-    }
-    fn kv_write_block(&mut self, block: u32, data: &[u8]) {
-        self.inner.kv_write_block(block, data)
-    }
-    fn state_restore(&mut self, slot: u32) {
-        self.inner.state_restore(slot)
-    }
-    fn state_save(&mut self, slot: u32, snap: u32) {
-        self.inner.state_save(slot, snap)
-    }
-    fn state_load(&mut self, snap: u32, slot: u32) {
-        self.inner.state_load(snap, slot)
-    }
     fn begin(&mut self, step: &Step<'_>) {
         self.inner.begin(step)
-    }
-    fn finish(&mut self) {
-        self.inner.finish()
-    }
-    fn embed(&mut self, table: Mat, tokens: &[u32], out: Buf) {
-        self.inner.embed(table, tokens, out)
-    }
-    fn rms_norm(&mut self, x: Buf, w: Buf, rows: usize, width: usize, eps: f32, out: Buf) {
-        self.inner.rms_norm(x, w, rows, width, eps, out)
     }
     /// Adds `x` to the sums of each collected matrix of `ws` (once per entry: the parts of
     /// one matrix share it), then multiplies.
@@ -295,91 +239,9 @@ impl Device for Collector {
         }
         self.inner.matmul(ws, x, rows, outs)
     }
-    fn rope(&mut self, x: Buf, heads: usize, spec: &RopeSpec) {
-        self.inner.rope(x, heads, spec)
-    }
-    fn kv_store(&mut self, layer: usize, k: Buf, v: Buf) {
-        self.inner.kv_store(layer, k, v)
-    }
-    fn attention(&mut self, layer: usize, q: Buf, out: Buf, spec: &AttnSpec) {
-        self.inner.attention(layer, q, out, spec)
-    }
-    fn conv1d(&mut self, layer: usize, x: Buf, w: Buf, out: Buf, spec: &ConvSpec) {
-        self.inner.conv1d(layer, x, w, out, spec)
-    }
-
-    fn delta_net(&mut self, layer: usize, io: &DeltaIo, spec: &DeltaSpec) {
-        self.inner.delta_net(layer, io, spec)
-    }
-    fn swiglu(&mut self, gate: Buf, up: Buf, len: usize) {
-        self.inner.swiglu(gate, up, len)
-    }
-    fn swiglu_limited(&mut self, gate: Buf, up: Buf, len: usize, limit: f32) {
-        self.inner.swiglu_limited(gate, up, len, limit)
-    }
-    fn sparse_attention(&mut self, layer: usize, io: &SparseIo, spec: &SparseSpec) {
-        self.inner.sparse_attention(layer, io, spec)
-    }
-    fn hyper_pre(&mut self, x: Buf, mix: Buf, base: Buf, out: Buf, rows: usize, s: &HyperSpec) {
-        self.inner.hyper_pre(x, mix, base, out, rows, s)
-    }
-    fn hyper_post(&mut self, y: Buf, x: Buf, mix: Buf, rows: usize, s: &HyperSpec) {
-        self.inner.hyper_post(y, x, mix, rows, s)
-    }
-    fn copy_cols(&mut self, x: Buf, out: Buf, rows: usize, c: &Cols) {
-        self.inner.copy_cols(x, out, rows, c)
-    }
-    fn gelu(&mut self, gate: Buf, up: Buf, len: usize) {
-        self.inner.gelu(gate, up, len)
-    }
-    fn add(&mut self, x: Buf, y: Buf, len: usize) {
-        self.inner.add(x, y, len)
-    }
-    fn scale(&mut self, x: Buf, len: usize, factor: f32) {
-        self.inner.scale(x, len, factor)
-    }
     /// Collects the mixture's sums (see [`Collector`]), then computes it.
     fn moe(&mut self, spec: &MoeSpec<'_>, x: Buf, rows: usize, hidden: Buf) {
         self.collect_moe(spec, x, rows);
         self.inner.moe(spec, x, rows, hidden)
-    }
-    fn gather_rows(&mut self, x: Buf, rows: &[usize], width: usize, out: Buf) {
-        self.inner.gather_rows(x, rows, width, out)
-    }
-    fn all_finite(&mut self, x: Buf, rows: usize, width: usize) -> Vec<bool> {
-        self.inner.all_finite(x, rows, width)
-    }
-    fn argmax(&mut self, x: Buf, rows: usize, width: usize) -> Vec<u32> {
-        self.inner.argmax(x, rows, width)
-    }
-    fn softmax_rows(&mut self, x: Buf, rows: usize, width: usize) {
-        self.inner.softmax_rows(x, rows, width)
-    }
-    fn top_k_rows(&mut self, x: Buf, rows: usize, width: usize, k: usize) -> Vec<(u32, f32)> {
-        self.inner.top_k_rows(x, rows, width, k)
-    }
-    fn sigmoid(&mut self, x: Buf, len: usize) {
-        self.inner.sigmoid(x, len)
-    }
-    fn softplus(&mut self, x: Buf, len: usize) {
-        self.inner.softplus(x, len)
-    }
-    fn l2_norm_rows(&mut self, x: Buf, rows: usize, width: usize, eps: f32, out: Buf) {
-        self.inner.l2_norm_rows(x, rows, width, eps, out)
-    }
-    fn mul(&mut self, x: Buf, y: Buf, len: usize) {
-        self.inner.mul(x, y, len)
-    }
-    fn moe_stats(&self) -> MoeStats {
-        self.inner.moe_stats()
-    }
-    fn profile_ops(&mut self, on: bool) -> bool {
-        self.inner.profile_ops(on)
-    }
-    fn op_times(&mut self) -> Vec<OpTime> {
-        self.inner.op_times()
-    }
-    fn read_bandwidth(&mut self) -> Option<f64> {
-        self.inner.read_bandwidth()
     }
 }
