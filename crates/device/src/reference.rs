@@ -7,7 +7,7 @@
 use gguf::GgmlType;
 use kv::KvConfig;
 
-use crate::formats::{dequantize_row, is_supported, quantize_row};
+use crate::formats::{dequantize_row, is_supported, quantize_kv};
 use crate::host::HostBufs;
 use crate::host_kv::HostKv;
 use crate::hyper::{self, HyperSpec};
@@ -416,8 +416,8 @@ impl Device for Reference {
         let kv = self.kv.as_mut().expect("kv_alloc first");
         for (r, &at) in places.iter().enumerate() {
             let row = r * width..(r + 1) * width;
-            quantize_row(ty, &ks[row.clone()], &mut kv.keys[layer][at..at + pb]).expect("type");
-            quantize_row(ty, &vs[row], &mut kv.values[layer][at..at + pb]).expect("type");
+            quantize_kv(ty, &ks[row.clone()], &mut kv.keys[layer][at..at + pb]).expect("type");
+            quantize_kv(ty, &vs[row], &mut kv.values[layer][at..at + pb]).expect("type");
         }
         self.bufs.put(k, ks);
         self.bufs.put(v, vs);

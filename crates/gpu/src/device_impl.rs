@@ -128,7 +128,10 @@ impl Device for Gpu {
 
     fn kv_alloc(&mut self, cfg: KvConfig) -> Result<()> {
         if kv_code(cfg.ty).is_none() {
-            return Err(Error::UnsupportedType(cfg.ty));
+            return Err(self.unsupported(format!(
+                "keep a {} KV cache (f32, f16, bf16 or q8_0 here): use -ctk f16 or -ctk q8_0",
+                cfg.ty
+            )));
         }
         if cfg.records.is_some() {
             return Err(self.unsupported("keep record layers' KV (compressed attention)".into()));

@@ -36,7 +36,9 @@ pub const BLOCK_SIZE: usize = 16;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("KV cache type {0} is not supported (use f16, bf16 or q8_0)")]
+    #[error(
+        "KV cache type {0} is not supported (f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1)"
+    )]
     UnsupportedType(GgmlType),
     #[error("KV cache type {ty} needs head_dim to be a multiple of {block}, got {head_dim}")]
     HeadDim {
@@ -171,6 +173,8 @@ impl KvConfig {
     pub fn validate(&self) -> Result<()> {
         match self.ty {
             GgmlType::F16 | GgmlType::BF16 | GgmlType::F32 | GgmlType::Q8_0 => {}
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::IQ4_NL => {}
+            GgmlType::Q5_0 | GgmlType::Q5_1 => {}
             ty => return Err(Error::UnsupportedType(ty)),
         }
         if !(self.head_dim as u64).is_multiple_of(self.ty.block_size()) {

@@ -120,7 +120,7 @@ pub struct ModelArgs {
     /// Physical batch: rows per forward pass.
     #[arg(long = "ubatch-size", default_value_t = 512)]
     pub ubatch: usize,
-    /// KV cache type: f16, bf16 or q8_0.
+    /// KV cache type: f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0 or q5_1 (the gpu backend: the first four).
     #[arg(long = "cache-type-k", default_value = "f16", value_parser = parse_kv_type)]
     pub cache_type: GgmlType,
     /// The backend to compute on: auto (a GPU when wgpu finds a real one, else the CPU), gpu
@@ -225,8 +225,13 @@ pub fn parse_kv_type(s: &str) -> Result<GgmlType, String> {
         "bf16" => Ok(GgmlType::BF16),
         "q8_0" => Ok(GgmlType::Q8_0),
         "f32" => Ok(GgmlType::F32),
+        "q4_0" => Ok(GgmlType::Q4_0),
+        "q4_1" => Ok(GgmlType::Q4_1),
+        "iq4_nl" => Ok(GgmlType::IQ4_NL),
+        "q5_0" => Ok(GgmlType::Q5_0),
+        "q5_1" => Ok(GgmlType::Q5_1),
         _ => Err(format!(
-            "'{s}' is not a KV cache type (f16, bf16, q8_0, f32)"
+            "'{s}' is not a KV cache type (f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1)"
         )),
     }
 }

@@ -81,6 +81,33 @@ fn quantize_with(src: &[f32], importance: Option<&[f32]>, dst: &mut [u8]) {
     }
 }
 
+/// Quantizes whole blocks as ggml's `quantize_row_iq4_nl_ref` does (its `from_float`, which
+/// writes a KV cache): each element's level is the nearest to it scaled so that the largest
+/// element maps to `KVALUES[0]`, and `d` the least-squares scale of those levels, weights
+/// `x²`; no further candidates are tried. Panics unless `dst` is exactly `src.len() / 32`
+/// blocks.
+pub fn quantize_first_candidate(src: &[f32], dst: &mut [u8]) {
+    let (values, out) = values_to_blocks::<TYPE_SIZE, BLOCK_SIZE>(src, dst);
+    for (x, b) in values.iter().zip(out) {
+        let max = signed_absmax(x);
+        let id = if max.abs() < 1e-15 {
+            0.0
+        } else {
+            KVALUES[0] as f32 / max
+        };
+        let (sqx, sq2) = x.iter().fold((0f32, 0f32), |(sqx, sq2), &v| {
+            let q = KVALUES[nearest_level(id * v) as usize] as f32;
+            (sqx + v * v * q * v, sq2 + v * v * q * q)
+        });
+        let d = if sq2 > 0.0 { sqx / sq2 } else { 0.0 };
+        b[0..2].copy_from_slice(&f16_bytes(d));
+        let (lo, hi) = x.split_at(16);
+        for ((q, &l), &h) in b[2..18].iter_mut().zip(lo).zip(hi) {
+            *q = nearest_level(id * l) | nearest_level(id * h) << 4;
+        }
+    }
+}
+
 /// Candidate scales tried on each side of the one that maps the largest element to
 /// `KVALUES[0]` (ggml's `ntry`).
 const NTRY: i32 = 7;

@@ -186,6 +186,19 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<()> {
     quantize_row_with(ty, src, None, dst)
 }
 
+/// Quantizes `src` into `dst` as a KV cache stores it, as ggml's `from_float` of `ty` (its
+/// KV copy) does: [`quantize_row`], but for IQ4_NL, whose `from_float` keeps its first
+/// candidate scale ([`iq4_nl::quantize_first_candidate`]).
+/// Errors: those of [`quantize_row`].
+pub fn quantize_kv(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<()> {
+    if ty != GgmlType::IQ4_NL {
+        return quantize_row(ty, src, dst);
+    }
+    check_lengths(ty, dst.len(), src.len())?;
+    iq4_nl::quantize_first_candidate(src, dst);
+    Ok(())
+}
+
 /// Quantizes `src` into `dst` as [`quantize_row`] does, weighing each value's squared
 /// error by `importance` (one per value) where `ty`'s quantizer takes importances
 /// ([`takes_importance`]: IQ4_NL, IQ4_XS, the K types and the IQ grid types tandem

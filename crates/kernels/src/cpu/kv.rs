@@ -7,7 +7,7 @@ use device::{AttnSpec, Row, Tables};
 use kv::{KvConfig, BLOCK_SIZE};
 
 use crate::attention::{attend, AttentionScratch, KvView};
-use crate::formats::quantize_row;
+use crate::formats::quantize_kv;
 use crate::pool::SharedOut;
 use crate::ThreadPool;
 
@@ -77,8 +77,8 @@ impl KvStore {
                 &v[r * width..(r + 1) * width],
             );
             let ty = kv.cfg.ty;
-            quantize_row(ty, kr, &mut kv.keys[layer][at..at + pb]).expect("validated KV type");
-            quantize_row(ty, vr, &mut kv.values[layer][at..at + pb]).expect("validated KV type");
+            quantize_kv(ty, kr, &mut kv.keys[layer][at..at + pb]).expect("validated KV type");
+            quantize_kv(ty, vr, &mut kv.values[layer][at..at + pb]).expect("validated KV type");
         }
     }
 
