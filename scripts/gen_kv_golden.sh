@@ -7,7 +7,7 @@
 # compares tandem with.
 #
 # usage: scripts/gen_kv_golden.sh TANDEM_BINARY LLAMA_PERPLEXITY_BINARY
-# (the arguments must match SYNTH and TYPES in crates/tandem/tests/cli_kv_types.rs)
+# (the arguments must match SYNTH_QWEN2 in crates/tandem/tests/common and TYPES in cli_kv_types.rs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tandem=$1

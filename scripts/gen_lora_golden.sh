@@ -7,7 +7,7 @@
 # which crates/tandem/tests/cli_lora.rs compares tandem with.
 #
 # usage: scripts/gen_lora_golden.sh TANDEM_BINARY LLAMA_PERPLEXITY_BINARY
-# (the arguments must match SYNTH, ADAPTER and SCALED in crates/tandem/tests/cli_lora.rs)
+# (the arguments must match SYNTH_QWEN2 in crates/tandem/tests/common, ADAPTER and SCALED in cli_lora.rs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tandem=$1

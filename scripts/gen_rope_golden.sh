@@ -7,7 +7,7 @@
 # which crates/tandem/tests/cli_rope.rs compares tandem with.
 #
 # usage: scripts/gen_rope_golden.sh TANDEM_BINARY LLAMA_PERPLEXITY_BINARY
-# (the arguments must match SYNTH and YARN in crates/tandem/tests/cli_rope.rs)
+# (the arguments must match SYNTH_QWEN2 in crates/tandem/tests/common and YARN in cli_rope.rs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tandem=$1

@@ -10,31 +10,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 use common::{model_path, MODELS};
-use engine::{ContextConfig, ContextShift, EngineConfig, Executor, FinishReason};
+use engine::{ContextConfig, ContextShift, Executor, FinishReason};
 use gguf::GgmlType;
 use model::Model;
 use text::Tokenizer;
 
 const SLOT_CTX: usize = 64;
-
-fn config() -> EngineConfig {
-    EngineConfig {
-        n_ctx: 2 * SLOT_CTX,
-        n_parallel: 2,
-        kv_unified: false,
-        n_batch: 64,
-        n_ubatch: 32,
-        n_threads: 2,
-        kv_type: GgmlType::F16,
-        queue_limit: 8,
-        device: engine::DeviceKind::Cpu,
-        step_budget: engine::StepBudget::AUTO,
-        swa_full: false,
-        ctx_checkpoints: 8,
-        cache_ram_mib: 0,
-        cache_dir: None,
-    }
-}
 
 /// The greedy answer of `n` tokens to `prompt` with `shift`, each stretch between shifts
 /// generated alone from the shifted tokens as a prompt.
@@ -97,7 +78,14 @@ fn shifts_as_a_fresh_prompt(path: &Path) {
         .iter()
         .map(|&s| shifted_reference(path, &prompt, n, s))
         .collect();
-    let handle = engine::start(model, Arc::new(tok), config(), None, None).unwrap();
+    let handle = engine::start(
+        model,
+        Arc::new(tok),
+        common::engine_config(2 * SLOT_CTX, 2, false),
+        None,
+        None,
+    )
+    .unwrap();
     for (shift, want) in shifts.into_iter().zip(&want) {
         let mut req = common::request(prompt.clone(), n, None);
         req.context_shift = Some(shift);

@@ -9,29 +9,9 @@ mod common;
 use std::sync::Arc;
 
 use common::{model_path, MODELS};
-use engine::{ContextConfig, EngineConfig, Executor};
-use gguf::GgmlType;
+use engine::{ContextConfig, Executor};
 use model::Model;
 use text::Tokenizer;
-
-fn config() -> EngineConfig {
-    EngineConfig {
-        n_ctx: 1024,
-        n_parallel: 4,
-        kv_unified: true,
-        n_batch: 64,
-        n_ubatch: 32,
-        n_threads: 2,
-        kv_type: GgmlType::F16,
-        queue_limit: 8,
-        device: engine::DeviceKind::Cpu,
-        step_budget: engine::StepBudget::AUTO,
-        swa_full: false,
-        ctx_checkpoints: 8,
-        cache_ram_mib: 0,
-        cache_dir: None,
-    }
-}
 
 fn load(adapter: &std::path::Path, scale: f32) -> Model {
     let (_, file, name) = MODELS[0];
@@ -71,7 +51,8 @@ fn requests_with_different_scales_share_steps_and_keep_their_tokens() {
     for pair in alone.windows(2) {
         assert_ne!(pair[0], pair[1], "each scale changes the answer");
     }
-    let handle = engine::start(model, tok, config(), None, None).unwrap();
+    let handle =
+        engine::start(model, tok, common::engine_config(1024, 4, true), None, None).unwrap();
     let streams: Vec<_> = scales
         .iter()
         .map(|&s| {

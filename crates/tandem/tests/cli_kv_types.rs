@@ -8,45 +8,15 @@
 use std::path::Path;
 
 mod common;
-use common::{json, ok, tandem};
+use common::tandem;
 
-/// `tandem synth` arguments of the golden model (as scripts/gen_kv_golden.sh has them).
-#[rustfmt::skip]
-const SYNTH: &[&str] = &[
-    "--arch", "qwen2", "--experts", "0", "--n-embd", "128", "--n-layer", "2", "--n-head", "4",
-    "--n-head-kv", "2", "--n-ff", "256", "--type", "f32", "--tokenizer", "smollm2-135m",
-    "--vocab", "320", "--seed", "7",
-];
 const TYPES: &[&str] = &["q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"];
 
 /// Mean KL divergence from the golden of `golden_ty` and the share of positions with its
 /// top token, read with a `kv` cache on `device`.
 fn against_golden(model: &str, device: &str, golden_ty: &str, kv: &str) -> (f64, f64) {
-    let golden = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("tests/golden/kv-{golden_ty}-llamacpp.kld"));
-    let r = json(&[
-        "perplexity",
-        "-m",
-        model,
-        "-c",
-        "128",
-        "--chunks",
-        "1",
-        "--device",
-        device,
-        "--cache-type-k",
-        kv,
-        "--kl-divergence-base",
-        golden.to_str().unwrap(),
-        "--kl-divergence",
-        "--json",
-    ]);
-    let k = &r["kl_divergence"];
-    assert_eq!(k["positions"], 63, "{device}: {r}");
-    (
-        k["kld_mean"].as_f64().unwrap(),
-        k["same_top"].as_f64().unwrap(),
-    )
+    let golden = format!("kv-{golden_ty}-llamacpp.kld");
+    common::against_golden(model, 128, device, &golden, &["--cache-type-k", kv])
 }
 
 #[test]
@@ -54,9 +24,7 @@ fn each_quantized_kv_type_reads_as_llama_cpp_reads_it() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("qwen2.gguf");
     let model = model.to_str().unwrap();
-    let mut synth = vec!["synth", "-o", model];
-    synth.extend(SYNTH);
-    ok(&synth);
+    common::synth_qwen2(model);
     for &ty in TYPES {
         for device in ["cpu", "reference"] {
             let (kld, top) = against_golden(model, device, ty, ty);

@@ -4,47 +4,16 @@
 //! the wgpu backend (lavapipe in CI). The model without the adapter, or with it at scale 1,
 //! is far from the golden: it tests the adapter's term and its scale (`alpha / rank`).
 
-use std::path::Path;
-
 mod common;
-use common::{json, ok, tandem};
+use common::{ok, tandem};
 
-/// `tandem synth` arguments of the golden model and adapter (as the script has them).
-#[rustfmt::skip]
-const SYNTH: &[&str] = &[
-    "--arch", "qwen2", "--experts", "0", "--n-embd", "128", "--n-layer", "2", "--n-head", "4",
-    "--n-head-kv", "2", "--n-ff", "256", "--type", "f32", "--tokenizer", "smollm2-135m",
-    "--vocab", "320", "--seed", "7",
-];
+/// `tandem synth --lora-of` arguments of the golden adapter (as the script has them).
 const ADAPTER: &[&str] = &["--lora-rank", "8", "--lora-alpha", "16", "--seed", "11"];
 const SCALED: &str = ":0.7";
 
 /// Mean KL divergence from the golden and the share of positions with its top token.
 fn against_golden(model: &str, device: &str, flags: &[&str]) -> (f64, f64) {
-    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/lora-llamacpp.kld");
-    let mut args = vec![
-        "perplexity",
-        "-m",
-        model,
-        "-c",
-        "512",
-        "--chunks",
-        "1",
-        "--device",
-        device,
-        "--kl-divergence-base",
-        golden.to_str().unwrap(),
-        "--kl-divergence",
-        "--json",
-    ];
-    args.extend(flags);
-    let r = json(&args);
-    let k = &r["kl_divergence"];
-    assert_eq!(k["positions"], 255, "{device}: {r}");
-    (
-        k["kld_mean"].as_f64().unwrap(),
-        k["same_top"].as_f64().unwrap(),
-    )
+    common::against_golden(model, 512, device, "lora-llamacpp.kld", flags)
 }
 
 #[test]
@@ -54,9 +23,7 @@ fn an_adapter_reads_as_llama_cpp_reads_it() {
     let model = model.to_str().unwrap();
     let adapter = dir.path().join("adapter.gguf");
     let adapter = adapter.to_str().unwrap();
-    let mut synth = vec!["synth", "-o", model];
-    synth.extend(SYNTH);
-    ok(&synth);
+    common::synth_qwen2(model);
     let mut synth = vec!["synth", "--lora-of", model, "-o", adapter];
     synth.extend(ADAPTER);
     ok(&synth);

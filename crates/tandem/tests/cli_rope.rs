@@ -4,18 +4,8 @@
 //! reference and the wgpu backend (lavapipe in CI). The same model read without scaling, or
 //! with linear scaling alone, is far from the golden: it tests YaRN's ramp and magnitudes.
 
-use std::path::Path;
-
 mod common;
-use common::{json, ok};
 
-/// `tandem synth` arguments of the golden model (as scripts/gen_rope_golden.sh has them).
-#[rustfmt::skip]
-const SYNTH: &[&str] = &[
-    "--arch", "qwen2", "--experts", "0", "--n-embd", "128", "--n-layer", "2", "--n-head", "4",
-    "--n-head-kv", "2", "--n-ff", "256", "--type", "f32", "--tokenizer", "smollm2-135m",
-    "--vocab", "320", "--seed", "7",
-];
 const YARN: &[&str] = &[
     "--rope-scaling",
     "yarn",
@@ -27,30 +17,7 @@ const YARN: &[&str] = &[
 
 /// Mean KL divergence from the golden and the share of positions with its top token.
 fn against_golden(model: &str, device: &str, flags: &[&str]) -> (f64, f64) {
-    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/yarn-llamacpp.kld");
-    let mut args = vec![
-        "perplexity",
-        "-m",
-        model,
-        "-c",
-        "512",
-        "--chunks",
-        "1",
-        "--device",
-        device,
-        "--kl-divergence-base",
-        golden.to_str().unwrap(),
-        "--kl-divergence",
-        "--json",
-    ];
-    args.extend(flags);
-    let r = json(&args);
-    let k = &r["kl_divergence"];
-    assert_eq!(k["positions"], 255, "{device}: {r}");
-    (
-        k["kld_mean"].as_f64().unwrap(),
-        k["same_top"].as_f64().unwrap(),
-    )
+    common::against_golden(model, 512, device, "yarn-llamacpp.kld", flags)
 }
 
 #[test]
@@ -58,9 +25,7 @@ fn yarn_reads_as_llama_cpp_does() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("qwen2.gguf");
     let model = model.to_str().unwrap();
-    let mut synth = vec!["synth", "-o", model];
-    synth.extend(SYNTH);
-    ok(&synth);
+    common::synth_qwen2(model);
     let gpu = gpu::adapter_for_tests().then_some("gpu");
     for device in ["cpu", "reference"].into_iter().chain(gpu) {
         let (kld, top) = against_golden(model, device, YARN);

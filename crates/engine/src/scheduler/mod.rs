@@ -483,6 +483,19 @@ impl Engine {
         }
     }
 
+    /// Gives the KV of the sequence in `slot` up ([`give_kv`]); it resumes from what the
+    /// prefix cache keeps.
+    fn give_up_kv(&mut self, slot: usize) {
+        let a = self.slots[slot].as_mut().expect("slot is active");
+        give_kv(
+            &mut self.exec,
+            &mut self.cache,
+            (&mut self.host, &self.disk),
+            &mut self.front,
+            &mut a.seq,
+        );
+    }
+
     /// This step's batch: which positions of which slots, within the row and time
     /// budgets, with KV room reserved for all of them ([`planner::plan`]).
     fn plan(&mut self) -> Vec<Planned> {
@@ -616,13 +629,7 @@ impl Engine {
             v.resumed = true;
             v.seq.draft.clear();
             self.counters.requests.preemptions_total += 1;
-            give_kv(
-                &mut self.exec,
-                &mut self.cache,
-                (&mut self.host, &self.disk),
-                &mut self.front,
-                &mut v.seq,
-            );
+            self.give_up_kv(victim);
         }
     }
 }

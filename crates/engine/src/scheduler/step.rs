@@ -7,7 +7,7 @@ use device::Row;
 use kv::SeqKv;
 
 use super::planner::Planned;
-use super::{give_kv, release_kv, Engine};
+use super::{release_kv, Engine};
 use crate::cost::Shape;
 use crate::executor::{Enter, Out, RowOut, Taps};
 use crate::request::Summary;
@@ -66,19 +66,14 @@ impl Engine {
     /// starts over.
     fn shift_contexts(&mut self) {
         for slot in 0..self.slots.len() {
-            let Some(a) = self.slots[slot].as_mut() else {
-                continue;
-            };
-            if a.seq.shift_due.is_none() {
+            if self.slots[slot]
+                .as_ref()
+                .is_none_or(|a| a.seq.shift_due.is_none())
+            {
                 continue;
             }
-            give_kv(
-                &mut self.exec,
-                &mut self.cache,
-                (&mut self.host, &self.disk),
-                &mut self.front,
-                &mut a.seq,
-            );
+            self.give_up_kv(slot);
+            let a = self.slots[slot].as_mut().expect("slot is active");
             a.seq.shift_context();
             a.resumed = true;
             self.counters.requests.context_shifts_total += 1;

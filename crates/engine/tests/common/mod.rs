@@ -59,6 +59,27 @@ pub const MODELS: [(&str, &str, &str); 4] = [
     ),
 ];
 
+/// An engine of `n_parallel` slots over `n_ctx` positions (one pool when `kv_unified`) on
+/// the CPU: batches of 64 rows in forwards of 32, 2 threads, an f16 cache.
+pub fn engine_config(n_ctx: usize, n_parallel: usize, kv_unified: bool) -> engine::EngineConfig {
+    engine::EngineConfig {
+        n_ctx,
+        n_parallel,
+        kv_unified,
+        n_batch: 64,
+        n_ubatch: 32,
+        n_threads: 2,
+        kv_type: gguf::GgmlType::F16,
+        queue_limit: 64,
+        device: engine::DeviceKind::Cpu,
+        step_budget: engine::StepBudget::AUTO,
+        swa_full: false,
+        ctx_checkpoints: 8,
+        cache_ram_mib: 0,
+        cache_dir: None,
+    }
+}
+
 /// A greedy request for `prompt` of at most `max_tokens` tokens, its end token ignored; an
 /// embedding request instead when `embed` says how to pool.
 pub fn request(
