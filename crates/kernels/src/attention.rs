@@ -4,7 +4,7 @@
 
 use gguf::GgmlType;
 
-use crate::formats::dequantize_row;
+use crate::formats::format;
 use crate::ops::{exp, exp_shifted};
 
 /// Cached keys or values of one sequence for one layer, stored in blocks of
@@ -26,11 +26,12 @@ impl KvView<'_> {
             .ty
             .row_bytes(hd as u64)
             .expect("head_dim fits the KV type")) as usize;
+        let dequantize = format(self.ty).expect("KV type is supported").dequantize;
         for (t, o) in out[..n * hd].chunks_exact_mut(hd).enumerate() {
             let pos = from + t;
             let block = self.blocks[pos / self.block_size];
             let at = ((pos % self.block_size) * self.n_head_kv + kv_head) * vb;
-            dequantize_row(self.ty, &block[at..at + vb], o).expect("KV type is supported");
+            dequantize(&block[at..at + vb], o);
         }
     }
 }
@@ -60,9 +61,9 @@ pub struct AttentionScratch {
 /// `out[r]` (`[heads.len(), head_dim]`).
 ///
 /// Per row and head, whatever the tile: score `t` is `scale · (q·k_t)`, the dot product
-/// summed as [`dots`] does; `e^x` is [`crate::ops::exp`]; the chunk's sum is taken in
-/// position order; `o` accumulates `p_t · v_t` in position order, one fused multiply-add
-/// per element and position.
+/// summed as [`dots`] does; `e^x` is [`crate::ops::exp`]; the chunk's sum is
+/// [`lane_sum`]'s; `o` accumulates `p_t · v_t` in position order, one fused multiply-add
+/// per element and position (and is rescaled only when the chunk raises the max).
 #[allow(clippy::too_many_arguments)]
 pub fn attend(
     q: &[&[f32]],
@@ -123,12 +124,14 @@ pub fn attend(
             for g in 0..n_group {
                 let qi = r * n_group + g;
                 let s = &mut row_scores[g * KV_CHUNK + part.start..g * KV_CHUNK + part.end];
-                let m = s.iter().copied().fold(max[qi], f32::max);
+                let m = lane_max(s, max[qi]);
                 let rescale = exp(max[qi] - m);
                 exp_shifted(s, m);
-                let l = s.iter().fold(sum[qi] * rescale, |l, v| l + v);
-                for o in &mut out[r][g * hd..(g + 1) * hd] {
-                    *o *= rescale;
+                let l = sum[qi] * rescale + lane_sum(s);
+                if m != max[qi] {
+                    for o in &mut out[r][g * hd..(g + 1) * hd] {
+                        *o *= rescale;
+                    }
                 }
                 (max[qi], sum[qi]) = (m, l);
             }
@@ -158,6 +161,40 @@ pub fn attend(
             }
         }
     }
+}
+
+/// Lanes of [`lane_max`] and [`lane_sum`].
+const LANES: usize = 8;
+
+/// The largest of `init` and `s` (NaN ignored, as `f32::max` does): a running max per lane
+/// (value `i` into lane `i % 8`), then the lanes' maxima. Any order gives the same max.
+fn lane_max(s: &[f32], init: f32) -> f32 {
+    let mut m = [init; LANES];
+    let (whole, rest) = s.split_at(s.len() / LANES * LANES);
+    for c in whole.chunks_exact(LANES) {
+        for (m, &v) in m.iter_mut().zip(c) {
+            *m = m.max(v);
+        }
+    }
+    rest.iter()
+        .fold(m.into_iter().fold(init, f32::max), |a, &v| a.max(v))
+}
+
+/// The sum of `s` in a fixed order whatever the batch: value `i` added to partial sum
+/// `i % 8` in position order, the partials then added pairwise
+/// (`((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))`).
+fn lane_sum(s: &[f32]) -> f32 {
+    let mut p = [0f32; LANES];
+    let (whole, rest) = s.split_at(s.len() / LANES * LANES);
+    for c in whole.chunks_exact(LANES) {
+        for (p, &v) in p.iter_mut().zip(c) {
+            *p += v;
+        }
+    }
+    for (p, &v) in p.iter_mut().zip(rest) {
+        *p += v;
+    }
+    ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]))
 }
 
 /// The instruction set [`dots`] and [`accumulate`] run on; every one gives the scalar
