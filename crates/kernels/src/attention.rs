@@ -61,9 +61,10 @@ pub struct AttentionScratch {
 /// `out[r]` (`[heads.len(), head_dim]`).
 ///
 /// Per row and head, whatever the tile: score `t` is `scale · (q·k_t)`, the dot product
-/// summed as [`dots`] does; `e^x` is [`crate::ops::exp`]; the chunk's sum is
-/// [`lane_sum`]'s; `o` accumulates `p_t · v_t` in position order, one fused multiply-add
-/// per element and position (and is rescaled only when the chunk raises the max).
+/// summed as [`dots`] does; `e^x` is [`crate::ops::exp`]; the chunk's sum is taken in
+/// position order; `o` accumulates `p_t · v_t` in position order, one fused multiply-add
+/// per element and position (and is rescaled only when the chunk raises the max:
+/// `e^0` is 1).
 #[allow(clippy::too_many_arguments)]
 pub fn attend(
     q: &[&[f32]],
@@ -127,7 +128,7 @@ pub fn attend(
                 let m = lane_max(s, max[qi]);
                 let rescale = exp(max[qi] - m);
                 exp_shifted(s, m);
-                let l = sum[qi] * rescale + lane_sum(s);
+                let l = s.iter().fold(sum[qi] * rescale, |l, v| l + v);
                 if m != max[qi] {
                     for o in &mut out[r][g * hd..(g + 1) * hd] {
                         *o *= rescale;
@@ -163,7 +164,7 @@ pub fn attend(
     }
 }
 
-/// Lanes of [`lane_max`] and [`lane_sum`].
+/// Lanes of [`lane_max`].
 const LANES: usize = 8;
 
 /// The largest of `init` and `s` (NaN ignored, as `f32::max` does): a running max per lane
@@ -178,23 +179,6 @@ fn lane_max(s: &[f32], init: f32) -> f32 {
     }
     rest.iter()
         .fold(m.into_iter().fold(init, f32::max), |a, &v| a.max(v))
-}
-
-/// The sum of `s` in a fixed order whatever the batch: value `i` added to partial sum
-/// `i % 8` in position order, the partials then added pairwise
-/// (`((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))`).
-fn lane_sum(s: &[f32]) -> f32 {
-    let mut p = [0f32; LANES];
-    let (whole, rest) = s.split_at(s.len() / LANES * LANES);
-    for c in whole.chunks_exact(LANES) {
-        for (p, &v) in p.iter_mut().zip(c) {
-            *p += v;
-        }
-    }
-    for (p, &v) in p.iter_mut().zip(rest) {
-        *p += v;
-    }
-    ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]))
 }
 
 /// The instruction set [`dots`] and [`accumulate`] run on; every one gives the scalar
