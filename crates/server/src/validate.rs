@@ -128,8 +128,8 @@ pub struct RawRequest {
     /// answer has a newline (0: no limit).
     pub t_max_predict_ms: Option<i64>,
     /// llama-server's: prompt tokens (past BOS; -1: all) kept when the context shifts, and
-    /// how many after them are dropped (0: half of the rest). Inert without
-    /// `--context-shift`.
+    /// how many after them are dropped (0: half of the rest). Without `--context-shift`
+    /// only their defaults (and `n_keep` -1) are taken: nothing is ever dropped.
     pub n_keep: Option<i64>,
     pub n_discard: Option<i64>,
     /// llama-server's: the LoRA adapters' scales for this request (`[{id, scale}]`).
@@ -564,6 +564,18 @@ impl RawRequest {
                 ))
             }
         };
+        if !d.context_shift {
+            let asked = [("n_keep", n_keep > 0), ("n_discard", n_discard.is_some())];
+            if let Some((name, _)) = asked.into_iter().find(|a| a.1) {
+                return Err(ApiError::invalid(
+                    name,
+                    format!(
+                        "{name}: this server never shifts the context (an answer stops at the \
+                         slot's end); start it with --context-shift"
+                    ),
+                ));
+            }
+        }
         let bos = usize::from(ready.tok.add_bos());
         let shift = |prompt: &[u32]| {
             d.context_shift.then(|| engine::ContextShift {
