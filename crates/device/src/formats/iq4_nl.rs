@@ -88,23 +88,19 @@ fn quantize_with(src: &[f32], importance: Option<&[f32]>, dst: &mut [u8]) {
 /// blocks.
 pub fn quantize_first_candidate(src: &[f32], dst: &mut [u8]) {
     let (values, out) = values_to_blocks::<TYPE_SIZE, BLOCK_SIZE>(src, dst);
+    let mut w = [0f32; BLOCK_SIZE];
     for (x, b) in values.iter().zip(out) {
+        element_weights(x, None, &mut w);
         let max = signed_absmax(x);
         let id = if max.abs() < 1e-15 {
             0.0
         } else {
             KVALUES[0] as f32 / max
         };
-        let (sqx, sq2) = x.iter().fold((0f32, 0f32), |(sqx, sq2), &v| {
-            let q = KVALUES[nearest_level(id * v) as usize] as f32;
-            (sqx + v * v * q * v, sq2 + v * v * q * q)
-        });
+        let (sqx, sq2) = fit(x, &w, id);
         let d = if sq2 > 0.0 { sqx / sq2 } else { 0.0 };
         b[0..2].copy_from_slice(&f16_bytes(d));
-        let (lo, hi) = x.split_at(16);
-        for ((q, &l), &h) in b[2..18].iter_mut().zip(lo).zip(hi) {
-            *q = nearest_level(id * l) | nearest_level(id * h) << 4;
-        }
+        pack_levels(x, id, &mut b[2..18]);
     }
 }
 
@@ -147,17 +143,11 @@ pub(super) fn sub_block_scale(x: &[f32], w: &[f32]) -> f32 {
     if max.abs() < 1e-15 {
         return 0.0;
     }
-    let fit = |id: f32| {
-        x.iter().zip(w).fold((0f32, 0f32), |(sqx, sq2), (&v, &w)| {
-            let q = KVALUES[nearest_level(id * v) as usize] as f32;
-            (sqx + w * q * v, sq2 + w * q * q)
-        })
-    };
-    let (sqx, sq2) = fit(-(KVALUES[0] as f32) / max);
+    let (sqx, sq2) = fit(x, w, -(KVALUES[0] as f32) / max);
     let mut d = if sq2 > 0.0 { sqx / sq2 } else { 0.0 };
     let mut best = d * sqx;
     for t in -NTRY..=NTRY {
-        let (sqx, sq2) = fit((t + KVALUES[0] as i32) as f32 / max);
+        let (sqx, sq2) = fit(x, w, (t + KVALUES[0] as i32) as f32 / max);
         if sq2 > 0.0 && sqx * sqx > best * sq2 {
             d = sqx / sq2;
             best = d * sqx;
@@ -186,11 +176,24 @@ pub(super) fn nearest_level(v: f32) -> u8 {
 /// Packs the 32 values `x` at scale `d` (0: every value 0) into IQ4_NL's 16 bytes of
 /// nibbles, each value to its nearest level.
 pub(super) fn pack_nibbles(x: &[f32], d: f32, qs: &mut [u8]) {
-    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    pack_levels(x, if d != 0.0 { 1.0 / d } else { 0.0 }, qs);
+}
+
+/// `qs[j]`: the nearest levels to `id · x[j]` (low nibble) and `id · x[j + 16]` (high).
+fn pack_levels(x: &[f32], id: f32, qs: &mut [u8]) {
     let (lo, hi) = x.split_at(16);
     for ((q, &l), &h) in qs.iter_mut().zip(lo).zip(hi) {
         *q = nearest_level(id * l) | nearest_level(id * h) << 4;
     }
+}
+
+/// `(Σ w·q·x, Σ w·q²)` over the block, `q` each element's nearest level to `id · x`: the
+/// least-squares fit of a scale to those levels.
+fn fit(x: &[f32], w: &[f32], id: f32) -> (f32, f32) {
+    x.iter().zip(w).fold((0f32, 0f32), |(sqx, sq2), (&v, &w)| {
+        let q = KVALUES[nearest_level(id * v) as usize] as f32;
+        (sqx + w * q * v, sq2 + w * q * q)
+    })
 }
 
 #[cfg(test)]

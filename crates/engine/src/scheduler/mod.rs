@@ -468,18 +468,14 @@ impl Engine {
     /// Returns the slot's blocks to the prefix cache (split: frees them, here and on the
     /// box) and empties it.
     fn free_slot(&mut self, slot: usize) {
-        if let Some(mut a) = self.slots[slot].take() {
-            self.last[slot] = Some((a.seq.tokens.clone(), a.seq.cache_namespace));
-            give_kv(
-                &mut self.exec,
-                &mut self.cache,
-                (&mut self.host, &self.disk),
-                &mut self.front,
-                &mut a.seq,
-            );
-            if let Some(spec) = &mut self.spec {
-                spec.release(slot);
-            }
+        let Some(a) = &self.slots[slot] else {
+            return;
+        };
+        self.last[slot] = Some((a.seq.tokens.clone(), a.seq.cache_namespace));
+        self.give_up_kv(slot);
+        self.slots[slot] = None;
+        if let Some(spec) = &mut self.spec {
+            spec.release(slot);
         }
     }
 

@@ -254,11 +254,13 @@ impl Engine {
                 kv
             })
             .collect();
-        let scales = seq_slots
-            .iter()
-            .map(|&s| self.slots[s].as_ref().expect("planned").seq.lora.clone())
-            .collect();
-        self.exec.set_adapter_scales(scales);
+        if !self.exec.model().adapters.is_empty() {
+            let scales = seq_slots
+                .iter()
+                .map(|&s| self.slots[s].as_ref().expect("planned").seq.lora.clone())
+                .collect();
+            self.exec.set_adapter_scales(scales);
+        }
         let tokens: Vec<u32> = chunk.iter().map(|r| r.2).collect();
         let n = chunk.len();
         let enter = match self.front {
