@@ -314,8 +314,9 @@ def test_context_shift_lets_an_answer_run_past_its_slot():
         assert r.status_code == 400 and "n_discard" in r.text
     finally:
         s.stop()
-    s = Server("-c", "128", "-np", "2", "--api-key", API_KEY)
+    s = Server("-c", "128", "-np", "2", "--api-key", API_KEY, "--keep", "4")
     try:
+        assert "warning: --keep: without --context-shift" in s.output()
         n_ctx = s.get("/props").json()["default_generation_settings"]["n_ctx"]
         b = s.post("/completion", json={"prompt": PROMPT, "n_predict": 160, "ignore_eos": True}).json()
         assert b["truncated"] is True and b["tokens_evaluated"] + b["tokens_predicted"] == n_ctx

@@ -565,7 +565,10 @@ impl RawRequest {
             }
         };
         if !d.context_shift {
-            let asked = [("n_keep", n_keep > 0), ("n_discard", n_discard.is_some())];
+            let asked = [
+                ("n_keep", self.n_keep.is_some_and(|n| n > 0)),
+                ("n_discard", n_discard.is_some()),
+            ];
             if let Some((name, _)) = asked.into_iter().find(|a| a.1) {
                 return Err(ApiError::invalid(
                     name,

@@ -377,6 +377,10 @@ impl ServeArgs {
             self.n_gpu_layers.is_some() && self.model.context_config().device != DeviceKind::Gpu,
             "-ngl: no GPU in use (--device cpu or reference, or auto without a real GPU): the whole model runs on the CPU",
         );
+        say(
+            self.keep != 0 && !self.context_shift,
+            "--keep: without --context-shift the context is never shifted, so nothing is kept; the flag does nothing",
+        );
         say(self.flash_attn.is_some(), "--flash-attn: attention is always computed block by block (on the GPU, split by position as flash attention is); the flag does nothing");
         say(
             self.mlock,
