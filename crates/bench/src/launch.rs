@@ -38,6 +38,11 @@ impl Launched {
         self.child.id()
     }
 
+    /// Whether the process has not exited yet.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// Waits until `base_url/health` answers 200, failing early if the process exits.
     pub fn wait_ready(&mut self, base_url: &str, timeout: Duration) -> Result<(), String> {
         let deadline = Instant::now() + timeout;

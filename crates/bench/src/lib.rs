@@ -5,6 +5,7 @@ pub mod model_bench;
 pub mod peer;
 pub mod prefill;
 pub mod probe;
+pub mod quality;
 pub mod race;
 pub mod report;
 pub mod soak;

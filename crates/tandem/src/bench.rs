@@ -34,6 +34,9 @@ pub enum BenchCommand {
     /// A launched server under users that never stop, some hanging up mid-answer: memory
     /// at the end against after warm-up, failures, idle slots afterwards.
     Soak(crate::soak::SoakArgs),
+    /// Code-continuation NLL and needles recalled at several lengths and depths, per KV
+    /// type, beside llama-perplexity and llama-server on the same model.
+    Quality(crate::quality::QualityArgs),
 }
 
 #[derive(Args)]
@@ -217,6 +220,7 @@ pub fn execute(a: BenchArgs) -> Result<(), CliError> {
         BenchCommand::Race(r) => crate::race::execute(r),
         BenchCommand::Prefill(p) => prefill(p),
         BenchCommand::Soak(s) => crate::soak::execute(s),
+        BenchCommand::Quality(q) => crate::quality::execute(q),
     }
 }
 

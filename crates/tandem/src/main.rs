@@ -9,6 +9,7 @@ mod kld;
 mod llama_flags;
 mod perplexity;
 mod pull;
+mod quality;
 mod quantize;
 mod race;
 mod router;
