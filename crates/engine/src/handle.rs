@@ -42,7 +42,17 @@ pub struct EngineConfig {
     /// MiB of computed prefixes kept in host memory past the pool (`--cache-ram`; 0: none).
     pub cache_ram_mib: usize,
     /// Where computed prefixes are kept on disk across restarts (`--cache-dir`).
-    pub cache_dir: Option<&'static std::path::Path>,
+    pub cache_dir: Option<&'static DiskTier>,
+}
+
+/// The prefix cache's disk tier: a folder shared by every model and pool shape that uses it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct DiskTier {
+    pub dir: std::path::PathBuf,
+    /// Bytes the folder's block files may take, every model's together (`--cache-dir-max`);
+    /// past it the least recently used blocks that no kept block continues are removed.
+    /// `None`: no limit.
+    pub max_bytes: Option<u64>,
 }
 
 /// How long an engine step may take while any sequence is decoding, so that a prompt

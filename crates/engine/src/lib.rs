@@ -19,7 +19,7 @@ pub use backend::DeviceKind;
 pub use executor::{ContextConfig, Enter, Executor, Out, Outputs, RowOut, Taps, LOGIT_ROWS};
 pub use front::{Front, FrontState, FrontStats};
 pub use handle::{
-    Counters, EngineConfig, EngineHandle, EventStream, SlotState, Snapshot, StepBudget,
+    Counters, DiskTier, EngineConfig, EngineHandle, EventStream, SlotState, Snapshot, StepBudget,
 };
 pub use local_front::LocalFront;
 pub use plan::{available_memory, MemoryPlan};

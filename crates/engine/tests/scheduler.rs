@@ -315,65 +315,6 @@ fn the_host_tier_gives_back_a_conversation_the_pool_gave_up() {
     drop(model);
 }
 
-/// A conversation computed before a restart is read back from the disk tier
-/// (`--cache-dir`) with the same tokens, up to a block whose file was damaged.
-#[test]
-fn the_disk_tier_survives_a_restart_and_ignores_a_damaged_file() {
-    let _serial = serial();
-    let (_, tok) = load();
-    let prompt = tok
-        .encode(&PROMPTS.join(" ").repeat(3), true, false)
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let path: &'static std::path::Path = Box::leak(dir.path().to_path_buf().into_boxed_path());
-    let server = |dir| {
-        let cfg = EngineConfig {
-            cache_dir: dir,
-            ..config(1024, 1)
-        };
-        engine::start(load().0, tok.clone(), cfg, None, None).unwrap()
-    };
-    let (first, _) = run_all(&server(Some(path)), std::slice::from_ref(&prompt), 8).remove(0);
-    let mut turn2 = prompt.clone();
-    turn2.extend(&first);
-    turn2.extend(tok.encode(" And then", false, false).unwrap());
-    let full_blocks = (prompt.len() + first.len() - 1) / 16 * 16;
-    let (want, cold) = run_all(&server(None), std::slice::from_ref(&turn2), 8).remove(0);
-    let (got, warm) = run_all(&server(Some(path)), std::slice::from_ref(&turn2), 8).remove(0);
-    assert_eq!((cold.cache_n, warm.cache_n), (0, full_blocks));
-    assert_eq!(got, want);
-
-    let folder = std::fs::read_dir(path)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    let files: Vec<_> = std::fs::read_dir(&folder)
-        .unwrap()
-        .map(|f| f.unwrap().path())
-        .collect();
-    assert_eq!(files.len(), full_blocks / 16, "a file per block");
-    let key_of_block = |i: usize| {
-        let cache = kv::HostCache::new(0);
-        let blocks = cache.blocks(&turn2, i + 1, kv::SHARED);
-        format!("{:016x}.kvb", blocks[i].0)
-    };
-    let damaged = folder.join(key_of_block(3));
-    let mut bytes = std::fs::read(&damaged).unwrap();
-    let at = bytes.len() / 2;
-    bytes[at] ^= 1;
-    std::fs::write(&damaged, bytes).unwrap();
-    let (got, warm) = run_all(&server(Some(path)), std::slice::from_ref(&turn2), 8).remove(0);
-    assert_eq!(warm.cache_n, 3 * 16, "read back up to the damaged block");
-    assert_eq!(got, want);
-    let (_, warm) = run_all(&server(Some(path)), std::slice::from_ref(&turn2), 8).remove(0);
-    assert_eq!(
-        warm.cache_n, full_blocks,
-        "the damaged file was written again"
-    );
-}
-
 #[test]
 fn stop_strings_end_the_text_and_dropped_requests_free_their_slot() {
     let _serial = serial();

@@ -319,9 +319,14 @@ pub struct ServeArgs {
     /// A folder where computed prompt prefixes are also kept on disk, one checksummed file
     /// per block of 16 tokens under a folder per model and KV shape, so that a restarted
     /// server reads a conversation back instead of computing it (files that do not match
-    /// are ignored; the folder grows until deleted). Models as `--cache-ram`.
+    /// are ignored). Models as `--cache-ram`.
     #[arg(long = "cache-dir")]
     pub cache_dir: Option<PathBuf>,
+    /// MiB the --cache-dir folder's block files may take, every model's together (default: no
+    /// limit); past it the least recently used blocks are removed, the last of a conversation
+    /// first, until a tenth is free.
+    #[arg(long = "cache-dir-max", requires = "cache_dir", value_parser = clap::value_parser!(u64).range(1..))]
+    pub cache_dir_max: Option<u64>,
     /// Largest request body in bytes; larger ones get 413.
     #[arg(long = "body-limit", default_value_t = 32 << 20)]
     pub body_limit: usize,
@@ -487,10 +492,12 @@ impl ServeArgs {
                 swa_full: self.model.swa_full,
                 ctx_checkpoints: self.model.ctx_checkpoints,
                 cache_ram_mib: self.cache_ram,
-                cache_dir: self
-                    .cache_dir
-                    .clone()
-                    .map(|d| &*Box::leak(d.into_boxed_path())),
+                cache_dir: self.cache_dir.clone().map(|dir| {
+                    &*Box::leak(Box::new(engine::DiskTier {
+                        dir,
+                        max_bytes: self.cache_dir_max.map(|m| m << 20),
+                    }))
+                }),
             },
             api_keys,
             allowed_hosts,

@@ -718,7 +718,7 @@ fn tiers(
     }
     let disk = cfg
         .cache_dir
-        .map(|dir| disk_tier::DiskCache::open(dir, exec.model(), exec.kv().config()))
+        .map(|tier| disk_tier::DiskCache::open(tier, exec.model(), exec.kv().config()))
         .transpose()
         .map_err(|e| crate::Error::Config(format!("--cache-dir: {e}")))?;
     Ok((Some(kv::HostCache::new(cfg.cache_ram_mib << 20)), disk))
