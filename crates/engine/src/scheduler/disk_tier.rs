@@ -68,7 +68,9 @@ fn survey(root: &Path) -> Vec<Entry> {
     let folders = std::fs::read_dir(root).into_iter().flatten().flatten();
     for folder in folders.map(|f| f.path()).filter(|p| p.is_dir()) {
         for file in std::fs::read_dir(&folder).into_iter().flatten().flatten() {
-            let (path, Ok(meta)) = (file.path(), file.metadata()) else { continue };
+            let (path, Ok(meta)) = (file.path(), file.metadata()) else {
+                continue;
+            };
             let used = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
             let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
             if ext.starts_with("tmp") {
@@ -85,7 +87,13 @@ fn survey(root: &Path) -> Vec<Entry> {
                 keys.insert((folder.clone(), key), entries.len());
             }
             parents.push(link.map(|(_, parent)| (folder.clone(), parent)));
-            entries.push(Entry { path, bytes: meta.len(), used, parent: None, children: 0 });
+            entries.push(Entry {
+                path,
+                bytes: meta.len(),
+                used,
+                parent: None,
+                children: 0,
+            });
         }
     }
     for (i, parent) in parents.into_iter().enumerate() {
@@ -120,7 +128,11 @@ fn fingerprint(model: &Model, kv: &KvConfig) -> [u8; 32] {
 impl DiskCache {
     /// The tier in `tier.dir` for `model`'s pool shaped `kv` (its folder made if missing);
     /// with a limit, the folder is brought under it now.
-    pub(super) fn open(tier: &DiskTier, model: &Model, kv: &KvConfig) -> std::io::Result<DiskCache> {
+    pub(super) fn open(
+        tier: &DiskTier,
+        model: &Model,
+        kv: &KvConfig,
+    ) -> std::io::Result<DiskCache> {
         let fingerprint = fingerprint(model, kv);
         let hex: String = fingerprint[..8]
             .iter()
@@ -154,7 +166,9 @@ impl DiskCache {
             .map(|(i, e)| Reverse((e.used, i)))
             .collect();
         while total > target {
-            let Some(Reverse((_, i))) = leaves.pop() else { break };
+            let Some(Reverse((_, i))) = leaves.pop() else {
+                break;
+            };
             if std::fs::remove_file(&entries[i].path).is_err() {
                 continue;
             }
