@@ -110,3 +110,28 @@ pub fn health_ok(base_url: &str) -> bool {
         .send()
         .is_ok_and(|r| r.status_code == 200)
 }
+
+/// One chat request (`/v1/chat/completions`, one user message) at temperature 0 with at
+/// most `max_tokens` tokens; returns the response body.
+pub fn chat(port: u16, message: &str, max_tokens: usize) -> Result<serde_json::Value, String> {
+    let body = serde_json::json!({
+        "messages": [{"role": "user", "content": message}],
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "seed": 0,
+    });
+    let r = minreq::post(local_url(port, "/v1/chat/completions"))
+        .with_json(&body)
+        .map_err(|e| e.to_string())?
+        .with_timeout(7200)
+        .send()
+        .map_err(|e| e.to_string())?;
+    if r.status_code != 200 {
+        return Err(format!(
+            "HTTP {}: {}",
+            r.status_code,
+            r.as_str().unwrap_or("")
+        ));
+    }
+    r.json().map_err(|e| e.to_string())
+}

@@ -18,9 +18,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use crate::launch::{local_url, Launched};
+use crate::launch::{chat, local_url, Launched};
 use crate::race::summary::first_difference;
 use crate::report::{ratio, Table};
 
@@ -179,30 +179,6 @@ pub struct ArmReport {
     pub peak_rss_mib: f64,
     /// The line in which a tandem server prints the cost curves its policy starts from.
     pub cost_curves: Option<String>,
-}
-
-/// One chat request at temperature 0; returns the response body.
-fn chat(port: u16, message: &str, n_predict: usize) -> Result<Value, String> {
-    let body = json!({
-        "messages": [{"role": "user", "content": message}],
-        "max_tokens": n_predict,
-        "temperature": 0.0,
-        "seed": 0,
-    });
-    let r = minreq::post(local_url(port, "/v1/chat/completions"))
-        .with_json(&body)
-        .map_err(|e| e.to_string())?
-        .with_timeout(3600)
-        .send()
-        .map_err(|e| e.to_string())?;
-    if r.status_code != 200 {
-        return Err(format!(
-            "HTTP {}: {}",
-            r.status_code,
-            r.as_str().unwrap_or("")
-        ));
-    }
-    r.json().map_err(|e| e.to_string())
 }
 
 fn field(v: &Value, path: &[&str]) -> Option<f64> {

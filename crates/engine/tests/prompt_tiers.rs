@@ -8,21 +8,10 @@ mod common;
 use std::path::Path;
 use std::sync::Arc;
 
-use common::{engine_config, model_path, run_all, MODELS};
+use common::{engine_config, model_path, run_all, MODELS, PROMPTS};
 use engine::{DiskTier, EngineConfig};
 use model::Model;
 use text::Tokenizer;
-
-const PROMPTS: [&str; 8] = [
-    "The capital of France is",
-    "def fibonacci(n):",
-    "Once upon a time, in a small village,",
-    "The three laws of thermodynamics are",
-    "SELECT name FROM users WHERE",
-    "A haiku about the sea:",
-    "To make bread, you need",
-    "In 1969, the first humans",
-];
 
 fn load() -> (Model, Arc<Tokenizer>) {
     let (_, file, name) = MODELS[0];

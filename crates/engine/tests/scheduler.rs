@@ -6,7 +6,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{model_path, MODELS};
+use common::{model_path, MODELS, PROMPTS};
 use engine::speculative::{Ngram, PolicyKind, Scripted, SpecConfig, Speculation};
 use engine::{
     ContextConfig, EngineConfig, EngineHandle, Event, Executor, FinishReason, GenRequest, Outputs,
@@ -15,17 +15,6 @@ use engine::{
 use gguf::GgmlType;
 use model::Model;
 use text::Tokenizer;
-
-const PROMPTS: [&str; 8] = [
-    "The capital of France is",
-    "def fibonacci(n):",
-    "Once upon a time, in a small village,",
-    "The three laws of thermodynamics are",
-    "SELECT name FROM users WHERE",
-    "A haiku about the sea:",
-    "To make bread, you need",
-    "In 1969, the first humans",
-];
 
 /// Engines here measure their costs when they start and plan steps by them, and two
 /// tests are timed: each test runs alone, so that another test's model loading or forwards

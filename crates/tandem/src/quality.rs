@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use bench::quality::needle::{needle_cases, NeedleConfig};
-use bench::quality::{self, NllPoint, ServerArm, PEER};
+use bench::quality::{self, NllPoint, NllRun, ServerArm, PEER};
 use clap::Args;
 
 use crate::cli::parse_kv_type;
@@ -122,15 +122,16 @@ pub fn execute(a: QualityArgs) -> Result<(), CliError> {
         for kv in &a.kv_types {
             for &ctx in &a.nll_ctx {
                 eprintln!("bench quality: NLL, KV {kv}, chunks of {ctx}");
-                nll.push(
-                    quality::tandem_nll(&exe, &path, &file, kv, ctx, a.nll_chunks, &ours)
-                        .map_err(usage)?,
-                );
+                let run = NllRun {
+                    model: &path,
+                    file: &file,
+                    kv,
+                    ctx,
+                    chunks: a.nll_chunks,
+                };
+                nll.push(quality::tandem_nll(&exe, &run, &ours).map_err(usage)?);
                 if let Some(tool) = &a.peer_llama_perplexity {
-                    nll.push(
-                        quality::llama_nll(tool, &path, &file, kv, ctx, a.nll_chunks, &threads)
-                            .map_err(usage)?,
-                    );
+                    nll.push(quality::llama_nll(tool, &run, &threads).map_err(usage)?);
                 }
             }
         }

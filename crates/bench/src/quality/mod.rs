@@ -12,9 +12,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use crate::launch::{local_url, Launched};
+use crate::launch::{chat, local_url, Launched};
 use crate::report::Table;
 use needle::{recalled, NeedleCase};
 
@@ -81,8 +81,25 @@ fn run_tool(program: &Path, args: &[String]) -> Result<String, String> {
     }
 }
 
+/// One NLL measurement: `file` scored by `model` in chunks of `ctx` (at most `chunks` of
+/// them) with a KV cache of type `kv`.
+pub struct NllRun<'a> {
+    pub model: &'a Path,
+    pub file: &'a Path,
+    pub kv: &'a str,
+    pub ctx: usize,
+    pub chunks: Option<usize>,
+}
+
 /// The arguments both perplexity tools take alike (llama-perplexity's `-ctv` aside).
-fn ppl_args(model: &Path, file: &Path, kv: &str, ctx: usize, chunks: Option<usize>) -> Vec<String> {
+fn ppl_args(run: &NllRun) -> Vec<String> {
+    let NllRun {
+        model,
+        file,
+        kv,
+        ctx,
+        chunks,
+    } = *run;
     let mut args: Vec<String> = [
         "-m",
         &model.display().to_string(),
@@ -98,29 +115,21 @@ fn ppl_args(model: &Path, file: &Path, kv: &str, ctx: usize, chunks: Option<usiz
     args
 }
 
-fn point(arm: &str, kv: &str, ctx: usize, ppl: f64) -> NllPoint {
+fn point(arm: &str, run: &NllRun, ppl: f64) -> NllPoint {
     NllPoint {
         arm: arm.into(),
-        kv: kv.into(),
-        ctx,
+        kv: run.kv.into(),
+        ctx: run.ctx,
         ppl,
         nll: ppl.ln(),
     }
 }
 
 /// `tandem perplexity --json` (the binary `tandem`, with `extra` flags such as threads and
-/// device) over `file`.
-pub fn tandem_nll(
-    tandem: &Path,
-    model: &Path,
-    file: &Path,
-    kv: &str,
-    ctx: usize,
-    chunks: Option<usize>,
-    extra: &[String],
-) -> Result<NllPoint, String> {
+/// device).
+pub fn tandem_nll(tandem: &Path, run: &NllRun, extra: &[String]) -> Result<NllPoint, String> {
     let mut args = vec!["perplexity".to_string()];
-    args.extend(ppl_args(model, file, kv, ctx, chunks));
+    args.extend(ppl_args(run));
     args.extend(extra.iter().cloned());
     args.push("--json".into());
     let out = run_tool(tandem, &args)?;
@@ -129,28 +138,21 @@ pub fn tandem_nll(
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .find_map(|v| v.get("ppl")?.as_f64())
         .ok_or("tandem perplexity printed no ppl")?;
-    Ok(point("tandem", kv, ctx, ppl))
+    Ok(point("tandem", run, ppl))
 }
 
-/// llama-perplexity over `file` with flash attention on (llama.cpp's quantized V cache
-/// needs it), a batch of the whole chunk, and `extra` flags; its `Final estimate: PPL = X`.
-pub fn llama_nll(
-    tool: &Path,
-    model: &Path,
-    file: &Path,
-    kv: &str,
-    ctx: usize,
-    chunks: Option<usize>,
-    extra: &[String],
-) -> Result<NllPoint, String> {
-    let mut args = ppl_args(model, file, kv, ctx, chunks);
+/// llama-perplexity with flash attention on (llama.cpp's quantized V cache needs it), a
+/// batch of the whole chunk, and `extra` flags; its `Final estimate: PPL = X`.
+pub fn llama_nll(tool: &Path, run: &NllRun, extra: &[String]) -> Result<NllPoint, String> {
+    let mut args = ppl_args(run);
+    let (kv, batch) = (run.kv.to_string(), run.ctx.max(512).to_string());
     args.extend([
         "-ctv".into(),
-        kv.into(),
+        kv,
         "-fa".into(),
         "on".into(),
         "-b".into(),
-        ctx.max(512).to_string(),
+        batch,
     ]);
     args.extend(extra.iter().cloned());
     let out = run_tool(tool, &args)?;
@@ -159,7 +161,7 @@ pub fn llama_nll(
         .find_map(|l| l.split("Final estimate: PPL = ").nth(1))
         .and_then(|rest| rest.split_whitespace().next()?.parse::<f64>().ok())
         .ok_or_else(|| format!("{} printed no final estimate", tool.display()))?;
-    Ok(point(PEER, kv, ctx, ppl))
+    Ok(point(PEER, run, ppl))
 }
 
 /// Waits until `log` has a line containing `marker`.
@@ -190,26 +192,7 @@ fn wait_for_log(
 
 /// One chat request at temperature 0: the answer's text and the prompt tokens counted.
 fn ask(port: u16, message: &str, answer_tokens: usize) -> Result<(String, Option<u64>), String> {
-    let body = json!({
-        "messages": [{"role": "user", "content": message}],
-        "max_tokens": answer_tokens,
-        "temperature": 0.0,
-        "seed": 0,
-    });
-    let r = minreq::post(local_url(port, "/v1/chat/completions"))
-        .with_json(&body)
-        .map_err(|e| e.to_string())?
-        .with_timeout(7200)
-        .send()
-        .map_err(|e| e.to_string())?;
-    if r.status_code != 200 {
-        return Err(format!(
-            "HTTP {}: {}",
-            r.status_code,
-            r.as_str().unwrap_or("")
-        ));
-    }
-    let v: Value = r.json().map_err(|e| e.to_string())?;
+    let v = chat(port, message, answer_tokens)?;
     let text = v["choices"][0]["message"]["content"]
         .as_str()
         .ok_or("the response has no choices[0].message.content")?

@@ -59,6 +59,18 @@ pub const MODELS: [(&str, &str, &str); 4] = [
     ),
 ];
 
+/// Short prompts of different kinds (prose, code, SQL, verse), for the SmolLM2 engine tests.
+pub const PROMPTS: [&str; 8] = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, in a small village,",
+    "The three laws of thermodynamics are",
+    "SELECT name FROM users WHERE",
+    "A haiku about the sea:",
+    "To make bread, you need",
+    "In 1969, the first humans",
+];
+
 /// An engine of `n_parallel` slots over `n_ctx` positions (one pool when `kv_unified`) on
 /// the CPU: batches of 64 rows in forwards of 32, 2 threads, an f16 cache.
 pub fn engine_config(n_ctx: usize, n_parallel: usize, kv_unified: bool) -> engine::EngineConfig {
