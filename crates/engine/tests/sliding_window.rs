@@ -328,17 +328,25 @@ fn deepseek4_keeps_a_window_of_records_and_compressed_rows_of_every_position() {
     assert_eq!((want.kept_at_1000, got.kept_at_1000), (1000, 0));
 }
 
+/// The host tier is refused for a pool whose windowed layers drop old positions, naming
+/// `--swa-full`; with it they keep every position and the tier starts.
 #[test]
-fn prompt_cache_tiers_are_refused_for_windowed_layers() {
+fn prompt_cache_tiers_need_swa_full_for_windowed_layers() {
     let (_, file, name) = MODELS[3];
-    let model = Model::load(model_path(file, name)).unwrap();
-    let tok = Arc::new(Tokenizer::from_gguf(&model.file.header.metadata).unwrap());
+    let load = || Model::load(model_path(file, name)).unwrap();
+    let tok = Arc::new(Tokenizer::from_gguf(&load().file.header.metadata).unwrap());
     let cfg = EngineConfig {
         cache_ram_mib: 8,
         ..engine_config()
     };
-    let err = engine::start(model, tok, cfg, None, None)
+    let err = engine::start(load(), tok.clone(), cfg, None, None)
         .err()
         .expect("refused");
     assert!(err.to_string().contains("--cache-ram"), "{err}");
+    assert!(err.to_string().contains("--swa-full"), "{err}");
+    let full = EngineConfig {
+        swa_full: true,
+        ..cfg
+    };
+    assert!(engine::start(load(), tok, full, None, None).is_ok());
 }

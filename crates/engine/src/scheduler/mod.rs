@@ -709,12 +709,17 @@ fn tiers(
     if !asked {
         return Ok((None, None));
     }
-    if !host_tier::tiers_fit(exec.kv().config(), split) {
-        return Err(crate::Error::Config(
+    let kv = exec.kv().config();
+    if !host_tier::tiers_fit(kv, split) {
+        let swa = match !split && kv.window.is_some() && kv.state.is_none() && kv.records.is_none()
+        {
+            true => " (or give --swa-full, so that its windowed layers keep every position)",
+            false => "",
+        };
+        return Err(crate::Error::Config(format!(
             "--cache-ram and --cache-dir keep prompts of models whose layers all keep every \
-             position in the pool, not split: leave them out for this one"
-                .into(),
-        ));
+             position in the pool, not split: leave them out for this one{swa}"
+        )));
     }
     let disk = cfg
         .cache_dir
