@@ -78,6 +78,8 @@ pub struct Multi {
 pub struct PolicyCell {
     /// Slot-steps at each chosen depth (index = depth).
     pub depths: Vec<u64>,
+    /// Draft tokens accepted at each position of a draft (index 0: the first drafted).
+    pub accepted: Vec<u64>,
     /// Slot-steps whose drafter was paused (depth 0, behind the sequence).
     pub paused: u64,
     pub catch_up_tokens: u64,
@@ -108,15 +110,34 @@ impl PolicyCell {
         secs: impl Fn(f64, f64) -> f64,
     ) -> PolicyCell {
         let at = |v: &[u64], i: usize| v.get(i).copied().unwrap_or(0);
+        let each = |a: &[u64], b: &[u64]| -> Vec<u64> {
+            (0..a.len().max(b.len()))
+                .map(|d| count(at(a, d), at(b, d)))
+                .collect()
+        };
         PolicyCell {
-            depths: (0..self.depths.len().max(o.depths.len()))
-                .map(|d| count(at(&self.depths, d), at(&o.depths, d)))
-                .collect(),
+            depths: each(&self.depths, &o.depths),
+            accepted: each(&self.accepted, &o.accepted),
             paused: count(self.paused, o.paused),
             catch_up_tokens: count(self.catch_up_tokens, o.catch_up_tokens),
             predicted_s: secs(self.predicted_s, o.predicted_s),
             measured_s: secs(self.measured_s, o.measured_s),
         }
+    }
+
+    /// `position:rate` for every draft position some slot-step's chosen depth reached: the
+    /// tokens accepted there over those slot-steps.
+    pub fn acceptance(&self) -> String {
+        let cells: Vec<String> = (0..self.accepted.len())
+            .filter_map(|p| {
+                let reached: u64 = self.depths.iter().skip(p + 1).sum();
+                (reached > 0).then(|| {
+                    let rate = 100.0 * self.accepted[p] as f64 / reached as f64;
+                    format!("{}:{rate:.0}%", p + 1)
+                })
+            })
+            .collect();
+        cells.join(" ")
     }
 
     /// `depth:count` for every depth chosen.
@@ -135,7 +156,16 @@ fn policy_counters(port: u16) -> Option<PolicyCell> {
         .with_timeout(30)
         .send()
         .ok()?;
-    let text = r.as_str().ok()?;
+    parse_policy(r.as_str().ok()?)
+}
+
+/// `N` of a metric named `{prefix}N"}`.
+fn label(name: &str, prefix: &str) -> Option<usize> {
+    name.strip_prefix(prefix)?.strip_suffix("\"}")?.parse().ok()
+}
+
+/// [`policy_counters`] from the text of `/metrics`.
+fn parse_policy(text: &str) -> Option<PolicyCell> {
     let mut c = PolicyCell::default();
     let mut seen = false;
     for line in text.lines().filter(|l| !l.starts_with('#')) {
@@ -143,18 +173,25 @@ fn policy_counters(port: u16) -> Option<PolicyCell> {
             continue;
         };
         let v: f64 = value.parse().unwrap_or(0.0);
-        if let Some(d) = name
-            .strip_prefix("tandem:spec_depth_chosen_total{depth=\"")
-            .and_then(|r| r.strip_suffix("\"}"))
-            .and_then(|d| d.parse::<usize>().ok())
-        {
-            if c.depths.len() <= d {
-                c.depths.resize(d + 1, 0);
+        let indexed = [
+            ("tandem:spec_depth_chosen_total{depth=\"", &mut c.depths),
+            (
+                "vllm:spec_decode_num_accepted_tokens_per_pos{position=\"",
+                &mut c.accepted,
+            ),
+        ];
+        let mut matched = false;
+        for (prefix, into) in indexed {
+            if let Some(i) = label(name, prefix) {
+                if into.len() <= i {
+                    into.resize(i + 1, 0);
+                }
+                into[i] = v as u64;
+                matched = true;
             }
-            c.depths[d] = v as u64;
-            seen = true;
         }
         match name {
+            _ if matched => {}
             "tandem:spec_paused_slot_steps_total" => c.paused = v as u64,
             "tandem:spec_catch_up_tokens_total" => c.catch_up_tokens = v as u64,
             "tandem:spec_step_predicted_seconds_total" => c.predicted_s = v,
@@ -484,6 +521,7 @@ fn policy_table(reports: &[ArmReport]) -> String {
         "depth 0",
         "paused",
         "depths chosen (depth:slot-steps)",
+        "accepted by position (of the slot-steps that deep)",
         "catch-up tokens",
         "measured / predicted step time",
     ]);
@@ -516,6 +554,7 @@ fn policy_table(reports: &[ArmReport]) -> String {
                 format!("{:.0}%", 100.0 * zero),
                 format!("{:.0}%", 100.0 * paused),
                 p.histogram(),
+                p.acceptance(),
                 p.catch_up_tokens.to_string(),
                 ratio(p.measured_s, p.predicted_s),
             ]);
@@ -533,6 +572,28 @@ fn policy_table(reports: &[ArmReport]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn acceptance_by_position_is_over_the_slot_steps_that_drafted_that_deep() {
+        let text = "# HELP x\n\
+            tandem:spec_depth_chosen_total{depth=\"0\"} 5\n\
+            tandem:spec_depth_chosen_total{depth=\"2\"} 10\n\
+            tandem:spec_depth_chosen_total{depth=\"3\"} 5\n\
+            vllm:spec_decode_num_accepted_tokens_per_pos{position=\"0\"} 12\n\
+            vllm:spec_decode_num_accepted_tokens_per_pos{position=\"1\"} 6\n\
+            vllm:spec_decode_num_accepted_tokens_per_pos{position=\"2\"} 1\n\
+            tandem:spec_paused_slot_steps_total 2\n";
+        let c = parse_policy(text).unwrap();
+        assert_eq!(
+            (c.depths.clone(), c.accepted.clone(), c.paused),
+            (vec![5, 0, 10, 5], vec![12, 6, 1], 2)
+        );
+        assert_eq!(c.acceptance(), "1:80% 2:40% 3:20%");
+        let twice = c.combine(&c, |a, b| a + b, |a, b| a + b);
+        assert_eq!(twice.acceptance(), c.acceptance());
+        assert_eq!(since(&c, &twice).accepted, c.accepted);
+        assert!(parse_policy("llamacpp:prompt_tokens_total 5\n").is_none());
+    }
 
     #[test]
     fn a_ratio_shows_its_median_and_every_rounds() {
