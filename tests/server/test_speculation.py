@@ -86,6 +86,9 @@ def test_speculation_keeps_the_plain_text(plain, arm):
         assert drafted > 0, metrics
         assert sum(t["draft_n"] for _, t in s_together) + t_alone["draft_n"] > 0
         assert "vllm:spec_decode_num_accepted_tokens_per_pos{position=\"0\"}" in metrics
+        steps = {p: counter(metrics, f'tandem:step_seconds_total{{part="{p}"}}') for p in ("draft", "verify", "decode", "sample")}
+        assert all(v > 0 for v in steps.values()), steps
+        assert steps["sample"] < steps["decode"] + steps["verify"], steps
 
 
 def test_a_request_can_turn_speculation_off_and_a_bad_bound_is_a_400():

@@ -86,6 +86,9 @@ pub struct PolicyCell {
     /// Predicted and measured seconds of the steps the policy chose depths for.
     pub predicted_s: f64,
     pub measured_s: f64,
+    /// The engine's seconds by part (`tandem:step_seconds_total`): prefill, decode, verify
+    /// and draft add up to the steps; sample is within the forwards'.
+    pub step_s: std::collections::BTreeMap<String, f64>,
 }
 
 impl PolicyCell {
@@ -122,7 +125,34 @@ impl PolicyCell {
             catch_up_tokens: count(self.catch_up_tokens, o.catch_up_tokens),
             predicted_s: secs(self.predicted_s, o.predicted_s),
             measured_s: secs(self.measured_s, o.measured_s),
+            step_s: (self.step_s.keys().chain(o.step_s.keys()))
+                .map(|k| {
+                    let at = |m: &std::collections::BTreeMap<String, f64>| m.get(k).copied();
+                    (
+                        k.clone(),
+                        secs(
+                            at(&self.step_s).unwrap_or(0.0),
+                            at(&o.step_s).unwrap_or(0.0),
+                        ),
+                    )
+                })
+                .collect(),
         }
+    }
+
+    /// Each part's share of the steps' seconds (drafting, the forwards' rows by kind), and
+    /// sampling's share within them.
+    pub fn step_split(&self) -> String {
+        let part = |k: &str| self.step_s.get(k).copied().unwrap_or(0.0);
+        let parts = ["draft", "verify", "decode", "prefill"];
+        let total: f64 = parts.iter().map(|k| part(k)).sum();
+        if total <= 0.0 {
+            return String::new();
+        }
+        let share = |k: &str| format!("{k} {:.0}%", 100.0 * part(k) / total);
+        let mut cells: Vec<String> = parts.iter().map(|k| share(k)).collect();
+        cells.push(format!("(sample {:.1}%)", 100.0 * part("sample") / total));
+        cells.join(" ")
     }
 
     /// `position:rate` for every draft position some slot-step's chosen depth reached: the
@@ -189,6 +219,13 @@ fn parse_policy(text: &str) -> Option<PolicyCell> {
                 into[i] = v as u64;
                 matched = true;
             }
+        }
+        if let Some(part) = name
+            .strip_prefix("tandem:step_seconds_total{part=\"")
+            .and_then(|r| r.strip_suffix("\"}"))
+        {
+            c.step_s.insert(part.to_string(), v);
+            matched = true;
         }
         match name {
             _ if matched => {}
@@ -522,6 +559,7 @@ fn policy_table(reports: &[ArmReport]) -> String {
         "paused",
         "depths chosen (depth:slot-steps)",
         "accepted by position (of the slot-steps that deep)",
+        "step time by part",
         "catch-up tokens",
         "measured / predicted step time",
     ]);
@@ -555,6 +593,7 @@ fn policy_table(reports: &[ArmReport]) -> String {
                 format!("{:.0}%", 100.0 * paused),
                 p.histogram(),
                 p.acceptance(),
+                p.step_split(),
                 p.catch_up_tokens.to_string(),
                 ratio(p.measured_s, p.predicted_s),
             ]);
@@ -582,16 +621,24 @@ mod tests {
             vllm:spec_decode_num_accepted_tokens_per_pos{position=\"0\"} 12\n\
             vllm:spec_decode_num_accepted_tokens_per_pos{position=\"1\"} 6\n\
             vllm:spec_decode_num_accepted_tokens_per_pos{position=\"2\"} 1\n\
-            tandem:spec_paused_slot_steps_total 2\n";
+            tandem:spec_paused_slot_steps_total 2\n\
+            tandem:step_seconds_total{part=\"draft\"} 1\n\
+            tandem:step_seconds_total{part=\"verify\"} 2\n\
+            tandem:step_seconds_total{part=\"decode\"} 6.5\n\
+            tandem:step_seconds_total{part=\"prefill\"} 0.5\n\
+            tandem:step_seconds_total{part=\"sample\"} 0.25\n";
         let c = parse_policy(text).unwrap();
         assert_eq!(
             (c.depths.clone(), c.accepted.clone(), c.paused),
             (vec![5, 0, 10, 5], vec![12, 6, 1], 2)
         );
         assert_eq!(c.acceptance(), "1:80% 2:40% 3:20%");
+        let split = "draft 10% verify 20% decode 65% prefill 5% (sample 2.5%)";
+        assert_eq!(c.step_split(), split);
         let twice = c.combine(&c, |a, b| a + b, |a, b| a + b);
         assert_eq!(twice.acceptance(), c.acceptance());
         assert_eq!(since(&c, &twice).accepted, c.accepted);
+        assert_eq!(since(&c, &twice).step_split(), split);
         assert!(parse_policy("llamacpp:prompt_tokens_total 5\n").is_none());
     }
 

@@ -207,13 +207,28 @@ pub struct Counters {
 
 /// Where the engine's time goes: drafting, and the forwards' time shared among the kinds
 /// of rows they computed (prompt rows, generated-token rows, draft rows being verified) in
-/// proportion to their count.
+/// proportion to their count; of the forwards' time, what choosing tokens from logits took
+/// (sampling and checking drafts).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StepCounters {
     pub prefill_seconds_total: f64,
     pub decode_seconds_total: f64,
     pub verify_seconds_total: f64,
     pub draft_seconds_total: f64,
+    pub sample_seconds_total: f64,
+}
+
+impl StepCounters {
+    /// `(part, seconds)` for every part, as `/metrics` names them.
+    pub fn parts(&self) -> [(&'static str, f64); 5] {
+        [
+            ("prefill", self.prefill_seconds_total),
+            ("decode", self.decode_seconds_total),
+            ("verify", self.verify_seconds_total),
+            ("draft", self.draft_seconds_total),
+            ("sample", self.sample_seconds_total),
+        ]
+    }
 }
 
 /// Tokens computed and the time they took.

@@ -366,6 +366,13 @@ pub async fn metrics(State(s): State<Shared>) -> Result<Response, ApiError> {
             "tandem:spec_depth_chosen_total{{depth=\"{depth}\"}} {n}"
         );
     }
+    let _ = writeln!(
+        out,
+        "# HELP tandem:step_seconds_total Seconds of the engine's steps: drafting, and the forwards' shared among prompt, decode and draft-verifying rows by count; sample: of the forwards' seconds, choosing tokens from logits.\n# TYPE tandem:step_seconds_total counter"
+    );
+    for (part, v) in c.steps.parts() {
+        let _ = writeln!(out, "tandem:step_seconds_total{{part=\"{part}\"}} {v}");
+    }
     if let Some(costs) = &snap.spec_costs {
         let mut gauge = |name: &str, help: &str, label: &str, values: &[f64], scale: f64| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");

@@ -7,7 +7,7 @@
 //!             "n_past", "draft_n", "draft_accepted", "draft_depth"}],
 //!  "kv": {"blocks_total", "blocks_free", "blocks_cached", "block_tokens"},
 //!  "totals": {"prompt_tokens", "predicted_tokens", "cached_tokens", "requests_done",
-//!             "prefill_s", "decode_s", "verify_s", "draft_s",
+//!             "prefill_s", "decode_s", "verify_s", "draft_s", "sample_s",
 //!             "spec_draft_tokens", "spec_accepted_tokens"}}
 //! ```
 //!
@@ -78,6 +78,7 @@ fn state(ready: &Ready, snap: &Snapshot) -> Value {
             "decode_s": c.steps.decode_seconds_total,
             "verify_s": c.steps.verify_seconds_total,
             "draft_s": c.steps.draft_seconds_total,
+            "sample_s": c.steps.sample_seconds_total,
             "spec_draft_tokens": c.spec.spec_draft_tokens_total,
             "spec_accepted_tokens": c.spec.spec_accepted_tokens_total,
         },

@@ -268,6 +268,7 @@ impl Engine {
             None => Enter::Tokens(&tokens),
         };
         let (slots, tok, spec) = (&mut self.slots, &self.tok, &mut self.spec);
+        let mut sampling = std::time::Duration::ZERO;
         let mut on_row = |r: usize, out: RowOut<'_>| {
             let (slot, pos, _) = chunk[r];
             if done.has_failed(slot) {
@@ -281,7 +282,12 @@ impl Engine {
                 RowOut::Logits(logits) if !kernels::ops::all_finite(logits) => {
                     return done.poison(slot, pos)
                 }
-                RowOut::Logits(logits) => seq.accept(logits, tok),
+                RowOut::Logits(logits) => {
+                    let t0 = Instant::now();
+                    let ended = seq.accept(logits, tok);
+                    sampling += t0.elapsed();
+                    ended
+                }
                 RowOut::State(state) if seq.embeds() => Ok(seq.take_state(pos, state)),
                 RowOut::State(state) => {
                     if let Some(spec) = spec.as_mut() {
@@ -309,6 +315,7 @@ impl Engine {
                 on_row: &mut on_row,
             },
         );
+        self.counters.steps.sample_seconds_total += sampling.as_secs_f64();
         for (&s, kv) in seq_slots.iter().zip(kvs) {
             self.slots[s].as_mut().expect("planned").seq.kv = kv;
         }
