@@ -129,9 +129,16 @@ pub fn execute(a: QualityArgs) -> Result<(), CliError> {
                     ctx,
                     chunks: a.nll_chunks,
                 };
-                nll.push(quality::tandem_nll(&exe, &run, &ours).map_err(usage)?);
+                let mut points = vec![quality::tandem_nll(&exe, &run, &ours).map_err(usage)?];
                 if let Some(tool) = &a.peer_llama_perplexity {
-                    nll.push(quality::llama_nll(tool, &run, &threads).map_err(usage)?);
+                    points.push(quality::llama_nll(tool, &run, &threads).map_err(usage)?);
+                }
+                for p in points {
+                    eprintln!(
+                        "bench quality: {} NLL {:.4} (PPL {:.4})",
+                        p.arm, p.nll, p.ppl
+                    );
+                    nll.push(p);
                 }
             }
         }
