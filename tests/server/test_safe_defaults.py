@@ -269,7 +269,7 @@ def test_slow_clients_are_cut_off_and_connections_are_capped():
     host, port = urlparse(capped.url).hostname, urlparse(capped.url).port
     held = [socket.create_connection((host, port)) for _ in range(5)]
     try:
-        time.sleep(0.3)
+        time.sleep(1.0)
         extra = socket.create_connection((host, port))
         extra.settimeout(5)
         extra.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")

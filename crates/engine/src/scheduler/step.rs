@@ -120,6 +120,7 @@ impl Engine {
             let n = chunk.len();
             let out_rows: Vec<usize> = (0..n).filter(|&r| wanted[ci * ub + r].0).collect();
             let state_rows: Vec<usize> = (0..n).filter(|&r| wanted[ci * ub + r].1).collect();
+            let kinds = self.row_kinds(chunk);
             if let Err(e) = self.forward_chunk(chunk, (&out_rows, &state_rows), &mut done) {
                 for &(slot, _, _) in chunk {
                     let why = format!("the engine could not compute this request: {e}");
@@ -129,8 +130,6 @@ impl Engine {
             self.counters.tokens.n_decode_total += 1;
             self.counters.tokens.rows_total += n as u64;
             self.counters.tokens.n_busy_slots_total += self.slots.iter().flatten().count() as u64;
-            // Rows computing the prompt, generated tokens, and draft tokens.
-            let mut kinds = [0usize; 3];
             for &(slot, pos, _) in chunk {
                 let t = &mut self.counters.tokens;
                 t.n_tokens_max = t.n_tokens_max.max(pos as u64 + 1);
@@ -138,11 +137,6 @@ impl Engine {
                 if pos < seq.n_prompt {
                     t.prompt_tokens_total += 1;
                     seq.report_progress();
-                    kinds[0] += 1;
-                } else if pos < seq.tokens.len() {
-                    kinds[1] += 1;
-                } else {
-                    kinds[2] += 1;
                 }
             }
             let share = t0.elapsed().as_secs_f64() / n.max(1) as f64;
@@ -164,6 +158,24 @@ impl Engine {
             }
         }
         Some(done)
+    }
+
+    /// How many of `chunk`'s rows compute the prompt, generated tokens and draft tokens,
+    /// told before the forward (verifying a draft commits its accepted rows as tokens).
+    fn row_kinds(&self, chunk: &[(usize, usize, u32)]) -> [usize; 3] {
+        let mut kinds = [0usize; 3];
+        for &(slot, pos, _) in chunk {
+            let seq = &self.slots[slot].as_ref().expect("planned").seq;
+            let kind = if pos < seq.n_prompt {
+                0
+            } else if pos < seq.tokens.len() {
+                1
+            } else {
+                2
+            };
+            kinds[kind] += 1;
+        }
+        kinds
     }
 
     /// Ends the step's verification of every planned slot: the KV of rows past its first
