@@ -20,3 +20,11 @@ for ty in q4_0 q4_1 iq4_nl q5_0 q5_1; do
     "$perplexity" -m "$tmp/qwen2.gguf" -f tests/data/eval-prose.txt -c 128 --chunks 1 -t 2 \
         -ctk "$ty" -ctv "$ty" -fa on --kl-divergence-base "crates/tandem/tests/golden/kv-$ty-llamacpp.kld"
 done
+# The same model with heads 64 wide (SYNTH_QWEN2_HEADS_64 in cli_kv_types.rs), whose quantized
+# cache llama.cpp stores rotated: q8_0 and q4_0, to crates/tandem/tests/golden/kv-rot-TYPE-llamacpp.kld.
+"$tandem" synth -o "$tmp/qwen2r.gguf" --arch qwen2 --experts 0 --n-embd 128 --n-layer 2 --n-head 2 \
+    --n-head-kv 1 --n-ff 256 --type f32 --tokenizer smollm2-135m --vocab 320 --seed 7
+for ty in q8_0 q4_0; do
+    "$perplexity" -m "$tmp/qwen2r.gguf" -f tests/data/eval-prose.txt -c 128 --chunks 1 -t 2 \
+        -ctk "$ty" -ctv "$ty" -fa on --kl-divergence-base "crates/tandem/tests/golden/kv-rot-$ty-llamacpp.kld"
+done

@@ -96,6 +96,30 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
         .sum::<f64>() as f32
 }
 
+/// `x` under the orthonormal Walsh–Hadamard transform over blocks of `n` (`kv::Rotation`),
+/// multiplied out as its matrix: `y[i] = Σ_j (-1)^popcount(i & j) · x[j] / √n` per block.
+fn hadamard(x: &[f32], n: usize) -> Vec<f32> {
+    let scale = 1.0 / (n as f64).sqrt();
+    x.chunks_exact(n)
+        .flat_map(|b| {
+            (0..n).map(move |i| {
+                let sum: f64 = b
+                    .iter()
+                    .enumerate()
+                    .map(|(j, &v)| {
+                        if (i & j).count_ones() % 2 == 0 {
+                            v as f64
+                        } else {
+                            -v as f64
+                        }
+                    })
+                    .sum();
+                (sum * scale) as f32
+            })
+        })
+        .collect()
+}
+
 fn silu(v: f32) -> f32 {
     (v as f64 / (1.0 + (-v as f64).exp())) as f32
 }
@@ -414,10 +438,15 @@ impl Device for Reference {
             .collect();
         let (ks, vs) = (self.bufs.take(k), self.bufs.take(v));
         let kv = self.kv.as_mut().expect("kv_alloc first");
+        let rotation = kv.cfg.rotation();
         for (r, &at) in places.iter().enumerate() {
             let row = r * width..(r + 1) * width;
-            quantize_kv(ty, &ks[row.clone()], &mut kv.keys[layer][at..at + pb]).expect("type");
-            quantize_kv(ty, &vs[row], &mut kv.values[layer][at..at + pb]).expect("type");
+            let (mut kr, mut vr) = (ks[row.clone()].to_vec(), vs[row].to_vec());
+            if let Some(rot) = rotation {
+                (kr, vr) = (hadamard(&kr, rot.keys), hadamard(&vr, rot.values));
+            }
+            quantize_kv(ty, &kr, &mut kv.keys[layer][at..at + pb]).expect("type");
+            quantize_kv(ty, &vr, &mut kv.values[layer][at..at + pb]).expect("type");
         }
         self.bufs.put(k, ks);
         self.bufs.put(v, vs);
@@ -427,8 +456,14 @@ impl Device for Reference {
         let (hd, nh, nkv) = (spec.head_dim, spec.n_head, spec.n_head_kv);
         let group = nh / nkv;
         let kv = self.kv();
+        let rotation = kv.cfg.rotation();
         let mut o = vec![0f32; self.rows.len() * nh * hd];
         let (mut key, mut val) = (vec![0f32; nkv * hd], vec![0f32; nkv * hd]);
+        let queries = &self.buf(q)[..self.rows.len() * nh * hd];
+        let queries = match rotation {
+            Some(rot) => hadamard(queries, rot.keys),
+            None => queries.to_vec(),
+        };
         for (r, row) in self.rows.iter().enumerate() {
             let table = &self.tables.of(&kv.cfg, layer)[row.seq];
             let span = spec.span(row.pos);
@@ -436,7 +471,7 @@ impl Device for Reference {
             for (i, p) in span.clone().enumerate() {
                 kv.read(&kv.keys[layer], table, p, &mut key);
                 for (h, s) in scores.iter_mut().enumerate() {
-                    let qh = &self.buf(q)[(r * nh + h) * hd..(r * nh + h + 1) * hd];
+                    let qh = &queries[(r * nh + h) * hd..(r * nh + h + 1) * hd];
                     let kh = &key[(h / group) * hd..(h / group + 1) * hd];
                     s[i] = spec.scale as f64 * dot(qh, kh) as f64;
                 }
@@ -459,6 +494,9 @@ impl Device for Reference {
             for (dst, a) in o[r * nh * hd..(r + 1) * nh * hd].iter_mut().zip(acc) {
                 *dst = a as f32;
             }
+        }
+        if let Some(rot) = rotation {
+            o = hadamard(&o, rot.values);
         }
         self.bufs[out][..o.len()].copy_from_slice(&o);
     }

@@ -525,11 +525,15 @@ pub trait Device: Send {
     /// RoPE at each step row's position on `x` (`[step rows, heads · head_dim]`).
     fn rope(&mut self, x: Buf, heads: usize, spec: &RopeSpec);
     /// Stores `k` and `v` (`[step rows, n_head_kv · head_dim]`) of KV layer `layer` at the
-    /// rows' positions in their sequences' blocks.
+    /// rows' positions in their sequences' blocks, under the pool's
+    /// [`kv::KvConfig::rotation`] where it has one. `k` and `v` are consumed: a backend may
+    /// leave them rotated.
     fn kv_store(&mut self, layer: usize, k: Buf, v: Buf);
     /// `out` (`[step rows, n_head · head_dim]`): each row's query `q` (same shape) over
     /// positions [`AttnSpec::span`] of its sequence in KV layer `layer`, softmax over fixed
-    /// chunks of positions from position 0.
+    /// chunks of positions from position 0. In a rotated pool the query meets the keys
+    /// rotated as they were, and `out` is rotated back (`q` is consumed: a backend may
+    /// leave it rotated).
     fn attention(&mut self, layer: usize, q: Buf, out: Buf, spec: &AttnSpec);
     /// `out` (`[step rows, width]`): per row at `pos` and channel `c`,
     /// `Σ_j w[c·k + j] · in(pos + 1 - k + j)[c]` over `j` in `0..k` ascending, `in(p)` the

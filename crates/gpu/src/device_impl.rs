@@ -343,6 +343,10 @@ impl Device for Gpu {
         if rows == 0 {
             return;
         }
+        if let Some(rot) = cfg.rotation() {
+            self.hadamard(k, rows * width, rot.keys);
+            self.hadamard(v, rows * width, rot.values);
+        }
         let st = self.step();
         let (region, tab) = (st.region, self.tables_at(&cfg, layer));
         let per_thread = if cfg.ty == GgmlType::Q8_0 { 64 } else { 2 };
@@ -366,11 +370,17 @@ impl Device for Gpu {
             kv.values[layer].clone(),
         );
         let (region, tab) = (self.step().region, self.tables_at(&cfg, layer));
+        let rotation = cfg.rotation();
+        let width = rows * spec.n_head * spec.head_dim;
+        if let Some(rot) = rotation {
+            self.hadamard(q, width, rot.keys);
+        }
         let n_parts = self.rows.iter().map(|r| r.pos / ATTENTION_PART + 1).max();
         let n_parts = n_parts.unwrap_or(1);
         let row_floats = spec.n_head * n_parts * (spec.head_dim + 2);
         let per_group = (self.attention_parts_cap() / (row_floats * 4)).clamp(1, rows);
         let parts = self.attention_parts((per_group * row_floats * 4) as u64);
+        let out_buf = out;
         let [q, out] = [q, out].map(|b| self.bufs[b.0 as usize].clone());
         let window = spec.window.unwrap_or(0) as u32;
         for row0 in (0..rows).step_by(per_group) {
@@ -396,6 +406,9 @@ impl Device for Gpu {
             let binds = [B(&parts), B(&out), A(region), A(p)];
             let g = [spec.n_head as u32, n as u32, 1];
             self.run(Kernel::AttentionMerge, &binds, g);
+        }
+        if let Some(rot) = rotation {
+            self.hadamard(out_buf, width, rot.values);
         }
     }
 

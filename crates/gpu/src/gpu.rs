@@ -272,6 +272,20 @@ impl Gpu {
         }
     }
 
+    /// `x`'s first `len` values under a quantized pool's rotation ([`kv::Rotation`]) over
+    /// blocks of `n`, in place.
+    pub(crate) fn hadamard(&mut self, x: Buf, len: usize, n: usize) {
+        let blocks = len / n;
+        if blocks == 0 {
+            return;
+        }
+        let g = grid(blocks.div_ceil(64));
+        let scale = 1.0 / (n as f32).sqrt();
+        let p = self.params([blocks as u32, n as u32, scale.to_bits(), g[0], 0, 0, 0, 0]);
+        let x = self.bufs[x.0 as usize].clone();
+        self.run(Kernel::Hadamard, &[Bind::Buf(&x), Bind::Arena(p)], g);
+    }
+
     pub(crate) fn eltwise(&mut self, kernel: Kernel, a: Buf, b: Buf, len: usize, factor: f32) {
         if len == 0 {
             return;

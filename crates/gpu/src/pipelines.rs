@@ -29,6 +29,8 @@ pub(crate) enum Kernel {
     SoftmaxRows,
     L2NormRows,
     Rope,
+    /// A quantized KV pool's rotation (hadamard.wgsl).
+    Hadamard,
     /// Stores into a KV pool of type `kv` (one [`kv_code`] names).
     KvStore {
         kv: GgmlType,
@@ -153,6 +155,7 @@ impl Kernel {
             Kernel::SoftmaxRows => (include_str!("shaders/rows.wgsl").into(), "softmax"),
             Kernel::L2NormRows => (include_str!("shaders/rows.wgsl").into(), "l2_norm"),
             Kernel::Rope => (include_str!("shaders/rope.wgsl").into(), "main"),
+            Kernel::Hadamard => (include_str!("shaders/hadamard.wgsl").into(), "main"),
             Kernel::KvStore { kv: c } => (kv(c, include_str!("shaders/kv_store.wgsl")), "main"),
             Kernel::Attention { kv: c } => {
                 let body = include_str!("shaders/attention.wgsl");

@@ -333,6 +333,31 @@ pub fn all_finite(x: &[f32]) -> bool {
     lanes.iter().chain(rest).all(|v| (v * 0.0) == 0.0)
 }
 
+/// `x ← H_n·x / √n` over each block of `n` consecutive values (`n` a power of two dividing
+/// `x.len()`): the orthonormal Walsh–Hadamard transform in Sylvester's order
+/// (`H_n[i][j] = (-1)^popcount(i & j)`), its own inverse; a quantized KV pool's rotation
+/// (`kv::Rotation`).
+pub fn hadamard(x: &mut [f32], n: usize) {
+    assert!(
+        n.is_power_of_two() && x.len().is_multiple_of(n),
+        "blocks of {n}"
+    );
+    let scale = 1.0 / (n as f32).sqrt();
+    for b in x.chunks_exact_mut(n) {
+        b.iter_mut().for_each(|v| *v *= scale);
+        let mut len = 1;
+        while len < n {
+            for pair in b.chunks_exact_mut(2 * len) {
+                let (u, v) = pair.split_at_mut(len);
+                for (a, c) in u.iter_mut().zip(v) {
+                    (*a, *c) = (*a + *c, *a - *c);
+                }
+            }
+            len *= 2;
+        }
+    }
+}
+
 /// In-place softmax with [`exp`]; the sum is taken in index order.
 pub fn softmax_inplace(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -347,6 +372,40 @@ pub fn softmax_inplace(x: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hadamard_is_the_sylvester_matrix_and_its_own_inverse() {
+        for n in [64usize, 128, 256] {
+            let x: Vec<f32> = (0..2 * n)
+                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
+                .collect();
+            let mut y = x.clone();
+            hadamard(&mut y, n);
+            for (b, yb) in y.chunks(n).enumerate() {
+                for (i, &yi) in yb.iter().enumerate() {
+                    let want: f64 = (0..n)
+                        .map(|j| {
+                            let sign = if (i & j).count_ones() % 2 == 0 {
+                                1.0
+                            } else {
+                                -1.0
+                            };
+                            sign * x[b * n + j] as f64
+                        })
+                        .sum::<f64>()
+                        / (n as f64).sqrt();
+                    assert!((yi as f64 - want).abs() < 1e-4, "n {n} block {b} row {i}");
+                }
+            }
+            hadamard(&mut y, n);
+            let err = x
+                .iter()
+                .zip(&y)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f32::max);
+            assert!(err < 1e-5, "n {n}: H·H·x differs from x by {err}");
+        }
+    }
 
     #[test]
     fn all_finite_finds_nan_and_infinity_anywhere() {

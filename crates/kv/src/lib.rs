@@ -2,7 +2,8 @@
 //! and a block table per sequence. The blocks' storage is the device's
 //! (`device::Device::kv_alloc`): each block holds `BLOCK_SIZE` positions of
 //! `[n_head_kv, head_dim]` keys (and the same of values) of every layer, in the pool's
-//! element type (F16, BF16, F32 or Q8_0).
+//! element type (F32, F16, BF16, or a quantized type, whose keys and values are stored
+//! rotated: [`Rotation`]).
 //!
 //! A block may be held by several sequences (and the prefix cache) at once: a full block of
 //! a prompt prefix they have in common, which none of them writes again. Each holder counts
@@ -86,7 +87,31 @@ pub struct KvConfig {
     pub records: Option<Arc<[Option<RecordKv>]>>,
 }
 
+/// The orthonormal Walsh–Hadamard transform (`H_n / sqrt(n)`, Sylvester's order, its own
+/// inverse) a quantized pool applies per block of consecutive values of every head, as
+/// llama.cpp does for a quantized cache: keys and the queries that meet them over blocks of
+/// `keys` values, values and the attention's output (which undoes it) over blocks of
+/// `values`. `q·k` is unchanged, while a head's outlying values are spread over the
+/// block, so that its blocks of 32 quantize with less error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rotation {
+    /// The largest power of two (at least 64) that divides `head_dim`.
+    pub keys: usize,
+    /// 64.
+    pub values: usize,
+}
+
 impl KvConfig {
+    /// The pool's [`Rotation`]: `None` for F32, F16 and BF16 pools, and for heads whose
+    /// width is not a multiple of 64.
+    pub fn rotation(&self) -> Option<Rotation> {
+        let quantized = self.ty.block_size() > 1;
+        (quantized && self.head_dim > 0 && self.head_dim.is_multiple_of(64)).then(|| Rotation {
+            keys: 1 << self.head_dim.trailing_zeros(),
+            values: 64,
+        })
+    }
+
     pub fn n_blocks(&self) -> usize {
         self.n_positions.div_ceil(BLOCK_SIZE)
     }
@@ -624,6 +649,24 @@ mod tests {
         assert_eq!(pool.free_blocks(), 1, "only a's own third block is free");
         pool.release(&mut b);
         assert_eq!(pool.free_blocks(), 4);
+    }
+
+    #[test]
+    fn quantized_pools_with_heads_a_multiple_of_64_wide_are_rotated() {
+        let rot = |ty, head_dim| {
+            let mut c = cfg(16);
+            (c.ty, c.head_dim) = (ty, head_dim);
+            c.rotation().map(|r| (r.keys, r.values))
+        };
+        assert_eq!(rot(GgmlType::Q8_0, 64), Some((64, 64)));
+        assert_eq!(rot(GgmlType::Q4_0, 128), Some((128, 64)));
+        assert_eq!(rot(GgmlType::Q8_0, 192), Some((64, 64)));
+        assert_eq!(rot(GgmlType::Q5_1, 256), Some((256, 64)));
+        assert_eq!(rot(GgmlType::Q8_0, 96), None);
+        assert_eq!(rot(GgmlType::Q8_0, 32), None);
+        for ty in [GgmlType::F16, GgmlType::BF16, GgmlType::F32] {
+            assert_eq!(rot(ty, 128), None);
+        }
     }
 
     #[test]

@@ -24,7 +24,8 @@ use crate::validate::parse;
 use crate::{body, namespace_of, ready, KeyNamespace};
 
 const MAGIC: &[u8; 4] = b"TDKV";
-const VERSION: u32 = 1;
+/// 2: a quantized pool's blocks are stored rotated (`kv::Rotation`).
+const VERSION: u32 = 2;
 
 #[derive(Deserialize)]
 pub struct SlotAction {

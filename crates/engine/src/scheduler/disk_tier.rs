@@ -107,7 +107,7 @@ fn survey(root: &Path) -> Vec<Entry> {
 
 /// What makes two pools' blocks interchangeable: the model's metadata (its tokenizer
 /// included), every tensor's name, shape, type and place, the first and last 256 bytes of
-/// its data, and the pool's shape.
+/// its data, and the pool's shape and rotation.
 fn fingerprint(model: &Model, kv: &KvConfig) -> [u8; 32] {
     let file = &model.file;
     let mut h = Sha256::new();
@@ -121,7 +121,7 @@ fn fingerprint(model: &Model, kv: &KvConfig) -> [u8; 32] {
         h.update(&data[..data.len().min(256)]);
         h.update(&data[data.len().saturating_sub(256)..]);
     }
-    h.update(format!("{:?}{:?}", model.stage.layers, kv).as_bytes());
+    h.update(format!("{:?}{kv:?}{:?}", model.stage.layers, kv.rotation()).as_bytes());
     h.finalize().into()
 }
 

@@ -1,5 +1,6 @@
 //! The KV pool's storage on the CPU, and paged attention over it.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 
 use device::host_kv::HostKv;
@@ -8,6 +9,7 @@ use kv::{KvConfig, BLOCK_SIZE};
 
 use crate::attention::{attend, AttentionScratch, KvView};
 use crate::formats::quantize_kv;
+use crate::ops::hadamard;
 use crate::pool::SharedOut;
 use crate::ThreadPool;
 
@@ -27,6 +29,13 @@ fn touched(n: usize) -> Vec<u8> {
         unsafe { std::ptr::write_volatile(v.as_mut_ptr().add(i), 0) };
     }
     v
+}
+
+/// `x` under [`hadamard`] over blocks of `n`.
+fn rotated(x: &[f32], n: usize) -> Cow<'_, [f32]> {
+    let mut y = x.to_vec();
+    hadamard(&mut y, n);
+    Cow::Owned(y)
 }
 
 /// Rows of one sequence per attention tile.
@@ -58,12 +67,14 @@ impl KvStore {
     }
 
     /// Stores row `r`'s keys `k[r]` and values `v[r]` (`[n_head_kv · head_dim]` each) at
-    /// position `rows[r].pos` of the sequence with blocks `tables.of(layer)[rows[r].seq]`.
+    /// position `rows[r].pos` of the sequence with blocks `tables.of(layer)[rows[r].seq]`,
+    /// rotated first where the pool is ([`kv::Rotation`]).
     pub fn store(&mut self, layer: usize, rows: &[Row], tables: &Tables, k: &[f32], v: &[f32]) {
         let kv = &mut self.0;
         let tables = tables.of(&kv.cfg, layer);
         let pb = kv.cfg.position_bytes();
         let width = kv.cfg.n_head_kv * kv.cfg.head_dim;
+        let rotation = kv.cfg.rotation();
         for (r, row) in rows.iter().enumerate() {
             let table = &tables[row.seq];
             assert!(
@@ -76,14 +87,19 @@ impl KvStore {
                 &k[r * width..(r + 1) * width],
                 &v[r * width..(r + 1) * width],
             );
+            let (kr, vr) = match rotation {
+                Some(rot) => (rotated(kr, rot.keys), rotated(vr, rot.values)),
+                None => (Cow::Borrowed(kr), Cow::Borrowed(vr)),
+            };
             let ty = kv.cfg.ty;
-            quantize_kv(ty, kr, &mut kv.keys[layer][at..at + pb]).expect("validated KV type");
-            quantize_kv(ty, vr, &mut kv.values[layer][at..at + pb]).expect("validated KV type");
+            quantize_kv(ty, &kr, &mut kv.keys[layer][at..at + pb]).expect("validated KV type");
+            quantize_kv(ty, &vr, &mut kv.values[layer][at..at + pb]).expect("validated KV type");
         }
     }
 
     /// `out[r]` = row `r`'s query `q[r]` over positions `spec.span(rows[r].pos)` of its
-    /// sequence.
+    /// sequence; in a rotated pool ([`kv::Rotation`]) the query is rotated as the keys
+    /// were and the output back as the values were.
     /// A sequence's consecutive rows are taken in tiles of up to [`TILE`], which share
     /// each chunk of keys and values; one unit of work per (tile, KV head), the units
     /// interleaved over the threads: a row's cost grows with its position, so contiguous
@@ -127,6 +143,11 @@ impl KvStore {
         let (n, nkv, hd) = (rows.len(), spec.n_head_kv, spec.head_dim);
         let group = spec.n_head / nkv;
         let qd = spec.n_head * hd;
+        let rotation = kv.cfg.rotation();
+        let q = match rotation {
+            Some(rot) => rotated(&q[..n * qd], rot.keys),
+            None => Cow::Borrowed(q),
+        };
         let tiles = tiles(rows);
         let shared = SharedOut::new(&mut out[..n * qd]);
         pool.run(&|t, nt| {
@@ -156,6 +177,9 @@ impl KvStore {
                 }
             });
         });
+        if let Some(rot) = rotation {
+            hadamard(&mut out[..n * qd], rot.values);
+        }
     }
 
     fn view<'a>(&self, blocks: &'a [&'a [u8]]) -> KvView<'a> {
