@@ -188,13 +188,14 @@ enum Simd {
     Scalar,
     /// 8 lanes, one query vector per pass.
     Avx2,
-    /// 8 lanes, [`QUERY_BLOCK`] query vectors per pass (AVX-512 VL's 32 registers hold
+    /// The same 8 lanes twice over in 512-bit registers (two keys' lanes, or 16 elements
+    /// of a value), [`QUERY_BLOCK`] query vectors per pass (AVX-512's 32 registers hold
     /// their accumulators), each key and value loaded once for all of them.
     Avx512,
 }
 
 /// Query vectors a pass of the AVX-512 kernels takes at once.
-const QUERY_BLOCK: usize = 3;
+const QUERY_BLOCK: usize = 4;
 
 /// The instruction set for vectors of `hd` (8-lane paths need `hd` a multiple of 8).
 fn simd_for(hd: usize) -> Simd {
@@ -238,6 +239,7 @@ fn dots(simd: Simd, q: &[f32], hd: usize, k: &[f32], scores: &mut [f32], n: usiz
                     (Simd::Avx512, QUERY_BLOCK..) => {
                         dots_avx512::<QUERY_BLOCK>(qj, hd, k, sj, n, scale)
                     }
+                    (Simd::Avx512, 3) => dots_avx512::<3>(qj, hd, k, sj, n, scale),
                     (Simd::Avx512, 2) => dots_avx512::<2>(qj, hd, k, sj, n, scale),
                     (Simd::Avx512, _) => dots_avx512::<1>(qj, hd, k, sj, n, scale),
                     _ => dots_block::<1>(qj, hd, k, sj, n, scale),
@@ -260,22 +262,79 @@ fn dots(simd: Simd, q: &[f32], hd: usize, k: &[f32], scores: &mut [f32], n: usiz
     }
 }
 
+/// [`dots`] for the first `N` vectors of `q` in 512-bit registers: the low half holds key
+/// `t`'s 8 lanes and the high half key `t + 4`'s, against the query's 8 elements in both,
+/// so every lane sees the products [`dots_block`]'s does, in the same order; returns `N`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
 unsafe fn dots_avx512<const N: usize>(
     q: &[f32],
     hd: usize,
     k: &[f32],
-    s: &mut [f32],
+    scores: &mut [f32],
     n: usize,
     scale: f32,
 ) -> usize {
-    dots_block::<N>(q, hd, k, s, n, scale)
+    use std::arch::x86_64::*;
+    let both = |lo: __m256, hi: __m256| {
+        let lo = _mm512_castpd256_pd512(_mm256_castps_pd(lo));
+        _mm512_castpd_ps(_mm512_insertf64x4::<1>(lo, _mm256_castps_pd(hi)))
+    };
+    // `acc[t][j]`: keys `t` and `t + 4` against query `j`.
+    let mut acc = [[_mm512_setzero_ps(); N]; 4];
+    let (pq, pk) = (q.as_ptr(), k.as_ptr());
+    for i in (0..hd).step_by(8) {
+        let qv: [__m512; N] = std::array::from_fn(|j| {
+            let x = _mm256_loadu_ps(pq.add(j * hd + i));
+            both(x, x)
+        });
+        for (t, at) in acc.iter_mut().enumerate() {
+            let kv = both(
+                _mm256_loadu_ps(pk.add(t * hd + i)),
+                _mm256_loadu_ps(pk.add((t + 4) * hd + i)),
+            );
+            for (a, &qj) in at.iter_mut().zip(&qv) {
+                *a = _mm512_fmadd_ps(qj, kv, *a);
+            }
+        }
+    }
+    for j in 0..N {
+        let a: [__m256; 8] = std::array::from_fn(|t| {
+            let x = _mm512_castps_pd(acc[t % 4][j]);
+            _mm256_castpd_ps(if t < 4 {
+                _mm512_castpd512_pd256(x)
+            } else {
+                _mm512_extractf64x4_pd::<1>(x)
+            })
+        });
+        store_sums(a, scale, &mut scores[j * KV_CHUNK..j * KV_CHUNK + n]);
+    }
+    N
+}
+
+/// `out[t] = scale · Σ lanes of a[t]`, the lanes summed `((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7))`
+/// (`out` at most 8 long).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn store_sums(a: [std::arch::x86_64::__m256; 8], scale: f32, out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let h01 = _mm256_hadd_ps(a[0], a[1]);
+    let h23 = _mm256_hadd_ps(a[2], a[3]);
+    let h45 = _mm256_hadd_ps(a[4], a[5]);
+    let h67 = _mm256_hadd_ps(a[6], a[7]);
+    let h0123 = _mm256_hadd_ps(h01, h23);
+    let h4567 = _mm256_hadd_ps(h45, h67);
+    let lo = _mm256_permute2f128_ps::<0x20>(h0123, h4567);
+    let hi = _mm256_permute2f128_ps::<0x31>(h0123, h4567);
+    let sum = _mm256_mul_ps(_mm256_add_ps(lo, hi), _mm256_set1_ps(scale));
+    let mut all = [0f32; 8];
+    _mm256_storeu_ps(all.as_mut_ptr(), sum);
+    out.copy_from_slice(&all[..out.len()]);
 }
 
 /// [`dots`] for the first `N` vectors of `q`, 8 keys each loaded once for all of them;
-/// returns `N`. The AVX2 path calls it with `N = 1`; inlined into the AVX-512 one, whose
-/// target features give it registers enough for more.
+/// returns `N` (the AVX2 path, `N = 1`).
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx2,fma")]
@@ -302,18 +361,7 @@ unsafe fn dots_block<const N: usize>(
     }
     for j in 0..N {
         let a: [__m256; 8] = std::array::from_fn(|t| acc[t][j]);
-        let h01 = _mm256_hadd_ps(a[0], a[1]);
-        let h23 = _mm256_hadd_ps(a[2], a[3]);
-        let h45 = _mm256_hadd_ps(a[4], a[5]);
-        let h67 = _mm256_hadd_ps(a[6], a[7]);
-        let h0123 = _mm256_hadd_ps(h01, h23);
-        let h4567 = _mm256_hadd_ps(h45, h67);
-        let lo = _mm256_permute2f128_ps::<0x20>(h0123, h4567);
-        let hi = _mm256_permute2f128_ps::<0x31>(h0123, h4567);
-        let sum = _mm256_mul_ps(_mm256_add_ps(lo, hi), _mm256_set1_ps(scale));
-        let mut all = [0f32; 8];
-        _mm256_storeu_ps(all.as_mut_ptr(), sum);
-        scores[j * KV_CHUNK..j * KV_CHUNK + n].copy_from_slice(&all[..n]);
+        store_sums(a, scale, &mut scores[j * KV_CHUNK..j * KV_CHUNK + n]);
     }
     N
 }
@@ -336,6 +384,7 @@ fn accumulate(simd: Simd, o: &mut [f32], hd: usize, p: &[f32], n: usize, v: &[f3
                     (Simd::Avx512, QUERY_BLOCK..) => {
                         accumulate_avx512::<QUERY_BLOCK>(oj, hd, pj, n, v)
                     }
+                    (Simd::Avx512, 3) => accumulate_avx512::<3>(oj, hd, pj, n, v),
                     (Simd::Avx512, 2) => accumulate_avx512::<2>(oj, hd, pj, n, v),
                     (Simd::Avx512, _) => accumulate_avx512::<1>(oj, hd, pj, n, v),
                     _ => accumulate_block::<1>(oj, hd, pj, n, v),
@@ -356,6 +405,8 @@ fn accumulate(simd: Simd, o: &mut [f32], hd: usize, p: &[f32], n: usize, v: &[f3
     }
 }
 
+/// [`accumulate`] for the first `N` vectors of `o`, 64 elements at a time in four 512-bit
+/// registers per vector (then 16, then 8 as [`accumulate_block`]); returns `N`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
 unsafe fn accumulate_avx512<const N: usize>(
@@ -365,7 +416,54 @@ unsafe fn accumulate_avx512<const N: usize>(
     n: usize,
     v: &[f32],
 ) -> usize {
-    accumulate_block::<N>(o, hd, p, n, v)
+    let mut d = 0;
+    while d + 64 <= hd {
+        accumulate_wide::<N, 4>(o, hd, p, n, v, d);
+        d += 64;
+    }
+    while d + 16 <= hd {
+        accumulate_wide::<N, 1>(o, hd, p, n, v, d);
+        d += 16;
+    }
+    while d < hd {
+        accumulate_lanes::<N, 1>(o, hd, p, n, v, d);
+        d += 8;
+    }
+    N
+}
+
+/// Elements `d..d + 16·W` of [`accumulate_avx512`], held in `N × W` 512-bit registers.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
+unsafe fn accumulate_wide<const N: usize, const W: usize>(
+    o: &mut [f32],
+    hd: usize,
+    p: &[f32],
+    n: usize,
+    v: &[f32],
+    d: usize,
+) {
+    use std::arch::x86_64::*;
+    let (po, pp, pv) = (o.as_mut_ptr(), p.as_ptr(), v.as_ptr());
+    let mut acc: [[__m512; N]; W] = std::array::from_fn(|c| {
+        std::array::from_fn(|j| _mm512_loadu_ps(po.add(j * hd + d + 16 * c)))
+    });
+    for t in 0..n {
+        let b: [__m512; N] = std::array::from_fn(|j| _mm512_set1_ps(*pp.add(j * KV_CHUNK + t)));
+        let row = pv.add(t * hd + d);
+        for (c, ac) in acc.iter_mut().enumerate() {
+            let x = _mm512_loadu_ps(row.add(16 * c));
+            for (a, &bj) in ac.iter_mut().zip(&b) {
+                *a = _mm512_fmadd_ps(bj, x, *a);
+            }
+        }
+    }
+    for (c, ac) in acc.iter().enumerate() {
+        for (j, &x) in ac.iter().enumerate() {
+            _mm512_storeu_ps(po.add(j * hd + d + 16 * c), x);
+        }
+    }
 }
 
 /// [`accumulate`] for the first `N` vectors of `o`, 64 elements at a time (then 8), each
@@ -607,7 +705,7 @@ mod tests {
     /// query vectors a block may hold or split into and every number of keys.
     #[test]
     fn simd_dots_and_accumulation_give_the_scalar_bits() {
-        for hd in [128, 72, 256] {
+        for hd in [128, 72, 88, 48, 256] {
             for simd in simds(hd) {
                 for n_q in 1..=7 {
                     let q = data(n_q * hd, 1);

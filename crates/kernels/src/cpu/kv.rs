@@ -98,8 +98,8 @@ impl KvStore {
     }
 
     /// `out[r]` = row `r`'s query `q[r]` over positions `spec.span(rows[r].pos)` of its
-    /// sequence; in a rotated pool ([`kv::Rotation`]) the query is rotated as the keys
-    /// were and the output back as the values were.
+    /// sequence; in a rotated pool ([`kv::Rotation`]) each unit rotates its heads' queries
+    /// as the keys were and their outputs back as the values were.
     /// A sequence's consecutive rows are taken in tiles of up to [`TILE`], which share
     /// each chunk of keys and values; one unit of work per (tile, KV head), the units
     /// interleaved over the threads: a row's cost grows with its position, so contiguous
@@ -144,10 +144,6 @@ impl KvStore {
         let group = spec.n_head / nkv;
         let qd = spec.n_head * hd;
         let rotation = kv.cfg.rotation();
-        let q = match rotation {
-            Some(rot) => rotated(&q[..n * qd], rot.keys),
-            None => Cow::Borrowed(q),
-        };
         let tiles = tiles(rows);
         let shared = SharedOut::new(&mut out[..n * qd]);
         pool.run(&|t, nt| {
@@ -156,7 +152,18 @@ impl KvStore {
                 for unit in (t..tiles.len() * nkv).step_by(nt) {
                     let (tile, g) = (tiles[unit / nkv].clone(), unit % nkv);
                     let (keys, values) = &views[rows[tile.start].seq];
-                    let qs: Vec<&[f32]> = tile.clone().map(|r| &q[r * qd..(r + 1) * qd]).collect();
+                    let heads = g * group * hd..(g + 1) * group * hd;
+                    let qs: Vec<Cow<[f32]>> = tile
+                        .clone()
+                        .map(|r| {
+                            let qh = &q[r * qd..(r + 1) * qd][heads.clone()];
+                            match rotation {
+                                Some(rot) => rotated(qh, rot.keys),
+                                None => Cow::Borrowed(qh),
+                            }
+                        })
+                        .collect();
+                    let qs: Vec<&[f32]> = qs.iter().map(|q| &q[..]).collect();
                     let spans: Vec<_> = tile.clone().map(|r| spec.span(rows[r].pos)).collect();
                     // SAFETY: unit (tile, g) alone writes heads g*group..(g+1)*group of
                     // the tile's rows.
@@ -169,17 +176,17 @@ impl KvStore {
                         keys,
                         values,
                         g,
-                        g * group..(g + 1) * group,
+                        0..group,
                         spec.scale,
                         &mut a,
                         &mut outs,
                     );
+                    if let Some(rot) = rotation {
+                        outs.iter_mut().for_each(|o| hadamard(o, rot.values));
+                    }
                 }
             });
         });
-        if let Some(rot) = rotation {
-            hadamard(&mut out[..n * qd], rot.values);
-        }
     }
 
     fn view<'a>(&self, blocks: &'a [&'a [u8]]) -> KvView<'a> {
