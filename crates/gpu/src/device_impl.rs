@@ -371,9 +371,9 @@ impl Device for Gpu {
         );
         let (region, tab) = (self.step().region, self.tables_at(&cfg, layer));
         let rotation = cfg.rotation();
-        let width = rows * spec.n_head * spec.head_dim;
+        let len = rows * spec.n_head * spec.head_dim;
         if let Some(rot) = rotation {
-            self.hadamard(q, width, rot.keys);
+            self.hadamard(q, len, rot.keys);
         }
         let n_parts = self.rows.iter().map(|r| r.pos / ATTENTION_PART + 1).max();
         let n_parts = n_parts.unwrap_or(1);
@@ -408,7 +408,7 @@ impl Device for Gpu {
             self.run(Kernel::AttentionMerge, &binds, g);
         }
         if let Some(rot) = rotation {
-            self.hadamard(out_buf, width, rot.values);
+            self.hadamard(out_buf, len, rot.values);
         }
     }
 

@@ -52,8 +52,8 @@ pub struct AttentionScratch {
 }
 
 /// Grouped-query attention, flash-style, for a tile of query rows of one sequence and the
-/// query heads `heads` (all mapped to `kv_head`): row `r` (`q[r]`, its `[n_head,
-/// head_dim]`) attends positions `spans[r]` (`0..=pos`, or the last `window` of them).
+/// query heads `heads` of `q[r]` (`[.., head_dim]`; all mapped to `kv_head`): row `r` attends
+/// positions `spans[r]` (`0..=pos`, or the last `window` of them).
 /// Positions are taken in chunks of [`KV_CHUNK`] from position 0 in order, each
 /// dequantized once for the whole tile (from the first position a row of it attends); per
 /// row and head a running max `m`, sum `l` and output `o` are rescaled by
