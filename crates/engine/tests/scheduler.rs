@@ -527,12 +527,6 @@ fn the_scheduler_on_the_reference_backend() {
             assert!(snapshot(&handle).counters.requests.preemptions_total > 0);
         }
     }
-    let two = (&prompts[..2], &want[..2]);
-    let plain = engine::start(model(), tok.clone(), on_ref(2048, 4), None, None).unwrap();
-    run_all(&plain, two.0, n);
-    let plain_rows = snapshot(&plain).counters.tokens.rows_total;
-    drop(plain);
-    paused_drafts_leave_the_plain_rows(&path, &tok, two.0, two.1, plain_rows);
     let s = Speculation::draft_model(model(), spec(4, PolicyKind::Fixed));
     let handle = engine::start(model(), tok, on_ref(2048, 4), Some(s), None).unwrap();
     for ((got, summary), w) in run_all(&handle, &prompts, n).iter().zip(&want) {
@@ -544,46 +538,65 @@ fn the_scheduler_on_the_reference_backend() {
 
 /// A drafter wrong on the first 8 tokens of every answer is paused: the target then
 /// computes the rows plain decoding computes, and nothing else but the draft rows
-/// rejected when the paused drafter probes; probes after the 8th token catch up on
-/// everything missed and are accepted; the texts are the plain ones. Two requests: on the
-/// reference backend a row costs about as much as a token (its output head), and a probe
-/// is made only where accepted drafts would pay, which at 4 decoding rows is within a
-/// few percent.
-fn paused_drafts_leave_the_plain_rows(
-    path: &std::path::Path,
-    tok: &Arc<Tokenizer>,
-    prompts: &[Vec<u32>],
-    want: &[Vec<u32>],
-    plain_rows: u64,
-) {
+/// rejected when the paused drafter probes; once resumed after the 8th token (by a probe
+/// or the policy's choice) it catches up on everything missed and its drafts are
+/// accepted; the texts are the plain ones.
+///
+/// Whether the policy pauses and resumes is its reading of the measured step costs: it
+/// pauses where rejected drafts cost, and probes where accepted ones would pay. On this
+/// machine each is clear only by some percent (on the CPU backend two rows cost little
+/// more than one, on the reference backend a row costs about a token), and one noisy
+/// measurement tips it. So each run's texts and rows are checked, and the run is repeated,
+/// up to [`ATTEMPTS`] times, until one has both paused and accepted drafts.
+#[test]
+fn paused_drafts_leave_the_plain_rows() {
+    const ATTEMPTS: usize = 5;
+    let _serial = serial();
+    let (_, tok) = load();
+    let (_, file, name) = MODELS[0];
+    let model = || Model::load(model_path(file, name)).unwrap();
+    let prompts: Vec<Vec<u32>> = PROMPTS[..2]
+        .iter()
+        .map(|p| tok.encode(p, true, false).unwrap())
+        .collect();
+    let n = 40;
+    let plain = engine::start(model(), tok.clone(), config(2048, 4), None, None).unwrap();
+    let want: Vec<Vec<u32>> = run_all(&plain, &prompts, n)
+        .into_iter()
+        .map(|r| r.0)
+        .collect();
+    let plain_rows = snapshot(&plain).counters.tokens.rows_total;
+    drop(plain);
     let longest = prompts.iter().map(Vec::len).max().unwrap();
     let scripts: Vec<Vec<u32>> = prompts
         .iter()
-        .zip(want)
+        .zip(&want)
         .map(|(p, w)| [p.as_slice(), w].concat())
         .collect();
-    let drafter = Scripted::new(scripts, 0, longest + 8);
-    let s = Speculation::with(drafter, spec(4, PolicyKind::Adaptive));
-    let cfg = EngineConfig {
-        device: engine::DeviceKind::Reference,
-        ..config(2048, 4)
-    };
-    let handle =
-        engine::start(Model::load(path).unwrap(), tok.clone(), cfg, Some(s), None).unwrap();
-    for ((got, _), w) in run_all(&handle, prompts, want[0].len()).iter().zip(want) {
-        assert_eq!(got, w, "across pause and resume");
+    let mut runs = Vec::new();
+    for _ in 0..ATTEMPTS {
+        let drafter = Scripted::new(scripts.clone(), 0, longest + 8);
+        let s = Speculation::with(drafter, spec(4, PolicyKind::Adaptive));
+        let handle = engine::start(model(), tok.clone(), config(2048, 4), Some(s), None).unwrap();
+        for ((got, _), w) in run_all(&handle, &prompts, n).iter().zip(&want) {
+            assert_eq!(got, w, "across pause and resume");
+        }
+        let c = snapshot(&handle).counters;
+        let rejected = c.spec.spec_rejected_rows_total;
+        assert!(rejected >= c.spec.spec_draft_tokens_total - c.spec.spec_accepted_tokens_total);
+        assert_eq!(
+            c.tokens.rows_total - rejected,
+            plain_rows,
+            "the rows of plain decoding (an accepted draft row is the row of its token), and \
+             the rejected draft rows of probes: {:?}",
+            c.spec
+        );
+        if c.spec.spec_paused_slot_steps_total > 0 && c.spec.spec_accepted_tokens_total > 0 {
+            return;
+        }
+        runs.push(c.spec);
     }
-    let c = snapshot(&handle).counters;
-    assert!(c.spec.spec_paused_slot_steps_total > 0, "{:?}", c.spec);
-    assert!(c.spec.spec_accepted_tokens_total > 0, "{:?}", c.spec);
-    let rejected = c.spec.spec_rejected_rows_total;
-    assert!(rejected >= c.spec.spec_draft_tokens_total - c.spec.spec_accepted_tokens_total);
-    assert_eq!(
-        c.tokens.rows_total - rejected,
-        plain_rows,
-        "the rows of plain decoding (an accepted draft row is the row of its token), and \
-         the rejected draft rows of probes"
-    );
+    panic!("no run both paused and accepted drafts: {runs:#?}");
 }
 
 /// Events of a request to its end: progress reports, the slot of each delta, the tokens.
