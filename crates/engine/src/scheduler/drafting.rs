@@ -11,7 +11,8 @@ use crate::cost::{CostCurve, Shape, StepCost};
 use crate::handle::{Counters, EngineConfig};
 use crate::speculative::policy::Candidate;
 use crate::speculative::{
-    Draft, DraftJob, DraftLog, Policy, Proposer, ProposerEnv, SpecConfig, SpecCosts, Speculation,
+    Draft, DraftJob, DraftLog, Features, Policy, Proposer, ProposerEnv, SpecConfig, SpecCosts,
+    Speculation,
 };
 use crate::Result;
 
@@ -23,6 +24,8 @@ const CALIBRATION_DEPTH: usize = 4;
 /// A drafter, its settings and the policy's state.
 pub(super) struct Spec {
     proposer: Box<dyn Proposer>,
+    /// What the proposer reads of the target's rows, asked once.
+    features: Features,
     cfg: SpecConfig,
     pub policy: Policy,
     /// Whether a drafting error was reported already.
@@ -30,14 +33,33 @@ pub(super) struct Spec {
 }
 
 impl Spec {
-    pub fn new(s: Speculation, cfg: &EngineConfig, pool: Arc<ThreadPool>) -> Result<Spec> {
+    /// A drafter for a target whose stage holds blocks `stage`: one that taps blocks outside
+    /// it (a split's head, whose box holds them) is an error.
+    pub fn new(
+        s: Speculation,
+        cfg: &EngineConfig,
+        pool: Arc<ThreadPool>,
+        stage: std::ops::Range<usize>,
+    ) -> Result<Spec> {
         let env = ProposerEnv {
             pool,
             context: cfg.context_config(),
             n_slots: cfg.n_parallel,
         };
+        let proposer = (s.make)(&env)?;
+        let features = proposer.features();
+        let ascending = features.taps.windows(2).all(|p| p[0] < p[1]);
+        if !ascending || features.taps.iter().any(|l| !stage.contains(l)) {
+            return Err(crate::Error::Config(format!(
+                "the {} drafter reads the target's blocks {:?}, and this process holds blocks \
+                 {stage:?}",
+                proposer.name(),
+                features.taps
+            )));
+        }
         Ok(Spec {
-            proposer: (s.make)(&env)?,
+            proposer,
+            features,
             cfg: s.config,
             policy: Policy::new(
                 s.config.policy,
@@ -68,9 +90,9 @@ impl Spec {
         }
     }
 
-    /// Whether the drafter reads the target's final states ([`Proposer::reads_states`]).
-    pub fn reads_states(&self) -> bool {
-        self.proposer.reads_states()
+    /// What the drafter reads of the target's rows ([`Proposer::features`]).
+    pub fn features(&self) -> &Features {
+        &self.features
     }
 
     pub fn observe_state(&mut self, slot: usize, pos: usize, state: &[f32]) {

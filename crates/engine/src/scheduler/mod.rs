@@ -149,7 +149,10 @@ pub fn start_with(
     }
     eprintln!("device: {}", exec.device().describe());
     let (host, disk) = tiers(&exec, &cfg, front.is_some())?;
-    let spec = spec.map(|s| Spec::new(s, &cfg, pool.clone())).transpose()?;
+    let stage = exec.model().stage.layers.clone();
+    let spec = spec
+        .map(|s| Spec::new(s, &cfg, pool.clone(), stage))
+        .transpose()?;
     let mut engine = Engine {
         cost: StepCost::unmeasured(cfg.n_ubatch),
         exec: dormant::Exec::new(exec, pool),

@@ -89,8 +89,8 @@ impl Engine {
         let rows = self.rows(plan);
         // A row's logits are wanted when it computes the last token or a draft token of a
         // generating request; an embedding request wants its pooling's states, a drafter
-        // that reads the target's states every generating row's.
-        let feed = self.spec.as_ref().is_some_and(|s| s.reads_states());
+        // that reads the target's features every generating row's.
+        let feed = self.spec.as_ref().is_some_and(|s| s.features().parts() > 0);
         let wanted: Vec<(bool, bool)> = rows
             .iter()
             .map(|&(slot, pos, _)| {
@@ -279,7 +279,37 @@ impl Engine {
             Some(_) => Enter::States(&self.entered[..n * self.exec.model().hparams.hidden_width()]),
             None => Enter::Tokens(&tokens),
         };
-        let (slots, tok, spec) = (&mut self.slots, &self.tok, &mut self.spec);
+        // Rows wanting states are an embedding request's (its pooling takes them) or a
+        // generating one's (the drafter's features, gathered here and handed over after
+        // the forward, a slot's rows in order).
+        let features = self.spec.as_ref().map(|s| s.features().clone());
+        let features = features.unwrap_or_default();
+        let embeds = |slot: usize| self.slots[slot].as_ref().expect("planned").seq.embeds();
+        let fed: Vec<usize> = state_rows
+            .iter()
+            .copied()
+            .filter(|&r| !embeds(chunk[r].0))
+            .collect();
+        let states: Vec<usize> = match features.last {
+            true => state_rows.to_vec(),
+            false => state_rows
+                .iter()
+                .copied()
+                .filter(|&r| embeds(chunk[r].0))
+                .collect(),
+        };
+        let tapped: &[usize] = match features.taps.is_empty() {
+            true => &[],
+            false => &fed,
+        };
+        let e = self.exec.model().hparams.n_embd;
+        let width = features.parts() * e;
+        let mut fed_at = vec![usize::MAX; n];
+        for (i, &r) in fed.iter().enumerate() {
+            fed_at[r] = i;
+        }
+        let mut feats = vec![0f32; fed.len() * width];
+        let (slots, tok) = (&mut self.slots, &self.tok);
         let mut sampling = std::time::Duration::ZERO;
         let mut on_row = |r: usize, out: RowOut<'_>| {
             let (slot, pos, _) = chunk[r];
@@ -302,12 +332,16 @@ impl Engine {
                 }
                 RowOut::State(state) if seq.embeds() => Ok(seq.take_state(pos, state)),
                 RowOut::State(state) => {
-                    if let Some(spec) = spec.as_mut() {
-                        spec.observe_state(slot, pos, state);
-                    }
+                    let at = fed_at[r] * width + features.taps.len() * e;
+                    feats[at..at + e].copy_from_slice(state);
                     Ok(None)
                 }
-                RowOut::Tap { .. } => unreachable!("the step taps no layer"),
+                RowOut::Tap { layer, state } => {
+                    let k = features.taps.iter().position(|&l| l == layer);
+                    let at = fed_at[r] * width + k.expect("a tapped layer") * e;
+                    feats[at..at + e].copy_from_slice(state);
+                    Ok(None)
+                }
             };
             match ended {
                 Ok(Some(summary)) => done.finished.push((slot, summary)),
@@ -322,8 +356,11 @@ impl Engine {
             enter,
             Out::Rows {
                 logits: out_rows,
-                states: state_rows,
-                taps: Taps::default(),
+                states: &states,
+                taps: Taps {
+                    layers: &features.taps,
+                    rows: tapped,
+                },
                 on_row: &mut on_row,
             },
         );
@@ -335,6 +372,14 @@ impl Engine {
             let (slot, pos, _) = chunk[r];
             if !ok && !done.has_failed(slot) {
                 done.poison(slot, pos);
+            }
+        }
+        if let Some(spec) = self.spec.as_mut() {
+            for (&r, row) in fed.iter().zip(feats.chunks(width.max(1))) {
+                let (slot, pos, _) = chunk[r];
+                if !done.has_failed(slot) {
+                    spec.observe_state(slot, pos, row);
+                }
             }
         }
         Ok(())

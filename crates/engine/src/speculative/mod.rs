@@ -124,15 +124,32 @@ pub trait Proposer: Send {
     fn offers(&self, _slot: usize, _tokens: &[u32], n_max: usize) -> usize {
         n_max
     }
-    /// Whether the drafter reads the target's final states: the engine then hands it, for
-    /// every row the target computes of a generating slot, [`Proposer::observe_state`].
-    fn reads_states(&self) -> bool {
-        false
+    /// What the drafter reads of the target's rows: where not empty, the engine hands it,
+    /// for every row the target computes of a generating slot, [`Proposer::observe_state`].
+    fn features(&self) -> Features {
+        Features::default()
     }
-    /// The target computed position `pos` of slot `slot`'s sequence; `state` (`[n_embd]`)
-    /// is its hidden state after the output norm. A slot's rows come in order; a position
-    /// seen again replaces what followed it (a rejected draft's rows, a new request).
+    /// The target computed position `pos` of slot `slot`'s sequence; `state` holds the
+    /// row's [`Proposer::features`], each `[n_embd]`, one after another. A slot's rows come
+    /// in order; a position seen again replaces what followed it (a rejected draft's rows,
+    /// a new request).
     fn observe_state(&mut self, _slot: usize, _pos: usize, _state: &[f32]) {}
+}
+
+/// The target's hidden states a drafter reads of each row, in this order: the state after
+/// each block of `taps` (ascending, blocks of the target's stage: EAGLE-3's and DFlash's
+/// features), then, with `last`, the state after the output norm (MTP's).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Features {
+    pub taps: Vec<usize>,
+    pub last: bool,
+}
+
+impl Features {
+    /// How many `[n_embd]` states a row's features hold.
+    pub fn parts(&self) -> usize {
+        self.taps.len() + self.last as usize
+    }
 }
 
 /// What the policy works with, as of a snapshot: measured at start, refreshed while

@@ -242,8 +242,11 @@ impl Proposer for Mtp {
         tokens.len() - self.kv.kept(slot, tokens)
     }
 
-    fn reads_states(&self) -> bool {
-        true
+    fn features(&self) -> super::Features {
+        super::Features {
+            taps: Vec::new(),
+            last: true,
+        }
     }
 
     fn observe_state(&mut self, slot: usize, pos: usize, state: &[f32]) {
