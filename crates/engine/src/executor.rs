@@ -147,6 +147,13 @@ pub enum Enter<'a> {
         tokens: &'a [u32],
         states: &'a [f32],
     },
+    /// The target's features with the rows' tokens: a drafter of a target's features
+    /// ([`model::Part::Drafter`]) fuses `features` (`[rows, fuse_width]`) into its rows'
+    /// hidden states ([`model::Model::fuse`]).
+    Fused {
+        tokens: &'a [u32],
+        features: &'a [f32],
+    },
 }
 
 /// What a forward gives back besides its KV.
@@ -203,6 +210,8 @@ pub struct Executor {
     kv: KvPool,
     /// `[n_ubatch, n_embd]`.
     hidden: Buf,
+    /// `[n_ubatch, fuse_width]`, for a drafter of a target's features.
+    features: Option<Buf>,
     /// `[LOGIT_ROWS, hidden_width]` rows picked for the output head.
     picked: Buf,
     /// `[LOGIT_ROWS, n_logits]`, on the device and here.
@@ -275,8 +284,13 @@ impl Executor {
         let scratch = Scratch::new(&mut *dev, hp, &model.scratch_widths(), config.n_ubatch)?;
         let nl = model.n_logits();
         let alloc = |dev: &mut dyn Device, n| dev.alloc(n).map_err(model::Error::from);
+        let features = match model.fuse_width() {
+            Some(width) => Some(alloc(&mut *dev, config.n_ubatch * width)?),
+            None => None,
+        };
         Ok(Executor {
             hidden: alloc(&mut *dev, config.n_ubatch * hp.hidden_width())?,
+            features,
             picked: alloc(&mut *dev, LOGIT_ROWS * hp.hidden_width())?,
             logits: alloc(&mut *dev, LOGIT_ROWS * nl)?,
             host_logits: vec![0.0; LOGIT_ROWS * nl],
@@ -514,6 +528,14 @@ impl Executor {
             Enter::Joined { tokens, states } => model.check_tokens(tokens).map(|()| {
                 dev.upload(self.hidden, 0, &states[..n * e]);
             }),
+            Enter::Fused { tokens, features } => model.check_tokens(tokens).and_then(|()| {
+                let (buf, width) = self
+                    .features
+                    .zip(model.fuse_width())
+                    .ok_or(model::Error::NotInStage("a fusion of features"))?;
+                dev.upload(buf, 0, &features[..n * width]);
+                model.fuse(dev, w, buf, self.hidden, n)
+            }),
         };
         if let Err(err) = entered {
             dev.finish();
@@ -527,7 +549,9 @@ impl Executor {
         let mut tapped = Vec::with_capacity(taps.layers.len());
         let mut from = layers.start;
         let tokens = match enter {
-            Enter::Tokens(tokens) | Enter::Joined { tokens, .. } => Some(tokens),
+            Enter::Tokens(tokens) | Enter::Joined { tokens, .. } | Enter::Fused { tokens, .. } => {
+                Some(tokens)
+            }
             Enter::States(_) => None,
         };
         for &l in taps.layers {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use common::{model_path, MODELS};
 use device::Row;
 use engine::speculative::{
-    Draft, DraftJob, DraftLog, Mtp, PolicyKind, Proposer, SpecConfig, Speculation,
+    Draft, DraftJob, DraftLog, HiddenDrafter, PolicyKind, Proposer, SpecConfig, Speculation,
 };
 use engine::{ContextConfig, EngineConfig, Enter, Event, Executor, Out, RowOut, Taps};
 use gguf::GgmlType;
@@ -109,7 +109,7 @@ fn drafts_equal_llama_cpp_s_on_the_same_file() {
     let states = target_states(&path, &seq);
     let pool = Arc::new(kernels::ThreadPool::new(2));
     let nextn = Model::load_stage(&path, Part::Nextn).unwrap();
-    let mut mtp = Mtp::new(nextn, context(), 1, pool).unwrap();
+    let mut mtp = HiddenDrafter::nextn(nextn, context(), 1, pool).unwrap();
     for (pos, s) in states.iter().enumerate() {
         mtp.observe_state(0, pos, s);
     }

@@ -113,6 +113,17 @@ pub struct HParams {
     /// (`nextn_predict_layers`): a drafter's ([`crate::Part::Nextn`]), never run by the
     /// model's own forward.
     pub n_nextn: usize,
+    /// For a drafter of a target's features (EAGLE-3), what it reads of the target.
+    pub target: Option<TargetFeatures>,
+}
+
+/// What a drafter of a target's features reads of its target: the inputs of blocks
+/// `layers` (llama.cpp's `target_layers`; the input of block `l` is the state after block
+/// `l - 1`), each `[n_embd]` wide, concatenated in that order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetFeatures {
+    pub layers: Vec<usize>,
+    pub n_embd: usize,
 }
 
 /// Sliding-window attention: the windowed blocks see the last `window` positions up to
@@ -207,6 +218,7 @@ impl HParams {
             sliding: None,
             streams: 1,
             n_nextn: 0,
+            target: None,
         };
         let bad = |k: &str, problem: String| Error::BadHParam {
             key: key(k),

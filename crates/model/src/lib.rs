@@ -40,7 +40,7 @@ pub use error::{Error, Result};
 pub use head::SubsetHead;
 pub use hparams::{
     ExpertWidth, Experts, HParams, MoeParams, RoutingDefaults, SharedExpert, Sliding,
-    SlidingPattern, Traits,
+    SlidingPattern, TargetFeatures, Traits,
 };
 pub use layers::{Cx, Layer, LayerMemory};
 pub use scratch::Scratch;
@@ -74,6 +74,8 @@ pub struct Model {
     /// What merges the residual streams into one before the output norm
     /// ([`Recipe::merge`]), when the stage ends with the head.
     merge: Option<Box<dyn Layer>>,
+    /// How a drafter's rows enter as the target's features ([`Part::Drafter`]).
+    fuse: Option<layers::fuse::Fuse>,
     /// LoRA adapters ([`Model::add_adapter`]): an executor of this model computes their
     /// terms at the scales each sequence gives ([`lora::LoraDevice`]).
     pub adapters: Vec<Arc<lora::Adapter>>,
@@ -112,6 +114,12 @@ impl Model {
         let recipe = arch.recipe();
         let hparams = recipe.hparams(md)?;
         let stage = part.stage(hparams.n_layer, hparams.n_nextn)?;
+        if hparams.target.is_some() && part != Part::Drafter {
+            return Err(Error::BadStage(format!(
+                "{} drafts from a target's features: it runs beside its target (-md), not alone",
+                arch.name()
+            )));
+        }
         let mut t = TensorLoader::new(&file);
         for name in ["rope_factors_long.weight", "rope_factors_short.weight"] {
             if t.has(name) {
@@ -147,7 +155,7 @@ impl Model {
             .collect::<Result<Vec<_>>>()?;
         let norm = own(&t, "norm", "output_norm.weight");
         let output_norm = stage.head.then(|| t.vector(&norm, e)).transpose()?;
-        if let Some(il) = (!stage.embed && !nextn)
+        if let Some(il) = matches!(part, Part::Last(_))
             .then(|| {
                 stage
                     .layers
@@ -166,6 +174,10 @@ impl Model {
             true => recipe.merge(&mut t, &hparams)?,
             false => None,
         };
+        let fuse = match part {
+            Part::Drafter => Some(recipe.fuse(&mut t, &hparams)?),
+            _ => None,
+        };
         let tensors = t.finish();
         Ok(Model {
             file: Arc::new(file),
@@ -179,6 +191,7 @@ impl Model {
             output,
             head: None,
             merge,
+            fuse,
             adapters: Vec::new(),
         })
     }
@@ -366,6 +379,27 @@ impl Model {
                 .collect();
             dev.gather_rows(s.x, &rows, hp.n_embd, hidden);
         }
+        Ok(())
+    }
+
+    /// Floats of a row's features, for a drafter of a target's features
+    /// ([`Part::Drafter`]).
+    pub fn fuse_width(&self) -> Option<usize> {
+        self.fuse.as_ref().map(|f| f.width())
+    }
+
+    /// `hidden` (`[n, n_embd]`) from the target's `features` (`[n, fuse_width]`, which it
+    /// may overwrite), for a drafter of a target's features.
+    pub fn fuse(
+        &self,
+        dev: &mut dyn Device,
+        w: &DeviceWeights,
+        features: Buf,
+        hidden: Buf,
+        n: usize,
+    ) -> Result<()> {
+        let fuse = self.fuse.as_ref().ok_or(Error::NotInStage("a fusion of features"))?;
+        fuse.forward(&self.hparams, &w.t, dev, features, hidden, n);
         Ok(())
     }
 

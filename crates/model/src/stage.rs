@@ -25,6 +25,10 @@ pub enum Part {
     /// ([`crate::HParams::n_nextn`]) and the output head: a drafter whose rows enter as the
     /// target's final hidden states with their tokens ([`crate::Recipe::nextn`]).
     Nextn,
+    /// A drafter of a target's features ([`crate::HParams::target`]: EAGLE-3): its blocks
+    /// and output head, its rows entering as the target's features fused by the recipe's
+    /// [`crate::Recipe::fuse`] (or as states of its own) with their tokens.
+    Drafter,
 }
 
 impl Part {
@@ -40,6 +44,13 @@ impl Part {
             Part::Nextn => {
                 return Ok(Stage {
                     layers: n_layer..n_layer + n_nextn,
+                    embed: false,
+                    head: true,
+                })
+            }
+            Part::Drafter => {
+                return Ok(Stage {
+                    layers: 0..n_layer,
                     embed: false,
                     head: true,
                 })

@@ -2,7 +2,8 @@
 //! shapes no downloadable model has. The defaults make the ~0.5B mixture of the MoE
 //! verify-cost benchmark: qwen3moe, 8 of 64 experts, Q4_K. `--arch deepseek4` has
 //! defaults of its own: a small DeepSeek-V4 with every feature on
-//! ([`Dsv4Shape::default`]), Q8_0.
+//! ([`Dsv4Shape::default`]), Q8_0. `--arch eagle3` writes an EAGLE-3 drafter for a target
+//! of the same tokenizer (`--target-layers`, `--target-n-embd`).
 
 use std::path::PathBuf;
 
@@ -10,6 +11,7 @@ use clap::Args;
 use gguf::{GgmlType, GgufFile};
 use model::layers::gated_delta_net::DeltaShape;
 use model::synthetic::deepseek4::{Dsv4Shape, DEFAULT_RATIOS};
+use model::synthetic::eagle3::Eagle3Shape;
 use model::synthetic::{ExpertShape, Synthetic, Vocab};
 use model::Arch;
 
@@ -23,8 +25,9 @@ pub struct SynthArgs {
     #[arg(short = 'o', long = "out")]
     pub out: PathBuf,
     /// llama, qwen2, qwen3 (dense), qwen2moe, qwen3moe, qwen35 (hybrid; with --experts 0),
-    /// qwen35moe, llama with --experts (Mixtral), or deepseek4 (DeepSeek-V4; shaped
-    /// further by the --dsv4-* flags).
+    /// qwen35moe, llama with --experts (Mixtral), deepseek4 (DeepSeek-V4; shaped
+    /// further by the --dsv4-* flags), or eagle3 (an EAGLE-3 drafter: one block, --n-embd
+    /// wide, for a target shaped by --target-layers and --target-n-embd).
     #[arg(long, default_value = "qwen3moe")]
     pub arch: String,
     /// [default: 1024; deepseek4: 256]
@@ -97,6 +100,12 @@ pub struct SynthArgs {
     /// The adapter's `adapter.lora.alpha`.
     #[arg(long = "lora-alpha", default_value_t = 16.0, requires = "lora_of")]
     pub lora_alpha: f32,
+    /// eagle3: the three target blocks whose inputs the drafter reads [default: 1,2,3].
+    #[arg(long, value_delimiter = ',')]
+    pub target_layers: Option<Vec<usize>>,
+    /// eagle3: the target's hidden width [default: --n-embd].
+    #[arg(long)]
+    pub target_n_embd: Option<usize>,
     #[command(flatten)]
     pub dsv4: Box<Dsv4Args>,
     #[command(flatten)]
@@ -211,10 +220,43 @@ fn delta_shape(a: &SynthArgs) -> Result<Option<DeltaShape>, CliError> {
     }))
 }
 
-/// A shape of an architecture with a recipe, or of DeepSeek-V4.
+/// A shape of an architecture with a recipe, of DeepSeek-V4, or of an EAGLE-3 drafter.
 enum Shape {
     Recipe(Synthetic),
     Dsv4(Dsv4Shape),
+    Eagle3(Eagle3Shape),
+}
+
+fn eagle3_shape(a: &SynthArgs) -> Result<Eagle3Shape, CliError> {
+    let refused = [
+        ("--n-layer", a.n_layer.is_some()),
+        ("--experts", a.experts.unwrap_or(0) > 0),
+        ("--nextn", a.nextn.is_some()),
+        ("--dsv4-*", a.dsv4.any()),
+    ];
+    if let Some((flag, _)) = refused.iter().find(|r| r.1) {
+        return Err(CliError::Usage(format!(
+            "{flag} does not shape eagle3 (one dense block)"
+        )));
+    }
+    delta_shape(a)?;
+    let layers = a.target_layers.clone().unwrap_or(vec![1, 2, 3]);
+    let target_layers: [usize; 3] = layers.try_into().map_err(|l: Vec<usize>| {
+        CliError::Usage(format!("--target-layers: EAGLE-3 reads three blocks, not {l:?}"))
+    })?;
+    let n_embd = a.n_embd.unwrap_or(1024);
+    Ok(Eagle3Shape {
+        n_embd,
+        n_head: a.n_head.unwrap_or(16),
+        n_head_kv: a.n_head_kv.unwrap_or(4),
+        n_ff: a.n_ff.unwrap_or(2816),
+        target_layers,
+        target_n_embd: a.target_n_embd.unwrap_or(n_embd),
+        norm_before_fc: false,
+        norm_before_residual: false,
+        ty: a.ty.unwrap_or(GgmlType::Q8_0),
+        seed: a.seed,
+    })
 }
 
 fn recipe_shape(a: &SynthArgs) -> Result<Synthetic, CliError> {
@@ -327,6 +369,13 @@ pub fn execute(a: SynthArgs) -> Result<(), CliError> {
     }
     let shape = match a.arch.as_str() {
         "deepseek4" => Shape::Dsv4(dsv4_shape(&a)?),
+        "eagle3" => Shape::Eagle3(eagle3_shape(&a)?),
+        _ if a.target_layers.is_some() || a.target_n_embd.is_some() => {
+            return Err(CliError::Usage(format!(
+                "--target-* shape an eagle3 drafter; not {}",
+                a.arch
+            )))
+        }
         _ => Shape::Recipe(recipe_shape(&a)?),
     };
     let vocab = vocab(&a)?;
@@ -336,6 +385,10 @@ pub fn execute(a: SynthArgs) -> Result<(), CliError> {
             s.n_params(vocab.n_vocab())
         }
         Shape::Dsv4(s) => {
+            s.write(&vocab, &a.out)?;
+            s.n_params(vocab.n_vocab())
+        }
+        Shape::Eagle3(s) => {
             s.write(&vocab, &a.out)?;
             s.n_params(vocab.n_vocab())
         }

@@ -10,8 +10,8 @@
 
 mod draft_model;
 mod estimates;
+mod hidden;
 mod kept;
-mod mtp;
 mod ngram;
 mod pick;
 pub mod policy;
@@ -20,7 +20,7 @@ pub mod verify;
 pub mod vocab;
 
 pub use draft_model::DraftModel;
-pub use mtp::Mtp;
+pub use hidden::HiddenDrafter;
 pub use ngram::Ngram;
 pub use policy::{Policy, PolicyKind};
 pub use scripted::Scripted;
@@ -225,7 +225,19 @@ impl Speculation {
     pub fn mtp(model: Model, config: SpecConfig) -> Self {
         Speculation {
             make: Box::new(move |env: &ProposerEnv| {
-                let p = Mtp::new(model, env.context, env.n_slots, env.pool.clone())?;
+                let p = HiddenDrafter::nextn(model, env.context, env.n_slots, env.pool.clone())?;
+                Ok(Box::new(p) as Box<dyn Proposer>)
+            }),
+            config,
+        }
+    }
+
+    /// An EAGLE-3 drafter (`model`: its [`model::Part::Drafter`] stage) of the target's
+    /// features.
+    pub fn eagle3(model: Model, config: SpecConfig) -> Self {
+        Speculation {
+            make: Box::new(move |env: &ProposerEnv| {
+                let p = HiddenDrafter::eagle3(model, env.context, env.n_slots, env.pool.clone())?;
                 Ok(Box::new(p) as Box<dyn Proposer>)
             }),
             config,

@@ -5,6 +5,7 @@
 //! [`RECIPES`].
 
 mod deepseek4;
+mod eagle3;
 mod gemma3;
 mod llama;
 mod phi3;
@@ -22,6 +23,7 @@ use gguf::Metadata;
 
 use crate::error::{Error, Result};
 use crate::hparams::{HParams, Traits};
+use crate::layers::fuse::Fuse;
 use crate::layers::Layer;
 use crate::tensors::TensorLoader;
 
@@ -51,6 +53,16 @@ pub trait Recipe: Sync {
         )))
     }
 
+    /// How a drafter of a target's features ([`crate::Part::Drafter`]) fuses them into
+    /// its rows' hidden states, its tensors loaded through `t`; an error for a recipe that
+    /// is no such drafter.
+    fn fuse(&self, _t: &mut TensorLoader, _hp: &HParams) -> Result<Fuse> {
+        Err(Error::BadStage(format!(
+            "{} is not a drafter of a target's features",
+            self.name()
+        )))
+    }
+
     /// What merges the residual streams of an architecture with several
     /// ([`HParams::streams`]) into one `[rows, n_embd]` before the output norm, its tensors
     /// loaded through `t`; `None` for a plain residual.
@@ -76,6 +88,7 @@ pub static RECIPES: &[&dyn Recipe] = &[
     &gemma3::Gemma3,
     &deepseek4::DeepSeek4,
     &phi3::RECIPE,
+    &eagle3::Eagle3,
 ];
 
 /// Architectures for tests of the seams (feature `testing`), never in a user's build.

@@ -5,6 +5,7 @@
 
 pub mod attention;
 pub mod ffn;
+pub mod fuse;
 pub mod gated_attention;
 pub mod gated_delta_net;
 pub mod hyper;
