@@ -47,7 +47,8 @@ pub enum Reasoning {
 /// Where draft tokens come from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Drafter {
-    /// A smaller model with the same vocabulary (-md).
+    /// A smaller model with the same vocabulary, or an EAGLE-3 drafter of the model's
+    /// features (-md; told apart by the file's architecture).
     Model(PathBuf),
     /// Prompt lookup over the request's own tokens.
     Ngram,
@@ -465,6 +466,23 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
                 let plan = MemoryPlan::new(&mtp, &ecfg.context_config());
                 (Some(Speculation::mtp(mtp, s.config)), Some(plan))
             }
+            Drafter::Model(path) if reads_features(path) => {
+                let draft = Model::load_stage_with(path, Part::Drafter, config.load_mode)?;
+                check_draft_vocab(&tok, &draft, path)?;
+                let reads = draft.hparams.target.as_ref().map_or(0, |t| t.n_embd);
+                if reads != hp.n_embd {
+                    return Err(Error::DraftVocab {
+                        path: path.display().to_string(),
+                        why: format!(
+                            "it reads features {reads} wide (target_hidden_size), the model's \
+                             are {}",
+                            hp.n_embd
+                        ),
+                    });
+                }
+                let plan = MemoryPlan::new(&draft, &ecfg.context_config());
+                (Some(Speculation::eagle3(draft, s.config)), Some(plan))
+            }
             Drafter::Model(path) => {
                 let mut draft = Model::load_stage_with(path, Part::Whole, config.load_mode)?;
                 draft.set_lazy(config.lazy);
@@ -626,6 +644,15 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
 
 /// A draft model must tokenize exactly like the target: same vocabulary, same pieces, same
 /// end-of-generation tokens.
+/// Whether the file at `path` is a drafter of a target's features (EAGLE-3); a file that
+/// cannot be read is left to the draft model's loading to report.
+fn reads_features(path: &std::path::Path) -> bool {
+    gguf::GgufFile::open(path)
+        .ok()
+        .and_then(|f| model::read_hparams(&f.header.metadata).ok())
+        .is_some_and(|h| h.target.is_some())
+}
+
 fn check_draft_vocab(tok: &Tokenizer, draft: &Model, path: &std::path::Path) -> Result<(), Error> {
     let dtok = Tokenizer::from_gguf(&draft.file.header.metadata)?;
     let bad = |why: String| Error::DraftVocab {

@@ -653,7 +653,7 @@ impl ServeArgs {
             (None, Some(t)) if t == "ngram" || t.starts_with("ngram-") => server::Drafter::Ngram,
             (None, Some(t)) => {
                 return Err(CliError::Usage(format!(
-                    "--spec-type {t}: this server drafts with -md MODEL, --spec-type ngram or --spec-type draft-mtp"
+                    "--spec-type {t}: this server drafts with -md MODEL (a draft model or an EAGLE-3 drafter), --spec-type ngram or --spec-type draft-mtp"
                 )))
             }
         };

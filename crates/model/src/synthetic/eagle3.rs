@@ -98,7 +98,7 @@ impl Eagle3Shape {
             rng: Rng::new(self.seed),
         };
         t.matrix("token_embd.weight", &[e, nv], ty, 1.0)?;
-        t.matrix("output.weight", &[e, nv], ty, 2.0 * scale(e))?;
+        t.matrix("output.weight", &[e, nv], ty, 4.0 * scale(e))?;
         t.ones("output_norm.weight", e);
         t.matrix("fc.weight", &[f, e], ty, scale(f))?;
         if self.norm_before_fc {

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# llama.cpp's EAGLE-3 drafts on a synthetic llama target and a synthetic EAGLE-3 drafter,
+# as golden data: the files `tandem synth` writes with the arguments below (f32 weights,
+# SmolLM2's tokenizer cut to 320 tokens; the drafter reads the inputs of the target's
+# blocks 1, 2 and 3), served by llama-server with `-md DRAFTER --spec-type draft-eagle3
+# --spec-draft-n-max 3` and f32 KV caches; one completion of PROMPT at temperature 0 for
+# 256 tokens, its end token ignored. Its debug log gives each draft call's three candidates per draft position;
+# they go with the prompt's and the answer's tokens and the completion's timings to
+# crates/engine/tests/golden/llama-eagle3.llamacpp.json, which crates/engine/tests/eagle3.rs
+# compares tandem's drafts with.
+#
+# usage: scripts/gen_eagle3_golden.sh TANDEM_BINARY LLAMA_SERVER_BINARY
+# (the arguments must match the shapes in crates/engine/tests/eagle3.rs)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tandem=$1
+server=$2
+tmp=$(mktemp -d)
+port=18932
+trap 'kill "$pid" 2>/dev/null || true; rm -rf "$tmp"' EXIT
+"$tandem" synth -o "$tmp/t.gguf" --arch llama --experts 0 --n-embd 128 --n-layer 4 \
+    --n-head 4 --n-head-kv 2 --n-ff 256 --type f32 --tokenizer smollm2-135m --vocab 320 --seed 7
+"$tandem" synth -o "$tmp/d.gguf" --arch eagle3 --n-embd 128 --n-head 4 --n-head-kv 2 \
+    --n-ff 256 --target-layers 1,2,3 --type f32 --tokenizer smollm2-135m --vocab 320 --seed 9
+"$server" -m "$tmp/t.gguf" -md "$tmp/d.gguf" --spec-type draft-eagle3 --spec-draft-n-max 3 \
+    --port "$port" -np 1 -c 4096 -t 2 -ctk f32 -ctv f32 -ctkd f32 -ctvd f32 -v >"$tmp/log" 2>&1 &
+pid=$!
+for _ in $(seq 1 60); do
+    curl -sf "127.0.0.1:$port/health" >/dev/null && break
+    sleep 1
+done
+PORT=$port LOG="$tmp/log" python3 - <<'PY'
+import json, os, re, urllib.request
+
+PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time"
+url = f"http://127.0.0.1:{os.environ['PORT']}"
+
+def post(path, body):
+    req = urllib.request.Request(url + path, json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    return json.load(urllib.request.urlopen(req))
+
+prompt = post("/tokenize", {"content": PROMPT})["tokens"]
+done = post("/completion", {"prompt": PROMPT, "n_predict": 256, "temperature": 0, "ignore_eos": True,
+                            "return_tokens": True})
+cand = re.compile(r"draft candidate +(\d+), pos +(\d+): +(\d+) \( *([0-9.]+)\)")
+step = re.compile(r"generate_draft: id=(\d+), #tokens=(\d+), #draft=(\d+)")
+steps, pending = [], {}
+for line in open(os.environ["LOG"], errors="replace"):
+    if m := cand.search(line):
+        k, pos, tok, p = int(m[1]), int(m[2]), int(m[3]), float(m[4])
+        pending.setdefault(pos, []).append([tok, p])
+    elif m := step.search(line):
+        drafts = [pending[pos] for pos in sorted(pending)]
+        steps.append({"n_past": int(m[2]), "id_last": int(m[1]), "candidates": drafts})
+        pending = {}
+t = done["timings"]
+out = {
+    "prompt": PROMPT,
+    "prompt_tokens": prompt,
+    "answer_tokens": done["tokens"],
+    "draft_n": t["draft_n"],
+    "draft_n_accepted": t["draft_n_accepted"],
+    "steps": steps,
+}
+path = "crates/engine/tests/golden/llama-eagle3.llamacpp.json"
+with open(path, "w") as f:
+    json.dump(out, f, separators=(",", ":"))
+    f.write("\n")
+print(f"{path}: {len(steps)} draft calls, {t['draft_n_accepted']} of {t['draft_n']} accepted")
+PY
