@@ -61,7 +61,7 @@ pub struct SpecBenchArgs {
     /// Target model (a path or a `tandem pull` name).
     #[arg(short = 'm', long = "model")]
     pub model: String,
-    /// Draft model.
+    /// Draft model, or an EAGLE-3 drafter (told apart by its architecture).
     #[arg(long = "model-draft", required_unless_present = "spec_type")]
     pub model_draft: Option<String>,
     /// A drafter without a draft model instead: `draft-mtp` (the target's NextN blocks)
@@ -226,7 +226,8 @@ pub fn execute(a: BenchArgs) -> Result<(), CliError> {
 
 /// What `tandem bench spec` drafts with: a draft model's path, or a `--spec-type`.
 enum Drafter {
-    Model(String),
+    /// A draft model, or (`true`) an EAGLE-3 drafter of the target's features.
+    Model(String, bool),
     Kind(String),
 }
 
@@ -246,7 +247,12 @@ fn spec(a: SpecBenchArgs) -> Result<(), CliError> {
     use bench::spec_bench::{self, Arm, SpecBenchConfig};
     let target = crate::pull::resolve(&a.model, None)?;
     let draft = match (&a.model_draft, a.spec_type.as_deref()) {
-        (Some(m), _) => Drafter::Model(crate::pull::resolve(m, None)?.display().to_string()),
+        (Some(m), _) => {
+            let path = crate::pull::resolve(m, None)?;
+            let md = gguf::GgufFile::open(&path)?;
+            let eagle3 = model::read_hparams(&md.header.metadata)?.target.is_some();
+            Drafter::Model(path.display().to_string(), eagle3)
+        }
         (None, Some(t)) => Drafter::Kind(t.to_string()),
         (None, None) => unreachable!("clap requires one"),
     };
@@ -260,11 +266,12 @@ fn spec(a: SpecBenchArgs) -> Result<(), CliError> {
     );
     let target = target.display().to_string();
     let ours = |n: &str| match &draft {
-        Drafter::Model(path) => s(&["-md", path, "--spec-draft-n-max", n]),
+        Drafter::Model(path, _) => s(&["-md", path, "--spec-draft-n-max", n]),
         Drafter::Kind(t) => s(&["--spec-type", t, "--spec-draft-n-max", n]),
     };
     let peers = match &draft {
-        Drafter::Model(path) => s(&["-md", path, "--spec-type", "draft-simple"]),
+        Drafter::Model(path, false) => s(&["-md", path, "--spec-type", "draft-simple"]),
+        Drafter::Model(path, true) => s(&["-md", path, "--spec-type", "draft-eagle3"]),
         Drafter::Kind(t) if t == "ngram" => s(&["--spec-type", "ngram-simple"]),
         Drafter::Kind(t) => s(&["--spec-type", t]),
     };
