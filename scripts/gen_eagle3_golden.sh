@@ -2,12 +2,13 @@
 # llama.cpp's EAGLE-3 drafts on a synthetic llama target and a synthetic EAGLE-3 drafter,
 # as golden data: the files `tandem synth` writes with the arguments below (f32 weights,
 # SmolLM2's tokenizer cut to 320 tokens; the drafter reads the inputs of the target's
-# blocks 1, 2 and 3), served by llama-server with `-md DRAFTER --spec-type draft-eagle3
+# blocks 1, 2 and 3; once with its own embeddings and output head, once with the
+# target's: `--target-head`), served by llama-server with `-md DRAFTER --spec-type draft-eagle3
 # --spec-draft-n-max 3` and f32 KV caches; one completion of PROMPT at temperature 0 for
 # 256 tokens, its end token ignored. Its debug log gives each draft call's three candidates per draft position;
 # they go with the prompt's and the answer's tokens and the completion's timings to
-# crates/engine/tests/golden/llama-eagle3.llamacpp.json, which crates/engine/tests/eagle3.rs
-# compares tandem's drafts with.
+# crates/engine/tests/golden/llama-eagle3{,-target-head}.llamacpp.json, which
+# crates/engine/tests/eagle3.rs compares tandem's drafts with.
 #
 # usage: scripts/gen_eagle3_golden.sh TANDEM_BINARY LLAMA_SERVER_BINARY
 # (the arguments must match the shapes in crates/engine/tests/eagle3.rs)
@@ -17,11 +18,16 @@ tandem=$1
 server=$2
 tmp=$(mktemp -d)
 port=18932
-trap 'kill "$pid" 2>/dev/null || true; rm -rf "$tmp"' EXIT
+pid=
+trap 'kill $pid 2>/dev/null || true; rm -rf "$tmp"' EXIT
 "$tandem" synth -o "$tmp/t.gguf" --arch llama --experts 0 --n-embd 128 --n-layer 4 \
     --n-head 4 --n-head-kv 2 --n-ff 256 --type f32 --tokenizer smollm2-135m --vocab 320 --seed 7
+for variant in own target-head; do
+flag=() golden=llama-eagle3
+if [ "$variant" = target-head ]; then flag=(--target-head) golden=llama-eagle3-target-head; fi
 "$tandem" synth -o "$tmp/d.gguf" --arch eagle3 --n-embd 128 --n-head 4 --n-head-kv 2 \
-    --n-ff 256 --target-layers 1,2,3 --type f32 --tokenizer smollm2-135m --vocab 320 --seed 9
+    --n-ff 256 --target-layers 1,2,3 --type f32 --tokenizer smollm2-135m --vocab 320 --seed 9 \
+    "${flag[@]}"
 "$server" -m "$tmp/t.gguf" -md "$tmp/d.gguf" --spec-type draft-eagle3 --spec-draft-n-max 3 \
     --port "$port" -np 1 -c 4096 -t 2 -ctk f32 -ctv f32 -ctkd f32 -ctvd f32 -v >"$tmp/log" 2>&1 &
 pid=$!
@@ -29,7 +35,7 @@ for _ in $(seq 1 60); do
     curl -sf "127.0.0.1:$port/health" >/dev/null && break
     sleep 1
 done
-PORT=$port LOG="$tmp/log" python3 - <<'PY'
+GOLDEN=$golden PORT=$port LOG="$tmp/log" python3 - <<'PY'
 import json, os, re, urllib.request
 
 PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time"
@@ -63,9 +69,13 @@ out = {
     "draft_n_accepted": t["draft_n_accepted"],
     "steps": steps,
 }
-path = "crates/engine/tests/golden/llama-eagle3.llamacpp.json"
+path = f"crates/engine/tests/golden/{os.environ['GOLDEN']}.llamacpp.json"
 with open(path, "w") as f:
     json.dump(out, f, separators=(",", ":"))
     f.write("\n")
 print(f"{path}: {len(steps)} draft calls, {t['draft_n_accepted']} of {t['draft_n']} accepted")
 PY
+kill $pid
+wait $pid 2>/dev/null || true
+pid=
+done

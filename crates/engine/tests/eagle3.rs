@@ -1,8 +1,9 @@
 //! EAGLE-3: a synthetic EAGLE-3 drafter of a synthetic llama target (f32, SmolLM2's
-//! tokenizer cut to 320 tokens; the shapes `scripts/gen_eagle3_golden.sh` writes) drafts
-//! what llama.cpp's `draft-eagle3` drafts on the same files, accepts what llama-server
-//! accepts over its answer, and speculation with it leaves the greedy text of 8 users as
-//! plain decoding gives it (on the CPU and the GPU).
+//! tokenizer cut to 320 tokens; the shapes `scripts/gen_eagle3_golden.sh` writes), with
+//! its own embeddings and output head or the target's, drafts what llama.cpp's
+//! `draft-eagle3` drafts on the same files, accepts what llama-server accepts over its
+//! answer, and speculation with it leaves the greedy text of 8 users as plain decoding
+//! gives it (on the CPU and the GPU).
 
 #[allow(dead_code)]
 mod common;
@@ -17,9 +18,10 @@ use engine::speculative::{
 };
 use engine::{ContextConfig, EngineConfig, Enter, Executor, Out, RowOut, Taps};
 use gguf::GgmlType;
+use gguf::LoadMode;
 use model::synthetic::eagle3::Eagle3Shape;
 use model::synthetic::{Synthetic, Vocab};
-use model::{Model, Part};
+use model::Model;
 use text::Tokenizer;
 
 /// llama.cpp's top two draft candidates closer than this (in its probabilities over the
@@ -29,8 +31,9 @@ const TIE: f64 = 0.01;
 /// The blocks whose outputs are the inputs of the target's blocks 1, 2 and 3.
 const TAPPED: [usize; 3] = [0, 1, 2];
 
-/// The target and the drafter of `scripts/gen_eagle3_golden.sh` in `dir`.
-fn write_models(dir: &Path) -> (PathBuf, PathBuf) {
+/// The target and the drafter of `scripts/gen_eagle3_golden.sh` in `dir`, the drafter
+/// with its own embeddings and output head or (`own_head` false) the target's.
+fn write_models(dir: &Path, own_head: bool) -> (PathBuf, PathBuf) {
     let (_, file, name) = MODELS[0];
     let tokenizer = gguf::GgufFile::open(model_path(file, name)).unwrap();
     let vocab = Vocab::cut(&tokenizer, 320).unwrap();
@@ -58,6 +61,7 @@ fn write_models(dir: &Path) -> (PathBuf, PathBuf) {
         target_n_embd: 128,
         norm_before_fc: false,
         norm_before_residual: false,
+        own_head,
         ty: GgmlType::F32,
         seed: 9,
     };
@@ -117,20 +121,39 @@ fn ids(v: &serde_json::Value) -> Vec<u32> {
     common::ids(v)
 }
 
-fn golden() -> serde_json::Value {
-    serde_json::from_str(include_str!("golden/llama-eagle3.llamacpp.json")).unwrap()
+fn golden(own_head: bool) -> serde_json::Value {
+    let text = match own_head {
+        true => include_str!("golden/llama-eagle3.llamacpp.json"),
+        false => include_str!("golden/llama-eagle3-target-head.llamacpp.json"),
+    };
+    serde_json::from_str(text).unwrap()
+}
+
+/// The drafter stage of `drafter` for the target at `target`.
+fn drafter_stage(drafter: &Path, target: &Path) -> Model {
+    let target = Model::load(target).unwrap();
+    Model::load_drafter(drafter, LoadMode::Mmap, &target).unwrap()
 }
 
 #[test]
 fn drafts_equal_llama_cpp_s_on_the_same_file() {
+    drafts_equal_llama_cpp_s(true);
+}
+
+#[test]
+fn drafts_with_the_target_s_head_equal_llama_cpp_s_on_the_same_file() {
+    drafts_equal_llama_cpp_s(false);
+}
+
+fn drafts_equal_llama_cpp_s(own_head: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let (target, drafter) = write_models(dir.path());
-    let golden = golden();
+    let (target, drafter) = write_models(dir.path(), own_head);
+    let golden = golden(own_head);
     let mut seq = ids(&golden["prompt_tokens"]);
     seq.extend(ids(&golden["answer_tokens"]));
     let features = target_features(&target, &seq);
     let pool = Arc::new(kernels::ThreadPool::new(2));
-    let stage = Model::load_stage(&drafter, Part::Drafter).unwrap();
+    let stage = drafter_stage(&drafter, &target);
     let mut eagle = HiddenDrafter::eagle3(stage, context(), 1, pool).unwrap();
     assert_eq!(eagle.features().taps, TAPPED);
     for (pos, f) in features.iter().enumerate() {
@@ -218,8 +241,8 @@ fn fixed(n_max: usize) -> SpecConfig {
 #[test]
 fn the_answer_accepts_as_llama_server_s() {
     let dir = tempfile::tempdir().unwrap();
-    let (target, drafter) = write_models(dir.path());
-    let golden = golden();
+    let (target, drafter) = write_models(dir.path(), true);
+    let golden = golden(true);
     let prompt = ids(&golden["prompt_tokens"]);
     let answer = ids(&golden["answer_tokens"]);
     let seq: Vec<u32> = prompt.iter().chain(&answer).copied().collect();
@@ -244,8 +267,7 @@ fn the_answer_accepts_as_llama_server_s() {
         step_budget: engine::StepBudget::Off,
         ..config(1, engine::DeviceKind::Cpu)
     };
-    let stage = Model::load_stage(&drafter, Part::Drafter).unwrap();
-    let spec = Speculation::eagle3(stage, fixed(3));
+    let spec = Speculation::eagle3(drafter_stage(&drafter, &target), fixed(3));
     let got = run(&target, &[prompt], answer.len(), Some(spec), cfg);
     let (tokens, summary) = &got[0];
     assert_eq!(tokens, &answer);
@@ -270,7 +292,7 @@ fn eight_users_on_the_gpu_drafting_with_eagle3_get_the_plain_text() {
 
 fn eight_users_get_the_plain_text(device: engine::DeviceKind) {
     let dir = tempfile::tempdir().unwrap();
-    let (target, drafter) = write_models(dir.path());
+    let (target, drafter) = write_models(dir.path(), false);
     let model = Model::load(&target).unwrap();
     let tok = Tokenizer::from_gguf(&model.file.header.metadata).unwrap();
     let text = "The quick brown fox jumps over the lazy dog while the river runs to the sea. ";
@@ -281,8 +303,10 @@ fn eight_users_get_the_plain_text(device: engine::DeviceKind) {
         })
         .collect();
     let plain = run(&target, &prompts, 32, None, config(8, device));
-    let stage = Model::load_stage(&drafter, Part::Drafter).unwrap();
-    let spec = Some(Speculation::eagle3(stage, fixed(3)));
+    let spec = Some(Speculation::eagle3(
+        drafter_stage(&drafter, &target),
+        fixed(3),
+    ));
     let drafted = run(&target, &prompts, 32, spec, config(8, device));
     for (i, (p, d)) in plain.iter().zip(&drafted).enumerate() {
         assert_eq!(p.0, d.0, "prompt {i}");
@@ -297,7 +321,7 @@ fn eight_users_get_the_plain_text(device: engine::DeviceKind) {
 #[test]
 fn an_eagle3_file_alone_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let (_, drafter) = write_models(dir.path());
+    let (_, drafter) = write_models(dir.path(), true);
     let err = Model::load(&drafter).err().expect("refused");
     assert!(err.to_string().contains("beside its target"), "{err}");
 }

@@ -76,6 +76,9 @@ pub struct Model {
     merge: Option<Box<dyn Layer>>,
     /// How a drafter's rows enter as the target's features ([`Part::Drafter`]).
     fuse: Option<layers::fuse::Fuse>,
+    /// The file of the model a drafter drafts for, which holds its borrowed matrices
+    /// ([`Model::load_drafter`]).
+    other: Option<Arc<GgufFile>>,
     /// LoRA adapters ([`Model::add_adapter`]): an executor of this model computes their
     /// terms at the scales each sequence gives ([`lora::LoraDevice`]).
     pub adapters: Vec<Arc<lora::Adapter>>,
@@ -108,7 +111,18 @@ impl Model {
 
     /// [`Model::load_stage`] with the file held as `mode` says (`--load-mode`).
     pub fn load_stage_with(path: impl AsRef<Path>, part: Part, mode: LoadMode) -> Result<Model> {
+        Self::load_from(GgufFile::open_with(path, mode)?, part, None)
+    }
+
+    /// The drafter stage ([`Part::Drafter`]) of the drafter at `path` for `target`: the
+    /// matrices its file lacks (its embeddings, its output head) are `target`'s, as
+    /// llama.cpp takes them.
+    pub fn load_drafter(path: impl AsRef<Path>, mode: LoadMode, target: &Model) -> Result<Model> {
         let file = GgufFile::open_with(path, mode)?;
+        Self::load_from(file, Part::Drafter, Some(target.file.clone()))
+    }
+
+    fn load_from(file: GgufFile, part: Part, other: Option<Arc<GgufFile>>) -> Result<Model> {
         let md = &file.header.metadata;
         let arch = Arch::from_name(md.str("general.architecture")?)?;
         let recipe = arch.recipe();
@@ -120,7 +134,10 @@ impl Model {
                 arch.name()
             )));
         }
-        let mut t = TensorLoader::new(&file);
+        let mut t = match &other {
+            Some(other) => TensorLoader::with_fallback(&file, other),
+            None => TensorLoader::new(&file),
+        };
         for name in ["rope_factors_long.weight", "rope_factors_short.weight"] {
             if t.has(name) {
                 return Err(Error::UnsupportedTensor {
@@ -192,6 +209,7 @@ impl Model {
             head: None,
             merge,
             fuse,
+            other,
             adapters: Vec::new(),
         })
     }
@@ -341,7 +359,10 @@ impl Model {
             .iter()
             .map(|(id, m)| match &self.head {
                 Some(h) if Some(id) == self.output => h.source(),
-                _ => m.weight.source(&self.file, m.role),
+                _ => match (&self.other, m.weight.borrowed) {
+                    (Some(other), true) => m.weight.source(other, m.role),
+                    _ => m.weight.source(&self.file, m.role),
+                },
             })
             .collect();
         if let Some(bad) = sources.iter().find(|s| !dev.supports_type(s.ty)) {
@@ -398,7 +419,10 @@ impl Model {
         hidden: Buf,
         n: usize,
     ) -> Result<()> {
-        let fuse = self.fuse.as_ref().ok_or(Error::NotInStage("a fusion of features"))?;
+        let fuse = self
+            .fuse
+            .as_ref()
+            .ok_or(Error::NotInStage("a fusion of features"))?;
         fuse.forward(&self.hparams, &w.t, dev, features, hidden, n);
         Ok(())
     }

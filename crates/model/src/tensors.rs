@@ -30,6 +30,9 @@ pub struct Weight {
     pub range: Range<usize>,
     pub n_rows: usize,
     pub n_cols: usize,
+    /// In the file of the model a drafter drafts for, not its own (its embeddings or
+    /// output head: [`TensorLoader::with_fallback`]).
+    pub borrowed: bool,
 }
 
 impl Weight {
@@ -197,6 +200,8 @@ impl TensorTable {
 /// [`DeviceTensors`]).
 pub struct TensorLoader<'a> {
     file: &'a GgufFile,
+    /// Where matrices the file lacks are taken from ([`TensorLoader::with_fallback`]).
+    fallback: Option<&'a GgufFile>,
     table: TensorTable,
 }
 
@@ -204,7 +209,18 @@ impl<'a> TensorLoader<'a> {
     pub fn new(file: &'a GgufFile) -> TensorLoader<'a> {
         TensorLoader {
             file,
+            fallback: None,
             table: TensorTable::default(),
+        }
+    }
+
+    /// A loader that takes the matrices `file` lacks from `fallback` (a drafter's
+    /// embeddings and output head, from the model it drafts for), marked
+    /// [`Weight::borrowed`].
+    pub fn with_fallback(file: &'a GgufFile, fallback: &'a GgufFile) -> TensorLoader<'a> {
+        TensorLoader {
+            fallback: Some(fallback),
+            ..TensorLoader::new(file)
         }
     }
 
@@ -212,9 +228,10 @@ impl<'a> TensorLoader<'a> {
         &self.file.header.metadata
     }
 
-    /// Whether the file has a tensor named `name`.
+    /// Whether the file (or the fallback) has a tensor named `name`.
     pub fn has(&self, name: &str) -> bool {
-        self.file.header.tensor(name).is_some()
+        let has = |f: &GgufFile| f.header.tensor(name).is_some();
+        has(self.file) || self.fallback.is_some_and(has)
     }
 
     pub fn finish(self) -> TensorTable {
@@ -261,6 +278,7 @@ impl<'a> TensorLoader<'a> {
             range: start..start + info.n_bytes as usize,
             n_rows,
             n_cols,
+            borrowed: false,
         })
     }
 
@@ -286,8 +304,21 @@ impl<'a> TensorLoader<'a> {
         n_cols: usize,
         role: Role,
     ) -> Result<MatId> {
-        let info = self.info(name, &[n_cols as u64, n_rows as u64])?;
-        let w = self.weight(name, info, n_rows, n_cols)?;
+        let dims = [n_cols as u64, n_rows as u64];
+        let w = match self.fallback {
+            Some(other) if self.file.header.tensor(name).is_none() => {
+                let own = TensorLoader::new(other);
+                let info = own.info(name, &dims)?;
+                Weight {
+                    borrowed: true,
+                    ..own.weight(name, info, n_rows, n_cols)?
+                }
+            }
+            _ => {
+                let info = self.info(name, &dims)?;
+                self.weight(name, info, n_rows, n_cols)?
+            }
+        };
         Ok(self.push(w, role, Reads::Whole))
     }
 

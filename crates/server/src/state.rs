@@ -467,7 +467,7 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
                 (Some(Speculation::mtp(mtp, s.config)), Some(plan))
             }
             Drafter::Model(path) if reads_features(path) => {
-                let draft = Model::load_stage_with(path, Part::Drafter, config.load_mode)?;
+                let draft = Model::load_drafter(path, config.load_mode, &model)?;
                 check_draft_vocab(&tok, &draft, path)?;
                 let reads = draft.hparams.target.as_ref().map_or(0, |t| t.n_embd);
                 if reads != hp.n_embd {

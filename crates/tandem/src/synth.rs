@@ -106,6 +106,10 @@ pub struct SynthArgs {
     /// eagle3: the target's hidden width [default: --n-embd].
     #[arg(long)]
     pub target_n_embd: Option<usize>,
+    /// eagle3: write no embeddings or output head; the drafter uses the target's, as many
+    /// published EAGLE-3 drafters do.
+    #[arg(long)]
+    pub target_head: bool,
     #[command(flatten)]
     pub dsv4: Box<Dsv4Args>,
     #[command(flatten)]
@@ -242,7 +246,9 @@ fn eagle3_shape(a: &SynthArgs) -> Result<Eagle3Shape, CliError> {
     delta_shape(a)?;
     let layers = a.target_layers.clone().unwrap_or(vec![1, 2, 3]);
     let target_layers: [usize; 3] = layers.try_into().map_err(|l: Vec<usize>| {
-        CliError::Usage(format!("--target-layers: EAGLE-3 reads three blocks, not {l:?}"))
+        CliError::Usage(format!(
+            "--target-layers: EAGLE-3 reads three blocks, not {l:?}"
+        ))
     })?;
     let n_embd = a.n_embd.unwrap_or(1024);
     Ok(Eagle3Shape {
@@ -254,6 +260,7 @@ fn eagle3_shape(a: &SynthArgs) -> Result<Eagle3Shape, CliError> {
         target_n_embd: a.target_n_embd.unwrap_or(n_embd),
         norm_before_fc: false,
         norm_before_residual: false,
+        own_head: !a.target_head,
         ty: a.ty.unwrap_or(GgmlType::Q8_0),
         seed: a.seed,
     })
@@ -370,7 +377,7 @@ pub fn execute(a: SynthArgs) -> Result<(), CliError> {
     let shape = match a.arch.as_str() {
         "deepseek4" => Shape::Dsv4(dsv4_shape(&a)?),
         "eagle3" => Shape::Eagle3(eagle3_shape(&a)?),
-        _ if a.target_layers.is_some() || a.target_n_embd.is_some() => {
+        _ if a.target_layers.is_some() || a.target_n_embd.is_some() || a.target_head => {
             return Err(CliError::Usage(format!(
                 "--target-* shape an eagle3 drafter; not {}",
                 a.arch

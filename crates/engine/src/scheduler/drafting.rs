@@ -302,7 +302,8 @@ impl Engine {
     /// drafter that reports no steps, whose cost the policy then takes as nothing).
     fn time_draft(&mut self, m: usize) -> Option<Duration> {
         let spec = self.spec.as_mut()?;
-        let tokens: Vec<Vec<u32>> = (0..m).map(|s| vec![(s % 3) as u32]).collect();
+        // Two tokens each: a drafter whose rows start at the second token (EAGLE-3) drafts.
+        let tokens: Vec<Vec<u32>> = (0..m).map(|s| vec![(s % 3) as u32; 2]).collect();
         let jobs: Vec<DraftJob> = tokens
             .iter()
             .enumerate()

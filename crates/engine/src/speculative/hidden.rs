@@ -310,10 +310,10 @@ impl Proposer for HiddenDrafter {
             }
         }
         let drafting = last_row.iter().flatten().count();
-        if rows.len() == drafting {
-            log.steps.push((rows.len(), t0.elapsed()));
-        } else {
-            log.catch_up += t0.elapsed();
+        match rows.len() {
+            0 => {}
+            n if n == drafting => log.steps.push((n, t0.elapsed())),
+            _ => log.catch_up += t0.elapsed(),
         }
         let model = self.ctx.model_arc();
         let mut active: Vec<usize> = Vec::with_capacity(jobs.len());

@@ -42,7 +42,10 @@ impl Recipe for Eagle3 {
             problem,
         };
         if hp.n_layer != 1 {
-            return Err(bad("block_count", format!("{}: EAGLE-3 has one block", hp.n_layer)));
+            return Err(bad(
+                "block_count",
+                format!("{}: EAGLE-3 has one block", hp.n_layer),
+            ));
         }
         let layers = md.i64_array("eagle3.target_layers")?;
         if layers.len() != 3 {

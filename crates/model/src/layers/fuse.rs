@@ -30,9 +30,10 @@ impl Fuse {
         pre: Option<&str>,
         post: Option<&str>,
     ) -> Result<Fuse> {
-        let target = hp.target.as_ref().ok_or_else(|| {
-            Error::BadStage(format!("{} reads no target's features", hp.arch))
-        })?;
+        let target = hp
+            .target
+            .as_ref()
+            .ok_or_else(|| Error::BadStage(format!("{} reads no target's features", hp.arch)))?;
         let width = target.layers.len() * target.n_embd;
         Ok(Fuse {
             pre: pre.map(|name| t.vector(name, width)).transpose()?,

@@ -119,6 +119,7 @@ impl Adapter {
                 range: range(info),
                 n_rows: if half == 0 { rank } else { n_out },
                 n_cols: if half == 0 { n_in } else { rank },
+                borrowed: false,
             };
             match pairs.iter_mut().find(|p| p.target == target) {
                 Some(p) if p.rank != rank => {

@@ -1,6 +1,6 @@
 //! Random-weight EAGLE-3 drafters (`eagle3`), written with the metadata keys and tensors
-//! llama.cpp's loader reads, with their own embeddings and output head (so that they load
-//! without a target's), for a target `target_n_embd` wide.
+//! llama.cpp's loader reads, for a target `target_n_embd` wide: with embeddings and an
+//! output head of their own, or (as many published ones) using the target's.
 
 use std::path::Path;
 
@@ -25,6 +25,8 @@ pub struct Eagle3Shape {
     pub norm_before_fc: bool,
     /// `eagle3.norm_before_residual`: the normed fused state is the block's residual.
     pub norm_before_residual: bool,
+    /// Writes `token_embd` and `output` of its own; without, the target's are used.
+    pub own_head: bool,
     /// Type of every matrix; its block size must divide `n_embd`, `n_ff` and the
     /// features' width.
     pub ty: GgmlType,
@@ -36,7 +38,9 @@ impl Eagle3Shape {
         let bad = |problem: String| Err(Error::Synthetic(problem));
         let (e, h, kv) = (self.n_embd, self.n_head, self.n_head_kv);
         if h == 0 || kv == 0 || !e.is_multiple_of(h) || !h.is_multiple_of(kv) {
-            return bad(format!("{h} heads ({kv} for keys and values) do not divide n_embd {e}"));
+            return bad(format!(
+                "{h} heads ({kv} for keys and values) do not divide n_embd {e}"
+            ));
         }
         let block = self.ty.block_size() as usize;
         for w in [e, self.n_ff, 3 * self.target_n_embd] {
@@ -52,7 +56,8 @@ impl Eagle3Shape {
         let e = self.n_embd;
         let kv = self.n_head_kv * (e / self.n_head);
         let attn = 2 * e * (e + 2 * kv) + e * e;
-        (2 * n_vocab * e + 3 * self.target_n_embd * e + attn + 3 * e * self.n_ff) as u64
+        let head = if self.own_head { 2 * n_vocab * e } else { 0 };
+        (head + 3 * self.target_n_embd * e + attn + 3 * e * self.n_ff) as u64
     }
 
     /// Writes the drafter to `path` with the tokenizer `vocab` (its target's).
@@ -97,9 +102,14 @@ impl Eagle3Shape {
             w: &mut w,
             rng: Rng::new(self.seed),
         };
-        t.matrix("token_embd.weight", &[e, nv], ty, 1.0)?;
-        t.matrix("output.weight", &[e, nv], ty, 4.0 * scale(e))?;
-        t.ones("output_norm.weight", e);
+        if self.own_head {
+            t.matrix("token_embd.weight", &[e, nv], ty, 1.0)?;
+            t.matrix("output.weight", &[e, nv], ty, 4.0 * scale(e))?;
+        }
+        // With the target's head, an output norm of 4 sharpens the drafts' distributions as
+        // its own head (4 times a unit-variance product) does: fewer near-ties.
+        let norm = if self.own_head { 1.0 } else { 4.0 };
+        t.vector("output_norm.weight", vec![norm; e]);
         t.matrix("fc.weight", &[f, e], ty, scale(f))?;
         if self.norm_before_fc {
             t.ones("enc.output_norm.weight", f);
@@ -108,7 +118,12 @@ impl Eagle3Shape {
         t.ones("blk.0.attn_norm_2.weight", e);
         t.ones("blk.0.ffn_norm.weight", e);
         for (name, rows) in [("attn_q", q), ("attn_k", kv), ("attn_v", kv)] {
-            t.matrix(&format!("blk.0.{name}.weight"), &[2 * e, rows], ty, scale(2 * e))?;
+            t.matrix(
+                &format!("blk.0.{name}.weight"),
+                &[2 * e, rows],
+                ty,
+                scale(2 * e),
+            )?;
         }
         t.matrix("blk.0.attn_output.weight", &[q, e], ty, scale(q))?;
         t.matrix("blk.0.ffn_gate.weight", &[e, ff], ty, scale(e))?;
