@@ -20,12 +20,14 @@ pub fn read(dev: &mut dyn Device, b: Buf, n: usize) -> Vec<f32> {
     out
 }
 
-/// A step of `rows` over `tables`: every op that reads positions.
+/// A step of `rows` over `tables`: every op that reads positions; attention causal or not
+/// ([`AttnSpec::causal`]).
 pub fn attention_case(
     dev: &mut dyn Device,
     kv_ty: GgmlType,
     mode: RopeMode,
     window: Option<usize>,
+    causal: bool,
 ) -> Vec<f32> {
     let (nh, nkv, hd) = (6, 2, 64);
     let cfg = KvConfig {
@@ -54,6 +56,7 @@ pub fn attention_case(
         head_dim: hd,
         scale: 0.125,
         window,
+        causal,
     };
     let (q, out) = (
         dev.alloc(40 * nh * hd).unwrap(),

@@ -25,10 +25,10 @@ pub mod state;
 pub mod testing;
 
 pub use seam::{
-    checkpoint_row, rope_angles, seq_runs, AttnSpec, Buf, Bytes, Cols, ConvSpec, DeltaIo,
-    DeltaSpec, Device, Gating, Mat, MatOut, MatrixSource, MoeScratch, MoeSpec, MoeStats, Op,
-    OpTime, Progress, Role, RopeMode, RopeScaling, RopeSpec, Routing, Row, ScratchShape, SharedIn,
-    Step, Tables,
+    checkpoint_row, last_positions, rope_angles, seq_runs, AttnSpec, Buf, Bytes, Cols, ConvSpec,
+    DeltaIo, DeltaSpec, Device, Gating, Mat, MatOut, MatrixSource, MoeScratch, MoeSpec, MoeStats,
+    Op, OpTime, Progress, Role, RopeMode, RopeScaling, RopeSpec, Routing, Row, ScratchShape,
+    SharedIn, Step, Tables,
 };
 
 use gguf::GgmlType;

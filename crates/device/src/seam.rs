@@ -303,14 +303,30 @@ pub struct AttnSpec {
     pub scale: f32,
     /// Sliding-window attention: a row sees only the last `window` positions up to its own.
     pub window: Option<usize>,
+    /// `false`: a row also sees the step's later rows of its sequence (a block drafter's
+    /// block, whose rows see one another; [`Op::BlockAttention`]).
+    pub causal: bool,
 }
 
 impl AttnSpec {
-    /// The positions a row at `pos` attends: `0..=pos`, or its last `window` of them.
-    pub fn span(&self, pos: usize) -> Range<usize> {
+    /// The positions a row at `pos` attends, `last` being the last position of its
+    /// sequence's rows in the step: `0..=pos` (`0..=last` where not causal), from the
+    /// first of the last `window` up to its own.
+    pub fn span(&self, pos: usize, last: usize) -> Range<usize> {
         let start = self.window.map_or(0, |w| (pos + 1).saturating_sub(w));
-        start..pos + 1
+        let end = if self.causal { pos } else { last.max(pos) };
+        start..end + 1
     }
+}
+
+/// Per sequence index, the last position of its rows in `rows` (0 where it has none).
+pub fn last_positions(rows: &[Row]) -> Vec<usize> {
+    let n = rows.iter().map(|r| r.seq + 1).max().unwrap_or(0);
+    let mut last = vec![0; n];
+    for r in rows {
+        last[r.seq] = last[r.seq].max(r.pos);
+    }
+    last
 }
 
 /// How router logits become expert weights.
@@ -419,10 +435,12 @@ pub enum Op {
     HyperConnections,
     CopyCols,
     SwigluLimit,
+    /// [`Device::attention`] with [`AttnSpec::causal`] false.
+    BlockAttention,
 }
 
 impl Op {
-    pub const ALL: [Op; 26] = [
+    pub const ALL: [Op; 27] = [
         Op::Embed,
         Op::RmsNorm,
         Op::MatMul,
@@ -449,6 +467,7 @@ impl Op {
         Op::HyperConnections,
         Op::CopyCols,
         Op::SwigluLimit,
+        Op::BlockAttention,
     ];
 }
 
@@ -715,4 +734,38 @@ pub struct OpTime {
     pub seconds: f64,
     /// Bytes of weights it streamed (0 where not counted).
     pub bytes: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A causal row sees up to itself; a row of a block (not causal) up to its sequence's
+    /// last row in the step, whatever the other sequences' rows; a window counts from the
+    /// row's own position.
+    #[test]
+    fn spans_of_causal_and_block_rows() {
+        let rows = [
+            Row { pos: 10, seq: 0 },
+            Row { pos: 11, seq: 0 },
+            Row { pos: 12, seq: 0 },
+            Row { pos: 40, seq: 1 },
+        ];
+        let last = last_positions(&rows);
+        assert_eq!(last, [12, 40]);
+        let mut spec = AttnSpec {
+            n_head: 1,
+            n_head_kv: 1,
+            head_dim: 8,
+            scale: 1.0,
+            window: None,
+            causal: true,
+        };
+        assert_eq!(spec.span(10, last[0]), 0..11);
+        spec.causal = false;
+        assert_eq!(spec.span(10, last[0]), 0..13);
+        assert_eq!(spec.span(40, last[1]), 0..41);
+        spec.window = Some(4);
+        assert_eq!(spec.span(10, last[0]), 7..13);
+    }
 }

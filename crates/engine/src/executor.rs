@@ -554,6 +554,7 @@ impl Executor {
             }
             Enter::States(_) => None,
         };
+        let injected = matches!(enter, Enter::Fused { .. }) && model.injects_features();
         for &l in taps.layers {
             let s = &self.scratch;
             model.forward_layers(dev, w, s, from..l + 1, self.hidden, n, tokens);
@@ -561,7 +562,10 @@ impl Executor {
             from = l + 1;
         }
         let s = &self.scratch;
-        model.forward_layers(dev, w, s, from..layers.end, self.hidden, n, tokens);
+        match injected {
+            true => model.inject(dev, w, s, self.hidden, n),
+            false => model.forward_layers(dev, w, s, from..layers.end, self.hidden, n, tokens),
+        }
         let finite = dev.all_finite(self.hidden, n, e);
         for (seq, &len) in seqs.iter_mut().zip(&next) {
             self.kv.commit(seq, len);

@@ -26,7 +26,7 @@ impl Device for Gpu {
     fn supports(&self, op: Op) -> bool {
         !matches!(
             op,
-            Op::SparseAttention | Op::HyperConnections | Op::SwigluLimit
+            Op::SparseAttention | Op::HyperConnections | Op::SwigluLimit | Op::BlockAttention
         )
     }
 

@@ -135,8 +135,8 @@ fn rope_kv_store_and_paged_attention_for_every_kv_type() {
             (RopeMode::Neox, Some(7)),
         ] {
             let Some([mut a, mut b]) = both() else { return };
-            let got = attention_case(&mut *a, kv_ty, mode, window);
-            let want = attention_case(&mut *b, kv_ty, mode, window);
+            let got = attention_case(&mut *a, kv_ty, mode, window, true);
+            let want = attention_case(&mut *b, kv_ty, mode, window, true);
             let e = rel(&got, &want, 1.0);
             // As the CPU's test: keys differ by f32 rounding before they are stored, and a
             // Q8_0 cache may round such a key to the next of its 255 steps.
@@ -192,6 +192,7 @@ fn kv_blocks_copy_read_and_write() {
         head_dim: 32,
         scale: 0.2,
         window: None,
+        causal: true,
     };
     let d: &mut dyn Device = &mut d;
     let (q, k, v) = (
@@ -324,6 +325,7 @@ fn attention_over_several_parts_and_a_window_across_them() {
             head_dim: hd,
             scale: 0.125,
             window,
+            causal: true,
         };
         let Some([g, r]) = both() else { return };
         let grouped = gpu()

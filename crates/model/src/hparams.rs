@@ -124,6 +124,9 @@ pub struct HParams {
 pub struct TargetFeatures {
     pub layers: Vec<usize>,
     pub n_embd: usize,
+    /// A block drafter's block (DFlash's `block_size`: its last token and the mask rows it
+    /// drafts); 0 for a drafter of one token a forward.
+    pub block: usize,
 }
 
 /// Sliding-window attention: the windowed blocks see the last `window` positions up to

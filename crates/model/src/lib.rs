@@ -127,7 +127,10 @@ impl Model {
         let arch = Arch::from_name(md.str("general.architecture")?)?;
         let recipe = arch.recipe();
         let hparams = recipe.hparams(md)?;
-        let stage = part.stage(hparams.n_layer, hparams.n_nextn)?;
+        let mut stage = part.stage(hparams.n_layer, hparams.n_nextn)?;
+        if part == Part::Drafter {
+            stage.embed = recipe.drafter_embeds();
+        }
         if hparams.target.is_some() && part != Part::Drafter {
             return Err(Error::BadStage(format!(
                 "{} drafts from a target's features: it runs beside its target (-md), not alone",
@@ -157,7 +160,10 @@ impl Model {
         let embd = |t: &mut TensorLoader, role| t.matrix_for("token_embd.weight", nv, e, role);
         let token_embd = stage.embed.then(|| embd(&mut t, Role::Rows)).transpose()?;
         let head = own(&t, "head", "output.weight");
-        let output = match (stage.head, t.has(&head)) {
+        // A drafter's own head, else its own embeddings (tied), else its target's head (as
+        // llama.cpp picks them).
+        let has_head = t.has_own(&head) || !t.has_own("token_embd.weight") && t.has(&head);
+        let output = match (stage.head, has_head) {
             (false, _) => None,
             (true, true) => Some(t.matrix(&head, nv, e)?),
             (true, false) => Some(embd(&mut t, Role::Multiply)?),
@@ -425,6 +431,29 @@ impl Model {
             .ok_or(Error::NotInStage("a fusion of features"))?;
         fuse.forward(&self.hparams, &w.t, dev, features, hidden, n);
         Ok(())
+    }
+
+    /// Whether rows entering as fused features only give the blocks' memory its context
+    /// ([`Model::inject`]) rather than being computed through the blocks.
+    pub fn injects_features(&self) -> bool {
+        self.fuse.is_some() && self.arch.recipe().injects_features()
+    }
+
+    /// Every block of the stage writes into its memory what it keeps of `n` rows whose
+    /// fused features are `g` ([`Layer::inject`]), for a block drafter's context.
+    pub fn inject(&self, dev: &mut dyn Device, w: &DeviceWeights, s: &Scratch, g: Buf, n: usize) {
+        for il in self.stage.layers.clone() {
+            let kv_layer = il - self.stage.layers.start;
+            let cx = Cx {
+                hp: &self.hparams,
+                t: &w.t,
+                s,
+                il,
+                kv_layer,
+                tokens: None,
+            };
+            self.layers[kv_layer].inject(&cx, dev, g, n);
+        }
     }
 
     /// An error naming the first of `tokens` outside the vocabulary.

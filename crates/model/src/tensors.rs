@@ -228,6 +228,11 @@ impl<'a> TensorLoader<'a> {
         &self.file.header.metadata
     }
 
+    /// Whether the file itself has a tensor named `name`.
+    pub fn has_own(&self, name: &str) -> bool {
+        self.file.header.tensor(name).is_some()
+    }
+
     /// Whether the file (or the fallback) has a tensor named `name`.
     pub fn has(&self, name: &str) -> bool {
         let has = |f: &GgufFile| f.header.tensor(name).is_some();

@@ -47,8 +47,8 @@ pub enum Reasoning {
 /// Where draft tokens come from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Drafter {
-    /// A smaller model with the same vocabulary, or an EAGLE-3 drafter of the model's
-    /// features (-md; told apart by the file's architecture).
+    /// A smaller model with the same vocabulary, or an EAGLE-3 or DFlash drafter of the
+    /// model's features (-md; told apart by the file's architecture).
     Model(PathBuf),
     /// Prompt lookup over the request's own tokens.
     Ngram,
@@ -481,7 +481,12 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
                     });
                 }
                 let plan = MemoryPlan::new(&draft, &ecfg.context_config());
-                (Some(Speculation::eagle3(draft, s.config)), Some(plan))
+                let block = draft.hparams.target.as_ref().is_some_and(|t| t.block > 0);
+                let spec = match block {
+                    true => Speculation::dflash(draft, s.config),
+                    false => Speculation::eagle3(draft, s.config),
+                };
+                (Some(spec), Some(plan))
             }
             Drafter::Model(path) => {
                 let mut draft = Model::load_stage_with(path, Part::Whole, config.load_mode)?;
@@ -644,7 +649,7 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
 
 /// A draft model must tokenize exactly like the target: same vocabulary, same pieces, same
 /// end-of-generation tokens.
-/// Whether the file at `path` is a drafter of a target's features (EAGLE-3); a file that
+/// Whether the file at `path` is a drafter of a target's features (EAGLE-3, DFlash); a file that
 /// cannot be read is left to the draft model's loading to report.
 fn reads_features(path: &std::path::Path) -> bool {
     gguf::GgufFile::open(path)

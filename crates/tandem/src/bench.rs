@@ -61,7 +61,7 @@ pub struct SpecBenchArgs {
     /// Target model (a path or a `tandem pull` name).
     #[arg(short = 'm', long = "model")]
     pub model: String,
-    /// Draft model, or an EAGLE-3 drafter (told apart by its architecture).
+    /// Draft model, or an EAGLE-3 or DFlash drafter (told apart by its architecture).
     #[arg(long = "model-draft", required_unless_present = "spec_type")]
     pub model_draft: Option<String>,
     /// A drafter without a draft model instead: `draft-mtp` (the target's NextN blocks)
@@ -226,8 +226,9 @@ pub fn execute(a: BenchArgs) -> Result<(), CliError> {
 
 /// What `tandem bench spec` drafts with: a draft model's path, or a `--spec-type`.
 enum Drafter {
-    /// A draft model, or (`true`) an EAGLE-3 drafter of the target's features.
-    Model(String, bool),
+    /// A draft model, or a drafter of the target's features (llama-server's `--spec-type`
+    /// for it).
+    Model(String, Option<&'static str>),
     Kind(String),
 }
 
@@ -250,8 +251,12 @@ fn spec(a: SpecBenchArgs) -> Result<(), CliError> {
         (Some(m), _) => {
             let path = crate::pull::resolve(m, None)?;
             let md = gguf::GgufFile::open(&path)?;
-            let eagle3 = model::read_hparams(&md.header.metadata)?.target.is_some();
-            Drafter::Model(path.display().to_string(), eagle3)
+            let reads = model::read_hparams(&md.header.metadata)?.target;
+            let kind = reads.map(|t| match t.block {
+                0 => "draft-eagle3",
+                _ => "draft-dflash",
+            });
+            Drafter::Model(path.display().to_string(), kind)
         }
         (None, Some(t)) => Drafter::Kind(t.to_string()),
         (None, None) => unreachable!("clap requires one"),
@@ -270,8 +275,9 @@ fn spec(a: SpecBenchArgs) -> Result<(), CliError> {
         Drafter::Kind(t) => s(&["--spec-type", t, "--spec-draft-n-max", n]),
     };
     let peers = match &draft {
-        Drafter::Model(path, false) => s(&["-md", path, "--spec-type", "draft-simple"]),
-        Drafter::Model(path, true) => s(&["-md", path, "--spec-type", "draft-eagle3"]),
+        Drafter::Model(path, kind) => {
+            s(&["-md", path, "--spec-type", kind.unwrap_or("draft-simple")])
+        }
         Drafter::Kind(t) if t == "ngram" => s(&["--spec-type", "ngram-simple"]),
         Drafter::Kind(t) => s(&["--spec-type", t]),
     };

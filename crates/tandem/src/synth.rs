@@ -3,7 +3,8 @@
 //! verify-cost benchmark: qwen3moe, 8 of 64 experts, Q4_K. `--arch deepseek4` has
 //! defaults of its own: a small DeepSeek-V4 with every feature on
 //! ([`Dsv4Shape::default`]), Q8_0. `--arch eagle3` writes an EAGLE-3 drafter for a target
-//! of the same tokenizer (`--target-layers`, `--target-n-embd`).
+//! of the same tokenizer (`--target-layers`, `--target-n-embd`), `--arch dflash` a DFlash
+//! block drafter (`--target-layers`, `--dflash-block`).
 
 use std::path::PathBuf;
 
@@ -11,6 +12,7 @@ use clap::Args;
 use gguf::{GgmlType, GgufFile};
 use model::layers::gated_delta_net::DeltaShape;
 use model::synthetic::deepseek4::{Dsv4Shape, DEFAULT_RATIOS};
+use model::synthetic::dflash::DflashShape;
 use model::synthetic::eagle3::Eagle3Shape;
 use model::synthetic::{ExpertShape, Synthetic, Vocab};
 use model::Arch;
@@ -26,8 +28,9 @@ pub struct SynthArgs {
     pub out: PathBuf,
     /// llama, qwen2, qwen3 (dense), qwen2moe, qwen3moe, qwen35 (hybrid; with --experts 0),
     /// qwen35moe, llama with --experts (Mixtral), deepseek4 (DeepSeek-V4; shaped
-    /// further by the --dsv4-* flags), or eagle3 (an EAGLE-3 drafter: one block, --n-embd
-    /// wide, for a target shaped by --target-layers and --target-n-embd).
+    /// further by the --dsv4-* flags), eagle3 (an EAGLE-3 drafter: one block, --n-embd
+    /// wide, for a target shaped by --target-layers and --target-n-embd) or dflash (a
+    /// DFlash block drafter as wide as its target: --target-layers, --dflash-block).
     #[arg(long, default_value = "qwen3moe")]
     pub arch: String,
     /// [default: 1024; deepseek4: 256]
@@ -100,16 +103,20 @@ pub struct SynthArgs {
     /// The adapter's `adapter.lora.alpha`.
     #[arg(long = "lora-alpha", default_value_t = 16.0, requires = "lora_of")]
     pub lora_alpha: f32,
-    /// eagle3: the three target blocks whose inputs the drafter reads [default: 1,2,3].
+    /// eagle3, dflash: the target blocks whose inputs the drafter reads (eagle3: three)
+    /// [default: 1,2,3].
     #[arg(long, value_delimiter = ',')]
     pub target_layers: Option<Vec<usize>>,
     /// eagle3: the target's hidden width [default: --n-embd].
     #[arg(long)]
     pub target_n_embd: Option<usize>,
-    /// eagle3: write no embeddings or output head; the drafter uses the target's, as many
-    /// published EAGLE-3 drafters do.
+    /// eagle3, dflash: write no embeddings or output head; the drafter uses the target's,
+    /// as many published drafters do.
     #[arg(long)]
     pub target_head: bool,
+    /// dflash: the block size (`dflash.block_size`) [default: 16].
+    #[arg(long)]
+    pub dflash_block: Option<usize>,
     #[command(flatten)]
     pub dsv4: Box<Dsv4Args>,
     #[command(flatten)]
@@ -224,11 +231,40 @@ fn delta_shape(a: &SynthArgs) -> Result<Option<DeltaShape>, CliError> {
     }))
 }
 
-/// A shape of an architecture with a recipe, of DeepSeek-V4, or of an EAGLE-3 drafter.
+/// A shape of an architecture with a recipe, of DeepSeek-V4, or of a drafter of a target's
+/// features.
 enum Shape {
     Recipe(Synthetic),
     Dsv4(Dsv4Shape),
     Eagle3(Eagle3Shape),
+    Dflash(DflashShape),
+}
+
+fn dflash_shape(a: &SynthArgs) -> Result<DflashShape, CliError> {
+    let refused = [
+        ("--experts", a.experts.unwrap_or(0) > 0),
+        ("--nextn", a.nextn.is_some()),
+        ("--target-n-embd", a.target_n_embd.is_some()),
+        ("--dsv4-*", a.dsv4.any()),
+    ];
+    if let Some((flag, _)) = refused.iter().find(|r| r.1) {
+        return Err(CliError::Usage(format!(
+            "{flag} does not shape dflash (dense blocks as wide as the target)"
+        )));
+    }
+    delta_shape(a)?;
+    Ok(DflashShape {
+        n_embd: a.n_embd.unwrap_or(1024),
+        n_layer: a.n_layer.unwrap_or(2),
+        n_head: a.n_head.unwrap_or(16),
+        n_head_kv: a.n_head_kv.unwrap_or(4),
+        n_ff: a.n_ff.unwrap_or(2816),
+        target_layers: a.target_layers.clone().unwrap_or(vec![1, 2, 3]),
+        block: a.dflash_block.unwrap_or(16),
+        own_head: !a.target_head,
+        ty: a.ty.unwrap_or(GgmlType::Q8_0),
+        seed: a.seed,
+    })
 }
 
 fn eagle3_shape(a: &SynthArgs) -> Result<Eagle3Shape, CliError> {
@@ -237,6 +273,7 @@ fn eagle3_shape(a: &SynthArgs) -> Result<Eagle3Shape, CliError> {
         ("--experts", a.experts.unwrap_or(0) > 0),
         ("--nextn", a.nextn.is_some()),
         ("--dsv4-*", a.dsv4.any()),
+        ("--dflash-block", a.dflash_block.is_some()),
     ];
     if let Some((flag, _)) = refused.iter().find(|r| r.1) {
         return Err(CliError::Usage(format!(
@@ -377,9 +414,14 @@ pub fn execute(a: SynthArgs) -> Result<(), CliError> {
     let shape = match a.arch.as_str() {
         "deepseek4" => Shape::Dsv4(dsv4_shape(&a)?),
         "eagle3" => Shape::Eagle3(eagle3_shape(&a)?),
-        _ if a.target_layers.is_some() || a.target_n_embd.is_some() || a.target_head => {
+        "dflash" => Shape::Dflash(dflash_shape(&a)?),
+        _ if a.target_layers.is_some()
+            || a.target_n_embd.is_some()
+            || a.target_head
+            || a.dflash_block.is_some() =>
+        {
             return Err(CliError::Usage(format!(
-                "--target-* shape an eagle3 drafter; not {}",
+                "--target-* and --dflash-block shape a drafter (eagle3, dflash); not {}",
                 a.arch
             )))
         }
@@ -396,6 +438,10 @@ pub fn execute(a: SynthArgs) -> Result<(), CliError> {
             s.n_params(vocab.n_vocab())
         }
         Shape::Eagle3(s) => {
+            s.write(&vocab, &a.out)?;
+            s.n_params(vocab.n_vocab())
+        }
+        Shape::Dflash(s) => {
             s.write(&vocab, &a.out)?;
             s.n_params(vocab.n_vocab())
         }

@@ -8,6 +8,7 @@
 //! back. Because every kernel is batch-invariant, at temperature 0 the text is
 //! byte-identical to plain decoding.
 
+mod block;
 mod draft_model;
 mod estimates;
 mod hidden;
@@ -16,9 +17,11 @@ mod ngram;
 mod pick;
 pub mod policy;
 mod scripted;
+mod target_states;
 pub mod verify;
 pub mod vocab;
 
+pub use block::BlockDrafter;
 pub use draft_model::DraftModel;
 pub use hidden::HiddenDrafter;
 pub use ngram::Ngram;
@@ -238,6 +241,18 @@ impl Speculation {
         Speculation {
             make: Box::new(move |env: &ProposerEnv| {
                 let p = HiddenDrafter::eagle3(model, env.context, env.n_slots, env.pool.clone())?;
+                Ok(Box::new(p) as Box<dyn Proposer>)
+            }),
+            config,
+        }
+    }
+
+    /// A DFlash block drafter (`model`: its [`model::Part::Drafter`] stage) of the target's
+    /// features.
+    pub fn dflash(model: Model, config: SpecConfig) -> Self {
+        Speculation {
+            make: Box::new(move |env: &ProposerEnv| {
+                let p = BlockDrafter::dflash(model, env.context, env.n_slots, env.pool.clone())?;
                 Ok(Box::new(p) as Box<dyn Proposer>)
             }),
             config,

@@ -57,7 +57,11 @@ impl Recipe for Eagle3 {
             .map(|&l| usize::try_from(l).map_err(|_| bad("target_layers", format!("{l}"))))
             .collect::<Result<Vec<_>>>()?;
         let n_embd = md.u32("eagle3.target_hidden_size")? as usize;
-        hp.target = Some(TargetFeatures { layers, n_embd });
+        hp.target = Some(TargetFeatures {
+            layers,
+            n_embd,
+            block: 0,
+        });
         Ok(hp)
     }
 

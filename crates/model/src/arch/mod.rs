@@ -5,6 +5,7 @@
 //! [`RECIPES`].
 
 mod deepseek4;
+mod dflash;
 mod eagle3;
 mod gemma3;
 mod llama;
@@ -63,6 +64,19 @@ pub trait Recipe: Sync {
         )))
     }
 
+    /// Whether its drafter stage embeds its rows' tokens itself (a block drafter's block
+    /// enters as tokens) rather than in its first block (EAGLE-3).
+    fn drafter_embeds(&self) -> bool {
+        false
+    }
+
+    /// Whether rows entering as fused features ([`crate::Part::Drafter`]) only give the
+    /// blocks' memory its context ([`Layer::inject`]: a block drafter's), rather than being
+    /// computed through the blocks.
+    fn injects_features(&self) -> bool {
+        false
+    }
+
     /// What merges the residual streams of an architecture with several
     /// ([`HParams::streams`]) into one `[rows, n_embd]` before the output norm, its tensors
     /// loaded through `t`; `None` for a plain residual.
@@ -89,6 +103,7 @@ pub static RECIPES: &[&dyn Recipe] = &[
     &deepseek4::DeepSeek4,
     &phi3::RECIPE,
     &eagle3::Eagle3,
+    &dflash::Dflash,
 ];
 
 /// Architectures for tests of the seams (feature `testing`), never in a user's build.

@@ -92,6 +92,51 @@ impl Attention {
         heads(cx, dev, n, self.q_norm.zip(self.k_norm));
     }
 
+    /// [`Attention::attend`] for the rows of a block drafter's block, which see one another
+    /// (the step's later rows of their sequence too: [`device::Op::BlockAttention`]).
+    pub fn attend_block(&self, cx: &Cx<'_>, dev: &mut dyn Device, n: usize) {
+        let (s, t) = (cx.s, cx.t);
+        let out = |y, bias| MatOut {
+            y,
+            bias: t.opt(bias),
+            residual: None,
+        };
+        dev.matmul(
+            &[t[self.q], t[self.k], t[self.v]],
+            s.x,
+            n,
+            &[
+                out(s.q, self.q_bias),
+                out(s.k, self.k_bias),
+                out(s.v, self.v_bias),
+            ],
+        );
+        heads_with(cx, dev, n, self.q_norm.zip(self.k_norm), false);
+    }
+
+    /// The keys and values of `n` rows whose input is `x` (`[n, n_embd]`), stored without
+    /// attending (a block drafter's context, from the target's fused features): the keys
+    /// normed per head where the block norms them, and turned by RoPE.
+    pub fn store(&self, cx: &Cx<'_>, dev: &mut dyn Device, x: Buf, n: usize) {
+        let (hp, s, t) = (cx.hp, cx.s, cx.t);
+        let out = |y, bias| MatOut {
+            y,
+            bias: t.opt(bias),
+            residual: None,
+        };
+        dev.matmul(
+            &[t[self.k], t[self.v]],
+            x,
+            n,
+            &[out(s.k, self.k_bias), out(s.v, self.v_bias)],
+        );
+        if let Some(kn) = self.k_norm {
+            dev.rms_norm(s.k, t[kn], n * hp.n_head_kv, hp.head_dim, hp.rms_eps, s.k);
+        }
+        dev.rope(s.k, hp.n_head_kv, &rope(hp, cx.il));
+        dev.kv_store(cx.kv_layer, s.k, s.v);
+    }
+
     /// The output projection of [`Attention::attend`]'s heads:
     /// `s.proj = attn_output · s.attn`, and `residual += s.proj` when given.
     pub fn project(&self, cx: &Cx<'_>, dev: &mut dyn Device, n: usize, residual: Option<Buf>) {
@@ -110,18 +155,23 @@ impl Attention {
 /// stored before any row attends; a row at `pos` attends positions `0..=pos` of its own
 /// sequence, or the last window of them in a windowed block.
 pub fn heads(cx: &Cx<'_>, dev: &mut dyn Device, n: usize, norms: Option<(VecId, VecId)>) {
+    heads_with(cx, dev, n, norms, true);
+}
+
+/// [`heads`], causal or (a block drafter's block) not: [`AttnSpec::causal`].
+fn heads_with(
+    cx: &Cx<'_>,
+    dev: &mut dyn Device,
+    n: usize,
+    norms: Option<(VecId, VecId)>,
+    causal: bool,
+) {
     let (hp, s, t, il) = (cx.hp, cx.s, cx.t, cx.il);
     if let Some((qn, kn)) = norms {
         dev.rms_norm(s.q, t[qn], n * hp.n_head, hp.head_dim, hp.rms_eps, s.q);
         dev.rms_norm(s.k, t[kn], n * hp.n_head_kv, hp.head_dim, hp.rms_eps, s.k);
     }
-    let rope = RopeSpec {
-        head_dim: hp.head_dim,
-        n_rot: hp.n_rot,
-        mode: hp.rope_mode,
-        freq_base: hp.rope_base(il),
-        scaling: hp.rope_scaling(il),
-    };
+    let rope = rope(hp, il);
     dev.rope(s.q, hp.n_head, &rope);
     dev.rope(s.k, hp.n_head_kv, &rope);
     dev.kv_store(cx.kv_layer, s.k, s.v);
@@ -131,6 +181,18 @@ pub fn heads(cx: &Cx<'_>, dev: &mut dyn Device, n: usize, norms: Option<(VecId, 
         head_dim: hp.head_dim,
         scale: hp.attn_scale,
         window: hp.window(il),
+        causal,
     };
     dev.attention(cx.kv_layer, s.q, s.attn, &spec);
+}
+
+/// Block `il`'s RoPE.
+fn rope(hp: &HParams, il: usize) -> RopeSpec {
+    RopeSpec {
+        head_dim: hp.head_dim,
+        n_rot: hp.n_rot,
+        mode: hp.rope_mode,
+        freq_base: hp.rope_base(il),
+        scaling: hp.rope_scaling(il),
+    }
 }

@@ -75,4 +75,10 @@ pub trait Layer: Send + Sync {
     /// `hidden` (`[n, hidden_width]`) through the block, in place, for the rows of the step
     /// begun on `dev`, writing what the block keeps of each row into its memory.
     fn forward(&self, cx: &Cx<'_>, dev: &mut dyn Device, hidden: Buf, n: usize);
+
+    /// Writes into its memory what the block keeps of `n` rows of a block drafter's
+    /// context, from their fused features `g` (`[n, n_embd]`, left as it is), without
+    /// computing them through ([`crate::Recipe::injects_features`]); nothing for the blocks
+    /// of other recipes, which never get such rows.
+    fn inject(&self, _cx: &Cx<'_>, _dev: &mut dyn Device, _g: Buf, _n: usize) {}
 }

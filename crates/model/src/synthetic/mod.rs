@@ -15,6 +15,7 @@ use crate::layers::gated_delta_net::DeltaShape;
 use crate::{Error, Result};
 
 pub mod deepseek4;
+pub mod dflash;
 pub mod eagle3;
 pub mod lora;
 

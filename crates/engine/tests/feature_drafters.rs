@@ -1,9 +1,10 @@
-//! EAGLE-3: a synthetic EAGLE-3 drafter of a synthetic llama target (f32, SmolLM2's
-//! tokenizer cut to 320 tokens; the shapes `scripts/gen_eagle3_golden.sh` writes), with
-//! its own embeddings and output head or the target's, drafts what llama.cpp's
-//! `draft-eagle3` drafts on the same files, accepts what llama-server accepts over its
-//! answer, and speculation with it leaves the greedy text of 8 users as plain decoding
-//! gives it (on the CPU and the GPU).
+//! Drafters of a target's features, EAGLE-3 and DFlash: synthetic drafters of a synthetic
+//! llama target (f32, SmolLM2's tokenizer cut to 320 tokens; the shapes
+//! `scripts/gen_drafter_golden.sh` writes), with their own embeddings and output head or
+//! the target's, draft what llama.cpp's `draft-eagle3` and `draft-dflash` draft on the same
+//! files, accept what llama-server accepts over its answer, and speculation with them leaves
+//! the greedy text of 8 users as plain decoding gives it (EAGLE-3 on the GPU too; DFlash's
+//! block attention is refused there).
 
 #[allow(dead_code)]
 mod common;
@@ -14,26 +15,76 @@ use std::sync::Arc;
 use common::{model_path, MODELS};
 use device::Row;
 use engine::speculative::{
-    Draft, DraftJob, DraftLog, HiddenDrafter, PolicyKind, Proposer, SpecConfig, Speculation,
+    BlockDrafter, Draft, DraftJob, DraftLog, HiddenDrafter, PolicyKind, Proposer, SpecConfig,
+    Speculation,
 };
 use engine::{ContextConfig, EngineConfig, Enter, Executor, Out, RowOut, Taps};
 use gguf::GgmlType;
 use gguf::LoadMode;
+use model::synthetic::dflash::DflashShape;
 use model::synthetic::eagle3::Eagle3Shape;
 use model::synthetic::{Synthetic, Vocab};
 use model::Model;
 use text::Tokenizer;
 
-/// llama.cpp's top two draft candidates closer than this (in its probabilities over the
-/// top 10) are a tie that the two implementations' rounding may break either way.
-const TIE: f64 = 0.01;
-
 /// The blocks whose outputs are the inputs of the target's blocks 1, 2 and 3.
 const TAPPED: [usize; 3] = [0, 1, 2];
 
-/// The target and the drafter of `scripts/gen_eagle3_golden.sh` in `dir`, the drafter
+/// Which drafter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Eagle3,
+    Dflash,
+}
+
+impl Kind {
+    /// llama.cpp's top two draft candidates closer than this (in its probabilities over
+    /// the top 10) are a tie that the two implementations' rounding may break either way:
+    /// the top probabilities differ by up to 0.005 (EAGLE-3) and 0.0104 (DFlash, whose
+    /// distributions are sharper) over these answers, from 1e-4 at the first draft and
+    /// growing with the position (the target's features and RoPE angles rounded otherwise),
+    /// so a gap under twice that may flip.
+    fn tie(self) -> f64 {
+        match self {
+            Kind::Eagle3 => 0.01,
+            Kind::Dflash => 0.021,
+        }
+    }
+
+    /// Whether a draft depends on the ones before it (EAGLE-3 drafts a token a forward;
+    /// DFlash's block drafts every position at once): after a tie, the later ones are then
+    /// not compared.
+    fn chained(self) -> bool {
+        self == Kind::Eagle3
+    }
+
+    /// The draft length of `scripts/gen_drafter_golden.sh`.
+    fn n_max(self) -> usize {
+        match self {
+            Kind::Eagle3 => 3,
+            Kind::Dflash => 4,
+        }
+    }
+
+    fn proposer(self, stage: Model) -> Box<dyn Proposer> {
+        let pool = Arc::new(kernels::ThreadPool::new(2));
+        match self {
+            Kind::Eagle3 => Box::new(HiddenDrafter::eagle3(stage, context(), 1, pool).unwrap()),
+            Kind::Dflash => Box::new(BlockDrafter::dflash(stage, context(), 1, pool).unwrap()),
+        }
+    }
+
+    fn speculation(self, stage: Model, config: SpecConfig) -> Speculation {
+        match self {
+            Kind::Eagle3 => Speculation::eagle3(stage, config),
+            Kind::Dflash => Speculation::dflash(stage, config),
+        }
+    }
+}
+
+/// The target and the drafter of `scripts/gen_drafter_golden.sh` in `dir`, the drafter
 /// with its own embeddings and output head or (`own_head` false) the target's.
-fn write_models(dir: &Path, own_head: bool) -> (PathBuf, PathBuf) {
+fn write_models(dir: &Path, kind: Kind, own_head: bool) -> (PathBuf, PathBuf) {
     let (_, file, name) = MODELS[0];
     let tokenizer = gguf::GgufFile::open(model_path(file, name)).unwrap();
     let vocab = Vocab::cut(&tokenizer, 320).unwrap();
@@ -52,20 +103,36 @@ fn write_models(dir: &Path, own_head: bool) -> (PathBuf, PathBuf) {
         seed: 7,
     };
     shape.write_vocab(&vocab, &target).unwrap();
-    let eagle = Eagle3Shape {
-        n_embd: 128,
-        n_head: 4,
-        n_head_kv: 2,
-        n_ff: 256,
-        target_layers: [1, 2, 3],
-        target_n_embd: 128,
-        norm_before_fc: false,
-        norm_before_residual: false,
-        own_head,
-        ty: GgmlType::F32,
-        seed: 9,
-    };
-    eagle.write(&vocab, &drafter).unwrap();
+    match kind {
+        Kind::Eagle3 => Eagle3Shape {
+            n_embd: 128,
+            n_head: 4,
+            n_head_kv: 2,
+            n_ff: 256,
+            target_layers: [1, 2, 3],
+            target_n_embd: 128,
+            norm_before_fc: false,
+            norm_before_residual: false,
+            own_head,
+            ty: GgmlType::F32,
+            seed: 9,
+        }
+        .write(&vocab, &drafter),
+        Kind::Dflash => DflashShape {
+            n_embd: 128,
+            n_layer: 2,
+            n_head: 4,
+            n_head_kv: 2,
+            n_ff: 256,
+            target_layers: vec![1, 2, 3],
+            block: 8,
+            own_head,
+            ty: GgmlType::F32,
+            seed: 11,
+        }
+        .write(&vocab, &drafter),
+    }
+    .unwrap();
     (target, drafter)
 }
 
@@ -121,10 +188,12 @@ fn ids(v: &serde_json::Value) -> Vec<u32> {
     common::ids(v)
 }
 
-fn golden(own_head: bool) -> serde_json::Value {
-    let text = match own_head {
-        true => include_str!("golden/llama-eagle3.llamacpp.json"),
-        false => include_str!("golden/llama-eagle3-target-head.llamacpp.json"),
+fn golden(kind: Kind, own_head: bool) -> serde_json::Value {
+    let text = match (kind, own_head) {
+        (Kind::Eagle3, true) => include_str!("golden/llama-eagle3.llamacpp.json"),
+        (Kind::Eagle3, false) => include_str!("golden/llama-eagle3-target-head.llamacpp.json"),
+        (Kind::Dflash, true) => include_str!("golden/llama-dflash.llamacpp.json"),
+        (Kind::Dflash, false) => include_str!("golden/llama-dflash-target-head.llamacpp.json"),
     };
     serde_json::from_str(text).unwrap()
 }
@@ -136,28 +205,36 @@ fn drafter_stage(drafter: &Path, target: &Path) -> Model {
 }
 
 #[test]
-fn drafts_equal_llama_cpp_s_on_the_same_file() {
-    drafts_equal_llama_cpp_s(true);
+fn eagle3_drafts_equal_llama_cpp_s_on_the_same_file() {
+    drafts_equal_llama_cpp_s(Kind::Eagle3, true);
 }
 
 #[test]
-fn drafts_with_the_target_s_head_equal_llama_cpp_s_on_the_same_file() {
-    drafts_equal_llama_cpp_s(false);
+fn eagle3_drafts_with_the_target_s_head_equal_llama_cpp_s_on_the_same_file() {
+    drafts_equal_llama_cpp_s(Kind::Eagle3, false);
 }
 
-fn drafts_equal_llama_cpp_s(own_head: bool) {
+#[test]
+fn dflash_drafts_equal_llama_cpp_s_on_the_same_file() {
+    drafts_equal_llama_cpp_s(Kind::Dflash, true);
+}
+
+#[test]
+fn dflash_drafts_with_the_target_s_head_equal_llama_cpp_s_on_the_same_file() {
+    drafts_equal_llama_cpp_s(Kind::Dflash, false);
+}
+
+fn drafts_equal_llama_cpp_s(kind: Kind, own_head: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let (target, drafter) = write_models(dir.path(), own_head);
-    let golden = golden(own_head);
+    let (target, drafter) = write_models(dir.path(), kind, own_head);
+    let golden = golden(kind, own_head);
     let mut seq = ids(&golden["prompt_tokens"]);
     seq.extend(ids(&golden["answer_tokens"]));
     let features = target_features(&target, &seq);
-    let pool = Arc::new(kernels::ThreadPool::new(2));
-    let stage = drafter_stage(&drafter, &target);
-    let mut eagle = HiddenDrafter::eagle3(stage, context(), 1, pool).unwrap();
-    assert_eq!(eagle.features().taps, TAPPED);
+    let mut drafter = kind.proposer(drafter_stage(&drafter, &target));
+    assert_eq!(drafter.features().taps, TAPPED);
     for (pos, f) in features.iter().enumerate() {
-        eagle.observe_state(0, pos, f);
+        drafter.observe_state(0, pos, f);
     }
     let (mut compared, mut ties, mut total) = (0, 0, 0);
     for step in golden["steps"].as_array().unwrap() {
@@ -172,7 +249,7 @@ fn drafts_equal_llama_cpp_s(own_head: bool) {
             p_min: 0.0,
         };
         let mut out = [Draft::default()];
-        eagle
+        drafter
             .propose(&[job], &mut out, &mut DraftLog::default())
             .unwrap();
         assert_eq!(out[0].len(), cands.len(), "a draft of every length asked");
@@ -180,14 +257,17 @@ fn drafts_equal_llama_cpp_s(own_head: bool) {
         for (i, c) in cands.iter().enumerate() {
             let top = |k: usize| (c[k][0].as_u64().unwrap() as u32, c[k][1].as_f64().unwrap());
             let ours = out[0].tokens[i];
-            if top(0).1 - top(1).1 < TIE {
+            if top(0).1 - top(1).1 < kind.tie() {
                 assert!(
                     ours == top(0).0 || ours == top(1).0,
                     "after {n_past} tokens, draft {i}: {ours} is neither of llama.cpp's tied {:?}",
                     [top(0), top(1)]
                 );
                 ties += 1;
-                break;
+                match kind.chained() {
+                    true => break,
+                    false => continue,
+                }
             }
             assert_eq!(
                 ours,
@@ -235,14 +315,23 @@ fn fixed(n_max: usize) -> SpecConfig {
     }
 }
 
-/// llama-server's answer, drafting at a fixed depth of 3 with every draft verified (no
-/// step budget): the same tokens, and the drafts it accepted (each call's first
-/// candidates against the answer's next tokens) accepted here.
 #[test]
-fn the_answer_accepts_as_llama_server_s() {
+fn the_answer_accepts_as_llama_server_s_with_eagle3() {
+    the_answer_accepts_as_llama_server_s(Kind::Eagle3);
+}
+
+#[test]
+fn the_answer_accepts_as_llama_server_s_with_dflash() {
+    the_answer_accepts_as_llama_server_s(Kind::Dflash);
+}
+
+/// llama-server's answer, drafting at the fixed depth it drafted with, every draft
+/// verified (no step budget): the same tokens, and the drafts it accepted (each call's
+/// first candidates against the answer's next tokens) accepted here.
+fn the_answer_accepts_as_llama_server_s(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
-    let (target, drafter) = write_models(dir.path(), true);
-    let golden = golden(true);
+    let (target, drafter) = write_models(dir.path(), kind, true);
+    let golden = golden(kind, true);
     let prompt = ids(&golden["prompt_tokens"]);
     let answer = ids(&golden["answer_tokens"]);
     let seq: Vec<u32> = prompt.iter().chain(&answer).copied().collect();
@@ -267,7 +356,7 @@ fn the_answer_accepts_as_llama_server_s() {
         step_budget: engine::StepBudget::Off,
         ..config(1, engine::DeviceKind::Cpu)
     };
-    let spec = Speculation::eagle3(drafter_stage(&drafter, &target), fixed(3));
+    let spec = kind.speculation(drafter_stage(&drafter, &target), fixed(kind.n_max()));
     let got = run(&target, &[prompt], answer.len(), Some(spec), cfg);
     let (tokens, summary) = &got[0];
     assert_eq!(tokens, &answer);
@@ -280,19 +369,24 @@ fn the_answer_accepts_as_llama_server_s() {
 
 #[test]
 fn eight_users_drafting_with_eagle3_get_the_plain_text() {
-    eight_users_get_the_plain_text(engine::DeviceKind::Cpu);
+    eight_users_get_the_plain_text(Kind::Eagle3, engine::DeviceKind::Cpu);
+}
+
+#[test]
+fn eight_users_drafting_with_dflash_get_the_plain_text() {
+    eight_users_get_the_plain_text(Kind::Dflash, engine::DeviceKind::Cpu);
 }
 
 #[test]
 fn eight_users_on_the_gpu_drafting_with_eagle3_get_the_plain_text() {
     if gpu::adapter_for_tests() {
-        eight_users_get_the_plain_text(engine::DeviceKind::Gpu);
+        eight_users_get_the_plain_text(Kind::Eagle3, engine::DeviceKind::Gpu);
     }
 }
 
-fn eight_users_get_the_plain_text(device: engine::DeviceKind) {
+fn eight_users_get_the_plain_text(kind: Kind, device: engine::DeviceKind) {
     let dir = tempfile::tempdir().unwrap();
-    let (target, drafter) = write_models(dir.path(), false);
+    let (target, drafter) = write_models(dir.path(), kind, false);
     let model = Model::load(&target).unwrap();
     let tok = Tokenizer::from_gguf(&model.file.header.metadata).unwrap();
     let text = "The quick brown fox jumps over the lazy dog while the river runs to the sea. ";
@@ -303,10 +397,7 @@ fn eight_users_get_the_plain_text(device: engine::DeviceKind) {
         })
         .collect();
     let plain = run(&target, &prompts, 32, None, config(8, device));
-    let spec = Some(Speculation::eagle3(
-        drafter_stage(&drafter, &target),
-        fixed(3),
-    ));
+    let spec = Some(kind.speculation(drafter_stage(&drafter, &target), fixed(3)));
     let drafted = run(&target, &prompts, 32, spec, config(8, device));
     for (i, (p, d)) in plain.iter().zip(&drafted).enumerate() {
         assert_eq!(p.0, d.0, "prompt {i}");
@@ -317,11 +408,29 @@ fn eight_users_get_the_plain_text(device: engine::DeviceKind) {
     );
 }
 
-/// An EAGLE-3 file is a drafter: loaded alone, it is refused, naming what it is.
+/// A drafter's file loaded alone is refused, naming what it is; DFlash's block attention
+/// is refused on the GPU, naming the op.
 #[test]
-fn an_eagle3_file_alone_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let (_, drafter) = write_models(dir.path(), true);
-    let err = Model::load(&drafter).err().expect("refused");
-    assert!(err.to_string().contains("beside its target"), "{err}");
+fn drafters_alone_and_dflash_on_the_gpu_are_refused() {
+    for kind in [Kind::Eagle3, Kind::Dflash] {
+        let dir = tempfile::tempdir().unwrap();
+        let (target, drafter) = write_models(dir.path(), kind, true);
+        let err = Model::load(&drafter).err().expect("refused");
+        assert!(
+            err.to_string().contains("beside its target"),
+            "{kind:?}: {err}"
+        );
+        if kind == Kind::Dflash && gpu::adapter_for_tests() {
+            let stage = drafter_stage(&drafter, &target);
+            let cfg = ContextConfig {
+                device: engine::DeviceKind::Gpu,
+                ..context()
+            };
+            let pool = Arc::new(kernels::ThreadPool::new(2));
+            let err = BlockDrafter::dflash(stage, cfg, 1, pool)
+                .err()
+                .expect("refused");
+            assert!(err.to_string().contains("BlockAttention"), "{err}");
+        }
+    }
 }

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# llama.cpp's EAGLE-3 drafts on a synthetic llama target and a synthetic EAGLE-3 drafter,
-# as golden data: the files `tandem synth` writes with the arguments below (f32 weights,
-# SmolLM2's tokenizer cut to 320 tokens; the drafter reads the inputs of the target's
-# blocks 1, 2 and 3; once with its own embeddings and output head, once with the
-# target's: `--target-head`), served by llama-server with `-md DRAFTER --spec-type draft-eagle3
-# --spec-draft-n-max 3` and f32 KV caches; one completion of PROMPT at temperature 0 for
-# 256 tokens, its end token ignored. Its debug log gives each draft call's three candidates per draft position;
-# they go with the prompt's and the answer's tokens and the completion's timings to
-# crates/engine/tests/golden/llama-eagle3{,-target-head}.llamacpp.json, which
-# crates/engine/tests/eagle3.rs compares tandem's drafts with.
+# llama.cpp's drafts from drafters of a target's features, EAGLE-3 (`draft-eagle3`) and DFlash
+# (`draft-dflash`), on a synthetic llama target, as golden data: the files `tandem synth`
+# writes with the arguments below (f32 weights, SmolLM2's tokenizer cut to 320 tokens; each
+# drafter reads the inputs of the target's blocks 1, 2 and 3; once with its own embeddings
+# and output head, once with the target's: `--target-head`), served by llama-server with
+# `-md DRAFTER --spec-type draft-eagle3 --spec-draft-n-max 3` (DFlash: `draft-dflash`, 4 of
+# a block of 8) and f32 KV caches; one completion of PROMPT at temperature 0 for 256
+# tokens, its end token ignored. Its debug log gives each draft call's three candidates per
+# draft position; they go with the prompt's and the answer's tokens and the completion's
+# timings to crates/engine/tests/golden/llama-{eagle3,dflash}{,-target-head}.llamacpp.json,
+# which crates/engine/tests/eagle3.rs and dflash.rs compare tandem's drafts with.
 #
-# usage: scripts/gen_eagle3_golden.sh TANDEM_BINARY LLAMA_SERVER_BINARY
-# (the arguments must match the shapes in crates/engine/tests/eagle3.rs)
+# usage: scripts/gen_drafter_golden.sh TANDEM_BINARY LLAMA_SERVER_BINARY
+# (the arguments must match the shapes in crates/engine/tests/eagle3.rs and dflash.rs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tandem=$1
@@ -22,13 +23,23 @@ pid=
 trap 'kill $pid 2>/dev/null || true; rm -rf "$tmp"' EXIT
 "$tandem" synth -o "$tmp/t.gguf" --arch llama --experts 0 --n-embd 128 --n-layer 4 \
     --n-head 4 --n-head-kv 2 --n-ff 256 --type f32 --tokenizer smollm2-135m --vocab 320 --seed 7
+for drafter in eagle3 dflash; do
 for variant in own target-head; do
-flag=() golden=llama-eagle3
-if [ "$variant" = target-head ]; then flag=(--target-head) golden=llama-eagle3-target-head; fi
-"$tandem" synth -o "$tmp/d.gguf" --arch eagle3 --n-embd 128 --n-head 4 --n-head-kv 2 \
-    --n-ff 256 --target-layers 1,2,3 --type f32 --tokenizer smollm2-135m --vocab 320 --seed 9 \
-    "${flag[@]}"
-"$server" -m "$tmp/t.gguf" -md "$tmp/d.gguf" --spec-type draft-eagle3 --spec-draft-n-max 3 \
+flag=() golden=llama-$drafter
+if [ "$variant" = target-head ]; then flag=(--target-head) golden=llama-$drafter-target-head; fi
+case $drafter in
+eagle3)
+    "$tandem" synth -o "$tmp/d.gguf" --arch eagle3 --n-embd 128 --n-head 4 --n-head-kv 2 \
+        --n-ff 256 --target-layers 1,2,3 --type f32 --tokenizer smollm2-135m --vocab 320 \
+        --seed 9 "${flag[@]}"
+    spec=(--spec-type draft-eagle3 --spec-draft-n-max 3) ;;
+dflash)
+    "$tandem" synth -o "$tmp/d.gguf" --arch dflash --n-embd 128 --n-layer 2 --n-head 4 \
+        --n-head-kv 2 --n-ff 256 --target-layers 1,2,3 --dflash-block 8 --type f32 \
+        --tokenizer smollm2-135m --vocab 320 --seed 11 "${flag[@]}"
+    spec=(--spec-type draft-dflash --spec-draft-n-max 4) ;;
+esac
+"$server" -m "$tmp/t.gguf" -md "$tmp/d.gguf" "${spec[@]}" \
     --port "$port" -np 1 -c 4096 -t 2 -ctk f32 -ctv f32 -ctkd f32 -ctvd f32 -v >"$tmp/log" 2>&1 &
 pid=$!
 for _ in $(seq 1 60); do
@@ -78,4 +89,5 @@ PY
 kill $pid
 wait $pid 2>/dev/null || true
 pid=
+done
 done

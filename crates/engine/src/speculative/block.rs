@@ -1,0 +1,264 @@
+//! A block drafter: DFlash ([`model::Part::Drafter`] of a `dflash` file) drafts a whole
+//! block in one forward.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use device::Row;
+use kernels::ThreadPool;
+use kv::SeqKv;
+use model::Model;
+
+use super::kept::KeptKv;
+use super::pick::Picker;
+use super::target_states::TargetStates;
+use super::{Draft, DraftJob, DraftLog, Features, Proposer};
+use crate::executor::{Enter, Out};
+use crate::{ContextConfig, Executor};
+
+/// A DFlash stage with a KV sequence per slot, planned like the target's. Its context row
+/// of position `p` is the target's features of `p` ([`Proposer::observe_state`]; zeros
+/// where the target's are not at hand: a prefix the target took from its cache), which
+/// the stage's blocks store as keys and values ([`Enter::Fused`]); every position the
+/// target computed before the last token `t_L` has one, and rows are kept while the
+/// sequence's tokens before them are unchanged.
+///
+/// A draft of `n` tokens is one forward of `n + 1` rows at positions `L..=L + n`: `t_L`,
+/// then the mask token; every row sees the context and the whole block, and the logits of
+/// the mask rows give `d1..dn`. The block's rows are dropped after the forward.
+pub struct BlockDrafter {
+    ctx: Executor,
+    kv: KeptKv,
+    states: TargetStates,
+    /// Floats of a row's features.
+    width: usize,
+    /// The target blocks whose outputs are its features.
+    taps: Vec<usize>,
+    /// `block_size`: at most this less one drafts a forward.
+    block: usize,
+    mask: u32,
+    picker: Picker,
+}
+
+impl BlockDrafter {
+    /// `model`: a DFlash drafter's [`model::Part::Drafter`] stage. `config.n_ctx` KV
+    /// positions for all `n_slots` together; runs on `pool`.
+    pub fn dflash(
+        model: Model,
+        config: ContextConfig,
+        n_slots: usize,
+        pool: Arc<ThreadPool>,
+    ) -> crate::Result<Self> {
+        let bad = |why: String| crate::Error::Config(format!("{}: {why}", model.arch.name()));
+        let (Some(target), Some(width)) = (model.hparams.target.clone(), model.fuse_width()) else {
+            return Err(bad("not a block drafter of a target's features".into()));
+        };
+        if target.block < 2 || !model.injects_features() {
+            return Err(bad("not a block drafter of a target's features".into()));
+        }
+        let md = &model.file.header.metadata;
+        let mask = md
+            .opt_u32("tokenizer.ggml.mask_token_id")
+            .ok()
+            .flatten()
+            .filter(|&m| (m as usize) < model.hparams.n_vocab)
+            .ok_or_else(|| {
+                bad("its tokenizer names no mask token (tokenizer.ggml.mask_token_id)".into())
+            })?;
+        // The input of block l is the state after block l - 1.
+        let taps = target
+            .layers
+            .iter()
+            .map(|&l| l.checked_sub(1))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| {
+                bad(format!(
+                    "it reads the input of the target's block 0 (its embeddings; target_layers \
+                     {:?}), which tandem does not tap",
+                    target.layers
+                ))
+            })?;
+        let n_vocab = model.hparams.n_vocab;
+        Ok(BlockDrafter {
+            ctx: Executor::with_pool(model, config, pool)?,
+            kv: KeptKv::new(n_slots),
+            states: TargetStates::new(n_slots),
+            width,
+            taps,
+            block: target.block,
+            mask,
+            picker: Picker::new(n_slots, n_vocab),
+        })
+    }
+
+    /// Stores the context rows `rows` (`(slot, pos, token)`, a slot's rows together and
+    /// ascending) from their features `features` (`[rows, width]`).
+    fn inject(&mut self, rows: &[(usize, usize, u32)], features: &[f32]) -> crate::Result<()> {
+        let batch: Vec<Row> = rows
+            .iter()
+            .map(|&(s, pos, _)| Row { pos, seq: s })
+            .collect();
+        let tokens: Vec<u32> = rows.iter().map(|r| r.2).collect();
+        let mut seqs: Vec<&mut SeqKv> = self.kv.seqs.iter_mut().collect();
+        self.ctx
+            .forward(
+                &mut seqs,
+                &batch,
+                Enter::Fused {
+                    tokens: &tokens,
+                    features,
+                },
+                Out::Nothing,
+            )
+            .map(|_| ())
+    }
+
+    /// One forward of the blocks of `jobs` (`(job, slot, position of t_L, t_L, n)`):
+    /// per job, the logits of its `n` mask rows.
+    fn blocks(
+        &mut self,
+        jobs: &[(usize, usize, usize, u32, usize)],
+    ) -> crate::Result<Vec<Vec<Vec<f32>>>> {
+        let mut batch = Vec::new();
+        let mut tokens = Vec::new();
+        let mut wanted = Vec::new();
+        for &(_, slot, at, last, n) in jobs {
+            for i in 0..=n {
+                if i > 0 {
+                    wanted.push(batch.len());
+                }
+                batch.push(Row {
+                    pos: at + i,
+                    seq: slot,
+                });
+                tokens.push(if i == 0 { last } else { self.mask });
+            }
+        }
+        let mut logits: Vec<Vec<Vec<f32>>> = jobs.iter().map(|j| Vec::with_capacity(j.4)).collect();
+        let owner: Vec<usize> = jobs
+            .iter()
+            .enumerate()
+            .flat_map(|(j, job)| std::iter::repeat_n(j, job.4))
+            .collect();
+        let mut on_logits = |r: usize, l: &mut [f32]| {
+            let k = wanted.iter().position(|&w| w == r).expect("a mask row");
+            logits[owner[k]].push(l.to_vec());
+        };
+        let mut seqs: Vec<&mut SeqKv> = self.kv.seqs.iter_mut().collect();
+        let finite = self.ctx.forward(
+            &mut seqs,
+            &batch,
+            Enter::Tokens(&tokens),
+            Out::Logits {
+                rows: &wanted,
+                on_logits: &mut on_logits,
+            },
+        )?;
+        for &(_, slot, at, _, _) in jobs {
+            self.ctx.truncate(&mut self.kv.seqs[slot], at);
+        }
+        if let Some(bad) = finite.iter().position(|&ok| !ok) {
+            return Err(crate::Error::NonFinite {
+                pos: batch[bad].pos,
+            });
+        }
+        Ok(logits)
+    }
+}
+
+impl Proposer for BlockDrafter {
+    fn name(&self) -> &str {
+        "dflash"
+    }
+
+    fn propose(
+        &mut self,
+        jobs: &[DraftJob],
+        out: &mut [Draft],
+        log: &mut DraftLog,
+    ) -> crate::Result<()> {
+        let (w, ub) = (self.width, self.ctx.config.n_ubatch);
+        let mut rows: Vec<(usize, usize, u32)> = Vec::new();
+        let mut features: Vec<f32> = Vec::new();
+        for job in jobs {
+            let (slot, tokens) = (job.slot, job.tokens);
+            let context = tokens.len() - 1;
+            let kept = self.kv.sync(&mut self.ctx, slot, tokens);
+            for (pos, &t) in tokens.iter().enumerate().take(context).skip(kept) {
+                rows.push((slot, pos, t));
+                self.states.row_into(slot, Some(pos), w, &mut features);
+            }
+            self.kv.seen[slot].extend_from_slice(&tokens[kept..context]);
+            self.states.forget_before(slot, context, w);
+        }
+        let blocks: Vec<(usize, usize, usize, u32, usize)> = jobs
+            .iter()
+            .enumerate()
+            .map(|(j, job)| {
+                let at = job.tokens.len() - 1;
+                let n = job.n_max.min(self.block - 1);
+                (j, job.slot, at, job.tokens[at], n)
+            })
+            .filter(|b| b.4 > 0)
+            .collect();
+        let room: usize = blocks.iter().map(|b| b.4 + 1).sum();
+        self.kv.make_room(&mut self.ctx, jobs, rows.len() + room);
+        let t0 = Instant::now();
+        for (c, chunk) in rows.chunks(ub).enumerate() {
+            self.inject(chunk, &features[c * ub * w..(c * ub + chunk.len()) * w])?;
+        }
+        log.catch_up += t0.elapsed();
+        let model = self.ctx.model_arc();
+        let mut group = Vec::new();
+        let mut flush = |group: &mut Vec<(usize, usize, usize, u32, usize)>,
+                         me: &mut BlockDrafter,
+                         log: &mut DraftLog|
+         -> crate::Result<()> {
+            if group.is_empty() {
+                return Ok(());
+            }
+            let t0 = Instant::now();
+            let logits = me.blocks(group)?;
+            log.steps.push((group.len(), t0.elapsed()));
+            for (&(j, ..), l) in group.iter().zip(logits) {
+                for row in &l {
+                    if !me.picker.pick(&model, &jobs[j], row, &mut out[j]) {
+                        break;
+                    }
+                }
+            }
+            group.clear();
+            Ok(())
+        };
+        let mut in_group = 0;
+        for b in blocks {
+            if in_group + b.4 + 1 > ub {
+                flush(&mut group, self, log)?;
+                in_group = 0;
+            }
+            in_group += b.4 + 1;
+            group.push(b);
+        }
+        flush(&mut group, self, log)
+    }
+
+    fn release(&mut self, slot: usize) {
+        self.picker.release(slot);
+        self.kv.end(slot);
+    }
+
+    fn behind(&self, slot: usize, tokens: &[u32]) -> usize {
+        tokens.len() - self.kv.kept(slot, tokens)
+    }
+
+    fn features(&self) -> Features {
+        Features {
+            taps: self.taps.clone(),
+            last: false,
+        }
+    }
+
+    fn observe_state(&mut self, slot: usize, pos: usize, state: &[f32]) {
+        self.states.observe(slot, pos, state);
+    }
+}

@@ -1,0 +1,126 @@
+//! Random-weight DFlash block drafters (`dflash`), written with the metadata keys and
+//! tensors llama.cpp's loader reads, for a target as wide as the drafter: with embeddings
+//! and an output head of their own, or using the target's. The tokenizer's last token is
+//! the mask token (`tokenizer.ggml.mask_token_id`), which llama.cpp fills a block with.
+
+use std::path::Path;
+
+use gguf::{GgmlType, Value, ValueType};
+
+use super::{scale, write_file, Rng, Tensors, Vocab};
+use crate::{Error, Result};
+
+const ARCH: &str = "dflash";
+
+/// The shape of a synthetic DFlash drafter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DflashShape {
+    pub n_embd: usize,
+    pub n_layer: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub n_ff: usize,
+    /// The target blocks whose inputs it reads (`dflash.target_layers`).
+    pub target_layers: Vec<usize>,
+    /// `dflash.block_size`: at most this less one drafts a forward.
+    pub block: usize,
+    /// Writes `token_embd` and `output` of its own; without, the target's are used.
+    pub own_head: bool,
+    /// Type of every matrix; its block size must divide `n_embd` and `n_ff`.
+    pub ty: GgmlType,
+    pub seed: u64,
+}
+
+impl DflashShape {
+    fn check(&self) -> Result<()> {
+        let bad = |problem: String| Err(Error::Synthetic(problem));
+        let (e, h, kv) = (self.n_embd, self.n_head, self.n_head_kv);
+        if h == 0 || kv == 0 || !e.is_multiple_of(h) || !h.is_multiple_of(kv) {
+            return bad(format!(
+                "{h} heads ({kv} for keys and values) do not divide n_embd {e}"
+            ));
+        }
+        if self.target_layers.is_empty() || self.block < 2 || self.n_layer == 0 {
+            return bad("a DFlash drafter reads a target block, has a block and a layer".into());
+        }
+        let block = self.ty.block_size() as usize;
+        for w in [e, self.n_ff] {
+            if w == 0 || !w.is_multiple_of(block) {
+                return bad(format!("width {w} is not whole blocks of {}", self.ty));
+            }
+        }
+        Ok(())
+    }
+
+    /// Parameters of the drafter with a vocabulary of `n_vocab`.
+    pub fn n_params(&self, n_vocab: usize) -> u64 {
+        let e = self.n_embd;
+        let kv = self.n_head_kv * (e / self.n_head);
+        let block = 2 * e * e + 2 * e * kv + 3 * e * self.n_ff;
+        let head = if self.own_head { 2 * n_vocab * e } else { 0 };
+        (head + self.target_layers.len() * e * e + self.n_layer * block) as u64
+    }
+
+    /// Writes the drafter to `path` with the tokenizer `vocab` (its target's).
+    pub fn write(&self, vocab: &Vocab, path: &Path) -> Result<()> {
+        self.check()?;
+        let (e, nv) = (self.n_embd, vocab.n_vocab());
+        let hd = e / self.n_head;
+        let (q, kv, ff) = (e, self.n_head_kv * hd, self.n_ff);
+        let f = self.target_layers.len() * e;
+        let mut w = vocab.writer(ARCH);
+        let keys = [
+            ("embedding_length", e),
+            ("block_count", self.n_layer),
+            ("feed_forward_length", ff),
+            ("attention.head_count", self.n_head),
+            ("attention.head_count_kv", self.n_head_kv),
+            ("context_length", 4096),
+            ("block_size", self.block),
+        ];
+        for (k, v) in keys {
+            w.metadata(&format!("{ARCH}.{k}"), Value::U32(v as u32));
+        }
+        w.metadata(
+            &format!("{ARCH}.attention.layer_norm_rms_epsilon"),
+            Value::F32(1e-6),
+        );
+        w.metadata(&format!("{ARCH}.rope.freq_base"), Value::F32(10_000.0));
+        let layers = self.target_layers.iter().map(|&l| Value::I32(l as i32));
+        w.metadata(
+            &format!("{ARCH}.target_layers"),
+            Value::Array(ValueType::I32, layers.collect()),
+        );
+        w.metadata("tokenizer.ggml.mask_token_id", Value::U32(nv as u32 - 1));
+        let ty = self.ty;
+        let mut t = Tensors {
+            w: &mut w,
+            rng: Rng::new(self.seed),
+        };
+        if self.own_head {
+            t.matrix("token_embd.weight", &[e, nv], ty, 1.0)?;
+            t.matrix("output.weight", &[e, nv], ty, 4.0 * scale(e))?;
+        }
+        // An output norm of 2 (8 with the target's head, which is 4 times weaker) sharpens
+        // the drafts' distributions: a block's mask rows alike give near-ties otherwise.
+        let norm = if self.own_head { 2.0 } else { 8.0 };
+        t.vector("output_norm.weight", vec![norm; e]);
+        t.matrix("fc.weight", &[f, e], ty, scale(f))?;
+        t.ones("enc.output_norm.weight", e);
+        for il in 0..self.n_layer {
+            let n = |s: &str| format!("blk.{il}.{s}.weight");
+            t.ones(&n("attn_norm"), e);
+            t.ones(&n("ffn_norm"), e);
+            for (name, rows) in [("attn_q", q), ("attn_k", kv), ("attn_v", kv)] {
+                t.matrix(&n(name), &[e, rows], ty, scale(e))?;
+            }
+            t.ones(&n("attn_q_norm"), hd);
+            t.ones(&n("attn_k_norm"), hd);
+            t.matrix(&n("attn_output"), &[q, e], ty, scale(q))?;
+            t.matrix(&n("ffn_gate"), &[e, ff], ty, scale(e))?;
+            t.matrix(&n("ffn_up"), &[e, ff], ty, scale(e))?;
+            t.matrix(&n("ffn_down"), &[ff, e], ty, scale(ff))?;
+        }
+        write_file(&w, path)
+    }
+}
