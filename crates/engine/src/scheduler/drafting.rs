@@ -57,16 +57,18 @@ impl Spec {
                 features.taps
             )));
         }
+        let mut policy = Policy::new(
+            s.config.policy,
+            s.config.n_max,
+            cfg.n_parallel,
+            CostCurve::from_points(&[], cfg.n_parallel),
+        );
+        policy.block = proposer.drafts_blocks();
         Ok(Spec {
             proposer,
             features,
             cfg: s.config,
-            policy: Policy::new(
-                s.config.policy,
-                s.config.n_max,
-                cfg.n_parallel,
-                CostCurve::from_points(&[], cfg.n_parallel),
-            ),
+            policy,
             warned: false,
         })
     }

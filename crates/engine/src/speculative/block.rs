@@ -251,6 +251,10 @@ impl Proposer for BlockDrafter {
         tokens.len() - self.kv.kept(slot, tokens)
     }
 
+    fn drafts_blocks(&self) -> bool {
+        true
+    }
+
     fn features(&self) -> Features {
         Features {
             taps: self.taps.clone(),

@@ -127,6 +127,11 @@ pub trait Proposer: Send {
     fn offers(&self, _slot: usize, _tokens: &[u32], n_max: usize) -> usize {
         n_max
     }
+    /// Whether a draft of any depth is one forward of the drafter (a block drafter's), so
+    /// that the policy charges a draft step, not one per draft token.
+    fn drafts_blocks(&self) -> bool {
+        false
+    }
     /// What the drafter reads of the target's rows: where not empty, the engine hands it,
     /// for every row the target computes of a generating slot, [`Proposer::observe_state`].
     fn features(&self) -> Features {

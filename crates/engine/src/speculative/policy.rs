@@ -188,7 +188,11 @@ pub struct Tally {
 #[derive(Debug, Clone)]
 pub struct Policy {
     pub kind: PolicyKind,
+    /// Seconds of a draft step by slots drafting: of one draft token each, or of a whole
+    /// block where `block`.
     pub draft: CostCurve,
+    /// The drafter drafts a block a forward (DFlash): a draft of any depth costs one step.
+    pub block: bool,
     /// Seconds per token a drafter spends catching up (computing tokens it missed).
     pub catch_up: f64,
     global: Acceptance,
@@ -219,6 +223,7 @@ impl Policy {
         Policy {
             kind,
             draft,
+            block: false,
             catch_up: 0.0,
             global: Acceptance::new(n_max, PRIOR),
             slots: vec![None; n_slots],
@@ -270,9 +275,12 @@ impl Policy {
             || !(base.reading && resumes(cands, depths))
                 && base.cap.is_none_or(|cap| cost.predict(&forward) <= cap);
         let deepest = depths.iter().copied().max().unwrap_or(0);
-        let drafting: f64 = (1..=deepest)
-            .map(|j| self.draft.at(depths.iter().filter(|&&d| d >= j).count()))
-            .sum();
+        let drafting: f64 = match self.block {
+            true => self.draft.at(depths.iter().filter(|&&d| d > 0).count()),
+            false => (1..=deepest)
+                .map(|j| self.draft.at(depths.iter().filter(|&&d| d >= j).count()))
+                .sum(),
+        };
         let (mut following, mut resume) = (0.0, 0.0);
         for (c, _) in cands.iter().zip(depths).filter(|(_, &d)| d > 0) {
             let missed = c.behind.saturating_sub(1) as f64 * self.catch_up;
@@ -396,6 +404,7 @@ impl Policy {
                 self.end_spell(c.slot, true);
             }
             let draft_step = self.draft.at(1);
+            let block = self.block;
             let catch_up = c.behind as f64 * self.catch_up;
             let s = self.slot(c.slot);
             s.depth = depths[i];
@@ -407,7 +416,8 @@ impl Policy {
                     false => c.n_min.max(FIRST_PROBE_DEPTH),
                 }
                 .min(c.n_max);
-                let probe_secs = depth as f64 * draft_step + catch_up;
+                let steps = if block { 1 } else { depth };
+                let probe_secs = steps as f64 * draft_step + catch_up;
                 let due = s.idle >= PROBE_AFTER || !s.tried;
                 let affordable = probe_secs <= budget || !s.tried;
                 if due && affordable && self.could_pay(cost, base, cands, &depths, i) {

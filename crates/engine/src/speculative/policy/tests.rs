@@ -418,3 +418,35 @@ fn a_dip_in_the_target_s_curve_does_not_make_rejected_drafts_pay() {
     let depths = p.choose(&t, &rows(8), &cands);
     assert_eq!(depths, vec![0; 8], "nothing is ever accepted");
 }
+
+/// A block drafter's draft of any depth costs one draft step: with the same acceptance
+/// (the first draft always accepted, the rest half the time) and a draft step of 30 ms,
+/// a drafter paying a step per token stops at depth 1, a block drafter drafts deep; its
+/// forecast charges one step.
+#[test]
+fn a_block_drafter_pays_one_step_whatever_the_depth() {
+    let (t, _) = costs();
+    let d = CostCurve::from_points(&ms(&[(1, 30.0), (8, 60.0)]), 8);
+    let mut chained = Policy::new(PolicyKind::Adaptive, 8, 1, d.clone());
+    let mut block = Policy::new(PolicyKind::Adaptive, 8, 1, d.clone());
+    block.block = true;
+    for p in [&mut chained, &mut block] {
+        for _ in 0..50 {
+            p.observe(0, 8, 8);
+            p.observe(0, 8, 1);
+        }
+    }
+    let (c, b) = (
+        chained.choose(&t, &rows(1), &one(8))[0],
+        block.choose(&t, &rows(1), &one(8))[0],
+    );
+    assert!(c <= 1 && b >= 4, "block drafter depth {b}, chained {c}");
+    let f = block.forecast(&t, &rows(1), &one(8), &[4]);
+    let four = t.predict(&rows(1).shape.plus(Shape::run(101, 4, 4)));
+    assert!(
+        (f.secs - four - d.at(1)).abs() < 1e-9,
+        "{} vs {}",
+        f.secs,
+        four + d.at(1)
+    );
+}
