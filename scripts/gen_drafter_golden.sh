@@ -46,46 +46,8 @@ for _ in $(seq 1 60); do
     curl -sf "127.0.0.1:$port/health" >/dev/null && break
     sleep 1
 done
-GOLDEN=$golden PORT=$port LOG="$tmp/log" python3 - <<'PY'
-import json, os, re, urllib.request
-
-PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time"
-url = f"http://127.0.0.1:{os.environ['PORT']}"
-
-def post(path, body):
-    req = urllib.request.Request(url + path, json.dumps(body).encode(),
-                                 {"Content-Type": "application/json"})
-    return json.load(urllib.request.urlopen(req))
-
-prompt = post("/tokenize", {"content": PROMPT})["tokens"]
-done = post("/completion", {"prompt": PROMPT, "n_predict": 256, "temperature": 0, "ignore_eos": True,
-                            "return_tokens": True})
-cand = re.compile(r"draft candidate +(\d+), pos +(\d+): +(\d+) \( *([0-9.]+)\)")
-step = re.compile(r"generate_draft: id=(\d+), #tokens=(\d+), #draft=(\d+)")
-steps, pending = [], {}
-for line in open(os.environ["LOG"], errors="replace"):
-    if m := cand.search(line):
-        k, pos, tok, p = int(m[1]), int(m[2]), int(m[3]), float(m[4])
-        pending.setdefault(pos, []).append([tok, p])
-    elif m := step.search(line):
-        drafts = [pending[pos] for pos in sorted(pending)]
-        steps.append({"n_past": int(m[2]), "id_last": int(m[1]), "candidates": drafts})
-        pending = {}
-t = done["timings"]
-out = {
-    "prompt": PROMPT,
-    "prompt_tokens": prompt,
-    "answer_tokens": done["tokens"],
-    "draft_n": t["draft_n"],
-    "draft_n_accepted": t["draft_n_accepted"],
-    "steps": steps,
-}
-path = f"crates/engine/tests/golden/{os.environ['GOLDEN']}.llamacpp.json"
-with open(path, "w") as f:
-    json.dump(out, f, separators=(",", ":"))
-    f.write("\n")
-print(f"{path}: {len(steps)} draft calls, {t['draft_n_accepted']} of {t['draft_n']} accepted")
-PY
+IGNORE_EOS=1 OUT="crates/engine/tests/golden/$golden.llamacpp.json" PORT=$port LOG="$tmp/log" \
+    python3 scripts/golden_drafts.py
 kill $pid
 wait $pid 2>/dev/null || true
 pid=

@@ -13,12 +13,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use common::{model_path, MODELS};
-use device::Row;
 use engine::speculative::{
-    BlockDrafter, Draft, DraftJob, DraftLog, HiddenDrafter, PolicyKind, Proposer, SpecConfig,
-    Speculation,
+    BlockDrafter, HiddenDrafter, PolicyKind, Proposer, SpecConfig, Speculation,
 };
-use engine::{ContextConfig, EngineConfig, Enter, Executor, Out, RowOut, Taps};
+use engine::{ContextConfig, EngineConfig};
 use gguf::GgmlType;
 use gguf::LoadMode;
 use model::synthetic::dflash::DflashShape;
@@ -69,8 +67,12 @@ impl Kind {
     fn proposer(self, stage: Model) -> Box<dyn Proposer> {
         let pool = Arc::new(kernels::ThreadPool::new(2));
         match self {
-            Kind::Eagle3 => Box::new(HiddenDrafter::eagle3(stage, context(), 1, pool).unwrap()),
-            Kind::Dflash => Box::new(BlockDrafter::dflash(stage, context(), 1, pool).unwrap()),
+            Kind::Eagle3 => {
+                Box::new(HiddenDrafter::eagle3(stage, common::f32_context(), 1, pool).unwrap())
+            }
+            Kind::Dflash => {
+                Box::new(BlockDrafter::dflash(stage, common::f32_context(), 1, pool).unwrap())
+            }
         }
     }
 
@@ -136,54 +138,6 @@ fn write_models(dir: &Path, kind: Kind, own_head: bool) -> (PathBuf, PathBuf) {
     (target, drafter)
 }
 
-fn context() -> ContextConfig {
-    ContextConfig {
-        n_ctx: 512,
-        n_ubatch: 64,
-        n_threads: 2,
-        device: engine::DeviceKind::Cpu,
-        kv_type: GgmlType::F32,
-        ..ContextConfig::default()
-    }
-}
-
-/// The target's features of every position of `tokens`, as the engine hands them over:
-/// the states after blocks `TAPPED`, side by side (`[pos][3 · n_embd]`).
-fn target_features(path: &Path, tokens: &[u32]) -> Vec<Vec<f32>> {
-    let mut exec = Executor::new(Model::load(path).unwrap(), context()).unwrap();
-    let mut seq = kv::SeqKv::default();
-    let mut features = vec![Vec::new(); tokens.len()];
-    for (c, chunk) in tokens.chunks(64).enumerate() {
-        let rows: Vec<Row> = (0..chunk.len())
-            .map(|i| Row {
-                pos: c * 64 + i,
-                seq: 0,
-            })
-            .collect();
-        let all: Vec<usize> = (0..chunk.len()).collect();
-        let mut on_row = |r: usize, o: RowOut<'_>| {
-            if let RowOut::Tap { layer, state } = o {
-                let f = &mut features[c * 64 + r];
-                f.resize(TAPPED.len() * state.len(), f32::NAN);
-                let at = layer * state.len();
-                f[at..at + state.len()].copy_from_slice(state);
-            }
-        };
-        let out = Out::Rows {
-            logits: &[],
-            states: &[],
-            taps: Taps {
-                layers: &TAPPED,
-                rows: &all,
-            },
-            on_row: &mut on_row,
-        };
-        exec.forward(&mut [&mut seq], &rows, Enter::Tokens(chunk), out)
-            .unwrap();
-    }
-    features
-}
-
 fn ids(v: &serde_json::Value) -> Vec<u32> {
     common::ids(v)
 }
@@ -230,58 +184,13 @@ fn drafts_equal_llama_cpp_s(kind: Kind, own_head: bool) {
     let golden = golden(kind, own_head);
     let mut seq = ids(&golden["prompt_tokens"]);
     seq.extend(ids(&golden["answer_tokens"]));
-    let features = target_features(&target, &seq);
+    let features = common::target_features(&target, &seq, &TAPPED, false);
     let mut drafter = kind.proposer(drafter_stage(&drafter, &target));
     assert_eq!(drafter.features().taps, TAPPED);
     for (pos, f) in features.iter().enumerate() {
         drafter.observe_state(0, pos, f);
     }
-    let (mut compared, mut ties, mut total) = (0, 0, 0);
-    for step in golden["steps"].as_array().unwrap() {
-        let n_past = step["n_past"].as_u64().unwrap() as usize;
-        assert_eq!(seq[n_past], step["id_last"].as_u64().unwrap() as u32);
-        let cands = step["candidates"].as_array().unwrap();
-        let job = DraftJob {
-            slot: 0,
-            tokens: &seq[..=n_past],
-            n_max: cands.len(),
-            sampling: engine::SamplerConfig::greedy(),
-            p_min: 0.0,
-        };
-        let mut out = [Draft::default()];
-        drafter
-            .propose(&[job], &mut out, &mut DraftLog::default())
-            .unwrap();
-        assert_eq!(out[0].len(), cands.len(), "a draft of every length asked");
-        total += cands.len();
-        for (i, c) in cands.iter().enumerate() {
-            let top = |k: usize| (c[k][0].as_u64().unwrap() as u32, c[k][1].as_f64().unwrap());
-            let ours = out[0].tokens[i];
-            if top(0).1 - top(1).1 < kind.tie() {
-                assert!(
-                    ours == top(0).0 || ours == top(1).0,
-                    "after {n_past} tokens, draft {i}: {ours} is neither of llama.cpp's tied {:?}",
-                    [top(0), top(1)]
-                );
-                ties += 1;
-                match kind.chained() {
-                    true => break,
-                    false => continue,
-                }
-            }
-            assert_eq!(
-                ours,
-                top(0).0,
-                "after {n_past} tokens, draft {i}: llama.cpp drafts {:?}",
-                top(0)
-            );
-            compared += 1;
-        }
-    }
-    assert!(
-        compared * 10 >= total * 9,
-        "only {compared} of {total} drafts compared ({ties} ties)"
-    );
+    common::drafts_equal_golden(&mut *drafter, &golden, &seq, kind.tie(), kind.chained());
 }
 
 fn config(n_parallel: usize, device: engine::DeviceKind) -> EngineConfig {
@@ -335,23 +244,7 @@ fn the_answer_accepts_as_llama_server_s(kind: Kind) {
     let prompt = ids(&golden["prompt_tokens"]);
     let answer = ids(&golden["answer_tokens"]);
     let seq: Vec<u32> = prompt.iter().chain(&answer).copied().collect();
-    let (mut verified, mut accepted) = (0, 0);
-    for step in golden["steps"].as_array().unwrap() {
-        let n_past = step["n_past"].as_u64().unwrap() as usize;
-        let drafts = step["candidates"].as_array().unwrap();
-        let a = drafts
-            .iter()
-            .map(|c| c[0][0].as_u64().unwrap() as u32)
-            .zip(&seq[n_past + 1..])
-            .take_while(|(d, t)| d == *t)
-            .count();
-        accepted += a;
-        verified += (a + 1).min(drafts.len());
-    }
-    assert_eq!(
-        accepted as u64,
-        golden["draft_n_accepted"].as_u64().unwrap()
-    );
+    let (verified, accepted) = common::golden_verified_accepted(&golden, &seq);
     let cfg = EngineConfig {
         step_budget: engine::StepBudget::Off,
         ..config(1, engine::DeviceKind::Cpu)
@@ -424,7 +317,7 @@ fn drafters_alone_and_dflash_on_the_gpu_are_refused() {
             let stage = drafter_stage(&drafter, &target);
             let cfg = ContextConfig {
                 device: engine::DeviceKind::Gpu,
-                ..context()
+                ..common::f32_context()
             };
             let pool = Arc::new(kernels::ThreadPool::new(2));
             let err = BlockDrafter::dflash(stage, cfg, 1, pool)

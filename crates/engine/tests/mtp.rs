@@ -10,11 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use common::{model_path, MODELS};
-use device::Row;
-use engine::speculative::{
-    Draft, DraftJob, DraftLog, HiddenDrafter, PolicyKind, Proposer, SpecConfig, Speculation,
-};
-use engine::{ContextConfig, EngineConfig, Enter, Event, Executor, Out, RowOut, Taps};
+use engine::speculative::{HiddenDrafter, PolicyKind, Proposer, SpecConfig, Speculation};
+use engine::{EngineConfig, Event};
 use gguf::GgmlType;
 use model::layers::gated_delta_net::DeltaShape;
 use model::synthetic::{Synthetic, Vocab};
@@ -53,47 +50,6 @@ fn write_model(dir: &Path) -> PathBuf {
     path
 }
 
-fn context() -> ContextConfig {
-    ContextConfig {
-        n_ctx: 512,
-        n_ubatch: 64,
-        n_threads: 2,
-        device: engine::DeviceKind::Cpu,
-        kv_type: GgmlType::F32,
-        ..ContextConfig::default()
-    }
-}
-
-/// The target's normed final state of every position of `tokens`: `[pos][n_embd]`.
-fn target_states(path: &Path, tokens: &[u32]) -> Vec<Vec<f32>> {
-    let mut exec = Executor::new(Model::load(path).unwrap(), context()).unwrap();
-    let mut seq = kv::SeqKv::default();
-    let mut states = vec![Vec::new(); tokens.len()];
-    for (c, chunk) in tokens.chunks(64).enumerate() {
-        let rows: Vec<Row> = (0..chunk.len())
-            .map(|i| Row {
-                pos: c * 64 + i,
-                seq: 0,
-            })
-            .collect();
-        let all: Vec<usize> = (0..chunk.len()).collect();
-        let mut on_row = |r: usize, o: RowOut<'_>| {
-            if let RowOut::State(s) = o {
-                states[c * 64 + r] = s.to_vec();
-            }
-        };
-        let out = Out::Rows {
-            logits: &[],
-            states: &all,
-            taps: Taps::default(),
-            on_row: &mut on_row,
-        };
-        exec.forward(&mut [&mut seq], &rows, Enter::Tokens(chunk), out)
-            .unwrap();
-    }
-    states
-}
-
 fn ids(v: &serde_json::Value) -> Vec<u32> {
     common::ids(v)
 }
@@ -106,55 +62,14 @@ fn drafts_equal_llama_cpp_s_on_the_same_file() {
         serde_json::from_str(include_str!("golden/qwen35-mtp.llamacpp.json")).unwrap();
     let mut seq = ids(&golden["prompt_tokens"]);
     seq.extend(ids(&golden["answer_tokens"]));
-    let states = target_states(&path, &seq);
+    let states = common::target_features(&path, &seq, &[], true);
     let pool = Arc::new(kernels::ThreadPool::new(2));
     let nextn = Model::load_stage(&path, Part::Nextn).unwrap();
-    let mut mtp = HiddenDrafter::nextn(nextn, context(), 1, pool).unwrap();
+    let mut mtp = HiddenDrafter::nextn(nextn, common::f32_context(), 1, pool).unwrap();
     for (pos, s) in states.iter().enumerate() {
         mtp.observe_state(0, pos, s);
     }
-    let (mut compared, mut ties, mut total) = (0, 0, 0);
-    for step in golden["steps"].as_array().unwrap() {
-        let n_past = step["n_past"].as_u64().unwrap() as usize;
-        assert_eq!(seq[n_past], step["id_last"].as_u64().unwrap() as u32);
-        let cands = step["candidates"].as_array().unwrap();
-        let job = DraftJob {
-            slot: 0,
-            tokens: &seq[..=n_past],
-            n_max: cands.len(),
-            sampling: engine::SamplerConfig::greedy(),
-            p_min: 0.0,
-        };
-        let mut out = [Draft::default()];
-        mtp.propose(&[job], &mut out, &mut DraftLog::default())
-            .unwrap();
-        assert_eq!(out[0].len(), cands.len(), "a draft of every length asked");
-        total += cands.len();
-        for (i, c) in cands.iter().enumerate() {
-            let top = |k: usize| (c[k][0].as_u64().unwrap() as u32, c[k][1].as_f64().unwrap());
-            let ours = out[0].tokens[i];
-            if top(0).1 - top(1).1 < TIE {
-                assert!(
-                    ours == top(0).0 || ours == top(1).0,
-                    "after {n_past} tokens, draft {i}: {ours} is neither of llama.cpp's tied {:?}",
-                    [top(0), top(1)]
-                );
-                ties += 1;
-                break;
-            }
-            assert_eq!(
-                ours,
-                top(0).0,
-                "after {n_past} tokens, draft {i}: llama.cpp drafts {:?}",
-                top(0)
-            );
-            compared += 1;
-        }
-    }
-    assert!(
-        compared * 10 >= total * 9,
-        "only {compared} of {total} drafts compared ({ties} ties)"
-    );
+    common::drafts_equal_golden(&mut mtp, &golden, &seq, TIE, true);
 }
 
 /// One request of `prompt` (its end token ends it) drafting with the NextN block at a
@@ -200,27 +115,7 @@ fn the_answer_drafts_and_accepts_as_llama_server_s() {
     let prompt = ids(&golden["prompt_tokens"]);
     let answer = ids(&golden["answer_tokens"]);
     let seq: Vec<u32> = prompt.iter().chain(&answer).copied().collect();
-    let (mut verified, mut accepted) = (0, 0);
-    for step in golden["steps"].as_array().unwrap() {
-        let n_past = step["n_past"].as_u64().unwrap() as usize;
-        let drafts: Vec<u32> = step["candidates"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c[0][0].as_u64().unwrap() as u32)
-            .collect();
-        let a = drafts
-            .iter()
-            .zip(&seq[n_past + 1..])
-            .take_while(|(d, t)| d == t)
-            .count();
-        accepted += a;
-        verified += (a + 1).min(drafts.len());
-    }
-    assert_eq!(
-        accepted as u64,
-        golden["draft_n_accepted"].as_u64().unwrap()
-    );
+    let (verified, accepted) = common::golden_verified_accepted(&golden, &seq);
     let (tokens, summary) = drafted_alone(&path, &prompt);
     assert_eq!(tokens, answer);
     assert_eq!(

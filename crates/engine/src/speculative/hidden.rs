@@ -11,6 +11,7 @@ use model::Model;
 
 use super::kept::KeptKv;
 use super::pick::Picker;
+use super::target_states::TargetStates;
 use super::{Draft, DraftJob, DraftLog, Features, Proposer};
 use crate::executor::{Enter, Out, RowOut, Taps};
 use crate::{ContextConfig, Executor};
@@ -45,19 +46,12 @@ pub struct HiddenDrafter {
     ctx: Executor,
     /// Per slot: its KV, whose rows were all computed from the target's states.
     kv: KeptKv,
-    /// Per slot: the target's states of positions `from..`, `[n, width]`.
-    states: Vec<States>,
+    states: TargetStates,
     /// Floats of the target's state a catching-up row enters with.
     width: usize,
     /// Per slot: the target's first token (EAGLE-3's sequence starts after it).
     first: Vec<Option<u32>>,
     picker: Picker,
-}
-
-#[derive(Default)]
-struct States {
-    from: usize,
-    rows: Vec<f32>,
 }
 
 /// What one forward of the stage gives for its rows that draft: logits and the states the
@@ -130,7 +124,7 @@ impl HiddenDrafter {
             kind,
             ctx: Executor::with_pool(model, config, pool)?,
             kv: KeptKv::new(n_slots),
-            states: (0..n_slots).map(|_| States::default()).collect(),
+            states: TargetStates::new(n_slots),
             width,
             first: vec![None; n_slots],
             picker: Picker::new(n_slots, n_vocab),
@@ -156,16 +150,6 @@ impl HiddenDrafter {
                 let same = self.first[slot] == tokens.first().copied();
                 (tokens.get(1..).unwrap_or(&[]), same)
             }
-        }
-    }
-
-    /// The target's state of position `pos` of `slot`, zeros where it has none.
-    fn state_into(&self, slot: usize, pos: Option<usize>, out: &mut Vec<f32>) {
-        let w = self.width;
-        let s = &self.states[slot];
-        match pos.filter(|&p| p >= s.from && (p - s.from + 1) * w <= s.rows.len()) {
-            Some(p) => out.extend_from_slice(&s.rows[(p - s.from) * w..][..w]),
-            None => out.resize(out.len() + w, 0.0),
         }
     }
 
@@ -278,15 +262,13 @@ impl Proposer for HiddenDrafter {
             let kept = self.kv.sync(&mut self.ctx, slot, seq);
             for (pos, &t) in seq.iter().enumerate().skip(kept) {
                 rows.push((slot, pos, t));
-                self.state_into(slot, pos.checked_sub(lag), &mut entered);
+                let at = pos.checked_sub(lag);
+                self.states.row_into(slot, at, w, &mut entered);
             }
             self.kv.seen[slot].extend_from_slice(&seq[kept..]);
             last_row.push(Some((seq.len(), rows.len() - 1)));
-            let s = &mut self.states[slot];
-            let from = (seq.len() - 1).saturating_sub(lag).max(s.from);
-            let drop = ((from - s.from) * w).min(s.rows.len());
-            s.rows.drain(..drop);
-            s.from = from;
+            let from = (seq.len() - 1).saturating_sub(lag);
+            self.states.forget_before(slot, from, w);
         }
         self.kv.make_room(&mut self.ctx, jobs, rows.len());
         let ub = self.ctx.config.n_ubatch;
@@ -386,15 +368,6 @@ impl Proposer for HiddenDrafter {
     }
 
     fn observe_state(&mut self, slot: usize, pos: usize, state: &[f32]) {
-        let s = &mut self.states[slot];
-        let w = state.len();
-        let held = s.rows.len() / w;
-        if pos < s.from || pos > s.from + held {
-            s.from = pos;
-            s.rows.clear();
-        } else {
-            s.rows.truncate((pos - s.from) * w);
-        }
-        s.rows.extend_from_slice(state);
+        self.states.observe(slot, pos, state);
     }
 }

@@ -242,3 +242,151 @@ pub fn run_all(
         .collect();
     streams.into_iter().map(collect).collect()
 }
+
+/// Compares `drafter`'s drafts with llama.cpp's in `golden` (a `scripts/golden_drafts.py`
+/// file) call by call, `seq` being the prompt and the answer: each draft must be llama.cpp's
+/// first candidate, or either of its top two where their probabilities are closer than
+/// `tie` (after which, for a drafter whose drafts follow one another (`chained`), the
+/// call's later drafts are not compared); at least 90% of the drafts must be compared.
+pub fn drafts_equal_golden(
+    drafter: &mut dyn engine::speculative::Proposer,
+    golden: &serde_json::Value,
+    seq: &[u32],
+    tie: f64,
+    chained: bool,
+) {
+    use engine::speculative::{Draft, DraftJob, DraftLog};
+    let (mut compared, mut ties, mut total) = (0, 0, 0);
+    for step in golden["steps"].as_array().unwrap() {
+        let n_past = step["n_past"].as_u64().unwrap() as usize;
+        assert_eq!(seq[n_past], step["id_last"].as_u64().unwrap() as u32);
+        let cands = step["candidates"].as_array().unwrap();
+        let job = DraftJob {
+            slot: 0,
+            tokens: &seq[..=n_past],
+            n_max: cands.len(),
+            sampling: engine::SamplerConfig::greedy(),
+            p_min: 0.0,
+        };
+        let mut out = [Draft::default()];
+        drafter
+            .propose(&[job], &mut out, &mut DraftLog::default())
+            .unwrap();
+        assert_eq!(out[0].len(), cands.len(), "a draft of every length asked");
+        total += cands.len();
+        for (i, c) in cands.iter().enumerate() {
+            let top = |k: usize| (c[k][0].as_u64().unwrap() as u32, c[k][1].as_f64().unwrap());
+            let ours = out[0].tokens[i];
+            if top(0).1 - top(1).1 < tie {
+                assert!(
+                    ours == top(0).0 || ours == top(1).0,
+                    "after {n_past} tokens, draft {i}: {ours} is neither of llama.cpp's tied {:?}",
+                    [top(0), top(1)]
+                );
+                ties += 1;
+                match chained {
+                    true => break,
+                    false => continue,
+                }
+            }
+            assert_eq!(
+                ours,
+                top(0).0,
+                "after {n_past} tokens, draft {i}: llama.cpp drafts {:?}",
+                top(0)
+            );
+            compared += 1;
+        }
+    }
+    assert!(
+        compared * 10 >= total * 9,
+        "only {compared} of {total} drafts compared ({ties} ties)"
+    );
+}
+
+/// The drafts llama-server verified and accepted over its answer in `golden` (each call's
+/// first candidates against the answer's next tokens, `seq` being the prompt and the
+/// answer): `(verified, accepted)`, the accepted checked against its timings.
+pub fn golden_verified_accepted(golden: &serde_json::Value, seq: &[u32]) -> (usize, usize) {
+    let (mut verified, mut accepted) = (0, 0);
+    for step in golden["steps"].as_array().unwrap() {
+        let n_past = step["n_past"].as_u64().unwrap() as usize;
+        let drafts = step["candidates"].as_array().unwrap();
+        let a = drafts
+            .iter()
+            .map(|c| c[0][0].as_u64().unwrap() as u32)
+            .zip(&seq[n_past + 1..])
+            .take_while(|(d, t)| d == *t)
+            .count();
+        accepted += a;
+        verified += (a + 1).min(drafts.len());
+    }
+    assert_eq!(
+        accepted as u64,
+        golden["draft_n_accepted"].as_u64().unwrap()
+    );
+    (verified, accepted)
+}
+
+/// A one-sequence CPU context of 512 positions with an f32 cache, as the drafter tests use.
+pub fn f32_context() -> engine::ContextConfig {
+    engine::ContextConfig {
+        n_ctx: 512,
+        n_ubatch: 64,
+        n_threads: 2,
+        device: engine::DeviceKind::Cpu,
+        kv_type: gguf::GgmlType::F32,
+        ..engine::ContextConfig::default()
+    }
+}
+
+/// The target at `path`'s features of every position of `tokens`, as the engine hands a
+/// drafter them ([`engine::speculative::Features`]): the states after blocks `taps`, then,
+/// with `last`, the normed final state, side by side (`[pos][parts · n_embd]`).
+pub fn target_features(
+    path: &std::path::Path,
+    tokens: &[u32],
+    taps: &[usize],
+    last: bool,
+) -> Vec<Vec<f32>> {
+    use engine::{Enter, Executor, Out, RowOut, Taps};
+    let model = model::Model::load(path).unwrap();
+    let mut exec = Executor::new(model, f32_context()).unwrap();
+    let parts = taps.len() + last as usize;
+    let mut seq = kv::SeqKv::default();
+    let mut features = vec![Vec::new(); tokens.len()];
+    for (c, chunk) in tokens.chunks(64).enumerate() {
+        let rows: Vec<device::Row> = (0..chunk.len())
+            .map(|i| device::Row {
+                pos: c * 64 + i,
+                seq: 0,
+            })
+            .collect();
+        let all: Vec<usize> = (0..chunk.len()).collect();
+        let mut on_row = |r: usize, o: RowOut<'_>| {
+            let (k, state) = match o {
+                RowOut::Tap { layer, state } => {
+                    (taps.iter().position(|&l| l == layer).unwrap(), state)
+                }
+                RowOut::State(state) => (taps.len(), state),
+                RowOut::Logits(_) => return,
+            };
+            let f = &mut features[c * 64 + r];
+            f.resize(parts * state.len(), f32::NAN);
+            f[k * state.len()..(k + 1) * state.len()].copy_from_slice(state);
+        };
+        let states: &[usize] = if last { &all } else { &[] };
+        let out = Out::Rows {
+            logits: &[],
+            states,
+            taps: Taps {
+                layers: taps,
+                rows: &all,
+            },
+            on_row: &mut on_row,
+        };
+        exec.forward(&mut [&mut seq], &rows, Enter::Tokens(chunk), out)
+            .unwrap();
+    }
+    features
+}

@@ -72,6 +72,19 @@ impl Attention {
     /// `s.attn` (`[n, q_dim]`, before the output projection): Q, K and V (with their
     /// biases), then [`heads`] with the block's Q/K norms.
     pub fn attend(&self, cx: &Cx<'_>, dev: &mut dyn Device, n: usize) {
+        self.qkv(cx, dev, n);
+        heads(cx, dev, n, self.q_norm.zip(self.k_norm));
+    }
+
+    /// [`Attention::attend`] for the rows of a block drafter's block, which see one another
+    /// (the step's later rows of their sequence too: [`device::Op::BlockAttention`]).
+    pub fn attend_block(&self, cx: &Cx<'_>, dev: &mut dyn Device, n: usize) {
+        self.qkv(cx, dev, n);
+        heads_with(cx, dev, n, self.q_norm.zip(self.k_norm), false);
+    }
+
+    /// Q, K and V of `n` rows (with their biases) from `s.x` into `s.q`, `s.k`, `s.v`.
+    fn qkv(&self, cx: &Cx<'_>, dev: &mut dyn Device, n: usize) {
         let (s, t) = (cx.s, cx.t);
         // q: [n, n_head * head_dim], k and v: [n, n_head_kv * head_dim]
         let out = |y, bias| MatOut {
@@ -89,29 +102,6 @@ impl Attention {
                 out(s.v, self.v_bias),
             ],
         );
-        heads(cx, dev, n, self.q_norm.zip(self.k_norm));
-    }
-
-    /// [`Attention::attend`] for the rows of a block drafter's block, which see one another
-    /// (the step's later rows of their sequence too: [`device::Op::BlockAttention`]).
-    pub fn attend_block(&self, cx: &Cx<'_>, dev: &mut dyn Device, n: usize) {
-        let (s, t) = (cx.s, cx.t);
-        let out = |y, bias| MatOut {
-            y,
-            bias: t.opt(bias),
-            residual: None,
-        };
-        dev.matmul(
-            &[t[self.q], t[self.k], t[self.v]],
-            s.x,
-            n,
-            &[
-                out(s.q, self.q_bias),
-                out(s.k, self.k_bias),
-                out(s.v, self.v_bias),
-            ],
-        );
-        heads_with(cx, dev, n, self.q_norm.zip(self.k_norm), false);
     }
 
     /// The keys and values of `n` rows whose input is `x` (`[n, n_embd]`), stored without

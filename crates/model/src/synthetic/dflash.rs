@@ -5,9 +5,9 @@
 
 use std::path::Path;
 
-use gguf::{GgmlType, Value, ValueType};
+use gguf::{GgmlType, Value};
 
-use super::{scale, write_file, Rng, Tensors, Vocab};
+use super::{drafter_head, drafter_keys, scale, write_file, Rng, Tensors, Vocab};
 use crate::{Error, Result};
 
 const ARCH: &str = "dflash";
@@ -78,33 +78,17 @@ impl DflashShape {
             ("context_length", 4096),
             ("block_size", self.block),
         ];
-        for (k, v) in keys {
-            w.metadata(&format!("{ARCH}.{k}"), Value::U32(v as u32));
-        }
-        w.metadata(
-            &format!("{ARCH}.attention.layer_norm_rms_epsilon"),
-            Value::F32(1e-6),
-        );
-        w.metadata(&format!("{ARCH}.rope.freq_base"), Value::F32(10_000.0));
-        let layers = self.target_layers.iter().map(|&l| Value::I32(l as i32));
-        w.metadata(
-            &format!("{ARCH}.target_layers"),
-            Value::Array(ValueType::I32, layers.collect()),
-        );
+        drafter_keys(&mut w, ARCH, &keys, &self.target_layers);
         w.metadata("tokenizer.ggml.mask_token_id", Value::U32(nv as u32 - 1));
         let ty = self.ty;
         let mut t = Tensors {
             w: &mut w,
             rng: Rng::new(self.seed),
         };
-        if self.own_head {
-            t.matrix("token_embd.weight", &[e, nv], ty, 1.0)?;
-            t.matrix("output.weight", &[e, nv], ty, 4.0 * scale(e))?;
-        }
         // An output norm of 2 (8 with the target's head, which is 4 times weaker) sharpens
         // the drafts' distributions: a block's mask rows alike give near-ties otherwise.
         let norm = if self.own_head { 2.0 } else { 8.0 };
-        t.vector("output_norm.weight", vec![norm; e]);
+        drafter_head(&mut t, [e, nv], ty, self.own_head, norm)?;
         t.matrix("fc.weight", &[f, e], ty, scale(f))?;
         t.ones("enc.output_norm.weight", e);
         for il in 0..self.n_layer {

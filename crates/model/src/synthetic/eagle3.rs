@@ -4,9 +4,9 @@
 
 use std::path::Path;
 
-use gguf::{GgmlType, Value, ValueType};
+use gguf::{GgmlType, Value};
 
-use super::{scale, write_file, Rng, Tensors, Vocab};
+use super::{drafter_head, drafter_keys, scale, write_file, Rng, Tensors, Vocab};
 use crate::{Error, Result};
 
 const ARCH: &str = "eagle3";
@@ -76,19 +76,7 @@ impl Eagle3Shape {
             ("context_length", 4096),
             ("target_hidden_size", self.target_n_embd),
         ];
-        for (k, v) in keys {
-            w.metadata(&format!("{ARCH}.{k}"), Value::U32(v as u32));
-        }
-        w.metadata(
-            &format!("{ARCH}.attention.layer_norm_rms_epsilon"),
-            Value::F32(1e-6),
-        );
-        w.metadata(&format!("{ARCH}.rope.freq_base"), Value::F32(10_000.0));
-        let layers = self.target_layers.iter().map(|&l| Value::I32(l as i32));
-        w.metadata(
-            &format!("{ARCH}.target_layers"),
-            Value::Array(ValueType::I32, layers.collect()),
-        );
+        drafter_keys(&mut w, ARCH, &keys, &self.target_layers);
         w.metadata(
             &format!("{ARCH}.norm_before_fc"),
             Value::Bool(self.norm_before_fc),
@@ -102,14 +90,10 @@ impl Eagle3Shape {
             w: &mut w,
             rng: Rng::new(self.seed),
         };
-        if self.own_head {
-            t.matrix("token_embd.weight", &[e, nv], ty, 1.0)?;
-            t.matrix("output.weight", &[e, nv], ty, 4.0 * scale(e))?;
-        }
         // With the target's head, an output norm of 4 sharpens the drafts' distributions as
         // its own head (4 times a unit-variance product) does: fewer near-ties.
         let norm = if self.own_head { 1.0 } else { 4.0 };
-        t.vector("output_norm.weight", vec![norm; e]);
+        drafter_head(&mut t, [e, nv], ty, self.own_head, norm)?;
         t.matrix("fc.weight", &[f, e], ty, scale(f))?;
         if self.norm_before_fc {
             t.ones("enc.output_norm.weight", f);

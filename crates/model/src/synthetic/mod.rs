@@ -513,6 +513,46 @@ impl Vocab {
     }
 }
 
+/// The keys a synthetic drafter of a target's features writes: `{arch}.{k}` of `keys`, its
+/// RMS epsilon and RoPE base, and the target blocks whose inputs it reads.
+pub(crate) fn drafter_keys(
+    w: &mut GgufWriter,
+    arch: &str,
+    keys: &[(&str, usize)],
+    target_layers: &[usize],
+) {
+    for &(k, v) in keys {
+        w.metadata(&format!("{arch}.{k}"), Value::U32(v as u32));
+    }
+    w.metadata(
+        &format!("{arch}.attention.layer_norm_rms_epsilon"),
+        Value::F32(1e-6),
+    );
+    w.metadata(&format!("{arch}.rope.freq_base"), Value::F32(10_000.0));
+    let layers = target_layers.iter().map(|&l| Value::I32(l as i32));
+    w.metadata(
+        &format!("{arch}.target_layers"),
+        Value::Array(gguf::ValueType::I32, layers.collect()),
+    );
+}
+
+/// A synthetic drafter's embeddings and output head (`n_vocab` rows of `e`), where it has
+/// its own, and its output norm, all `norm`.
+pub(crate) fn drafter_head(
+    t: &mut Tensors,
+    [e, n_vocab]: [usize; 2],
+    ty: GgmlType,
+    own_head: bool,
+    norm: f32,
+) -> Result<()> {
+    if own_head {
+        t.matrix("token_embd.weight", &[e, n_vocab], ty, 1.0)?;
+        t.matrix("output.weight", &[e, n_vocab], ty, 4.0 * scale(e))?;
+    }
+    t.vector("output_norm.weight", vec![norm; e]);
+    Ok(())
+}
+
 pub(crate) fn write_file(w: &GgufWriter, path: &Path) -> Result<()> {
     w.write(path)
         .map_err(|e| Error::Synthetic(format!("{}: {e}", path.display())))
