@@ -1,12 +1,14 @@
 """Speculative decoding through the real server: the text at temperature 0 is the text of
 plain decoding, alone and with 8 users, with a draft model and with n-gram drafts, under
-the adaptive and the fixed policy; the target as its own draft accepts every token."""
+the adaptive and the fixed policy, and with EAGLE-3 and DFlash drafters of the model's
+features (synthetic, `tandem synth`); the target as its own draft accepts every token."""
 
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import Server
+from conftest import BINARY, Server
 
 PROMPTS = [
     "Write a Python function that adds two numbers.",
@@ -89,6 +91,31 @@ def test_speculation_keeps_the_plain_text(plain, arm):
         steps = {p: counter(metrics, f'tandem:step_seconds_total{{part="{p}"}}') for p in ("draft", "verify", "decode", "sample")}
         assert all(v > 0 for v in steps.values()), steps
         assert steps["sample"] < steps["decode"] + steps["verify"], steps
+
+
+@pytest.fixture(scope="module")
+def feature_drafters(tmp_path_factory):
+    """Random EAGLE-3 and DFlash drafters of SmolLM2-135M's shape, using its embeddings and head."""
+    d = tmp_path_factory.mktemp("drafters")
+    shape = ["--n-embd", "576", "--n-head", "9", "--n-head-kv", "3", "--n-ff", "1536",
+             "--target-layers", "2,15,27", "--target-head", "--type", "q8_0", "--tokenizer", "smollm2-135m"]
+    paths = {}
+    for arch in ("eagle3", "dflash"):
+        paths[arch] = str(d / f"{arch}.gguf")
+        subprocess.run([BINARY, "synth", "-o", paths[arch], "--arch", arch, *shape], check=True,
+                       capture_output=True, timeout=300)
+    return paths
+
+
+@pytest.mark.parametrize("arch", ["eagle3", "dflash"])
+def test_feature_drafters_keep_the_plain_text(plain, feature_drafters, arch):
+    (alone, _), together, _ = plain
+    flags = ["-md", feature_drafters[arch], "--spec-policy", "fixed", "--spec-draft-n-max", "4"]
+    (s_alone, t_alone), s_together, metrics = run_arm(flags)
+    assert s_alone == alone
+    assert [t for t, _ in s_together] == [t for t, _ in together]
+    assert counter(metrics, "vllm:spec_decode_num_draft_tokens") > 0, metrics
+    assert t_alone["draft_n"] > 0
 
 
 def test_a_request_can_turn_speculation_off_and_a_bad_bound_is_a_400():
