@@ -26,7 +26,7 @@ impl Device for Gpu {
     fn supports(&self, op: Op) -> bool {
         !matches!(
             op,
-            Op::SparseAttention | Op::HyperConnections | Op::SwigluLimit | Op::BlockAttention
+            Op::SparseAttention | Op::HyperConnections | Op::SwigluLimit
         )
     }
 
@@ -249,12 +249,15 @@ impl Device for Gpu {
         };
         let tab_at = tables(&mut w, step.tables);
         let win_at = tables(&mut w, step.windowed);
+        let last_at = w.len() as u32;
+        w.extend(device::last_positions(step.rows).iter().map(|&p| p as u32));
         w.push(0);
         let region = self.rec.push(&self.ctx, bytemuck::cast_slice(&w));
         self.step = Some(StepData {
             region,
             tab_at,
             win_at,
+            last_at,
         });
         self.angles.clear();
         self.states_begin(step);
@@ -370,12 +373,18 @@ impl Device for Gpu {
             kv.values[layer].clone(),
         );
         let (region, tab) = (self.step().region, self.tables_at(&cfg, layer));
+        let last_at = self.step().last_at;
         let rotation = cfg.rotation();
         let len = rows * spec.n_head * spec.head_dim;
         if let Some(rot) = rotation {
             self.hadamard(q, len, rot.keys);
         }
-        let n_parts = self.rows.iter().map(|r| r.pos / ATTENTION_PART + 1).max();
+        let last = device::last_positions(&self.rows);
+        let n_parts = self
+            .rows
+            .iter()
+            .map(|r| spec.span(r.pos, last[r.seq]).end.div_ceil(ATTENTION_PART))
+            .max();
         let n_parts = n_parts.unwrap_or(1);
         let row_floats = spec.n_head * n_parts * (spec.head_dim + 2);
         let per_group = (self.attention_parts_cap() / (row_floats * 4)).clamp(1, rows);
@@ -395,8 +404,8 @@ impl Device for Gpu {
                 tab,
                 row0 as u32,
                 n_parts as u32,
-                0,
-                0,
+                spec.causal as u32,
+                last_at,
                 0,
             ];
             let p = self.rec.push(&self.ctx, bytemuck::cast_slice(&p));

@@ -47,6 +47,8 @@ pub(crate) struct StepData {
     pub(crate) region: Region,
     pub(crate) tab_at: u32,
     pub(crate) win_at: u32,
+    /// Where the step holds each sequence's last position ([`device::last_positions`]).
+    pub(crate) last_at: u32,
 }
 
 /// See the crate doc.

@@ -129,14 +129,15 @@ fn subgroup_shuffles_sum_a_column_with_the_workgroup_trees_bits() {
 #[test]
 fn rope_kv_store_and_paged_attention_for_every_kv_type() {
     for kv_ty in [GgmlType::F16, GgmlType::F32, GgmlType::BF16, GgmlType::Q8_0] {
-        for (mode, window) in [
-            (RopeMode::Normal, None),
-            (RopeMode::Neox, None),
-            (RopeMode::Neox, Some(7)),
+        for (mode, window, causal) in [
+            (RopeMode::Normal, None, true),
+            (RopeMode::Neox, None, true),
+            (RopeMode::Neox, Some(7), true),
+            (RopeMode::Neox, None, false),
         ] {
             let Some([mut a, mut b]) = both() else { return };
-            let got = attention_case(&mut *a, kv_ty, mode, window, true);
-            let want = attention_case(&mut *b, kv_ty, mode, window, true);
+            let got = attention_case(&mut *a, kv_ty, mode, window, causal);
+            let want = attention_case(&mut *b, kv_ty, mode, window, causal);
             let e = rel(&got, &want, 1.0);
             // As the CPU's test: keys differ by f32 rounding before they are stored, and a
             // Q8_0 cache may round such a key to the next of its 255 steps.

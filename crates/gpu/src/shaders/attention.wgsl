@@ -87,7 +87,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     let kvh = h / (p.n_head / p.n_head_kv);
     if (t == 0u) {
         let pos = step[p.rows_at + 2u * r];
-        span = vec3<u32>(max(span_start(pos), part * PART), min(pos + 1u, part * PART + PART),
+        span = vec3<u32>(max(span_start(pos), part * PART),
+                         min(span_last(r) + 1u, part * PART + PART),
                          step[p.rows_at + 2u * r + 1u]);
     }
     let sp = workgroupUniformLoad(&span);

@@ -11,8 +11,8 @@ struct P {
     tab_at: u32,
     row0: u32,       // the step row of this dispatch's first
     n_parts: u32,
-    _a: u32,
-    _b: u32,
+    causal: u32,     // 0: a row also sees its sequence's later rows in the step
+    last_at: u32,    // where the step holds each sequence's last position
     _c: u32,
 }
 
@@ -22,4 +22,13 @@ fn span_start(pos: u32) -> u32 {
         return pos + 1u - p.window;
     }
     return 0u;
+}
+
+// The last position step row `r` attends to: its own, or its sequence's last in the step.
+fn span_last(r: u32) -> u32 {
+    let pos = step[p.rows_at + 2u * r];
+    if (p.causal == 0u) {
+        return max(pos, step[p.last_at + step[p.rows_at + 2u * r + 1u]]);
+    }
+    return pos;
 }

@@ -15,7 +15,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     let hd = p.head_dim;
     let pos = step[p.rows_at + 2u * r];
     let first = span_start(pos) / PART;
-    let last = pos / PART;
+    let last = span_last(r) / PART;
     let base = (wg.y * p.n_head + h) * p.n_parts;
     var mx = -3.4028235e38;
     for (var i = first; i <= last; i++) {
