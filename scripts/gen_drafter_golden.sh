@@ -2,17 +2,18 @@
 # llama.cpp's drafts from drafters of a target's features, EAGLE-3 (`draft-eagle3`) and DFlash
 # (`draft-dflash`), on a synthetic llama target, as golden data: the files `tandem synth`
 # writes with the arguments below (f32 weights, SmolLM2's tokenizer cut to 320 tokens; each
-# drafter reads the inputs of the target's blocks 1, 2 and 3; once with its own embeddings
-# and output head, once with the target's: `--target-head`), served by llama-server with
+# drafter reads the inputs of the target's blocks 1, 2 and 3; with its own embeddings and
+# output head, with the target's (`--target-head`), and with its own over 160 tokens of the
+# 320 (`--draft-vocab 160`: d2t)), served by llama-server with
 # `-md DRAFTER --spec-type draft-eagle3 --spec-draft-n-max 3` (DFlash: `draft-dflash`, 4 of
 # a block of 8) and f32 KV caches; one completion of PROMPT at temperature 0 for 256
 # tokens, its end token ignored. Its debug log gives each draft call's three candidates per
 # draft position; they go with the prompt's and the answer's tokens and the completion's
-# timings to crates/engine/tests/golden/llama-{eagle3,dflash}{,-target-head}.llamacpp.json,
-# which crates/engine/tests/eagle3.rs and dflash.rs compare tandem's drafts with.
+# timings to crates/engine/tests/golden/llama-{eagle3,dflash}{,-target-head,-d2t}.llamacpp.json,
+# which crates/engine/tests/feature_drafters.rs compares tandem's drafts with.
 #
 # usage: scripts/gen_drafter_golden.sh TANDEM_BINARY LLAMA_SERVER_BINARY
-# (the arguments must match the shapes in crates/engine/tests/eagle3.rs and dflash.rs)
+# (the arguments must match the shapes in crates/engine/tests/feature_drafters.rs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tandem=$1
@@ -24,9 +25,12 @@ trap 'kill $pid 2>/dev/null || true; rm -rf "$tmp"' EXIT
 "$tandem" synth -o "$tmp/t.gguf" --arch llama --experts 0 --n-embd 128 --n-layer 4 \
     --n-head 4 --n-head-kv 2 --n-ff 256 --type f32 --tokenizer smollm2-135m --vocab 320 --seed 7
 for drafter in eagle3 dflash; do
-for variant in own target-head; do
-flag=() golden=llama-$drafter
-if [ "$variant" = target-head ]; then flag=(--target-head) golden=llama-$drafter-target-head; fi
+for variant in own target-head d2t; do
+case $variant in
+own) flag=() golden=llama-$drafter ;;
+target-head) flag=(--target-head) golden=llama-$drafter-target-head ;;
+d2t) flag=(--draft-vocab 160) golden=llama-$drafter-d2t ;;
+esac
 case $drafter in
 eagle3)
     "$tandem" synth -o "$tmp/d.gguf" --arch eagle3 --n-embd 128 --n-head 4 --n-head-kv 2 \

@@ -1,7 +1,7 @@
 //! Drafters of a target's features, EAGLE-3 and DFlash: synthetic drafters of a synthetic
 //! llama target (f32, SmolLM2's tokenizer cut to 320 tokens; the shapes
-//! `scripts/gen_drafter_golden.sh` writes), with their own embeddings and output head or
-//! the target's, draft what llama.cpp's `draft-eagle3` and `draft-dflash` draft on the same
+//! `scripts/gen_drafter_golden.sh` writes), with their own embeddings and output head, the
+//! target's, or their own over a reduced vocabulary (`d2t`), draft what llama.cpp's `draft-eagle3` and `draft-dflash` draft on the same
 //! files, accept what llama-server accepts over its answer, and speculation with them leaves
 //! the greedy text of 8 users as plain decoding gives it (on the CPU and the GPU).
 
@@ -83,9 +83,20 @@ impl Kind {
     }
 }
 
+/// A drafter's head: its own, the target's, or its own over a reduced vocabulary (160
+/// tokens spread over the 320: `d2t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Head {
+    Own,
+    Target,
+    Reduced,
+}
+
 /// The target and the drafter of `scripts/gen_drafter_golden.sh` in `dir`, the drafter
-/// with its own embeddings and output head or (`own_head` false) the target's.
-fn write_models(dir: &Path, kind: Kind, own_head: bool) -> (PathBuf, PathBuf) {
+/// with the head `head`.
+fn write_models(dir: &Path, kind: Kind, head: Head) -> (PathBuf, PathBuf) {
+    let own_head = head != Head::Target;
+    let draft_vocab = (head == Head::Reduced).then_some(160);
     let (_, file, name) = MODELS[0];
     let tokenizer = gguf::GgufFile::open(model_path(file, name)).unwrap();
     let vocab = Vocab::cut(&tokenizer, 320).unwrap();
@@ -115,6 +126,7 @@ fn write_models(dir: &Path, kind: Kind, own_head: bool) -> (PathBuf, PathBuf) {
             norm_before_fc: false,
             norm_before_residual: false,
             own_head,
+            draft_vocab,
             ty: GgmlType::F32,
             seed: 9,
         }
@@ -128,6 +140,7 @@ fn write_models(dir: &Path, kind: Kind, own_head: bool) -> (PathBuf, PathBuf) {
             target_layers: vec![1, 2, 3],
             block: 8,
             own_head,
+            draft_vocab,
             ty: GgmlType::F32,
             seed: 11,
         }
@@ -141,12 +154,18 @@ fn ids(v: &serde_json::Value) -> Vec<u32> {
     common::ids(v)
 }
 
-fn golden(kind: Kind, own_head: bool) -> serde_json::Value {
-    let text = match (kind, own_head) {
-        (Kind::Eagle3, true) => include_str!("golden/llama-eagle3.llamacpp.json"),
-        (Kind::Eagle3, false) => include_str!("golden/llama-eagle3-target-head.llamacpp.json"),
-        (Kind::Dflash, true) => include_str!("golden/llama-dflash.llamacpp.json"),
-        (Kind::Dflash, false) => include_str!("golden/llama-dflash-target-head.llamacpp.json"),
+fn golden(kind: Kind, head: Head) -> serde_json::Value {
+    let text = match (kind, head) {
+        (Kind::Eagle3, Head::Own) => include_str!("golden/llama-eagle3.llamacpp.json"),
+        (Kind::Eagle3, Head::Target) => {
+            include_str!("golden/llama-eagle3-target-head.llamacpp.json")
+        }
+        (Kind::Eagle3, Head::Reduced) => include_str!("golden/llama-eagle3-d2t.llamacpp.json"),
+        (Kind::Dflash, Head::Own) => include_str!("golden/llama-dflash.llamacpp.json"),
+        (Kind::Dflash, Head::Target) => {
+            include_str!("golden/llama-dflash-target-head.llamacpp.json")
+        }
+        (Kind::Dflash, Head::Reduced) => include_str!("golden/llama-dflash-d2t.llamacpp.json"),
     };
     serde_json::from_str(text).unwrap()
 }
@@ -159,28 +178,38 @@ fn drafter_stage(drafter: &Path, target: &Path) -> Model {
 
 #[test]
 fn eagle3_drafts_equal_llama_cpp_s_on_the_same_file() {
-    drafts_equal_llama_cpp_s(Kind::Eagle3, true);
+    drafts_equal_llama_cpp_s(Kind::Eagle3, Head::Own);
 }
 
 #[test]
 fn eagle3_drafts_with_the_target_s_head_equal_llama_cpp_s_on_the_same_file() {
-    drafts_equal_llama_cpp_s(Kind::Eagle3, false);
+    drafts_equal_llama_cpp_s(Kind::Eagle3, Head::Target);
+}
+
+#[test]
+fn eagle3_drafts_over_a_reduced_vocabulary_equal_llama_cpp_s_on_the_same_file() {
+    drafts_equal_llama_cpp_s(Kind::Eagle3, Head::Reduced);
 }
 
 #[test]
 fn dflash_drafts_equal_llama_cpp_s_on_the_same_file() {
-    drafts_equal_llama_cpp_s(Kind::Dflash, true);
+    drafts_equal_llama_cpp_s(Kind::Dflash, Head::Own);
 }
 
 #[test]
 fn dflash_drafts_with_the_target_s_head_equal_llama_cpp_s_on_the_same_file() {
-    drafts_equal_llama_cpp_s(Kind::Dflash, false);
+    drafts_equal_llama_cpp_s(Kind::Dflash, Head::Target);
 }
 
-fn drafts_equal_llama_cpp_s(kind: Kind, own_head: bool) {
+#[test]
+fn dflash_drafts_over_a_reduced_vocabulary_equal_llama_cpp_s_on_the_same_file() {
+    drafts_equal_llama_cpp_s(Kind::Dflash, Head::Reduced);
+}
+
+fn drafts_equal_llama_cpp_s(kind: Kind, head: Head) {
     let dir = tempfile::tempdir().unwrap();
-    let (target, drafter) = write_models(dir.path(), kind, own_head);
-    let golden = golden(kind, own_head);
+    let (target, drafter) = write_models(dir.path(), kind, head);
+    let golden = golden(kind, head);
     let mut seq = ids(&golden["prompt_tokens"]);
     seq.extend(ids(&golden["answer_tokens"]));
     let features = common::target_features(&target, &seq, &TAPPED, false);
@@ -238,8 +267,8 @@ fn the_answer_accepts_as_llama_server_s_with_dflash() {
 /// first candidates against the answer's next tokens) accepted here.
 fn the_answer_accepts_as_llama_server_s(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
-    let (target, drafter) = write_models(dir.path(), kind, true);
-    let golden = golden(kind, true);
+    let (target, drafter) = write_models(dir.path(), kind, Head::Own);
+    let golden = golden(kind, Head::Own);
     let prompt = ids(&golden["prompt_tokens"]);
     let answer = ids(&golden["answer_tokens"]);
     let seq: Vec<u32> = prompt.iter().chain(&answer).copied().collect();
@@ -285,7 +314,7 @@ fn eight_users_on_the_gpu_drafting_with_dflash_get_the_plain_text() {
 
 fn eight_users_get_the_plain_text(kind: Kind, device: engine::DeviceKind) {
     let dir = tempfile::tempdir().unwrap();
-    let (target, drafter) = write_models(dir.path(), kind, false);
+    let (target, drafter) = write_models(dir.path(), kind, Head::Target);
     let model = Model::load(&target).unwrap();
     let tok = Tokenizer::from_gguf(&model.file.header.metadata).unwrap();
     let text = "The quick brown fox jumps over the lazy dog while the river runs to the sea. ";
@@ -312,7 +341,7 @@ fn eight_users_get_the_plain_text(kind: Kind, device: engine::DeviceKind) {
 fn drafters_alone_are_refused() {
     for kind in [Kind::Eagle3, Kind::Dflash] {
         let dir = tempfile::tempdir().unwrap();
-        let (_, drafter) = write_models(dir.path(), kind, true);
+        let (_, drafter) = write_models(dir.path(), kind, Head::Reduced);
         let err = Model::load(&drafter).err().expect("refused");
         assert!(
             err.to_string().contains("beside its target"),

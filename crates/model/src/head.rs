@@ -66,6 +66,28 @@ impl Model {
         Ok(())
     }
 
+    /// The output matrix's rows are the tokens `ids`, in order (a drafter's reduced
+    /// vocabulary, `d2t`): logit `i` is token `ids[i]`.
+    pub fn map_head(&mut self, ids: Vec<u32>) -> Result<()> {
+        let full = self
+            .output_matrix()
+            .ok_or(Error::NotInStage("the output head"))?;
+        if full.n_rows != ids.len() {
+            return Err(Error::BadTensor {
+                tensor: full.name.clone(),
+                problem: format!("{} rows for {} draft tokens (d2t)", full.n_rows, ids.len()),
+            });
+        }
+        let data = self.file.bytes()[full.range.clone()].to_vec();
+        self.head = Some(SubsetHead {
+            ids,
+            ty: full.ty,
+            n_cols: full.n_cols,
+            data: data.into(),
+        });
+        Ok(())
+    }
+
     /// Logits per row: the vocabulary size, or the restricted head's size.
     pub fn n_logits(&self) -> usize {
         self.head

@@ -163,9 +163,15 @@ impl Model {
         // A drafter's own head, else its own embeddings (tied), else its target's head (as
         // llama.cpp picks them).
         let has_head = t.has_own(&head) || !t.has_own("token_embd.weight") && t.has(&head);
+        // A drafter's own head over a reduced vocabulary: its rows are the tokens of `d2t`.
+        let d2t = match part == Part::Drafter && t.has_own("d2t") {
+            true => Some(t.ids("d2t", nv)?),
+            false => None,
+        };
+        let head_rows = d2t.as_ref().map_or(nv, Vec::len);
         let output = match (stage.head, has_head) {
             (false, _) => None,
-            (true, true) => Some(t.matrix(&head, nv, e)?),
+            (true, true) => Some(t.matrix(&head, head_rows, e)?),
             (true, false) => Some(embd(&mut t, Role::Multiply)?),
         };
         let layers = stage
@@ -202,7 +208,7 @@ impl Model {
             _ => None,
         };
         let tensors = t.finish();
-        Ok(Model {
+        let mut model = Model {
             file: Arc::new(file),
             arch,
             hparams,
@@ -217,7 +223,11 @@ impl Model {
             fuse,
             other,
             adapters: Vec::new(),
-        })
+        };
+        if let Some(ids) = d2t {
+            model.map_head(ids)?;
+        }
+        Ok(model)
     }
 
     /// Loads the LoRA adapter at `path` for this model (before [`Model::upload`]), applied

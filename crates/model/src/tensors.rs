@@ -420,6 +420,42 @@ impl<'a> TensorLoader<'a> {
             .collect())
     }
 
+    /// A table of `n` token ids (32- or 64-bit integers, each below `n_vocab`), read for the
+    /// host: a drafter's reduced vocabulary (`d2t`: its logit `i` is token `ids[i]`).
+    pub fn ids(&mut self, name: &str, n_vocab: usize) -> Result<Vec<u32>> {
+        let info = self
+            .file
+            .header
+            .tensor(name)
+            .ok_or_else(|| Error::MissingTensor(name.to_string()))?;
+        let bytes = self.file.tensor_bytes(info);
+        let ids: Vec<i64> = match info.ggml_type {
+            GgmlType::I64 => bytes
+                .chunks_exact(8)
+                .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
+                .collect(),
+            GgmlType::I32 => bytes
+                .chunks_exact(4)
+                .map(|b| i32::from_le_bytes(b.try_into().expect("4 bytes")) as i64)
+                .collect(),
+            ty => {
+                return Err(Error::UnsupportedType {
+                    tensor: name.to_string(),
+                    ty,
+                })
+            }
+        };
+        ids.iter()
+            .map(|&id| match u32::try_from(id) {
+                Ok(id) if (id as usize) < n_vocab => Ok(id),
+                _ => Err(Error::BadTensor {
+                    tensor: name.to_string(),
+                    problem: format!("token id {id} outside the vocabulary of {n_vocab}"),
+                }),
+            })
+            .collect()
+    }
+
     /// A vector of values not in the file, uploaded like the file's (ones for a norm
     /// without weights), named for errors.
     pub fn constant(&mut self, name: &str, data: Vec<f32>) -> VecId {

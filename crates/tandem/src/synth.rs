@@ -114,6 +114,10 @@ pub struct SynthArgs {
     /// as many published drafters do.
     #[arg(long)]
     pub target_head: bool,
+    /// eagle3, dflash: an output head of its own over this many tokens spread over the
+    /// vocabulary (`d2t`, a reduced draft vocabulary).
+    #[arg(long, conflicts_with = "target_head")]
+    pub draft_vocab: Option<usize>,
     /// dflash: the block size (`dflash.block_size`) [default: 16].
     #[arg(long)]
     pub dflash_block: Option<usize>,
@@ -262,6 +266,7 @@ fn dflash_shape(a: &SynthArgs) -> Result<DflashShape, CliError> {
         target_layers: a.target_layers.clone().unwrap_or(vec![1, 2, 3]),
         block: a.dflash_block.unwrap_or(16),
         own_head: !a.target_head,
+        draft_vocab: a.draft_vocab,
         ty: a.ty.unwrap_or(GgmlType::Q8_0),
         seed: a.seed,
     })
@@ -298,6 +303,7 @@ fn eagle3_shape(a: &SynthArgs) -> Result<Eagle3Shape, CliError> {
         norm_before_fc: false,
         norm_before_residual: false,
         own_head: !a.target_head,
+        draft_vocab: a.draft_vocab,
         ty: a.ty.unwrap_or(GgmlType::Q8_0),
         seed: a.seed,
     })
@@ -418,6 +424,7 @@ pub fn execute(a: SynthArgs) -> Result<(), CliError> {
         _ if a.target_layers.is_some()
             || a.target_n_embd.is_some()
             || a.target_head
+            || a.draft_vocab.is_some()
             || a.dflash_block.is_some() =>
         {
             return Err(CliError::Usage(format!(

@@ -1,5 +1,5 @@
 //! dflash: DFlash's block drafter (llama.cpp's `dflash` files, without DFlash 2's selector
-//! or DSpark's heads), run as the drafter stage of its target ([`crate::Part::Drafter`]).
+//! or DSpark's heads; a reduced draft vocabulary, `d2t`, as [`crate::Model::map_head`]), run as the drafter stage of its target ([`crate::Part::Drafter`]).
 //! Its context is the target's features at `dflash.target_layers` (the inputs of those
 //! blocks, side by side), fused as `g = enc.output_norm(fc · f)` ([`Fuse`]): each block
 //! stores `rope(k_norm(wk · g))` and `wv · g` at the row's position without computing it
@@ -22,10 +22,9 @@ use crate::tensors::{TensorLoader, VecId};
 pub struct Dflash;
 
 /// Tensors of DFlash's variants this version does not run, and which variant has them.
-const VARIANTS: [(&str, &str); 4] = [
+const VARIANTS: [(&str, &str); 3] = [
     ("selector_hidden.weight", "DFlash 2 (its selector)"),
     ("markov_w1.weight", "DSpark (its Markov head)"),
-    ("d2t", "a reduced draft vocabulary (d2t)"),
     ("blk.0.attn_post_norm.weight", "post-norm blocks"),
 ];
 

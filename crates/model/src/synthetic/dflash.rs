@@ -26,6 +26,8 @@ pub struct DflashShape {
     pub block: usize,
     /// Writes `token_embd` and `output` of its own; without, the target's are used.
     pub own_head: bool,
+    /// Its own head over this many tokens (their ids in `d2t`), with `own_head`.
+    pub draft_vocab: Option<usize>,
     /// Type of every matrix; its block size must divide `n_embd` and `n_ff`.
     pub ty: GgmlType,
     pub seed: u64,
@@ -88,7 +90,7 @@ impl DflashShape {
         // An output norm of 2 (8 with the target's head, which is 4 times weaker) sharpens
         // the drafts' distributions: a block's mask rows alike give near-ties otherwise.
         let norm = if self.own_head { 2.0 } else { 8.0 };
-        drafter_head(&mut t, [e, nv], ty, self.own_head, norm)?;
+        drafter_head(&mut t, [e, nv], ty, (self.own_head, self.draft_vocab), norm)?;
         t.matrix("fc.weight", &[f, e], ty, scale(f))?;
         t.ones("enc.output_norm.weight", e);
         for il in 0..self.n_layer {

@@ -27,6 +27,8 @@ pub struct Eagle3Shape {
     pub norm_before_residual: bool,
     /// Writes `token_embd` and `output` of its own; without, the target's are used.
     pub own_head: bool,
+    /// Its own head over this many tokens (their ids in `d2t`), with `own_head`.
+    pub draft_vocab: Option<usize>,
     /// Type of every matrix; its block size must divide `n_embd`, `n_ff` and the
     /// features' width.
     pub ty: GgmlType,
@@ -93,7 +95,7 @@ impl Eagle3Shape {
         // With the target's head, an output norm of 4 sharpens the drafts' distributions as
         // its own head (4 times a unit-variance product) does: fewer near-ties.
         let norm = if self.own_head { 1.0 } else { 4.0 };
-        drafter_head(&mut t, [e, nv], ty, self.own_head, norm)?;
+        drafter_head(&mut t, [e, nv], ty, (self.own_head, self.draft_vocab), norm)?;
         t.matrix("fc.weight", &[f, e], ty, scale(f))?;
         if self.norm_before_fc {
             t.ones("enc.output_norm.weight", f);

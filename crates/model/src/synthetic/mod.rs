@@ -536,18 +536,24 @@ pub(crate) fn drafter_keys(
     );
 }
 
-/// A synthetic drafter's embeddings and output head (`n_vocab` rows of `e`), where it has
-/// its own, and its output norm, all `norm`.
+/// A synthetic drafter's head: where it has its own, its embeddings (`n_vocab` rows of
+/// `e`) and output head, over `draft_vocab` tokens spread over the vocabulary where given
+/// (their ids in `d2t`); its output norm, all `norm`.
 pub(crate) fn drafter_head(
     t: &mut Tensors,
     [e, n_vocab]: [usize; 2],
     ty: GgmlType,
-    own_head: bool,
+    (own_head, draft_vocab): (bool, Option<usize>),
     norm: f32,
 ) -> Result<()> {
     if own_head {
         t.matrix("token_embd.weight", &[e, n_vocab], ty, 1.0)?;
-        t.matrix("output.weight", &[e, n_vocab], ty, 4.0 * scale(e))?;
+        let rows = draft_vocab.unwrap_or(n_vocab);
+        t.matrix("output.weight", &[e, rows], ty, 4.0 * scale(e))?;
+        if let Some(n) = draft_vocab {
+            let ids = (0..n).flat_map(|i| ((i * n_vocab / n) as i64).to_le_bytes());
+            t.w.tensor("d2t", &[n as u64], GgmlType::I64, ids.collect());
+        }
     }
     t.vector("output_norm.weight", vec![norm; e]);
     Ok(())
