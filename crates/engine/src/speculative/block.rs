@@ -40,6 +40,19 @@ pub struct BlockDrafter {
     picker: Picker,
 }
 
+/// One slot's block in a draft forward.
+#[derive(Debug, Clone, Copy)]
+struct Block {
+    /// The job it drafts for.
+    job: usize,
+    slot: usize,
+    /// The position of its first row, the last token `t_L`.
+    at: usize,
+    last: u32,
+    /// Mask rows after it: the tokens it drafts.
+    n: usize,
+}
+
 impl BlockDrafter {
     /// `model`: a DFlash drafter's [`model::Part::Drafter`] stage. `config.n_ctx` KV
     /// positions for all `n_slots` together; runs on `pool`.
@@ -113,32 +126,29 @@ impl BlockDrafter {
             .map(|_| ())
     }
 
-    /// One forward of the blocks of `jobs` (`(job, slot, position of t_L, t_L, n)`):
-    /// per job, the logits of its `n` mask rows.
-    fn blocks(
-        &mut self,
-        jobs: &[(usize, usize, usize, u32, usize)],
-    ) -> crate::Result<Vec<Vec<Vec<f32>>>> {
+    /// One forward of `blocks`: per block, the logits of its mask rows.
+    fn blocks(&mut self, blocks: &[Block]) -> crate::Result<Vec<Vec<Vec<f32>>>> {
         let mut batch = Vec::new();
         let mut tokens = Vec::new();
         let mut wanted = Vec::new();
-        for &(_, slot, at, last, n) in jobs {
-            for i in 0..=n {
+        for b in blocks {
+            for i in 0..=b.n {
                 if i > 0 {
                     wanted.push(batch.len());
                 }
                 batch.push(Row {
-                    pos: at + i,
-                    seq: slot,
+                    pos: b.at + i,
+                    seq: b.slot,
                 });
-                tokens.push(if i == 0 { last } else { self.mask });
+                tokens.push(if i == 0 { b.last } else { self.mask });
             }
         }
-        let mut logits: Vec<Vec<Vec<f32>>> = jobs.iter().map(|j| Vec::with_capacity(j.4)).collect();
-        let owner: Vec<usize> = jobs
+        let mut logits: Vec<Vec<Vec<f32>>> =
+            blocks.iter().map(|b| Vec::with_capacity(b.n)).collect();
+        let owner: Vec<usize> = blocks
             .iter()
             .enumerate()
-            .flat_map(|(j, job)| std::iter::repeat_n(j, job.4))
+            .flat_map(|(i, b)| std::iter::repeat_n(i, b.n))
             .collect();
         let mut on_logits = |r: usize, l: &mut [f32]| {
             let k = wanted.iter().position(|&w| w == r).expect("a mask row");
@@ -154,8 +164,8 @@ impl BlockDrafter {
                 on_logits: &mut on_logits,
             },
         )?;
-        for &(_, slot, at, _, _) in jobs {
-            self.ctx.truncate(&mut self.kv.seqs[slot], at);
+        for b in blocks {
+            self.ctx.truncate(&mut self.kv.seqs[b.slot], b.at);
         }
         if let Some(bad) = finite.iter().position(|&ok| !ok) {
             return Err(crate::Error::NonFinite {
@@ -191,17 +201,23 @@ impl Proposer for BlockDrafter {
             self.kv.seen[slot].extend_from_slice(&tokens[kept..context]);
             self.states.forget_before(slot, context, w);
         }
-        let blocks: Vec<(usize, usize, usize, u32, usize)> = jobs
+        let blocks: Vec<Block> = jobs
             .iter()
             .enumerate()
-            .map(|(j, job)| {
-                let at = job.tokens.len() - 1;
-                let n = job.n_max.min(self.block - 1);
-                (j, job.slot, at, job.tokens[at], n)
+            .map(|(job, j)| {
+                let at = j.tokens.len() - 1;
+                let n = j.n_max.min(self.block - 1).min(ub - 1);
+                Block {
+                    job,
+                    slot: j.slot,
+                    at,
+                    last: j.tokens[at],
+                    n,
+                }
             })
-            .filter(|b| b.4 > 0)
+            .filter(|b| b.n > 0)
             .collect();
-        let room: usize = blocks.iter().map(|b| b.4 + 1).sum();
+        let room: usize = blocks.iter().map(|b| b.n + 1).sum();
         self.kv.make_room(&mut self.ctx, jobs, rows.len() + room);
         let t0 = Instant::now();
         for (c, chunk) in rows.chunks(ub).enumerate() {
@@ -209,37 +225,30 @@ impl Proposer for BlockDrafter {
         }
         log.catch_up += t0.elapsed();
         let model = self.ctx.model_arc();
-        let mut group = Vec::new();
-        let mut flush = |group: &mut Vec<(usize, usize, usize, u32, usize)>,
-                         me: &mut BlockDrafter,
-                         log: &mut DraftLog|
-         -> crate::Result<()> {
-            if group.is_empty() {
-                return Ok(());
+        // Forwards of as many blocks as a ubatch holds.
+        let mut groups: Vec<Vec<Block>> = Vec::new();
+        let mut rows_in = ub;
+        for b in blocks {
+            if rows_in + b.n + 1 > ub {
+                groups.push(Vec::new());
+                rows_in = 0;
             }
+            rows_in += b.n + 1;
+            groups.last_mut().expect("a group").push(b);
+        }
+        for group in groups {
             let t0 = Instant::now();
-            let logits = me.blocks(group)?;
+            let logits = self.blocks(&group)?;
             log.steps.push((group.len(), t0.elapsed()));
-            for (&(j, ..), l) in group.iter().zip(logits) {
+            for (b, l) in group.iter().zip(logits) {
                 for row in &l {
-                    if !me.picker.pick(&model, &jobs[j], row, &mut out[j]) {
+                    if !self.picker.pick(&model, &jobs[b.job], row, &mut out[b.job]) {
                         break;
                     }
                 }
             }
-            group.clear();
-            Ok(())
-        };
-        let mut in_group = 0;
-        for b in blocks {
-            if in_group + b.4 + 1 > ub {
-                flush(&mut group, self, log)?;
-                in_group = 0;
-            }
-            in_group += b.4 + 1;
-            group.push(b);
         }
-        flush(&mut group, self, log)
+        Ok(())
     }
 
     fn release(&mut self, slot: usize) {
