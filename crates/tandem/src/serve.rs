@@ -642,6 +642,11 @@ impl ServeArgs {
                 )))
             }
             (None, Some("draft-mtp" | "mtp")) => server::Drafter::Mtp,
+            (None, Some(t @ ("draft-eagle3" | "draft-dflash" | "draft-dspark" | "draft-simple"))) => {
+                return Err(CliError::Usage(format!(
+                    "--spec-type {t} drafts with a drafter file: give it as -md FILE"
+                )))
+            }
             (Some(_), Some(t)) if !t.starts_with("draft") => {
                 return Err(CliError::Usage(format!(
                     "-md and --spec-type {t} both name a drafter; give one"

@@ -129,3 +129,15 @@ fn mtp_drafts_need_nextn_blocks_and_no_draft_model() {
         "{err}"
     );
 }
+
+#[test]
+fn drafter_spec_types_need_a_drafter_file() {
+    for t in ["draft-eagle3", "draft-dflash"] {
+        let (ok, err) = serve(&["-m", "smollm2-135m", "--spec-type", t]);
+        assert!(!ok, "{t} started");
+        assert!(
+            err.contains(&format!("--spec-type {t} drafts with a drafter file")),
+            "{err}"
+        );
+    }
+}
