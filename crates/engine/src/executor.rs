@@ -190,6 +190,11 @@ pub struct Taps<'a> {
     pub rows: &'a [usize],
 }
 
+/// Whether `layers` are ascending blocks of `stage`, as [`Taps::layers`] must be.
+pub(crate) fn taps_within(layers: &[usize], stage: &std::ops::Range<usize>) -> bool {
+    layers.windows(2).all(|p| p[0] < p[1]) && layers.iter().all(|l| stage.contains(l))
+}
+
 /// What [`Out::Rows`] gives for one row.
 pub enum RowOut<'a> {
     /// The row's logits (`[n_logits]`).
@@ -466,8 +471,7 @@ impl Executor {
         }
         if let Out::Rows { taps, .. } = &out {
             let stage = &self.model.stage.layers;
-            let ascending = taps.layers.windows(2).all(|p| p[0] < p[1]);
-            if !ascending || taps.layers.iter().any(|l| !stage.contains(l)) {
+            if !taps_within(taps.layers, stage) {
                 return Err(Error::Config(format!(
                     "tapped layers {:?} are not ascending blocks of the stage {stage:?}",
                     taps.layers

@@ -1,22 +1,21 @@
 //! An output head over part of the vocabulary, for drafting.
 
-use std::sync::Arc;
-
 use device::{Bytes, MatrixSource, Role};
 use gguf::GgmlType;
 
 use crate::{Error, Model, Result};
 
-/// Rows `ids` of a model's output matrix, copied on their own. Logit `i` of a head
-/// restricted this way is the logit of token `ids[i]`; tokens outside cannot come out.
-/// A draft model restricted to its most frequent tokens computes a cheaper head, and
-/// verification keeps the output exact whatever it proposes.
+/// An output head whose logit `i` is the logit of token `ids[i]`: rows `ids` of a model's
+/// output matrix, copied on their own, or a drafter's own head over a reduced vocabulary
+/// (its rows in place). Tokens outside cannot come out. A draft model restricted to its
+/// most frequent tokens computes a cheaper head, and verification keeps the output exact
+/// whatever it proposes.
 pub struct SubsetHead {
     pub ids: Vec<u32>,
     ty: GgmlType,
     n_cols: usize,
     /// `[ids.len(), row_bytes]`.
-    data: Arc<[u8]>,
+    data: Bytes,
 }
 
 impl SubsetHead {
@@ -25,7 +24,7 @@ impl SubsetHead {
         MatrixSource {
             name: "output.weight (restricted)".into(),
             ty: self.ty,
-            bytes: Bytes::Owned(self.data.clone()),
+            bytes: self.data.clone(),
             n_rows: self.ids.len(),
             n_cols: self.n_cols,
             role: Role::Multiply,
@@ -44,7 +43,7 @@ impl Model {
         let full = self
             .output_matrix()
             .ok_or(Error::NotInStage("the output head"))?;
-        let bytes = &self.file.bytes()[full.range.clone()];
+        let bytes = &self.file_of(full).bytes()[full.range.clone()];
         let rb = bytes.len() / full.n_rows;
         let mut data = Vec::with_capacity(ids.len() * rb);
         for &id in ids {
@@ -61,7 +60,7 @@ impl Model {
             ids: ids.to_vec(),
             ty: full.ty,
             n_cols: full.n_cols,
-            data: data.into(),
+            data: Bytes::Owned(data.into()),
         });
         Ok(())
     }
@@ -78,12 +77,14 @@ impl Model {
                 problem: format!("{} rows for {} draft tokens (d2t)", full.n_rows, ids.len()),
             });
         }
-        let data = self.file.bytes()[full.range.clone()].to_vec();
         self.head = Some(SubsetHead {
             ids,
             ty: full.ty,
             n_cols: full.n_cols,
-            data: data.into(),
+            data: Bytes::Mapped {
+                file: self.file_of(full).clone(),
+                range: full.range.clone(),
+            },
         });
         Ok(())
     }

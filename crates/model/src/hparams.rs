@@ -113,7 +113,7 @@ pub struct HParams {
     /// (`nextn_predict_layers`): a drafter's ([`crate::Part::Nextn`]), never run by the
     /// model's own forward.
     pub n_nextn: usize,
-    /// For a drafter of a target's features (EAGLE-3), what it reads of the target.
+    /// For a drafter of a target's features (EAGLE-3, DFlash), what it reads of the target.
     pub target: Option<TargetFeatures>,
 }
 

@@ -375,10 +375,7 @@ impl Model {
             .iter()
             .map(|(id, m)| match &self.head {
                 Some(h) if Some(id) == self.output => h.source(),
-                _ => match (&self.other, m.weight.borrowed) {
-                    (Some(other), true) => m.weight.source(other, m.role),
-                    _ => m.weight.source(&self.file, m.role),
-                },
+                _ => m.weight.source(self.file_of(&m.weight), m.role),
             })
             .collect();
         if let Some(bad) = sources.iter().find(|s| !dev.supports_type(s.ty)) {
@@ -417,6 +414,14 @@ impl Model {
             dev.gather_rows(s.x, &rows, hp.n_embd, hidden);
         }
         Ok(())
+    }
+
+    /// The file holding `w`: the model's, or its target's for a drafter's borrowed matrix.
+    pub(crate) fn file_of(&self, w: &Weight) -> &Arc<GgufFile> {
+        match (&self.other, w.borrowed) {
+            (Some(other), true) => other,
+            _ => &self.file,
+        }
     }
 
     /// Floats of a row's features, for a drafter of a target's features

@@ -48,8 +48,7 @@ impl Spec {
         };
         let proposer = (s.make)(&env)?;
         let features = proposer.features();
-        let ascending = features.taps.windows(2).all(|p| p[0] < p[1]);
-        if !ascending || features.taps.iter().any(|l| !stage.contains(l)) {
+        if !crate::executor::taps_within(&features.taps, &stage) {
             return Err(crate::Error::Config(format!(
                 "the {} drafter reads the target's blocks {:?}, and this process holds blocks \
                  {stage:?}",

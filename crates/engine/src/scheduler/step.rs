@@ -298,10 +298,6 @@ impl Engine {
                 .filter(|&r| embeds(chunk[r].0))
                 .collect(),
         };
-        let tapped: &[usize] = match features.taps.is_empty() {
-            true => &[],
-            false => &fed,
-        };
         let e = self.exec.model().hparams.n_embd;
         let width = features.parts() * e;
         let mut fed_at = vec![usize::MAX; n];
@@ -359,7 +355,7 @@ impl Engine {
                 states: &states,
                 taps: Taps {
                     layers: &features.taps,
-                    rows: tapped,
+                    rows: &fed,
                 },
                 on_row: &mut on_row,
             },

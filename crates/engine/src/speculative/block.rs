@@ -11,7 +11,7 @@ use model::Model;
 
 use super::kept::KeptKv;
 use super::pick::Picker;
-use super::target_states::TargetStates;
+use super::target_states::{feature_taps, TargetStates};
 use super::{Draft, DraftJob, DraftLog, Features, Proposer};
 use crate::executor::{Enter, Out};
 use crate::{ContextConfig, Executor};
@@ -78,19 +78,7 @@ impl BlockDrafter {
             .ok_or_else(|| {
                 bad("its tokenizer names no mask token (tokenizer.ggml.mask_token_id)".into())
             })?;
-        // The input of block l is the state after block l - 1.
-        let taps = target
-            .layers
-            .iter()
-            .map(|&l| l.checked_sub(1))
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| {
-                bad(format!(
-                    "it reads the input of the target's block 0 (its embeddings; target_layers \
-                     {:?}), which tandem does not tap",
-                    target.layers
-                ))
-            })?;
+        let taps = feature_taps(&target)?;
         let n_vocab = model.hparams.n_vocab;
         Ok(BlockDrafter {
             ctx: Executor::with_pool(model, config, pool)?,

@@ -11,7 +11,7 @@ use model::Model;
 
 use super::kept::KeptKv;
 use super::pick::Picker;
-use super::target_states::TargetStates;
+use super::target_states::{feature_taps, TargetStates};
 use super::{Draft, DraftJob, DraftLog, Features, Proposer};
 use crate::executor::{Enter, Out, RowOut, Taps};
 use crate::{ContextConfig, Executor};
@@ -93,19 +93,7 @@ impl HiddenDrafter {
                 model.arch.name()
             )));
         };
-        // The input of block l is the state after block l - 1.
-        let taps = target
-            .layers
-            .iter()
-            .map(|&l| l.checked_sub(1))
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| {
-                crate::Error::Config(format!(
-                    "the drafter reads the input of the target's block 0 (its embeddings; \
-                     target_layers {:?}), which tandem does not tap",
-                    target.layers
-                ))
-            })?;
+        let taps = feature_taps(&target)?;
         let last_block = model.stage.layers.end - 1;
         let kind = Kind::Eagle3 { taps, last_block };
         Self::new(kind, width, model, config, n_slots, pool)

@@ -1,5 +1,26 @@
 //! The target's states a drafter reads ([`super::Proposer::observe_state`]), kept per
-//! slot from the first position it may still need.
+//! slot from the first position it may still need; which of its blocks a drafter of its
+//! features taps.
+
+use model::TargetFeatures;
+
+/// The target blocks whose outputs are the inputs `target` reads (the input of block `l`
+/// is the state after block `l - 1`); an error for the input of block 0 (the embeddings),
+/// which no block gives.
+pub(super) fn feature_taps(target: &TargetFeatures) -> crate::Result<Vec<usize>> {
+    target
+        .layers
+        .iter()
+        .map(|&l| l.checked_sub(1))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| {
+            crate::Error::Config(format!(
+                "the drafter reads the input of the target's block 0 (its embeddings; \
+                 target_layers {:?}), which tandem does not tap",
+                target.layers
+            ))
+        })
+}
 
 /// Per slot, the target's states of positions `from..` (`[n, width]` each slot's own).
 pub(super) struct TargetStates(Vec<States>);

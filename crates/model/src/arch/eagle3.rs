@@ -13,7 +13,7 @@
 //!
 //! then the output norm and head. `out`, before the norm, is the next draft row's `g`.
 
-use device::{Buf, Cols, Device, MatOut, Role};
+use device::{Buf, Device, MatOut, Role};
 
 use super::Recipe;
 use crate::error::{Error, Result};
@@ -21,6 +21,7 @@ use crate::hparams::{HParams, TargetFeatures, Traits, PLAIN};
 use crate::layers::attention::heads;
 use crate::layers::ffn::{Activation, Ffn, GateUp};
 use crate::layers::fuse::Fuse;
+use crate::layers::nextn::side_by_side;
 use crate::layers::{Cx, Layer};
 use crate::tensors::{MatId, TensorLoader, VecId};
 
@@ -139,16 +140,7 @@ impl Layer for Eagle3Block {
             false => normed,
         };
         dev.rms_norm(hidden, t[self.hidden_norm], n, e, eps, g);
-        for (x, at) in [(embedded, 0), (g, e)] {
-            let c = Cols {
-                x_width: e,
-                x_at: 0,
-                out_width: 2 * e,
-                out_at: at,
-                width: e,
-            };
-            dev.copy_cols(x, joined, n, &c);
-        }
+        side_by_side(dev, [embedded, g], joined, n, e);
         let to = MatOut::to;
         dev.matmul(
             &[t[self.q], t[self.k], t[self.v]],

@@ -84,17 +84,23 @@ impl Layer for Nextn {
         dev.embed(t[self.embed], tokens, embedded);
         dev.rms_norm(embedded, t[self.enorm], n, e, hp.rms_eps, embedded);
         dev.rms_norm(hidden, t[self.hnorm], n, e, hp.rms_eps, hidden);
-        for (x, at) in [(embedded, 0), (hidden, e)] {
-            let c = Cols {
-                x_width: e,
-                x_at: 0,
-                out_width: 2 * e,
-                out_at: at,
-                width: e,
-            };
-            dev.copy_cols(x, joined, n, &c);
-        }
+        side_by_side(dev, [embedded, hidden], joined, n, e);
         dev.matmul(&[t[self.eh_proj]], joined, n, &[MatOut::to(hidden)]);
         self.block.forward(cx, dev, hidden, n);
+    }
+}
+
+/// `joined` (`[n, 2 · e]`) from `halves` (`[n, e]` each) side by side, the first's first:
+/// the entries of NextN and EAGLE-3 blocks.
+pub fn side_by_side(dev: &mut dyn Device, halves: [Buf; 2], joined: Buf, n: usize, e: usize) {
+    for (x, at) in halves.into_iter().zip([0, e]) {
+        let c = Cols {
+            x_width: e,
+            x_at: 0,
+            out_width: 2 * e,
+            out_at: at,
+            width: e,
+        };
+        dev.copy_cols(x, joined, n, &c);
     }
 }
