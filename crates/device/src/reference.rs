@@ -464,10 +464,10 @@ impl Device for Reference {
             Some(rot) => hadamard(queries, rot.keys),
             None => queries.to_vec(),
         };
-        let last = crate::seam::last_positions(&self.rows);
+        let ends = spec.step_ends(&self.rows);
         for (r, row) in self.rows.iter().enumerate() {
             let table = &self.tables.of(&kv.cfg, layer)[row.seq];
-            let span = spec.span(row.pos, last[row.seq]);
+            let span = spec.span_of(*row, &ends);
             let mut scores = vec![vec![0f64; span.len()]; nh];
             for (i, p) in span.clone().enumerate() {
                 kv.read(&kv.keys[layer], table, p, &mut key);

@@ -317,6 +317,20 @@ impl AttnSpec {
         let end = if self.causal { pos } else { last.max(pos) };
         start..end + 1
     }
+
+    /// What [`AttnSpec::span_of`] needs of a step's `rows`: where not causal, each
+    /// sequence's last position in the step ([`last_positions`]); nothing where causal.
+    pub fn step_ends(&self, rows: &[Row]) -> Vec<usize> {
+        match self.causal {
+            true => Vec::new(),
+            false => last_positions(rows),
+        }
+    }
+
+    /// [`AttnSpec::span`] of step row `row`, `ends` being [`AttnSpec::step_ends`].
+    pub fn span_of(&self, row: Row, ends: &[usize]) -> Range<usize> {
+        self.span(row.pos, ends.get(row.seq).copied().unwrap_or(row.pos))
+    }
 }
 
 /// Per sequence index, the last position of its rows in `rows` (0 where it has none).

@@ -379,11 +379,11 @@ impl Device for Gpu {
         if let Some(rot) = rotation {
             self.hadamard(q, len, rot.keys);
         }
-        let last = device::last_positions(&self.rows);
+        let ends = spec.step_ends(&self.rows);
         let n_parts = self
             .rows
             .iter()
-            .map(|r| spec.span(r.pos, last[r.seq]).end.div_ceil(ATTENTION_PART))
+            .map(|&r| spec.span_of(r, &ends).end.div_ceil(ATTENTION_PART))
             .max();
         let n_parts = n_parts.unwrap_or(1);
         let row_floats = spec.n_head * n_parts * (spec.head_dim + 2);

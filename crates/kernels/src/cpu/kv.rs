@@ -145,7 +145,7 @@ impl KvStore {
         let qd = spec.n_head * hd;
         let rotation = kv.cfg.rotation();
         let tiles = tiles(rows);
-        let last = device::last_positions(rows);
+        let ends = spec.step_ends(rows);
         let shared = SharedOut::new(&mut out[..n * qd]);
         pool.run(&|t, nt| {
             ATTN.with(|a| {
@@ -165,10 +165,8 @@ impl KvStore {
                         })
                         .collect();
                     let qs: Vec<&[f32]> = qs.iter().map(|q| &q[..]).collect();
-                    let spans: Vec<_> = tile
-                        .clone()
-                        .map(|r| spec.span(rows[r].pos, last[rows[r].seq]))
-                        .collect();
+                    let spans: Vec<_> =
+                        tile.clone().map(|r| spec.span_of(rows[r], &ends)).collect();
                     // SAFETY: unit (tile, g) alone writes heads g*group..(g+1)*group of
                     // the tile's rows.
                     let mut outs: Vec<&mut [f32]> = tile
