@@ -482,3 +482,56 @@ pub fn moe_agrees(pair: &mut dyn FnMut() -> Option<[Box<dyn Device>; 2]>) {
         }
     }
 }
+
+/// The encoder's ops ([`crate::encoder::EncoderDevice`]) on random data, chained as a tower
+/// layer chains them: layer norm, attention over 48 rows of 3 heads of 40, GELU, and a
+/// 2 × 2 pool of the 6 × 6 grid of the first 36 rows. Everything they wrote, in order.
+pub fn encoder_case(dev: &mut dyn crate::encoder::EncoderDevice) -> Vec<f32> {
+    use crate::encoder::{DenseIo, DenseSpec, PoolSpec};
+    let (n, heads, hd) = (48, 3, 40);
+    let w = heads * hd;
+    let x = buf(
+        dev,
+        &data(n * w, 11)
+            .iter()
+            .map(|v| 3.0 * v + 0.5)
+            .collect::<Vec<_>>(),
+    );
+    let gamma = buf(dev, &data(w, 12));
+    let beta = buf(dev, &data(w, 13));
+    let normed = dev.alloc(n * w).unwrap();
+    dev.layer_norm(x, gamma, beta, n, w, 1e-6, normed);
+    let q = buf(dev, &data(n * w, 14));
+    let k = buf(dev, &data(n * w, 15));
+    let out = dev.alloc(n * w).unwrap();
+    let io = DenseIo {
+        q,
+        k,
+        v: normed,
+        out,
+    };
+    let spec = DenseSpec {
+        rows: n,
+        heads,
+        head_dim: hd,
+        scale: 2.0 / (hd as f32).sqrt(),
+    };
+    dev.dense_attention(&io, &spec);
+    let act = buf(
+        dev,
+        &data(n * w, 16).iter().map(|v| 4.0 * v).collect::<Vec<_>>(),
+    );
+    dev.gelu_alone(act, n * w);
+    let pool = PoolSpec {
+        side: 6,
+        kernel: 2,
+        width: w,
+    };
+    let pooled = dev.alloc(pool.rows_out() * w).unwrap();
+    dev.avg_pool_2d(out, pooled, &pool);
+    let mut all = read(dev, normed, n * w);
+    all.extend(read(dev, out, n * w));
+    all.extend(read(dev, act, n * w));
+    all.extend(read(dev, pooled, pool.rows_out() * w));
+    all
+}

@@ -13,6 +13,7 @@
 
 pub mod conformance;
 mod delegate;
+pub mod encoder;
 pub mod formats;
 pub mod host;
 pub mod host_kv;

@@ -678,3 +678,60 @@ fn scaled(extrap: f64, i: usize, s: &crate::RopeScaling) -> (f64, f64) {
     let m = s.attn_factor as f64 * (1.0 + 0.1 * (1.0 / s.freq_scale as f64).ln());
     (interp * (1.0 - mix) + extrap * mix, m)
 }
+
+impl crate::encoder::EncoderDevice for Reference {
+    fn layer_norm(
+        &mut self,
+        x: Buf,
+        w: Buf,
+        b: Buf,
+        rows: usize,
+        width: usize,
+        eps: f32,
+        out: Buf,
+    ) {
+        let xs = self.bufs[x][..rows * width].to_vec();
+        let (ws, bs) = (self.buf(w)[..width].to_vec(), self.buf(b)[..width].to_vec());
+        crate::encoder::layer_norm_rows(&xs, &ws, &bs, eps, &mut self.bufs[out][..rows * width]);
+    }
+
+    fn gelu_alone(&mut self, x: Buf, len: usize) {
+        self.bufs[x][..len].iter_mut().for_each(|v| *v = gelu(*v));
+    }
+
+    /// Scores, softmax and sums in f64.
+    fn dense_attention(&mut self, io: &crate::encoder::DenseIo, spec: &crate::encoder::DenseSpec) {
+        let (n, hd) = (spec.rows, spec.head_dim);
+        let width = spec.heads * hd;
+        let (q, k, v) = (self.buf(io.q), self.buf(io.k), self.buf(io.v));
+        let mut out = vec![0f32; n * width];
+        let mut scores = vec![0f64; n];
+        for h in 0..spec.heads {
+            for i in 0..n {
+                let qi = &q[i * width + h * hd..][..hd];
+                for (j, s) in scores.iter_mut().enumerate() {
+                    let kj = &k[j * width + h * hd..][..hd];
+                    let dot: f64 = qi.iter().zip(kj).map(|(&a, &b)| a as f64 * b as f64).sum();
+                    *s = dot * spec.scale as f64;
+                }
+                let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                scores.iter_mut().for_each(|s| *s = (*s - max).exp());
+                let sum: f64 = scores.iter().sum();
+                for d in 0..hd {
+                    let acc: f64 = (0..n)
+                        .map(|j| scores[j] * v[j * width + h * hd + d] as f64)
+                        .sum();
+                    out[i * width + h * hd + d] = (acc / sum) as f32;
+                }
+            }
+        }
+        self.bufs[io.out][..n * width].copy_from_slice(&out);
+    }
+
+    fn avg_pool_2d(&mut self, x: Buf, out: Buf, spec: &crate::encoder::PoolSpec) {
+        let xs = self.bufs.take(x);
+        let n = spec.rows_out() * spec.width;
+        crate::encoder::avg_pool_2d_rows(&xs, spec, &mut self.bufs[out][..n]);
+        self.bufs.put(x, xs);
+    }
+}

@@ -56,10 +56,19 @@ pub fn swiglu_limited_inplace(gate: &mut [f32], up: &mut [f32], limit: f32) {
 
 /// `x[i] = silu(x[i])`, as [`swiglu_inplace`] gives it with `up` all ones.
 pub fn silu_inplace(x: &mut [f32]) {
+    ungated_inplace::<false>(x);
+}
+
+/// `x[i] = gelu(x[i])`, as [`gelu_inplace`] gives it with `up` all ones.
+pub fn gelu_alone_inplace(x: &mut [f32]) {
+    ungated_inplace::<true>(x);
+}
+
+fn ungated_inplace<const GELU: bool>(x: &mut [f32]) {
     const ONES: [f32; 256] = [1.0; 256];
     for part in x.chunks_mut(ONES.len()) {
         let n = part.len();
-        gated_inplace::<false>(part, &ONES[..n]);
+        gated_inplace::<GELU>(part, &ONES[..n]);
     }
 }
 

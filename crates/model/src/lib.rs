@@ -12,7 +12,7 @@
 //! Modules, each using only those listed before it: `error`, `quant` (quantizing a
 //! model file: importance matrices, each tensor's type, re-encoding), `tensors`,
 //! `hparams`, `stage`, `scratch`, `layers`, `arch`, then the model here and `head`,
-//! `synthetic`.
+//! `synthetic`; `vision` (towers of images) uses `tensors` alone.
 
 pub mod arch;
 mod error;
@@ -26,6 +26,7 @@ mod scratch;
 mod stage;
 pub mod synthetic;
 mod tensors;
+pub mod vision;
 
 use std::ops::Range;
 use std::path::Path;

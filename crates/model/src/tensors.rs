@@ -327,6 +327,20 @@ impl<'a> TensorLoader<'a> {
         Ok(self.push(w, role, Reads::Whole))
     }
 
+    /// A tensor of GGUF dims `dims` as a matrix of rows of `dims[..last]` flattened
+    /// (a convolution's kernels: `[kw, kh, channels_in, channels_out]`, a row per output
+    /// channel).
+    pub fn matrix_dims(&mut self, name: &str, dims: &[usize]) -> Result<MatId> {
+        let dims64: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
+        let info = self.info(name, &dims64)?;
+        let (n_rows, n_cols) = (
+            dims[dims.len() - 1],
+            dims[..dims.len() - 1].iter().product(),
+        );
+        let w = self.weight(name, info, n_rows, n_cols)?;
+        Ok(self.push(w, Role::Multiply, Reads::Whole))
+    }
+
     /// A matrix of `parts.iter().sum()` rows of `n_cols`, as consecutive matrices of
     /// `parts[i]` rows each (named `name[i]`): a fused `attn_qkv`, say.
     pub fn row_parts(&mut self, name: &str, parts: &[usize], n_cols: usize) -> Result<Vec<MatId>> {

@@ -4,7 +4,8 @@
 //! defaults of its own: a small DeepSeek-V4 with every feature on
 //! ([`Dsv4Shape::default`]), Q8_0. `--arch eagle3` writes an EAGLE-3 drafter for a target
 //! of the same tokenizer (`--target-layers`, `--target-n-embd`), `--arch dflash` a DFlash
-//! block drafter (`--target-layers`, `--dflash-block`).
+//! block drafter (`--target-layers`, `--dflash-block`). `--mmproj MODEL` writes a vision
+//! tower for a text model instead.
 
 use std::path::PathBuf;
 
@@ -14,6 +15,7 @@ use model::layers::gated_delta_net::DeltaShape;
 use model::synthetic::deepseek4::{Dsv4Shape, DEFAULT_RATIOS};
 use model::synthetic::dflash::DflashShape;
 use model::synthetic::eagle3::Eagle3Shape;
+use model::synthetic::mmproj::MmprojShape;
 use model::synthetic::{ExpertShape, Synthetic, Vocab};
 use model::Arch;
 
@@ -121,6 +123,20 @@ pub struct SynthArgs {
     /// dflash: the block size (`dflash.block_size`) [default: 16].
     #[arg(long)]
     pub dflash_block: Option<usize>,
+    /// Instead of a model, a vision tower (an mmproj file: SigLIP with Gemma 3's projector)
+    /// for this text model (a path or a known name), shaped by --n-embd [128], --n-layer
+    /// [2], --n-head [4], --n-ff [512], --type [f16] and the --image-* flags.
+    #[arg(long = "mmproj")]
+    pub mmproj: Option<String>,
+    /// --mmproj: the square side images are made, in pixels [default: 896].
+    #[arg(long, requires = "mmproj")]
+    pub image_size: Option<usize>,
+    /// --mmproj: the side of a patch, in pixels [default: 14].
+    #[arg(long, requires = "mmproj")]
+    pub image_patch: Option<usize>,
+    /// --mmproj: patches merged per side into one embedding [default: 4].
+    #[arg(long, requires = "mmproj")]
+    pub image_merge: Option<usize>,
     #[command(flatten)]
     pub dsv4: Box<Dsv4Args>,
     #[command(flatten)]
@@ -406,7 +422,37 @@ fn vocab(a: &SynthArgs) -> Result<Vocab, CliError> {
     })
 }
 
+/// `--mmproj`: a tower for the text model `of`, as wide as its embeddings.
+fn write_mmproj(a: &SynthArgs, of: &str) -> Result<(), CliError> {
+    let text = GgufFile::open(pull::resolve(of, a.cache.dir.as_deref())?)?;
+    let meta = &text.header.metadata;
+    let n_embd_out = meta.u32(&format!("{}.embedding_length", text.header.architecture()?))?;
+    let d = MmprojShape::gemma3(n_embd_out as usize);
+    let shape = MmprojShape {
+        image_size: a.image_size.unwrap_or(d.image_size),
+        patch_size: a.image_patch.unwrap_or(d.patch_size),
+        n_embd: a.n_embd.unwrap_or(d.n_embd),
+        n_head: a.n_head.unwrap_or(d.n_head),
+        n_ff: a.n_ff.unwrap_or(d.n_ff),
+        n_layer: a.n_layer.unwrap_or(d.n_layer),
+        n_merge: a.image_merge.unwrap_or(d.n_merge),
+        ty: a.ty.unwrap_or(d.ty),
+        seed: a.seed,
+        ..d
+    };
+    shape.write(&a.out)?;
+    eprintln!(
+        "tandem synth: a gemma3 vision tower ({:.1}M parameters) written to {}",
+        shape.n_params() as f64 / 1e6,
+        a.out.display()
+    );
+    Ok(())
+}
+
 pub fn execute(a: SynthArgs) -> Result<(), CliError> {
+    if let Some(of) = &a.mmproj {
+        return write_mmproj(&a, of);
+    }
     if let Some(base) = &a.lora_of {
         let base = GgufFile::open(pull::resolve(base, a.cache.dir.as_deref())?)?;
         model::synthetic::lora::write_adapter(&base, a.lora_rank, a.lora_alpha, a.seed, &a.out)?;

@@ -3,6 +3,7 @@
 //! came from released, ops run at once on a thread pool shared with other devices of the
 //! same thread (a draft model's), so a step records nothing and `finish` has nothing to do.
 
+mod encoder;
 mod kv;
 mod moe;
 #[cfg(test)]

@@ -213,3 +213,17 @@ fn the_state_recurrences_agree_with_the_reference() {
 fn generic_primitives_agree_with_the_reference() {
     prims_agree(&mut cpu(Precision::Int8), &mut Reference::new(), 1e-5);
 }
+
+#[test]
+fn encoder_ops_agree_with_the_reference_and_across_thread_counts() {
+    let want = device::conformance::encoder_case(&mut Reference::new());
+    let got = device::conformance::encoder_case(&mut cpu(Precision::Int8));
+    let err = rel(&got, &want, 1.0);
+    assert!(err < 2e-6, "CPU against the reference: {err}");
+    let one = Cpu::new(Arc::new(ThreadPool::new(1)), Precision::Int8);
+    let alone = device::conformance::encoder_case(&mut { one });
+    assert_eq!(
+        alone, got,
+        "the attention's rows split over threads changed bits"
+    );
+}

@@ -18,6 +18,7 @@ pub mod deepseek4;
 pub mod dflash;
 pub mod eagle3;
 pub mod lora;
+pub mod mmproj;
 
 /// The shape of a synthetic model.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,0 +1,173 @@
+//! Random-weight vision towers (mmproj files) with the keys and tensors llama.cpp's mtmd
+//! reads: a SigLIP encoder with Gemma 3's projector, for a language model `n_embd_out`
+//! wide.
+
+use std::path::Path;
+
+use gguf::{GgmlType, GgufWriter, Value, ValueType};
+
+use super::{scale, write_file, Rng, Tensors};
+use crate::{Error, Result};
+
+/// The shape of a synthetic tower.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MmprojShape {
+    pub image_size: usize,
+    pub patch_size: usize,
+    pub n_embd: usize,
+    pub n_head: usize,
+    pub n_ff: usize,
+    pub n_layer: usize,
+    /// Patches merged per side (`clip.vision.projector.scale_factor`).
+    pub n_merge: usize,
+    /// The language model's `n_embd`.
+    pub n_embd_out: usize,
+    /// Type of the blocks' matrices (F32 or F16, as converters write towers).
+    pub ty: GgmlType,
+    pub seed: u64,
+}
+
+impl MmprojShape {
+    /// Gemma 3's geometry (896-pixel images, 14-pixel patches, 256 embeddings), narrow and
+    /// shallow.
+    pub fn gemma3(n_embd_out: usize) -> MmprojShape {
+        MmprojShape {
+            image_size: 896,
+            patch_size: 14,
+            n_embd: 128,
+            n_head: 4,
+            n_ff: 512,
+            n_layer: 2,
+            n_merge: 4,
+            n_embd_out,
+            ty: GgmlType::F16,
+            seed: 1,
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        let bad = |p: String| Err(Error::Synthetic(p));
+        if !matches!(self.ty, GgmlType::F32 | GgmlType::F16) {
+            return bad(format!(
+                "a tower's matrices are f32 or f16, not {}",
+                self.ty
+            ));
+        }
+        if self.n_head == 0 || !self.n_embd.is_multiple_of(self.n_head) {
+            return bad(format!(
+                "{} heads do not divide {}",
+                self.n_head, self.n_embd
+            ));
+        }
+        let side = self.image_size / self.patch_size.max(1);
+        if side * self.patch_size != self.image_size
+            || self.n_merge == 0
+            || !side.is_multiple_of(self.n_merge)
+        {
+            return bad(format!(
+                "{}-pixel patches merged by {} do not tile {} pixels",
+                self.patch_size, self.n_merge, self.image_size
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn n_params(&self) -> u64 {
+        let (e, ff, p) = (self.n_embd, self.n_ff, self.patch_size);
+        let n_patches = (self.image_size / p).pow(2);
+        let block = 4 * e * e + 2 * e * ff;
+        (3 * p * p * e + n_patches * e + self.n_layer * block + e * self.n_embd_out) as u64
+    }
+
+    pub fn write(&self, path: &Path) -> Result<()> {
+        self.check()?;
+        let (e, ff, p, ty) = (self.n_embd, self.n_ff, self.patch_size, self.ty);
+        let mut w = GgufWriter::new();
+        let s = |v: &str| Value::String(v.into());
+        w.metadata("general.architecture", s("clip"));
+        w.metadata("general.name", s("synthetic gemma3 tower"));
+        w.metadata("clip.projector_type", s("gemma3"));
+        w.metadata("clip.has_vision_encoder", Value::Bool(true));
+        w.metadata("clip.use_gelu", Value::Bool(true));
+        let u = |v: usize| Value::U32(v as u32);
+        for (k, v) in [
+            ("image_size", self.image_size),
+            ("patch_size", p),
+            ("embedding_length", e),
+            ("feed_forward_length", ff),
+            ("block_count", self.n_layer),
+            ("attention.head_count", self.n_head),
+            ("projection_dim", self.n_embd_out),
+        ] {
+            w.metadata(&format!("clip.vision.{k}"), u(v));
+        }
+        if self.n_merge != 4 {
+            w.metadata("clip.vision.projector.scale_factor", u(self.n_merge));
+        }
+        w.metadata("clip.vision.attention.layer_norm_epsilon", Value::F32(1e-6));
+        let half = || Value::Array(ValueType::F32, vec![Value::F32(0.5); 3]);
+        w.metadata("clip.vision.image_mean", half());
+        w.metadata("clip.vision.image_std", half());
+        let mut t = Tensors {
+            w: &mut w,
+            rng: Rng::new(self.seed),
+        };
+        // As llama.cpp's converter writes Gemma 3's: the embeddings in f32, the input
+        // projection in f16, the rest in the file's type.
+        t.matrix(
+            "v.patch_embd.weight",
+            &[p, p, 3, e],
+            GgmlType::F32,
+            scale(3 * p * p),
+        )?;
+        near(&mut t, "v.patch_embd.bias", e, 0.0, 0.1);
+        let n_patches = (self.image_size / p).pow(2);
+        t.matrix(
+            "v.position_embd.weight",
+            &[e, n_patches],
+            GgmlType::F32,
+            0.5,
+        )?;
+        for i in 0..self.n_layer {
+            let b = format!("v.blk.{i}");
+            for (name, cols, rows) in [
+                ("attn_q", e, e),
+                ("attn_k", e, e),
+                ("attn_v", e, e),
+                ("attn_out", e, e),
+                ("ffn_up", e, ff),
+                ("ffn_down", ff, e),
+            ] {
+                // Queries and keys twice as large: attention that is not near uniform.
+                let a = scale(cols)
+                    * if matches!(name, "attn_q" | "attn_k") {
+                        2.0
+                    } else {
+                        1.0
+                    };
+                t.matrix(&format!("{b}.{name}.weight"), &[cols, rows], ty, a)?;
+                near(&mut t, &format!("{b}.{name}.bias"), rows, 0.0, 0.1);
+            }
+            for ln in ["ln1", "ln2"] {
+                near(&mut t, &format!("{b}.{ln}.weight"), e, 1.0, 0.2);
+                near(&mut t, &format!("{b}.{ln}.bias"), e, 0.0, 0.1);
+            }
+        }
+        near(&mut t, "v.post_ln.weight", e, 1.0, 0.2);
+        near(&mut t, "v.post_ln.bias", e, 0.0, 0.1);
+        near(&mut t, "mm.soft_emb_norm.weight", e, 1.0, 0.2);
+        t.matrix(
+            "mm.input_projection.weight",
+            &[self.n_embd_out, e],
+            GgmlType::F16,
+            scale(e),
+        )?;
+        write_file(&w, path)
+    }
+}
+
+/// A vector of `n` values uniform in `[center - a, center + a)`.
+fn near(t: &mut Tensors, name: &str, n: usize, center: f32, a: f32) {
+    let v = (0..n).map(|_| center + a * t.rng.uniform()).collect();
+    t.vector(name, v);
+}

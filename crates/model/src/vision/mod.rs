@@ -1,0 +1,176 @@
+//! Vision towers: mmproj (clip) GGUF files as llama.cpp's mtmd reads them, an image made
+//! into the tower's pixels ([`preprocess`]) and encoded into embeddings that enter a
+//! language model in place of token embeddings ([`Tower`]).
+//!
+//! ```text
+//! Rgb ──fit_square, patches──▶ [n_patches, 3·p²] ──Tower::encode──▶ [n_tokens, n_embd_out]
+//! ```
+//!
+//! Projectors run: `gemma3` (SigLIP, average-pooled by `n_merge`, RMS-normed, projected).
+//! Any other is refused at load, naming it.
+
+mod decode;
+pub mod preprocess;
+mod tower;
+
+use gguf::Metadata;
+
+pub use decode::{decode, ImageError, Limits};
+pub use preprocess::{Filter, Rgb};
+pub use tower::Tower;
+
+use crate::{Error, Result};
+
+/// A tower's projector: what follows the ViT, and how images are made and placed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Projector {
+    /// Gemma 3: the image resized into a square with black bands, `(side / n_merge)²`
+    /// embeddings between `<start_of_image>` and `<end_of_image>`, attended bidirectionally
+    /// by the language model.
+    Gemma3,
+}
+
+impl Projector {
+    fn parse(name: &str) -> Result<Projector> {
+        match name {
+            "gemma3" => Ok(Projector::Gemma3),
+            _ => Err(Error::BadHParam {
+                key: "clip.projector_type".into(),
+                problem: format!("projector '{name}' is not supported yet (supported: gemma3)"),
+            }),
+        }
+    }
+
+    /// The text before and after an image's embeddings.
+    pub fn markers(self) -> (&'static str, &'static str) {
+        match self {
+            Projector::Gemma3 => ("<start_of_image>", "<end_of_image>"),
+        }
+    }
+
+    /// Whether an image's embeddings see one another in the language model (not only the
+    /// earlier ones).
+    pub fn bidirectional(self) -> bool {
+        match self {
+            Projector::Gemma3 => true,
+        }
+    }
+}
+
+/// A vision tower's hyper-parameters (`clip.vision.*`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClipParams {
+    pub projector: Projector,
+    pub n_embd: usize,
+    pub n_head: usize,
+    pub n_ff: usize,
+    pub n_layer: usize,
+    pub eps: f32,
+    /// The square side, in pixels, an image is made.
+    pub image_size: usize,
+    pub patch_size: usize,
+    pub mean: [f32; 3],
+    pub std: [f32; 3],
+    /// Patches merged per side into one embedding.
+    pub n_merge: usize,
+    pub filter: Filter,
+}
+
+impl ClipParams {
+    pub fn read(meta: &Metadata) -> Result<ClipParams> {
+        let bad = |key: &str, problem: String| Error::BadHParam {
+            key: key.into(),
+            problem,
+        };
+        if meta.opt_bool("clip.has_vision_encoder")? != Some(true) {
+            return Err(bad(
+                "clip.has_vision_encoder",
+                "the file has no vision encoder (an audio-only or not an mmproj file)".into(),
+            ));
+        }
+        let name = match meta.opt_str("clip.projector_type")? {
+            Some(n) => n,
+            None => meta.str("clip.vision.projector_type")?,
+        };
+        let projector = Projector::parse(name)?;
+        let u = |k: &str| -> Result<usize> { Ok(meta.u32(&format!("clip.vision.{k}"))? as usize) };
+        let triple = |k: &str| -> Result<[f32; 3]> {
+            let key = format!("clip.vision.{k}");
+            let v = meta.f32_array(&key)?;
+            match v[..] {
+                [a, b, c, ..] => Ok([a, b, c]),
+                _ => Err(bad(&key, format!("{} values, expected 3", v.len()))),
+            }
+        };
+        if meta.opt_bool("clip.use_gelu")? != Some(true)
+            || meta.opt_bool("clip.use_silu")? == Some(true)
+        {
+            return Err(bad(
+                "clip.use_gelu",
+                "only GELU feed-forward towers are supported yet".into(),
+            ));
+        }
+        let p = ClipParams {
+            projector,
+            n_embd: u("embedding_length")?,
+            n_head: u("attention.head_count")?,
+            n_ff: u("feed_forward_length")?,
+            n_layer: u("block_count")?,
+            eps: meta.f32("clip.vision.attention.layer_norm_epsilon")?,
+            image_size: u("image_size")?,
+            patch_size: u("patch_size")?,
+            mean: triple("image_mean")?,
+            std: triple("image_std")?,
+            n_merge: meta
+                .opt_u32("clip.vision.projector.scale_factor")?
+                .map_or(4, |v| v as usize),
+            filter: Filter::Bilinear,
+        };
+        if p.n_head == 0 || !p.n_embd.is_multiple_of(p.n_head) {
+            return Err(bad(
+                "clip.vision.attention.head_count",
+                format!("{} heads do not divide {}", p.n_head, p.n_embd),
+            ));
+        }
+        if p.patch_size == 0 || !p.image_size.is_multiple_of(p.patch_size) {
+            return Err(bad(
+                "clip.vision.patch_size",
+                format!(
+                    "{} does not divide the image size {}",
+                    p.patch_size, p.image_size
+                ),
+            ));
+        }
+        if p.n_merge == 0 || !p.side().is_multiple_of(p.n_merge) {
+            return Err(bad(
+                "clip.vision.projector.scale_factor",
+                format!(
+                    "{} does not divide the {} patches per side",
+                    p.n_merge,
+                    p.side()
+                ),
+            ));
+        }
+        Ok(p)
+    }
+
+    /// Patches per side.
+    pub fn side(&self) -> usize {
+        self.image_size / self.patch_size
+    }
+
+    pub fn n_patches(&self) -> usize {
+        self.side() * self.side()
+    }
+
+    /// Embeddings per image.
+    pub fn n_tokens(&self) -> usize {
+        (self.side() / self.n_merge).pow(2)
+    }
+
+    /// `img` as the tower's `[n_patches, 3 · patch²]` input.
+    pub fn pixels(&self, img: &Rgb) -> Vec<f32> {
+        let square = preprocess::fit_square(img, self.image_size, self.filter);
+        preprocess::patches(&square, self.patch_size, self.mean, self.std)
+    }
+}
