@@ -88,6 +88,7 @@ pub fn attention_case(
             windowed: &[],
             states: &[],
             checkpoints: &[],
+            bidirectional: &[],
         });
         dev.upload(q, 0, &data(n * nh * hd, 10 + i as u64));
         dev.upload(k, 0, &data(n * nkv * hd, 20 + i as u64));
@@ -192,6 +193,7 @@ pub fn recurrent_case(dev: &mut dyn Device) -> Vec<f32> {
             windowed: &[],
             states: if i == 5 { &[1, 0] } else { &[2, 0] },
             checkpoints: if i == 2 { &[9, 0] } else { &[] },
+            bidirectional: &[],
         });
         dev.upload(x, 0, &data(n * width, *seed, skip * width));
         dev.conv1d(1, x, w, out, &spec);

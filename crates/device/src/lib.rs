@@ -29,7 +29,7 @@ pub use seam::{
     checkpoint_row, last_positions, rope_angles, seq_runs, AttnSpec, Buf, Bytes, Cols, ConvSpec,
     DeltaIo, DeltaSpec, Device, Gating, Mat, MatOut, MatrixSource, MoeScratch, MoeSpec, MoeStats,
     Op, OpTime, Progress, Role, RopeMode, RopeScaling, RopeSpec, Routing, Row, ScratchShape,
-    SharedIn, Step, Tables,
+    SharedIn, Step, StepEnds, Tables, NOT_BIDIRECTIONAL,
 };
 
 use gguf::GgmlType;

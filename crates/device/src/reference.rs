@@ -47,6 +47,8 @@ pub struct Reference {
     kv: Option<HostKv>,
     states: Option<HostStates>,
     rows: Vec<Row>,
+    /// [`crate::Step::bidirectional`] of the step.
+    bidirectional: Vec<usize>,
     tables: Tables,
     stats: MoeStats,
 }
@@ -305,6 +307,7 @@ impl Device for Reference {
 
     fn begin(&mut self, step: &Step<'_>) {
         self.rows = step.rows.to_vec();
+        self.bidirectional = step.bidirectional.to_vec();
         self.tables.set(step);
         if let Some(s) = &mut self.states {
             s.begin(step);
@@ -464,7 +467,7 @@ impl Device for Reference {
             Some(rot) => hadamard(queries, rot.keys),
             None => queries.to_vec(),
         };
-        let ends = spec.step_ends(&self.rows);
+        let ends = spec.step_ends(&self.rows, &self.bidirectional);
         for (r, row) in self.rows.iter().enumerate() {
             let table = &self.tables.of(&kv.cfg, layer)[row.seq];
             let span = spec.span_of(*row, &ends);

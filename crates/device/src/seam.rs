@@ -124,7 +124,15 @@ pub struct Step<'a> {
     /// from there on are drafts); otherwise the step keeps none. Empty when the pool has
     /// no state layers, or to keep every sequence's state before its first row.
     pub checkpoints: &'a [usize],
+    /// Per sequence, the first of its positions in the step whose rows see all of the
+    /// sequence's rows in the step, not only the earlier ones (an image's embeddings that
+    /// attend one another: [`Op::BidirectionalRows`]); [`NOT_BIDIRECTIONAL`] for none.
+    /// Empty: none.
+    pub bidirectional: &'a [usize],
 }
+
+/// [`Step::bidirectional`] of a sequence with no such rows.
+pub const NOT_BIDIRECTIONAL: usize = usize::MAX;
 
 /// A device's copy of a step's block tables, kept between steps to reuse the room.
 #[derive(Debug, Default)]
@@ -294,7 +302,7 @@ pub fn rope_angles(pos: usize, spec: &RopeSpec, cos_sin: &mut [(f32, f32)]) {
 }
 
 /// Grouped-query attention: `n_head` query heads, `n_head / n_head_kv` per KV head, scores
-/// `scale · q·k`, each row over the positions [`AttnSpec::span`] gives.
+/// `scale · q·k`, each row over the positions [`AttnSpec::span_of`] gives.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AttnSpec {
     pub n_head: usize,
@@ -309,28 +317,43 @@ pub struct AttnSpec {
 }
 
 impl AttnSpec {
-    /// The positions a row at `pos` attends, `last` being the last position of its
-    /// sequence's rows in the step: `0..=pos` (`0..=last` where not causal), from the
-    /// first of the last `window` up to its own.
-    pub fn span(&self, pos: usize, last: usize) -> Range<usize> {
-        let start = self.window.map_or(0, |w| (pos + 1).saturating_sub(w));
-        let end = if self.causal { pos } else { last.max(pos) };
-        start..end + 1
-    }
-
-    /// What [`AttnSpec::span_of`] needs of a step's `rows`: where not causal, each
-    /// sequence's last position in the step ([`last_positions`]); nothing where causal.
-    pub fn step_ends(&self, rows: &[Row]) -> Vec<usize> {
-        match self.causal {
-            true => Vec::new(),
-            false => last_positions(rows),
+    /// What [`AttnSpec::span_of`] needs of a step's `rows` and [`Step::bidirectional`]:
+    /// where a row may see later rows, each sequence's last position in the step
+    /// ([`last_positions`]) and where its rows start to see them.
+    pub fn step_ends(&self, rows: &[Row], bidirectional: &[usize]) -> StepEnds {
+        let some = bidirectional.iter().any(|&f| f != NOT_BIDIRECTIONAL);
+        if self.causal && !some {
+            return StepEnds::default();
         }
+        let last = last_positions(rows);
+        let from = (0..last.len())
+            .map(|s| match self.causal {
+                false => 0,
+                true => bidirectional.get(s).copied().unwrap_or(NOT_BIDIRECTIONAL),
+            })
+            .collect();
+        StepEnds { last, from }
     }
 
-    /// [`AttnSpec::span`] of step row `row`, `ends` being [`AttnSpec::step_ends`].
-    pub fn span_of(&self, row: Row, ends: &[usize]) -> Range<usize> {
-        self.span(row.pos, ends.get(row.seq).copied().unwrap_or(row.pos))
+    /// The positions step row `row` attends, `ends` being [`AttnSpec::step_ends`]: up to its
+    /// own, or up to its sequence's last in the step where it sees later rows (not causal,
+    /// or [`Step::bidirectional`]), from the first of the last `window` up to its own.
+    pub fn span_of(&self, row: Row, ends: &StepEnds) -> Range<usize> {
+        let last = match (ends.last.get(row.seq), ends.from.get(row.seq)) {
+            (Some(&last), Some(&from)) if row.pos >= from => last,
+            _ => row.pos,
+        };
+        let start = self.window.map_or(0, |w| (row.pos + 1).saturating_sub(w));
+        start..last.max(row.pos) + 1
     }
+}
+
+/// Per sequence of a step, its last position and the first of its positions whose rows
+/// see up to it ([`AttnSpec::step_ends`]); empty where every row is causal.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StepEnds {
+    last: Vec<usize>,
+    from: Vec<usize>,
 }
 
 /// Per sequence index, the last position of its rows in `rows` (0 where it has none).
@@ -451,10 +474,12 @@ pub enum Op {
     SwigluLimit,
     /// [`Device::attention`] with [`AttnSpec::causal`] false.
     BlockAttention,
+    /// [`Device::attention`] over a step with [`Step::bidirectional`] rows.
+    BidirectionalRows,
 }
 
 impl Op {
-    pub const ALL: [Op; 27] = [
+    pub const ALL: [Op; 28] = [
         Op::Embed,
         Op::RmsNorm,
         Op::MatMul,
@@ -482,6 +507,7 @@ impl Op {
         Op::CopyCols,
         Op::SwigluLimit,
         Op::BlockAttention,
+        Op::BidirectionalRows,
     ];
 }
 
@@ -775,11 +801,18 @@ mod tests {
             window: None,
             causal: true,
         };
-        assert_eq!(spec.span(10, last[0]), 0..11);
+        let span = |spec: &AttnSpec, bidi: &[usize], r: usize| {
+            spec.span_of(rows[r], &spec.step_ends(&rows, bidi))
+        };
+        assert_eq!(span(&spec, &[], 0), 0..11);
+        // Sequence 0's rows from position 11 see one another (an image at 11..=12).
+        assert_eq!(span(&spec, &[11, NOT_BIDIRECTIONAL], 0), 0..11);
+        assert_eq!(span(&spec, &[11, NOT_BIDIRECTIONAL], 1), 0..13);
+        assert_eq!(span(&spec, &[11, NOT_BIDIRECTIONAL], 3), 0..41);
         spec.causal = false;
-        assert_eq!(spec.span(10, last[0]), 0..13);
-        assert_eq!(spec.span(40, last[1]), 0..41);
+        assert_eq!(span(&spec, &[], 0), 0..13);
+        assert_eq!(span(&spec, &[], 3), 0..41);
         spec.window = Some(4);
-        assert_eq!(spec.span(10, last[0]), 7..13);
+        assert_eq!(span(&spec, &[], 0), 7..13);
     }
 }

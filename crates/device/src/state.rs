@@ -299,6 +299,7 @@ mod tests {
                 windowed: &[],
                 states: &[0],
                 checkpoints: &[],
+                bidirectional: &[],
             });
             dev.upload(x, 0, &all[span.start * width..span.end * width]);
             dev.conv1d(
@@ -376,6 +377,7 @@ mod tests {
                     windowed: &[],
                     states: &[0],
                     checkpoints: &[],
+                    bidirectional: &[],
                 });
                 for (b, src, w) in [
                     (io.q, &q, 8),

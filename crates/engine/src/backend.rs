@@ -76,6 +76,13 @@ impl DeviceKind {
         })
     }
 
+    /// The device a vision tower encodes on: the CPU backend on `threads` threads of its
+    /// own, so that a tower's image runs beside the engine's steps rather than in them.
+    pub fn encoder(threads: usize) -> Box<dyn device::encoder::EncoderDevice> {
+        let pool = Arc::new(ThreadPool::new(threads.max(1)));
+        Box::new(kernels::cpu::Cpu::new(pool, Precision::Int8))
+    }
+
     /// The adapter a device of this kind computes on (the GPU's; `None` for the others).
     pub fn adapter(self) -> Option<gpu::Adapter> {
         match self.resolve() {

@@ -2,9 +2,10 @@
 //! scratch, logits) and the one forward that the scheduler, the draft model, the box of a
 //! split and the tools compute through.
 
+use std::ops::Range;
 use std::sync::Arc;
 
-use device::{Buf, Device, Progress, Row, Step};
+use device::{Buf, Device, Op, Progress, Row, Step};
 use gguf::GgmlType;
 use kernels::{Precision, ThreadPool};
 use kv::{KvConfig, KvPool, SeqKv, StateKv, WindowKv};
@@ -154,6 +155,46 @@ pub enum Enter<'a> {
         tokens: &'a [u32],
         features: &'a [f32],
     },
+    /// Tokens, some of whose rows enter as given embeddings instead: images' rows.
+    Pictured {
+        tokens: &'a [u32],
+        images: &'a [Placed<'a>],
+    },
+}
+
+/// Rows of a forward that enter as `embeddings` (`[rows.len(), n_embd]`) instead of their
+/// tokens' embeddings ([`Enter::Pictured`]): an image's, or its part past a cached prefix.
+#[derive(Debug, Clone)]
+pub struct Placed<'a> {
+    pub rows: Range<usize>,
+    pub embeddings: &'a [f32],
+    /// They see one another ([`device::Step::bidirectional`]): they must be the last rows
+    /// of their sequence in the forward.
+    pub bidirectional: bool,
+}
+
+/// Per sequence of a forward over `rows`, where its bidirectional rows start (`images`'
+/// rows that see one another); an error where such rows are not the last of their
+/// sequence's, or not one sequence's consecutive positions.
+fn bidirectional_from(rows: &[Row], n_seqs: usize, images: &[Placed]) -> Result<Vec<usize>> {
+    let mut from = Vec::new();
+    for p in images.iter().filter(|p| p.bidirectional) {
+        let first = rows[p.rows.start];
+        let consecutive = rows[p.rows.clone()]
+            .iter()
+            .enumerate()
+            .all(|(i, r)| r.seq == first.seq && r.pos == first.pos + i);
+        let last = rows.get(p.rows.end).is_none_or(|r| r.seq != first.seq);
+        if !consecutive || !last {
+            return Err(Error::Config(format!(
+                "rows {:?} of an image are not the last consecutive rows of one sequence",
+                p.rows
+            )));
+        }
+        from.resize(n_seqs, device::NOT_BIDIRECTIONAL);
+        from[first.seq] = first.pos;
+    }
+    Ok(from)
 }
 
 /// What a forward gives back besides its KV.
@@ -513,6 +554,16 @@ impl Executor {
             true => Vec::new(),
             false => seqs.iter().map(|s| s.checkpoint()).collect(),
         };
+        let bidirectional = match enter {
+            Enter::Pictured { images, .. } => bidirectional_from(rows, seqs.len(), images)?,
+            _ => Vec::new(),
+        };
+        if !bidirectional.is_empty() && !dev.supports(Op::BidirectionalRows) {
+            return Err(Error::Config(format!(
+                "{} cannot compute rows that see one another (an image's)",
+                dev.describe()
+            )));
+        }
         for (snap, slot) in self.kv.snapshot_loads() {
             dev.state_load(snap, slot);
         }
@@ -522,9 +573,27 @@ impl Executor {
             windowed: &windowed,
             states: &states,
             checkpoints: &checkpoints,
+            bidirectional: &bidirectional,
         });
         let entered = match enter {
             Enter::Tokens(tokens) => model.embed(dev, w, &self.scratch, tokens, self.hidden),
+            Enter::Pictured { tokens, images } => model
+                .embed(dev, w, &self.scratch, tokens, self.hidden)
+                .and_then(|()| {
+                    for p in images {
+                        if p.embeddings.len() != p.rows.len() * e || e != model.hparams.n_embd {
+                            return Err(model::Error::BadStage(format!(
+                                "{} image embeddings for rows {:?} of {} (n_embd {})",
+                                p.embeddings.len(),
+                                p.rows,
+                                e,
+                                model.hparams.n_embd
+                            )));
+                        }
+                        dev.upload(self.hidden, p.rows.start * e, p.embeddings);
+                    }
+                    Ok(())
+                }),
             Enter::States(states) => {
                 dev.upload(self.hidden, 0, &states[..n * e]);
                 Ok(())
@@ -553,9 +622,10 @@ impl Executor {
         let mut tapped = Vec::with_capacity(taps.layers.len());
         let mut from = layers.start;
         let tokens = match enter {
-            Enter::Tokens(tokens) | Enter::Joined { tokens, .. } | Enter::Fused { tokens, .. } => {
-                Some(tokens)
-            }
+            Enter::Tokens(tokens)
+            | Enter::Joined { tokens, .. }
+            | Enter::Fused { tokens, .. }
+            | Enter::Pictured { tokens, .. } => Some(tokens),
             Enter::States(_) => None,
         };
         let injected = matches!(enter, Enter::Fused { .. }) && model.injects_features();

@@ -16,7 +16,9 @@ mod slot;
 pub mod speculative;
 
 pub use backend::DeviceKind;
-pub use executor::{ContextConfig, Enter, Executor, Out, Outputs, RowOut, Taps, LOGIT_ROWS};
+pub use executor::{
+    ContextConfig, Enter, Executor, Out, Outputs, Placed, RowOut, Taps, LOGIT_ROWS,
+};
 pub use front::{Front, FrontState, FrontStats};
 pub use handle::{
     Counters, DiskTier, EngineConfig, EngineHandle, EventStream, SlotState, Snapshot, StepBudget,
@@ -24,8 +26,8 @@ pub use handle::{
 pub use local_front::LocalFront;
 pub use plan::{available_memory, MemoryPlan};
 pub use request::{
-    ContextShift, DraftLimits, Event, FinishReason, GenRequest, Pooling, Progress, Summary,
-    TokenLogprob,
+    ContextShift, DraftLimits, Event, FinishReason, GenRequest, Pooling, Progress, PromptImage,
+    Summary, TokenLogprob,
 };
 pub use sampling::{Sampler, SamplerConfig};
 pub use scheduler::persist::{SavedPrefix, SlotDone, SlotOp};

@@ -68,6 +68,29 @@ pub struct GenRequest {
     /// with adapters are other KV: the engine caches them in a namespace of their scales
     /// ([`GenRequest::resolve_adapters`]).
     pub lora: Option<Vec<f32>>,
+    /// Images in the prompt, in order, apart: each one's rows enter as its embeddings in
+    /// place of its placeholder tokens' (which name it in the prefix cache only together
+    /// with [`GenRequest::cache_namespace`], one of the images' contents).
+    pub images: Vec<PromptImage>,
+}
+
+/// An image's embeddings in a prompt: rows `at..at + n` enter as `embeddings`
+/// (`[n, n_embd]`, a tower's output) instead of their tokens' embeddings, all in one step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptImage {
+    pub at: usize,
+    pub n: usize,
+    pub embeddings: std::sync::Arc<[f32]>,
+    /// Its rows see one another, not only the earlier ones (Gemma 3): the step that
+    /// computes them ends with them.
+    pub bidirectional: bool,
+}
+
+impl PromptImage {
+    /// Its positions.
+    pub fn span(&self) -> std::ops::Range<usize> {
+        self.at..self.at + self.n
+    }
 }
 
 impl GenRequest {

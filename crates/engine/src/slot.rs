@@ -7,7 +7,8 @@ use text::{Detokenizer, StopMatcher, Stops, Tokenizer};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::request::{
-    ContextShift, DraftLimits, Event, FinishReason, GenRequest, Pooling, Summary, TokenLogprob,
+    ContextShift, DraftLimits, Event, FinishReason, GenRequest, Pooling, PromptImage, Summary,
+    TokenLogprob,
 };
 use crate::sampling::Mask;
 use crate::speculative::Draft;
@@ -96,6 +97,8 @@ pub(crate) struct Sequence {
     t_first: Option<Instant>,
     /// An embedding request's pooling and states.
     pooled: Option<Pooled>,
+    /// The prompt's images ([`GenRequest::images`]).
+    pub images: Vec<PromptImage>,
 }
 
 impl Sequence {
@@ -159,7 +162,43 @@ impl Sequence {
                 vectors: Vec::new(),
                 taken: 0,
             }),
+            images: req.images,
         }
+    }
+
+    /// How many of `n` prompt rows from position `from` to compute in one step with at most
+    /// `room` rows, so that no image is cut: rows that start in an image take all of it
+    /// (none when it does not fit in `room`), rows that reach into one stop before it, and
+    /// rows after a bidirectional image wait for the next step.
+    ///
+    /// Example: an image at 10..20, `from` 4: `n` 8 gives 6 (up to the image); `n` 30
+    /// gives 16 (bidirectional: up to its end), else 30.
+    pub fn fit_images(&self, from: usize, n: usize, room: usize) -> usize {
+        let mut n = n;
+        if let Some(img) = self.images.iter().find(|i| i.span().contains(&from)) {
+            let whole = img.span().end - from;
+            if whole > room {
+                return 0;
+            }
+            if img.bidirectional {
+                return whole;
+            }
+            n = n.max(whole);
+        }
+        let n = n.min(room);
+        for img in self.images.iter().filter(|i| i.at > from) {
+            let (span, end) = (img.span(), from + n);
+            if end <= span.start {
+                break;
+            }
+            if end < span.end {
+                return span.start - from;
+            }
+            if img.bidirectional {
+                return span.end - from;
+            }
+        }
+        n
     }
 
     /// Whether this request embeds its prompt instead of generating.

@@ -26,7 +26,7 @@ impl Device for Gpu {
     fn supports(&self, op: Op) -> bool {
         !matches!(
             op,
-            Op::SparseAttention | Op::HyperConnections | Op::SwigluLimit
+            Op::SparseAttention | Op::HyperConnections | Op::SwigluLimit | Op::BidirectionalRows
         )
     }
 
@@ -227,6 +227,12 @@ impl Device for Gpu {
     }
 
     fn begin(&mut self, step: &Step<'_>) {
+        assert!(
+            step.bidirectional
+                .iter()
+                .all(|&f| f == device::NOT_BIDIRECTIONAL),
+            "bidirectional rows on the GPU (it does not support Op::BidirectionalRows)"
+        );
         self.rec.reset(&self.ctx);
         self.rows.clear();
         self.rows.extend_from_slice(step.rows);
@@ -379,7 +385,7 @@ impl Device for Gpu {
         if let Some(rot) = rotation {
             self.hadamard(q, len, rot.keys);
         }
-        let ends = spec.step_ends(&self.rows);
+        let ends = spec.step_ends(&self.rows, &[]);
         let n_parts = self
             .rows
             .iter()

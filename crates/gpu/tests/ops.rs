@@ -209,6 +209,7 @@ fn kv_blocks_copy_read_and_write() {
             windowed: &[],
             states: &[],
             checkpoints: &[],
+            bidirectional: &[],
         });
         for layer in 0..2 {
             if store {
@@ -256,6 +257,7 @@ fn kv_store_writes_the_bytes_the_reference_writes_for_every_kv_type() {
                     windowed: &[],
                     states: &[],
                     checkpoints: &[],
+                    bidirectional: &[],
                 });
                 d.kv_store(0, k, v);
                 d.finish();
@@ -348,6 +350,7 @@ fn attention_over_several_parts_and_a_window_across_them() {
                 windowed: &[],
                 states: &[],
                 checkpoints: &[],
+                bidirectional: &[],
             });
             d.kv_store(0, k, v);
             d.attention(0, q, out, &spec);
@@ -361,6 +364,7 @@ fn attention_over_several_parts_and_a_window_across_them() {
                 windowed: &[],
                 states: &[],
                 checkpoints: &[],
+                bidirectional: &[],
             });
             d.attention(0, q1, out, &spec);
             d.finish();

@@ -11,6 +11,7 @@ use text::RenderOptions;
 use crate::error::ApiError;
 use crate::state::Ready;
 use crate::tools::{self, ToolSpec};
+use crate::vision::{self, Picture, Vision};
 
 /// One chat message as sent: `content` is a string, a list of parts, or null.
 #[derive(Debug, Deserialize)]
@@ -35,21 +36,39 @@ pub struct Part {
     pub kind: String,
     #[serde(default)]
     pub text: Option<String>,
+    /// An `image_url` part's image.
+    #[serde(default)]
+    pub image_url: Option<Value>,
 }
 
-fn content_text(c: Option<Content>, at: usize) -> Result<Value, ApiError> {
+/// A message's content as the template sees it: its text, an image part's place marked
+/// ([`vision::MARKER`]) and the image decoded into `pictures`.
+fn content_text(
+    c: Option<Content>,
+    at: usize,
+    vision: Option<&Vision>,
+    pictures: &mut Vec<Picture>,
+) -> Result<Value, ApiError> {
     match c {
         None => Ok(Value::Null),
         Some(Content::Text(s)) => Ok(Value::String(s)),
         Some(Content::Parts(parts)) => {
             let mut s = String::new();
             for (j, p) in parts.into_iter().enumerate() {
-                match (p.kind.as_str(), p.text) {
-                    ("text", Some(t)) => s.push_str(&t),
-                    (kind, _) => {
+                let field = format!("messages[{at}].content[{j}]");
+                match (p.kind.as_str(), p.text, p.image_url) {
+                    ("text", Some(t), _) => s.push_str(&t),
+                    ("image_url", _, Some(url)) => {
+                        let v = vision.ok_or_else(|| {
+                            ApiError::invalid(&field, format!("{field}: this server has no vision tower loaded (start it with --mmproj), so it reads no images"))
+                        })?;
+                        pictures.push(vision::image_url(&url, &format!("{field}.image_url"), &v.limits)?);
+                        s.push_str(vision::MARKER);
+                    }
+                    (kind, _, _) => {
                         return Err(ApiError::invalid(
-                            format!("messages[{at}].content[{j}]"),
-                            format!("content part of type '{kind}' is not supported (text only, with a 'text' field)"),
+                            field,
+                            format!("content part of type '{kind}' is not supported (text with a 'text' field, or image_url with an 'image_url')"),
                         ))
                     }
                 }
@@ -107,14 +126,16 @@ impl Ending {
 /// as template variables (`enable_thinking`, unless given, the server's
 /// [`Ready::thinking`]). A final assistant message that `ending` continues is taken out, the
 /// rest rendered with the assistant's turn opened, and its text appended (as llama-server
-/// prefills).
+/// prefills). Images come back decoded, in order, where the text has a
+/// [`vision::MARKER`] for each.
 pub fn render_chat(
     ready: &Ready,
     messages: Vec<RawMessage>,
     spec: &ToolSpec,
     kwargs: Option<Map<String, Value>>,
     ending: Ending,
-) -> Result<String, ApiError> {
+) -> Result<(String, Vec<Picture>), ApiError> {
+    let mut pictures = Vec::new();
     if messages.is_empty() && !ending.empty {
         return Err(ApiError::invalid("messages", "messages must not be empty"));
     }
@@ -139,7 +160,8 @@ pub fn render_chat(
             }
             let mut obj = m.rest;
             obj.insert("role".into(), Value::String(m.role));
-            obj.insert("content".into(), content_text(m.content, i)?);
+            let content = content_text(m.content, i, ready.vision.as_ref(), &mut pictures)?;
+            obj.insert("content".into(), content);
             Ok(Value::Object(obj))
         })
         .collect::<Result<Vec<_>, ApiError>>()?;
@@ -167,7 +189,7 @@ pub fn render_chat(
         .render_with(&msgs, &options)
         .map_err(|e| ApiError::invalid("messages", format!("the chat template failed: {e}")))?;
     prompt.push_str(&prefill);
-    Ok(prompt)
+    Ok((prompt, pictures))
 }
 
 /// Takes the final assistant message out of `msgs`: its text, which the answer continues.

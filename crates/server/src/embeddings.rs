@@ -213,6 +213,7 @@ fn request(prompt: Vec<u32>, pooling: Pooling, namespace: u64) -> GenRequest {
         embed: Some(pooling),
         context_shift: None,
         lora: None,
+        images: Vec::new(),
     }
 }
 

@@ -36,6 +36,7 @@ mod telemetry;
 pub mod tools;
 mod transform;
 mod validate;
+mod vision;
 mod webui;
 
 use std::sync::Arc;

@@ -135,6 +135,8 @@ pub struct ServerConfig {
     pub load_mode: gguf::LoadMode,
     /// LoRA adapters, with the scale of requests that give none (`--lora`).
     pub lora: Vec<crate::lora::LoraSetting>,
+    /// The vision tower (`--mmproj`).
+    pub mmproj: Option<PathBuf>,
 }
 
 /// The head of a split model: blocks `at..n` and the output head here, the embeddings and
@@ -198,6 +200,7 @@ impl ServerConfig {
             slot_save_path: None,
             spm_infill: false,
             pull: None,
+            mmproj: None,
             webui: true,
             rope: Default::default(),
             lazy: Default::default(),
@@ -250,6 +253,8 @@ pub struct Ready {
     grammars: OnceLock<Result<Grammars, GrammarError>>,
     /// The LoRA adapters and their scales.
     pub lora: crate::lora::Adapters,
+    /// The vision tower, when images are read.
+    pub vision: Option<crate::vision::Vision>,
 }
 
 impl Ready {
@@ -617,6 +622,30 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
             "--sleep-idle-seconds: a model served in two stages (-ngl or a split) does not sleep yet".into(),
         ));
     }
+    let vision = match &config.mmproj {
+        None => None,
+        Some(_) if front.is_some() => {
+            return Err(Error::Config(
+                "--mmproj: a model served in two stages (-ngl or a split) reads no images yet".into(),
+            ))
+        }
+        Some(_) if ecfg.device.resolve() == engine::DeviceKind::Gpu => {
+            return Err(Error::Config(
+                "--mmproj: the GPU backend cannot attend an image's rows to one another yet; use --device cpu".into(),
+            ))
+        }
+        Some(path) => {
+            let v = crate::vision::Vision::start(path, n_embd, ecfg.n_threads)
+                .map_err(Error::Config)?;
+            eprintln!(
+                "vision: {} ({:?} projector, {} embeddings an image)",
+                path.display(),
+                v.projector,
+                v.n_tokens
+            );
+            Some(v)
+        }
+    };
     let engine = start_engine(model, tok.clone(), ecfg, spec, front)?;
     engine.sleep_after(config.sleep_idle)?;
     Ok(Ready {
@@ -644,6 +673,7 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         plan,
         grammars: OnceLock::new(),
         lora,
+        vision,
     })
 }
 

@@ -258,7 +258,7 @@ impl RawRequest {
         let messages = self
             .messages
             .ok_or_else(|| ApiError::invalid("messages", "messages is required"))?;
-        render_chat(ready, messages, &spec, self.chat_template_kwargs, ending)
+        render_chat(ready, messages, &spec, self.chat_template_kwargs, ending).map(|(p, _)| p)
     }
 
     /// The tokens [`RawRequest::chat_prompt`]'s prompt takes: what the token-counting
@@ -452,13 +452,23 @@ impl RawRequest {
         }
         .map(|n_top| LogprobsSpec { n_top });
 
+        let mut pictured = None;
         let prompts = match route {
             Route::Chat => {
                 let messages = self
                     .messages
                     .ok_or_else(|| ApiError::invalid("messages", "messages is required"))?;
-                let text = render_chat(ready, messages, &spec, self.chat_template_kwargs, ending)?;
-                vec![OnePrompt::Text(text)]
+                let (text, pictures) =
+                    render_chat(ready, messages, &spec, self.chat_template_kwargs, ending)?;
+                match ready.vision.as_ref().filter(|_| !pictures.is_empty()) {
+                    None => vec![OnePrompt::Text(text)],
+                    Some(v) => {
+                        let (ids, images, digest) =
+                            crate::vision::pictured_prompt(v, &ready.tok, &text, &pictures)?;
+                        pictured = Some((images, digest));
+                        vec![OnePrompt::Tokens(ids)]
+                    }
+                }
             }
             Route::Completions | Route::Native => match self.prompt.map(Prompt::each) {
                 None => return Err(ApiError::invalid("prompt", "prompt is required")),
@@ -496,7 +506,7 @@ impl RawRequest {
             }
         };
         let lora = ready.lora.for_request(self.lora.as_ref())?;
-        let first = GenRequest {
+        let mut first = GenRequest {
             prompt: Vec::new(),
             sampling,
             dry,
@@ -538,6 +548,7 @@ impl RawRequest {
                 Some(salt) => crate::namespace_of(("cache-salt", salt)),
             },
             lora: Some(lora),
+            images: Vec::new(),
             draft,
             embed: None,
             context_shift: None,
@@ -579,9 +590,14 @@ impl RawRequest {
                 ));
             }
         }
+        if let Some((images, digest)) = pictured {
+            first.images = images;
+            first.cache_namespace = crate::namespace_of(("images", first.cache_namespace, digest));
+        }
         let bos = usize::from(ready.tok.add_bos());
         let shift = |prompt: &[u32]| {
-            d.context_shift.then(|| engine::ContextShift {
+            // A shift would cut an image's rows apart: never for a prompt with images.
+            (d.context_shift && first.images.is_empty()).then(|| engine::ContextShift {
                 keep: usize::try_from(n_keep).map_or(prompt.len(), |k| k + bos),
                 discard: n_discard,
             })

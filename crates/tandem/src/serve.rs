@@ -68,6 +68,13 @@ pub struct ServeArgs {
     pub chat_template: Option<String>,
     #[arg(long = "chat-template-file")]
     pub chat_template_file: Option<PathBuf>,
+    /// A vision tower (an mmproj GGUF file, as llama.cpp's): chat messages may carry
+    /// images (`image_url` parts with data URLs). Projectors: gemma3.
+    #[arg(long = "mmproj")]
+    pub mmproj: Option<PathBuf>,
+    /// No vision tower, even with --mmproj.
+    #[arg(long = "no-mmproj")]
+    pub no_mmproj: bool,
     /// How the model writes tool calls: hermes (Qwen's `<tool_call>`), llama3, mistral, dsml
     /// (DeepSeek-V4's `<｜DSML｜tool_calls>`), qwen3-coder (Qwen 3.5's `<function=...>`) or
     /// generic (a JSON answer taught by the system prompt); default: read from the template.
@@ -563,6 +570,7 @@ impl ServeArgs {
             lazy: self.model.lazy_mode,
             load_mode: self.model.load_mode,
             lora: self.model.lora_settings()?,
+            mmproj: self.mmproj.clone().filter(|_| !self.no_mmproj),
             mem_limit: self.mem_limit,
             body_limit: self.body_limit,
             limits,

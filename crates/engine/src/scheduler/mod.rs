@@ -669,6 +669,10 @@ impl Slots for Engine {
         self.active(slot).seq.kv.len()
     }
 
+    fn fit_images(&self, slot: usize, from: usize, n: usize, room: usize) -> usize {
+        self.active(slot).seq.fit_images(from, n, room)
+    }
+
     /// [`Engine::make_room`]; a split model's box then streams the slot's known tokens
     /// ahead.
     fn make_room(&mut self, slot: usize, positions: usize, plan: &[Planned]) -> bool {

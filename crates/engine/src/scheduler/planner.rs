@@ -57,6 +57,9 @@ pub(super) trait Slots {
     /// Reserves KV for `positions` positions of `slot`, giving up younger slots' KV that
     /// is not in `plan` if it must (see [`victim`]). False when there is no room.
     fn make_room(&mut self, slot: usize, positions: usize, plan: &[Planned]) -> bool;
+    /// `n` prompt rows of `slot` from `from`, changed so that no image is cut, within
+    /// `room` rows (`Sequence::fit_images`).
+    fn fit_images(&self, slot: usize, from: usize, n: usize, room: usize) -> usize;
 }
 
 /// What bounds a step.
@@ -124,6 +127,7 @@ pub(super) fn plan(limits: &Limits, slots: &mut dyn Slots) -> Vec<Planned> {
     if decoding.is_empty() {
         shares = streams_starting(limits, rows_left, &waiting, shares);
     }
+    let mut room = rows_left;
     for (&(o, s), (n, &(from, pending))) in prompts.iter().zip(shares.into_iter().zip(&waiting)) {
         let aligned = (from + n) / limits.align * limits.align;
         let n = if n < pending && aligned > from {
@@ -131,7 +135,9 @@ pub(super) fn plan(limits: &Limits, slots: &mut dyn Slots) -> Vec<Planned> {
         } else {
             n
         };
+        let n = slots.fit_images(s, from, n, room);
         if n > 0 {
+            room -= n;
             take(slots, o, Planned { slot: s, from, n });
         }
     }
@@ -342,6 +348,10 @@ mod tests {
         fn computed(&self, slot: usize) -> usize {
             self.slots[slot].3
         }
+        fn fit_images(&self, _: usize, _: usize, n: usize, _: usize) -> usize {
+            n
+        }
+
         fn make_room(&mut self, slot: usize, positions: usize, _: &[Planned]) -> bool {
             let needed = positions - self.slots[slot].3;
             if needed > self.free {

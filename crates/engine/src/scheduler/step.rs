@@ -1,6 +1,8 @@
 //! One engine step: the plan's forwards, then its drafts settled, then the requests that
 //! ended retired.
 
+use std::ops::Range;
+use std::sync::Arc;
 use std::time::Instant;
 
 use device::Row;
@@ -9,7 +11,7 @@ use kv::SeqKv;
 use super::planner::Planned;
 use super::{release_kv, Engine};
 use crate::cost::Shape;
-use crate::executor::{Enter, Out, RowOut, Taps};
+use crate::executor::{Enter, Out, Placed, RowOut, Taps};
 use crate::request::Summary;
 use crate::Result;
 
@@ -231,6 +233,34 @@ impl Engine {
         }
     }
 
+    /// The rows of `chunk` (a slot's rows together) that are its slots' images': per run
+    /// of an image's rows, the rows, the image's embeddings, the floats of them those rows
+    /// take, and whether they see one another.
+    #[allow(clippy::type_complexity)]
+    fn pictured(
+        &self,
+        chunk: &[(usize, usize, u32)],
+    ) -> Vec<(Range<usize>, Arc<[f32]>, Range<usize>, bool)> {
+        let e = self.exec.model().hparams.n_embd;
+        let mut out = Vec::new();
+        let mut start = 0;
+        while start < chunk.len() {
+            let (slot, pos0, _) = chunk[start];
+            let len = chunk[start..].iter().take_while(|r| r.0 == slot).count();
+            let seq = &self.slots[slot].as_ref().expect("planned").seq;
+            for img in &seq.images {
+                let (lo, hi) = (img.at.max(pos0), (img.at + img.n).min(pos0 + len));
+                if lo < hi {
+                    let rows = start + lo - pos0..start + hi - pos0;
+                    let floats = (lo - img.at) * e..(hi - img.at) * e;
+                    out.push((rows, img.embeddings.clone(), floats, img.bidirectional));
+                }
+            }
+            start += len;
+        }
+        out
+    }
+
     /// One forward of `chunk`'s rows (`(slot, position, token)`, a slot's rows together):
     /// their states enter from the front (in `self.entered`) or are embedded; each slot in
     /// it commits its rows; the logits of rows `out_rows.0` are verified or sampled and the
@@ -275,9 +305,22 @@ impl Engine {
         }
         let tokens: Vec<u32> = chunk.iter().map(|r| r.2).collect();
         let n = chunk.len();
+        let pictured = self.pictured(chunk);
+        let images: Vec<Placed> = pictured
+            .iter()
+            .map(|(rows, embeddings, floats, bidirectional)| Placed {
+                rows: rows.clone(),
+                embeddings: &embeddings[floats.clone()],
+                bidirectional: *bidirectional,
+            })
+            .collect();
         let enter = match self.front {
             Some(_) => Enter::States(&self.entered[..n * self.exec.model().hparams.hidden_width()]),
-            None => Enter::Tokens(&tokens),
+            None if images.is_empty() => Enter::Tokens(&tokens),
+            None => Enter::Pictured {
+                tokens: &tokens,
+                images: &images,
+            },
         };
         // Rows wanting states are an embedding request's (its pooling takes them) or a
         // generating one's (the drafter's features, gathered here and handed over after

@@ -121,6 +121,7 @@ pub fn request(
         embed,
         context_shift: None,
         lora: None,
+        images: Vec::new(),
     }
 }
 

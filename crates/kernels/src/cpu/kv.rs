@@ -109,7 +109,7 @@ impl KvStore {
         &self,
         pool: &ThreadPool,
         layer: usize,
-        rows: &[Row],
+        (rows, bidirectional): (&[Row], &[usize]),
         tables: &Tables,
         q: &[f32],
         out: &mut [f32],
@@ -145,7 +145,7 @@ impl KvStore {
         let qd = spec.n_head * hd;
         let rotation = kv.cfg.rotation();
         let tiles = tiles(rows);
-        let ends = spec.step_ends(rows);
+        let ends = spec.step_ends(rows, bidirectional);
         let shared = SharedOut::new(&mut out[..n * qd]);
         pool.run(&|t, nt| {
             ATTN.with(|a| {

@@ -56,6 +56,8 @@ pub struct Cpu {
     kv: Option<kv::KvStore>,
     states: Option<HostStates>,
     rows: Vec<Row>,
+    /// [`Step::bidirectional`] of the step.
+    bidirectional: Vec<usize>,
     tables: device::Tables,
     /// `[step rows, n_rot / 2]` RoPE angles of this step, for the spec whose `angle_key` is
     /// `angles_of`.
@@ -97,6 +99,7 @@ impl Cpu {
             kv: None,
             states: None,
             rows: Vec::new(),
+            bidirectional: Vec::new(),
             tables: device::Tables::default(),
             angles: Vec::new(),
             angles_of: None,
@@ -270,6 +273,8 @@ impl Device for Cpu {
     fn begin(&mut self, step: &Step<'_>) {
         self.rows.clear();
         self.rows.extend_from_slice(step.rows);
+        self.bidirectional.clear();
+        self.bidirectional.extend_from_slice(step.bidirectional);
         self.tables.set(step);
         self.angles_of = None;
         if let Some(s) = &mut self.states {
@@ -402,7 +407,7 @@ impl Device for Cpu {
         kv.attend(
             &self.pool,
             layer,
-            &self.rows,
+            (&self.rows, &self.bidirectional),
             &self.tables,
             qs,
             &mut o,

@@ -178,6 +178,7 @@ fn copied_kv_blocks_attend_like_the_originals() {
             windowed: &[],
             states: &[],
             checkpoints: &[],
+            bidirectional: &[],
         });
         d.kv_store(0, k, v);
         d.attention(0, q, o1, &spec);
@@ -189,6 +190,7 @@ fn copied_kv_blocks_attend_like_the_originals() {
             windowed: &[],
             states: &[],
             checkpoints: &[],
+            bidirectional: &[],
         });
         d.attention(0, q, o2, &spec);
         d.finish();

@@ -19,11 +19,11 @@ pub struct Limits {
 }
 
 impl Default for Limits {
-    /// 8192 pixels a side, 256 MiB.
+    /// 8192 pixels a side, 128 MiB (a 5600 × 5600 image with alpha).
     fn default() -> Limits {
         Limits {
             max_side: 8192,
-            max_bytes: 256 << 20,
+            max_bytes: 128 << 20,
         }
     }
 }
@@ -35,6 +35,14 @@ pub enum ImageError {
     Format,
     #[error("the image is {width}x{height}; at most {max} pixels a side are read")]
     TooLarge { width: u32, height: u32, max: u32 },
+    #[error(
+        "the image is {width}x{height}: its pixels would take more than the {max_mib} MiB allowed"
+    )]
+    TooManyPixels {
+        width: u32,
+        height: u32,
+        max_mib: u64,
+    },
     #[error("the image has no pixels")]
     Empty,
     #[error("the image cannot be decoded: {0}")]
@@ -71,6 +79,14 @@ pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Rgb, ImageError> {
             max: limits.max_side,
         });
     }
+    let too_many = ImageError::TooManyPixels {
+        width,
+        height,
+        max_mib: limits.max_bytes >> 20,
+    };
+    if width as u64 * height as u64 * 4 > limits.max_bytes {
+        return Err(too_many);
+    }
     let mut r = reader()?;
     let mut l = image::Limits::default();
     l.max_image_width = Some(limits.max_side);
@@ -78,11 +94,7 @@ pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Rgb, ImageError> {
     l.max_alloc = Some(limits.max_bytes);
     r.limits(l);
     let img = r.decode().map_err(|e| match e {
-        image::ImageError::Limits(_) => ImageError::TooLarge {
-            width,
-            height,
-            max: limits.max_side,
-        },
+        image::ImageError::Limits(_) => too_many,
         e => ImageError::Corrupt(e.to_string()),
     })?;
     let rgb = img.into_rgb8();

@@ -183,6 +183,7 @@ impl Tower {
             windowed: &[],
             states: &[],
             checkpoints: &[],
+            bidirectional: &[],
         });
         dev.upload(s.pixels, 0, pixels);
         let patch_out = MatOut {

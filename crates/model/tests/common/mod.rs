@@ -131,6 +131,7 @@ pub fn run_stages_on(
                 windowed: &[],
                 states: &[],
                 checkpoints: &[],
+                bidirectional: &[],
             });
             if i == 0 {
                 model

@@ -1,0 +1,205 @@
+//! Images in prompts (`--mmproj`): decoded at the edge within limits, encoded by the tower
+//! on a thread of its own (on threads of its own), and placed in the prompt as the
+//! projector says: the chat template renders a [`MARKER`] where a message had an image,
+//! and each marker becomes the projector's begin text, the image's rows and its end text.
+//!
+//! An image's rows carry placeholder tokens; the request's prefix-cache namespace is mixed
+//! with a digest of every image's SHA-256 in order, so a cached prefix is reused only by a prompt with
+//! the same images in the same places.
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Mutex};
+
+use base64::Engine as _;
+use engine::PromptImage;
+use gguf::GgufFile;
+use model::vision::{decode, Limits, Projector, Rgb, Tower};
+use sha2::{Digest, Sha256};
+use text::Tokenizer;
+
+use crate::error::ApiError;
+
+/// Where a rendered prompt had an image (llama.cpp's `mtmd_default_marker`).
+pub const MARKER: &str = "<__media__>";
+
+/// Images whose embeddings are kept, most recent first.
+const CACHED: usize = 16;
+
+/// Recent images' embeddings by their contents' SHA-256, most recent first.
+type Recent = VecDeque<([u8; 32], Arc<[f32]>)>;
+
+/// An image of a request, decoded.
+pub struct Picture {
+    pub rgb: Rgb,
+    pub sha: [u8; 32],
+}
+
+struct Job {
+    pixels: Vec<f32>,
+    reply: Sender<Vec<f32>>,
+}
+
+/// A loaded tower and the thread that runs it.
+pub struct Vision {
+    pub projector: Projector,
+    /// Embeddings per image.
+    pub n_tokens: usize,
+    params: model::vision::ClipParams,
+    jobs: Mutex<Sender<Job>>,
+    cache: Mutex<Recent>,
+    pub limits: Limits,
+}
+
+impl Vision {
+    /// Loads the tower of `path` for a language model `n_embd` wide, on a CPU device of
+    /// `threads` threads.
+    pub fn start(path: &Path, n_embd: usize, threads: usize) -> Result<Vision, String> {
+        let what = |e: &dyn std::fmt::Display| format!("--mmproj {}: {e}", path.display());
+        let file = Arc::new(GgufFile::open(path).map_err(|e| what(&e))?);
+        let mut dev = engine::DeviceKind::encoder(threads);
+        let tower = Tower::load(file, &mut *dev).map_err(|e| what(&e))?;
+        if tower.n_embd_out != n_embd {
+            return Err(what(&format!(
+                "the tower's embeddings are {} wide, the model's {n_embd}",
+                tower.n_embd_out
+            )));
+        }
+        let params = tower.params.clone();
+        let (tx, rx) = channel::<Job>();
+        std::thread::Builder::new()
+            .name("vision".into())
+            .spawn(move || {
+                for job in rx {
+                    let _ = job.reply.send(tower.encode(&mut *dev, &job.pixels));
+                }
+            })
+            .map_err(|e| what(&e))?;
+        Ok(Vision {
+            projector: params.projector,
+            n_tokens: params.n_tokens(),
+            params,
+            jobs: Mutex::new(tx),
+            cache: Mutex::new(VecDeque::new()),
+            limits: Limits::default(),
+        })
+    }
+
+    /// `pic`'s embeddings (`[n_tokens, n_embd]`), from the cache or the tower (blocking).
+    pub fn embeddings(&self, pic: &Picture) -> Result<Arc<[f32]>, ApiError> {
+        let cached = |c: &Recent| {
+            c.iter()
+                .find(|(k, _)| *k == pic.sha)
+                .map(|(_, e)| e.clone())
+        };
+        if let Some(e) = cached(&self.cache.lock().expect("cache")) {
+            return Ok(e);
+        }
+        let (reply, rx) = channel();
+        let pixels = self.params.pixels(&pic.rgb);
+        let sent = self.jobs.lock().expect("jobs").send(Job { pixels, reply });
+        let e: Arc<[f32]> = sent
+            .ok()
+            .and_then(|()| rx.recv().ok())
+            .ok_or_else(|| ApiError::bad_request("the vision tower stopped"))?
+            .into();
+        let mut c = self.cache.lock().expect("cache");
+        c.push_front((pic.sha, e.clone()));
+        c.truncate(CACHED);
+        Ok(e)
+    }
+}
+
+/// The image of an OpenAI `image_url` (`{"url": "data:image/png;base64,..."}` or the URL
+/// alone), decoded; a 400 naming `field` for anything else.
+pub fn image_url(v: &serde_json::Value, field: &str, limits: &Limits) -> Result<Picture, ApiError> {
+    let url = match v {
+        serde_json::Value::String(u) => u.as_str(),
+        v => v
+            .get("url")
+            .and_then(|u| u.as_str())
+            .ok_or_else(|| ApiError::invalid(field, format!("{field}: needs a string `url`")))?,
+    };
+    let Some(rest) = url.strip_prefix("data:") else {
+        return Err(ApiError::invalid(
+            field,
+            format!("{field}: only data: URLs are read (this server fetches no images)"),
+        ));
+    };
+    let (_, b64) = rest.split_once(";base64,").ok_or_else(|| {
+        ApiError::invalid(
+            field,
+            format!("{field}: a data URL must be base64 (data:image/...;base64,...)"),
+        )
+    })?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64.trim())
+        .map_err(|e| ApiError::invalid(field, format!("{field}: bad base64: {e}")))?;
+    picture(&bytes, field, limits)
+}
+
+/// `bytes` decoded; a 400 naming `field` when they are not an image tandem reads.
+pub fn picture(bytes: &[u8], field: &str, limits: &Limits) -> Result<Picture, ApiError> {
+    let rgb =
+        decode(bytes, limits).map_err(|e| ApiError::invalid(field, format!("{field}: {e}")))?;
+    let mut h = Sha256::new();
+    h.update((rgb.width as u64).to_le_bytes());
+    h.update((rgb.height as u64).to_le_bytes());
+    h.update(&rgb.data);
+    Ok(Picture {
+        rgb,
+        sha: h.finalize().into(),
+    })
+}
+
+/// A rendered prompt with [`MARKER`]s made tokens: the texts between markers tokenized
+/// apart (special tokens added to the first only), each marker the projector's begin
+/// text, `n_tokens` placeholders and its end text. The images (their embeddings from the
+/// tower, in order) and a digest of their contents, for the prefix-cache namespace.
+pub fn pictured_prompt(
+    vision: &Vision,
+    tok: &Tokenizer,
+    text: &str,
+    pictures: &[Picture],
+) -> Result<(Vec<u32>, Vec<PromptImage>, u64), ApiError> {
+    let pieces: Vec<&str> = text.split(MARKER).collect();
+    if pieces.len() != pictures.len() + 1 {
+        return Err(ApiError::invalid(
+            "messages",
+            format!(
+                "the prompt has {} image markers ({MARKER}) for {} images",
+                pieces.len() - 1,
+                pictures.len()
+            ),
+        ));
+    }
+    let encode = |t: &str, first: bool| {
+        tok.encode(t, first, true)
+            .map_err(|e| ApiError::invalid("messages", format!("cannot tokenize the prompt: {e}")))
+    };
+    let (begin, end) = vision.projector.markers();
+    let (begin, end) = (encode(begin, false)?, encode(end, false)?);
+    let mut ids = encode(pieces[0], true)?;
+    let mut images = Vec::with_capacity(pictures.len());
+    let mut h = Sha256::new();
+    for (pic, piece) in pictures.iter().zip(&pieces[1..]) {
+        ids.extend(&begin);
+        images.push(PromptImage {
+            at: ids.len(),
+            n: vision.n_tokens,
+            embeddings: vision.embeddings(pic)?,
+            bidirectional: vision.projector.bidirectional(),
+        });
+        ids.extend(std::iter::repeat_n(begin[0], vision.n_tokens));
+        ids.extend(&end);
+        ids.extend(encode(piece, false)?);
+        h.update(pic.sha);
+    }
+    let digest = h.finalize();
+    Ok((
+        ids,
+        images,
+        u64::from_le_bytes(digest[..8].try_into().expect("8 bytes")),
+    ))
+}

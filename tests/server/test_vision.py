@@ -1,0 +1,160 @@
+"""Images through `tandem serve --mmproj` with the official openai client: Gemma 3 270M with a
+synthetic Gemma 3 tower (`tandem synth --mmproj`) answers an image as llama-mtmd-cli does
+(golden/vision-gemma3.json, from scripts/gen_vision_golden.sh); the same image again is read
+from the prefix cache, another image is not; hostile images are each refused with a 400 that
+names the field, and the server goes on serving without growing."""
+
+import base64
+import json
+import struct
+import subprocess
+import tempfile
+import zlib
+from pathlib import Path
+
+import openai
+import pytest
+
+from conftest import BINARY, ROOT, Server
+
+GOLDEN = json.loads((ROOT / "tests/server/golden/vision-gemma3.json").read_text())
+IMAGE = (ROOT / GOLDEN["image"]).read_bytes()
+
+
+def data_url(png, mime="image/png"):
+    return f"data:{mime};base64," + base64.b64encode(png).decode()
+
+
+def png(width, height, pixel):
+    """A PNG of `pixel(x, y) -> (r, g, b)`, written with zlib alone."""
+    raw = b"".join(
+        b"\x00" + bytes(c for x in range(width) for c in pixel(x, y)) for y in range(height)
+    )
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+
+
+def with_header(data, width, height):
+    """`data` (a PNG) claiming `width` × `height`, its header's checksum made right."""
+    ihdr = data[12:16] + struct.pack(">II", width, height) + data[24:29]
+    return data[:12] + ihdr + struct.pack(">I", zlib.crc32(ihdr)) + data[33:]
+
+
+@pytest.fixture(scope="module")
+def vision():
+    d = tempfile.mkdtemp()
+    tower = Path(d) / "tower.gguf"
+    subprocess.run(
+        [BINARY, "synth", "--mmproj", "gemma3-270m", *GOLDEN["tower"], "-o", str(tower)],
+        check=True,
+        capture_output=True,
+    )
+    s = Server("-c", "2048", "-np", "2", "--mmproj", str(tower), model="gemma3-270m")
+    yield s
+    s.stop()
+    tower.unlink()
+
+
+def ask(client, image_url, text=GOLDEN["text_before_image"], max_tokens=GOLDEN["max_tokens"]):
+    return client.chat.completions.create(
+        model="gemma3",
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": text},
+                    {"type": "image_url", "image_url": {"url": image_url}},
+                ],
+            }
+        ],
+        max_tokens=max_tokens,
+        temperature=0,
+    )
+
+
+def test_the_start_line_names_the_tower(vision):
+    assert "vision: " in vision.output() and "Gemma3 projector, 16 embeddings an image" in vision.output()
+
+
+def test_the_greedy_answer_is_llama_mtmd_clis(vision):
+    r = ask(vision.client(), data_url(IMAGE))
+    assert r.choices[0].message.content == GOLDEN["answer"]
+
+
+def test_the_same_image_again_is_read_from_the_prefix_cache(vision):
+    c = vision.client()
+    first = ask(c, data_url(IMAGE), max_tokens=2)
+    again = ask(c, data_url(IMAGE), max_tokens=2)
+    n = again.usage.prompt_tokens
+    # Every whole block of the prompt, the image's 16 rows among them, came from the cache.
+    assert first.usage.prompt_tokens == n
+    assert again.usage.prompt_tokens_details.cached_tokens == n // 16 * 16 > 16 + 12, again.usage
+    other = png(64, 48, lambda x, y: (x * 4, 255 - y * 5, 128))
+    o = ask(c, data_url(other), max_tokens=2)
+    # The first block holds the image's first rows: another image shares no block.
+    assert o.usage.prompt_tokens_details.cached_tokens == 0, o.usage
+
+
+def rss_kib(pid):
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def hostile_images():
+    good = png(8, 8, lambda x, y: (x * 30, y * 30, 0))
+    cases = [
+        ("data:image/png;base64,%%%not-base64%%%", "bad base64"),
+        (data_url(b"hello, this is no image"), "not recognized"),
+        (data_url(good[: len(good) // 2]), "cannot be decoded"),
+        (data_url(with_header(good, 100_000, 100_000)), "100000x100000"),
+        (data_url(with_header(good, 9000, 10)), "9000x10"),
+        (data_url(b"GIF89a" + struct.pack("<HH", 60000, 60000) + b"\x00" * 8), "60000x60000"),
+        (data_url(b"GIF89a\x04\x00\x04\x00-truncated"), "cannot be decoded"),
+        (data_url(b"\xff\xd8\xff\xe0 truncated jpeg"), "cannot be decoded"),
+        ("http://127.0.0.1:1/cat.png", "only data: URLs"),
+        ("data:image/png,rawbytes", "must be base64"),
+    ]
+    # A decompression bomb: an 8000 × 8000 black PNG of some 200 kB, within the side limit,
+    # whose pixels would take 192 MB.
+    black = zlib.compress(b"\x00" * (1 + 8000 * 3) * 8000, 9)
+    header = struct.pack(">IIBBBBB", 8000, 8000, 8, 2, 0, 0, 0)
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    bomb = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", black) + chunk(b"IEND", b"")
+    assert len(bomb) < 400_000, len(bomb)
+    cases.append((data_url(bomb), "8000x8000: its pixels would take more than"))
+    return cases
+
+
+def test_fifty_hostile_images_each_get_a_400_naming_the_field(vision):
+    c = vision.client()
+    cases = hostile_images()
+    ask(c, data_url(IMAGE), max_tokens=1)
+    before = rss_kib(vision.proc.pid)
+    for i in range(50):
+        url, why = cases[i % len(cases)]
+        with pytest.raises(openai.BadRequestError) as e:
+            ask(c, url, max_tokens=1)
+        msg = str(e.value)
+        assert "messages[0].content[1].image_url" in msg and why in msg, (why, msg)
+    after = rss_kib(vision.proc.pid)
+    assert after - before < 64 * 1024, f"RSS grew from {before} to {after} KiB"
+    assert ask(c, data_url(IMAGE)).choices[0].message.content == GOLDEN["answer"]
+
+
+def test_a_server_without_a_tower_refuses_images_by_field():
+    s = Server("-c", "1024", "-np", "1", model="gemma3-270m")
+    try:
+        with pytest.raises(openai.BadRequestError) as e:
+            ask(s.client(), data_url(IMAGE), max_tokens=1)
+        assert "messages[0].content[1]" in str(e.value) and "--mmproj" in str(e.value)
+    finally:
+        s.stop()
