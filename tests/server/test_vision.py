@@ -1,4 +1,4 @@
-"""Images through `tandem serve --mmproj` with the official openai client: Gemma 3 270M with a
+"""Images through `tandem serve --mmproj` with the official openai, anthropic and ollama clients: Gemma 3 270M with a
 synthetic Gemma 3 tower (`tandem synth --mmproj`) answers an image as llama-mtmd-cli does
 (golden/vision-gemma3.json, from scripts/gen_vision_golden.sh); the same image again is read
 from the prefix cache, another image is not; hostile images are each refused with a 400 that
@@ -12,6 +12,8 @@ import tempfile
 import zlib
 from pathlib import Path
 
+import anthropic
+import ollama
 import openai
 import pytest
 
@@ -158,3 +160,48 @@ def test_a_server_without_a_tower_refuses_images_by_field():
         assert "messages[0].content[1]" in str(e.value) and "--mmproj" in str(e.value)
     finally:
         s.stop()
+
+
+def test_every_api_reads_the_image_and_answers_alike(vision):
+    text, b64 = GOLDEN["text_before_image"], base64.b64encode(IMAGE).decode()
+    n, want = GOLDEN["max_tokens"], GOLDEN["answer"]
+    a = anthropic.Anthropic(base_url=vision.url, api_key="x", max_retries=0)
+    m = a.messages.create(model="gemma3", max_tokens=n, extra_body={"temperature": 0}, messages=[{"role": "user", "content": [
+        {"type": "text", "text": text},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64}},
+    ]}])
+    assert m.content[0].text == want
+    r = vision.client().responses.create(model="gemma3", max_output_tokens=n, temperature=0, input=[
+        {"role": "user", "content": [
+            {"type": "input_text", "text": text},
+            {"type": "input_image", "image_url": data_url(IMAGE)},
+        ]}])
+    assert r.output_text == want
+    ol = ollama.Client(host=vision.url)
+    options = {"temperature": 0, "num_predict": n}
+    chat = ol.chat(model="gemma-3-270m-q4_k_m", messages=[{"role": "user", "content": text, "images": [b64]}], options=options)
+    assert chat.message.content == want
+    gen = ol.generate(model="gemma-3-270m-q4_k_m", prompt=text, images=[b64], options=options)
+    assert gen.response == want
+
+
+def test_other_apis_name_their_own_fields(vision):
+    a = anthropic.Anthropic(base_url=vision.url, api_key="x", max_retries=0)
+    with pytest.raises(anthropic.BadRequestError) as e:
+        a.messages.create(model="gemma3", max_tokens=1, messages=[{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "aGVsbG8="}},
+        ]}])
+    assert "messages[0].content[0].source" in str(e.value) and "not recognized" in str(e.value)
+    with pytest.raises(anthropic.BadRequestError) as e:
+        a.messages.create(model="gemma3", max_tokens=1, messages=[{"role": "user", "content": [
+            {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}},
+        ]}])
+    assert "messages[0].content[0].source" in str(e.value) and "fetches no images" in str(e.value)
+    with pytest.raises(openai.BadRequestError) as e:
+        vision.client().responses.create(model="gemma3", max_output_tokens=1, input=[
+            {"role": "user", "content": [{"type": "input_image", "image_url": "data:image/png;base64,!!"}]}])
+    assert "input[0].content[0].image_url" in str(e.value)
+    ol = ollama.Client(host=vision.url)
+    with pytest.raises(ollama.ResponseError) as e:
+        ol.generate(model="gemma-3-270m-q4_k_m", prompt="x", images=[base64.b64encode(IMAGE).decode()], raw=True)
+    assert "images" in str(e.value)

@@ -39,6 +39,31 @@ pub struct Part {
     /// An `image_url` part's image.
     #[serde(default)]
     pub image_url: Option<Value>,
+    /// Where the image came from, for errors, when another API's request made the part (an
+    /// Anthropic image block's `source`); else `messages[i].content[j].image_url`.
+    #[serde(skip)]
+    pub field: Option<String>,
+}
+
+impl Part {
+    pub fn text(t: impl Into<String>) -> Part {
+        Part {
+            kind: "text".into(),
+            text: Some(t.into()),
+            image_url: None,
+            field: None,
+        }
+    }
+
+    /// An image part of `url` (a data URL), sent as `field`.
+    pub fn image(url: String, field: String) -> Part {
+        Part {
+            kind: "image_url".into(),
+            text: None,
+            image_url: Some(Value::String(url)),
+            field: Some(field),
+        }
+    }
 }
 
 /// A message's content as the template sees it: its text, an image part's place marked
@@ -59,10 +84,11 @@ fn content_text(
                 match (p.kind.as_str(), p.text, p.image_url) {
                     ("text", Some(t), _) => s.push_str(&t),
                     ("image_url", _, Some(url)) => {
+                        let field = p.field.unwrap_or(format!("{field}.image_url"));
                         let v = vision.ok_or_else(|| {
                             ApiError::invalid(&field, format!("{field}: this server has no vision tower loaded (start it with --mmproj), so it reads no images"))
                         })?;
-                        pictures.push(vision::image_url(&url, &format!("{field}.image_url"), &v.limits)?);
+                        pictures.push(vision::image_url(&url, &field, &v.limits)?);
                         s.push_str(vision::MARKER);
                     }
                     (kind, _, _) => {

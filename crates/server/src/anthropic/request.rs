@@ -7,7 +7,7 @@
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::chat::{Content, RawMessage};
+use crate::chat::{Content, Part, RawMessage};
 use crate::constrain::RawChain;
 use crate::error::ApiError;
 use crate::validate::{RawRequest, Stop};
@@ -133,6 +133,41 @@ fn message(role: &str, content: Option<String>, rest: Map<String, Value>) -> Raw
     }
 }
 
+fn user_parts(parts: Vec<Part>) -> RawMessage {
+    RawMessage {
+        role: "user".into(),
+        content: Some(Content::Parts(parts)),
+        rest: Map::new(),
+    }
+}
+
+/// An image block's `source` as a data URL: `{"type": "base64", "media_type", "data"}`; a
+/// `url` source is refused (this server fetches nothing).
+fn image_source(source: Option<&Value>, field: &str) -> Result<String, ApiError> {
+    let bad = |why: &str| ApiError::invalid(field, format!("{field}: {why}"));
+    let source = source.ok_or_else(|| bad("an image block needs a source"))?;
+    match source.get("type").and_then(Value::as_str) {
+        Some("base64") => {
+            let media = source
+                .get("media_type")
+                .and_then(Value::as_str)
+                .unwrap_or("image");
+            let data = source
+                .get("data")
+                .and_then(Value::as_str)
+                .ok_or_else(|| bad("a base64 source needs a string `data`"))?;
+            Ok(format!("data:{media};base64,{data}"))
+        }
+        Some("url") => Err(bad(
+            "url sources are not read (this server fetches no images); send base64",
+        )),
+        other => Err(bad(&format!(
+            "a source of type {} is not supported (base64)",
+            other.unwrap_or("(none)")
+        ))),
+    }
+}
+
 /// One Anthropic message as chat messages: the assistant's with its text, reasoning and
 /// calls; the user's as `tool` messages for its results and a user message for its text,
 /// in the order the blocks came.
@@ -188,15 +223,22 @@ fn convert(i: usize, m: Message, out: &mut Vec<RawMessage>) -> Result<(), ApiErr
             out.push(message("assistant", Some(text), rest));
         }
         "user" => {
-            let mut text: Option<String> = None;
+            let mut parts: Option<Vec<Part>> = None;
             for (j, b) in blocks.iter().enumerate() {
                 match b.get("type").and_then(Value::as_str) {
-                    Some("text") => text
-                        .get_or_insert_with(String::new)
-                        .push_str(b.get("text").and_then(Value::as_str).unwrap_or("")),
+                    Some("text") => parts.get_or_insert_with(Vec::new).push(Part::text(
+                        b.get("text").and_then(Value::as_str).unwrap_or(""),
+                    )),
+                    Some("image") => {
+                        let field = format!("{at}[{j}].source");
+                        let url = image_source(b.get("source"), &field)?;
+                        parts
+                            .get_or_insert_with(Vec::new)
+                            .push(Part::image(url, field));
+                    }
                     Some("tool_result") => {
-                        if let Some(t) = text.take() {
-                            out.push(message("user", Some(t), Map::new()));
+                        if let Some(p) = parts.take() {
+                            out.push(user_parts(p));
                         }
                         let Some(id) = b.get("tool_use_id").and_then(Value::as_str) else {
                             return Err(bad(j, "a tool_result block needs a tool_use_id"));
@@ -221,19 +263,17 @@ fn convert(i: usize, m: Message, out: &mut Vec<RawMessage>) -> Result<(), ApiErr
                         let rest = Map::from_iter([("tool_call_id".into(), json!(id))]);
                         out.push(message("tool", Some(result), rest));
                     }
-                    other => {
-                        return Err(bad(
-                            j,
-                            &format!(
-                                "a user block of type {} is not supported (text, tool_result)",
-                                other.unwrap_or("(none)")
-                            ),
-                        ))
-                    }
+                    other => return Err(bad(
+                        j,
+                        &format!(
+                            "a user block of type {} is not supported (text, image, tool_result)",
+                            other.unwrap_or("(none)")
+                        ),
+                    )),
                 }
             }
-            if let Some(t) = text {
-                out.push(message("user", Some(t), Map::new()));
+            if let Some(p) = parts {
+                out.push(user_parts(p));
             }
         }
         other => {

@@ -40,7 +40,8 @@ use models::{check_model, Named};
 pub use models::{Card, Pulled, Puller, OLLAMA_VERSION};
 use reply::{Kind, Lines};
 use request::{
-    chat_messages, common_body, keep_alive, num_ctx, raw_request, renamed, ChatBody, GenerateBody,
+    chat_messages, common_body, keep_alive, num_ctx, raw_request, renamed, with_images, ChatBody,
+    GenerateBody,
 };
 
 /// Ollama's routes.
@@ -211,7 +212,11 @@ fn prepare_generate(bytes: &Bytes, ready: &Ready) -> Result<Prepared, ApiError> 
         if let Some(system) = req.system.as_deref().filter(|s| !s.is_empty()) {
             messages.push(json!({"role": "system", "content": system}));
         }
-        messages.push(json!({"role": "user", "content": prompt}));
+        let content = match req.images.clone().filter(|v| !v.is_empty()) {
+            Some(images) => with_images("images", json!(prompt), images)?,
+            None => json!(prompt),
+        };
+        messages.push(json!({"role": "user", "content": content}));
         let route = match (raw, context.is_empty()) {
             (false, true) => {
                 body.insert("messages".into(), Value::Array(messages));

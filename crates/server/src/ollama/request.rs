@@ -255,14 +255,22 @@ pub fn common_body(c: &Common) -> Result<Map<String, Value>, ApiError> {
     Ok(body)
 }
 
-fn no_images(at: &str, images: &Option<Vec<Value>>) -> Result<(), ApiError> {
-    match images {
-        Some(v) if !v.is_empty() => Err(ApiError::invalid(
-            at,
-            format!("{at}: this server has no vision tower loaded, so it reads no images"),
-        )),
-        _ => Ok(()),
+/// A message's text and its `images` (base64 strings) as OpenAI content parts, the images
+/// after the text as Ollama places them.
+pub(crate) fn with_images(at: &str, text: Value, images: Vec<Value>) -> Result<Value, ApiError> {
+    let mut parts = vec![json!({"type": "text", "text": text.as_str().unwrap_or("")})];
+    for (k, img) in images.into_iter().enumerate() {
+        let Value::String(b64) = img else {
+            return Err(ApiError::invalid(
+                format!("{at}[{k}]"),
+                format!("{at}[{k}]: an image is a base64 string"),
+            ));
+        };
+        parts.push(
+            json!({"type": "image_url", "image_url": {"url": format!("data:image;base64,{b64}")}}),
+        );
     }
+    Ok(Value::Array(parts))
 }
 
 /// Chat messages in OpenAI's shape, which the template renderer reads.
@@ -271,7 +279,6 @@ pub fn chat_messages(messages: Vec<Message>) -> Result<Vec<Value>, ApiError> {
     // The calls of the latest assistant message not yet answered: (id, name).
     let mut pending: Vec<(String, String)> = Vec::new();
     for (i, m) in messages.into_iter().enumerate() {
-        no_images(&format!("messages[{i}].images"), &m.images)?;
         let mut o = Map::new();
         match m.role.as_str() {
             "system" | "user" => {}
@@ -318,16 +325,21 @@ pub fn chat_messages(messages: Vec<Message>) -> Result<Vec<Value>, ApiError> {
                 ))
             }
         }
+        let text = json!(m.content.unwrap_or_default());
+        let content = match m.images.filter(|v| !v.is_empty()) {
+            Some(images) => with_images(&format!("messages[{i}].images"), text, images)?,
+            None => text,
+        };
         o.insert("role".into(), json!(m.role));
-        o.insert("content".into(), json!(m.content.unwrap_or_default()));
+        o.insert("content".into(), content);
         out.push(Value::Object(o));
     }
     Ok(out)
 }
 
 impl GenerateBody {
-    /// Refuses what `/api/generate` asks that tandem does not do: Go templates, images and
-    /// image generation.
+    /// Refuses what `/api/generate` asks that tandem does not do: Go templates, images
+    /// outside a templated prompt, and image generation.
     pub fn refuse_unsupported(&self) -> Result<(), ApiError> {
         if self.template.as_deref().is_some_and(|t| !t.is_empty()) {
             return Err(ApiError::invalid(
@@ -335,7 +347,15 @@ impl GenerateBody {
                 "template: Ollama's Go templates are not run here; the model's chat template is used, or none with raw: true",
             ));
         }
-        no_images("images", &self.images)?;
+        let templated = self.raw != Some(true)
+            && self.context.as_ref().is_none_or(|c| c.is_empty())
+            && self.suffix.as_ref().is_none_or(|s| s.is_empty());
+        if !templated && self.images.as_ref().is_some_and(|v| !v.is_empty()) {
+            return Err(ApiError::invalid(
+                "images",
+                "images: read only with a templated prompt (not raw, no context, no suffix)",
+            ));
+        }
         for (name, v) in [
             ("width", &self.width),
             ("height", &self.height),
@@ -544,12 +564,18 @@ mod tests {
         );
         assert_eq!(out[2]["tool_call_id"], "call_1_1");
         assert_eq!(out[3]["tool_call_id"], "call_1_0");
-        let bad: Vec<Message> =
+        let pictured: Vec<Message> =
             serde_json::from_value(json!([{"role": "user", "content": "x", "images": ["aGk="]}]))
+                .unwrap();
+        let content = &chat_messages(pictured).unwrap()[0]["content"];
+        assert_eq!(content[0]["text"], "x");
+        assert_eq!(content[1]["image_url"]["url"], "data:image;base64,aGk=");
+        let bad: Vec<Message> =
+            serde_json::from_value(json!([{"role": "user", "content": "x", "images": [7]}]))
                 .unwrap();
         assert_eq!(
             chat_messages(bad).unwrap_err().param.as_deref(),
-            Some("messages[0].images")
+            Some("messages[0].images[0]")
         );
     }
 }

@@ -9,7 +9,7 @@
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::chat::{Content, RawMessage};
+use crate::chat::{Content, Part, RawMessage};
 use crate::constrain::RawChain;
 use crate::error::ApiError;
 use crate::validate::RawRequest;
@@ -81,28 +81,41 @@ fn message(role: &str, content: String, rest: Map<String, Value>) -> RawMessage 
     }
 }
 
-/// The text of a message item's content: a string, or parts of text.
-fn content_text(at: &str, content: Option<&Value>) -> Result<String, ApiError> {
+/// A message item's content: a string, or parts of text and images (`input_image` with a
+/// data URL in `image_url`).
+fn content_parts(at: &str, content: Option<&Value>) -> Result<Content, ApiError> {
     match content {
-        None | Some(Value::Null) => Ok(String::new()),
-        Some(Value::String(s)) => Ok(s.clone()),
+        None | Some(Value::Null) => Ok(Content::Text(String::new())),
+        Some(Value::String(s)) => Ok(Content::Text(s.clone())),
         Some(Value::Array(parts)) => {
-            let mut s = String::new();
+            let mut out = Vec::with_capacity(parts.len());
             for (j, p) in parts.iter().enumerate() {
+                let field = format!("{at}.content[{j}]");
                 match (p.get("type").and_then(Value::as_str), p.get("text")) {
-                    (Some("input_text" | "output_text" | "text"), Some(Value::String(t))) => s.push_str(t),
+                    (Some("input_text" | "output_text" | "text"), Some(Value::String(t))) => {
+                        out.push(Part::text(t.as_str()))
+                    }
+                    (Some("input_image"), _) => match p.get("image_url").and_then(Value::as_str) {
+                        Some(url) => out.push(Part::image(url.to_string(), format!("{field}.image_url"))),
+                        None => {
+                            return Err(ApiError::invalid(
+                                &field,
+                                format!("{field}: an input_image needs an image_url (file_id is not read)"),
+                            ))
+                        }
+                    },
                     (kind, _) => {
                         return Err(ApiError::invalid(
-                            format!("{at}.content[{j}]"),
+                            &field,
                             format!(
-                                "{at}.content[{j}]: a part of type {} is not supported (input_text, output_text)",
+                                "{field}: a part of type {} is not supported (input_text, output_text, input_image)",
                                 kind.unwrap_or("(none)")
                             ),
                         ))
                     }
                 }
             }
-            Ok(s)
+            Ok(Content::Parts(out))
         }
         Some(_) => Err(ApiError::invalid(
             format!("{at}.content"),
@@ -141,12 +154,16 @@ fn item(
                     format!("{at}.role: '{role}' is not user, assistant, system or developer"),
                 ));
             }
-            let text = content_text(&at, it.get("content"))?;
+            let content = content_parts(&at, it.get("content"))?;
             let mut rest = Map::new();
             if role == "assistant" && !reasoning.is_empty() {
                 rest.insert("reasoning_content".into(), json!(std::mem::take(reasoning)));
             }
-            out.push(message(&role, text, rest));
+            out.push(RawMessage {
+                role,
+                content: Some(content),
+                rest,
+            });
         }
         "function_call" => {
             let call = json!({
@@ -173,7 +190,19 @@ fn item(
         "function_call_output" => {
             let output = match it.get("output") {
                 Some(Value::String(s)) => s.clone(),
-                other => content_text(&at, other)?,
+                other => match content_parts(&at, other)? {
+                    Content::Text(t) => t,
+                    Content::Parts(parts) => parts
+                        .into_iter()
+                        .map(|p| p.text.filter(|_| p.kind == "text"))
+                        .collect::<Option<String>>()
+                        .ok_or_else(|| {
+                            ApiError::invalid(
+                                format!("{at}.output"),
+                                format!("{at}.output: a function call's output is text only"),
+                            )
+                        })?,
+                },
             };
             let rest = Map::from_iter([("tool_call_id".into(), json!(str_field("call_id")?))]);
             out.push(message("tool", output, rest));
