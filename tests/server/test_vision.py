@@ -205,3 +205,22 @@ def test_other_apis_name_their_own_fields(vision):
     with pytest.raises(ollama.ResponseError) as e:
         ol.generate(model="gemma-3-270m-q4_k_m", prompt="x", images=[base64.b64encode(IMAGE).decode()], raw=True)
     assert "images" in str(e.value)
+
+
+def test_llama_servers_multimodal_data_reads_the_image_where_the_prompt_marks_it(vision):
+    b64 = base64.b64encode(IMAGE).decode()
+    messages = [{"role": "user", "content": [
+        {"type": "text", "text": GOLDEN["text_before_image"]},
+        {"type": "image_url", "image_url": {"url": data_url(IMAGE)}},
+    ]}]
+    prompt = vision.post("/apply-template", {"messages": messages}).json()["prompt"]
+    assert prompt.count("<__media__>") == 1
+    body = {"prompt": {"prompt_string": prompt, "multimodal_data": [b64]},
+            "n_predict": GOLDEN["max_tokens"], "temperature": 0}
+    assert vision.post("/completion", body).json()["content"] == GOLDEN["answer"]
+    body["prompt"]["multimodal_data"] = [b64, b64]
+    r = vision.post("/completion", body)
+    assert r.status_code == 400 and "1 image markers (<__media__>) for 2 images" in r.text, r.text
+    body["prompt"]["multimodal_data"] = ["!!"]
+    r = vision.post("/completion", body)
+    assert r.status_code == 400 and "prompt.multimodal_data[0]" in r.text, r.text

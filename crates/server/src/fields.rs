@@ -85,8 +85,8 @@ const INERT: &[Inert] = &[
     Inert { name: "min_keep", takes: null_or_zero, why: "min_keep is not supported" },
     Inert { name: "n_cache_reuse", takes: null_or_zero, why: "KV reuse by shifting is not supported (the prefix cache reuses whole blocks)" },
     Inert { name: "response_fields", takes: null_or_empty, why: "response_fields is not supported" },
-    Inert { name: "multimodal_data", takes: null_or_empty, why: "this server takes text only" },
-    Inert { name: "image_data", takes: null_or_empty, why: "this server takes text only" },
+    Inert { name: "multimodal_data", takes: null_or_empty, why: "images are read in a prompt object's multimodal_data or in chat messages" },
+    Inert { name: "image_data", takes: null_or_empty, why: "images are read in a prompt object's multimodal_data or in chat messages" },
     Inert { name: "thinking_forced_open", takes: null_or_false, why: "thinking_forced_open is not supported" },
     // Only meaningful with a sampler refused unless off.
     Inert { name: "xtc_threshold", takes: any, why: "" },

@@ -6,6 +6,7 @@ use serde::Deserialize;
 use crate::error::ApiError;
 use crate::state::Ready;
 use crate::validate::Route;
+use crate::vision::{Picture, Vision};
 
 /// A prompt as sent, as llama-server reads it: a text, token ids, a list of texts and ids
 /// (one prompt when it holds both, else a prompt per text), or a list of prompts.
@@ -71,13 +72,51 @@ impl TryFrom<serde_json::Map<String, serde_json::Value>> for JsonPrompt {
 }
 
 impl JsonPrompt {
+    pub fn has_media(&self) -> bool {
+        self.multimodal_data.is_some()
+    }
+
+    /// Its `prompt_string` and `multimodal_data` (base64 images, one for each
+    /// [`crate::vision::MARKER`] in the text) decoded, read with `vision`'s limits.
+    pub fn with_media(
+        self,
+        field: &str,
+        vision: Option<&Vision>,
+    ) -> Result<(String, Vec<Picture>), ApiError> {
+        let at = format!("{field}.multimodal_data");
+        let bad = |f: &str, m: &str| ApiError::invalid(f, format!("{f}: {m}"));
+        let v = vision.ok_or_else(|| bad(&at, "this server has no vision tower loaded (start it with --mmproj), so it reads no images"))?;
+        let text = self
+            .prompt_string
+            .ok_or_else(|| bad(field, "multimodal_data comes with a prompt_string"))?;
+        let Some(serde_json::Value::Array(items)) = self.multimodal_data else {
+            return Err(bad(&at, "must be a list of base64 images"));
+        };
+        let pictures = items
+            .iter()
+            .enumerate()
+            .map(|(k, item)| {
+                let f = format!("{at}[{k}]");
+                let b64 = item
+                    .as_str()
+                    .ok_or_else(|| bad(&f, "an image is a base64 string"))?;
+                crate::vision::image_url(
+                    &serde_json::json!(format!("data:image;base64,{b64}")),
+                    &f,
+                    &v.limits,
+                )
+            })
+            .collect::<Result<_, _>>()?;
+        Ok((text, pictures))
+    }
+
     /// Its text. Media (`multimodal_data`, parts other than text) are refused with a 400
-    /// naming `field`: tandem reads no images or sound.
+    /// naming `field` ([`JsonPrompt::with_media`] reads them).
     pub fn text(self, field: &str) -> Result<String, ApiError> {
         let bad = |m: &str| ApiError::invalid(field, format!("{field}: {m}"));
         if self.multimodal_data.is_some() {
             return Err(bad(
-                "multimodal_data: this server has no multimodal projector; send text only",
+                "multimodal_data: images are read only in a request's one prompt, from a server with --mmproj",
             ));
         }
         match (self.prompt_string, self.content) {

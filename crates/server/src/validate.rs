@@ -464,7 +464,7 @@ impl RawRequest {
                     None => vec![OnePrompt::Text(text)],
                     Some(v) => {
                         let (ids, images, digest) =
-                            crate::vision::pictured_prompt(v, &ready.tok, &text, &pictures)?;
+                            crate::vision::pictured_prompt(v, &ready.tok, &text, &pictures, "messages")?;
                         pictured = Some((images, digest));
                         vec![OnePrompt::Tokens(ids)]
                     }
@@ -479,7 +479,20 @@ impl RawRequest {
                         format!("{} prompts of n={n} choices each exceed the {MAX_CHOICES} choices of a request", v.len()),
                     ))
                 }
-                Some(v) => v,
+                Some(mut v) => match v.as_slice() {
+                    [OnePrompt::Object(o)] if o.has_media() => {
+                        let Some(OnePrompt::Object(o)) = v.pop() else {
+                            unreachable!("matched above")
+                        };
+                        let (text, pictures) = o.with_media("prompt", ready.vision.as_ref())?;
+                        let vision = ready.vision.as_ref().expect("with_media checked it");
+                        let (ids, images, digest) =
+                            crate::vision::pictured_prompt(vision, &ready.tok, &text, &pictures, "prompt")?;
+                        pictured = Some((images, digest));
+                        vec![OnePrompt::Tokens(ids)]
+                    }
+                    _ => v,
+                },
             },
         };
         let many = prompts.len() > 1;

@@ -156,19 +156,21 @@ pub fn picture(bytes: &[u8], field: &str, limits: &Limits) -> Result<Picture, Ap
 /// A rendered prompt with [`MARKER`]s made tokens: the texts between markers tokenized
 /// apart (special tokens added to the first only), each marker the projector's begin
 /// text, `n_tokens` placeholders and its end text. The images (their embeddings from the
-/// tower, in order) and a digest of their contents, for the prefix-cache namespace.
+/// tower, in order) and a digest of their contents, for the prefix-cache namespace. Errors
+/// name `field`.
 pub fn pictured_prompt(
     vision: &Vision,
     tok: &Tokenizer,
     text: &str,
     pictures: &[Picture],
+    field: &str,
 ) -> Result<(Vec<u32>, Vec<PromptImage>, u64), ApiError> {
     let pieces: Vec<&str> = text.split(MARKER).collect();
     if pieces.len() != pictures.len() + 1 {
         return Err(ApiError::invalid(
-            "messages",
+            field,
             format!(
-                "the prompt has {} image markers ({MARKER}) for {} images",
+                "{field}: the prompt has {} image markers ({MARKER}) for {} images",
                 pieces.len() - 1,
                 pictures.len()
             ),
@@ -176,7 +178,7 @@ pub fn pictured_prompt(
     }
     let encode = |t: &str, first: bool| {
         tok.encode(t, first, true)
-            .map_err(|e| ApiError::invalid("messages", format!("cannot tokenize the prompt: {e}")))
+            .map_err(|e| ApiError::invalid(field, format!("{field}: cannot tokenize: {e}")))
     };
     let (begin, end) = vision.projector.markers();
     let (begin, end) = (encode(begin, false)?, encode(end, false)?);

@@ -263,13 +263,15 @@ fn convert(i: usize, m: Message, out: &mut Vec<RawMessage>) -> Result<(), ApiErr
                         let rest = Map::from_iter([("tool_call_id".into(), json!(id))]);
                         out.push(message("tool", Some(result), rest));
                     }
-                    other => return Err(bad(
-                        j,
-                        &format!(
+                    other => {
+                        return Err(bad(
+                            j,
+                            &format!(
                             "a user block of type {} is not supported (text, image, tool_result)",
                             other.unwrap_or("(none)")
                         ),
-                    )),
+                        ))
+                    }
                 }
             }
             if let Some(p) = parts {
