@@ -224,3 +224,9 @@ def test_llama_servers_multimodal_data_reads_the_image_where_the_prompt_marks_it
     body["prompt"]["multimodal_data"] = ["!!"]
     r = vision.post("/completion", body)
     assert r.status_code == 400 and "prompt.multimodal_data[0]" in r.text, r.text
+
+
+def test_props_and_show_say_the_server_reads_images(vision):
+    assert vision.get("/props").json()["modalities"]["vision"] is True
+    show = vision.post("/api/show", {"model": "gemma-3-270m-q4_k_m"}).json()
+    assert "vision" in show["capabilities"]

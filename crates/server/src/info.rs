@@ -96,7 +96,7 @@ pub async fn props(State(s): State<Shared>) -> Result<Json<Value>, ApiError> {
         "model_path": s.config.model_path,
         "model_alias": r.model_id,
         "chat_template": r.template_source,
-        "modalities": {"vision": false, "audio": false},
+        "modalities": {"vision": r.vision.is_some(), "audio": false},
         "build_info": crate::format::fingerprint(),
         "memory_plan": {
             "weights": r.plan.weights,

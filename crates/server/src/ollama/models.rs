@@ -202,6 +202,9 @@ pub fn capabilities(ready: &Ready) -> Vec<&'static str> {
     if thinks {
         caps.push("thinking");
     }
+    if ready.vision.is_some() {
+        caps.push("vision");
+    }
     if ready.embeddings.is_some() {
         caps.push("embedding");
     }
