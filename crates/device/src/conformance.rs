@@ -486,10 +486,10 @@ pub fn moe_agrees(pair: &mut dyn FnMut() -> Option<[Box<dyn Device>; 2]>) {
 }
 
 /// The encoder's ops ([`crate::encoder::EncoderDevice`]) on random data, chained as a tower
-/// layer chains them: layer norm, attention over 48 rows of 3 heads of 40, GELU, and a
+/// layer chains them: layer norm, attention over 48 rows of 3 heads of 40, both activations, and a
 /// 2 × 2 pool of the 6 × 6 grid of the first 36 rows. Everything they wrote, in order.
 pub fn encoder_case(dev: &mut dyn crate::encoder::EncoderDevice) -> Vec<f32> {
-    use crate::encoder::{DenseIo, DenseSpec, PoolSpec};
+    use crate::encoder::{Act, DenseIo, DenseSpec, PoolSpec};
     let (n, heads, hd) = (48, 3, 40);
     let w = heads * hd;
     let x = buf(
@@ -523,7 +523,8 @@ pub fn encoder_case(dev: &mut dyn crate::encoder::EncoderDevice) -> Vec<f32> {
         dev,
         &data(n * w, 16).iter().map(|v| 4.0 * v).collect::<Vec<_>>(),
     );
-    dev.gelu_alone(act, n * w);
+    dev.activate(act, n * w / 2, Act::Gelu);
+    dev.activate(act, n * w, Act::GeluQuick);
     let pool = PoolSpec {
         side: 6,
         kernel: 2,

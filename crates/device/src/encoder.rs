@@ -29,6 +29,15 @@ pub struct DenseSpec {
     pub scale: f32,
 }
 
+/// An activation applied alone, not gating another row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Act {
+    /// GELU's tanh approximation, as [`Device::gelu`] computes it.
+    Gelu,
+    /// CLIP's `x · sigmoid(1.702 · x)`.
+    GeluQuick,
+}
+
 /// A square grid of `side × side` rows of `width`, pooled by `kernel × kernel` windows
 /// (`kernel` divides `side`): [`EncoderDevice::avg_pool_2d`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,8 +61,8 @@ pub trait EncoderDevice: Device {
     /// over the row (PyTorch's `LayerNorm`). `out` may be `x`.
     #[allow(clippy::too_many_arguments)]
     fn layer_norm(&mut self, x: Buf, w: Buf, b: Buf, rows: usize, width: usize, eps: f32, out: Buf);
-    /// `x = gelu(x)` over `len` floats, the tanh approximation of [`Device::gelu`].
-    fn gelu_alone(&mut self, x: Buf, len: usize);
+    /// `x = act(x)` over `len` floats.
+    fn activate(&mut self, x: Buf, len: usize, act: Act);
     /// Per head `h`: `out_h = softmax(scale · q_h k_hᵀ) v_h` over all `rows`, no mask.
     /// Each output row's scores and sums run over the key rows in order.
     fn dense_attention(&mut self, io: &DenseIo, spec: &DenseSpec);

@@ -698,8 +698,14 @@ impl crate::encoder::EncoderDevice for Reference {
         crate::encoder::layer_norm_rows(&xs, &ws, &bs, eps, &mut self.bufs[out][..rows * width]);
     }
 
-    fn gelu_alone(&mut self, x: Buf, len: usize) {
-        self.bufs[x][..len].iter_mut().for_each(|v| *v = gelu(*v));
+    fn activate(&mut self, x: Buf, len: usize, act: crate::encoder::Act) {
+        let f = match act {
+            crate::encoder::Act::Gelu => gelu,
+            crate::encoder::Act::GeluQuick => {
+                |v: f32| (v as f64 / (1.0 + (-1.702 * v as f64).exp())) as f32
+            }
+        };
+        self.bufs[x][..len].iter_mut().for_each(|v| *v = f(*v));
     }
 
     /// Scores, softmax and sums in f64.

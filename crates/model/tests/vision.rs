@@ -1,7 +1,8 @@
-//! Vision towers against llama.cpp's mtmd: a synthetic Gemma 3 tower (`tandem synth
-//! --mmproj`, the shapes below) encodes `fixtures/stripes-150x100.png`, and its embeddings
-//! are compared with those llama-mtmd-cli dumped for the same file and image
-//! (`golden/vision-*.emb`, made by `scripts/gen_vision_golden.sh`).
+//! Vision towers against llama.cpp's mtmd: synthetic towers (`tandem synth --mmproj`, the
+//! shapes below: Gemma 3's for Gemma 3 270M, LLaVA 1.5's for SmolLM2-135M) encode
+//! `fixtures/stripes-150x100.png`, and their embeddings are compared with those
+//! llama-mtmd-cli dumped for the same file and image (`golden/vision-*.emb`, made by
+//! `scripts/gen_vision_golden.sh`).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -11,18 +12,25 @@ use device::reference::Reference;
 use gguf::{GgmlType, GgufFile};
 use kernels::cpu::Cpu;
 use kernels::{Precision, ThreadPool};
-use model::synthetic::mmproj::MmprojShape;
+use model::synthetic::mmproj::{MmprojShape, TowerKind};
 use model::vision::{decode, Limits, Tower};
 
 const IMAGE: &str = "tests/fixtures/stripes-150x100.png";
 
-/// The tower the golden files were made with: `tandem synth --mmproj gemma-3-270m
-/// --image-size 224 --type TY` (640 wide, as Gemma 3 270M).
-fn shape(ty: GgmlType) -> MmprojShape {
+/// The towers the golden files were made with: `tandem synth --mmproj gemma-3-270m
+/// --image-size 224 --type TY` (640 wide, as Gemma 3 270M) and `tandem synth --mmproj
+/// smollm2-135m --projector llava --image-size 224 --type TY` (576 wide).
+fn shape(kind: TowerKind, ty: GgmlType) -> MmprojShape {
+    let (n_embd_out, n_merge) = match kind {
+        TowerKind::Gemma3 => (640, 4),
+        TowerKind::Llava => (576, 1),
+    };
     MmprojShape {
+        kind,
         image_size: 224,
+        n_merge,
         ty,
-        ..MmprojShape::gemma3(640)
+        ..MmprojShape::gemma3(n_embd_out)
     }
 }
 
@@ -39,10 +47,10 @@ fn golden(name: &str) -> (usize, usize, Vec<f32>) {
     (n, e, values)
 }
 
-fn encode(ty: GgmlType, dev: &mut dyn EncoderDevice) -> Vec<f32> {
+fn encode(kind: TowerKind, ty: GgmlType, dev: &mut dyn EncoderDevice) -> Vec<f32> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tower.gguf");
-    shape(ty).write(&path).unwrap();
+    shape(kind, ty).write(&path).unwrap();
     let file = Arc::new(GgufFile::open(&path).unwrap());
     let tower = Tower::load(file, dev).unwrap();
     let img = decode(&std::fs::read(IMAGE).unwrap(), &Limits::default()).unwrap();
@@ -66,28 +74,37 @@ fn cpu() -> Cpu {
     Cpu::new(Arc::new(ThreadPool::new(2)), Precision::Int8)
 }
 
-#[test]
-fn gemma3_tower_embeddings_match_llama_mtmd() {
-    for (ty, name) in [
-        (GgmlType::F32, "vision-gemma3-f32.emb"),
-        (GgmlType::F16, "vision-gemma3-f16.emb"),
-    ] {
-        let (n, e, want) = golden(name);
-        assert_eq!((n, e), (16, 640));
-        let got = encode(ty, &mut cpu());
+fn matches_llama_mtmd(kind: TowerKind, name: &str, n_tokens: usize, n_embd: usize) {
+    for ty in [GgmlType::F32, GgmlType::F16] {
+        let file = format!("vision-{name}-{}.emb", ty.to_string().to_lowercase());
+        let (n, e, want) = golden(&file);
+        assert_eq!((n, e), (n_tokens, n_embd));
+        let got = encode(kind, ty, &mut cpu());
         let err = norm_error(&got, &want);
-        eprintln!("{ty}: relative error {err:.2e}");
+        eprintln!("{name} {ty}: relative error {err:.2e}");
         assert!(
             err < 1e-3,
-            "{ty}: embeddings off by {err:.2e} of their norm"
+            "{name} {ty}: embeddings off by {err:.2e} of their norm"
         );
     }
 }
 
 #[test]
-fn the_cpu_tower_agrees_with_the_reference() {
-    let got = encode(GgmlType::F32, &mut cpu());
-    let want = encode(GgmlType::F32, &mut Reference::new());
-    let err = norm_error(&got, &want);
-    assert!(err < 1e-5, "CPU against the reference: {err:.2e}");
+fn gemma3_tower_embeddings_match_llama_mtmd() {
+    matches_llama_mtmd(TowerKind::Gemma3, "gemma3", 16, 640);
+}
+
+#[test]
+fn llava_tower_embeddings_match_llama_mtmd() {
+    matches_llama_mtmd(TowerKind::Llava, "llava", 256, 576);
+}
+
+#[test]
+fn the_cpu_towers_agree_with_the_reference() {
+    for kind in [TowerKind::Gemma3, TowerKind::Llava] {
+        let got = encode(kind, GgmlType::F32, &mut cpu());
+        let want = encode(kind, GgmlType::F32, &mut Reference::new());
+        let err = norm_error(&got, &want);
+        assert!(err < 1e-5, "{kind:?}: CPU against the reference: {err:.2e}");
+    }
 }

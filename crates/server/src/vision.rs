@@ -155,7 +155,7 @@ pub fn picture(bytes: &[u8], field: &str, limits: &Limits) -> Result<Picture, Ap
 
 /// A rendered prompt with [`MARKER`]s made tokens: the texts between markers tokenized
 /// apart (special tokens added to the first only), each marker the projector's begin
-/// text, `n_tokens` placeholders and its end text. The images (their embeddings from the
+/// text, `n_tokens` placeholders (its begin text's first token, or token 0) and its end text. The images (their embeddings from the
 /// tower, in order) and a digest of their contents, for the prefix-cache namespace. Errors
 /// name `field`.
 pub fn pictured_prompt(
@@ -182,6 +182,8 @@ pub fn pictured_prompt(
     };
     let (begin, end) = vision.projector.markers();
     let (begin, end) = (encode(begin, false)?, encode(end, false)?);
+    // An image row's token is never embedded; it names the row in the prompt's tokens.
+    let placeholder = begin.first().copied().unwrap_or(0);
     let mut ids = encode(pieces[0], true)?;
     let mut images = Vec::with_capacity(pictures.len());
     let mut h = Sha256::new();
@@ -193,7 +195,7 @@ pub fn pictured_prompt(
             embeddings: vision.embeddings(pic)?,
             bidirectional: vision.projector.bidirectional(),
         });
-        ids.extend(std::iter::repeat_n(begin[0], vision.n_tokens));
+        ids.extend(std::iter::repeat_n(placeholder, vision.n_tokens));
         ids.extend(&end);
         ids.extend(encode(piece, false)?);
         h.update(pic.sha);

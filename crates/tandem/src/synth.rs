@@ -15,7 +15,7 @@ use model::layers::gated_delta_net::DeltaShape;
 use model::synthetic::deepseek4::{Dsv4Shape, DEFAULT_RATIOS};
 use model::synthetic::dflash::DflashShape;
 use model::synthetic::eagle3::Eagle3Shape;
-use model::synthetic::mmproj::MmprojShape;
+use model::synthetic::mmproj::{MmprojShape, TowerKind};
 use model::synthetic::{ExpertShape, Synthetic, Vocab};
 use model::Arch;
 
@@ -123,20 +123,23 @@ pub struct SynthArgs {
     /// dflash: the block size (`dflash.block_size`) [default: 16].
     #[arg(long)]
     pub dflash_block: Option<usize>,
-    /// Instead of a model, a vision tower (an mmproj file: SigLIP with Gemma 3's projector)
-    /// for this text model (a path or a known name), shaped by --n-embd [128], --n-layer
-    /// [2], --n-head [4], --n-ff [512], --type [f16] and the --image-* flags.
+    /// Instead of a model, a vision tower (an mmproj file, --projector) for this text model
+    /// (a path or a known name), shaped by --n-embd [128], --n-layer [2], --n-head [4],
+    /// --n-ff [512], --type [f16] and the --image-* flags.
     #[arg(long = "mmproj")]
     pub mmproj: Option<String>,
-    /// --mmproj: the square side images are made, in pixels [default: 896].
+    /// --mmproj: the square side images are made, in pixels [default: 896; llava: 336].
     #[arg(long, requires = "mmproj")]
     pub image_size: Option<usize>,
     /// --mmproj: the side of a patch, in pixels [default: 14].
     #[arg(long, requires = "mmproj")]
     pub image_patch: Option<usize>,
-    /// --mmproj: patches merged per side into one embedding [default: 4].
+    /// --mmproj: patches merged per side into one embedding [default: 4; llava: 1].
     #[arg(long, requires = "mmproj")]
     pub image_merge: Option<usize>,
+    /// --mmproj: gemma3 (SigLIP, Gemma 3's projector) or llava (CLIP, LLaVA 1.5's MLP).
+    #[arg(long, requires = "mmproj", default_value = "gemma3")]
+    pub projector: String,
     #[command(flatten)]
     pub dsv4: Box<Dsv4Args>,
     #[command(flatten)]
@@ -428,21 +431,32 @@ fn write_mmproj(a: &SynthArgs, of: &str) -> Result<(), CliError> {
     let meta = &text.header.metadata;
     let n_embd_out = meta.u32(&format!("{}.embedding_length", text.header.architecture()?))?;
     let d = MmprojShape::gemma3(n_embd_out as usize);
+    let (kind, image_size, merge) = match a.projector.as_str() {
+        "gemma3" => (TowerKind::Gemma3, d.image_size, d.n_merge),
+        "llava" => (TowerKind::Llava, 336, 1),
+        other => {
+            return Err(CliError::Usage(format!(
+                "--projector: '{other}' is not gemma3 or llava"
+            )))
+        }
+    };
     let shape = MmprojShape {
-        image_size: a.image_size.unwrap_or(d.image_size),
+        kind,
+        image_size: a.image_size.unwrap_or(image_size),
         patch_size: a.image_patch.unwrap_or(d.patch_size),
         n_embd: a.n_embd.unwrap_or(d.n_embd),
         n_head: a.n_head.unwrap_or(d.n_head),
         n_ff: a.n_ff.unwrap_or(d.n_ff),
         n_layer: a.n_layer.unwrap_or(d.n_layer),
-        n_merge: a.image_merge.unwrap_or(d.n_merge),
+        n_merge: a.image_merge.unwrap_or(merge),
         ty: a.ty.unwrap_or(d.ty),
         seed: a.seed,
         ..d
     };
     shape.write(&a.out)?;
     eprintln!(
-        "tandem synth: a gemma3 vision tower ({:.1}M parameters) written to {}",
+        "tandem synth: a {} vision tower ({:.1}M parameters) written to {}",
+        a.projector,
         shape.n_params() as f64 / 1e6,
         a.out.display()
     );

@@ -2,14 +2,14 @@
 //! rows (each row's scores and sums run over the keys in order, whatever the split).
 
 use device::encoder::{
-    avg_pool_2d_rows, layer_norm_rows, DenseIo, DenseSpec, EncoderDevice, PoolSpec,
+    avg_pool_2d_rows, layer_norm_rows, Act, DenseIo, DenseSpec, EncoderDevice, PoolSpec,
 };
 use device::Buf;
 
 use super::Cpu;
 use crate::dot::dot;
 use crate::features::CpuFeatures;
-use crate::ops::{exp_shifted, gelu_alone_inplace};
+use crate::ops::{exp_shifted, gelu_alone_inplace, sigmoid};
 use crate::pool::SharedOut;
 
 impl EncoderDevice for Cpu {
@@ -32,8 +32,12 @@ impl EncoderDevice for Cpu {
         layer_norm_rows(&xs, &ws, &bs, eps, &mut self.bufs[out][..n]);
     }
 
-    fn gelu_alone(&mut self, x: Buf, len: usize) {
-        gelu_alone_inplace(&mut self.bufs[x][..len]);
+    fn activate(&mut self, x: Buf, len: usize, act: Act) {
+        let x = &mut self.bufs[x][..len];
+        match act {
+            Act::Gelu => gelu_alone_inplace(x),
+            Act::GeluQuick => x.iter_mut().for_each(|v| *v *= sigmoid(1.702 * *v)),
+        }
     }
 
     fn dense_attention(&mut self, io: &DenseIo, spec: &DenseSpec) {

@@ -1,6 +1,6 @@
 //! Random-weight vision towers (mmproj files) with the keys and tensors llama.cpp's mtmd
-//! reads: a SigLIP encoder with Gemma 3's projector, for a language model `n_embd_out`
-//! wide.
+//! reads, for a language model `n_embd_out` wide: a SigLIP encoder with Gemma 3's projector,
+//! or a CLIP encoder with LLaVA 1.5's MLP.
 
 use std::path::Path;
 
@@ -9,9 +9,19 @@ use gguf::{GgmlType, GgufWriter, Value, ValueType};
 use super::{scale, write_file, Rng, Tensors};
 use crate::{Error, Result};
 
+/// Which tower.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TowerKind {
+    /// SigLIP (GELU, no class token) with Gemma 3's pooled projection.
+    Gemma3,
+    /// CLIP (quick GELU, a class token, a pre-norm) with LLaVA 1.5's two-matrix MLP.
+    Llava,
+}
+
 /// The shape of a synthetic tower.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MmprojShape {
+    pub kind: TowerKind,
     pub image_size: usize,
     pub patch_size: usize,
     pub n_embd: usize,
@@ -32,6 +42,7 @@ impl MmprojShape {
     /// shallow.
     pub fn gemma3(n_embd_out: usize) -> MmprojShape {
         MmprojShape {
+            kind: TowerKind::Gemma3,
             image_size: 896,
             patch_size: 14,
             n_embd: 128,
@@ -73,22 +84,31 @@ impl MmprojShape {
     }
 
     pub fn n_params(&self) -> u64 {
-        let (e, ff, p) = (self.n_embd, self.n_ff, self.patch_size);
+        let (e, ff, p, n) = (self.n_embd, self.n_ff, self.patch_size, self.n_embd_out);
         let n_patches = (self.image_size / p).pow(2);
         let block = 4 * e * e + 2 * e * ff;
-        (3 * p * p * e + n_patches * e + self.n_layer * block + e * self.n_embd_out) as u64
+        let head = match self.kind {
+            TowerKind::Gemma3 => e * n,
+            TowerKind::Llava => e * n + n * n,
+        };
+        (3 * p * p * e + n_patches * e + self.n_layer * block + head) as u64
     }
 
     pub fn write(&self, path: &Path) -> Result<()> {
         self.check()?;
         let (e, ff, p, ty) = (self.n_embd, self.n_ff, self.patch_size, self.ty);
+        let llava = self.kind == TowerKind::Llava;
         let mut w = GgufWriter::new();
         let s = |v: &str| Value::String(v.into());
         w.metadata("general.architecture", s("clip"));
-        w.metadata("general.name", s("synthetic gemma3 tower"));
-        w.metadata("clip.projector_type", s("gemma3"));
+        let (name, projector) = match self.kind {
+            TowerKind::Gemma3 => ("synthetic gemma3 tower", "gemma3"),
+            TowerKind::Llava => ("synthetic llava tower", "mlp"),
+        };
+        w.metadata("general.name", s(name));
+        w.metadata("clip.projector_type", s(projector));
         w.metadata("clip.has_vision_encoder", Value::Bool(true));
-        w.metadata("clip.use_gelu", Value::Bool(true));
+        w.metadata("clip.use_gelu", Value::Bool(!llava));
         let u = |v: usize| Value::U32(v as u32);
         for (k, v) in [
             ("image_size", self.image_size),
@@ -101,33 +121,44 @@ impl MmprojShape {
         ] {
             w.metadata(&format!("clip.vision.{k}"), u(v));
         }
-        if self.n_merge != 4 {
+        if !llava && self.n_merge != 4 {
             w.metadata("clip.vision.projector.scale_factor", u(self.n_merge));
         }
         w.metadata("clip.vision.attention.layer_norm_epsilon", Value::F32(1e-6));
-        let half = || Value::Array(ValueType::F32, vec![Value::F32(0.5); 3]);
-        w.metadata("clip.vision.image_mean", half());
-        w.metadata("clip.vision.image_std", half());
+        let (mean, std) = match self.kind {
+            TowerKind::Gemma3 => ([0.5; 3], [0.5; 3]),
+            TowerKind::Llava => (
+                [0.481_454_66, 0.457_827_5, 0.408_210_73],
+                [0.268_629_54, 0.261_302_6, 0.275_777_1],
+            ),
+        };
+        let triple = |v: [f32; 3]| Value::Array(ValueType::F32, v.map(Value::F32).to_vec());
+        w.metadata("clip.vision.image_mean", triple(mean));
+        w.metadata("clip.vision.image_std", triple(std));
         let mut t = Tensors {
             w: &mut w,
             rng: Rng::new(self.seed),
         };
-        // As llama.cpp's converter writes Gemma 3's: the embeddings in f32, the input
-        // projection in f16, the rest in the file's type.
+        // As llama.cpp's converters write them: Gemma 3's embeddings in f32 and its input
+        // projection in f16; a CLIP's patch embedding in the file's type; the rest in the
+        // file's type, vectors in f32.
+        let embeddings_ty = if llava { ty } else { GgmlType::F32 };
         t.matrix(
             "v.patch_embd.weight",
             &[p, p, 3, e],
-            GgmlType::F32,
+            embeddings_ty,
             scale(3 * p * p),
         )?;
-        near(&mut t, "v.patch_embd.bias", e, 0.0, 0.1);
         let n_patches = (self.image_size / p).pow(2);
-        t.matrix(
-            "v.position_embd.weight",
-            &[e, n_patches],
-            GgmlType::F32,
-            0.5,
-        )?;
+        if llava {
+            near(&mut t, "v.class_embd", e, 0.0, 1.0);
+            near(&mut t, "v.pre_ln.weight", e, 1.0, 0.2);
+            near(&mut t, "v.pre_ln.bias", e, 0.0, 0.1);
+        } else {
+            near(&mut t, "v.patch_embd.bias", e, 0.0, 0.1);
+        }
+        let n_pos = n_patches + usize::from(llava);
+        t.matrix("v.position_embd.weight", &[e, n_pos], embeddings_ty, 0.5)?;
         for i in 0..self.n_layer {
             let b = format!("v.blk.{i}");
             for (name, cols, rows) in [
@@ -153,15 +184,26 @@ impl MmprojShape {
                 near(&mut t, &format!("{b}.{ln}.bias"), e, 0.0, 0.1);
             }
         }
-        near(&mut t, "v.post_ln.weight", e, 1.0, 0.2);
-        near(&mut t, "v.post_ln.bias", e, 0.0, 0.1);
-        near(&mut t, "mm.soft_emb_norm.weight", e, 1.0, 0.2);
-        t.matrix(
-            "mm.input_projection.weight",
-            &[self.n_embd_out, e],
-            GgmlType::F16,
-            scale(e),
-        )?;
+        match self.kind {
+            TowerKind::Gemma3 => {
+                near(&mut t, "v.post_ln.weight", e, 1.0, 0.2);
+                near(&mut t, "v.post_ln.bias", e, 0.0, 0.1);
+                near(&mut t, "mm.soft_emb_norm.weight", e, 1.0, 0.2);
+                t.matrix(
+                    "mm.input_projection.weight",
+                    &[self.n_embd_out, e],
+                    GgmlType::F16,
+                    scale(e),
+                )?;
+            }
+            TowerKind::Llava => {
+                let n = self.n_embd_out;
+                t.matrix("mm.0.weight", &[e, n], ty, scale(e))?;
+                near(&mut t, "mm.0.bias", n, 0.0, 0.1);
+                t.matrix("mm.2.weight", &[n, n], ty, scale(n))?;
+                near(&mut t, "mm.2.bias", n, 0.0, 0.1);
+            }
+        }
         write_file(&w, path)
     }
 }

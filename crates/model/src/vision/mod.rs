@@ -6,13 +6,15 @@
 //! Rgb ──fit_square, patches──▶ [n_patches, 3·p²] ──Tower::encode──▶ [n_tokens, n_embd_out]
 //! ```
 //!
-//! Projectors run: `gemma3` (SigLIP, average-pooled by `n_merge`, RMS-normed, projected).
-//! Any other is refused at load, naming it.
+//! Projectors run: `gemma3` (SigLIP, average-pooled by `n_merge`, RMS-normed, projected)
+//! and `mlp` (LLaVA 1.5: CLIP with a class embedding, its second-to-last block's states
+//! through two matrices). Any other is refused at load, naming it.
 
 mod decode;
 pub mod preprocess;
 mod tower;
 
+use device::encoder::Act;
 use gguf::Metadata;
 
 pub use decode::{decode, ImageError, Limits};
@@ -28,15 +30,21 @@ pub enum Projector {
     /// embeddings between `<start_of_image>` and `<end_of_image>`, attended bidirectionally
     /// by the language model.
     Gemma3,
+    /// LLaVA 1.5's two-matrix MLP: the image resized (bicubic) into a square with grey
+    /// bands, an embedding per patch, placed as they are, attended causally.
+    Mlp,
 }
 
 impl Projector {
     fn parse(name: &str) -> Result<Projector> {
         match name {
             "gemma3" => Ok(Projector::Gemma3),
+            "mlp" => Ok(Projector::Mlp),
             _ => Err(Error::BadHParam {
                 key: "clip.projector_type".into(),
-                problem: format!("projector '{name}' is not supported yet (supported: gemma3)"),
+                problem: format!(
+                    "projector '{name}' is not supported yet (supported: gemma3, mlp)"
+                ),
             }),
         }
     }
@@ -45,6 +53,7 @@ impl Projector {
     pub fn markers(self) -> (&'static str, &'static str) {
         match self {
             Projector::Gemma3 => ("<start_of_image>", "<end_of_image>"),
+            Projector::Mlp => ("", ""),
         }
     }
 
@@ -53,6 +62,7 @@ impl Projector {
     pub fn bidirectional(self) -> bool {
         match self {
             Projector::Gemma3 => true,
+            Projector::Mlp => false,
         }
     }
 }
@@ -74,6 +84,12 @@ pub struct ClipParams {
     /// Patches merged per side into one embedding.
     pub n_merge: usize,
     pub filter: Filter,
+    /// The bands' color where an image is fitted into the square.
+    pub pad: [u8; 3],
+    /// The blocks' feed-forward activation.
+    pub act: Act,
+    /// Blocks run: all, or all but the last (LLaVA reads the second-to-last's states).
+    pub depth: usize,
 }
 
 impl ClipParams {
@@ -102,29 +118,59 @@ impl ClipParams {
                 _ => Err(bad(&key, format!("{} values, expected 3", v.len()))),
             }
         };
-        if meta.opt_bool("clip.use_gelu")? != Some(true)
-            || meta.opt_bool("clip.use_silu")? == Some(true)
-        {
+        if meta.opt_bool("clip.use_silu")? == Some(true) {
             return Err(bad(
-                "clip.use_gelu",
-                "only GELU feed-forward towers are supported yet".into(),
+                "clip.use_silu",
+                "SiLU feed-forward towers are not supported yet (GELU, quick GELU)".into(),
             ));
         }
+        let act = match meta.opt_bool("clip.use_gelu")? {
+            Some(true) => Act::Gelu,
+            _ => Act::GeluQuick,
+        };
+        for key in [
+            "clip.vision.image_grid_pinpoints",
+            "clip.vision.feature_layer",
+        ] {
+            if meta.get(key).is_some() {
+                return Err(bad(
+                    key,
+                    "tiled images (LLaVA 1.6) and chosen feature layers are not supported yet"
+                        .into(),
+                ));
+            }
+        }
+        let n_layer = u("block_count")?;
         let p = ClipParams {
             projector,
             n_embd: u("embedding_length")?,
             n_head: u("attention.head_count")?,
             n_ff: u("feed_forward_length")?,
-            n_layer: u("block_count")?,
+            n_layer,
             eps: meta.f32("clip.vision.attention.layer_norm_epsilon")?,
             image_size: u("image_size")?,
             patch_size: u("patch_size")?,
             mean: triple("image_mean")?,
             std: triple("image_std")?,
-            n_merge: meta
-                .opt_u32("clip.vision.projector.scale_factor")?
-                .map_or(4, |v| v as usize),
-            filter: Filter::Bilinear,
+            n_merge: match projector {
+                Projector::Gemma3 => meta
+                    .opt_u32("clip.vision.projector.scale_factor")?
+                    .map_or(4, |v| v as usize),
+                Projector::Mlp => 1,
+            },
+            filter: match projector {
+                Projector::Gemma3 => Filter::Bilinear,
+                Projector::Mlp => Filter::Bicubic,
+            },
+            pad: match projector {
+                Projector::Gemma3 => [0; 3],
+                Projector::Mlp => [122, 116, 104],
+            },
+            act,
+            depth: match projector {
+                Projector::Gemma3 => n_layer,
+                Projector::Mlp => n_layer.saturating_sub(1),
+            },
         };
         if p.n_head == 0 || !p.n_embd.is_multiple_of(p.n_head) {
             return Err(bad(
@@ -170,7 +216,7 @@ impl ClipParams {
 
     /// `img` as the tower's `[n_patches, 3 · patch²]` input.
     pub fn pixels(&self, img: &Rgb) -> Vec<f32> {
-        let square = preprocess::fit_square(img, self.image_size, self.filter);
+        let square = preprocess::fit_square(img, self.image_size, self.filter, self.pad);
         preprocess::patches(&square, self.patch_size, self.mean, self.std)
     }
 }

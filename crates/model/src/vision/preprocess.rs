@@ -144,10 +144,10 @@ pub fn resize(img: &Rgb, width: usize, height: usize, filter: Filter) -> Rgb {
     cur
 }
 
-/// `img` fitted into a black `side × side` square: scaled by the smaller of the two ratios
-/// (each edge rounded up, at most `side`), centered (offsets rounded down). The same image
-/// when it is already that size.
-pub fn fit_square(img: &Rgb, side: usize, filter: Filter) -> Rgb {
+/// `img` fitted into a `side × side` square of `pad`: scaled by the smaller of the two
+/// ratios (each edge rounded up, at most `side`), centered (offsets rounded down). The same
+/// image when it is already that size.
+pub fn fit_square(img: &Rgb, side: usize, filter: Filter, pad: [u8; 3]) -> Rgb {
     if img.width == side && img.height == side {
         return img.clone();
     }
@@ -156,7 +156,7 @@ pub fn fit_square(img: &Rgb, side: usize, filter: Filter) -> Rgb {
     let h = ((img.height as f32 * scale).ceil() as usize).min(side);
     let inner = resize(img, w, h, filter);
     let (ox, oy) = ((side - w) / 2, (side - h) / 2);
-    let mut data = vec![0u8; side * side * 3];
+    let mut data = pad.repeat(side * side);
     for y in 0..h {
         data[((oy + y) * side + ox) * 3..][..w * 3]
             .copy_from_slice(&inner.data[y * w * 3..][..w * 3]);
@@ -250,7 +250,7 @@ mod tests {
             height: 20,
             data: vec![255; 40 * 20 * 3],
         };
-        let sq = fit_square(&img, 16, Filter::Bilinear);
+        let sq = fit_square(&img, 16, Filter::Bilinear, [0; 3]);
         let at = |x: usize, y: usize| sq.data[(y * 16 + x) * 3];
         assert_eq!(
             (at(5, 0), at(5, 3), at(5, 4), at(5, 11), at(5, 12)),

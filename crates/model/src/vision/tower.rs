@@ -1,21 +1,27 @@
-//! The SigLIP tower and Gemma 3's projector, written against the device ops (llama.cpp's
-//! `clip_graph::build_vit` and `clip_graph_siglip::build`):
+//! The ViT and the projectors after it, written against the device ops (llama.cpp's
+//! `clip_graph::build_vit`, `clip_graph_siglip::build` and `clip_graph_llava::build`):
 //!
 //! ```text
-//! x = patch_embd · pixels + patch_bias + position_embd     // [n_patches, n_embd]
-//! per block: x += attn_out(attention(ln1(x)));  x += ffn_down(gelu(ffn_up(ln2(x))))
-//! x = post_ln(x); avg-pool n_merge × n_merge            // [n_tokens, n_embd]
-//! out = input_projection · (rms_norm(x) · soft_emb_norm)  // [n_tokens, n_embd_out]
+//! x = patch_embd · pixels + patch_bias                      // [n_patches, n_embd]
+//! x = [x; class_embd] + position_embd; x = pre_ln(x)        // CLIP: [n_patches + 1, n_embd]
+//! per block (the first `depth`): x += attn_out(attention(ln1(x)));
+//!                                x += ffn_down(act(ffn_up(ln2(x))))
+//! x = post_ln(x)
+//! gemma3: avg-pool n_merge × n_merge; out = input_projection · (rms_norm(x) · soft_emb_norm)
+//! mlp:    rows 1..=n_patches of x; out = mm.2 · gelu(mm.0 · x)  // [n_patches, n_embd_out]
 //! ```
+//!
+//! (llama.cpp appends the class embedding after the patches and then takes rows from 1:
+//! the first patch's row is left out and the class row kept; tandem does the same.)
 
 use std::sync::Arc;
 
-use device::encoder::{DenseIo, DenseSpec, EncoderDevice, PoolSpec};
+use device::encoder::{Act, DenseIo, DenseSpec, EncoderDevice, PoolSpec};
 use device::{Buf, Bytes, Mat, MatOut, MatrixSource, Role, Step};
 use gguf::{GgmlType, GgufFile};
 
-use super::ClipParams;
-use crate::{DeviceTensors, MatId, Result, TensorLoader, VecId};
+use super::{ClipParams, Projector};
+use crate::{DeviceTensors, Error, MatId, Result, TensorLoader, VecId};
 
 /// One encoder block's tensors (`v.blk.{i}.*`).
 struct Block {
@@ -27,6 +33,18 @@ struct Block {
     /// The `n_embd → n_ff` and `n_ff → n_embd` matrices, with biases.
     fc1: (MatId, VecId),
     fc2: (MatId, VecId),
+}
+
+/// What follows the ViT.
+enum Head {
+    /// With the tower's [`Tower::projection`].
+    Gemma3 { soft_emb_norm: VecId },
+    Mlp {
+        /// `mm.0` (`n_embd → hidden`) and `mm.2` (`hidden → n_embd_out`), with biases.
+        mm0: (MatId, VecId),
+        mm2: (MatId, VecId),
+        hidden: usize,
+    },
 }
 
 /// A tower's buffers for one image, allocated at load.
@@ -48,87 +66,117 @@ pub struct Tower {
     /// The width of its embeddings: the language model's `n_embd`.
     pub n_embd_out: usize,
     patch: (MatId, Option<VecId>),
+    /// `[n_embd]`, appended after the patches' rows (CLIP's class token).
+    class: Option<Vec<f32>>,
     position: VecId,
+    pre_ln: Option<(VecId, VecId)>,
     blocks: Vec<Block>,
     post_ln: Option<(VecId, VecId)>,
-    soft_emb_norm: VecId,
+    head: Head,
+    /// Gemma 3's `[n_embd_out, n_embd]`: the file's `mm.input_projection` transposed.
+    projection: Option<Mat>,
     tensors: DeviceTensors,
-    /// `[n_embd_out, n_embd]`: the file's `mm.input_projection` transposed.
-    projection: Mat,
     scratch: Scratch,
+}
+
+fn norm(t: &mut TensorLoader, name: &str, e: usize) -> Result<(VecId, VecId)> {
+    Ok((
+        t.vector(&format!("{name}.weight"), e)?,
+        t.vector(&format!("{name}.bias"), e)?,
+    ))
+}
+
+fn opt_norm(t: &mut TensorLoader, name: &str, e: usize) -> Result<Option<(VecId, VecId)>> {
+    match t.has(&format!("{name}.weight")) {
+        true => norm(t, name, e).map(Some),
+        false => Ok(None),
+    }
+}
+
+fn linear(t: &mut TensorLoader, name: &str, rows: usize, cols: usize) -> Result<(MatId, VecId)> {
+    Ok((
+        t.matrix(&format!("{name}.weight"), rows, cols)?,
+        t.vector(&format!("{name}.bias"), rows)?,
+    ))
+}
+
+/// GGUF dim `i` of tensor `name`.
+fn dim(file: &GgufFile, name: &str, i: usize) -> Result<usize> {
+    file.header
+        .tensor(name)
+        .and_then(|info| info.dims.get(i).copied())
+        .map(|d| d as usize)
+        .ok_or_else(|| Error::MissingTensor(name.into()))
+}
+
+fn block(t: &mut TensorLoader, file: &GgufFile, i: usize, e: usize, ff: usize) -> Result<Block> {
+    let b = format!("v.blk.{i}");
+    // Older converters named the first matrix `ffn_down` and the second `ffn_up` (llama.cpp
+    // swaps them back when `ffn_down` maps from `n_embd`).
+    let swapped = ff != e && dim(file, &format!("{b}.ffn_down.weight"), 0).ok() == Some(e);
+    let (first, second) = match swapped {
+        true => ("ffn_down", "ffn_up"),
+        false => ("ffn_up", "ffn_down"),
+    };
+    Ok(Block {
+        ln1: norm(t, &format!("{b}.ln1"), e)?,
+        qkv: [
+            linear(t, &format!("{b}.attn_q"), e, e)?,
+            linear(t, &format!("{b}.attn_k"), e, e)?,
+            linear(t, &format!("{b}.attn_v"), e, e)?,
+        ],
+        out: linear(t, &format!("{b}.attn_out"), e, e)?,
+        ln2: norm(t, &format!("{b}.ln2"), e)?,
+        fc1: linear(t, &format!("{b}.{first}"), ff, e)?,
+        fc2: linear(t, &format!("{b}.{second}"), e, ff)?,
+    })
 }
 
 impl Tower {
     /// Loads the tower of mmproj file `file` onto `dev`, with the buffers of one image.
     pub fn load(file: Arc<GgufFile>, dev: &mut dyn EncoderDevice) -> Result<Tower> {
         let params = ClipParams::read(&file.header.metadata)?;
-        let (e, ff) = (params.n_embd, params.n_ff);
-        let p = params.patch_size;
+        let (e, ff, p) = (params.n_embd, params.n_ff, params.patch_size);
         let mut t = TensorLoader::new(&file);
-        let bias = |t: &mut TensorLoader, name: &str, n: usize| t.vector(name, n);
         let patch = (
             t.matrix_dims("v.patch_embd.weight", &[p, p, 3, e])?,
             match t.has("v.patch_embd.bias") {
-                true => Some(bias(&mut t, "v.patch_embd.bias", e)?),
+                true => Some(t.vector("v.patch_embd.bias", e)?),
                 false => None,
             },
         );
-        let position = t.vector_dims("v.position_embd.weight", &[e, params.n_patches()])?;
-        let norm = |t: &mut TensorLoader, name: &str| -> Result<(VecId, VecId)> {
-            Ok((
-                t.vector(&format!("{name}.weight"), e)?,
-                t.vector(&format!("{name}.bias"), e)?,
-            ))
-        };
-        let linear = |t: &mut TensorLoader,
-                      name: &str,
-                      rows: usize,
-                      cols: usize|
-         -> Result<(MatId, VecId)> {
-            Ok((
-                t.matrix(&format!("{name}.weight"), rows, cols)?,
-                t.vector(&format!("{name}.bias"), rows)?,
-            ))
-        };
-        let mut blocks = Vec::with_capacity(params.n_layer);
-        for i in 0..params.n_layer {
-            let b = format!("v.blk.{i}");
-            // Older converters named the first matrix `ffn_down` and the second `ffn_up`
-            // (llama.cpp swaps them back when `ffn_down` maps from `n_embd`).
-            let swapped = ff != e
-                && file
-                    .header
-                    .tensor(&format!("{b}.ffn_down.weight"))
-                    .is_some_and(|info| info.dims.first() == Some(&(e as u64)));
-            let (first, second) = match swapped {
-                true => ("ffn_down", "ffn_up"),
-                false => ("ffn_up", "ffn_down"),
-            };
-            blocks.push(Block {
-                ln1: norm(&mut t, &format!("{b}.ln1"))?,
-                qkv: [
-                    linear(&mut t, &format!("{b}.attn_q"), e, e)?,
-                    linear(&mut t, &format!("{b}.attn_k"), e, e)?,
-                    linear(&mut t, &format!("{b}.attn_v"), e, e)?,
-                ],
-                out: linear(&mut t, &format!("{b}.attn_out"), e, e)?,
-                ln2: norm(&mut t, &format!("{b}.ln2"))?,
-                fc1: linear(&mut t, &format!("{b}.{first}"), ff, e)?,
-                fc2: linear(&mut t, &format!("{b}.{second}"), e, ff)?,
-            });
-        }
-        let post_ln = match t.has("v.post_ln.weight") {
-            true => Some(norm(&mut t, "v.post_ln")?),
+        let class = match t.has("v.class_embd") {
+            true => Some(t.values("v.class_embd", &[e])?),
             false => None,
         };
-        let soft_emb_norm = t.vector("mm.soft_emb_norm.weight", e)?;
-        let proj_name = "mm.input_projection.weight";
-        let n_embd_out =
-            file.header
-                .tensor(proj_name)
-                .and_then(|info| info.dims.first().copied())
-                .ok_or_else(|| crate::Error::MissingTensor(proj_name.into()))? as usize;
-        let stored = t.values(proj_name, &[n_embd_out, e])?;
+        let n_pos = params.n_patches() + usize::from(class.is_some());
+        let position = t.vector_dims("v.position_embd.weight", &[e, n_pos])?;
+        let pre_ln = opt_norm(&mut t, "v.pre_ln", e)?;
+        let blocks = (0..params.depth)
+            .map(|i| block(&mut t, &file, i, e, ff))
+            .collect::<Result<Vec<_>>>()?;
+        let post_ln = opt_norm(&mut t, "v.post_ln", e)?;
+        let (head, projection, n_embd_out) = match params.projector {
+            Projector::Gemma3 => {
+                let name = "mm.input_projection.weight";
+                let n_out = dim(&file, name, 0)?;
+                let stored = t.values(name, &[n_out, e])?;
+                let head = Head::Gemma3 {
+                    soft_emb_norm: t.vector("mm.soft_emb_norm.weight", e)?,
+                };
+                (head, Some(transposed(name, &stored, e, n_out)), n_out)
+            }
+            Projector::Mlp => {
+                let hidden = dim(&file, "mm.0.weight", 1)?;
+                let n_out = dim(&file, "mm.2.weight", 1)?;
+                let head = Head::Mlp {
+                    mm0: linear(&mut t, "mm.0", hidden, e)?,
+                    mm2: linear(&mut t, "mm.2", n_out, hidden)?,
+                    hidden,
+                };
+                (head, None, n_out)
+            }
+        };
         let table = t.finish();
         let sources: Vec<MatrixSource> = table
             .matrices
@@ -136,18 +184,24 @@ impl Tower {
             .map(|m| m.weight.source(&file, m.role))
             .collect();
         let tensors = DeviceTensors::upload(dev, &table, &sources, &|_, _| {})?;
-        let projection =
-            dev.upload_matrices(&[transposed(proj_name, &stored, e, n_embd_out)], &|_, _| {})?[0];
-        let (np, nt) = (params.n_patches(), params.n_tokens());
+        let projection = match projection {
+            Some(src) => Some(dev.upload_matrices(&[src], &|_, _| {})?[0]),
+            None => None,
+        };
+        let widest_ff = match &head {
+            Head::Mlp { hidden, .. } => ff.max(*hidden),
+            Head::Gemma3 { .. } => ff,
+        };
+        let nt = params.n_tokens();
         let mut alloc = |n: usize| dev.alloc(n);
         let scratch = Scratch {
-            pixels: alloc(np * 3 * p * p)?,
-            x: alloc(np * e)?,
-            h: alloc(np * e)?,
-            q: alloc(np * e)?,
-            k: alloc(np * e)?,
-            v: alloc(np * e)?,
-            ff: alloc(np * ff)?,
+            pixels: alloc(params.n_patches() * 3 * p * p)?,
+            x: alloc(n_pos * e)?,
+            h: alloc(n_pos * e)?,
+            q: alloc(n_pos * e)?,
+            k: alloc(n_pos * e)?,
+            v: alloc(n_pos * e)?,
+            ff: alloc(n_pos * widest_ff)?,
             pooled: alloc(nt * e)?,
             out: alloc(nt * n_embd_out)?,
         };
@@ -155,12 +209,14 @@ impl Tower {
             params,
             n_embd_out,
             patch,
+            class,
             position,
+            pre_ln,
             blocks,
             post_ln,
-            soft_emb_norm,
-            tensors,
+            head,
             projection,
+            tensors,
             scratch,
         })
     }
@@ -170,6 +226,7 @@ impl Tower {
     pub fn encode(&self, dev: &mut dyn EncoderDevice, pixels: &[f32]) -> Vec<f32> {
         let c = &self.params;
         let (np, e, ff) = (c.n_patches(), c.n_embd, c.n_ff);
+        let n = np + usize::from(self.class.is_some());
         let (t, s) = (&self.tensors, &self.scratch);
         let out_to = |y: Buf, b: VecId, residual: Option<Buf>| MatOut {
             y,
@@ -192,22 +249,28 @@ impl Tower {
             residual: None,
         };
         dev.matmul(&[t[self.patch.0]], s.pixels, np, &[patch_out]);
-        dev.add(s.x, t[self.position], np * e);
+        if let Some(class) = &self.class {
+            dev.upload(s.x, np * e, class);
+        }
+        dev.add(s.x, t[self.position], n * e);
+        if let Some((w, b)) = self.pre_ln {
+            dev.layer_norm(s.x, t[w], t[b], n, e, c.eps, s.x);
+        }
         let attn = DenseSpec {
-            rows: np,
+            rows: n,
             heads: c.n_head,
             head_dim: e / c.n_head,
             scale: 1.0 / ((e / c.n_head) as f32).sqrt(),
         };
         for b in &self.blocks {
-            dev.layer_norm(s.x, t[b.ln1.0], t[b.ln1.1], np, e, c.eps, s.h);
+            dev.layer_norm(s.x, t[b.ln1.0], t[b.ln1.1], n, e, c.eps, s.h);
             let [q, k, v] = b.qkv;
             let outs = [
                 out_to(s.q, q.1, None),
                 out_to(s.k, k.1, None),
                 out_to(s.v, v.1, None),
             ];
-            dev.matmul(&[t[q.0], t[k.0], t[v.0]], s.h, np, &outs);
+            dev.matmul(&[t[q.0], t[k.0], t[v.0]], s.h, n, &outs);
             let io = DenseIo {
                 q: s.q,
                 k: s.k,
@@ -215,24 +278,36 @@ impl Tower {
                 out: s.h,
             };
             dev.dense_attention(&io, &attn);
-            dev.matmul(&[t[b.out.0]], s.h, np, &[out_to(s.q, b.out.1, Some(s.x))]);
-            dev.layer_norm(s.x, t[b.ln2.0], t[b.ln2.1], np, e, c.eps, s.h);
-            dev.matmul(&[t[b.fc1.0]], s.h, np, &[out_to(s.ff, b.fc1.1, None)]);
-            dev.gelu_alone(s.ff, np * ff);
-            dev.matmul(&[t[b.fc2.0]], s.ff, np, &[out_to(s.q, b.fc2.1, Some(s.x))]);
+            dev.matmul(&[t[b.out.0]], s.h, n, &[out_to(s.q, b.out.1, Some(s.x))]);
+            dev.layer_norm(s.x, t[b.ln2.0], t[b.ln2.1], n, e, c.eps, s.h);
+            dev.matmul(&[t[b.fc1.0]], s.h, n, &[out_to(s.ff, b.fc1.1, None)]);
+            dev.activate(s.ff, n * ff, c.act);
+            dev.matmul(&[t[b.fc2.0]], s.ff, n, &[out_to(s.q, b.fc2.1, Some(s.x))]);
         }
         if let Some((w, b)) = self.post_ln {
-            dev.layer_norm(s.x, t[w], t[b], np, e, c.eps, s.x);
+            dev.layer_norm(s.x, t[w], t[b], n, e, c.eps, s.x);
         }
-        let pool = PoolSpec {
-            side: c.side(),
-            kernel: c.n_merge,
-            width: e,
-        };
-        dev.avg_pool_2d(s.x, s.pooled, &pool);
-        let nt = pool.rows_out();
-        dev.rms_norm(s.pooled, t[self.soft_emb_norm], nt, e, c.eps, s.pooled);
-        dev.matmul(&[self.projection], s.pooled, nt, &[MatOut::to(s.out)]);
+        let nt = c.n_tokens();
+        match &self.head {
+            Head::Gemma3 { soft_emb_norm } => {
+                let projection = self.projection.expect("loaded with the head");
+                let pool = PoolSpec {
+                    side: c.side(),
+                    kernel: c.n_merge,
+                    width: e,
+                };
+                dev.avg_pool_2d(s.x, s.pooled, &pool);
+                dev.rms_norm(s.pooled, t[*soft_emb_norm], nt, e, c.eps, s.pooled);
+                dev.matmul(&[projection], s.pooled, nt, &[MatOut::to(s.out)]);
+            }
+            Head::Mlp { mm0, mm2, hidden } => {
+                let rows: Vec<usize> = (n - np..n).collect();
+                dev.gather_rows(s.x, &rows, e, s.pooled);
+                dev.matmul(&[t[mm0.0]], s.pooled, nt, &[out_to(s.ff, mm0.1, None)]);
+                dev.activate(s.ff, nt * hidden, Act::Gelu);
+                dev.matmul(&[t[mm2.0]], s.ff, nt, &[out_to(s.out, mm2.1, None)]);
+            }
+        }
         dev.finish();
         let mut out = vec![0f32; nt * self.n_embd_out];
         dev.download(s.out, 0, &mut out);

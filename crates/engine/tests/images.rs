@@ -1,0 +1,100 @@
+//! Images' rows in the engine, apart from any tower: given llama-mtmd-cli's own embeddings
+//! of an image (`golden/vision-*.emb`, dumped with its answers by
+//! `scripts/gen_vision_golden.sh`), the engine answers as llama-mtmd-cli did, token for
+//! token: Gemma 3 270M, whose image rows see one another and enter unscaled, and
+//! SmolLM2-135M with a LLaVA tower's rows, attended causally. Whatever a tower's numbers
+//! (tandem's are within 6e-4 of llama.cpp's, `model/tests/vision.rs`), the language model's
+//! side of an image is exact.
+
+#[allow(dead_code)]
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use common::{collect, engine_config, model_path, request, MODELS};
+use engine::{EngineConfig, PromptImage};
+use model::Model;
+use text::Tokenizer;
+
+/// llama-mtmd-cli's dump: `[i32 n_tokens][i32 n_embd][f32 …]`.
+fn rows(name: &str) -> (usize, Vec<f32>) {
+    let bytes = std::fs::read(Path::new("tests/golden").join(name)).unwrap();
+    let n = i32::from_le_bytes(bytes[..4].try_into().unwrap()) as usize;
+    let values = bytes[8..]
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    (n, values)
+}
+
+fn golden(path: &str) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The answer of model `which` (an index of [`MODELS`]) to `before`, the image's rows of
+/// `emb` (attending one another where `bidirectional`), then `after`: `max_tokens` greedy
+/// tokens, or fewer to an end token.
+fn answer(
+    which: usize,
+    text: [&str; 2],
+    emb: &str,
+    bidirectional: bool,
+    max_tokens: usize,
+) -> String {
+    let (_, file, name) = MODELS[which];
+    let model = Model::load(model_path(file, name)).unwrap();
+    let tok = Arc::new(Tokenizer::from_gguf(&model.file.header.metadata).unwrap());
+    let (n, values) = rows(emb);
+    assert_eq!(values.len(), n * model.hparams.n_embd);
+    let mut prompt = tok.encode(text[0], true, true).unwrap();
+    let at = prompt.len();
+    prompt.extend(std::iter::repeat_n(0, n));
+    prompt.extend(tok.encode(text[1], false, true).unwrap());
+    let mut req = request(prompt, max_tokens, None);
+    req.ignore_eos = false;
+    req.images = vec![PromptImage {
+        at,
+        n,
+        embeddings: Arc::from(values),
+        bidirectional,
+    }];
+    let cfg = EngineConfig {
+        n_batch: 512,
+        n_ubatch: 512,
+        ..engine_config(2048, 1, false)
+    };
+    let handle = engine::start(model, tok.clone(), cfg, None, None).unwrap();
+    let (tokens, _) = collect(handle.submit(req).unwrap().1);
+    tok.decode(&tokens)
+}
+
+#[test]
+fn gemma3_given_llamas_image_rows_answers_as_llama() {
+    let g = golden("../../tests/server/golden/vision-gemma3.json");
+    // llama-mtmd-cli's `--chat-template gemma` rendering, split at the image, which mtmd
+    // places between Gemma 3's markers.
+    let before = format!(
+        "<start_of_turn>user\n{}<start_of_image>",
+        g["text_before_image"].as_str().unwrap()
+    );
+    let after = "<end_of_image><end_of_turn>\n<start_of_turn>model\n";
+    let n = g["max_tokens"].as_u64().unwrap() as usize;
+    let got = answer(3, [&before, after], "vision-gemma3.emb", true, n);
+    assert_eq!(got, g["answer"].as_str().unwrap());
+}
+
+#[test]
+fn smollm2_given_llamas_llava_rows_answers_as_llama() {
+    let g = golden("tests/golden/vision-llava-112.json");
+    // SmolLM2's template as Jinja renders it (`--jinja`), split at the image.
+    let before = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by \
+                  Hugging Face<|im_end|>\n<|im_start|>user\n";
+    let after = format!(
+        "{}<|im_end|>\n<|im_start|>assistant\n",
+        g["text_after_image"].as_str().unwrap()
+    );
+    let n = g["max_tokens"].as_u64().unwrap() as usize;
+    let got = answer(0, [before, &after], "vision-llava-112.emb", false, n);
+    assert_eq!(got, g["answer"].as_str().unwrap());
+}
