@@ -238,3 +238,34 @@ def test_on_a_router_the_page_chats_with_the_model_chosen(browser, tmp_path):
         shot(browser, "router")
     finally:
         s.stop()
+
+
+def test_an_image_attached_on_the_page_is_answered_as_llama_mtmd_cli_answers_it(browser, tmp_path):
+    """Gemma 3 270M with a synthetic tower: the page offers images when /props says the server
+    reads them, sends the attached file as a data URL beside the text, and the streamed answer
+    is llama-mtmd-cli's (tests/server/golden/vision-gemma3.json)."""
+    import subprocess
+
+    from conftest import BINARY
+
+    golden = json.loads((ROOT / "tests/server/golden/vision-gemma3.json").read_text())
+    tower = tmp_path / "tower.gguf"
+    subprocess.run([BINARY, "synth", "--mmproj", "gemma3-270m", *golden["tower"], "-o", str(tower)],
+                   check=True, capture_output=True)
+    s = Server("-c", "2048", "-np", "1", "--mmproj", str(tower), model="gemma3-270m")
+    try:
+        browser.get(s.url + "/")
+        wait(browser, lambda b: b.find_element(By.ID, "attach").is_displayed())
+        set_knob(browser, "temperature", 0)
+        set_knob(browser, "max_tokens", golden["max_tokens"])
+        browser.find_element(By.ID, "image").send_keys(str(ROOT / golden["image"]))
+        wait(browser, lambda b: b.find_element(By.ID, "attached").text == Path(golden["image"]).name)
+        send(browser, golden["text_before_image"])
+        wait(browser, lambda b: running(b), 30)
+        wait(browser, lambda b: not running(b), 120)
+        # The page renders the answer's lines as lines: compare the words.
+        assert last_text(browser).split() == golden["answer"].split()
+        assert browser.execute_script("return document.querySelector('.msg.user img') !== null")
+        shot(browser, "image")
+    finally:
+        s.stop()
