@@ -98,10 +98,18 @@ def main():
     subprocess.run([a.tandem, "synth", "--mmproj", model, "--n-embd", str(a.tower_embd), "--n-layer", str(a.tower_layers),
                     "--n-head", str(max(1, a.tower_embd // 32)), "--n-ff", str(4 * a.tower_embd), "-o", tower],
                    check=True, capture_output=True)
+    # Gemma 3 270M's file has no template; llama-server's built-in "gemma" drops the image's
+    # marker, so it reads this Jinja one (tandem's built-in Gemma template renders the same).
+    template = os.path.join(tmp, "gemma.jinja")
+    with open(template, "w") as f:
+        f.write("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' "
+                "else m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for p in "
+                "m['content'] %}{{ p['text'] }}{% endfor %}{% endif %}<end_of_turn>\n{% endfor %}"
+                "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
     arms = {
         "tandem": [a.tandem, "serve", "-m", model, "--mmproj", tower, "--port", "0", "-t", str(a.threads), "-np", "1", "-c", "2048"],
         "llama.cpp": [a.peer, "-m", model, "--mmproj", tower, "--port", "18931", "-t", str(a.threads), "-np", "1", "-c", "2048",
-                      "-fa", "off", "--chat-template", "gemma", "--no-warmup"],
+                      "-fa", "off", "--jinja", "--chat-template-file", template],
     }
     times = {}
     for name, cmd in arms.items():

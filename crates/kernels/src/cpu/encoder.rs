@@ -1,16 +1,19 @@
-//! [`EncoderDevice`] on the CPU: a tower's attention on the pool's threads, split by query
-//! rows (each row's scores and sums run over the keys in order, whatever the split).
+//! [`EncoderDevice`] on the CPU: a tower's attention as tiled products on the pool's threads
+//! (each output's sum runs over the keys in one order, whatever the rows or threads).
 
 use device::encoder::{
     avg_pool_2d_rows, layer_norm_rows, Act, DenseIo, DenseSpec, EncoderDevice, PoolSpec,
 };
 use device::Buf;
 
+use gguf::GgmlType;
+
 use super::Cpu;
-use crate::dot::dot;
-use crate::features::CpuFeatures;
-use crate::ops::{exp_shifted, gelu_alone_inplace, sigmoid};
-use crate::pool::SharedOut;
+use crate::matmul::{matmul, Precision, QMatrix};
+use crate::ops::{gelu_alone_inplace, sigmoid, softmax_inplace};
+
+/// Query rows whose scores are held at once.
+const CHUNK: usize = 256;
 
 impl EncoderDevice for Cpu {
     fn layer_norm(
@@ -40,6 +43,9 @@ impl EncoderDevice for Cpu {
         }
     }
 
+    /// Per head: the scores of a chunk of query rows are one product with the head's keys
+    /// as a matrix, softmaxed per row, then one product with its values transposed (the
+    /// tiled f32 matmul, whose sums run in one order per output whatever the rows).
     fn dense_attention(&mut self, io: &DenseIo, spec: &DenseSpec) {
         let DenseSpec {
             rows: n,
@@ -48,35 +54,49 @@ impl EncoderDevice for Cpu {
             scale,
         } = *spec;
         let width = heads * hd;
-        let isa = CpuFeatures::get().dot;
         let mut out = self.bufs.take(io.out);
-        let shared = SharedOut::new(&mut out[..n * width]);
         let (q, k, v) = (&self.bufs[io.q], &self.bufs[io.k], &self.bufs[io.v]);
-        self.pool.for_ranges(n, &|range| {
-            let mut scores = vec![0f32; n];
-            for i in range {
-                // SAFETY: each thread writes the rows of its own range.
-                let row = unsafe { shared.slice(i * width, width) };
-                for h in 0..heads {
-                    let qi = &q[i * width + h * hd..][..hd];
-                    for (j, s) in scores.iter_mut().enumerate() {
-                        *s = dot(isa, qi, &k[j * width + h * hd..][..hd]) * scale;
-                    }
-                    let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                    exp_shifted(&mut scores, max);
-                    let inv = 1.0 / scores.iter().sum::<f32>();
-                    let o = &mut row[h * hd..][..hd];
-                    o.fill(0.0);
-                    for (j, &p) in scores.iter().enumerate() {
-                        let vj = &v[j * width + h * hd..][..hd];
-                        o.iter_mut()
-                            .zip(vj)
-                            .for_each(|(a, &b)| *a = p.mul_add(b, *a));
-                    }
-                    o.iter_mut().for_each(|a| *a *= inv);
+        let head = |x: &[f32], h: usize| -> Vec<f32> {
+            (0..n)
+                .flat_map(|r| x[r * width + h * hd..][..hd].iter().copied())
+                .collect()
+        };
+        let bytes = |x: &[f32]| -> Vec<u8> { x.iter().flat_map(|v| v.to_le_bytes()).collect() };
+        let mut scores = vec![0f32; CHUNK.min(n) * n];
+        let mut o = vec![0f32; CHUNK.min(n) * hd];
+        for h in 0..heads {
+            let qh = head(q, h);
+            // [n, hd] keys; [hd, n] values.
+            let kh = bytes(&head(k, h));
+            let vh = head(v, h);
+            let vt: Vec<f32> = (0..hd)
+                .flat_map(|d| (0..n).map(move |r| (r, d)))
+                .map(|(r, d)| vh[r * hd + d])
+                .collect();
+            let vt = bytes(&vt);
+            let keys = QMatrix::new(GgmlType::F32, &kh, n, hd).expect("f32 rows");
+            let values = QMatrix::new(GgmlType::F32, &vt, hd, n).expect("f32 rows");
+            for start in (0..n).step_by(CHUNK) {
+                let rows = CHUNK.min(n - start);
+                let s = &mut scores[..rows * n];
+                matmul(
+                    &self.pool,
+                    &keys,
+                    &qh[start * hd..(start + rows) * hd],
+                    s,
+                    Precision::F32,
+                );
+                for row in s.chunks_exact_mut(n) {
+                    row.iter_mut().for_each(|x| *x *= scale);
+                    softmax_inplace(row);
+                }
+                let o = &mut o[..rows * hd];
+                matmul(&self.pool, &values, s, o, Precision::F32);
+                for (r, or) in o.chunks_exact(hd).enumerate() {
+                    out[(start + r) * width + h * hd..][..hd].copy_from_slice(or);
                 }
             }
-        });
+        }
         self.bufs.put(io.out, out);
     }
 
