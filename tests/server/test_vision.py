@@ -258,3 +258,12 @@ def test_a_llava_tower_on_smollm2_answers_as_llama_mtmd_cli():
     finally:
         s.stop()
         tower.unlink()
+
+
+def test_a_ubatch_smaller_than_an_image_is_refused_at_start(tmp_path):
+    tower = tmp_path / "t.gguf"
+    subprocess.run([BINARY, "synth", "--mmproj", "gemma3-270m", *GOLDEN["tower"], "-o", str(tower)],
+                   check=True, capture_output=True)
+    with pytest.raises(RuntimeError) as e:
+        Server("-c", "1024", "-np", "1", "-ub", "8", "--mmproj", str(tower), model="gemma3-270m")
+    assert "an image's 16 rows are computed in one forward" in str(e.value)

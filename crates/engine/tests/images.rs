@@ -34,14 +34,15 @@ fn golden(path: &str) -> serde_json::Value {
 
 /// The answer of model `which` (an index of [`MODELS`]) to `before`, the image's rows of
 /// `emb` (attending one another where `bidirectional`), then `after`: `max_tokens` greedy
-/// tokens, or fewer to an end token.
+/// tokens, or fewer to an end token; its prompt read in forwards of `n_ubatch` rows. With
+/// the image's first row.
 fn answer(
     which: usize,
     text: [&str; 2],
-    emb: &str,
-    bidirectional: bool,
+    (emb, bidirectional): (&str, bool),
     max_tokens: usize,
-) -> String {
+    n_ubatch: usize,
+) -> (String, usize) {
     let (_, file, name) = MODELS[which];
     let model = Model::load(model_path(file, name)).unwrap();
     let tok = Arc::new(Tokenizer::from_gguf(&model.file.header.metadata).unwrap());
@@ -61,12 +62,12 @@ fn answer(
     }];
     let cfg = EngineConfig {
         n_batch: 512,
-        n_ubatch: 512,
+        n_ubatch,
         ..engine_config(2048, 1, false)
     };
     let handle = engine::start(model, tok.clone(), cfg, None, None).unwrap();
     let (tokens, _) = collect(handle.submit(req).unwrap().1);
-    tok.decode(&tokens)
+    (tok.decode(&tokens), at)
 }
 
 #[test]
@@ -80,8 +81,17 @@ fn gemma3_given_llamas_image_rows_answers_as_llama() {
     );
     let after = "<end_of_image><end_of_turn>\n<start_of_turn>model\n";
     let n = g["max_tokens"].as_u64().unwrap() as usize;
-    let got = answer(3, [&before, after], "vision-gemma3.emb", true, n);
-    assert_eq!(got, g["answer"].as_str().unwrap());
+    let want = g["answer"].as_str().unwrap();
+    let (got, at) = answer(3, [&before, after], ("vision-gemma3.emb", true), n, 512);
+    assert_eq!(got, want);
+    // Forwards of 20 rows: the image's 16 rows straddle the first cut, which moves back to
+    // the image's start.
+    assert!(
+        at < 20 && at + 16 > 20,
+        "the image at {at} is not cut at 20"
+    );
+    let (got, _) = answer(3, [&before, after], ("vision-gemma3.emb", true), n, 20);
+    assert_eq!(got, want);
 }
 
 #[test]
@@ -95,6 +105,6 @@ fn smollm2_given_llamas_llava_rows_answers_as_llama() {
         g["text_after_image"].as_str().unwrap()
     );
     let n = g["max_tokens"].as_u64().unwrap() as usize;
-    let got = answer(0, [before, &after], "vision-llava-112.emb", false, n);
+    let (got, _) = answer(0, [before, &after], ("vision-llava-112.emb", false), n, 512);
     assert_eq!(got, g["answer"].as_str().unwrap());
 }

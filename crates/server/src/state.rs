@@ -637,6 +637,13 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         Some(path) => {
             let v = crate::vision::Vision::start(path, n_embd, ecfg.n_threads)
                 .map_err(Error::Config)?;
+            let room = ecfg.n_ubatch.min(ecfg.n_batch);
+            if v.n_tokens > room {
+                return Err(Error::Config(format!(
+                    "--mmproj: an image's {} rows are computed in one forward, and -ub/-b allow {room}; raise them",
+                    v.n_tokens
+                )));
+            }
             eprintln!(
                 "vision: {} ({:?} projector, {} embeddings an image)",
                 path.display(),

@@ -109,8 +109,8 @@ impl Engine {
                 .begin_step();
         }
         let mut done = Done::default();
-        let ub = self.cfg.n_ubatch;
-        for (ci, chunk) in rows.chunks(ub).enumerate() {
+        for span in self.forwards(&rows) {
+            let (at, chunk) = (span.start, &rows[span]);
             let t0 = Instant::now();
             let entering = self.entering(chunk);
             if let Err(why) = self.enter(&entering) {
@@ -120,8 +120,8 @@ impl Engine {
             let waited = t0.elapsed();
             let computing = Instant::now();
             let n = chunk.len();
-            let out_rows: Vec<usize> = (0..n).filter(|&r| wanted[ci * ub + r].0).collect();
-            let state_rows: Vec<usize> = (0..n).filter(|&r| wanted[ci * ub + r].1).collect();
+            let out_rows: Vec<usize> = (0..n).filter(|&r| wanted[at + r].0).collect();
+            let state_rows: Vec<usize> = (0..n).filter(|&r| wanted[at + r].1).collect();
             let kinds = self.row_kinds(chunk);
             if let Err(e) = self.forward_chunk(chunk, (&out_rows, &state_rows), &mut done) {
                 for &(slot, _, _) in chunk {
@@ -231,6 +231,31 @@ impl Engine {
             c.tokens.predicted_seconds_total += s.predicted_ms / 1e3;
             self.free_slot(slot);
         }
+    }
+
+    /// `rows` (a step's) cut into forwards of at most `n_ubatch` rows, each cut moved back to
+    /// the start of an image it would fall in (an image's rows are computed in one forward;
+    /// the server refuses towers whose images take more than `n_ubatch`).
+    fn forwards(&self, rows: &[(usize, usize, u32)]) -> Vec<Range<usize>> {
+        let ub = self.cfg.n_ubatch;
+        let mut out = Vec::new();
+        let mut start = 0;
+        while start < rows.len() {
+            let mut end = (start + ub).min(rows.len());
+            if let Some(&(slot, pos, _)) = rows.get(end) {
+                let images = &self.active(slot).seq.images;
+                let cut = images
+                    .iter()
+                    .find(|i| i.at < pos && i.span().contains(&pos));
+                let back = cut.map_or(end, |img| end - (pos - img.at));
+                if rows[end - 1].0 == slot && back > start {
+                    end = back;
+                }
+            }
+            out.push(start..end);
+            start = end;
+        }
+        out
     }
 
     /// The rows of `chunk` (a slot's rows together) that are its slots' images': per run

@@ -151,6 +151,18 @@ fn prepare_chat(bytes: &Bytes, ready: &Ready) -> Result<Prepared, ApiError> {
     if messages.is_empty() {
         return Ok(prepared(c, keep_alive, load_only(keep_alive)));
     }
+    if ready.vision.is_none() {
+        if let Some(i) = messages
+            .iter()
+            .position(|m| m.images.as_ref().is_some_and(|v| !v.is_empty()))
+        {
+            let at = format!("messages[{i}].images");
+            return Err(ApiError::invalid(
+                &at,
+                format!("{at}: this server has no vision tower loaded (start it with --mmproj), so it reads no images"),
+            ));
+        }
+    }
     let mut body = common_body(c)?;
     let window = num_ctx(c.options.as_ref())?;
     body.insert("messages".into(), Value::Array(chat_messages(messages)?));
@@ -213,6 +225,12 @@ fn prepare_generate(bytes: &Bytes, ready: &Ready) -> Result<Prepared, ApiError> 
             messages.push(json!({"role": "system", "content": system}));
         }
         let content = match req.images.clone().filter(|v| !v.is_empty()) {
+            Some(_) if ready.vision.is_none() => {
+                return Err(ApiError::invalid(
+                    "images",
+                    "images: this server has no vision tower loaded (start it with --mmproj), so it reads no images",
+                ))
+            }
             Some(images) => with_images("images", json!(prompt), images)?,
             None => json!(prompt),
         };

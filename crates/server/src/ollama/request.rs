@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
@@ -260,11 +261,21 @@ pub fn common_body(c: &Common) -> Result<Map<String, Value>, ApiError> {
 pub(crate) fn with_images(at: &str, text: Value, images: Vec<Value>) -> Result<Value, ApiError> {
     let mut parts = vec![json!({"type": "text", "text": text.as_str().unwrap_or("")})];
     for (k, img) in images.into_iter().enumerate() {
-        let Value::String(b64) = img else {
-            return Err(ApiError::invalid(
-                format!("{at}[{k}]"),
-                format!("{at}[{k}]: an image is a base64 string"),
-            ));
+        let field = format!("{at}[{k}]");
+        let b64 = match img {
+            Value::String(b64)
+                if base64::engine::general_purpose::STANDARD
+                    .decode(b64.trim())
+                    .is_ok() =>
+            {
+                b64
+            }
+            _ => {
+                return Err(ApiError::invalid(
+                    &field,
+                    format!("{field}: an image is a base64 string"),
+                ))
+            }
         };
         parts.push(
             json!({"type": "image_url", "image_url": {"url": format!("data:image;base64,{b64}")}}),
