@@ -267,3 +267,45 @@ def test_a_ubatch_smaller_than_an_image_is_refused_at_start(tmp_path):
     with pytest.raises(RuntimeError) as e:
         Server("-c", "1024", "-np", "1", "-ub", "8", "--mmproj", str(tower), model="gemma3-270m")
     assert "an image's 16 rows are computed in one forward" in str(e.value)
+
+
+def test_images_past_the_context_are_a_400(tmp_path):
+    tower = tmp_path / "t.gguf"
+    subprocess.run([BINARY, "synth", "--mmproj", "gemma3-270m", *GOLDEN["tower"], "-o", str(tower)],
+                   check=True, capture_output=True)
+    s = Server("-c", "64", "-np", "1", "--mmproj", str(tower), model="gemma3-270m")
+    try:
+        content = [{"type": "image_url", "image_url": {"url": data_url(IMAGE)}}] * 5
+        with pytest.raises(openai.BadRequestError) as e:
+            s.client().chat.completions.create(model="gemma3", max_tokens=1,
+                                               messages=[{"role": "user", "content": content}])
+        assert "messages" in str(e.value) and "context" in str(e.value)
+        one = ask(s.client(), data_url(IMAGE), max_tokens=1)
+        assert one.usage.prompt_tokens > 16
+    finally:
+        s.stop()
+
+
+def test_a_prefix_cached_into_the_middle_of_an_image_answers_as_a_fresh_prompt(vision):
+    c = vision.client()
+    before = "Hello! Tell me a story. "
+    toks = vision.post("/tokenize", {"content": f"<start_of_turn>user\n{before}<start_of_image>",
+                                     "add_special": True}).json()["tokens"]
+    at = len(toks)
+    assert at < 16 < at + 16, f"the image at {at} does not straddle the first block"
+
+    def chat(tail, cache=True):
+        return c.chat.completions.create(model="gemma3", max_tokens=8, temperature=0,
+                                         extra_body={"cache_prompt": cache},
+                                         messages=[{"role": "user", "content": [
+                                             {"type": "text", "text": before},
+                                             {"type": "image_url", "image_url": {"url": data_url(IMAGE)}},
+                                             {"type": "text", "text": tail}]}])
+
+    chat(" Tell me more.")
+    cached = chat(" What colors?")
+    fresh = chat(" What colors?", cache=False)
+    # Only the first block is shared: the second request computes the image from its row
+    # 16 - at on, those rows seeing the cached ones and one another.
+    assert cached.usage.prompt_tokens_details.cached_tokens == 16, cached.usage
+    assert cached.choices[0].message.content == fresh.choices[0].message.content

@@ -11,6 +11,7 @@
 //! Shared here because every backend must agree on them: the GGUF block formats
 //! ([`formats`]), the row and step types, and the parameters of each op.
 
+mod attn;
 pub mod conformance;
 mod delegate;
 pub mod encoder;
@@ -25,11 +26,12 @@ pub mod sparse;
 pub mod state;
 pub mod testing;
 
+pub use attn::{last_positions, AttnSpec, StepEnds};
 pub use seam::{
-    checkpoint_row, last_positions, rope_angles, seq_runs, AttnSpec, Buf, Bytes, Cols, ConvSpec,
-    DeltaIo, DeltaSpec, Device, Gating, Mat, MatOut, MatrixSource, MoeScratch, MoeSpec, MoeStats,
-    Op, OpTime, Progress, Role, RopeMode, RopeScaling, RopeSpec, Routing, Row, ScratchShape,
-    SharedIn, Step, StepEnds, Tables, NOT_BIDIRECTIONAL,
+    checkpoint_row, rope_angles, seq_runs, Buf, Bytes, Cols, ConvSpec, DeltaIo, DeltaSpec, Device,
+    Gating, Mat, MatOut, MatrixSource, MoeScratch, MoeSpec, MoeStats, Op, OpTime, Progress, Role,
+    RopeMode, RopeScaling, RopeSpec, Routing, Row, ScratchShape, SharedIn, Step, Tables,
+    NOT_BIDIRECTIONAL,
 };
 
 use gguf::GgmlType;

@@ -14,7 +14,7 @@ use crate::hyper::{self, HyperSpec};
 use crate::seam::*;
 use crate::sparse::{self, SparseIo, SparseSpec};
 use crate::state::HostStates;
-use crate::{Error, Result};
+use crate::{AttnSpec, Error, Result};
 
 /// A matrix as uploaded: the GGUF bytes, shared with the map.
 struct RefMat {
