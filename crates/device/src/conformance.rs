@@ -20,15 +20,28 @@ pub fn read(dev: &mut dyn Device, b: Buf, n: usize) -> Vec<f32> {
     out
 }
 
-/// A step of `rows` over `tables`: every op that reads positions; attention causal or not
-/// ([`AttnSpec::causal`]).
+/// How the rows of [`attention_case`]'s steps see one another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seeing {
+    Causal,
+    /// Not causal: a block's rows see the step's later rows of their sequence
+    /// ([`AttnSpec::causal`] false).
+    Block,
+    /// Causal but for the first step's last 7 rows of sequence 0, which see one another (an
+    /// image's: [`Step::bidirectional`]).
+    Image,
+}
+
+/// A step of `rows` over `tables`: every op that reads positions; attention as `seeing`
+/// says.
 pub fn attention_case(
     dev: &mut dyn Device,
     kv_ty: GgmlType,
     mode: RopeMode,
     window: Option<usize>,
-    causal: bool,
+    seeing: Seeing,
 ) -> Vec<f32> {
+    let causal = seeing != Seeing::Block;
     let (nh, nkv, hd) = (6, 2, 64);
     let cfg = KvConfig {
         n_layer: 2,
@@ -82,13 +95,17 @@ pub fn attention_case(
     ];
     for (i, rows) in steps.iter().enumerate() {
         let n = rows.len();
+        let bidirectional: &[usize] = match (seeing, i) {
+            (Seeing::Image, 0) => &[30, NOT_BIDIRECTIONAL],
+            _ => &[],
+        };
         dev.begin(&Step {
             rows,
             tables: &tables,
             windowed: &[],
             states: &[],
             checkpoints: &[],
-            bidirectional: &[],
+            bidirectional,
         });
         dev.upload(q, 0, &data(n * nh * hd, 10 + i as u64));
         dev.upload(k, 0, &data(n * nkv * hd, 20 + i as u64));

@@ -26,7 +26,7 @@ impl Device for Gpu {
     fn supports(&self, op: Op) -> bool {
         !matches!(
             op,
-            Op::SparseAttention | Op::HyperConnections | Op::SwigluLimit | Op::BidirectionalRows
+            Op::SparseAttention | Op::HyperConnections | Op::SwigluLimit
         )
     }
 
@@ -227,12 +227,6 @@ impl Device for Gpu {
     }
 
     fn begin(&mut self, step: &Step<'_>) {
-        assert!(
-            step.bidirectional
-                .iter()
-                .all(|&f| f == device::NOT_BIDIRECTIONAL),
-            "bidirectional rows on the GPU (it does not support Op::BidirectionalRows)"
-        );
         self.rec.reset(&self.ctx);
         self.rows.clear();
         self.rows.extend_from_slice(step.rows);
@@ -256,7 +250,14 @@ impl Device for Gpu {
         let tab_at = tables(&mut w, step.tables);
         let win_at = tables(&mut w, step.windowed);
         let last_at = w.len() as u32;
-        w.extend(device::last_positions(step.rows).iter().map(|&p| p as u32));
+        let last = device::last_positions(step.rows);
+        w.extend(last.iter().map(|&p| p as u32));
+        let from_at = w.len() as u32;
+        w.extend((0..last.len()).map(|s| {
+            let from = step.bidirectional.get(s).copied();
+            from.filter(|&f| f != device::NOT_BIDIRECTIONAL)
+                .map_or(u32::MAX, |f| f as u32)
+        }));
         w.push(0);
         let region = self.rec.push(&self.ctx, bytemuck::cast_slice(&w));
         self.step = Some(StepData {
@@ -264,6 +265,8 @@ impl Device for Gpu {
             tab_at,
             win_at,
             last_at,
+            from_at,
+            bidirectional: step.bidirectional.to_vec(),
         });
         self.angles.clear();
         self.states_begin(step);
@@ -379,13 +382,13 @@ impl Device for Gpu {
             kv.values[layer].clone(),
         );
         let (region, tab) = (self.step().region, self.tables_at(&cfg, layer));
-        let last_at = self.step().last_at;
+        let (last_at, from_at) = (self.step().last_at, self.step().from_at);
         let rotation = cfg.rotation();
         let len = rows * spec.n_head * spec.head_dim;
         if let Some(rot) = rotation {
             self.hadamard(q, len, rot.keys);
         }
-        let ends = spec.step_ends(&self.rows, &[]);
+        let ends = spec.step_ends(&self.rows, &self.step().bidirectional);
         let n_parts = self
             .rows
             .iter()
@@ -412,7 +415,7 @@ impl Device for Gpu {
                 n_parts as u32,
                 spec.causal as u32,
                 last_at,
-                0,
+                from_at,
             ];
             let p = self.rec.push(&self.ctx, bytemuck::cast_slice(&p));
             let binds = [B(&q), B(&parts), B(&kc), B(&vc), A(region), A(p)];

@@ -49,6 +49,11 @@ pub(crate) struct StepData {
     pub(crate) win_at: u32,
     /// Where the step holds each sequence's last position ([`device::last_positions`]).
     pub(crate) last_at: u32,
+    /// Where it holds each sequence's first bidirectional position
+    /// ([`device::Step::bidirectional`]; `u32::MAX` for none), after the last positions.
+    pub(crate) from_at: u32,
+    /// [`device::Step::bidirectional`] of the step.
+    pub(crate) bidirectional: Vec<usize>,
 }
 
 /// See the crate doc.

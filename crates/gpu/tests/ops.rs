@@ -5,7 +5,9 @@
 mod common;
 
 use common::*;
-use device::conformance::{attention_case, moe_agrees, norms_case, prims_agree, recurrent_case};
+use device::conformance::{
+    attention_case, moe_agrees, norms_case, prims_agree, recurrent_case, Seeing,
+};
 use device::reference::Reference;
 use device::testing::data;
 use device::*;
@@ -129,20 +131,24 @@ fn subgroup_shuffles_sum_a_column_with_the_workgroup_trees_bits() {
 #[test]
 fn rope_kv_store_and_paged_attention_for_every_kv_type() {
     for kv_ty in [GgmlType::F16, GgmlType::F32, GgmlType::BF16, GgmlType::Q8_0] {
-        for (mode, window, causal) in [
-            (RopeMode::Normal, None, true),
-            (RopeMode::Neox, None, true),
-            (RopeMode::Neox, Some(7), true),
-            (RopeMode::Neox, None, false),
+        for (mode, window, seeing) in [
+            (RopeMode::Normal, None, Seeing::Causal),
+            (RopeMode::Neox, None, Seeing::Causal),
+            (RopeMode::Neox, Some(7), Seeing::Causal),
+            (RopeMode::Neox, None, Seeing::Block),
+            (RopeMode::Neox, Some(7), Seeing::Image),
         ] {
             let Some([mut a, mut b]) = both() else { return };
-            let got = attention_case(&mut *a, kv_ty, mode, window, causal);
-            let want = attention_case(&mut *b, kv_ty, mode, window, causal);
+            let got = attention_case(&mut *a, kv_ty, mode, window, seeing);
+            let want = attention_case(&mut *b, kv_ty, mode, window, seeing);
             let e = rel(&got, &want, 1.0);
             // As the CPU's test: keys differ by f32 rounding before they are stored, and a
             // Q8_0 cache may round such a key to the next of its 255 steps.
             let bound = if kv_ty == GgmlType::Q8_0 { 1e-3 } else { 2e-5 };
-            assert!(e < bound, "{kv_ty} {mode:?} window {window:?}: {e}");
+            assert!(
+                e < bound,
+                "{kv_ty} {mode:?} window {window:?} {seeing:?}: {e}"
+            );
         }
     }
 }

@@ -629,11 +629,6 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
                 "--mmproj: a model served in two stages (-ngl or a split) reads no images yet".into(),
             ))
         }
-        Some(_) if ecfg.device.resolve() == engine::DeviceKind::Gpu => {
-            return Err(Error::Config(
-                "--mmproj: the GPU backend cannot attend an image's rows to one another yet; use --device cpu".into(),
-            ))
-        }
         Some(path) => {
             let v = crate::vision::Vision::start(path, n_embd, ecfg.n_threads)
                 .map_err(Error::Config)?;

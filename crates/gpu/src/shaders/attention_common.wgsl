@@ -13,7 +13,7 @@ struct P {
     n_parts: u32,
     causal: u32,     // 0: a row also sees its sequence's later rows in the step
     last_at: u32,    // where the step holds each sequence's last position
-    _c: u32,
+    from_at: u32,    // where it holds each sequence's first row that sees its later rows
 }
 
 // The first position a row at `pos` attends to.
@@ -24,11 +24,13 @@ fn span_start(pos: u32) -> u32 {
     return 0u;
 }
 
-// The last position step row `r` attends to: its own, or its sequence's last in the step.
+// The last position step row `r` attends to: its own, or its sequence's last in the step
+// where it sees later rows (not causal, or at or past the sequence's bidirectional start).
 fn span_last(r: u32) -> u32 {
     let pos = step[p.rows_at + 2u * r];
-    if (p.causal == 0u) {
-        return max(pos, step[p.last_at + step[p.rows_at + 2u * r + 1u]]);
+    let seq = step[p.rows_at + 2u * r + 1u];
+    if (p.causal == 0u || pos >= step[p.from_at + seq]) {
+        return max(pos, step[p.last_at + seq]);
     }
     return pos;
 }

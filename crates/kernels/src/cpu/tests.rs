@@ -12,7 +12,7 @@ use kv::{KvConfig, BLOCK_SIZE};
 use super::Cpu;
 use crate::{Precision, ThreadPool};
 use device::conformance::{
-    attention_case, buf, moe_agrees, norms_case, prims_agree, read, recurrent_case, rel,
+    attention_case, buf, moe_agrees, norms_case, prims_agree, read, recurrent_case, rel, Seeing,
 };
 use device::testing::{data, source};
 
@@ -90,22 +90,23 @@ fn matmul_of_every_weight_type_at_1_to_64_rows() {
 #[test]
 fn rope_kv_store_and_paged_attention_for_every_kv_type() {
     for kv_ty in [GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::F32] {
-        for (mode, window, causal) in [
-            (RopeMode::Normal, None, true),
-            (RopeMode::Neox, None, true),
-            (RopeMode::Neox, Some(7), true),
-            (RopeMode::Neox, None, false),
+        for (mode, window, seeing) in [
+            (RopeMode::Normal, None, Seeing::Causal),
+            (RopeMode::Neox, None, Seeing::Causal),
+            (RopeMode::Neox, Some(7), Seeing::Causal),
+            (RopeMode::Neox, None, Seeing::Block),
+            (RopeMode::Neox, Some(7), Seeing::Image),
         ] {
             let [mut a, mut b] = both(Precision::Int8);
-            let got = attention_case(&mut *a, kv_ty, mode, window, causal);
-            let want = attention_case(&mut *b, kv_ty, mode, window, causal);
+            let got = attention_case(&mut *a, kv_ty, mode, window, seeing);
+            let want = attention_case(&mut *b, kv_ty, mode, window, seeing);
             let e = rel(&got, &want, 1.0);
             // The keys differ by f32 rounding before they are stored; a Q8_0 cache may
             // round such a key to the next of its 255 steps, which moves a score further.
             let bound = if kv_ty == GgmlType::Q8_0 { 1e-3 } else { 2e-5 };
             assert!(
                 e < bound,
-                "{kv_ty} {mode:?} window {window:?} causal {causal}: {e}"
+                "{kv_ty} {mode:?} window {window:?} {seeing:?}: {e}"
             );
         }
     }
