@@ -411,3 +411,26 @@ fn the_state_recurrences_agree_with_the_reference() {
     let e = rel(&got, &want, 1.0);
     assert!(e < 1e-5, "{e}");
 }
+
+#[test]
+fn an_upload_after_a_recorded_embed_lands_after_it() {
+    let Some(mut g) = gpu() else { return };
+    let dev: &mut dyn Device = &mut g;
+    let src = device::testing::source(GgmlType::F32, 8, 32, 5);
+    let table = dev.upload_matrices(&[src], &|_, _| {}).unwrap()[0];
+    let out = dev.alloc(4 * 32).unwrap();
+    dev.begin(&Step {
+        rows: &[],
+        tables: &[],
+        windowed: &[],
+        states: &[],
+        checkpoints: &[],
+        bidirectional: &[],
+    });
+    dev.embed(table, &[1, 2, 3, 4], out);
+    dev.upload(out, 32, &[7.0; 32]);
+    dev.finish();
+    let mut got = vec![0f32; 4 * 32];
+    dev.download(out, 0, &mut got);
+    assert_eq!(&got[32..64], &[7.0; 32]);
+}

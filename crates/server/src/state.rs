@@ -629,6 +629,11 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
                 "--mmproj: a model served in two stages (-ngl or a split) reads no images yet".into(),
             ))
         }
+        Some(_) if ecfg.device.resolve() == engine::DeviceKind::Gpu => {
+            return Err(Error::Config(
+                "--mmproj: images with the model on the GPU do not answer as on the CPU yet; use --device cpu".into(),
+            ))
+        }
         Some(path) => {
             let v = crate::vision::Vision::start(path, n_embd, ecfg.n_threads)
                 .map_err(Error::Config)?;
