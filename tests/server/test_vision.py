@@ -46,15 +46,17 @@ def with_header(data, width, height):
     return data[:12] + ihdr + struct.pack(">I", zlib.crc32(ihdr)) + data[33:]
 
 
+def synth(d, model, golden):
+    """The tower of `golden` for `model`, written into directory `d`."""
+    tower = Path(d) / "tower.gguf"
+    subprocess.run([BINARY, "synth", "--mmproj", model, *golden["tower"], "-o", str(tower)],
+                   check=True, capture_output=True)
+    return tower
+
+
 @pytest.fixture(scope="module")
 def vision():
-    d = tempfile.mkdtemp()
-    tower = Path(d) / "tower.gguf"
-    subprocess.run(
-        [BINARY, "synth", "--mmproj", "gemma3-270m", *GOLDEN["tower"], "-o", str(tower)],
-        check=True,
-        capture_output=True,
-    )
+    tower = synth(tempfile.mkdtemp(), "gemma3-270m", GOLDEN)
     s = Server("-c", "2048", "-np", "2", "--mmproj", str(tower), model="gemma3-270m")
     yield s
     s.stop()
@@ -241,10 +243,7 @@ def test_a_llava_tower_on_smollm2_answers_as_llama_mtmd_cli():
     1, 2 and 3 are within 0.05 of a tie and llama.cpp's GELU (an f16 table) tips them; seed
     5's first token differs at a margin of 0.14 (crates/engine/tests/images.rs shows that
     llama's own embeddings give llama's answer); seed 4's top two are 0.22 apart or more."""
-    d = tempfile.mkdtemp()
-    tower = Path(d) / "llava.gguf"
-    subprocess.run([BINARY, "synth", "--mmproj", "smollm2-135m", *LLAVA["tower"], "-o", str(tower)],
-                   check=True, capture_output=True)
+    tower = synth(tempfile.mkdtemp(), "smollm2-135m", LLAVA)
     s = Server("-c", "2048", "-np", "1", "--mmproj", str(tower))
     try:
         assert "Mlp projector, 256 embeddings an image" in s.output()
@@ -261,18 +260,14 @@ def test_a_llava_tower_on_smollm2_answers_as_llama_mtmd_cli():
 
 
 def test_a_ubatch_smaller_than_an_image_is_refused_at_start(tmp_path):
-    tower = tmp_path / "t.gguf"
-    subprocess.run([BINARY, "synth", "--mmproj", "gemma3-270m", *GOLDEN["tower"], "-o", str(tower)],
-                   check=True, capture_output=True)
+    tower = synth(tmp_path, "gemma3-270m", GOLDEN)
     with pytest.raises(RuntimeError) as e:
         Server("-c", "1024", "-np", "1", "-ub", "8", "--mmproj", str(tower), model="gemma3-270m")
     assert "an image's 16 rows are computed in one forward" in str(e.value)
 
 
 def test_images_past_the_context_are_a_400(tmp_path):
-    tower = tmp_path / "t.gguf"
-    subprocess.run([BINARY, "synth", "--mmproj", "gemma3-270m", *GOLDEN["tower"], "-o", str(tower)],
-                   check=True, capture_output=True)
+    tower = synth(tmp_path, "gemma3-270m", GOLDEN)
     s = Server("-c", "64", "-np", "1", "--mmproj", str(tower), model="gemma3-270m")
     try:
         content = [{"type": "image_url", "image_url": {"url": data_url(IMAGE)}}] * 5
@@ -312,9 +307,7 @@ def test_a_prefix_cached_into_the_middle_of_an_image_answers_as_a_fresh_prompt(v
 
 
 def test_images_with_the_model_on_the_gpu_are_refused_at_start(tmp_path):
-    tower = tmp_path / "t.gguf"
-    subprocess.run([BINARY, "synth", "--mmproj", "gemma3-270m", *GOLDEN["tower"], "-o", str(tower)],
-                   check=True, capture_output=True)
+    tower = synth(tmp_path, "gemma3-270m", GOLDEN)
     with pytest.raises(RuntimeError) as e:
         Server("-c", "1024", "-np", "1", "--device", "gpu", "--mmproj", str(tower), model="gemma3-270m")
     assert "--mmproj: images with the model on the GPU" in str(e.value)

@@ -108,7 +108,7 @@ pub fn checkpoint_row(checkpoints: &[usize], seq: usize, first: usize, n: usize)
 
 /// What [`Device::begin`] is told of a forward: its rows, and per sequence the KV blocks
 /// it holds in order (block `i` holds positions `i · BLOCK_SIZE..`).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Step<'a> {
     pub rows: &'a [Row],
     pub tables: &'a [&'a [u32]],

@@ -419,14 +419,7 @@ fn an_upload_after_a_recorded_embed_lands_after_it() {
     let src = device::testing::source(GgmlType::F32, 8, 32, 5);
     let table = dev.upload_matrices(&[src], &|_, _| {}).unwrap()[0];
     let out = dev.alloc(4 * 32).unwrap();
-    dev.begin(&Step {
-        rows: &[],
-        tables: &[],
-        windowed: &[],
-        states: &[],
-        checkpoints: &[],
-        bidirectional: &[],
-    });
+    dev.begin(&Step::default());
     dev.embed(table, &[1, 2, 3, 4], out);
     dev.upload(out, 32, &[7.0; 32]);
     dev.finish();

@@ -460,15 +460,9 @@ impl RawRequest {
                     .ok_or_else(|| ApiError::invalid("messages", "messages is required"))?;
                 let (text, pictures) =
                     render_chat(ready, messages, &spec, self.chat_template_kwargs, ending)?;
-                match ready.vision.as_ref().filter(|_| !pictures.is_empty()) {
-                    None => vec![OnePrompt::Text(text)],
-                    Some(v) => {
-                        let (ids, images, digest) =
-                            crate::vision::pictured_prompt(v, &ready.tok, &text, &pictures, "messages")?;
-                        pictured = Some((images, digest));
-                        vec![OnePrompt::Tokens(ids)]
-                    }
-                }
+                let (prompt, pics) = crate::vision::prompt(ready, text, &pictures, "messages")?;
+                pictured = pics;
+                vec![prompt]
             }
             Route::Completions | Route::Native => match self.prompt.map(Prompt::each) {
                 None => return Err(ApiError::invalid("prompt", "prompt is required")),
@@ -485,11 +479,9 @@ impl RawRequest {
                             unreachable!("matched above")
                         };
                         let (text, pictures) = o.with_media("prompt", ready.vision.as_ref())?;
-                        let vision = ready.vision.as_ref().expect("with_media checked it");
-                        let (ids, images, digest) =
-                            crate::vision::pictured_prompt(vision, &ready.tok, &text, &pictures, "prompt")?;
-                        pictured = Some((images, digest));
-                        vec![OnePrompt::Tokens(ids)]
+                        let (prompt, pics) = crate::vision::prompt(ready, text, &pictures, "prompt")?;
+                        pictured = pics;
+                        vec![prompt]
                     }
                     _ => v,
                 },
@@ -603,9 +595,8 @@ impl RawRequest {
                 ));
             }
         }
-        if let Some((images, digest)) = pictured {
-            first.images = images;
-            first.cache_namespace = crate::namespace_of(("images", first.cache_namespace, digest));
+        if let Some(p) = pictured {
+            p.attach(&mut first);
         }
         let bos = usize::from(ready.tok.add_bos());
         let shift = |prompt: &[u32]| {

@@ -13,13 +13,15 @@ use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
-use engine::PromptImage;
+use engine::{GenRequest, PromptImage};
 use gguf::GgufFile;
 use model::vision::{decode, Limits, Projector, Rgb, Tower};
 use sha2::{Digest, Sha256};
 use text::Tokenizer;
 
 use crate::error::ApiError;
+use crate::prompts::OnePrompt;
+use crate::state::Ready;
 
 /// Where a rendered prompt had an image (llama.cpp's `mtmd_default_marker`).
 pub const MARKER: &str = "<__media__>";
@@ -153,18 +155,48 @@ pub fn picture(bytes: &[u8], field: &str, limits: &Limits) -> Result<Picture, Ap
     })
 }
 
+/// A request's images, placed: their rows' embeddings, and a digest of their contents.
+pub struct Pictured {
+    images: Vec<PromptImage>,
+    digest: u64,
+}
+
+impl Pictured {
+    /// `req` with these images, its prefix-cache namespace mixed with their contents.
+    pub fn attach(self, req: &mut GenRequest) {
+        req.images = self.images;
+        req.cache_namespace = crate::namespace_of(("images", req.cache_namespace, self.digest));
+    }
+}
+
+/// `text` as a prompt: with `pictures`, its tokens ([`pictured_prompt`] on `ready`'s tower)
+/// and the images; without, the text. Errors name `field`.
+pub fn prompt(
+    ready: &Ready,
+    text: String,
+    pictures: &[Picture],
+    field: &str,
+) -> Result<(OnePrompt, Option<Pictured>), ApiError> {
+    match ready.vision.as_ref().filter(|_| !pictures.is_empty()) {
+        None => Ok((OnePrompt::Text(text), None)),
+        Some(v) => {
+            let (ids, pictured) = pictured_prompt(v, &ready.tok, &text, pictures, field)?;
+            Ok((OnePrompt::Tokens(ids), Some(pictured)))
+        }
+    }
+}
+
 /// A rendered prompt with [`MARKER`]s made tokens: the texts between markers tokenized
 /// apart (special tokens added to the first only), each marker the projector's begin
-/// text, `n_tokens` placeholders (its begin text's first token, or token 0) and its end text. The images (their embeddings from the
-/// tower, in order) and a digest of their contents, for the prefix-cache namespace. Errors
-/// name `field`.
+/// text, `n_tokens` placeholders (its begin text's first token, or token 0) and its end text;
+/// with the images (their embeddings from the tower, in order). Errors name `field`.
 pub fn pictured_prompt(
     vision: &Vision,
     tok: &Tokenizer,
     text: &str,
     pictures: &[Picture],
     field: &str,
-) -> Result<(Vec<u32>, Vec<PromptImage>, u64), ApiError> {
+) -> Result<(Vec<u32>, Pictured), ApiError> {
     let pieces: Vec<&str> = text.split(MARKER).collect();
     if pieces.len() != pictures.len() + 1 {
         return Err(ApiError::invalid(
@@ -201,9 +233,6 @@ pub fn pictured_prompt(
         h.update(pic.sha);
     }
     let digest = h.finalize();
-    Ok((
-        ids,
-        images,
-        u64::from_le_bytes(digest[..8].try_into().expect("8 bytes")),
-    ))
+    let digest = u64::from_le_bytes(digest[..8].try_into().expect("8 bytes"));
+    Ok((ids, Pictured { images, digest }))
 }

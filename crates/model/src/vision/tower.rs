@@ -234,14 +234,7 @@ impl Tower {
             residual,
         };
         assert_eq!(pixels.len(), np * 3 * c.patch_size * c.patch_size);
-        dev.begin(&Step {
-            rows: &[],
-            tables: &[],
-            windowed: &[],
-            states: &[],
-            checkpoints: &[],
-            bidirectional: &[],
-        });
+        dev.begin(&Step::default());
         dev.upload(s.pixels, 0, pixels);
         let patch_out = MatOut {
             y: s.x,
