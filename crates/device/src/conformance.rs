@@ -272,6 +272,96 @@ pub fn recurrent_case(dev: &mut dyn Device) -> Vec<f32> {
     result
 }
 
+/// One sequence's `n` rows in one step through the convolution (64 channels, 4 taps) and
+/// the delta rule (one head of 128), checkpointed before row `n - 5`, then its last 5 rows
+/// again from the restored checkpoint (asserted equal): a run long enough for a backend to
+/// cut it (llvmpipe's loop budget). The first step's outputs, convolution's then the delta
+/// rule's.
+pub fn long_run_case(dev: &mut dyn Device, n: usize) -> Vec<f32> {
+    let (width, k, d) = (64, 4, 128);
+    let delta = DeltaSpec {
+        n_k_heads: 1,
+        n_v_heads: 1,
+        head_dim: d,
+        at: (k - 1) * width,
+    };
+    dev.kv_alloc(KvConfig {
+        n_layer: 1,
+        n_head_kv: 1,
+        head_dim: 32,
+        ty: GgmlType::F16,
+        n_positions: BLOCK_SIZE,
+        window: None,
+        state: Some(kv::StateKv {
+            layers: 0b1,
+            floats: delta.at + delta.state_floats(),
+            n_slots: 1,
+            n_snaps: 0,
+        }),
+        records: None,
+    })
+    .unwrap();
+    let spec = ConvSpec {
+        width,
+        k,
+        silu: true,
+    };
+    let unit = |mut v: Vec<f32>| {
+        for head in v.chunks_exact_mut(d) {
+            let norm = head.iter().map(|x| x * x).sum::<f32>().sqrt();
+            head.iter_mut().for_each(|x| *x /= norm);
+        }
+        v
+    };
+    let x = data(n * width, 1);
+    let (q, kk, v) = (unit(data(n * d, 2)), unit(data(n * d, 3)), data(n * d, 4));
+    let g: Vec<f32> = data(n, 5).iter().map(|v| v.abs() * 0.1).collect();
+    let beta: Vec<f32> = data(n, 6).iter().map(|v| 0.5 + v / 2.1).collect();
+    let [w, a] = [data(width * k, 7), vec![-1.0]].map(|v| buf(dev, &v));
+    let io = DeltaIo {
+        q: dev.alloc(n * d).unwrap(),
+        k: dev.alloc(n * d).unwrap(),
+        v: dev.alloc(n * d).unwrap(),
+        g: dev.alloc(n).unwrap(),
+        beta: dev.alloc(n).unwrap(),
+        a,
+        out: dev.alloc(n * d).unwrap(),
+    };
+    let (xb, out) = (dev.alloc(n * width).unwrap(), dev.alloc(n * width).unwrap());
+    let cut = n - 5;
+    let mut step = |dev: &mut dyn Device, from: usize, checkpoints: &[usize]| {
+        let rows: Vec<Row> = (from..n).map(|pos| Row { pos, seq: 0 }).collect();
+        dev.begin(&Step {
+            rows: &rows,
+            tables: &[&[0]],
+            states: &[0],
+            checkpoints,
+            ..Step::default()
+        });
+        dev.upload(xb, 0, &x[from * width..]);
+        dev.conv1d(0, xb, w, out, &spec);
+        let mut got = read(dev, out, (n - from) * width);
+        for (b, values, per) in [(io.q, &q, d), (io.k, &kk, d), (io.v, &v, d), (io.g, &g, 1)] {
+            dev.upload(b, 0, &values[from * per..]);
+        }
+        dev.upload(io.beta, 0, &beta[from..]);
+        dev.delta_net(0, &io, &delta);
+        got.extend(read(dev, io.out, (n - from) * d));
+        dev.finish();
+        got
+    };
+    let first = step(dev, 0, &[cut]);
+    dev.state_restore(0);
+    let again = step(dev, cut, &[]);
+    let (conv, rule) = first.split_at(n * width);
+    assert_eq!(
+        [&conv[cut * width..], &rule[cut * d..]],
+        [&again[..5 * width], &again[5 * width..]],
+        "rows computed again from the restored checkpoint"
+    );
+    first
+}
+
 /// Norms (per row and per head, in place), the activations, add, scale, gathered rows,
 /// the finite check (asserted) and argmax of 7 rows of 96 on `d`.
 pub fn norms_case(d: &mut dyn Device) -> Vec<f32> {

@@ -103,6 +103,14 @@ fn smollm2_on_the_gpu_matches_reference() {
     }
 }
 
+/// Gemma 3 on the wgpu backend: head_dim 256, one KV head for four, sliding windows.
+#[test]
+fn gemma3_on_the_gpu_matches_reference() {
+    if gpu::adapter_for_tests() {
+        check(3, engine::DeviceKind::Gpu);
+    }
+}
+
 /// Largest logit gap between the CPU's greedy token and the GPU's at which the two may part:
 /// both sum in f32 in different orders (logits differ by ~1e-5 on SmolLM2).
 const NEAR_TIE: f32 = 1e-3;

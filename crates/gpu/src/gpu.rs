@@ -91,6 +91,17 @@ pub(crate) const DECODE_ROWS: usize = 8;
 /// once for as many rows.
 const PROMPT_ROWS: usize = 32;
 
+/// Loop iterations one invocation may run on llvmpipe (Mesa's lavapipe), all its loops
+/// together, each entry of a loop counting one more (its exit test): past them every loop
+/// stops after its first iteration, silently. Kernels whose loops grow with their input
+/// keep a thread's iterations within it.
+pub(crate) const LOOP_BUDGET: usize = 65_535;
+
+/// A matmul thread's loop iterations per 32-element chunk it takes, at most: the chunk
+/// loop's own, the row loop's over a prompt group, and the most a type's `deq` runs (57,
+/// an IQ type's).
+const MATMUL_LOOPS_PER_CHUNK: usize = 1 + (PROMPT_ROWS + 1) + 64;
+
 /// A dispatch grid of `n` workgroups: `[x, y, 1]` with `x · y >= n`, `x` at most 65535.
 pub(crate) fn grid(n: usize) -> [u32; 3] {
     let x = n.clamp(1, 65535);
@@ -116,7 +127,7 @@ impl Gpu {
         let dummy = ctx.buffer("dummy", 16);
         let threads = MatmulShape::threads_for(ctx.info.device_type);
         let mut gpu = Gpu {
-            pipes: Pipelines::new(MatmulShape::new(threads, None)),
+            pipes: Pipelines::new(threads, None),
             ctx,
             rec,
             bufs: Vec::new(),
@@ -134,7 +145,7 @@ impl Gpu {
         let subgroups = gpu.ctx.device.features().contains(wgpu::Features::SUBGROUP);
         if subgroups && gpu.lanes_in_order() {
             gpu.ctx.subgroup_min = Some(gpu.ctx.info.subgroup_min_size);
-            gpu.pipes = Pipelines::new(MatmulShape::new(threads, gpu.ctx.subgroup_min));
+            gpu.pipes = Pipelines::new(threads, gpu.ctx.subgroup_min);
         }
         Ok(gpu)
     }
@@ -154,9 +165,25 @@ impl Gpu {
     /// where `subgroups` and the device allow, else in workgroup memory: the bits of a row
     /// depend on nothing but the row and `t`. For tests of the other adapters' kernel shape.
     pub fn with_matmul_threads(mut self, t: u32, subgroups: bool) -> Self {
+        assert!(t.is_power_of_two() && t <= 64);
         let lanes = self.ctx.subgroup_min.filter(|_| subgroups);
-        self.pipes = Pipelines::new(MatmulShape::new(t, lanes));
+        self.pipes = Pipelines::new(t, lanes);
         self
+    }
+
+    /// Threads sharing a matmul output column for rows of `k` elements: the adapter's
+    /// choice, doubled while a thread's chunks (and its group's writes and reduction beside
+    /// them) would run past [`LOOP_BUDGET`]. It depends on the matrix alone, so a row's bits
+    /// still do not depend on its batch.
+    pub(crate) fn matmul_threads(&self, k: usize) -> u32 {
+        let loops = |t: u32| {
+            k.div_ceil(32).div_ceil(t as usize) * MATMUL_LOOPS_PER_CHUNK + 16 * PROMPT_ROWS
+        };
+        let mut t = self.pipes.matmul_shape().threads;
+        while t < 64 && loops(t) > LOOP_BUDGET {
+            t *= 2;
+        }
+        t
     }
 
     /// Threads per matmul column, and whether their sums meet by subgroup shuffles.
@@ -203,7 +230,8 @@ impl Gpu {
             .iter()
             .map(|p| (p.buf.clone(), p.row0, p.n))
             .collect();
-        let cols = self.pipes.matmul_cols();
+        let threads = self.matmul_threads(k);
+        let cols = (64 / threads) as usize;
         let per_group = if rows > DECODE_ROWS {
             PROMPT_ROWS
         } else {
@@ -231,6 +259,7 @@ impl Gpu {
                 Kernel::MatMul {
                     ty,
                     rows: per_group as u32,
+                    threads,
                 },
                 &[
                     Bind::Buf(&buf),

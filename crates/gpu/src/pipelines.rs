@@ -11,10 +11,12 @@ use crate::gpu::{ATTENTION_PART, DECODE_ROWS};
 /// A kernel and the variant it is built for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Kernel {
-    /// A matmul of `rows` rows per workgroup (its `R`).
+    /// A matmul of `rows` rows per workgroup (its `R`) and `threads` per output column
+    /// (its `T`).
     MatMul {
         ty: GgmlType,
         rows: u32,
+        threads: u32,
     },
     Embed(GgmlType),
     RmsNorm,
@@ -98,7 +100,7 @@ impl MatmulShape {
 impl std::fmt::Display for Kernel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Kernel::MatMul { ty, rows } if *rows as usize == DECODE_ROWS => {
+            Kernel::MatMul { ty, rows, .. } if *rows as usize == DECODE_ROWS => {
                 write!(f, "MatMul({ty})")
             }
             Kernel::MatMul { ty, .. } => write!(f, "MatMul({ty}, prompt)"),
@@ -110,8 +112,9 @@ impl std::fmt::Display for Kernel {
 }
 
 impl Kernel {
-    /// The WGSL and entry point of the kernel; a matmul's columns shared as `shape` says.
-    fn source(self, shape: MatmulShape) -> (String, &'static str) {
+    /// The WGSL and entry point of the kernel; a matmul's partials summed by subgroup
+    /// shuffles on a device whose subgroups hold at least `lanes` lanes in order.
+    fn source(self, lanes: Option<u32>) -> (String, &'static str) {
         let kv = |ty: GgmlType, body: &str| {
             format!(
                 "const KV: u32 = {}u;\n{}\n{body}",
@@ -129,7 +132,8 @@ impl Kernel {
             include_str!("shaders/attention_common.wgsl")
         );
         match self {
-            Kernel::MatMul { ty, rows } => {
+            Kernel::MatMul { ty, rows, threads } => {
+                let shape = MatmulShape::new(threads, lanes);
                 let reduce = match shape.subgroups {
                     true => include_str!("shaders/reduce_subgroup.wgsl"),
                     false => include_str!("shaders/reduce_shared.wgsl"),
@@ -179,16 +183,21 @@ impl Kernel {
 /// See the module doc.
 pub(crate) struct Pipelines {
     built: HashMap<Kernel, wgpu::ComputePipeline>,
-    matmul: MatmulShape,
+    /// Threads per matmul column the adapter takes (more for long rows:
+    /// `Gpu::matmul_threads`).
+    threads: u32,
+    /// Lanes the device's subgroups hold at least, in order (`None`: no shuffles).
+    lanes: Option<u32>,
     /// Per weight type with tables (`formats::Table`), the buffer its kernels bind.
     tables: HashMap<GgmlType, wgpu::Buffer>,
 }
 
 impl Pipelines {
-    pub fn new(matmul: MatmulShape) -> Self {
+    pub fn new(threads: u32, lanes: Option<u32>) -> Self {
         Pipelines {
             built: HashMap::new(),
-            matmul,
+            threads,
+            lanes,
             tables: HashMap::new(),
         }
     }
@@ -216,20 +225,16 @@ impl Pipelines {
         }
     }
 
+    /// The matmul's shape at the adapter's threads per column.
     pub fn matmul_shape(&self) -> MatmulShape {
-        self.matmul
-    }
-
-    /// Output columns one matmul workgroup computes.
-    pub fn matmul_cols(&self) -> usize {
-        (64 / self.matmul.threads) as usize
+        MatmulShape::new(self.threads, self.lanes)
     }
 
     pub fn get(&mut self, ctx: &Ctx, k: Kernel) -> wgpu::ComputePipeline {
         self.built
             .entry(k)
             .or_insert_with(|| {
-                let (src, entry) = k.source(self.matmul);
+                let (src, entry) = k.source(self.lanes);
                 let module = ctx
                     .device
                     .create_shader_module(wgpu::ShaderModuleDescriptor {

@@ -8,8 +8,32 @@ use kv::state::NO_SLOT;
 use kv::KvConfig;
 
 use crate::context::Bind::{Arena as A, Buf as B};
-use crate::gpu::Gpu;
+use crate::gpu::{Gpu, LOOP_BUDGET};
 use crate::pipelines::Kernel;
+
+/// `runs` (four words each, as [`Gpu::runs`] gives them) cut into pieces of at most `most`
+/// rows each, in the order they are dispatched: the `i`-th list holds piece `i` of every
+/// run that has one, so that a run's rows are walked in order across the dispatches and an
+/// invocation's loops stay within [`LOOP_BUDGET`].
+fn pieces(runs: &[u32], most: usize) -> Vec<Vec<u32>> {
+    let most = most.max(1) as u32;
+    let mut out: Vec<Vec<u32>> = Vec::new();
+    for run in runs.chunks_exact(4) {
+        let [first, n, at, ck] = [run[0], run[1], run[2], run[3]];
+        for (i, from) in (0..n).step_by(most as usize).enumerate() {
+            if out.len() == i {
+                out.push(Vec::new());
+            }
+            let len = most.min(n - from);
+            let ck = match ck.checked_sub(from) {
+                Some(c) if c < len && ck != u32::MAX => c,
+                _ => u32::MAX,
+            };
+            out[i].extend([first + from, len, at, ck]);
+        }
+    }
+    out
+}
 
 /// The state stores of a pool's state layers (`None` for the others).
 pub(crate) struct GpuStates {
@@ -148,59 +172,62 @@ impl Gpu {
             spec.k
         );
         let (runs, state, checkpoint) = self.runs(layer);
-        let n_runs = runs.len() / 4;
-        if n_runs == 0 {
-            return;
-        }
-        let mut p = vec![
-            spec.width as u32,
-            spec.k as u32,
-            spec.silu as u32,
-            n_runs as u32,
-        ];
-        p.extend(runs);
-        let p = self.rec.push(&self.ctx, bytemuck::cast_slice(&p));
+        // A row: the row loop's iteration, the taps' sum and the window's shift (each with
+        // its exit test); beside the rows, the window's load, store and checkpoint.
+        let most = (LOOP_BUDGET - 4 * (spec.k + 1)) / (2 * spec.k + 2);
         let [x, w, out] = [x, w, out].map(|b| self.buf(b));
-        let g = [spec.width.div_ceil(64) as u32, n_runs as u32, 1];
-        let binds = [B(&x), B(&w), B(&out), B(&state), B(&checkpoint), A(p)];
-        self.run(Kernel::Conv1d, &binds, g);
+        for runs in pieces(&runs, most) {
+            let n_runs = runs.len() / 4;
+            let mut p = vec![
+                spec.width as u32,
+                spec.k as u32,
+                spec.silu as u32,
+                n_runs as u32,
+            ];
+            p.extend(runs);
+            let p = self.rec.push(&self.ctx, bytemuck::cast_slice(&p));
+            let g = [spec.width.div_ceil(64) as u32, n_runs as u32, 1];
+            let binds = [B(&x), B(&w), B(&out), B(&state), B(&checkpoint), A(p)];
+            self.run(Kernel::Conv1d, &binds, g);
+        }
     }
 
     pub(crate) fn delta(&mut self, layer: usize, io: &DeltaIo, spec: &DeltaSpec) {
         let (runs, state, checkpoint) = self.runs(layer);
-        let n_runs = runs.len() / 4;
-        if n_runs == 0 {
-            return;
-        }
-        let mut p = [
-            spec.n_k_heads,
-            spec.n_v_heads,
-            spec.head_dim,
-            spec.at,
-            n_runs,
-        ]
-        .map(|v| v as u32)
-        .to_vec();
-        p.extend(runs);
-        let p = self.rec.push(&self.ctx, bytemuck::cast_slice(&p));
+        // A row: the row loop's iteration and the invocation's state rows, each walked twice
+        // (each loop with its exit test); beside the rows, the checkpoint's copy.
+        let (d, mine) = (spec.head_dim, spec.head_dim.div_ceil(64));
+        let per_row = 1 + (mine + 1) + 2 * mine * (d + 1);
+        let most = (LOOP_BUDGET - 4 * (mine + 1) * (d + 1)) / per_row;
         let [q, k, v, g, beta, a, out] =
             [io.q, io.k, io.v, io.g, io.beta, io.a, io.out].map(|b| self.buf(b));
-        let binds = [
-            B(&q),
-            B(&k),
-            B(&v),
-            B(&g),
-            B(&beta),
-            B(&a),
-            B(&out),
-            B(&state),
-            B(&checkpoint),
-            A(p),
-        ];
-        self.run(
-            Kernel::DeltaNet,
-            &binds,
-            [n_runs as u32, spec.n_v_heads as u32, 1],
-        );
+        for runs in pieces(&runs, most) {
+            let n_runs = runs.len() / 4;
+            let mut p = [
+                spec.n_k_heads,
+                spec.n_v_heads,
+                spec.head_dim,
+                spec.at,
+                n_runs,
+            ]
+            .map(|v| v as u32)
+            .to_vec();
+            p.extend(runs);
+            let p = self.rec.push(&self.ctx, bytemuck::cast_slice(&p));
+            let binds = [
+                B(&q),
+                B(&k),
+                B(&v),
+                B(&g),
+                B(&beta),
+                B(&a),
+                B(&out),
+                B(&state),
+                B(&checkpoint),
+                A(p),
+            ];
+            let groups = [n_runs as u32, spec.n_v_heads as u32, 1];
+            self.run(Kernel::DeltaNet, &binds, groups);
+        }
     }
 }

@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use device::conformance::{
-    attention_case, moe_agrees, norms_case, prims_agree, recurrent_case, Seeing,
+    attention_case, long_run_case, moe_agrees, norms_case, prims_agree, recurrent_case, Seeing,
 };
 use device::reference::Reference;
 use device::testing::data;
@@ -56,6 +56,35 @@ fn matmul_of_every_weight_type_at_1_to_64_rows() {
                 assert!(rel(&got[0].1, &got[1].1, 1.0) < 1e-5, "{at} bias+residual");
             }
         }
+    }
+}
+
+/// llvmpipe ends an invocation's loops once they have run 65535 iterations in all
+/// (`gpu::LOOP_BUDGET`), silently: 40 rows of 2048 (Gemma 3's feed-forward), 8192 and
+/// 65536 elements on the adapter's own kernel shape, which lost every row but the first
+/// before a thread's chunks were kept within it.
+#[test]
+fn matmul_rows_past_llvmpipes_loop_budget() {
+    let (n, m) = (16, 40);
+    for (ty, k) in [
+        (GgmlType::Q6_K, 2048),
+        (GgmlType::Q8_0, 8192),
+        (GgmlType::Q8_0, 65536),
+    ] {
+        let src = source(ty, n, k, 4);
+        let x = data(m * k, 6);
+        let Some(devs) = both() else { return };
+        let mut got = Vec::new();
+        for mut dev in devs {
+            let mats = dev
+                .upload_matrices(std::slice::from_ref(&src), &|_, _| {})
+                .unwrap();
+            let (xb, yb) = (buf(&mut *dev, &x), dev.alloc(m * n).unwrap());
+            dev.matmul(&mats, xb, m, &[MatOut::to(yb)]);
+            got.push(read(&mut *dev, yb, m * n));
+        }
+        let e = rel(&got[0], &got[1], 1.0);
+        assert!(e < 1e-5, "{ty} k={k}: {e}");
     }
 }
 
@@ -408,6 +437,18 @@ fn the_state_recurrences_agree_with_the_reference() {
     let Some([mut g, mut r]) = both() else { return };
     let got = recurrent_case(&mut *g);
     let want = recurrent_case(&mut *r);
+    let e = rel(&got, &want, 1.0);
+    assert!(e < 1e-5, "{e}");
+}
+
+/// 300 rows of one sequence in one step: the delta rule walks them in pieces of at most
+/// 123 rows of a head of 128 (llvmpipe's loop budget), the convolution in one; with 126
+/// rows a piece, the first row of each later piece went wrong.
+#[test]
+fn a_long_run_of_the_recurrences_agrees_with_the_reference() {
+    let Some([mut g, mut r]) = both() else { return };
+    let got = long_run_case(&mut *g, 300);
+    let want = long_run_case(&mut *r, 300);
     let e = rel(&got, &want, 1.0);
     assert!(e < 1e-5, "{e}");
 }

@@ -12,10 +12,8 @@ fn tq1_trit(b: u32, e: u32) -> u32 {
         at = b + 32u + (e - 160u) % 16u;
         n = (e - 160u) / 16u;
     }
-    var p = 1u;
-    for (var i = 0u; i < n; i++) {
-        p = p * 3u;
-    }
+    var powers = array<u32, 5>(1u, 3u, 9u, 27u, 81u);
+    let p = powers[n];
     return (((wbyte(at) * p) & 255u) * 3u) >> 8u;
 }
 
