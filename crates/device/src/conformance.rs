@@ -329,7 +329,7 @@ pub fn long_run_case(dev: &mut dyn Device, n: usize) -> Vec<f32> {
     };
     let (xb, out) = (dev.alloc(n * width).unwrap(), dev.alloc(n * width).unwrap());
     let cut = n - 5;
-    let mut step = |dev: &mut dyn Device, from: usize, checkpoints: &[usize]| {
+    let step = |dev: &mut dyn Device, from: usize, checkpoints: &[usize]| {
         let rows: Vec<Row> = (from..n).map(|pos| Row { pos, seq: 0 }).collect();
         dev.begin(&Step {
             rows: &rows,

@@ -12,8 +12,8 @@ mod common;
 use std::path::Path;
 use std::sync::Arc;
 
-use common::{collect, engine_config, model_path, request, MODELS};
-use engine::{EngineConfig, PromptImage};
+use common::{collect, engine_config, log_softmax, model_path, request, MODELS};
+use engine::{ContextConfig, DeviceKind, EngineConfig, Enter, Executor, Out, Placed, PromptImage};
 use model::Model;
 use text::Tokenizer;
 
@@ -107,4 +107,102 @@ fn smollm2_given_llamas_llava_rows_answers_as_llama() {
     let n = g["max_tokens"].as_u64().unwrap() as usize;
     let (got, _) = answer(0, [before, &after], ("vision-llava-112.emb", false), n, 512);
     assert_eq!(got, g["answer"].as_str().unwrap());
+}
+
+/// The last row's log-probabilities of model `which` over `text[0]`, the image rows of `emb`
+/// (seeing one another where `bidirectional`), then `text[1]`, in two forwards (the image
+/// ends the first) on `device` with f32 activations and cache.
+fn last_logprobs(
+    which: usize,
+    text: [&str; 2],
+    (emb, bidirectional): (&str, bool),
+    device: DeviceKind,
+) -> Vec<f64> {
+    let (_, file, name) = MODELS[which];
+    let model = Model::load(model_path(file, name)).unwrap();
+    let tok = Tokenizer::from_gguf(&model.file.header.metadata).unwrap();
+    let (n, values) = rows(emb);
+    let mut prompt = tok.encode(text[0], true, true).unwrap();
+    let at = prompt.len();
+    prompt.extend(std::iter::repeat_n(0, n));
+    prompt.extend(tok.encode(text[1], false, true).unwrap());
+    let cfg = ContextConfig {
+        n_ctx: 512,
+        n_ubatch: 512,
+        kv_type: gguf::GgmlType::F32,
+        precision: kernels::Precision::F32,
+        device,
+        ..Default::default()
+    };
+    let mut exec = Executor::new(model, cfg).unwrap();
+    let mut seq = kv::SeqKv::default();
+    let row = |pos| device::Row { pos, seq: 0 };
+    // The image ends its forward (rows that see one another are their sequence's last).
+    let (image, after) = prompt.split_at(at + n);
+    let rows: Vec<device::Row> = (0..image.len()).map(row).collect();
+    let images = [Placed {
+        rows: at..at + n,
+        embeddings: &values,
+        bidirectional,
+    }];
+    let enter = Enter::Pictured {
+        tokens: image,
+        images: &images,
+    };
+    exec.forward(&mut [&mut seq], &rows, enter, Out::Nothing)
+        .unwrap();
+    let rows: Vec<device::Row> = (image.len()..prompt.len()).map(row).collect();
+    let mut last = Vec::new();
+    let out = Out::Rows {
+        logits: &[after.len() - 1],
+        states: &[],
+        taps: Default::default(),
+        on_row: &mut |_, o| {
+            if let engine::RowOut::Logits(l) = o {
+                last = log_softmax(l);
+            }
+        },
+    };
+    exec.forward(&mut [&mut seq], &rows, Enter::Tokens(after), out)
+        .unwrap();
+    last
+}
+
+/// On the GPU an image's rows are read as on the reference backend (f32 on both): Gemma 3's
+/// seeing one another, a LLaVA tower's on SmolLM2 causally, after prompts of over 30 rows
+/// (which lavapipe's loop budget once cut short).
+#[test]
+fn the_gpu_reads_an_image_as_the_reference_does() {
+    if !gpu::adapter_for_tests() {
+        return;
+    }
+    let cases: [(usize, [&str; 2], (&str, bool)); 2] = [
+        (
+            3,
+            [
+                "<start_of_turn>user\nHello! Tell me a story about a cat. <start_of_image>",
+                "<end_of_image><end_of_turn>\n<start_of_turn>model\n",
+            ],
+            ("vision-gemma3.emb", true),
+        ),
+        (
+            0,
+            [
+                "<|im_start|>user\n",
+                "What is in the picture?<|im_end|>\n<|im_start|>assistant\n",
+            ],
+            ("vision-llava-112.emb", false),
+        ),
+    ];
+    for (which, text, emb) in cases {
+        let gpu = last_logprobs(which, text, emb, DeviceKind::Gpu);
+        let reference = last_logprobs(which, text, emb, DeviceKind::Reference);
+        let worst = gpu
+            .iter()
+            .zip(&reference)
+            .filter(|(_, r)| **r > -10.0)
+            .map(|(g, r)| (g - r).abs())
+            .fold(0f64, f64::max);
+        assert!(worst < 1e-3, "{}: {worst}", emb.0);
+    }
 }

@@ -626,12 +626,8 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         None => None,
         Some(_) if front.is_some() => {
             return Err(Error::Config(
-                "--mmproj: a model served in two stages (-ngl or a split) reads no images yet".into(),
-            ))
-        }
-        Some(_) if ecfg.device.resolve() == engine::DeviceKind::Gpu => {
-            return Err(Error::Config(
-                "--mmproj: images with the model on the GPU do not answer as on the CPU yet; use --device cpu".into(),
+                "--mmproj: a model served in two stages (-ngl or a split) reads no images yet"
+                    .into(),
             ))
         }
         Some(path) => {
