@@ -1,11 +1,12 @@
 //! The ops an encoder needs besides a decoder's: a vision tower (SigLIP, CLIP) runs over
 //! all of an image's patches at once, with no cache, every patch seeing every other.
 //!
-//! A backend that can run a tower implements [`EncoderDevice`]; one that does not (today
-//! the GPU) cannot be handed one, which the type system says rather than a refusal at run
-//! time. The host-memory backends share [`layer_norm_rows`] and [`avg_pool_2d_rows`]; the
-//! attention each writes its own (the CPU's with SIMD dots on its threads, the reference's
-//! in f64).
+//! A backend that can run a tower implements [`EncoderDevice`] (the CPU, the reference and
+//! the GPU do); one that does not cannot be handed one, which the type system says rather
+//! than a refusal at run time. The host-memory backends share [`layer_norm_rows`] and
+//! [`avg_pool_2d_rows`]; the attention each writes its own (the CPU's with SIMD dots on its
+//! threads, the reference's in f64, the GPU's an online softmax a workgroup per row and
+//! head).
 
 use crate::{Buf, Device};
 

@@ -76,11 +76,18 @@ impl DeviceKind {
         })
     }
 
-    /// The device a vision tower encodes on: the CPU backend on `threads` threads of its
-    /// own, so that a tower's image runs beside the engine's steps rather than in them.
-    pub fn encoder(threads: usize) -> Box<dyn device::encoder::EncoderDevice> {
-        let pool = Arc::new(ThreadPool::new(threads.max(1)));
-        Box::new(kernels::cpu::Cpu::new(pool, Precision::Int8))
+    /// The device a vision tower encodes on, its own so that a tower's image runs beside
+    /// the engine's steps rather than in them: with the model on the GPU a second device on
+    /// its adapter, else the CPU backend on `threads` threads of its own (the reference's
+    /// model too: a tower is too big for it). Errors: no adapter for `gpu`.
+    pub fn encoder(self, threads: usize) -> Result<Box<dyn device::encoder::EncoderDevice>> {
+        Ok(match self.resolve() {
+            DeviceKind::Gpu => Box::new(gpu::Gpu::open(gpu::Choice::Any).map_err(Error::Config)?),
+            _ => {
+                let pool = Arc::new(ThreadPool::new(threads.max(1)));
+                Box::new(kernels::cpu::Cpu::new(pool, Precision::Int8))
+            }
+        })
     }
 
     /// The adapter a device of this kind computes on (the GPU's; `None` for the others).

@@ -332,7 +332,14 @@ impl Gpu {
             self.bufs[a.0 as usize].clone(),
             self.bufs[b.0 as usize].clone(),
         );
-        if matches!(kernel, Kernel::Scale | Kernel::Sigmoid | Kernel::Softplus) {
+        if matches!(
+            kernel,
+            Kernel::Scale
+                | Kernel::Sigmoid
+                | Kernel::Softplus
+                | Kernel::GeluAlone
+                | Kernel::GeluQuick
+        ) {
             self.run(kernel, &[Bind::Buf(&a), Bind::Arena(p)], g);
         } else {
             self.run(kernel, &[Bind::Buf(&a), Bind::Arena(p), Bind::Buf(&b)], g);

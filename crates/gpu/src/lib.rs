@@ -23,6 +23,7 @@
 
 mod context;
 mod device_impl;
+mod encoder;
 mod formats;
 mod gpu;
 mod moe;

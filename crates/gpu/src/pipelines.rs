@@ -50,6 +50,13 @@ pub(crate) enum Kernel {
     Bandwidth,
     /// Whether a workgroup's subgroups are runs of consecutive invocations.
     Lanes,
+    /// An encoder's ops (`device::encoder::EncoderDevice`): activations alone (eltwise.wgsl),
+    /// layer_norm.wgsl, dense_attention.wgsl and pool.wgsl.
+    GeluAlone,
+    GeluQuick,
+    LayerNorm,
+    DenseAttention,
+    AvgPool2d,
 }
 
 /// The code step.wgsl names the KV pool's type by; `None` for a type the GPU does not keep.
@@ -176,6 +183,11 @@ impl Kernel {
             Kernel::DeltaNet => (include_str!("shaders/delta.wgsl").into(), "main"),
             Kernel::Bandwidth => (include_str!("shaders/bandwidth.wgsl").into(), "main"),
             Kernel::Lanes => (include_str!("shaders/lanes.wgsl").into(), "main"),
+            Kernel::GeluAlone => (elt.into(), "gelu_alone"),
+            Kernel::GeluQuick => (elt.into(), "gelu_quick"),
+            Kernel::LayerNorm => (include_str!("shaders/layer_norm.wgsl").into(), "main"),
+            Kernel::DenseAttention => (include_str!("shaders/dense_attention.wgsl").into(), "main"),
+            Kernel::AvgPool2d => (include_str!("shaders/pool.wgsl").into(), "main"),
         }
     }
 }

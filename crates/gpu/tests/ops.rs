@@ -6,7 +6,8 @@ mod common;
 
 use common::*;
 use device::conformance::{
-    attention_case, long_run_case, moe_agrees, norms_case, prims_agree, recurrent_case, Seeing,
+    attention_case, encoder_case, long_run_case, moe_agrees, norms_case, prims_agree,
+    recurrent_case, Seeing,
 };
 use device::reference::Reference;
 use device::testing::data;
@@ -449,6 +450,17 @@ fn a_long_run_of_the_recurrences_agrees_with_the_reference() {
     let Some([mut g, mut r]) = both() else { return };
     let got = long_run_case(&mut *g, 300);
     let want = long_run_case(&mut *r, 300);
+    let e = rel(&got, &want, 1.0);
+    assert!(e < 1e-5, "{e}");
+}
+
+/// A vision tower's ops (layer norm, attention over all 48 rows of 3 heads of 40, GELU and
+/// quick GELU alone, a 2-D average pool): f32 against the reference's f64 sums.
+#[test]
+fn encoder_ops_agree_with_the_reference() {
+    let Some(mut g) = gpu() else { return };
+    let got = encoder_case(&mut g);
+    let want = encoder_case(&mut Reference::new());
     let e = rel(&got, &want, 1.0);
     assert!(e < 1e-5, "{e}");
 }

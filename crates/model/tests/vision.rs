@@ -108,3 +108,24 @@ fn the_cpu_towers_agree_with_the_reference() {
         assert!(err < 1e-5, "{kind:?}: CPU against the reference: {err:.2e}");
     }
 }
+
+/// Both towers on the GPU (lavapipe in CI), f16 and f32 weights: f32 sums against the
+/// reference's f64.
+#[test]
+fn the_gpu_towers_agree_with_the_reference() {
+    if !gpu::adapter_for_tests() {
+        return;
+    }
+    for kind in [TowerKind::Gemma3, TowerKind::Llava] {
+        for ty in [GgmlType::F32, GgmlType::F16] {
+            let mut g = gpu::Gpu::open(gpu::Choice::Any).unwrap();
+            let got = encode(kind, ty, &mut g);
+            let want = encode(kind, ty, &mut Reference::new());
+            let err = norm_error(&got, &want);
+            assert!(
+                err < 1e-5,
+                "{kind:?} {ty}: GPU against the reference: {err:.2e}"
+            );
+        }
+    }
+}

@@ -1,5 +1,6 @@
 //! Images in prompts (`--mmproj`): decoded at the edge within limits, encoded by the tower
-//! on a thread of its own (on threads of its own), and placed in the prompt as the
+//! on a thread and device of its own (the GPU's adapter with the model there, else the
+//! CPU's threads), and placed in the prompt as the
 //! projector says: the chat template renders a [`MARKER`] where a message had an image,
 //! and each marker becomes the projector's begin text, the image's rows and its end text.
 //!
@@ -55,12 +56,18 @@ pub struct Vision {
 }
 
 impl Vision {
-    /// Loads the tower of `path` for a language model `n_embd` wide, on a CPU device of
-    /// `threads` threads.
-    pub fn start(path: &Path, n_embd: usize, threads: usize) -> Result<Vision, String> {
+    /// Loads the tower of `path` for a language model `n_embd` wide, on a device of its
+    /// own beside the model's `device` ([`engine::DeviceKind::encoder`]; the CPU's of
+    /// `threads` threads).
+    pub fn start(
+        path: &Path,
+        n_embd: usize,
+        device: engine::DeviceKind,
+        threads: usize,
+    ) -> Result<Vision, String> {
         let what = |e: &dyn std::fmt::Display| format!("--mmproj {}: {e}", path.display());
         let file = Arc::new(GgufFile::open(path).map_err(|e| what(&e))?);
-        let mut dev = engine::DeviceKind::encoder(threads);
+        let mut dev = device.encoder(threads).map_err(|e| what(&e))?;
         let tower = Tower::load(file, &mut *dev).map_err(|e| what(&e))?;
         if tower.n_embd_out != n_embd {
             return Err(what(&format!(

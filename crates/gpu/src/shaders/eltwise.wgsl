@@ -34,6 +34,27 @@ fn gelu(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     }
 }
 
+// GELU (the tanh form, as `gelu`'s) of `a` alone.
+@compute @workgroup_size(64)
+fn gelu_alone(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let i = index(wg, t);
+    if (i < p.len) {
+        let x = a[i];
+        let u = clamp(0.7978845608 * (x + 0.044715 * x * x * x), -15.0, 15.0);
+        a[i] = 0.5 * x * (1.0 + tanh(u));
+    }
+}
+
+// CLIP's quick GELU: x · sigmoid(1.702 · x).
+@compute @workgroup_size(64)
+fn gelu_quick(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let i = index(wg, t);
+    if (i < p.len) {
+        let x = a[i];
+        a[i] = x / (1.0 + exp(-1.702 * x));
+    }
+}
+
 @compute @workgroup_size(64)
 fn add(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let i = index(wg, t);
