@@ -134,6 +134,7 @@ impl Kernel {
             format!("{}\n{body}", layout.prelude())
         };
         let elt = include_str!("shaders/eltwise.wgsl");
+        let trees = include_str!("shaders/trees.wgsl");
         let attn = format!(
             "const PART: u32 = {ATTENTION_PART}u;\n{}",
             include_str!("shaders/attention_common.wgsl")
@@ -170,7 +171,7 @@ impl Kernel {
             Kernel::KvStore { kv: c } => (kv(c, include_str!("shaders/kv_store.wgsl")), "main"),
             Kernel::Attention { kv: c } => {
                 let body = include_str!("shaders/attention.wgsl");
-                (kv(c, &format!("{attn}\n{body}")), "main")
+                (kv(c, &format!("{attn}\n{trees}\n{body}")), "main")
             }
             Kernel::AttentionMerge => {
                 let body = include_str!("shaders/attention_merge.wgsl");
@@ -185,8 +186,14 @@ impl Kernel {
             Kernel::Lanes => (include_str!("shaders/lanes.wgsl").into(), "main"),
             Kernel::GeluAlone => (elt.into(), "gelu_alone"),
             Kernel::GeluQuick => (elt.into(), "gelu_quick"),
-            Kernel::LayerNorm => (include_str!("shaders/layer_norm.wgsl").into(), "main"),
-            Kernel::DenseAttention => (include_str!("shaders/dense_attention.wgsl").into(), "main"),
+            Kernel::LayerNorm => {
+                let body = include_str!("shaders/layer_norm.wgsl");
+                (format!("{trees}\n{body}"), "main")
+            }
+            Kernel::DenseAttention => {
+                let body = include_str!("shaders/dense_attention.wgsl");
+                (format!("{trees}\n{body}"), "main")
+            }
             Kernel::AvgPool2d => (include_str!("shaders/pool.wgsl").into(), "main"),
         }
     }

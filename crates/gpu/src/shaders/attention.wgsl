@@ -7,7 +7,7 @@
 // dimensions t, t + 64, ... over the chunk's positions in order. A part writes its running
 // max, its sum and its unnormalized outputs to `parts`, `[rows, n_head, n_parts, 2 +
 // head_dim]`; attention_merge.wgsl combines a row's parts in order. A part the row's span
-// does not reach writes nothing. Prepended: attention_common.wgsl.
+// does not reach writes nothing. Prepended: attention_common.wgsl, trees.wgsl.
 
 @group(0) @binding(0) var<storage, read_write> q: array<f32>;
 @group(0) @binding(1) var<storage, read_write> parts: array<f32>;
@@ -17,7 +17,6 @@
 @group(0) @binding(5) var<storage, read> p: P;
 
 var<workgroup> qs: array<f32, 256>;
-var<workgroup> red: array<f32, 64>;
 var<workgroup> probs: array<f32, 64>;
 var<workgroup> span: vec3<u32>;
 
@@ -51,30 +50,6 @@ fn kv_load(buf: u32, row: u32, e: u32) -> f32 {
             return d * f32((bitcast<i32>(q << 24u)) >> 24u);
         }
     }
-}
-
-fn tree_max(t: u32) -> f32 {
-    for (var h = 32u; h > 0u; h >>= 1u) {
-        if (t < h) {
-            red[t] = max(red[t], red[t + h]);
-        }
-        workgroupBarrier();
-    }
-    let m = red[0];
-    workgroupBarrier();
-    return m;
-}
-
-fn tree_sum(t: u32) -> f32 {
-    for (var h = 32u; h > 0u; h >>= 1u) {
-        if (t < h) {
-            red[t] += red[t + h];
-        }
-        workgroupBarrier();
-    }
-    let s = red[0];
-    workgroupBarrier();
-    return s;
 }
 
 @compute @workgroup_size(64)

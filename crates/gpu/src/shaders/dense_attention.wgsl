@@ -3,6 +3,7 @@
 // softmax: thread t scores key c + t (a sequential dot over head_dim), the chunk's max and
 // sum come from fixed trees, and thread t accumulates dimensions t, t + 64, ... over the
 // chunk's keys in order. q, k, v and out are `[rows, heads · head_dim]`; head_dim <= 256.
+// Prepended: trees.wgsl.
 // A thread runs about head_dim + 4·64 loop iterations a chunk: the host keeps the rows
 // within llvmpipe's budget.
 
@@ -20,36 +21,7 @@ struct P {
 @group(0) @binding(4) var<storage, read> p: P;
 
 var<workgroup> qs: array<f32, 256>;
-var<workgroup> red: array<f32, 64>;
 var<workgroup> probs: array<f32, 64>;
-
-fn tree_max(t: u32, x: f32) -> f32 {
-    red[t] = x;
-    workgroupBarrier();
-    for (var h = 32u; h > 0u; h >>= 1u) {
-        if (t < h) {
-            red[t] = max(red[t], red[t + h]);
-        }
-        workgroupBarrier();
-    }
-    let m = red[0];
-    workgroupBarrier();
-    return m;
-}
-
-fn tree_sum(t: u32, x: f32) -> f32 {
-    red[t] = x;
-    workgroupBarrier();
-    for (var h = 32u; h > 0u; h >>= 1u) {
-        if (t < h) {
-            red[t] += red[t + h];
-        }
-        workgroupBarrier();
-    }
-    let s = red[0];
-    workgroupBarrier();
-    return s;
-}
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
@@ -75,11 +47,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
             }
             s = dot * p.scale;
         }
-        let m_new = max(m, tree_max(t, s));
+        red[t] = s;
+        workgroupBarrier();
+        let m_new = max(m, tree_max(t));
         let e = select(0.0, exp(s - m_new), j < p.rows);
         probs[t] = e;
+        red[t] = e;
+        workgroupBarrier();
         let f = exp(m - m_new);
-        l = l * f + tree_sum(t, e);
+        l = l * f + tree_sum(t);
         m = m_new;
         let n = min(64u, p.rows - c);
         for (var i = 0u; i < 4u; i++) {

@@ -1,6 +1,6 @@
 // Per row of `width` (EncoderDevice::layer_norm): out = (x - mean) / sqrt(var + eps) · w + b.
 // One workgroup per row; thread t sums x[t], x[t + 64], ... in order, then one fixed tree,
-// for the mean and then for the squares about it. `out` may be `x`.
+// for the mean and then for the squares about it. `out` may be `x`. Prepended: trees.wgsl.
 
 struct P {
     rows: u32,
@@ -15,20 +15,10 @@ struct P {
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 @group(0) @binding(4) var<storage, read> p: P;
 
-var<workgroup> part: array<f32, 64>;
-
 fn total(t: u32, s: f32) -> f32 {
-    part[t] = s;
+    red[t] = s;
     workgroupBarrier();
-    for (var h = 32u; h > 0u; h >>= 1u) {
-        if (t < h) {
-            part[t] += part[t + h];
-        }
-        workgroupBarrier();
-    }
-    let sum = part[0];
-    workgroupBarrier();
-    return sum;
+    return tree_sum(t);
 }
 
 @compute @workgroup_size(64)
