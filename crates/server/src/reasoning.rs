@@ -10,9 +10,15 @@
 //! with `<think>`) starts the answer inside it; one that closed it (DeepSeek-V4 not thinking:
 //! `</think>`) starts it in content, unless the model opens a new block first. Reasoning is
 //! never content: text before `</think>` (or before a call block that ends reasoning, see
-//! [`Splitter::for_prompt`]) is reasoning, and so is an answer cut off inside it.
+//! [`Splitter::for_prompt`]) is reasoning, and so is an answer cut off inside it. A chat
+//! answer's reasoning budget ([`think_budget`]) is read here too.
 
+use engine::sampling::ThinkBudget;
+
+use crate::error::ApiError;
+use crate::state::Ready;
 use crate::tools::ToolFormat;
+use crate::validate::Route;
 
 const OPEN: &str = "<think>";
 const CLOSE: &str = "</think>";
@@ -136,6 +142,72 @@ impl Splitter {
             Phase::Start | Phase::Gap | Phase::Content => (String::new(), rest),
         }
     }
+}
+
+/// What a request asks of the reasoning budget.
+pub struct BudgetAsked {
+    pub reasoning: Option<i64>,
+    pub thinking: Option<i64>,
+    pub message: Option<String>,
+}
+
+/// A chat answer's reasoning budget, when the template marks reasoning with `<think>`:
+/// the request's (`reasoning_budget_tokens`, or `thinking_budget_tokens`; -1: the
+/// server's `--reasoning-budget`), then the message and `</think>` forced.
+pub fn think_budget(
+    asked: &BudgetAsked,
+    route: Route,
+    ready: &Ready,
+    prompt: &str,
+) -> Result<Option<ThinkBudget>, ApiError> {
+    let (name, given) = match (asked.reasoning, asked.thinking) {
+        (None, Some(n)) => ("thinking_budget_tokens", Some(n)),
+        (n, _) => ("reasoning_budget_tokens", n),
+    };
+    if route != Route::Chat && (given.is_some() || asked.message.is_some()) {
+        let name = if given.is_some() {
+            name
+        } else {
+            "reasoning_budget_message"
+        };
+        return Err(ApiError::invalid(
+            name,
+            format!("{name}: only chat answers have a reasoning budget"),
+        ));
+    }
+    let tokens = match given {
+        None | Some(-1) => ready.defaults.reasoning_budget,
+        Some(n) if n >= 0 => Some(n as usize),
+        Some(n) => {
+            return Err(ApiError::invalid(
+                name,
+                format!("{name} must be -1 (the server's budget) or at least 0, got {n}"),
+            ))
+        }
+    };
+    let Some(tokens) = tokens.filter(|_| route == Route::Chat && ready.reasoning) else {
+        // A model whose template marks no reasoning spends none: any budget holds.
+        return Ok(None);
+    };
+    let encode = |t: &str| {
+        ready.tok.encode(t, false, true).map_err(|e| {
+            ApiError::invalid("reasoning_budget_message", format!("cannot tokenize: {e}"))
+        })
+    };
+    let end = encode(CLOSE)?;
+    let message = asked
+        .message
+        .as_deref()
+        .unwrap_or(&ready.defaults.reasoning_budget_message);
+    let mut forced = encode(message)?;
+    forced.extend(&end);
+    Ok(Some(ThinkBudget {
+        tokens,
+        start: encode(OPEN)?,
+        end,
+        forced,
+        inside: prompt.trim_end().ends_with(OPEN),
+    }))
 }
 
 #[cfg(test)]

@@ -1,7 +1,6 @@
 //! The edge: raw JSON bodies become valid requests, or a 400 that names the field.
 
 use axum::body::Bytes;
-use engine::sampling::ThinkBudget;
 use engine::{DraftLimits, GenRequest, SamplerConfig};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -11,6 +10,7 @@ use crate::chat::{render_chat, Ending, RawMessage};
 use crate::constrain::{self, RawChain};
 use crate::error::ApiError;
 use crate::prompts::{checked_prompt, OnePrompt, Prompt};
+use crate::reasoning::{think_budget, BudgetAsked};
 use crate::state::Ready;
 use crate::tools::{self, ToolSpec};
 
@@ -651,72 +651,6 @@ impl RawRequest {
             },
         })
     }
-}
-
-/// What a request asks of the reasoning budget.
-struct BudgetAsked {
-    reasoning: Option<i64>,
-    thinking: Option<i64>,
-    message: Option<String>,
-}
-
-/// A chat answer's reasoning budget, when the template marks reasoning with `<think>`:
-/// the request's (`reasoning_budget_tokens`, or `thinking_budget_tokens`; -1: the
-/// server's `--reasoning-budget`), then the message and `</think>` forced.
-fn think_budget(
-    asked: &BudgetAsked,
-    route: Route,
-    ready: &Ready,
-    prompt: &str,
-) -> Result<Option<ThinkBudget>, ApiError> {
-    let (name, given) = match (asked.reasoning, asked.thinking) {
-        (None, Some(n)) => ("thinking_budget_tokens", Some(n)),
-        (n, _) => ("reasoning_budget_tokens", n),
-    };
-    if route != Route::Chat && (given.is_some() || asked.message.is_some()) {
-        let name = if given.is_some() {
-            name
-        } else {
-            "reasoning_budget_message"
-        };
-        return Err(ApiError::invalid(
-            name,
-            format!("{name}: only chat answers have a reasoning budget"),
-        ));
-    }
-    let tokens = match given {
-        None | Some(-1) => ready.defaults.reasoning_budget,
-        Some(n) if n >= 0 => Some(n as usize),
-        Some(n) => {
-            return Err(ApiError::invalid(
-                name,
-                format!("{name} must be -1 (the server's budget) or at least 0, got {n}"),
-            ))
-        }
-    };
-    let Some(tokens) = tokens.filter(|_| route == Route::Chat && ready.reasoning) else {
-        // A model whose template marks no reasoning spends none: any budget holds.
-        return Ok(None);
-    };
-    let encode = |t: &str| {
-        ready.tok.encode(t, false, true).map_err(|e| {
-            ApiError::invalid("reasoning_budget_message", format!("cannot tokenize: {e}"))
-        })
-    };
-    let end = encode("</think>")?;
-    let message = asked
-        .message
-        .as_deref()
-        .unwrap_or(&ready.defaults.reasoning_budget_message);
-    let mut forced = encode(message)?;
-    forced.extend(&end);
-    Ok(Some(ThinkBudget {
-        tokens,
-        start: encode("<think>")?,
-        end,
-        forced,
-        inside: prompt.trim_end().ends_with("<think>"),
-    }))
 }
 
 /// llama-server's `generation_settings` of `req`: the settings tandem has, and the inert
