@@ -28,6 +28,16 @@ fn rows(name: &str) -> (usize, Vec<f32>) {
     (n, values)
 }
 
+/// The tokens of `text[0]` (with BOS), `n` placeholders for an image's rows, then
+/// `text[1]`; and where the image starts.
+fn pictured(tok: &Tokenizer, text: [&str; 2], n: usize) -> (Vec<u32>, usize) {
+    let mut prompt = tok.encode(text[0], true, true).unwrap();
+    let at = prompt.len();
+    prompt.extend(std::iter::repeat_n(0, n));
+    prompt.extend(tok.encode(text[1], false, true).unwrap());
+    (prompt, at)
+}
+
 fn golden(path: &str) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
@@ -48,10 +58,7 @@ fn answer(
     let tok = Arc::new(Tokenizer::from_gguf(&model.file.header.metadata).unwrap());
     let (n, values) = rows(emb);
     assert_eq!(values.len(), n * model.hparams.n_embd);
-    let mut prompt = tok.encode(text[0], true, true).unwrap();
-    let at = prompt.len();
-    prompt.extend(std::iter::repeat_n(0, n));
-    prompt.extend(tok.encode(text[1], false, true).unwrap());
+    let (prompt, at) = pictured(&tok, text, n);
     let mut req = request(prompt, max_tokens, None);
     req.ignore_eos = false;
     req.images = vec![PromptImage {
@@ -122,10 +129,7 @@ fn last_logprobs(
     let model = Model::load(model_path(file, name)).unwrap();
     let tok = Tokenizer::from_gguf(&model.file.header.metadata).unwrap();
     let (n, values) = rows(emb);
-    let mut prompt = tok.encode(text[0], true, true).unwrap();
-    let at = prompt.len();
-    prompt.extend(std::iter::repeat_n(0, n));
-    prompt.extend(tok.encode(text[1], false, true).unwrap());
+    let (prompt, at) = pictured(&tok, text, n);
     let cfg = ContextConfig {
         n_ctx: 512,
         n_ubatch: 512,

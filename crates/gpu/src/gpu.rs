@@ -165,7 +165,6 @@ impl Gpu {
     /// where `subgroups` and the device allow, else in workgroup memory: the bits of a row
     /// depend on nothing but the row and `t`. For tests of the other adapters' kernel shape.
     pub fn with_matmul_threads(mut self, t: u32, subgroups: bool) -> Self {
-        assert!(t.is_power_of_two() && t <= 64);
         let lanes = self.ctx.subgroup_min.filter(|_| subgroups);
         self.pipes = Pipelines::new(t, lanes);
         self

@@ -25,10 +25,10 @@ fn pieces(runs: &[u32], most: usize) -> Vec<Vec<u32>> {
                 out.push(Vec::new());
             }
             let len = most.min(n - from);
-            let ck = match ck.checked_sub(from) {
-                Some(c) if c < len && ck != u32::MAX => c,
-                _ => u32::MAX,
-            };
+            let ck = ck
+                .checked_sub(from)
+                .filter(|&c| c < len)
+                .unwrap_or(u32::MAX);
             out[i].extend([first + from, len, at, ck]);
         }
     }

@@ -641,14 +641,11 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
                 )));
             }
             eprintln!(
-                "vision: {} ({:?} projector, {} embeddings an image, on the {})",
+                "vision: {} ({:?} projector, {} embeddings an image, on {})",
                 path.display(),
                 v.projector,
                 v.n_tokens,
-                match ecfg.device.resolve() {
-                    engine::DeviceKind::Gpu => "gpu",
-                    _ => "cpu",
-                }
+                v.device
             );
             Some(v)
         }

@@ -49,6 +49,8 @@ pub struct Vision {
     pub projector: Projector,
     /// Embeddings per image.
     pub n_tokens: usize,
+    /// The device the tower encodes on, as it describes itself.
+    pub device: String,
     params: model::vision::ClipParams,
     jobs: Mutex<Sender<Job>>,
     cache: Mutex<Recent>,
@@ -76,6 +78,7 @@ impl Vision {
             )));
         }
         let params = tower.params.clone();
+        let device = dev.describe();
         let (tx, rx) = channel::<Job>();
         std::thread::Builder::new()
             .name("vision".into())
@@ -88,6 +91,7 @@ impl Vision {
         Ok(Vision {
             projector: params.projector,
             n_tokens: params.n_tokens(),
+            device,
             params,
             jobs: Mutex::new(tx),
             cache: Mutex::new(VecDeque::new()),
