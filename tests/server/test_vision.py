@@ -8,6 +8,7 @@ import base64
 import json
 import struct
 import subprocess
+import sys
 import tempfile
 import zlib
 from pathlib import Path
@@ -81,7 +82,7 @@ def ask(client, image_url, text=GOLDEN["text_before_image"], max_tokens=GOLDEN["
 
 
 def test_the_start_line_names_the_tower(vision):
-    assert "vision: " in vision.output() and "Gemma3 projector, 16 embeddings an image" in vision.output()
+    assert "vision: " in vision.output() and "Gemma3 projector, 16 embeddings a tile" in vision.output()
 
 
 def test_the_greedy_answer_is_llama_mtmd_clis(vision):
@@ -246,7 +247,7 @@ def test_a_llava_tower_on_smollm2_answers_as_llama_mtmd_cli():
     tower = synth(tempfile.mkdtemp(), "smollm2-135m", LLAVA)
     s = Server("-c", "2048", "-np", "1", "--mmproj", str(tower))
     try:
-        assert "Mlp projector, 256 embeddings an image" in s.output()
+        assert "Mlp projector, 256 embeddings a tile" in s.output()
         r = s.client().chat.completions.create(model="smollm2", max_tokens=LLAVA["max_tokens"], temperature=0,
                                                messages=[{"role": "user", "content": [
                                                    {"type": "image_url", "image_url": {"url": data_url(IMAGE)}},
@@ -257,6 +258,47 @@ def test_a_llava_tower_on_smollm2_answers_as_llama_mtmd_cli():
     finally:
         s.stop()
         tower.unlink()
+
+
+IDEFICS3 = json.loads((ROOT / "tests/server/golden/vision-idefics3.json").read_text())
+
+
+def with_added_tokens(d, model, tokens):
+    """`model` (a known name) with `tokens` added to its vocabulary (scripts/add_tokens.py)."""
+    src = subprocess.run([BINARY, "pull", model], check=True, capture_output=True, text=True).stdout.strip()
+    out = Path(d) / "with-tokens.gguf"
+    subprocess.run([sys.executable, str(ROOT / "scripts/add_tokens.py"), src, str(out), *tokens], check=True)
+    return out
+
+
+def test_an_idefics3_tower_tiles_the_image_and_answers_as_llama_mtmd_cli(tmp_path):
+    """SmolLM2-135M with SmolVLM's image tokens added and a synthetic Idefics3 tower: the
+    150 × 100 image is resized to 256 × 170, stretched over 2 × 2 tiles of 128 and read with
+    an overview, 5 × 16 rows among the tokens that name each tile. Of tower seeds 1 to 9,
+    this one (4) keeps its top two tokens 0.26 apart or more at every step; seeds whose
+    answers part from llama-mtmd-cli's part where the top two are within 0.3 (a random
+    tower's embeddings move the logits by that much between 8-bit and f32 activations)."""
+    text = with_added_tokens(tmp_path, "smollm2-135m", IDEFICS3["added_tokens"])
+    tower = synth(tmp_path, str(text), IDEFICS3)
+    s = Server("-c", "2048", "-np", "1", "--mmproj", str(tower), model=str(text))
+    try:
+        assert "Idefics3 projector, 16 embeddings a tile" in s.output()
+        r = s.client().chat.completions.create(model="smolvlm", max_tokens=IDEFICS3["max_tokens"], temperature=0,
+                                               messages=[{"role": "user", "content": [
+                                                   {"type": "image_url", "image_url": {"url": data_url(IMAGE)}},
+                                                   {"type": "text", "text": IDEFICS3["text_after_image"]},
+                                               ]}])
+        assert r.choices[0].message.content == IDEFICS3["answer"]
+        assert r.usage.prompt_tokens > 5 * 16
+    finally:
+        s.stop()
+
+
+def test_an_idefics3_tower_on_a_model_without_its_tokens_is_refused_at_start(tmp_path):
+    tower = synth(tmp_path, "smollm2-135m", IDEFICS3)
+    with pytest.raises(RuntimeError) as e:
+        Server("-c", "1024", "-np", "1", "--mmproj", str(tower))
+    assert '"<fake_token_around_image>", which the model\'s vocabulary lacks' in str(e.value)
 
 
 def test_a_ubatch_smaller_than_an_image_is_refused_at_start(tmp_path):

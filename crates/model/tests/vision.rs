@@ -1,8 +1,8 @@
 //! Vision towers against llama.cpp's mtmd: synthetic towers (`tandem synth --mmproj`, the
-//! shapes below: Gemma 3's for Gemma 3 270M, LLaVA 1.5's for SmolLM2-135M) encode
-//! `fixtures/stripes-150x100.png`, and their embeddings are compared with those
-//! llama-mtmd-cli dumped for the same file and image (`golden/vision-*.emb`, made by
-//! `scripts/gen_vision_golden.sh`).
+//! shapes below: Gemma 3's for Gemma 3 270M, LLaVA 1.5's for SmolLM2-135M, Idefics3's for a
+//! model of SmolLM2's width) encode `fixtures/stripes-150x100.png`, and their embeddings
+//! are compared with those llama-mtmd-cli dumped for the same file and image
+//! (`golden/vision-*.emb`, every tile's in order, made by `scripts/gen_vision_golden.sh`).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -18,33 +18,51 @@ use model::vision::{decode, Limits, Tower};
 const IMAGE: &str = "tests/fixtures/stripes-150x100.png";
 
 /// The towers the golden files were made with: `tandem synth --mmproj gemma-3-270m
-/// --image-size 224 --type TY` (640 wide, as Gemma 3 270M) and `tandem synth --mmproj
-/// smollm2-135m --projector llava --image-size 224 --type TY` (576 wide).
+/// --image-size 224 --type TY` (640 wide, as Gemma 3 270M), `tandem synth --mmproj
+/// smollm2-135m --projector llava --image-size 224 --type TY` (576 wide) and `tandem synth
+/// --mmproj TEXT --projector idefics3 --image-size 128 --image-merge 2
+/// --image-longest-edge 256 --type TY` (576 wide; the image is 2 × 2 tiles and an overview).
 fn shape(kind: TowerKind, ty: GgmlType) -> MmprojShape {
     let (n_embd_out, n_merge) = match kind {
         TowerKind::Gemma3 => (640, 4),
         TowerKind::Llava => (576, 1),
+        TowerKind::Idefics3 => (576, 2),
     };
-    MmprojShape {
+    let base = MmprojShape {
         kind,
         image_size: 224,
         n_merge,
         ty,
         ..MmprojShape::gemma3(n_embd_out)
+    };
+    match kind {
+        TowerKind::Idefics3 => MmprojShape {
+            image_size: 128,
+            patch_size: 16,
+            longest_edge: 256,
+            ..base
+        },
+        TowerKind::Gemma3 | TowerKind::Llava => base,
     }
 }
 
-/// llama-mtmd-cli's dump: `[i32 n_tokens][i32 n_embd][f32 …]`.
+/// llama-mtmd-cli's dumps, one after another, each `[i32 n_tokens][i32 n_embd][f32 …]`:
+/// the rows of all, and their width.
 fn golden(name: &str) -> (usize, usize, Vec<f32>) {
     let bytes = std::fs::read(Path::new("tests/golden").join(name)).unwrap();
-    let word = |i: usize| i32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().unwrap());
-    let (n, e) = (word(0) as usize, word(1) as usize);
-    let values = bytes[8..]
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-        .collect::<Vec<_>>();
-    assert_eq!(values.len(), n * e);
-    (n, e, values)
+    let (mut rows, mut width, mut values) = (0, 0, Vec::new());
+    let mut rest = &bytes[..];
+    while !rest.is_empty() {
+        let word = |i: usize| i32::from_le_bytes(rest[4 * i..4 * i + 4].try_into().unwrap());
+        let (n, e) = (word(0) as usize, word(1) as usize);
+        let body = &rest[8..8 + 4 * n * e];
+        values.extend(
+            body.chunks_exact(4)
+                .map(|b| f32::from_le_bytes(b.try_into().unwrap())),
+        );
+        (rows, width, rest) = (rows + n, e, &rest[8 + 4 * n * e..]);
+    }
+    (rows, width, values)
 }
 
 fn encode(kind: TowerKind, ty: GgmlType, dev: &mut dyn EncoderDevice) -> Vec<f32> {
@@ -54,8 +72,8 @@ fn encode(kind: TowerKind, ty: GgmlType, dev: &mut dyn EncoderDevice) -> Vec<f32
     let file = Arc::new(GgufFile::open(&path).unwrap());
     let tower = Tower::load(file, dev).unwrap();
     let img = decode(&std::fs::read(IMAGE).unwrap(), &Limits::default()).unwrap();
-    let pixels = tower.params.pixels(&img);
-    tower.encode(dev, &pixels)
+    let tiles = tower.params.tiles(&img);
+    tiles.iter().flat_map(|t| tower.encode(dev, t)).collect()
 }
 
 /// `‖a - b‖ / ‖b‖`.
@@ -99,9 +117,17 @@ fn llava_tower_embeddings_match_llama_mtmd() {
     matches_llama_mtmd(TowerKind::Llava, "llava", 256, 576);
 }
 
+/// Four tiles and the overview, 16 embeddings each.
+#[test]
+fn idefics3_tower_embeddings_match_llama_mtmd() {
+    matches_llama_mtmd(TowerKind::Idefics3, "idefics3", 5 * 16, 576);
+}
+
+const KINDS: [TowerKind; 3] = [TowerKind::Gemma3, TowerKind::Llava, TowerKind::Idefics3];
+
 #[test]
 fn the_cpu_towers_agree_with_the_reference() {
-    for kind in [TowerKind::Gemma3, TowerKind::Llava] {
+    for kind in KINDS {
         let got = encode(kind, GgmlType::F32, &mut cpu());
         let want = encode(kind, GgmlType::F32, &mut Reference::new());
         let err = norm_error(&got, &want);
@@ -116,7 +142,7 @@ fn the_gpu_towers_agree_with_the_reference() {
     if !gpu::adapter_for_tests() {
         return;
     }
-    for kind in [TowerKind::Gemma3, TowerKind::Llava] {
+    for kind in KINDS {
         for ty in [GgmlType::F32, GgmlType::F16] {
             let mut g = gpu::Gpu::open(gpu::Choice::Any).unwrap();
             let got = encode(kind, ty, &mut g);

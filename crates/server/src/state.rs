@@ -631,7 +631,7 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
             ))
         }
         Some(path) => {
-            let v = crate::vision::Vision::start(path, n_embd, ecfg.device, ecfg.n_threads)
+            let v = crate::vision::Vision::start(path, (n_embd, &tok), ecfg.device, ecfg.n_threads)
                 .map_err(Error::Config)?;
             let room = ecfg.n_ubatch.min(ecfg.n_batch);
             if v.n_tokens > room {
@@ -641,7 +641,7 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
                 )));
             }
             eprintln!(
-                "vision: {} ({:?} projector, {} embeddings an image, on {})",
+                "vision: {} ({:?} projector, {} embeddings a tile, on {})",
                 path.display(),
                 v.projector,
                 v.n_tokens,

@@ -2,13 +2,14 @@
 //! on a thread and device of its own (the GPU's adapter with the model there, else the
 //! CPU's threads), and placed in the prompt as the
 //! projector says: the chat template renders a [`MARKER`] where a message had an image,
-//! and each marker becomes the projector's begin text, the image's rows and its end text.
+//! and each marker becomes the projector's pieces ([`model::vision::layout`]): texts,
+//! looked-up tokens and the rows of the image's tiles.
 //!
 //! An image's rows carry placeholder tokens; the request's prefix-cache namespace is mixed
 //! with a digest of every image's SHA-256 in order, so a cached prefix is reused only by a prompt with
 //! the same images in the same places.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
@@ -16,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use base64::Engine as _;
 use engine::{GenRequest, PromptImage};
 use gguf::GgufFile;
-use model::vision::{decode, Limits, Projector, Rgb, Tower};
+use model::vision::{decode, Limits, Piece, Projector, Rgb, Tower};
 use sha2::{Digest, Sha256};
 use text::Tokenizer;
 
@@ -30,8 +31,11 @@ pub const MARKER: &str = "<__media__>";
 /// Images whose embeddings are kept, most recent first.
 const CACHED: usize = 16;
 
+/// An image's embeddings: per tile, `[n_tokens, n_embd]`.
+type Tiles = Arc<[Arc<[f32]>]>;
+
 /// Recent images' embeddings by their contents' SHA-256, most recent first.
-type Recent = VecDeque<([u8; 32], Arc<[f32]>)>;
+type Recent = VecDeque<([u8; 32], Tiles)>;
 
 /// An image of a request, decoded.
 pub struct Picture {
@@ -39,31 +43,35 @@ pub struct Picture {
     pub sha: [u8; 32],
 }
 
+/// An image's tiles' pixels to encode, in order.
 struct Job {
-    pixels: Vec<f32>,
-    reply: Sender<Vec<f32>>,
+    tiles: Vec<Vec<f32>>,
+    reply: Sender<Vec<Arc<[f32]>>>,
 }
 
 /// A loaded tower and the thread that runs it.
 pub struct Vision {
     pub projector: Projector,
-    /// Embeddings per image.
+    /// Embeddings per tile (an image is one tile but for Idefics3's).
     pub n_tokens: usize,
     /// The device the tower encodes on, as it describes itself.
     pub device: String,
     params: model::vision::ClipParams,
+    /// The ids of the tokens the projector looks up by their text.
+    looked_up: HashMap<&'static str, u32>,
     jobs: Mutex<Sender<Job>>,
     cache: Mutex<Recent>,
     pub limits: Limits,
 }
 
 impl Vision {
-    /// Loads the tower of `path` for a language model `n_embd` wide, on a device of its
-    /// own beside the model's `device` ([`engine::DeviceKind::encoder`]; the CPU's of
-    /// `threads` threads).
+    /// Loads the tower of `path` for a language model `n_embd` wide whose tokenizer is
+    /// `tok`, on a device of its own beside the model's `device`
+    /// ([`engine::DeviceKind::encoder`]; the CPU's of `threads` threads). Errors when the
+    /// vocabulary lacks a token the projector places images with.
     pub fn start(
         path: &Path,
-        n_embd: usize,
+        (n_embd, tok): (usize, &Tokenizer),
         device: engine::DeviceKind,
         threads: usize,
     ) -> Result<Vision, String> {
@@ -78,13 +86,27 @@ impl Vision {
             )));
         }
         let params = tower.params.clone();
+        let looked_up = params
+            .looked_up()
+            .iter()
+            .map(|&t| match tok.lookup(t) {
+                Some(id) => Ok((t, id)),
+                None => Err(what(&format!(
+                    "the {:?} projector places images with the token {t:?}, which the model's \
+                     vocabulary lacks",
+                    params.projector
+                ))),
+            })
+            .collect::<Result<_, _>>()?;
         let device = dev.describe();
         let (tx, rx) = channel::<Job>();
         std::thread::Builder::new()
             .name("vision".into())
             .spawn(move || {
                 for job in rx {
-                    let _ = job.reply.send(tower.encode(&mut *dev, &job.pixels));
+                    let tiles = job.tiles.iter();
+                    let out = tiles.map(|t| tower.encode(&mut *dev, t).into()).collect();
+                    let _ = job.reply.send(out);
                 }
             })
             .map_err(|e| what(&e))?;
@@ -93,14 +115,15 @@ impl Vision {
             n_tokens: params.n_tokens(),
             device,
             params,
+            looked_up,
             jobs: Mutex::new(tx),
             cache: Mutex::new(VecDeque::new()),
             limits: Limits::default(),
         })
     }
 
-    /// `pic`'s embeddings (`[n_tokens, n_embd]`), from the cache or the tower (blocking).
-    pub fn embeddings(&self, pic: &Picture) -> Result<Arc<[f32]>, ApiError> {
+    /// `pic`'s tiles' embeddings, from the cache or the tower (blocking).
+    fn embeddings(&self, pic: &Picture) -> Result<Tiles, ApiError> {
         let cached = |c: &Recent| {
             c.iter()
                 .find(|(k, _)| *k == pic.sha)
@@ -110,9 +133,9 @@ impl Vision {
             return Ok(e);
         }
         let (reply, rx) = channel();
-        let pixels = self.params.pixels(&pic.rgb);
-        let sent = self.jobs.lock().expect("jobs").send(Job { pixels, reply });
-        let e: Arc<[f32]> = sent
+        let tiles = self.params.tiles(&pic.rgb);
+        let sent = self.jobs.lock().expect("jobs").send(Job { tiles, reply });
+        let e: Tiles = sent
             .ok()
             .and_then(|()| rx.recv().ok())
             .ok_or_else(|| ApiError::bad_request("the vision tower stopped"))?
@@ -198,9 +221,9 @@ pub fn prompt(
 }
 
 /// A rendered prompt with [`MARKER`]s made tokens: the texts between markers tokenized
-/// apart (special tokens added to the first only), each marker the projector's begin
-/// text, `n_tokens` placeholders (its begin text's first token, or token 0) and its end text;
-/// with the images (their embeddings from the tower, in order). Errors name `field`.
+/// apart (special tokens added to the first only), each marker the projector's pieces for
+/// that image, a tile's rows `n_tokens` placeholders (the pieces' first token, or token 0);
+/// with the tiles (their embeddings from the tower, in order). Errors name `field`.
 pub fn pictured_prompt(
     vision: &Vision,
     tok: &Tokenizer,
@@ -223,23 +246,30 @@ pub fn pictured_prompt(
         tok.encode(t, first, true)
             .map_err(|e| ApiError::invalid(field, format!("{field}: cannot tokenize: {e}")))
     };
-    let (begin, end) = vision.projector.markers();
-    let (begin, end) = (encode(begin, false)?, encode(end, false)?);
-    // An image row's token is never embedded; it names the row in the prompt's tokens.
-    let placeholder = begin.first().copied().unwrap_or(0);
     let mut ids = encode(pieces[0], true)?;
     let mut images = Vec::with_capacity(pictures.len());
     let mut h = Sha256::new();
     for (pic, piece) in pictures.iter().zip(&pieces[1..]) {
-        ids.extend(&begin);
-        images.push(PromptImage {
-            at: ids.len(),
-            n: vision.n_tokens,
-            embeddings: vision.embeddings(pic)?,
-            bidirectional: vision.projector.bidirectional(),
-        });
-        ids.extend(std::iter::repeat_n(placeholder, vision.n_tokens));
-        ids.extend(&end);
+        let tiles = vision.embeddings(pic)?;
+        let mut placed = Vec::new();
+        for p in vision.params.pieces(pic.rgb.width, pic.rgb.height) {
+            match p {
+                Piece::Text(t) => placed.extend(encode(&t, false)?),
+                Piece::Token(t) => placed.push(vision.looked_up[t]),
+                Piece::Tile(i) => {
+                    images.push(PromptImage {
+                        at: ids.len() + placed.len(),
+                        n: vision.n_tokens,
+                        embeddings: tiles[i].clone(),
+                        bidirectional: vision.projector.bidirectional(),
+                    });
+                    // Never embedded: a row's token only names it among the prompt's.
+                    let placeholder = placed.first().copied().unwrap_or(0);
+                    placed.extend(std::iter::repeat_n(placeholder, vision.n_tokens));
+                }
+            }
+        }
+        ids.extend(placed);
         ids.extend(encode(piece, false)?);
         h.update(pic.sha);
     }

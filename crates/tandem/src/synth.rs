@@ -128,16 +128,23 @@ pub struct SynthArgs {
     /// --n-ff [512], --type [f16] and the --image-* flags.
     #[arg(long = "mmproj")]
     pub mmproj: Option<String>,
-    /// --mmproj: the square side images are made, in pixels [default: 896; llava: 336].
+    /// --mmproj: the square side images (idefics3: tiles) are made, in pixels [default:
+    /// 896; llava: 336; idefics3: 512].
     #[arg(long, requires = "mmproj")]
     pub image_size: Option<usize>,
-    /// --mmproj: the side of a patch, in pixels [default: 14].
+    /// --mmproj: the side of a patch, in pixels [default: 14; idefics3: 16].
     #[arg(long, requires = "mmproj")]
     pub image_patch: Option<usize>,
     /// --mmproj: patches merged per side into one embedding [default: 4; llava: 1].
     #[arg(long, requires = "mmproj")]
     pub image_merge: Option<usize>,
-    /// --mmproj: gemma3 (SigLIP, Gemma 3's projector) or llava (CLIP, LLaVA 1.5's MLP).
+    /// --mmproj idefics3: the longer edge images are resized to before they are tiled
+    /// [default: 2048].
+    #[arg(long, requires = "mmproj")]
+    pub image_longest_edge: Option<usize>,
+    /// --mmproj: gemma3 (SigLIP, Gemma 3's projector), llava (CLIP, LLaVA 1.5's MLP) or
+    /// idefics3 (SigLIP, SmolVLM's pixel shuffle; its text model needs the tokens
+    /// `<fake_token_around_image>` and `<global-img>`, as SmolVLM's has).
     #[arg(long, requires = "mmproj", default_value = "gemma3")]
     pub projector: String,
     #[command(flatten)]
@@ -431,24 +438,34 @@ fn write_mmproj(a: &SynthArgs, of: &str) -> Result<(), CliError> {
     let meta = &text.header.metadata;
     let n_embd_out = meta.u32(&format!("{}.embedding_length", text.header.architecture()?))?;
     let d = MmprojShape::gemma3(n_embd_out as usize);
-    let (kind, image_size, merge) = match a.projector.as_str() {
-        "gemma3" => (TowerKind::Gemma3, d.image_size, d.n_merge),
-        "llava" => (TowerKind::Llava, 336, 1),
+    let (kind, image_size, patch, merge) = match a.projector.as_str() {
+        "gemma3" => (TowerKind::Gemma3, d.image_size, d.patch_size, d.n_merge),
+        "llava" => (TowerKind::Llava, 336, d.patch_size, 1),
+        "idefics3" => (TowerKind::Idefics3, 512, 16, 4),
         other => {
             return Err(CliError::Usage(format!(
-                "--projector: '{other}' is not gemma3 or llava"
+                "--projector: '{other}' is not gemma3, llava or idefics3"
             )))
         }
     };
+    if a.image_longest_edge.is_some() && kind != TowerKind::Idefics3 {
+        return Err(CliError::Usage(
+            "--image-longest-edge: only an idefics3 tower tiles images".into(),
+        ));
+    }
     let shape = MmprojShape {
         kind,
         image_size: a.image_size.unwrap_or(image_size),
-        patch_size: a.image_patch.unwrap_or(d.patch_size),
+        patch_size: a.image_patch.unwrap_or(patch),
         n_embd: a.n_embd.unwrap_or(d.n_embd),
         n_head: a.n_head.unwrap_or(d.n_head),
         n_ff: a.n_ff.unwrap_or(d.n_ff),
         n_layer: a.n_layer.unwrap_or(d.n_layer),
         n_merge: a.image_merge.unwrap_or(merge),
+        longest_edge: match kind {
+            TowerKind::Idefics3 => a.image_longest_edge.unwrap_or(2048),
+            TowerKind::Gemma3 | TowerKind::Llava => 0,
+        },
         ty: a.ty.unwrap_or(d.ty),
         seed: a.seed,
         ..d

@@ -299,6 +299,12 @@ impl Tokenizer {
         fragments
     }
 
+    /// The first token whose piece, control tokens rendered, is exactly `text` (llama.cpp's
+    /// mtmd `lookup_token`): a scan of the vocabulary.
+    pub fn lookup(&self, text: &str) -> Option<u32> {
+        (0..self.n_vocab() as u32).find(|&id| self.token_to_piece(id) == text.as_bytes())
+    }
+
     /// The bytes token `id` stands for, with control tokens rendered as their text. Unused
     /// tokens give no bytes; an id outside the vocabulary gives U+FFFD.
     pub fn token_to_piece(&self, id: u32) -> &[u8] {

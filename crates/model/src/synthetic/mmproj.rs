@@ -1,6 +1,6 @@
 //! Random-weight vision towers (mmproj files) with the keys and tensors llama.cpp's mtmd
-//! reads, for a language model `n_embd_out` wide: a SigLIP encoder with Gemma 3's projector,
-//! or a CLIP encoder with LLaVA 1.5's MLP.
+//! reads, for a language model `n_embd_out` wide: a SigLIP encoder with Gemma 3's projector
+//! or Idefics3's (SmolVLM's) pixel shuffle, or a CLIP encoder with LLaVA 1.5's MLP.
 
 use std::path::Path;
 
@@ -16,6 +16,8 @@ pub enum TowerKind {
     Gemma3,
     /// CLIP (quick GELU, a class token, a pre-norm) with LLaVA 1.5's two-matrix MLP.
     Llava,
+    /// SigLIP with Idefics3's pixel shuffle and one matrix; images tiled.
+    Idefics3,
 }
 
 /// The shape of a synthetic tower.
@@ -32,6 +34,9 @@ pub struct MmprojShape {
     pub n_merge: usize,
     /// The language model's `n_embd`.
     pub n_embd_out: usize,
+    /// Idefics3: the longer edge images are resized to before tiling
+    /// (`clip.vision.preproc_image_size`).
+    pub longest_edge: usize,
     /// Type of the blocks' matrices (F32 or F16, as converters write towers).
     pub ty: GgmlType,
     pub seed: u64,
@@ -51,6 +56,7 @@ impl MmprojShape {
             n_layer: 2,
             n_merge: 4,
             n_embd_out,
+            longest_edge: 0,
             ty: GgmlType::F16,
             seed: 1,
         }
@@ -80,6 +86,13 @@ impl MmprojShape {
                 self.patch_size, self.n_merge, self.image_size
             ));
         }
+        if self.kind == TowerKind::Idefics3 && (self.n_merge < 2 || self.longest_edge == 0) {
+            return bad(format!(
+                "an idefics3 tower shuffles at least 2 patches a side (not {}) and resizes \
+                 images to a longest edge (not {})",
+                self.n_merge, self.longest_edge
+            ));
+        }
         Ok(())
     }
 
@@ -90,6 +103,7 @@ impl MmprojShape {
         let head = match self.kind {
             TowerKind::Gemma3 => e * n,
             TowerKind::Llava => e * n + n * n,
+            TowerKind::Idefics3 => e * self.n_merge.pow(2) * n,
         };
         (3 * p * p * e + n_patches * e + self.n_layer * block + head) as u64
     }
@@ -104,6 +118,7 @@ impl MmprojShape {
         let (name, projector) = match self.kind {
             TowerKind::Gemma3 => ("synthetic gemma3 tower", "gemma3"),
             TowerKind::Llava => ("synthetic llava tower", "mlp"),
+            TowerKind::Idefics3 => ("synthetic idefics3 tower", "idefics3"),
         };
         w.metadata("general.name", s(name));
         w.metadata("clip.projector_type", s(projector));
@@ -121,12 +136,19 @@ impl MmprojShape {
         ] {
             w.metadata(&format!("clip.vision.{k}"), u(v));
         }
-        if !llava && self.n_merge != 4 {
-            w.metadata("clip.vision.projector.scale_factor", u(self.n_merge));
+        match self.kind {
+            TowerKind::Gemma3 if self.n_merge != 4 => {
+                w.metadata("clip.vision.projector.scale_factor", u(self.n_merge));
+            }
+            TowerKind::Idefics3 => {
+                w.metadata("clip.vision.projector.scale_factor", u(self.n_merge));
+                w.metadata("clip.vision.preproc_image_size", u(self.longest_edge));
+            }
+            TowerKind::Gemma3 | TowerKind::Llava => {}
         }
         w.metadata("clip.vision.attention.layer_norm_epsilon", Value::F32(1e-6));
         let (mean, std) = match self.kind {
-            TowerKind::Gemma3 => ([0.5; 3], [0.5; 3]),
+            TowerKind::Gemma3 | TowerKind::Idefics3 => ([0.5; 3], [0.5; 3]),
             TowerKind::Llava => (
                 [0.481_454_66, 0.457_827_5, 0.408_210_73],
                 [0.268_629_54, 0.261_302_6, 0.275_777_1],
@@ -184,10 +206,12 @@ impl MmprojShape {
                 near(&mut t, &format!("{b}.{ln}.bias"), e, 0.0, 0.1);
             }
         }
+        if !llava {
+            near(&mut t, "v.post_ln.weight", e, 1.0, 0.2);
+            near(&mut t, "v.post_ln.bias", e, 0.0, 0.1);
+        }
         match self.kind {
             TowerKind::Gemma3 => {
-                near(&mut t, "v.post_ln.weight", e, 1.0, 0.2);
-                near(&mut t, "v.post_ln.bias", e, 0.0, 0.1);
                 near(&mut t, "mm.soft_emb_norm.weight", e, 1.0, 0.2);
                 t.matrix(
                     "mm.input_projection.weight",
@@ -202,6 +226,15 @@ impl MmprojShape {
                 near(&mut t, "mm.0.bias", n, 0.0, 0.1);
                 t.matrix("mm.2.weight", &[n, n], ty, scale(n))?;
                 near(&mut t, "mm.2.bias", n, 0.0, 0.1);
+            }
+            TowerKind::Idefics3 => {
+                let wide = e * self.n_merge.pow(2);
+                t.matrix(
+                    "mm.model.fc.weight",
+                    &[wide, self.n_embd_out],
+                    ty,
+                    scale(wide),
+                )?;
             }
         }
         write_file(&w, path)

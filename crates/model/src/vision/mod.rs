@@ -6,11 +6,14 @@
 //! Rgb ──fit_square, patches──▶ [n_patches, 3·p²] ──Tower::encode──▶ [n_tokens, n_embd_out]
 //! ```
 //!
-//! Projectors run: `gemma3` (SigLIP, average-pooled by `n_merge`, RMS-normed, projected)
-//! and `mlp` (LLaVA 1.5: CLIP with a class embedding, its second-to-last block's states
-//! through two matrices). Any other is refused at load, naming it.
+//! Projectors run: `gemma3` (SigLIP, average-pooled by `n_merge`, RMS-normed, projected),
+//! `mlp` (LLaVA 1.5: CLIP with a class embedding, its second-to-last block's states
+//! through two matrices) and `idefics3` (SmolVLM: SigLIP on tiles of the image and an
+//! overview, each pixel-shuffled by `n_merge` and projected). Any other is refused at load,
+//! naming it. Where an image's tiles sit among text: [`layout`].
 
 mod decode;
+pub mod layout;
 pub mod preprocess;
 mod tower;
 
@@ -18,6 +21,7 @@ use device::encoder::Act;
 use gguf::Metadata;
 
 pub use decode::{decode, ImageError, Limits};
+pub use layout::Piece;
 pub use preprocess::{Filter, Rgb};
 pub use tower::Tower;
 
@@ -33,6 +37,10 @@ pub enum Projector {
     /// LLaVA 1.5's two-matrix MLP: the image resized (bicubic) into a square with grey
     /// bands, an embedding per patch, placed as they are, attended causally.
     Mlp,
+    /// Idefics3 / SmolVLM: the image resized (Lanczos) to `longest_edge`, stretched to a grid
+    /// of tiles, each tile and an overview of the whole pixel-shuffled (`n_merge²` patches
+    /// side by side in one row) and projected by one matrix; attended causally.
+    Idefics3,
 }
 
 impl Projector {
@@ -40,20 +48,13 @@ impl Projector {
         match name {
             "gemma3" => Ok(Projector::Gemma3),
             "mlp" => Ok(Projector::Mlp),
+            "idefics3" => Ok(Projector::Idefics3),
             _ => Err(Error::BadHParam {
                 key: "clip.projector_type".into(),
                 problem: format!(
-                    "projector '{name}' is not supported yet (supported: gemma3, mlp)"
+                    "projector '{name}' is not supported yet (supported: gemma3, mlp, idefics3)"
                 ),
             }),
-        }
-    }
-
-    /// The text before and after an image's embeddings.
-    pub fn markers(self) -> (&'static str, &'static str) {
-        match self {
-            Projector::Gemma3 => ("<start_of_image>", "<end_of_image>"),
-            Projector::Mlp => ("", ""),
         }
     }
 
@@ -62,7 +63,7 @@ impl Projector {
     pub fn bidirectional(self) -> bool {
         match self {
             Projector::Gemma3 => true,
-            Projector::Mlp => false,
+            Projector::Mlp | Projector::Idefics3 => false,
         }
     }
 }
@@ -76,7 +77,7 @@ pub struct ClipParams {
     pub n_ff: usize,
     pub n_layer: usize,
     pub eps: f32,
-    /// The square side, in pixels, an image is made.
+    /// The square side, in pixels, of an image or a tile.
     pub image_size: usize,
     pub patch_size: usize,
     pub mean: [f32; 3],
@@ -90,6 +91,9 @@ pub struct ClipParams {
     pub act: Act,
     /// Blocks run: all, or all but the last (LLaVA reads the second-to-last's states).
     pub depth: usize,
+    /// Idefics3: the longer edge, in pixels, an image is resized to before it is tiled
+    /// (`clip.vision.preproc_image_size`); 0 for the others.
+    pub longest_edge: usize,
 }
 
 impl ClipParams {
@@ -141,6 +145,9 @@ impl ClipParams {
             }
         }
         let n_layer = u("block_count")?;
+        let scale_factor = meta
+            .opt_u32("clip.vision.projector.scale_factor")?
+            .map(|v| v as usize);
         let p = ClipParams {
             projector,
             n_embd: u("embedding_length")?,
@@ -153,25 +160,49 @@ impl ClipParams {
             mean: triple("image_mean")?,
             std: triple("image_std")?,
             n_merge: match projector {
-                Projector::Gemma3 => meta
-                    .opt_u32("clip.vision.projector.scale_factor")?
-                    .map_or(4, |v| v as usize),
+                Projector::Gemma3 => scale_factor.unwrap_or(4),
+                Projector::Idefics3 => scale_factor.unwrap_or(1),
                 Projector::Mlp => 1,
             },
             filter: match projector {
                 Projector::Gemma3 => Filter::Bilinear,
                 Projector::Mlp => Filter::Bicubic,
+                Projector::Idefics3 => Filter::Lanczos,
             },
             pad: match projector {
-                Projector::Gemma3 => [0; 3],
                 Projector::Mlp => [122, 116, 104],
+                Projector::Gemma3 | Projector::Idefics3 => [0; 3],
             },
             act,
             depth: match projector {
-                Projector::Gemma3 => n_layer,
                 Projector::Mlp => n_layer.saturating_sub(1),
+                Projector::Gemma3 | Projector::Idefics3 => n_layer,
+            },
+            longest_edge: match projector {
+                Projector::Idefics3 => {
+                    meta.opt_u32("clip.vision.preproc_image_size")?.unwrap_or(0) as usize
+                }
+                Projector::Gemma3 | Projector::Mlp => 0,
             },
         };
+        if projector == Projector::Idefics3 {
+            if p.n_merge < 2 {
+                return Err(bad(
+                    "clip.vision.projector.scale_factor",
+                    format!(
+                        "{} (absent: 1); a pixel shuffle merges at least 2",
+                        p.n_merge
+                    ),
+                ));
+            }
+            if p.longest_edge == 0 {
+                return Err(bad(
+                    "clip.vision.preproc_image_size",
+                    "absent: towers that slice images as LLaVA-UHD does are not supported yet"
+                        .into(),
+                ));
+            }
+        }
         if p.n_head == 0 || !p.n_embd.is_multiple_of(p.n_head) {
             return Err(bad(
                 "clip.vision.attention.head_count",
@@ -209,14 +240,8 @@ impl ClipParams {
         self.side() * self.side()
     }
 
-    /// Embeddings per image.
+    /// Embeddings per tile.
     pub fn n_tokens(&self) -> usize {
         (self.side() / self.n_merge).pow(2)
-    }
-
-    /// `img` as the tower's `[n_patches, 3 · patch²]` input.
-    pub fn pixels(&self, img: &Rgb) -> Vec<f32> {
-        let square = preprocess::fit_square(img, self.image_size, self.filter, self.pad);
-        preprocess::patches(&square, self.patch_size, self.mean, self.std)
     }
 }

@@ -168,6 +168,23 @@ pub fn fit_square(img: &Rgb, side: usize, filter: Filter, pad: [u8; 3]) -> Rgb {
     }
 }
 
+/// The `w × h` pixels of `img` from `(x, y)` (inside it).
+pub fn crop(img: &Rgb, x: usize, y: usize, w: usize, h: usize) -> Rgb {
+    assert!(
+        x + w <= img.width && y + h <= img.height,
+        "a crop inside the image"
+    );
+    let data = (y..y + h)
+        .flat_map(|r| &img.data[(r * img.width + x) * 3..][..w * 3])
+        .copied()
+        .collect();
+    Rgb {
+        width: w,
+        height: h,
+        data,
+    }
+}
+
 /// A square image of `side` pixels as `[n_patches, 3 · patch²]`: patch `py · (side / patch)
 /// + px`, each row its channels, then rows, then columns (a convolution kernel's order),
 /// every value `(v / 255 - mean[c]) / std[c]`.

@@ -9,6 +9,8 @@
 //! x = post_ln(x)
 //! gemma3: avg-pool n_merge × n_merge; out = input_projection · (rms_norm(x) · soft_emb_norm)
 //! mlp:    rows 1..=n_patches of x; out = mm.2 · gelu(mm.0 · x)  // [n_patches, n_embd_out]
+//! idefics3: x pixel-shuffled: out row (Y, X) = the rows of patches (Y·s + dy, X·s + dx)
+//!         side by side, dy then dx; out = mm.model.fc · x          // [n_patches / s², n_embd_out]
 //! ```
 //!
 //! (llama.cpp appends the class embedding after the patches and then takes rows from 1:
@@ -45,6 +47,8 @@ enum Head {
         mm2: (MatId, VecId),
         hidden: usize,
     },
+    /// `mm.model.fc` (`n_embd · n_merge² → n_embd_out`, no bias).
+    Idefics3 { fc: MatId },
 }
 
 /// A tower's buffers for one image, allocated at load.
@@ -176,6 +180,12 @@ impl Tower {
                 };
                 (head, None, n_out)
             }
+            Projector::Idefics3 => {
+                let name = "mm.model.fc.weight";
+                let n_out = dim(&file, name, 1)?;
+                let fc = t.matrix(name, n_out, e * params.n_merge.pow(2))?;
+                (Head::Idefics3 { fc }, None, n_out)
+            }
         };
         let table = t.finish();
         let sources: Vec<MatrixSource> = table
@@ -190,7 +200,7 @@ impl Tower {
         };
         let widest_ff = match &head {
             Head::Mlp { hidden, .. } => ff.max(*hidden),
-            Head::Gemma3 { .. } => ff,
+            Head::Gemma3 { .. } | Head::Idefics3 { .. } => ff,
         };
         let nt = params.n_tokens();
         let mut alloc = |n: usize| dev.alloc(n);
@@ -202,7 +212,10 @@ impl Tower {
             k: alloc(n_pos * e)?,
             v: alloc(n_pos * e)?,
             ff: alloc(n_pos * widest_ff)?,
-            pooled: alloc(nt * e)?,
+            pooled: alloc(match head {
+                Head::Idefics3 { .. } => params.n_patches() * e,
+                Head::Gemma3 { .. } | Head::Mlp { .. } => nt * e,
+            })?,
             out: alloc(nt * n_embd_out)?,
         };
         Ok(Tower {
@@ -300,12 +313,29 @@ impl Tower {
                 dev.activate(s.ff, nt * hidden, Act::Gelu);
                 dev.matmul(&[t[mm2.0]], s.ff, nt, &[out_to(s.out, mm2.1, None)]);
             }
+            Head::Idefics3 { fc } => {
+                dev.gather_rows(s.x, &shuffled(c.side(), c.n_merge), e, s.pooled);
+                dev.matmul(&[t[*fc]], s.pooled, nt, &[MatOut::to(s.out)]);
+            }
         }
         dev.finish();
         let mut out = vec![0f32; nt * self.n_embd_out];
         dev.download(s.out, 0, &mut out);
         out
     }
+}
+
+/// The patches (row by row of a `side × side` grid) in pixel-shuffle order: for each
+/// `s × s` square, row by row of squares, its patches row by row.
+fn shuffled(side: usize, s: usize) -> Vec<usize> {
+    let n = side / s;
+    let mut rows = Vec::with_capacity(side * side);
+    for (by, bx) in (0..n).flat_map(|by| (0..n).map(move |bx| (by, bx))) {
+        for (dy, dx) in (0..s).flat_map(|dy| (0..s).map(move |dx| (dy, dx))) {
+            rows.push((by * s + dy) * side + bx * s + dx);
+        }
+    }
+    rows
 }
 
 /// `stored` (`[rows, cols]`) transposed into an f32 matrix of `cols` rows of `rows`.

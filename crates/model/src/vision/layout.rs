@@ -1,0 +1,230 @@
+//! How an image enters a prompt, as llama.cpp's mtmd places it: the tiles the tower
+//! encodes, and the text and embeddings in prompt order.
+//!
+//! ```text
+//! gemma3:   "<start_of_image>" tile "<end_of_image>"
+//! mlp:      tile
+//! idefics3: per row of the grid: per column "<fake_token_around_image><row_R_col_C>" tile;
+//!           "\n" between rows; then "\n\n" "<fake_token_around_image>" "<global-img>"
+//!           overview "<fake_token_around_image>"  (the last four tokens looked up one by one)
+//! ```
+
+use super::preprocess::{self, Rgb};
+use super::{ClipParams, Projector};
+
+/// A part of an image's place in a prompt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Piece {
+    /// Text, tokenized with its special tokens.
+    Text(String),
+    /// The vocabulary's token whose text is exactly this (llama.cpp's `lookup_token`).
+    Token(&'static str),
+    /// The embeddings of tile `i` ([`ClipParams::tiles`]).
+    Tile(usize),
+}
+
+/// The tokens Idefics3 looks up by their text.
+const IDEFICS3_TOKENS: [&str; 4] = ["\n", "\n\n", "<fake_token_around_image>", "<global-img>"];
+
+/// An image of Idefics3's: the size it is first resized to (its longer edge the tower's
+/// `longest_edge`, the other even), and the grid of tiles that size is stretched to fill.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Grid {
+    resized: (usize, usize),
+    cols: usize,
+    rows: usize,
+}
+
+impl Grid {
+    /// The other edge is at least 2 pixels (llama.cpp's would be 0 for an image over
+    /// `longest_edge` times wider than tall, and it fails).
+    fn of(c: &ClipParams, width: usize, height: usize) -> Grid {
+        let edge = c.longest_edge;
+        let aspect = width as f64 / height as f64;
+        let even = |v: f64| {
+            let v = v as usize;
+            (v + v % 2).max(2)
+        };
+        let resized = match width >= height {
+            true => (edge, even(edge as f64 / aspect)),
+            false => (even(edge as f64 * aspect), edge),
+        };
+        let tile = c.image_size;
+        Grid {
+            resized,
+            cols: resized.0.div_ceil(tile),
+            rows: resized.1.div_ceil(tile),
+        }
+    }
+}
+
+impl ClipParams {
+    /// Where an image `width × height` sits in a prompt.
+    pub fn pieces(&self, width: usize, height: usize) -> Vec<Piece> {
+        let text = |s: &str| Piece::Text(s.into());
+        match self.projector {
+            Projector::Gemma3 => vec![
+                text("<start_of_image>"),
+                Piece::Tile(0),
+                text("<end_of_image>"),
+            ],
+            Projector::Mlp => vec![Piece::Tile(0)],
+            Projector::Idefics3 => {
+                let g = Grid::of(self, width, height);
+                let mut p = Vec::new();
+                for y in 0..g.rows {
+                    for x in 0..g.cols {
+                        let at = format!("<fake_token_around_image><row_{}_col_{}>", y + 1, x + 1);
+                        p.extend([Piece::Text(at), Piece::Tile(y * g.cols + x)]);
+                    }
+                    if y + 1 < g.rows {
+                        p.push(Piece::Token("\n"));
+                    }
+                }
+                let [_, blank, around, global] = IDEFICS3_TOKENS;
+                p.extend([blank, around, global].map(Piece::Token));
+                p.extend([Piece::Tile(g.rows * g.cols), Piece::Token(around)]);
+                p
+            }
+        }
+    }
+
+    /// Every token [`Piece::Token`] may name: the language model's vocabulary must hold them.
+    pub fn looked_up(&self) -> &'static [&'static str] {
+        match self.projector {
+            Projector::Idefics3 => &IDEFICS3_TOKENS,
+            Projector::Gemma3 | Projector::Mlp => &[],
+        }
+    }
+
+    /// `img`'s tiles as the tower reads them, each `[n_patches, 3 · patch²]`, in the order
+    /// [`Piece::Tile`] numbers them.
+    pub fn tiles(&self, img: &Rgb) -> Vec<Vec<f32>> {
+        let pixels =
+            |square: &Rgb| preprocess::patches(square, self.patch_size, self.mean, self.std);
+        let side = self.image_size;
+        match self.projector {
+            Projector::Gemma3 | Projector::Mlp => {
+                vec![pixels(&preprocess::fit_square(
+                    img,
+                    side,
+                    self.filter,
+                    self.pad,
+                ))]
+            }
+            Projector::Idefics3 => {
+                let g = Grid::of(self, img.width, img.height);
+                let resized = preprocess::resize(img, g.resized.0, g.resized.1, self.filter);
+                let refined =
+                    preprocess::resize(&resized, g.cols * side, g.rows * side, self.filter);
+                let mut tiles: Vec<Vec<f32>> = (0..g.rows * g.cols)
+                    .map(|i| {
+                        let (x, y) = (i % g.cols * side, i / g.cols * side);
+                        pixels(&preprocess::crop(&refined, x, y, side, side))
+                    })
+                    .collect();
+                tiles.push(pixels(&preprocess::resize(
+                    &refined,
+                    side,
+                    side,
+                    self.filter,
+                )));
+                tiles
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vision::Filter;
+
+    fn idefics3(image_size: usize, longest_edge: usize) -> ClipParams {
+        ClipParams {
+            projector: Projector::Idefics3,
+            n_embd: 8,
+            n_head: 2,
+            n_ff: 16,
+            n_layer: 1,
+            eps: 1e-6,
+            image_size,
+            patch_size: 16,
+            mean: [0.5; 3],
+            std: [0.5; 3],
+            n_merge: 2,
+            filter: Filter::Lanczos,
+            pad: [0; 3],
+            act: device::encoder::Act::Gelu,
+            depth: 1,
+            longest_edge,
+        }
+    }
+
+    #[test]
+    fn a_wide_image_is_two_rows_of_tiles_and_an_overview() {
+        // 150 × 100 to a longest edge of 256 is 256 × 170: two columns and two rows of
+        // 128-pixel tiles.
+        let c = idefics3(128, 256);
+        assert_eq!(
+            Grid::of(&c, 150, 100),
+            Grid {
+                resized: (256, 170),
+                cols: 2,
+                rows: 2
+            }
+        );
+        let p = c.pieces(150, 100);
+        let text = |s: &str| Piece::Text(s.into());
+        assert_eq!(
+            p,
+            vec![
+                text("<fake_token_around_image><row_1_col_1>"),
+                Piece::Tile(0),
+                text("<fake_token_around_image><row_1_col_2>"),
+                Piece::Tile(1),
+                Piece::Token("\n"),
+                text("<fake_token_around_image><row_2_col_1>"),
+                Piece::Tile(2),
+                text("<fake_token_around_image><row_2_col_2>"),
+                Piece::Tile(3),
+                Piece::Token("\n\n"),
+                Piece::Token("<fake_token_around_image>"),
+                Piece::Token("<global-img>"),
+                Piece::Tile(4),
+                Piece::Token("<fake_token_around_image>"),
+            ]
+        );
+        // A tall one rounds its width up to even; an image of one row has no "\n".
+        assert_eq!(Grid::of(&c, 33, 100).resized, (84, 256));
+        assert!(!c.pieces(300, 20).contains(&Piece::Token("\n")));
+    }
+
+    #[test]
+    fn the_tiles_are_the_refined_image_cut_and_the_overview_last() {
+        let c = idefics3(32, 64);
+        let img = Rgb {
+            width: 60,
+            height: 30,
+            data: (0..60 * 30 * 3).map(|i| (i * 7 % 251) as u8).collect(),
+        };
+        let tiles = c.tiles(&img);
+        assert_eq!(tiles.len(), 2 + 1);
+        let refined = preprocess::resize(
+            &preprocess::resize(&img, 64, 32, Filter::Lanczos),
+            64,
+            32,
+            Filter::Lanczos,
+        );
+        let right = preprocess::crop(&refined, 32, 0, 32, 32);
+        assert_eq!(
+            tiles[1],
+            preprocess::patches(&right, 16, [0.5; 3], [0.5; 3])
+        );
+        let overview = preprocess::resize(&refined, 32, 32, Filter::Lanczos);
+        assert_eq!(
+            tiles[2],
+            preprocess::patches(&overview, 16, [0.5; 3], [0.5; 3])
+        );
+    }
+}
