@@ -21,7 +21,9 @@
 # added tokens); every tile's embeddings are dumped (through a FIFO: llama-mtmd-cli
 # rewrites the file per tile) to crates/model/tests/golden/vision-idefics3-{f32,f16}.emb, and
 # its greedy answer (tower seed 4) to tests/server/golden/vision-idefics3.json, with the
-# added tokens.
+# added tokens. LLaVA 1.6's tiles likewise (a 112-pixel tower with pinpoints: two tiles and an
+# overview) to crates/model/tests/golden/vision-llava16-{f32,f16}.emb, and its answer (tower
+# seed 4) on SmolLM2-135M to tests/server/golden/vision-llava16.json.
 #
 # usage: scripts/gen_vision_golden.sh TANDEM_BINARY LLAMA_MTMD_CLI_BINARY
 # (the shapes must match crates/model/tests/vision.rs)
@@ -35,6 +37,8 @@ text=$("$tandem" pull gemma3-270m)
 smol=$("$tandem" pull smollm2-135m)
 added="<fake_token_around_image> <global-img> <row_1_col_1> <row_1_col_2> <row_2_col_1> <row_2_col_2>"
 idefics_tower_args="--projector idefics3 --image-size 128 --image-merge 2 --image-longest-edge 256"
+llava16_tower_args="--projector llava --image-size 112 --n-layer 3 --image-feature-layer 3 \
+--image-grid-pinpoints 224,112,112,224,224,224"
 # shellcheck disable=SC2086
 python3 scripts/add_tokens.py "$smol" "$tmp/idefics-text.gguf" $added
 # every_tile OUT CLI_ARGS...: llama-mtmd-cli's embeddings of each encoded tile, in order, to OUT.
@@ -68,6 +72,12 @@ for ty in f32 f16; do
         "$cli" -m "$smol" --mmproj "$tmp/llava-$ty.gguf" \
         --image crates/model/tests/fixtures/stripes-150x100.png -p "Describe the image." \
         -n 1 --temp 0 -fa off -t 2 > /dev/null
+    # shellcheck disable=SC2086
+    "$tandem" synth --mmproj "$smol" $llava16_tower_args --type "$ty" -o "$tmp/llava16-$ty.gguf"
+    every_tile "$PWD/crates/model/tests/golden/vision-llava16-$ty.emb" \
+        -m "$smol" --mmproj "$tmp/llava16-$ty.gguf" \
+        --image crates/model/tests/fixtures/stripes-150x100.png -p "Describe the image." \
+        -n 1 --temp 0 -fa off -t 2 --jinja
     # shellcheck disable=SC2086
     "$tandem" synth --mmproj "$tmp/idefics-text.gguf" $idefics_tower_args --type "$ty" \
         -o "$tmp/idefics-$ty.gguf"
@@ -111,6 +121,7 @@ answer llava "$smol" "--projector llava --image-size 224 --type f32 --seed 4" ""
     "--jinja"
 added_tokens=$added answer idefics3 "$tmp/idefics-text.gguf" \
     "$idefics_tower_args --type f32 --seed 4" "" "Describe the image." 16 "--jinja"
+answer llava16 "$smol" "$llava16_tower_args --type f32 --seed 4" "" "Describe the image." 16 "--jinja"
 dir=crates/engine/tests/golden
 answer llava-112 "$smol" "--projector llava --image-size 112 --type f32 --seed 5" "" "Describe the image." \
     16 "--jinja" crates/engine/tests/golden/vision-llava-112.emb

@@ -1,6 +1,6 @@
 //! Vision towers against llama.cpp's mtmd: synthetic towers (`tandem synth --mmproj`, the
 //! shapes below: Gemma 3's for Gemma 3 270M, LLaVA 1.5's for SmolLM2-135M, Idefics3's for a
-//! model of SmolLM2's width) encode `fixtures/stripes-150x100.png`, and their embeddings
+//! model of SmolLM2's width; LLaVA 1.6's tiles too) encode `fixtures/stripes-150x100.png`, and their embeddings
 //! are compared with those llama-mtmd-cli dumped for the same file and image
 //! (`golden/vision-*.emb`, every tile's in order, made by `scripts/gen_vision_golden.sh`).
 
@@ -46,6 +46,20 @@ fn shape(kind: TowerKind, ty: GgmlType) -> MmprojShape {
     }
 }
 
+/// LLaVA 1.6's: `tandem synth --mmproj smollm2-135m --projector llava --image-size 112
+/// --n-layer 3 --image-feature-layer 3 --image-grid-pinpoints 224,112,112,224,224,224 --type
+/// TY`: the image fitted into 224 × 112, two tiles and an overview, read after all three
+/// blocks (LLaVA 1.5 reads the second-to-last's).
+fn llava16(ty: GgmlType) -> MmprojShape {
+    MmprojShape {
+        image_size: 112,
+        n_layer: 3,
+        feature_layer: Some(3),
+        pinpoints: vec![(224, 112), (112, 224), (224, 224)],
+        ..shape(TowerKind::Llava, ty)
+    }
+}
+
 /// llama-mtmd-cli's dumps, one after another, each `[i32 n_tokens][i32 n_embd][f32 …]`:
 /// the rows of all, and their width.
 fn golden(name: &str) -> (usize, usize, Vec<f32>) {
@@ -65,10 +79,10 @@ fn golden(name: &str) -> (usize, usize, Vec<f32>) {
     (rows, width, values)
 }
 
-fn encode(kind: TowerKind, ty: GgmlType, dev: &mut dyn EncoderDevice) -> Vec<f32> {
+fn encode(shape: &MmprojShape, dev: &mut dyn EncoderDevice) -> Vec<f32> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tower.gguf");
-    shape(kind, ty).write(&path).unwrap();
+    shape.write(&path).unwrap();
     let file = Arc::new(GgufFile::open(&path).unwrap());
     let tower = Tower::load(file, dev).unwrap();
     let img = decode(&std::fs::read(IMAGE).unwrap(), &Limits::default()).unwrap();
@@ -92,12 +106,17 @@ fn cpu() -> Cpu {
     Cpu::new(Arc::new(ThreadPool::new(2)), Precision::Int8)
 }
 
-fn matches_llama_mtmd(kind: TowerKind, name: &str, n_tokens: usize, n_embd: usize) {
+fn matches_llama_mtmd(
+    shape: impl Fn(GgmlType) -> MmprojShape,
+    name: &str,
+    n_tokens: usize,
+    n_embd: usize,
+) {
     for ty in [GgmlType::F32, GgmlType::F16] {
         let file = format!("vision-{name}-{}.emb", ty.to_string().to_lowercase());
         let (n, e, want) = golden(&file);
         assert_eq!((n, e), (n_tokens, n_embd));
-        let got = encode(kind, ty, &mut cpu());
+        let got = encode(&shape(ty), &mut cpu());
         let err = norm_error(&got, &want);
         eprintln!("{name} {ty}: relative error {err:.2e}");
         assert!(
@@ -109,18 +128,24 @@ fn matches_llama_mtmd(kind: TowerKind, name: &str, n_tokens: usize, n_embd: usiz
 
 #[test]
 fn gemma3_tower_embeddings_match_llama_mtmd() {
-    matches_llama_mtmd(TowerKind::Gemma3, "gemma3", 16, 640);
+    matches_llama_mtmd(|ty| shape(TowerKind::Gemma3, ty), "gemma3", 16, 640);
 }
 
 #[test]
 fn llava_tower_embeddings_match_llama_mtmd() {
-    matches_llama_mtmd(TowerKind::Llava, "llava", 256, 576);
+    matches_llama_mtmd(|ty| shape(TowerKind::Llava, ty), "llava", 256, 576);
+}
+
+/// Two tiles and the overview, 64 embeddings each.
+#[test]
+fn llava16_tower_embeddings_match_llama_mtmd() {
+    matches_llama_mtmd(llava16, "llava16", 3 * 64, 576);
 }
 
 /// Four tiles and the overview, 16 embeddings each.
 #[test]
 fn idefics3_tower_embeddings_match_llama_mtmd() {
-    matches_llama_mtmd(TowerKind::Idefics3, "idefics3", 5 * 16, 576);
+    matches_llama_mtmd(|ty| shape(TowerKind::Idefics3, ty), "idefics3", 5 * 16, 576);
 }
 
 const KINDS: [TowerKind; 3] = [TowerKind::Gemma3, TowerKind::Llava, TowerKind::Idefics3];
@@ -128,8 +153,8 @@ const KINDS: [TowerKind; 3] = [TowerKind::Gemma3, TowerKind::Llava, TowerKind::I
 #[test]
 fn the_cpu_towers_agree_with_the_reference() {
     for kind in KINDS {
-        let got = encode(kind, GgmlType::F32, &mut cpu());
-        let want = encode(kind, GgmlType::F32, &mut Reference::new());
+        let got = encode(&shape(kind, GgmlType::F32), &mut cpu());
+        let want = encode(&shape(kind, GgmlType::F32), &mut Reference::new());
         let err = norm_error(&got, &want);
         assert!(err < 1e-5, "{kind:?}: CPU against the reference: {err:.2e}");
     }
@@ -145,8 +170,8 @@ fn the_gpu_towers_agree_with_the_reference() {
     for kind in KINDS {
         for ty in [GgmlType::F32, GgmlType::F16] {
             let mut g = gpu::Gpu::open(gpu::Choice::Any).unwrap();
-            let got = encode(kind, ty, &mut g);
-            let want = encode(kind, ty, &mut Reference::new());
+            let got = encode(&shape(kind, ty), &mut g);
+            let want = encode(&shape(kind, ty), &mut Reference::new());
             let err = norm_error(&got, &want);
             assert!(
                 err < 1e-5,

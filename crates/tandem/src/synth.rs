@@ -142,6 +142,14 @@ pub struct SynthArgs {
     /// [default: 2048].
     #[arg(long, requires = "mmproj")]
     pub image_longest_edge: Option<usize>,
+    /// --mmproj llava: LLaVA 1.6's tiling, the sizes images larger than a tile are fitted
+    /// into, as width,height pairs of whole tiles (e.g. 672,336,336,672,672,672).
+    #[arg(long, requires = "mmproj", value_delimiter = ',')]
+    pub image_grid_pinpoints: Vec<usize>,
+    /// --mmproj llava: the block whose input the projector reads
+    /// (`clip.vision.feature_layer`) [default: none, the last block's].
+    #[arg(long, requires = "mmproj")]
+    pub image_feature_layer: Option<usize>,
     /// --mmproj: gemma3 (SigLIP, Gemma 3's projector), llava (CLIP, LLaVA 1.5's MLP) or
     /// idefics3 (SigLIP, SmolVLM's pixel shuffle; its text model needs the tokens
     /// `<fake_token_around_image>` and `<global-img>`, as SmolVLM's has).
@@ -453,6 +461,11 @@ fn write_mmproj(a: &SynthArgs, of: &str) -> Result<(), CliError> {
             "--image-longest-edge: only an idefics3 tower tiles images".into(),
         ));
     }
+    if a.image_grid_pinpoints.len() % 2 != 0 {
+        return Err(CliError::Usage(
+            "--image-grid-pinpoints: width,height pairs".into(),
+        ));
+    }
     let shape = MmprojShape {
         kind,
         image_size: a.image_size.unwrap_or(image_size),
@@ -462,6 +475,12 @@ fn write_mmproj(a: &SynthArgs, of: &str) -> Result<(), CliError> {
         n_ff: a.n_ff.unwrap_or(d.n_ff),
         n_layer: a.n_layer.unwrap_or(d.n_layer),
         n_merge: a.image_merge.unwrap_or(merge),
+        pinpoints: a
+            .image_grid_pinpoints
+            .chunks(2)
+            .map(|p| (p[0], p[1]))
+            .collect(),
+        feature_layer: a.image_feature_layer,
         longest_edge: match kind {
             TowerKind::Idefics3 => a.image_longest_edge.unwrap_or(2048),
             TowerKind::Gemma3 | TowerKind::Llava => 0,

@@ -37,6 +37,12 @@ pub struct MmprojShape {
     /// Idefics3: the longer edge images are resized to before tiling
     /// (`clip.vision.preproc_image_size`).
     pub longest_edge: usize,
+    /// LLaVA 1.6: the sizes (width, height) images are tiled at
+    /// (`clip.vision.image_grid_pinpoints`); none for LLaVA 1.5.
+    pub pinpoints: Vec<(usize, usize)>,
+    /// LLaVA: the block whose input the projector reads (`clip.vision.feature_layer`; none:
+    /// the last block's).
+    pub feature_layer: Option<usize>,
     /// Type of the blocks' matrices (F32 or F16, as converters write towers).
     pub ty: GgmlType,
     pub seed: u64,
@@ -57,6 +63,8 @@ impl MmprojShape {
             n_merge: 4,
             n_embd_out,
             longest_edge: 0,
+            pinpoints: Vec::new(),
+            feature_layer: None,
             ty: GgmlType::F16,
             seed: 1,
         }
@@ -84,6 +92,25 @@ impl MmprojShape {
             return bad(format!(
                 "{}-pixel patches merged by {} do not tile {} pixels",
                 self.patch_size, self.n_merge, self.image_size
+            ));
+        }
+        if !self.pinpoints.is_empty() && self.kind != TowerKind::Llava
+            || self.pinpoints.iter().any(|&(w, h)| {
+                w == 0 || h == 0 || w % self.image_size != 0 || h % self.image_size != 0
+            })
+        {
+            return bad(format!(
+                "pinpoints {:?}: a LLaVA tower's, whole {}-pixel tiles",
+                self.pinpoints, self.image_size
+            ));
+        }
+        if self
+            .feature_layer
+            .is_some_and(|l| l > self.n_layer || self.kind != TowerKind::Llava)
+        {
+            return bad(format!(
+                "feature layer {:?}: a LLaVA tower's, at most its {} blocks",
+                self.feature_layer, self.n_layer
             ));
         }
         if self.kind == TowerKind::Idefics3 && (self.n_merge < 2 || self.longest_edge == 0) {
@@ -144,7 +171,22 @@ impl MmprojShape {
                 w.metadata("clip.vision.projector.scale_factor", u(self.n_merge));
                 w.metadata("clip.vision.preproc_image_size", u(self.longest_edge));
             }
-            TowerKind::Gemma3 | TowerKind::Llava => {}
+            TowerKind::Llava => {
+                let ints = |v: Vec<usize>| {
+                    Value::Array(
+                        ValueType::I32,
+                        v.into_iter().map(|v| Value::I32(v as i32)).collect(),
+                    )
+                };
+                if !self.pinpoints.is_empty() {
+                    let flat = self.pinpoints.iter().flat_map(|&(w, h)| [w, h]).collect();
+                    w.metadata("clip.vision.image_grid_pinpoints", ints(flat));
+                }
+                if let Some(l) = self.feature_layer {
+                    w.metadata("clip.vision.feature_layer", ints(vec![l]));
+                }
+            }
+            TowerKind::Gemma3 => {}
         }
         w.metadata("clip.vision.attention.layer_norm_epsilon", Value::F32(1e-6));
         let (mean, std) = match self.kind {

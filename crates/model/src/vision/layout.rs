@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! gemma3:   "<start_of_image>" tile "<end_of_image>"
-//! mlp:      tile
+//! mlp:      tile (1.5, or 1.6's image within a tile: stretched to it)
+//!           1.6: the tiles of the best pinpoint, row by row, then the overview
 //! idefics3: per row of the grid: per column "<fake_token_around_image><row_R_col_C>" tile;
 //!           "\n" between rows; then "\n\n" "<fake_token_around_image>" "<global-img>"
 //!           overview "<fake_token_around_image>"  (the last four tokens looked up one by one)
@@ -58,7 +59,33 @@ impl Grid {
     }
 }
 
+/// LLaVA 1.6's pinpoint for an image `width × height` (mtmd's `select_best_resolution`):
+/// the one that keeps the most of its pixels once it is fitted in, then the one that wastes
+/// the least; the first of equals.
+fn best_pinpoint(pinpoints: &[(usize, usize)], width: usize, height: usize) -> (usize, usize) {
+    let (mut best, mut kept_most, mut wasted_least) = (pinpoints[0], 0, usize::MAX);
+    for &(w, h) in pinpoints {
+        let scale = (w as f32 / width as f32).min(h as f32 / height as f32);
+        let fitted = (width as f32 * scale) as usize * (height as f32 * scale) as usize;
+        let kept = fitted.min(width * height);
+        let wasted = w * h - kept;
+        if kept > kept_most || (kept == kept_most && wasted < wasted_least) {
+            (best, kept_most, wasted_least) = ((w, h), kept, wasted);
+        }
+    }
+    best
+}
+
 impl ClipParams {
+    /// LLaVA 1.6's pinpoint for an image `width × height`, where it is cut into tiles (larger
+    /// than a tile either way).
+    fn pinpoint(&self, width: usize, height: usize) -> Option<(usize, usize)> {
+        let tile = self.image_size;
+        let larger = width > tile || height > tile;
+        (larger && !self.pinpoints.is_empty())
+            .then(|| best_pinpoint(&self.pinpoints, width, height))
+    }
+
     /// Where an image `width × height` sits in a prompt.
     pub fn pieces(&self, width: usize, height: usize) -> Vec<Piece> {
         let text = |s: &str| Piece::Text(s.into());
@@ -68,7 +95,13 @@ impl ClipParams {
                 Piece::Tile(0),
                 text("<end_of_image>"),
             ],
-            Projector::Mlp => vec![Piece::Tile(0)],
+            Projector::Mlp => match self.pinpoint(width, height) {
+                None => vec![Piece::Tile(0)],
+                Some((w, h)) => {
+                    let n = (w / self.image_size) * (h / self.image_size);
+                    (0..=n).map(Piece::Tile).collect()
+                }
+            },
             Projector::Idefics3 => {
                 let g = Grid::of(self, width, height);
                 let mut p = Vec::new();
@@ -103,26 +136,36 @@ impl ClipParams {
         let pixels =
             |square: &Rgb| preprocess::patches(square, self.patch_size, self.mean, self.std);
         let side = self.image_size;
+        let cut = |img: &Rgb, cols: usize, rows: usize| -> Vec<Vec<f32>> {
+            (0..rows * cols)
+                .map(|i| {
+                    let (x, y) = (i % cols * side, i / cols * side);
+                    pixels(&preprocess::crop(img, x, y, side, side))
+                })
+                .collect()
+        };
         match self.projector {
+            Projector::Mlp if !self.pinpoints.is_empty() => {
+                let mut tiles = match self.pinpoint(img.width, img.height) {
+                    Some((w, h)) => {
+                        let refined = preprocess::fit(img, (w, h), self.filter, [0; 3]);
+                        cut(&refined, w / side, h / side)
+                    }
+                    None => Vec::new(),
+                };
+                tiles.push(pixels(&preprocess::resize(img, side, side, self.filter)));
+                tiles
+            }
             Projector::Gemma3 | Projector::Mlp => {
-                vec![pixels(&preprocess::fit_square(
-                    img,
-                    side,
-                    self.filter,
-                    self.pad,
-                ))]
+                let square = preprocess::fit(img, (side, side), self.filter, self.pad);
+                vec![pixels(&square)]
             }
             Projector::Idefics3 => {
                 let g = Grid::of(self, img.width, img.height);
                 let resized = preprocess::resize(img, g.resized.0, g.resized.1, self.filter);
-                let refined =
-                    preprocess::resize(&resized, g.cols * side, g.rows * side, self.filter);
-                let mut tiles: Vec<Vec<f32>> = (0..g.rows * g.cols)
-                    .map(|i| {
-                        let (x, y) = (i % g.cols * side, i / g.cols * side);
-                        pixels(&preprocess::crop(&refined, x, y, side, side))
-                    })
-                    .collect();
+                let (w, h) = (g.cols * side, g.rows * side);
+                let refined = preprocess::resize(&resized, w, h, self.filter);
+                let mut tiles = cut(&refined, g.cols, g.rows);
                 tiles.push(pixels(&preprocess::resize(
                     &refined,
                     side,
@@ -158,6 +201,7 @@ mod tests {
             act: device::encoder::Act::Gelu,
             depth: 1,
             longest_edge,
+            pinpoints: Vec::new(),
         }
     }
 
@@ -198,6 +242,42 @@ mod tests {
         // A tall one rounds its width up to even; an image of one row has no "\n".
         assert_eq!(Grid::of(&c, 33, 100).resized, (84, 256));
         assert!(!c.pieces(300, 20).contains(&Piece::Token("\n")));
+    }
+
+    #[test]
+    fn llava16_picks_the_pinpoint_that_keeps_the_most_pixels() {
+        let pins = [(224, 112), (112, 224), (224, 224)];
+        // 150 × 100 keeps all its 15000 pixels in 224 × 112 (168 × 112) and in 224 × 224, and
+        // wastes less in the first.
+        assert_eq!(best_pinpoint(&pins, 150, 100), (224, 112));
+        assert_eq!(best_pinpoint(&pins, 100, 150), (112, 224));
+        assert_eq!(best_pinpoint(&pins, 400, 390), (224, 224));
+        let c = ClipParams {
+            projector: Projector::Mlp,
+            image_size: 112,
+            patch_size: 14,
+            pinpoints: pins.to_vec(),
+            filter: Filter::Bicubic,
+            ..idefics3(112, 0)
+        };
+        let tiles = |w, h| c.pieces(w, h).len();
+        // Within a tile: the overview alone; larger: the pinpoint's tiles and the overview.
+        assert_eq!(
+            (tiles(100, 112), tiles(150, 100), tiles(400, 390)),
+            (1, 3, 5)
+        );
+        let img = Rgb {
+            width: 150,
+            height: 100,
+            data: (0..150 * 100 * 3).map(|i| (i * 13 % 253) as u8).collect(),
+        };
+        let got = c.tiles(&img);
+        assert_eq!(got.len(), 3);
+        let overview = preprocess::resize(&img, 112, 112, Filter::Bicubic);
+        assert_eq!(
+            got[2],
+            preprocess::patches(&overview, 14, [0.5; 3], [0.5; 3])
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! language model in place of token embeddings ([`Tower`]).
 //!
 //! ```text
-//! Rgb ──fit_square, patches──▶ [n_patches, 3·p²] ──Tower::encode──▶ [n_tokens, n_embd_out]
+//! Rgb ──fit, patches──▶ [n_patches, 3·p²] ──Tower::encode──▶ [n_tokens, n_embd_out]
 //! ```
 //!
 //! Projectors run: `gemma3` (SigLIP, average-pooled by `n_merge`, RMS-normed, projected),
@@ -34,8 +34,9 @@ pub enum Projector {
     /// embeddings between `<start_of_image>` and `<end_of_image>`, attended bidirectionally
     /// by the language model.
     Gemma3,
-    /// LLaVA 1.5's two-matrix MLP: the image resized (bicubic) into a square with grey
-    /// bands, an embedding per patch, placed as they are, attended causally.
+    /// LLaVA's two-matrix MLP: the image resized (bicubic) into a square with grey bands
+    /// (1.5), or with pinpoints (1.6) cut into tiles of the best-fitting pinpoint and
+    /// followed by an overview; an embedding per patch, placed as they are, attended causally.
     Mlp,
     /// Idefics3 / SmolVLM: the image resized (Lanczos) to `longest_edge`, stretched to a grid
     /// of tiles, each tile and an overview of the whole pixel-shuffled (`n_merge²` patches
@@ -89,8 +90,12 @@ pub struct ClipParams {
     pub pad: [u8; 3],
     /// The blocks' feed-forward activation.
     pub act: Act,
-    /// Blocks run: all, or all but the last (LLaVA reads the second-to-last's states).
+    /// Blocks run: all, or as many as `clip.vision.feature_layer` says, or all but the last
+    /// (LLaVA reads the second-to-last's states).
     pub depth: usize,
+    /// LLaVA 1.6: the sizes (width, height), whole tiles, an image larger than a tile is
+    /// fitted into before it is cut (`clip.vision.image_grid_pinpoints`); empty for the others.
+    pub pinpoints: Vec<(usize, usize)>,
     /// Idefics3: the longer edge, in pixels, an image is resized to before it is tiled
     /// (`clip.vision.preproc_image_size`); 0 for the others.
     pub longest_edge: usize,
@@ -132,19 +137,45 @@ impl ClipParams {
             Some(true) => Act::Gelu,
             _ => Act::GeluQuick,
         };
-        for key in [
-            "clip.vision.image_grid_pinpoints",
-            "clip.vision.feature_layer",
-        ] {
-            if meta.get(key).is_some() {
+        let counts = |key: &str| -> Result<Vec<usize>> {
+            match meta.get(key) {
+                None => Ok(Vec::new()),
+                Some(_) => meta
+                    .i64_array(key)?
+                    .into_iter()
+                    .map(|v| usize::try_from(v).map_err(|_| bad(key, format!("{v} is negative"))))
+                    .collect(),
+            }
+        };
+        let n_layer = u("block_count")?;
+        let image_size = u("image_size")?;
+        let pinpoints = counts("clip.vision.image_grid_pinpoints")?;
+        let key = "clip.vision.image_grid_pinpoints";
+        if pinpoints.len() % 2 != 0 {
+            return Err(bad(
+                key,
+                format!("{} values, not (width, height) pairs", pinpoints.len()),
+            ));
+        }
+        if let Some(v) = pinpoints.iter().find(|&&v| v == 0 || v % image_size != 0) {
+            return Err(bad(
+                key,
+                format!("{v} is not a whole number of {image_size}-pixel tiles"),
+            ));
+        }
+        let feature_layers = counts("clip.vision.feature_layer")?;
+        let key = "clip.vision.feature_layer";
+        let feature_layer = match feature_layers[..] {
+            [] => None,
+            [l] if l <= n_layer => Some(l),
+            [l] => return Err(bad(key, format!("layer {l} of {n_layer}"))),
+            _ => {
                 return Err(bad(
                     key,
-                    "tiled images (LLaVA 1.6) and chosen feature layers are not supported yet"
-                        .into(),
-                ));
+                    "stacked feature layers (Granite vision) are not supported yet".into(),
+                ))
             }
-        }
-        let n_layer = u("block_count")?;
+        };
         let scale_factor = meta
             .opt_u32("clip.vision.projector.scale_factor")?
             .map(|v| v as usize);
@@ -155,7 +186,7 @@ impl ClipParams {
             n_ff: u("feed_forward_length")?,
             n_layer,
             eps: meta.f32("clip.vision.attention.layer_norm_epsilon")?,
-            image_size: u("image_size")?,
+            image_size,
             patch_size: u("patch_size")?,
             mean: triple("image_mean")?,
             std: triple("image_std")?,
@@ -175,8 +206,12 @@ impl ClipParams {
             },
             act,
             depth: match projector {
-                Projector::Mlp => n_layer.saturating_sub(1),
+                Projector::Mlp => feature_layer.unwrap_or(n_layer.saturating_sub(1)),
                 Projector::Gemma3 | Projector::Idefics3 => n_layer,
+            },
+            pinpoints: match projector {
+                Projector::Mlp => pinpoints.chunks(2).map(|p| (p[0], p[1])).collect(),
+                Projector::Gemma3 | Projector::Idefics3 => Vec::new(),
             },
             longest_edge: match projector {
                 Projector::Idefics3 => {

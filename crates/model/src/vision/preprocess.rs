@@ -144,26 +144,26 @@ pub fn resize(img: &Rgb, width: usize, height: usize, filter: Filter) -> Rgb {
     cur
 }
 
-/// `img` fitted into a `side × side` square of `pad`: scaled by the smaller of the two
-/// ratios (each edge rounded up, at most `side`), centered (offsets rounded down). The same
-/// image when it is already that size.
-pub fn fit_square(img: &Rgb, side: usize, filter: Filter, pad: [u8; 3]) -> Rgb {
-    if img.width == side && img.height == side {
+/// `img` fitted into a `width × height` frame of `pad` (mtmd's `PAD_CEIL`): scaled by the
+/// smaller of the two ratios (each edge rounded up, at most the frame's), centered (offsets
+/// rounded down). The same image when it is already that size.
+pub fn fit(img: &Rgb, (width, height): (usize, usize), filter: Filter, pad: [u8; 3]) -> Rgb {
+    if img.width == width && img.height == height {
         return img.clone();
     }
-    let scale = (side as f32 / img.width as f32).min(side as f32 / img.height as f32);
-    let w = ((img.width as f32 * scale).ceil() as usize).min(side);
-    let h = ((img.height as f32 * scale).ceil() as usize).min(side);
+    let scale = (width as f32 / img.width as f32).min(height as f32 / img.height as f32);
+    let w = ((img.width as f32 * scale).ceil() as usize).min(width);
+    let h = ((img.height as f32 * scale).ceil() as usize).min(height);
     let inner = resize(img, w, h, filter);
-    let (ox, oy) = ((side - w) / 2, (side - h) / 2);
-    let mut data = pad.repeat(side * side);
+    let (ox, oy) = ((width - w) / 2, (height - h) / 2);
+    let mut data = pad.repeat(width * height);
     for y in 0..h {
-        data[((oy + y) * side + ox) * 3..][..w * 3]
+        data[((oy + y) * width + ox) * 3..][..w * 3]
             .copy_from_slice(&inner.data[y * w * 3..][..w * 3]);
     }
     Rgb {
-        width: side,
-        height: side,
+        width,
+        height,
         data,
     }
 }
@@ -267,7 +267,7 @@ mod tests {
             height: 20,
             data: vec![255; 40 * 20 * 3],
         };
-        let sq = fit_square(&img, 16, Filter::Bilinear, [0; 3]);
+        let sq = fit(&img, (16, 16), Filter::Bilinear, [0; 3]);
         let at = |x: usize, y: usize| sq.data[(y * 16 + x) * 3];
         assert_eq!(
             (at(5, 0), at(5, 3), at(5, 4), at(5, 11), at(5, 12)),
