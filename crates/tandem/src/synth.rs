@@ -128,6 +128,17 @@ pub struct SynthArgs {
     /// --n-ff [512], --type [f16] and the --image-* flags.
     #[arg(long = "mmproj")]
     pub mmproj: Option<String>,
+    #[command(flatten)]
+    pub tower: Box<TowerArgs>,
+    #[command(flatten)]
+    pub dsv4: Box<Dsv4Args>,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+}
+
+/// The shape of a `--mmproj` vision tower beyond the common flags.
+#[derive(Args)]
+pub struct TowerArgs {
     /// --mmproj: the square side images (idefics3: tiles) are made, in pixels [default:
     /// 896; llava: 336; idefics3: 512].
     #[arg(long, requires = "mmproj")]
@@ -155,10 +166,6 @@ pub struct SynthArgs {
     /// `<fake_token_around_image>` and `<global-img>`, as SmolVLM's has).
     #[arg(long, requires = "mmproj", default_value = "gemma3")]
     pub projector: String,
-    #[command(flatten)]
-    pub dsv4: Box<Dsv4Args>,
-    #[command(flatten)]
-    pub cache: CacheArgs,
 }
 
 /// The shape of a DeepSeek-V4 beyond the common flags; refused for other architectures.
@@ -446,7 +453,7 @@ fn write_mmproj(a: &SynthArgs, of: &str) -> Result<(), CliError> {
     let meta = &text.header.metadata;
     let n_embd_out = meta.u32(&format!("{}.embedding_length", text.header.architecture()?))?;
     let d = MmprojShape::gemma3(n_embd_out as usize);
-    let (kind, image_size, patch, merge) = match a.projector.as_str() {
+    let (kind, image_size, patch, merge) = match a.tower.projector.as_str() {
         "gemma3" => (TowerKind::Gemma3, d.image_size, d.patch_size, d.n_merge),
         "llava" => (TowerKind::Llava, 336, d.patch_size, 1),
         "idefics3" => (TowerKind::Idefics3, 512, 16, 4),
@@ -456,33 +463,34 @@ fn write_mmproj(a: &SynthArgs, of: &str) -> Result<(), CliError> {
             )))
         }
     };
-    if a.image_longest_edge.is_some() && kind != TowerKind::Idefics3 {
+    if a.tower.image_longest_edge.is_some() && kind != TowerKind::Idefics3 {
         return Err(CliError::Usage(
             "--image-longest-edge: only an idefics3 tower tiles images".into(),
         ));
     }
-    if a.image_grid_pinpoints.len() % 2 != 0 {
+    if !a.tower.image_grid_pinpoints.len().is_multiple_of(2) {
         return Err(CliError::Usage(
             "--image-grid-pinpoints: width,height pairs".into(),
         ));
     }
     let shape = MmprojShape {
         kind,
-        image_size: a.image_size.unwrap_or(image_size),
-        patch_size: a.image_patch.unwrap_or(patch),
+        image_size: a.tower.image_size.unwrap_or(image_size),
+        patch_size: a.tower.image_patch.unwrap_or(patch),
         n_embd: a.n_embd.unwrap_or(d.n_embd),
         n_head: a.n_head.unwrap_or(d.n_head),
         n_ff: a.n_ff.unwrap_or(d.n_ff),
         n_layer: a.n_layer.unwrap_or(d.n_layer),
-        n_merge: a.image_merge.unwrap_or(merge),
+        n_merge: a.tower.image_merge.unwrap_or(merge),
         pinpoints: a
+            .tower
             .image_grid_pinpoints
             .chunks(2)
             .map(|p| (p[0], p[1]))
             .collect(),
-        feature_layer: a.image_feature_layer,
+        feature_layer: a.tower.image_feature_layer,
         longest_edge: match kind {
-            TowerKind::Idefics3 => a.image_longest_edge.unwrap_or(2048),
+            TowerKind::Idefics3 => a.tower.image_longest_edge.unwrap_or(2048),
             TowerKind::Gemma3 | TowerKind::Llava => 0,
         },
         ty: a.ty.unwrap_or(d.ty),
@@ -492,7 +500,7 @@ fn write_mmproj(a: &SynthArgs, of: &str) -> Result<(), CliError> {
     shape.write(&a.out)?;
     eprintln!(
         "tandem synth: a {} vision tower ({:.1}M parameters) written to {}",
-        a.projector,
+        a.tower.projector,
         shape.n_params() as f64 / 1e6,
         a.out.display()
     );
