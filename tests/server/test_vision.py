@@ -6,6 +6,7 @@ names the field, and the server goes on serving without growing."""
 
 import base64
 import json
+import re
 import struct
 import subprocess
 import sys
@@ -323,6 +324,24 @@ def test_a_llava16_tower_tiles_the_image_and_answers_as_llama_mtmd_cli(tmp_path)
         assert r.usage.prompt_tokens > 3 * 64
     finally:
         s.stop()
+
+
+def test_the_tower_counts_in_the_memory_plan(tmp_path):
+    """A limit the model fits within, but not the model and its tower: refused at start,
+    the tower's weights and one image's buffers named on a line of their own."""
+    tower = synth(tmp_path, "gemma3-270m", {"tower": ["--image-size", "448", "--n-embd", "512", "--n-ff", "2048"]})
+    total = r"total ([\d.]+) MiB"
+    with pytest.raises(RuntimeError) as e:
+        Server("-c", "1024", "-np", "1", "--mem-limit", "1M", "--mmproj", str(tower), model="gemma3-270m")
+    out = str(e.value)
+    model_mib = float(re.search(r"\nmemory plan: .*?" + total, out).group(1))
+    tower_mib = float(re.search(r"vision tower memory plan: weights .*?" + total, out).group(1))
+    assert tower_mib > 8
+    limit = f"{model_mib + tower_mib / 2:.0f}M"
+    with pytest.raises(RuntimeError) as e:
+        Server("-c", "1024", "-np", "1", "--mem-limit", limit, "--mmproj", str(tower), model="gemma3-270m")
+    assert "error: the memory plan" in str(e.value) and "--mem-limit" in str(e.value)
+    Server("-c", "1024", "-np", "1", "--mem-limit", limit, model="gemma3-270m").stop()
 
 
 def test_a_ubatch_smaller_than_an_image_is_refused_at_start(tmp_path):

@@ -81,13 +81,22 @@ impl DeviceKind {
     /// its adapter, else the CPU backend on `threads` threads of its own (the reference's
     /// model too: a tower is too big for it). Errors: no adapter for `gpu`.
     pub fn encoder(self, threads: usize) -> Result<Box<dyn device::encoder::EncoderDevice>> {
-        Ok(match self.resolve() {
+        Ok(match self.encoder_kind() {
             DeviceKind::Gpu => Box::new(gpu::Gpu::open(gpu::Choice::Any).map_err(Error::Config)?),
             _ => {
                 let pool = Arc::new(ThreadPool::new(threads.max(1)));
                 Box::new(kernels::cpu::Cpu::new(pool, Precision::Int8))
             }
         })
+    }
+
+    /// The kind of device [`DeviceKind::encoder`] makes beside a model on this kind: the GPU,
+    /// else the CPU.
+    pub fn encoder_kind(self) -> DeviceKind {
+        match self.resolve() {
+            DeviceKind::Gpu => DeviceKind::Gpu,
+            _ => DeviceKind::Cpu,
+        }
     }
 
     /// The adapter a device of this kind computes on (the GPU's; `None` for the others).

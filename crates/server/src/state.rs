@@ -541,6 +541,19 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         );
         plan = plan.with(&d);
     }
+    let one_stage = local_at.is_none() && config.split.is_none();
+    if let Some(path) = config.mmproj.as_ref().filter(|_| one_stage) {
+        let tower = tower_plan(path, ecfg.device)?;
+        let kind = ecfg.device.encoder_kind();
+        eprintln!(
+            "vision tower memory plan: {tower} (on the {} device)",
+            kind.name()
+        );
+        match kind {
+            engine::DeviceKind::Gpu => plan = plan.with(&tower),
+            _ => host_plan = host_plan.with(&tower),
+        }
+    }
     let host_limit = crate::memory::HostLimit::of(config.mem_limit, available);
     let own = ecfg.device.own_memory();
     eprintln!(
@@ -690,6 +703,23 @@ fn reads_features(path: &std::path::Path) -> bool {
         .ok()
         .and_then(|f| model::read_hparams(&f.header.metadata).ok())
         .is_some_and(|h| h.target.is_some())
+}
+
+/// The memory the vision tower of `path` takes beside a model on `device` (on the device
+/// [`engine::DeviceKind::encoder`] makes): its weights and one image's buffers.
+fn tower_plan(path: &std::path::Path, device: engine::DeviceKind) -> Result<MemoryPlan, Error> {
+    let what =
+        |e: &dyn std::fmt::Display| Error::Config(format!("--mmproj {}: {e}", path.display()));
+    let file = Arc::new(gguf::GgufFile::open(path).map_err(|e| what(&e))?);
+    let kind = device.encoder_kind();
+    let bytes = |ty, rows, cols, role| kind.matrix_bytes(ty, rows, cols, role);
+    let (weights, scratch) =
+        model::vision::Tower::footprint(&file, &bytes).map_err(|e| what(&e))?;
+    Ok(MemoryPlan {
+        weights,
+        scratch,
+        ..MemoryPlan::default()
+    })
 }
 
 fn check_draft_vocab(tok: &Tokenizer, draft: &Model, path: &std::path::Path) -> Result<(), Error> {

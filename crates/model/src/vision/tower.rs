@@ -23,7 +23,7 @@ use device::{Buf, Bytes, Mat, MatOut, MatrixSource, Role, Step};
 use gguf::{GgmlType, GgufFile};
 
 use super::{ClipParams, Projector};
-use crate::{DeviceTensors, Error, MatId, Result, TensorLoader, VecId};
+use crate::{DeviceTensors, Error, MatId, Result, TensorLoader, TensorTable, VecId};
 
 /// One encoder block's tensors (`v.blk.{i}.*`).
 struct Block {
@@ -62,6 +62,21 @@ struct Scratch {
     ff: Buf,
     pooled: Buf,
     out: Buf,
+}
+
+/// A tower's shape and tensors as its file has them, before any device holds them.
+struct Parts {
+    params: ClipParams,
+    n_embd_out: usize,
+    patch: (MatId, Option<VecId>),
+    class: Option<Vec<f32>>,
+    position: VecId,
+    pre_ln: Option<(VecId, VecId)>,
+    blocks: Vec<Block>,
+    post_ln: Option<(VecId, VecId)>,
+    head: Head,
+    projection: Option<MatrixSource>,
+    table: TensorTable,
 }
 
 /// A vision tower on a device: encodes one image's pixels into embeddings.
@@ -136,9 +151,8 @@ fn block(t: &mut TensorLoader, file: &GgufFile, i: usize, e: usize, ff: usize) -
     })
 }
 
-impl Tower {
-    /// Loads the tower of mmproj file `file` onto `dev`, with the buffers of one image.
-    pub fn load(file: Arc<GgufFile>, dev: &mut dyn EncoderDevice) -> Result<Tower> {
+impl Parts {
+    fn read(file: &Arc<GgufFile>) -> Result<Parts> {
         let params = ClipParams::read(&file.header.metadata)?;
         let (e, ff, p) = (params.n_embd, params.n_ff, params.patch_size);
         let mut t = TensorLoader::new(&file);
@@ -187,38 +201,7 @@ impl Tower {
                 (Head::Idefics3 { fc }, None, n_out)
             }
         };
-        let table = t.finish();
-        let sources: Vec<MatrixSource> = table
-            .matrices
-            .iter()
-            .map(|m| m.weight.source(&file, m.role))
-            .collect();
-        let tensors = DeviceTensors::upload(dev, &table, &sources, &|_, _| {})?;
-        let projection = match projection {
-            Some(src) => Some(dev.upload_matrices(&[src], &|_, _| {})?[0]),
-            None => None,
-        };
-        let widest_ff = match &head {
-            Head::Mlp { hidden, .. } => ff.max(*hidden),
-            Head::Gemma3 { .. } | Head::Idefics3 { .. } => ff,
-        };
-        let nt = params.n_tokens();
-        let mut alloc = |n: usize| dev.alloc(n);
-        let scratch = Scratch {
-            pixels: alloc(params.n_patches() * 3 * p * p)?,
-            x: alloc(n_pos * e)?,
-            h: alloc(n_pos * e)?,
-            q: alloc(n_pos * e)?,
-            k: alloc(n_pos * e)?,
-            v: alloc(n_pos * e)?,
-            ff: alloc(n_pos * widest_ff)?,
-            pooled: alloc(match head {
-                Head::Idefics3 { .. } => params.n_patches() * e,
-                Head::Gemma3 { .. } | Head::Mlp { .. } => nt * e,
-            })?,
-            out: alloc(nt * n_embd_out)?,
-        };
-        Ok(Tower {
+        Ok(Parts {
             params,
             n_embd_out,
             patch,
@@ -229,13 +212,110 @@ impl Tower {
             post_ln,
             head,
             projection,
-            tensors,
-            scratch,
+            table: t.finish(),
         })
     }
 
+    /// The floats of each of [`Scratch`]'s buffers, in its order.
+    fn scratch_floats(&self) -> [usize; 9] {
+        let c = &self.params;
+        let (e, ff, p) = (c.n_embd, c.n_ff, c.patch_size);
+        let n_pos = c.n_patches() + usize::from(self.class.is_some());
+        let nt = c.n_tokens();
+        let (widest_ff, pooled) = match &self.head {
+            Head::Mlp { hidden, .. } => (ff.max(*hidden), nt * e),
+            Head::Gemma3 { .. } => (ff, nt * e),
+            Head::Idefics3 { .. } => (ff, c.n_patches() * e),
+        };
+        [
+            c.n_patches() * 3 * p * p,
+            n_pos * e,
+            n_pos * e,
+            n_pos * e,
+            n_pos * e,
+            n_pos * e,
+            n_pos * widest_ff,
+            pooled,
+            nt * self.n_embd_out,
+        ]
+    }
+}
+
+impl Tower {
+    /// Loads the tower of mmproj file `file` onto `dev`, with the buffers of one image.
+    pub fn load(file: Arc<GgufFile>, dev: &mut dyn EncoderDevice) -> Result<Tower> {
+        let parts = Parts::read(&file)?;
+        let sources: Vec<MatrixSource> = parts
+            .table
+            .matrices
+            .iter()
+            .map(|m| m.weight.source(&file, m.role))
+            .collect();
+        let tensors = DeviceTensors::upload(dev, &parts.table, &sources, &|_, _| {})?;
+        let mut bufs = Vec::with_capacity(9);
+        for n in parts.scratch_floats() {
+            bufs.push(dev.alloc(n)?);
+        }
+        let projection = match parts.projection {
+            Some(src) => Some(dev.upload_matrices(&[src], &|_, _| {})?[0]),
+            None => None,
+        };
+        let [pixels, x, h, q, k, v, ff, pooled, out] = bufs[..] else {
+            unreachable!("nine buffers")
+        };
+        Ok(Tower {
+            params: parts.params,
+            n_embd_out: parts.n_embd_out,
+            patch: parts.patch,
+            class: parts.class,
+            position: parts.position,
+            pre_ln: parts.pre_ln,
+            blocks: parts.blocks,
+            post_ln: parts.post_ln,
+            head: parts.head,
+            projection,
+            tensors,
+            scratch: Scratch {
+                pixels,
+                x,
+                h,
+                q,
+                k,
+                v,
+                ff,
+                pooled,
+                out,
+            },
+        })
+    }
+
+    /// The bytes the tower of `file` takes on a device whose matrices take `matrix_bytes`:
+    /// its weights, and the buffers of one image (read from the file, nothing allocated).
+    pub fn footprint(
+        file: &Arc<GgufFile>,
+        matrix_bytes: &dyn Fn(GgmlType, usize, usize, Role) -> u64,
+    ) -> Result<(u64, u64)> {
+        let parts = Parts::read(file)?;
+        let held = |ty, rows, cols, role| matrix_bytes(ty, rows, cols, role);
+        let matrices: u64 = parts
+            .table
+            .matrices
+            .iter()
+            .map(|m| held(m.weight.ty, m.weight.n_rows, m.weight.n_cols, m.role))
+            .chain(
+                parts
+                    .projection
+                    .iter()
+                    .map(|s| held(s.ty, s.n_rows, s.n_cols, s.role)),
+            )
+            .sum();
+        let weights = matrices + 4 * parts.table.vector_len() as u64;
+        let scratch = 4 * parts.scratch_floats().iter().sum::<usize>() as u64;
+        Ok((weights, scratch))
+    }
+
     /// The embeddings (`[n_tokens, n_embd_out]`) of one image's pixels
-    /// (`[n_patches, 3 · patch²]`, [`ClipParams::pixels`]).
+    /// (`[n_patches, 3 · patch²]`, a tile of [`ClipParams::tiles`]).
     pub fn encode(&self, dev: &mut dyn EncoderDevice, pixels: &[f32]) -> Vec<f32> {
         let c = &self.params;
         let (np, e, ff) = (c.n_patches(), c.n_embd, c.n_ff);
