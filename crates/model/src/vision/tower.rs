@@ -155,7 +155,7 @@ impl Parts {
     fn read(file: &Arc<GgufFile>) -> Result<Parts> {
         let params = ClipParams::read(&file.header.metadata)?;
         let (e, ff, p) = (params.n_embd, params.n_ff, params.patch_size);
-        let mut t = TensorLoader::new(&file);
+        let mut t = TensorLoader::new(file);
         let patch = (
             t.matrix_dims("v.patch_embd.weight", &[p, p, 3, e])?,
             match t.has("v.patch_embd.bias") {
@@ -171,13 +171,13 @@ impl Parts {
         let position = t.vector_dims("v.position_embd.weight", &[e, n_pos])?;
         let pre_ln = opt_norm(&mut t, "v.pre_ln", e)?;
         let blocks = (0..params.depth)
-            .map(|i| block(&mut t, &file, i, e, ff))
+            .map(|i| block(&mut t, file, i, e, ff))
             .collect::<Result<Vec<_>>>()?;
         let post_ln = opt_norm(&mut t, "v.post_ln", e)?;
         let (head, projection, n_embd_out) = match params.projector {
             Projector::Gemma3 => {
                 let name = "mm.input_projection.weight";
-                let n_out = dim(&file, name, 0)?;
+                let n_out = dim(file, name, 0)?;
                 let stored = t.values(name, &[n_out, e])?;
                 let head = Head::Gemma3 {
                     soft_emb_norm: t.vector("mm.soft_emb_norm.weight", e)?,
@@ -185,8 +185,8 @@ impl Parts {
                 (head, Some(transposed(name, &stored, e, n_out)), n_out)
             }
             Projector::Mlp => {
-                let hidden = dim(&file, "mm.0.weight", 1)?;
-                let n_out = dim(&file, "mm.2.weight", 1)?;
+                let hidden = dim(file, "mm.0.weight", 1)?;
+                let n_out = dim(file, "mm.2.weight", 1)?;
                 let head = Head::Mlp {
                     mm0: linear(&mut t, "mm.0", hidden, e)?,
                     mm2: linear(&mut t, "mm.2", n_out, hidden)?,
@@ -196,7 +196,7 @@ impl Parts {
             }
             Projector::Idefics3 => {
                 let name = "mm.model.fc.weight";
-                let n_out = dim(&file, name, 1)?;
+                let n_out = dim(file, name, 1)?;
                 let fc = t.matrix(name, n_out, e * params.n_merge.pow(2))?;
                 (Head::Idefics3 { fc }, None, n_out)
             }
