@@ -123,7 +123,7 @@ def hostile_images():
         (data_url(b"GIF89a" + struct.pack("<HH", 60000, 60000) + b"\x00" * 8), "60000x60000"),
         (data_url(b"GIF89a\x04\x00\x04\x00-truncated"), "cannot be decoded"),
         (data_url(b"\xff\xd8\xff\xe0 truncated jpeg"), "cannot be decoded"),
-        ("http://127.0.0.1:1/cat.png", "only data: URLs"),
+        ("http://127.0.0.1:1/cat.png", "--image-urls allow"),
         ("data:image/png,rawbytes", "must be base64"),
     ]
     # A decompression bomb: an 8000 × 8000 black PNG of some 200 kB, within the side limit,
@@ -200,7 +200,7 @@ def test_other_apis_name_their_own_fields(vision):
         a.messages.create(model="gemma3", max_tokens=1, messages=[{"role": "user", "content": [
             {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}},
         ]}])
-    assert "messages[0].content[0].source" in str(e.value) and "fetches no images" in str(e.value)
+    assert "messages[0].content[0].source" in str(e.value) and "--image-urls allow" in str(e.value)
     with pytest.raises(openai.BadRequestError) as e:
         vision.client().responses.create(model="gemma3", max_output_tokens=1, input=[
             {"role": "user", "content": [{"type": "input_image", "image_url": "data:image/png;base64,!!"}]}])

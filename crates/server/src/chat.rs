@@ -88,7 +88,7 @@ fn content_text(
                         let v = vision.ok_or_else(|| {
                             ApiError::invalid(&field, format!("{field}: this server has no vision tower loaded (start it with --mmproj), so it reads no images"))
                         })?;
-                        pictures.push(vision::image_url(&url, &field, &v.limits)?);
+                        pictures.push(vision::image_url(&url, &field, v)?);
                         s.push_str(vision::MARKER);
                     }
                     (kind, _, _) => {

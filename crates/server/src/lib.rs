@@ -20,6 +20,7 @@ mod format;
 pub mod fuzz;
 pub mod gcp;
 mod generate;
+mod image_fetch;
 mod infill;
 mod info;
 mod live;

@@ -103,7 +103,7 @@ impl JsonPrompt {
                 crate::vision::image_url(
                     &serde_json::json!(format!("data:image;base64,{b64}")),
                     &f,
-                    &v.limits,
+                    v,
                 )
             })
             .collect::<Result<_, _>>()?;

@@ -137,6 +137,8 @@ pub struct ServerConfig {
     pub lora: Vec<crate::lora::LoraSetting>,
     /// The vision tower (`--mmproj`).
     pub mmproj: Option<PathBuf>,
+    /// `--image-urls allow`: http(s) image URLs are fetched.
+    pub image_urls: bool,
 }
 
 /// The head of a split model: blocks `at..n` and the output head here, the embeddings and
@@ -201,6 +203,7 @@ impl ServerConfig {
             spm_infill: false,
             pull: None,
             mmproj: None,
+            image_urls: false,
             webui: true,
             rope: Default::default(),
             lazy: Default::default(),
@@ -644,8 +647,10 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
             ))
         }
         Some(path) => {
-            let v = crate::vision::Vision::start(path, (n_embd, &tok), ecfg.device, ecfg.n_threads)
-                .map_err(Error::Config)?;
+            let mut v =
+                crate::vision::Vision::start(path, (n_embd, &tok), ecfg.device, ecfg.n_threads)
+                    .map_err(Error::Config)?;
+            v.fetch_urls = config.image_urls;
             let room = ecfg.n_ubatch.min(ecfg.n_batch);
             if v.n_tokens > room {
                 return Err(Error::Config(format!(

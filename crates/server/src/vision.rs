@@ -62,6 +62,8 @@ pub struct Vision {
     jobs: Mutex<Sender<Job>>,
     cache: Mutex<Recent>,
     pub limits: Limits,
+    /// `--image-urls allow`: http(s) image URLs are fetched ([`crate::image_fetch`]).
+    pub fetch_urls: bool,
 }
 
 impl Vision {
@@ -119,6 +121,7 @@ impl Vision {
             jobs: Mutex::new(tx),
             cache: Mutex::new(VecDeque::new()),
             limits: Limits::default(),
+            fetch_urls: false,
         })
     }
 
@@ -148,8 +151,10 @@ impl Vision {
 }
 
 /// The image of an OpenAI `image_url` (`{"url": "data:image/png;base64,..."}` or the URL
-/// alone), decoded; a 400 naming `field` for anything else.
-pub fn image_url(v: &serde_json::Value, field: &str, limits: &Limits) -> Result<Picture, ApiError> {
+/// alone), decoded: a data URL's, or with `--image-urls allow` an http(s) URL's, fetched;
+/// a 400 naming `field` for anything else.
+pub fn image_url(v: &serde_json::Value, field: &str, vision: &Vision) -> Result<Picture, ApiError> {
+    let limits = &vision.limits;
     let url = match v {
         serde_json::Value::String(u) => u.as_str(),
         v => v
@@ -157,11 +162,18 @@ pub fn image_url(v: &serde_json::Value, field: &str, limits: &Limits) -> Result<
             .and_then(|u| u.as_str())
             .ok_or_else(|| ApiError::invalid(field, format!("{field}: needs a string `url`")))?,
     };
+    let web = url.starts_with("http://") || url.starts_with("https://");
+    if web && vision.fetch_urls {
+        let bytes = crate::image_fetch::fetch(url, limits.max_bytes)
+            .map_err(|e| ApiError::invalid(field, format!("{field}: {e}")))?;
+        return picture(&bytes, field, limits);
+    }
     let Some(rest) = url.strip_prefix("data:") else {
-        return Err(ApiError::invalid(
-            field,
-            format!("{field}: only data: URLs are read (this server fetches no images)"),
-        ));
+        let why = match web {
+            true => "http(s) image URLs are fetched only by a server started with --image-urls allow; send a data: URL",
+            false => "only data: and, with --image-urls allow, http(s) URLs are read",
+        };
+        return Err(ApiError::invalid(field, format!("{field}: {why}")));
     };
     let (_, b64) = rest.split_once(";base64,").ok_or_else(|| {
         ApiError::invalid(

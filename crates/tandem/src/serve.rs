@@ -69,12 +69,17 @@ pub struct ServeArgs {
     #[arg(long = "chat-template-file")]
     pub chat_template_file: Option<PathBuf>,
     /// A vision tower (an mmproj GGUF file, as llama.cpp's): chat messages may carry
-    /// images (`image_url` parts with data URLs). Projectors: gemma3.
+    /// images (`image_url` parts with data URLs). Projectors: gemma3, mlp (LLaVA 1.5/1.6),
+    /// idefics3.
     #[arg(long = "mmproj")]
     pub mmproj: Option<PathBuf>,
     /// No vision tower, even with --mmproj.
     #[arg(long = "no-mmproj")]
     pub no_mmproj: bool,
+    /// deny: images come as data: URLs only; allow: the server fetches http(s) image URLs
+    /// itself (any host it can reach, 10 s and the image's size limit a fetch).
+    #[arg(long = "image-urls", value_parser = ["deny", "allow"], default_value = "deny")]
+    pub image_urls: String,
     /// How the model writes tool calls: hermes (Qwen's `<tool_call>`), llama3, mistral, dsml
     /// (DeepSeek-V4's `<｜DSML｜tool_calls>`), qwen3-coder (Qwen 3.5's `<function=...>`) or
     /// generic (a JSON answer taught by the system prompt); default: read from the template.
@@ -571,6 +576,7 @@ impl ServeArgs {
             load_mode: self.model.load_mode,
             lora: self.model.lora_settings()?,
             mmproj: self.mmproj.clone().filter(|_| !self.no_mmproj),
+            image_urls: self.image_urls == "allow",
             mem_limit: self.mem_limit,
             body_limit: self.body_limit,
             limits,

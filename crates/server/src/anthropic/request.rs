@@ -141,8 +141,9 @@ fn user_parts(parts: Vec<Part>) -> RawMessage {
     }
 }
 
-/// An image block's `source` as a data URL: `{"type": "base64", "media_type", "data"}`; a
-/// `url` source is refused (this server fetches nothing).
+/// An image block's `source` as an image URL: a data URL of `{"type": "base64",
+/// "media_type", "data"}`, or the `url` of `{"type": "url", "url"}` (fetched only with
+/// `--image-urls allow`).
 fn image_source(source: Option<&Value>, field: &str) -> Result<String, ApiError> {
     let bad = |why: &str| ApiError::invalid(field, format!("{field}: {why}"));
     let source = source.ok_or_else(|| bad("an image block needs a source"))?;
@@ -158,9 +159,11 @@ fn image_source(source: Option<&Value>, field: &str) -> Result<String, ApiError>
                 .ok_or_else(|| bad("a base64 source needs a string `data`"))?;
             Ok(format!("data:{media};base64,{data}"))
         }
-        Some("url") => Err(bad(
-            "url sources are not read (this server fetches no images); send base64",
-        )),
+        Some("url") => source
+            .get("url")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| bad("a url source needs a string `url`")),
         other => Err(bad(&format!(
             "a source of type {} is not supported (base64)",
             other.unwrap_or("(none)")
