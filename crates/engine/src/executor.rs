@@ -139,8 +139,13 @@ pub enum Outputs {
 pub enum Enter<'a> {
     /// Their tokens, embedded here (`[rows]`).
     Tokens(&'a [u32]),
-    /// Hidden states computed by an earlier stage (`[rows, hidden_width]`): a split's box.
-    States(&'a [f32]),
+    /// Hidden states computed by an earlier stage (`[rows, hidden_width]`): a split's box
+    /// or `-ngl`'s first stage; with the rows of the images among them (only where they
+    /// are and whether they see one another is read: they entered in that stage).
+    States {
+        states: &'a [f32],
+        images: &'a [Placed<'a>],
+    },
     /// Hidden states with the rows' tokens: a multi-token-prediction stage
     /// ([`model::Part::Nextn`]), whose row of position `p` enters as the target's final
     /// normed state of `p - 1` and the token at `p`.
@@ -555,7 +560,9 @@ impl Executor {
             false => seqs.iter().map(|s| s.checkpoint()).collect(),
         };
         let bidirectional = match enter {
-            Enter::Pictured { images, .. } => bidirectional_from(rows, seqs.len(), images)?,
+            Enter::Pictured { images, .. } | Enter::States { images, .. } => {
+                bidirectional_from(rows, seqs.len(), images)?
+            }
             _ => Vec::new(),
         };
         if !bidirectional.is_empty() && !dev.supports(Op::BidirectionalRows) {
@@ -594,7 +601,7 @@ impl Executor {
                     }
                     Ok(())
                 }),
-            Enter::States(states) => {
+            Enter::States { states, .. } => {
                 dev.upload(self.hidden, 0, &states[..n * e]);
                 Ok(())
             }
@@ -626,7 +633,7 @@ impl Executor {
             | Enter::Joined { tokens, .. }
             | Enter::Fused { tokens, .. }
             | Enter::Pictured { tokens, .. } => Some(tokens),
-            Enter::States(_) => None,
+            Enter::States { .. } => None,
         };
         let injected = matches!(enter, Enter::Fused { .. }) && model.injects_features();
         for &l in taps.layers {

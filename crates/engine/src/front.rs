@@ -9,8 +9,14 @@ use std::time::{Duration, Instant};
 /// what the front holds for it.
 pub trait Front: Send {
     /// Writes the boundary states of `rows` (`(session, pos, token)`) into `hidden`
-    /// (`[rows, n_embd]`), or says why it could not.
-    fn forward(&mut self, rows: &[(u64, usize, u32)], hidden: &mut [f32]) -> Result<(), String>;
+    /// (`[rows, n_embd]`), the rows of `images` (indices into `rows`) entering as their
+    /// embeddings, or says why it could not (a front that reads no images says so).
+    fn forward(
+        &mut self,
+        rows: &[(u64, usize, u32)],
+        images: &[crate::Placed<'_>],
+        hidden: &mut [f32],
+    ) -> Result<(), String>;
     /// Has the front start on `rows` now, ahead of the `forward` of the same rows, so that
     /// it computes them while the engine finishes another step.
     fn submit(&mut self, rows: &[(u64, usize, u32)]) -> Result<(), String>;

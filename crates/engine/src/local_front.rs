@@ -3,7 +3,7 @@
 //! the GPU): a [`Front`] whose stage is an [`Executor`] here, computing each step's rows
 //! when the engine asks for them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use device::Row;
@@ -11,12 +11,14 @@ use kv::SeqKv;
 use model::Model;
 
 use crate::front::{Front, FrontStats};
-use crate::{ContextConfig, Enter, Executor, Out};
+use crate::{ContextConfig, Enter, Executor, Out, Placed};
 
 /// See the module doc. Sessions are the engine's task ids, each with its KV here.
 pub struct LocalFront {
     exec: Executor,
     sessions: HashMap<u64, SeqKv>,
+    /// Sessions with images' rows: their rows cannot be replayed from tokens.
+    pictured: HashSet<u64>,
     busy: Vec<(Instant, Instant)>,
     stats: FrontStats,
 }
@@ -28,6 +30,7 @@ impl LocalFront {
         Ok(LocalFront {
             exec: Executor::new(model, config)?,
             sessions: HashMap::new(),
+            pictured: HashSet::new(),
             busy: Vec::new(),
             stats: FrontStats::default(),
         })
@@ -35,7 +38,12 @@ impl LocalFront {
 }
 
 impl Front for LocalFront {
-    fn forward(&mut self, rows: &[(u64, usize, u32)], hidden: &mut [f32]) -> Result<(), String> {
+    fn forward(
+        &mut self,
+        rows: &[(u64, usize, u32)],
+        images: &[Placed<'_>],
+        hidden: &mut [f32],
+    ) -> Result<(), String> {
         let mut ids: Vec<u64> = Vec::new();
         let mut batch_rows = Vec::with_capacity(rows.len());
         for &(session, pos, _) in rows {
@@ -53,13 +61,19 @@ impl Front for LocalFront {
             .map(|id| self.sessions.remove(id).unwrap_or_default())
             .collect();
         let mut seqs: Vec<&mut SeqKv> = kvs.iter_mut().collect();
+        self.pictured
+            .extend(images.iter().map(|p| rows[p.rows.start].0));
+        let enter = match images {
+            [] => Enter::Tokens(&tokens),
+            _ => Enter::Pictured {
+                tokens: &tokens,
+                images,
+            },
+        };
         let t0 = Instant::now();
-        let done = self.exec.forward(
-            &mut seqs,
-            &batch_rows,
-            Enter::Tokens(&tokens),
-            Out::States(hidden),
-        );
+        let done = self
+            .exec
+            .forward(&mut seqs, &batch_rows, enter, Out::States(hidden));
         let t1 = Instant::now();
         self.busy.push((t0, t1));
         for (id, kv) in ids.iter().zip(kvs) {
@@ -85,6 +99,7 @@ impl Front for LocalFront {
     }
 
     fn release(&mut self, session: u64) -> Result<(), String> {
+        self.pictured.remove(&session);
         if let Some(mut kv) = self.sessions.remove(&session) {
             self.exec.release(&mut kv);
         }
@@ -99,9 +114,12 @@ impl Front for LocalFront {
     }
 
     fn replay(&mut self, rows: &[(u64, usize, u32)]) -> Result<(), String> {
+        if rows.iter().any(|r| self.pictured.contains(&r.0)) {
+            return Err("a request with images cannot be recomputed from its tokens".into());
+        }
         let e = self.exec.model().hparams.hidden_width();
         let mut states = vec![0f32; rows.len() * e];
-        self.forward(rows, &mut states)
+        self.forward(rows, &[], &mut states)
     }
 
     fn grace(&self) -> Duration {

@@ -9,34 +9,14 @@
 #[allow(dead_code)]
 mod common;
 
-use std::path::Path;
 use std::sync::Arc;
 
-use common::{collect, engine_config, log_softmax, model_path, request, MODELS};
+use common::{
+    collect, engine_config, image_rows as rows, log_softmax, model_path, pictured, request, MODELS,
+};
 use engine::{ContextConfig, DeviceKind, EngineConfig, Enter, Executor, Out, Placed, PromptImage};
 use model::Model;
 use text::Tokenizer;
-
-/// llama-mtmd-cli's dump: `[i32 n_tokens][i32 n_embd][f32 …]`.
-fn rows(name: &str) -> (usize, Vec<f32>) {
-    let bytes = std::fs::read(Path::new("tests/golden").join(name)).unwrap();
-    let n = i32::from_le_bytes(bytes[..4].try_into().unwrap()) as usize;
-    let values = bytes[8..]
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-        .collect();
-    (n, values)
-}
-
-/// The tokens of `text[0]` (with BOS), `n` placeholders for an image's rows, then
-/// `text[1]`; and where the image starts.
-fn pictured(tok: &Tokenizer, text: [&str; 2], n: usize) -> (Vec<u32>, usize) {
-    let mut prompt = tok.encode(text[0], true, true).unwrap();
-    let at = prompt.len();
-    prompt.extend(std::iter::repeat_n(0, n));
-    prompt.extend(tok.encode(text[1], false, true).unwrap());
-    (prompt, at)
-}
 
 fn golden(path: &str) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()

@@ -544,8 +544,7 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         );
         plan = plan.with(&d);
     }
-    let one_stage = local_at.is_none() && config.split.is_none();
-    if let Some(path) = config.mmproj.as_ref().filter(|_| one_stage) {
+    if let Some(path) = config.mmproj.as_ref().filter(|_| config.split.is_none()) {
         let tower = tower_plan(path, ecfg.device)?;
         let kind = ecfg.device.encoder_kind();
         eprintln!(
@@ -640,10 +639,9 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
     }
     let vision = match &config.mmproj {
         None => None,
-        Some(_) if front.is_some() => {
+        Some(_) if config.split.is_some() => {
             return Err(Error::Config(
-                "--mmproj: a model served in two stages (-ngl or a split) reads no images yet"
-                    .into(),
+                "--mmproj: a model split with a box (--split-at) reads no images yet".into(),
             ))
         }
         Some(path) => {

@@ -647,8 +647,12 @@ impl engine::Front for BoxClient {
     fn forward(
         &mut self,
         rows: &[(u64, usize, u32)],
+        images: &[engine::Placed<'_>],
         hidden: &mut [f32],
     ) -> std::result::Result<(), String> {
+        if !images.is_empty() {
+            return Err("a split's box reads no images yet".into());
+        }
         self.forward_rows(&step_rows(rows), hidden)
             .map_err(|e| e.to_string())
     }

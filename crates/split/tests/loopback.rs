@@ -76,7 +76,15 @@ impl Head {
         };
         let finite = self
             .exec
-            .forward(&mut seqs, &batch_rows, Enter::States(&hidden), out)
+            .forward(
+                &mut seqs,
+                &batch_rows,
+                Enter::States {
+                    states: &hidden,
+                    images: &[],
+                },
+                out,
+            )
             .unwrap();
         assert!(finite.iter().all(|&ok| ok));
         logits

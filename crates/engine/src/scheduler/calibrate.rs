@@ -104,10 +104,13 @@ impl Engine {
         let t0 = Instant::now();
         let enter = match &mut self.front {
             Some(f) => {
-                let entered = f.forward(&entering, &mut self.entered[..rows * e]);
+                let entered = f.forward(&entering, &[], &mut self.entered[..rows * e]);
                 let _ = f.release(SCRATCH_SESSION);
                 entered.ok()?;
-                Enter::States(&self.entered[..rows * e])
+                Enter::States {
+                    states: &self.entered[..rows * e],
+                    images: &[],
+                }
             }
             None => Enter::Tokens(&tokens),
         };

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::Engine;
 use crate::front::FrontState;
+use crate::Placed;
 
 /// How often a lost box is tried again within its grace window.
 const RECONNECT_EVERY: Duration = Duration::from_millis(200);
@@ -45,16 +46,20 @@ impl Engine {
     /// `self.entered`; without one, the executor embeds the rows' tokens). When the front
     /// fails, it is reconnected and every live session replayed, again and again within
     /// its grace window (at once, without waiting, when it was already down).
-    pub(super) fn enter(&mut self, rows: &[(u64, usize, u32)]) -> Result<(), String> {
+    pub(super) fn enter(
+        &mut self,
+        rows: &[(u64, usize, u32)],
+        images: &[Placed<'_>],
+    ) -> Result<(), String> {
         let Some(f) = &mut self.front else {
             return Ok(());
         };
         let n = rows.len() * self.exec.model().hparams.hidden_width();
         self.exec.rest();
-        let result = match f.forward(rows, &mut self.entered[..n]) {
+        let result = match f.forward(rows, images, &mut self.entered[..n]) {
             Err(_) => self.regain(&mut |e| {
                 let f = e.front.as_mut().expect("a split model");
-                f.forward(rows, &mut e.entered[..n])
+                f.forward(rows, images, &mut e.entered[..n])
             }),
             ok => ok,
         };

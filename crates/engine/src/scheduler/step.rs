@@ -113,7 +113,8 @@ impl Engine {
             let (at, chunk) = (span.start, &rows[span]);
             let t0 = Instant::now();
             let entering = self.entering(chunk);
-            if let Err(why) = self.enter(&entering) {
+            let pictured = self.pictured(chunk);
+            if let Err(why) = self.enter(&entering, &placed(&pictured)) {
                 self.give_up(&why);
                 return None;
             }
@@ -331,16 +332,12 @@ impl Engine {
         let tokens: Vec<u32> = chunk.iter().map(|r| r.2).collect();
         let n = chunk.len();
         let pictured = self.pictured(chunk);
-        let images: Vec<Placed> = pictured
-            .iter()
-            .map(|(rows, embeddings, floats, bidirectional)| Placed {
-                rows: rows.clone(),
-                embeddings: &embeddings[floats.clone()],
-                bidirectional: *bidirectional,
-            })
-            .collect();
+        let images = placed(&pictured);
         let enter = match self.front {
-            Some(_) => Enter::States(&self.entered[..n * self.exec.model().hparams.hidden_width()]),
+            Some(_) => Enter::States {
+                states: &self.entered[..n * self.exec.model().hparams.hidden_width()],
+                images: &images,
+            },
             None if images.is_empty() => Enter::Tokens(&tokens),
             None => Enter::Pictured {
                 tokens: &tokens,
@@ -448,4 +445,17 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// [`Engine::pictured`]'s runs as the executor takes them.
+#[allow(clippy::type_complexity)]
+fn placed(pictured: &[(Range<usize>, Arc<[f32]>, Range<usize>, bool)]) -> Vec<Placed<'_>> {
+    pictured
+        .iter()
+        .map(|(rows, embeddings, floats, bidirectional)| Placed {
+            rows: rows.clone(),
+            embeddings: &embeddings[floats.clone()],
+            bidirectional: *bidirectional,
+        })
+        .collect()
 }

@@ -391,3 +391,25 @@ pub fn target_features(
     }
     features
 }
+
+/// llama-mtmd-cli's dump of an image's embeddings (`tests/golden/NAME`: `[i32 n_tokens][i32
+/// n_embd][f32 …]`): its rows and their values.
+pub fn image_rows(name: &str) -> (usize, Vec<f32>) {
+    let bytes = std::fs::read(std::path::Path::new("tests/golden").join(name)).unwrap();
+    let n = i32::from_le_bytes(bytes[..4].try_into().unwrap()) as usize;
+    let values = bytes[8..]
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    (n, values)
+}
+
+/// The tokens of `text[0]` (with BOS), `n` placeholders for an image's rows, then
+/// `text[1]`; and where the image starts.
+pub fn pictured(tok: &text::Tokenizer, text: [&str; 2], n: usize) -> (Vec<u32>, usize) {
+    let mut prompt = tok.encode(text[0], true, true).unwrap();
+    let at = prompt.len();
+    prompt.extend(std::iter::repeat_n(0, n));
+    prompt.extend(tok.encode(text[1], false, true).unwrap());
+    (prompt, at)
+}
