@@ -137,7 +137,7 @@ fn pictured_answers(which: usize, text: [&str; 2], (emb, bidirectional): (&str, 
             })
             .collect()
     };
-    let want = run(engine::start(whole, tok.clone(), cfg.clone(), None, None).unwrap());
+    let want = run(engine::start(whole, tok.clone(), cfg, None, None).unwrap());
     let first = Model::load_stage(&path, Part::First(at)).unwrap();
     let last = Model::load_stage(&path, Part::Last(at)).unwrap();
     let front = LocalFront::new(first, cfg.context_config()).unwrap();
