@@ -239,26 +239,32 @@ def test_props_and_show_say_the_server_reads_images(vision):
 LLAVA = json.loads((ROOT / "tests/server/golden/vision-llava.json").read_text())
 
 
-def test_a_llava_tower_on_smollm2_answers_as_llama_mtmd_cli():
+def test_a_llava_tower_on_smollm2_answers_as_llama_mtmd_cli(tmp_path):
     """SmolLM2's template rendered by Jinja on both sides (llama-mtmd-cli --jinja). The answer
     is sensitive to the tower's last digits: of this file's seeds 1 to 5, the first tokens of
     1, 2 and 3 are within 0.05 of a tie and llama.cpp's GELU (an f16 table) tips them; seed
     5's first token differs at a margin of 0.14 (crates/engine/tests/images.rs shows that
     llama's own embeddings give llama's answer); seed 4's top two are 0.22 apart or more."""
-    tower = synth(tempfile.mkdtemp(), "smollm2-135m", LLAVA)
-    s = Server("-c", "2048", "-np", "1", "--mmproj", str(tower))
+    tower = synth(tmp_path, "smollm2-135m", LLAVA)
+    image_first_answer("smollm2-135m", tower, LLAVA, "Mlp projector, 256 embeddings a tile", 256)
+
+
+def image_first_answer(model, tower, golden, start_line, rows):
+    """`model` (a known name or a path) with `tower`, asked the golden image and then its
+    text (the model's template), greedy: the start line names the tower, the answer is
+    llama-mtmd-cli's and the prompt counts more than the image's `rows`."""
+    s = Server("-c", "2048", "-np", "1", "--mmproj", str(tower), model=model)
     try:
-        assert "Mlp projector, 256 embeddings a tile" in s.output()
-        r = s.client().chat.completions.create(model="smollm2", max_tokens=LLAVA["max_tokens"], temperature=0,
+        assert start_line in s.output()
+        r = s.client().chat.completions.create(model="m", max_tokens=golden["max_tokens"], temperature=0,
                                                messages=[{"role": "user", "content": [
                                                    {"type": "image_url", "image_url": {"url": data_url(IMAGE)}},
-                                                   {"type": "text", "text": LLAVA["text_after_image"]},
+                                                   {"type": "text", "text": golden["text_after_image"]},
                                                ]}])
-        assert r.choices[0].message.content == LLAVA["answer"]
-        assert r.usage.prompt_tokens > 256
+        assert r.choices[0].message.content == golden["answer"]
+        assert r.usage.prompt_tokens > rows
     finally:
         s.stop()
-        tower.unlink()
 
 
 IDEFICS3 = json.loads((ROOT / "tests/server/golden/vision-idefics3.json").read_text())
@@ -281,18 +287,7 @@ def test_an_idefics3_tower_tiles_the_image_and_answers_as_llama_mtmd_cli(tmp_pat
     tower's embeddings move the logits by that much between 8-bit and f32 activations)."""
     text = with_added_tokens(tmp_path, "smollm2-135m", IDEFICS3["added_tokens"])
     tower = synth(tmp_path, str(text), IDEFICS3)
-    s = Server("-c", "2048", "-np", "1", "--mmproj", str(tower), model=str(text))
-    try:
-        assert "Idefics3 projector, 16 embeddings a tile" in s.output()
-        r = s.client().chat.completions.create(model="smolvlm", max_tokens=IDEFICS3["max_tokens"], temperature=0,
-                                               messages=[{"role": "user", "content": [
-                                                   {"type": "image_url", "image_url": {"url": data_url(IMAGE)}},
-                                                   {"type": "text", "text": IDEFICS3["text_after_image"]},
-                                               ]}])
-        assert r.choices[0].message.content == IDEFICS3["answer"]
-        assert r.usage.prompt_tokens > 5 * 16
-    finally:
-        s.stop()
+    image_first_answer(str(text), tower, IDEFICS3, "Idefics3 projector, 16 embeddings a tile", 5 * 16)
 
 
 def test_an_idefics3_tower_on_a_model_without_its_tokens_is_refused_at_start(tmp_path):
@@ -312,18 +307,7 @@ def test_a_llava16_tower_tiles_the_image_and_answers_as_llama_mtmd_cli(tmp_path)
     tokens 0.17 apart or more at every step (seeds 7 and 8, whose answers part from
     llama-mtmd-cli's, have steps within 0.07)."""
     tower = synth(tmp_path, "smollm2-135m", LLAVA16)
-    s = Server("-c", "2048", "-np", "1", "--mmproj", str(tower))
-    try:
-        assert "Mlp projector, 64 embeddings a tile" in s.output()
-        r = s.client().chat.completions.create(model="smollm2", max_tokens=LLAVA16["max_tokens"], temperature=0,
-                                               messages=[{"role": "user", "content": [
-                                                   {"type": "image_url", "image_url": {"url": data_url(IMAGE)}},
-                                                   {"type": "text", "text": LLAVA16["text_after_image"]},
-                                               ]}])
-        assert r.choices[0].message.content == LLAVA16["answer"]
-        assert r.usage.prompt_tokens > 3 * 64
-    finally:
-        s.stop()
+    image_first_answer("smollm2-135m", tower, LLAVA16, "Mlp projector, 64 embeddings a tile", 3 * 64)
 
 
 def test_the_tower_counts_in_the_memory_plan(tmp_path):

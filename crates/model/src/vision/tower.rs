@@ -64,17 +64,23 @@ struct Scratch {
     out: Buf,
 }
 
-/// A tower's shape and tensors as its file has them, before any device holds them.
-struct Parts {
-    params: ClipParams,
-    n_embd_out: usize,
+/// A tower's tensors by their place (ids into its table).
+struct Layers {
     patch: (MatId, Option<VecId>),
+    /// `[n_embd]`, appended after the patches' rows (CLIP's class token).
     class: Option<Vec<f32>>,
     position: VecId,
     pre_ln: Option<(VecId, VecId)>,
     blocks: Vec<Block>,
     post_ln: Option<(VecId, VecId)>,
     head: Head,
+}
+
+/// A tower's shape and tensors as its file has them, before any device holds them.
+struct Parts {
+    params: ClipParams,
+    n_embd_out: usize,
+    layers: Layers,
     projection: Option<MatrixSource>,
     table: TensorTable,
 }
@@ -84,14 +90,7 @@ pub struct Tower {
     pub params: ClipParams,
     /// The width of its embeddings: the language model's `n_embd`.
     pub n_embd_out: usize,
-    patch: (MatId, Option<VecId>),
-    /// `[n_embd]`, appended after the patches' rows (CLIP's class token).
-    class: Option<Vec<f32>>,
-    position: VecId,
-    pre_ln: Option<(VecId, VecId)>,
-    blocks: Vec<Block>,
-    post_ln: Option<(VecId, VecId)>,
-    head: Head,
+    layers: Layers,
     /// Gemma 3's `[n_embd_out, n_embd]`: the file's `mm.input_projection` transposed.
     projection: Option<Mat>,
     tensors: DeviceTensors,
@@ -204,13 +203,15 @@ impl Parts {
         Ok(Parts {
             params,
             n_embd_out,
-            patch,
-            class,
-            position,
-            pre_ln,
-            blocks,
-            post_ln,
-            head,
+            layers: Layers {
+                patch,
+                class,
+                position,
+                pre_ln,
+                blocks,
+                post_ln,
+                head,
+            },
             projection,
             table: t.finish(),
         })
@@ -220,9 +221,9 @@ impl Parts {
     fn scratch_floats(&self) -> [usize; 9] {
         let c = &self.params;
         let (e, ff, p) = (c.n_embd, c.n_ff, c.patch_size);
-        let n_pos = c.n_patches() + usize::from(self.class.is_some());
+        let n_pos = c.n_patches() + usize::from(self.layers.class.is_some());
         let nt = c.n_tokens();
-        let (widest_ff, pooled) = match &self.head {
+        let (widest_ff, pooled) = match &self.layers.head {
             Head::Mlp { hidden, .. } => (ff.max(*hidden), nt * e),
             Head::Gemma3 { .. } => (ff, nt * e),
             Head::Idefics3 { .. } => (ff, c.n_patches() * e),
@@ -266,13 +267,7 @@ impl Tower {
         Ok(Tower {
             params: parts.params,
             n_embd_out: parts.n_embd_out,
-            patch: parts.patch,
-            class: parts.class,
-            position: parts.position,
-            pre_ln: parts.pre_ln,
-            blocks: parts.blocks,
-            post_ln: parts.post_ln,
-            head: parts.head,
+            layers: parts.layers,
             projection,
             tensors,
             scratch: Scratch {
@@ -319,8 +314,8 @@ impl Tower {
     pub fn encode(&self, dev: &mut dyn EncoderDevice, pixels: &[f32]) -> Vec<f32> {
         let c = &self.params;
         let (np, e, ff) = (c.n_patches(), c.n_embd, c.n_ff);
-        let n = np + usize::from(self.class.is_some());
-        let (t, s) = (&self.tensors, &self.scratch);
+        let (t, s, l) = (&self.tensors, &self.scratch, &self.layers);
+        let n = np + usize::from(l.class.is_some());
         let out_to = |y: Buf, b: VecId, residual: Option<Buf>| MatOut {
             y,
             bias: Some(t[b]),
@@ -331,15 +326,15 @@ impl Tower {
         dev.upload(s.pixels, 0, pixels);
         let patch_out = MatOut {
             y: s.x,
-            bias: t.opt(self.patch.1),
+            bias: t.opt(l.patch.1),
             residual: None,
         };
-        dev.matmul(&[t[self.patch.0]], s.pixels, np, &[patch_out]);
-        if let Some(class) = &self.class {
+        dev.matmul(&[t[l.patch.0]], s.pixels, np, &[patch_out]);
+        if let Some(class) = &l.class {
             dev.upload(s.x, np * e, class);
         }
-        dev.add(s.x, t[self.position], n * e);
-        if let Some((w, b)) = self.pre_ln {
+        dev.add(s.x, t[l.position], n * e);
+        if let Some((w, b)) = l.pre_ln {
             dev.layer_norm(s.x, t[w], t[b], n, e, c.eps, s.x);
         }
         let attn = DenseSpec {
@@ -348,7 +343,7 @@ impl Tower {
             head_dim: e / c.n_head,
             scale: 1.0 / ((e / c.n_head) as f32).sqrt(),
         };
-        for b in &self.blocks {
+        for b in &l.blocks {
             dev.layer_norm(s.x, t[b.ln1.0], t[b.ln1.1], n, e, c.eps, s.h);
             let [q, k, v] = b.qkv;
             let outs = [
@@ -370,11 +365,11 @@ impl Tower {
             dev.activate(s.ff, n * ff, c.act);
             dev.matmul(&[t[b.fc2.0]], s.ff, n, &[out_to(s.q, b.fc2.1, Some(s.x))]);
         }
-        if let Some((w, b)) = self.post_ln {
+        if let Some((w, b)) = l.post_ln {
             dev.layer_norm(s.x, t[w], t[b], n, e, c.eps, s.x);
         }
         let nt = c.n_tokens();
-        match &self.head {
+        match &l.head {
             Head::Gemma3 { soft_emb_norm } => {
                 let projection = self.projection.expect("loaded with the head");
                 let pool = PoolSpec {
