@@ -86,8 +86,8 @@ fn a_model_split_between_two_local_stages_answers_as_the_whole_model() {
 }
 
 /// Model `which` of [`MODELS`] answering `text` around the image rows of golden `emb`
-/// (seeing one another where `bidirectional`), 16 greedy tokens and their log-probabilities,
-/// four requests at once: whole, and split after block `at` (the first stage a
+/// (seeing one another where `bidirectional`), 8 greedy tokens and their log-probabilities,
+/// two requests at once: whole, and split after block `at` (the first stage a
 /// [`LocalFront`]), bit for bit.
 fn pictured_answers(which: usize, text: [&str; 2], (emb, bidirectional): (&str, bool), at: usize) {
     let (_, file, name) = MODELS[which];
@@ -98,11 +98,11 @@ fn pictured_answers(which: usize, text: [&str; 2], (emb, bidirectional): (&str, 
     let (prompt, img_at) = pictured(&tok, text, n);
     let embeddings: Arc<[f32]> = values.into();
     let requests = || {
-        (0..4).map(|i| {
-            // The prompts differ after the image, so that the four are not one prefix.
+        (0..2).map(|i| {
+            // The prompts differ after the image, so that the two are not one prefix.
             let mut p = prompt.clone();
             p.extend(tok.encode(&" ".repeat(i), false, false).unwrap());
-            let mut req = common::request(p, 16, None);
+            let mut req = common::request(p, 8, None);
             req.logprobs = Some(2);
             req.images = vec![PromptImage {
                 at: img_at,
@@ -116,7 +116,7 @@ fn pictured_answers(which: usize, text: [&str; 2], (emb, bidirectional): (&str, 
     let cfg = EngineConfig {
         n_batch: 512,
         n_ubatch: 512,
-        ..common::engine_config(2048, 4, true)
+        ..common::engine_config(2048, 2, true)
     };
     // Each token with its log-probability's bits: the stages compute the whole model's.
     let run = |handle: engine::EngineHandle| -> Vec<Vec<(u32, u32)>> {
