@@ -21,7 +21,7 @@
 # added tokens); every tile's embeddings are dumped (through a FIFO: llama-mtmd-cli
 # rewrites the file per tile) to crates/model/tests/golden/vision-idefics3-{f32,f16}.emb, and
 # its greedy answer (tower seed 4) to tests/server/golden/vision-idefics3.json, with the
-# added tokens. LLaVA 1.6's tiles likewise (a 112-pixel tower with pinpoints: two tiles and an
+# added tokens (and with --image-max-tokens 48, vision-idefics3-max48-f32.emb). LLaVA 1.6's tiles likewise (a 112-pixel tower with pinpoints: two tiles and an
 # overview) to crates/model/tests/golden/vision-llava16-{f32,f16}.emb, and its answer (tower
 # seed 4) on SmolLM2-135M to tests/server/golden/vision-llava16.json.
 #
@@ -86,6 +86,11 @@ for ty in f32 f16; do
         --image crates/model/tests/fixtures/stripes-150x100.png -p "Describe the image." \
         -n 1 --temp 0 -fa off -t 2 --jinja
 done
+# With --image-max-tokens 48 (mtmd's LLaVA-UHD branch: the image fitted into 2 × 1 tiles).
+every_tile "$PWD/crates/model/tests/golden/vision-idefics3-max48-f32.emb" \
+    -m "$tmp/idefics-text.gguf" --mmproj "$tmp/idefics-f32.gguf" --image-max-tokens 48 \
+    --image crates/model/tests/fixtures/stripes-150x100.png -p "Describe the image." \
+    -n 1 --temp 0 -fa off -t 2 --jinja
 # answer NAME MODEL TOWER_ARGS TEXT_BEFORE TEXT_AFTER N CLI_ARGS [ROWS]: a golden greedy answer,
 # and with ROWS llama-mtmd-cli's embeddings of the image dumped there.
 answer() {

@@ -290,6 +290,30 @@ def test_an_idefics3_tower_tiles_the_image_and_answers_as_llama_mtmd_cli(tmp_pat
     image_first_answer(str(text), tower, IDEFICS3, "Idefics3 projector, 16 embeddings a tile", 5 * 16)
 
 
+def test_image_max_tokens_bounds_an_idefics3_image_and_fixed_towers_ignore_it(tmp_path):
+    """48 embeddings at most: the image in 2 × 1 tiles and an overview (3 × 16 rows, where it
+    took 5 × 16); a Gemma 3 tower's count is fixed, so the flag is a warning there."""
+    text = with_added_tokens(tmp_path, "smollm2-135m", IDEFICS3["added_tokens"])
+    tower = synth(tmp_path, str(text), IDEFICS3)
+    def prompt_tokens(*flags):
+        s = Server("-c", "2048", "-np", "1", "--mmproj", str(tower), *flags, model=str(text))
+        try:
+            return s.client().chat.completions.create(model="m", max_tokens=1, messages=[{"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": data_url(IMAGE)}}, {"type": "text", "text": "Hi"}]}]
+            ).usage.prompt_tokens
+        finally:
+            s.stop()
+
+    # Two tiles fewer: their rows, their tags and a row's end.
+    assert prompt_tokens() - prompt_tokens("--image-max-tokens", "48") > 2 * 16
+    gemma = synth(tmp_path, "gemma3-270m", GOLDEN)
+    s = Server("-c", "1024", "-np", "1", "--mmproj", str(gemma), "--image-max-tokens", "48", model="gemma3-270m")
+    try:
+        assert "the Gemma3 projector makes a fixed count a tile; ignored" in s.output()
+    finally:
+        s.stop()
+
+
 def test_an_idefics3_tower_on_a_model_without_its_tokens_is_refused_at_start(tmp_path):
     tower = synth(tmp_path, "smollm2-135m", IDEFICS3)
     with pytest.raises(RuntimeError) as e:

@@ -148,6 +148,30 @@ fn idefics3_tower_embeddings_match_llama_mtmd() {
     matches_llama_mtmd(|ty| shape(TowerKind::Idefics3, ty), "idefics3", 5 * 16, 576);
 }
 
+/// `--image-max-tokens 48` (48 embeddings of 2 × 2 patches of 16 pixels): mtmd's LLaVA-UHD
+/// branch fits the image into 2 × 1 tiles (bicubic, black bands) and an overview.
+#[test]
+fn idefics3_with_a_token_limit_matches_llama_mtmd() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tower.gguf");
+    shape(TowerKind::Idefics3, GgmlType::F32)
+        .write(&path)
+        .unwrap();
+    let mut dev = cpu();
+    let mut tower = Tower::load(Arc::new(GgufFile::open(&path).unwrap()), &mut dev).unwrap();
+    assert!(tower.params.limit_tokens(None, Some(48)));
+    let img = decode(&std::fs::read(IMAGE).unwrap(), &Limits::default()).unwrap();
+    let tiles = tower.params.tiles(&img);
+    let got: Vec<f32> = tiles
+        .iter()
+        .flat_map(|t| tower.encode(&mut dev, t))
+        .collect();
+    let (n, e, want) = golden("vision-idefics3-max48-f32.emb");
+    assert_eq!((n, e), (3 * 16, 576));
+    let err = norm_error(&got, &want);
+    assert!(err < 1e-3, "embeddings off by {err:.2e} of their norm");
+}
+
 const KINDS: [TowerKind; 3] = [TowerKind::Gemma3, TowerKind::Llava, TowerKind::Idefics3];
 
 #[test]

@@ -139,6 +139,8 @@ pub struct ServerConfig {
     pub mmproj: Option<PathBuf>,
     /// `--image-urls allow`: http(s) image URLs are fetched.
     pub image_urls: bool,
+    /// `--image-min-tokens`, `--image-max-tokens`.
+    pub image_tokens: (Option<usize>, Option<usize>),
 }
 
 /// The head of a split model: blocks `at..n` and the output head here, the embeddings and
@@ -204,6 +206,7 @@ impl ServerConfig {
             pull: None,
             mmproj: None,
             image_urls: false,
+            image_tokens: (None, None),
             webui: true,
             rope: Default::default(),
             lazy: Default::default(),
@@ -649,6 +652,13 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
                 crate::vision::Vision::start(path, (n_embd, &tok), ecfg.device, ecfg.n_threads)
                     .map_err(Error::Config)?;
             v.fetch_urls = config.image_urls;
+            let (min, max) = config.image_tokens;
+            if (min.is_some() || max.is_some()) && !v.limit_tokens(min, max) {
+                eprintln!(
+                    "warning: --image-min-tokens/--image-max-tokens: the {:?} projector makes a fixed count a tile; ignored",
+                    v.projector
+                );
+            }
             let room = ecfg.n_ubatch.min(ecfg.n_batch);
             if v.n_tokens > room {
                 return Err(Error::Config(format!(

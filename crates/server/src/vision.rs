@@ -125,6 +125,12 @@ impl Vision {
         })
     }
 
+    /// `--image-min-tokens`/`--image-max-tokens` ([`model::vision::ClipParams::limit_tokens`]):
+    /// false where the tower makes a fixed count.
+    pub fn limit_tokens(&mut self, min: Option<usize>, max: Option<usize>) -> bool {
+        self.params.limit_tokens(min, max)
+    }
+
     /// `pic`'s tiles' embeddings, from the cache or the tower (blocking).
     fn embeddings(&self, pic: &Picture) -> Result<Tiles, ApiError> {
         let cached = |c: &Recent| {

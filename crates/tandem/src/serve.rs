@@ -80,6 +80,13 @@ pub struct ServeArgs {
     /// itself (any host it can reach, 10 s and the image's size limit a fetch).
     #[arg(long = "image-urls", value_parser = ["deny", "allow"], default_value = "deny")]
     pub image_urls: String,
+    /// The fewest embeddings an image makes, where the tower's count follows the image
+    /// (Idefics3); towers of a fixed count ignore it, as llama.cpp's do.
+    #[arg(long = "image-min-tokens")]
+    pub image_min_tokens: Option<usize>,
+    /// The most embeddings an image makes, where the tower's count follows the image.
+    #[arg(long = "image-max-tokens")]
+    pub image_max_tokens: Option<usize>,
     /// How the model writes tool calls: hermes (Qwen's `<tool_call>`), llama3, mistral, dsml
     /// (DeepSeek-V4's `<｜DSML｜tool_calls>`), qwen3-coder (Qwen 3.5's `<function=...>`) or
     /// generic (a JSON answer taught by the system prompt); default: read from the template.
@@ -577,6 +584,7 @@ impl ServeArgs {
             lora: self.model.lora_settings()?,
             mmproj: self.mmproj.clone().filter(|_| !self.no_mmproj),
             image_urls: self.image_urls == "allow",
+            image_tokens: (self.image_min_tokens, self.image_max_tokens),
             mem_limit: self.mem_limit,
             body_limit: self.body_limit,
             limits,

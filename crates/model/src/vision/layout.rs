@@ -10,7 +10,7 @@
 //!           overview "<fake_token_around_image>"  (the last four tokens looked up one by one)
 //! ```
 
-use super::preprocess::{self, Rgb};
+use super::preprocess::{self, Filter, Rgb};
 use super::{ClipParams, Projector};
 
 /// A part of an image's place in a prompt.
@@ -27,11 +27,13 @@ pub enum Piece {
 /// The tokens Idefics3 looks up by their text.
 const IDEFICS3_TOKENS: [&str; 4] = ["\n", "\n\n", "<fake_token_around_image>", "<global-img>"];
 
-/// An image of Idefics3's: the size it is first resized to (its longer edge the tower's
-/// `longest_edge`, the other even), and the grid of tiles that size is stretched to fill.
+/// An image of Idefics3's: the grid of tiles it is made, and, without token limits, the
+/// size it is first resized to (its longer edge the tower's `longest_edge`, the other even)
+/// before it is stretched over the grid; with limits (`--image-min/max-tokens`) it is fitted
+/// into the grid keeping its aspect (mtmd's LLaVA-UHD branch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Grid {
-    resized: (usize, usize),
+    resized: Option<(usize, usize)>,
     cols: usize,
     rows: usize,
 }
@@ -40,6 +42,9 @@ impl Grid {
     /// The other edge is at least 2 pixels (llama.cpp's would be 0 for an image over
     /// `longest_edge` times wider than tall, and it fails).
     fn of(c: &ClipParams, width: usize, height: usize) -> Grid {
+        if c.min_pixels > 0 || c.max_pixels > 0 {
+            return Grid::limited(c, width, height);
+        }
         let edge = c.longest_edge;
         let aspect = width as f64 / height as f64;
         let even = |v: f64| {
@@ -52,9 +57,35 @@ impl Grid {
         };
         let tile = c.image_size;
         Grid {
-            resized,
+            resized: Some(resized),
             cols: resized.0.div_ceil(tile),
             rows: resized.1.div_ceil(tile),
+        }
+    }
+
+    /// mtmd's `calc_size_preserved_ratio` aligned to whole tiles (in f32 as it computes):
+    /// scaled to the longest edge, rounded up to tiles; then, past `max_pixels`, scaled
+    /// down to it (rounded down, at least a tile), or short of `min_pixels`, up to it
+    /// (rounded up).
+    fn limited(c: &ClipParams, width: usize, height: usize) -> Grid {
+        let tile = c.image_size;
+        let (w, h, t) = (width as f32, height as f32, tile as f32);
+        let up = |x: f32| (x / t).ceil() as usize * tile;
+        let down = |x: f32| ((x / t).floor() as usize * tile).max(tile);
+        let edge = c.longest_edge as f32;
+        let scale = (edge / w).min(edge / h);
+        let (mut wb, mut hb) = (up(w * scale), up(h * scale));
+        if c.max_pixels > 0 && wb * hb > c.max_pixels {
+            let beta = (h * w / c.max_pixels as f32).sqrt();
+            (wb, hb) = (down(w / beta), down(h / beta));
+        } else if c.min_pixels > 0 && wb * hb < c.min_pixels {
+            let beta = (c.min_pixels as f32 / (h * w)).sqrt();
+            (wb, hb) = (up(w * beta), up(h * beta));
+        }
+        Grid {
+            resized: None,
+            cols: wb / tile,
+            rows: hb / tile,
         }
     }
 }
@@ -162,16 +193,22 @@ impl ClipParams {
             }
             Projector::Idefics3 => {
                 let g = Grid::of(self, img.width, img.height);
-                let resized = preprocess::resize(img, g.resized.0, g.resized.1, self.filter);
                 let (w, h) = (g.cols * side, g.rows * side);
-                let refined = preprocess::resize(&resized, w, h, self.filter);
+                let (refined, overview) = match g.resized {
+                    Some((rw, rh)) => {
+                        let resized = preprocess::resize(img, rw, rh, self.filter);
+                        let refined = preprocess::resize(&resized, w, h, self.filter);
+                        let overview = preprocess::resize(&refined, side, side, self.filter);
+                        (refined, overview)
+                    }
+                    // mtmd's LLaVA-UHD defaults: bicubic, the refined image in black bands.
+                    None => (
+                        preprocess::fit(img, (w, h), Filter::Bicubic, [0; 3]),
+                        preprocess::resize(img, side, side, Filter::Bicubic),
+                    ),
+                };
                 let mut tiles = cut(&refined, g.cols, g.rows);
-                tiles.push(pixels(&preprocess::resize(
-                    &refined,
-                    side,
-                    side,
-                    self.filter,
-                )));
+                tiles.push(pixels(&overview));
                 tiles
             }
         }
@@ -181,7 +218,6 @@ impl ClipParams {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vision::Filter;
 
     fn idefics3(image_size: usize, longest_edge: usize) -> ClipParams {
         ClipParams {
@@ -202,6 +238,8 @@ mod tests {
             depth: 1,
             longest_edge,
             pinpoints: Vec::new(),
+            min_pixels: 0,
+            max_pixels: 0,
         }
     }
 
@@ -213,7 +251,7 @@ mod tests {
         assert_eq!(
             Grid::of(&c, 150, 100),
             Grid {
-                resized: (256, 170),
+                resized: Some((256, 170)),
                 cols: 2,
                 rows: 2
             }
@@ -240,7 +278,7 @@ mod tests {
             ]
         );
         // A tall one rounds its width up to even; an image of one row has no "\n".
-        assert_eq!(Grid::of(&c, 33, 100).resized, (84, 256));
+        assert_eq!(Grid::of(&c, 33, 100).resized, Some((84, 256)));
         assert!(!c.pieces(300, 20).contains(&Piece::Token("\n")));
     }
 

@@ -96,6 +96,10 @@ pub struct ClipParams {
     /// LLaVA 1.6: the sizes (width, height), whole tiles, an image larger than a tile is
     /// fitted into before it is cut (`clip.vision.image_grid_pinpoints`); empty for the others.
     pub pinpoints: Vec<(usize, usize)>,
+    /// Idefics3 with `--image-min-tokens`/`--image-max-tokens`: the pixels an image's tiles
+    /// cover at least and at most ([`ClipParams::limit_tokens`]); 0: no limit.
+    pub min_pixels: usize,
+    pub max_pixels: usize,
     /// Idefics3: the longer edge, in pixels, an image is resized to before it is tiled
     /// (`clip.vision.preproc_image_size`); 0 for the others.
     pub longest_edge: usize,
@@ -213,6 +217,8 @@ impl ClipParams {
                 Projector::Mlp => pinpoints.chunks(2).map(|p| (p[0], p[1])).collect(),
                 Projector::Gemma3 | Projector::Idefics3 => Vec::new(),
             },
+            min_pixels: 0,
+            max_pixels: 0,
             longest_edge: match projector {
                 Projector::Idefics3 => {
                     meta.opt_u32("clip.vision.preproc_image_size")?.unwrap_or(0) as usize
@@ -264,6 +270,20 @@ impl ClipParams {
             ));
         }
         Ok(p)
+    }
+
+    /// Limits the embeddings an image makes to `min..=max` (llama.cpp's `--image-min-tokens`
+    /// and `--image-max-tokens`, as pixels of `n_merge²` patches each) where the tower's
+    /// count follows the image (Idefics3); false where it is fixed (the limits are ignored,
+    /// as llama.cpp ignores them).
+    pub fn limit_tokens(&mut self, min: Option<usize>, max: Option<usize>) -> bool {
+        if self.projector != Projector::Idefics3 {
+            return false;
+        }
+        let area = (self.patch_size * self.n_merge).pow(2);
+        self.min_pixels = min.map_or(0, |n| n * area);
+        self.max_pixels = max.map_or(0, |n| n * area);
+        true
     }
 
     /// Patches per side.
