@@ -86,6 +86,14 @@ for ty in f32 f16; do
         --image crates/model/tests/fixtures/stripes-150x100.png -p "Describe the image." \
         -n 1 --temp 0 -fa off -t 2 --jinja
 done
+# A tower without a longest edge (older files; mtmd's LLaVA-UHD branch: 150 × 100 rounded to one
+# 128-pixel tile) to vision-idefics3-noedge-f32.emb.
+"$tandem" synth --mmproj "$tmp/idefics-text.gguf" --projector idefics3 --image-size 128 --image-merge 2 \
+    --image-longest-edge 0 --type f32 -o "$tmp/idefics-noedge.gguf"
+every_tile "$PWD/crates/model/tests/golden/vision-idefics3-noedge-f32.emb" \
+    -m "$tmp/idefics-text.gguf" --mmproj "$tmp/idefics-noedge.gguf" \
+    --image crates/model/tests/fixtures/stripes-150x100.png -p "Describe the image." \
+    -n 1 --temp 0 -fa off -t 2 --jinja
 # With --image-max-tokens 48 (mtmd's LLaVA-UHD branch: the image fitted into 2 × 1 tiles).
 every_tile "$PWD/crates/model/tests/golden/vision-idefics3-max48-f32.emb" \
     -m "$tmp/idefics-text.gguf" --mmproj "$tmp/idefics-f32.gguf" --image-max-tokens 48 \

@@ -148,28 +148,43 @@ fn idefics3_tower_embeddings_match_llama_mtmd() {
     matches_llama_mtmd(|ty| shape(TowerKind::Idefics3, ty), "idefics3", 5 * 16, 576);
 }
 
-/// `--image-max-tokens 48` (48 embeddings of 2 × 2 patches of 16 pixels): mtmd's LLaVA-UHD
-/// branch fits the image into 2 × 1 tiles (bicubic, black bands) and an overview.
-#[test]
-fn idefics3_with_a_token_limit_matches_llama_mtmd() {
+/// An Idefics3 tower of `longest_edge` (0: none in the file), images limited to `max_tokens`,
+/// against llama-mtmd-cli's tiles in golden `name` (`rows` of them).
+fn idefics3_case(longest_edge: usize, max_tokens: Option<usize>, name: &str, rows: usize) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tower.gguf");
-    shape(TowerKind::Idefics3, GgmlType::F32)
-        .write(&path)
-        .unwrap();
+    let shape = MmprojShape {
+        longest_edge,
+        ..shape(TowerKind::Idefics3, GgmlType::F32)
+    };
+    shape.write(&path).unwrap();
     let mut dev = cpu();
     let mut tower = Tower::load(Arc::new(GgufFile::open(&path).unwrap()), &mut dev).unwrap();
-    assert!(tower.params.limit_tokens(None, Some(48)));
+    if max_tokens.is_some() {
+        assert!(tower.params.limit_tokens(None, max_tokens));
+    }
     let img = decode(&std::fs::read(IMAGE).unwrap(), &Limits::default()).unwrap();
     let tiles = tower.params.tiles(&img);
     let got: Vec<f32> = tiles
         .iter()
         .flat_map(|t| tower.encode(&mut dev, t))
         .collect();
-    let (n, e, want) = golden("vision-idefics3-max48-f32.emb");
-    assert_eq!((n, e), (3 * 16, 576));
+    let (n, e, want) = golden(name);
+    assert_eq!((n, e), (rows, 576));
     let err = norm_error(&got, &want);
-    assert!(err < 1e-3, "embeddings off by {err:.2e} of their norm");
+    assert!(
+        err < 1e-3,
+        "{name}: embeddings off by {err:.2e} of their norm"
+    );
+}
+
+/// mtmd's LLaVA-UHD branch: `--image-max-tokens 48` (48 embeddings of 2 × 2 patches of 16
+/// pixels) fits the image into 2 × 1 tiles (bicubic, black bands) and an overview; a file
+/// without a longest edge rounds the image to one tile.
+#[test]
+fn idefics3_with_a_token_limit_or_no_longest_edge_matches_llama_mtmd() {
+    idefics3_case(256, Some(48), "vision-idefics3-max48-f32.emb", 3 * 16);
+    idefics3_case(0, None, "vision-idefics3-noedge-f32.emb", 2 * 16);
 }
 
 const KINDS: [TowerKind; 3] = [TowerKind::Gemma3, TowerKind::Llava, TowerKind::Idefics3];

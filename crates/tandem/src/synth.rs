@@ -149,8 +149,8 @@ pub struct TowerArgs {
     /// --mmproj: patches merged per side into one embedding [default: 4; llava: 1].
     #[arg(long, requires = "mmproj")]
     pub image_merge: Option<usize>,
-    /// --mmproj idefics3: the longer edge images are resized to before they are tiled
-    /// [default: 2048].
+    /// --mmproj idefics3: the longer edge images are resized to before they are tiled (0:
+    /// none written, as older files have) [default: 2048].
     #[arg(long, requires = "mmproj")]
     pub image_longest_edge: Option<usize>,
     /// --mmproj llava: LLaVA 1.6's tiling, the sizes images larger than a tile are fitted

@@ -35,7 +35,7 @@ pub struct MmprojShape {
     /// The language model's `n_embd`.
     pub n_embd_out: usize,
     /// Idefics3: the longer edge images are resized to before tiling
-    /// (`clip.vision.preproc_image_size`).
+    /// (`clip.vision.preproc_image_size`; 0: not written, as older files have none).
     pub longest_edge: usize,
     /// LLaVA 1.6: the sizes (width, height) images are tiled at
     /// (`clip.vision.image_grid_pinpoints`); none for LLaVA 1.5.
@@ -113,11 +113,10 @@ impl MmprojShape {
                 self.feature_layer, self.n_layer
             ));
         }
-        if self.kind == TowerKind::Idefics3 && (self.n_merge < 2 || self.longest_edge == 0) {
+        if self.kind == TowerKind::Idefics3 && self.n_merge < 2 {
             return bad(format!(
-                "an idefics3 tower shuffles at least 2 patches a side (not {}) and resizes \
-                 images to a longest edge (not {})",
-                self.n_merge, self.longest_edge
+                "an idefics3 tower shuffles at least 2 patches a side, not {}",
+                self.n_merge
             ));
         }
         Ok(())
@@ -169,7 +168,9 @@ impl MmprojShape {
             }
             TowerKind::Idefics3 => {
                 w.metadata("clip.vision.projector.scale_factor", u(self.n_merge));
-                w.metadata("clip.vision.preproc_image_size", u(self.longest_edge));
+                if self.longest_edge > 0 {
+                    w.metadata("clip.vision.preproc_image_size", u(self.longest_edge));
+                }
             }
             TowerKind::Llava => {
                 let ints = |v: Vec<usize>| {

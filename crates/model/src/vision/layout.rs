@@ -42,7 +42,7 @@ impl Grid {
     /// The other edge is at least 2 pixels (llama.cpp's would be 0 for an image over
     /// `longest_edge` times wider than tall, and it fails).
     fn of(c: &ClipParams, width: usize, height: usize) -> Grid {
-        if c.min_pixels > 0 || c.max_pixels > 0 {
+        if c.min_pixels > 0 || c.max_pixels > 0 || c.longest_edge == 0 {
             return Grid::limited(c, width, height);
         }
         let edge = c.longest_edge;
@@ -64,17 +64,22 @@ impl Grid {
     }
 
     /// mtmd's `calc_size_preserved_ratio` aligned to whole tiles (in f32 as it computes):
-    /// scaled to the longest edge, rounded up to tiles; then, past `max_pixels`, scaled
-    /// down to it (rounded down, at least a tile), or short of `min_pixels`, up to it
-    /// (rounded up).
+    /// scaled to the longest edge and rounded up to tiles (without one, its own size rounded
+    /// to the nearest tiles, at least one); then, past `max_pixels`, scaled down to it
+    /// (rounded down, at least a tile), or short of `min_pixels`, up to it (rounded up).
     fn limited(c: &ClipParams, width: usize, height: usize) -> Grid {
         let tile = c.image_size;
         let (w, h, t) = (width as f32, height as f32, tile as f32);
         let up = |x: f32| (x / t).ceil() as usize * tile;
         let down = |x: f32| ((x / t).floor() as usize * tile).max(tile);
-        let edge = c.longest_edge as f32;
-        let scale = (edge / w).min(edge / h);
-        let (mut wb, mut hb) = (up(w * scale), up(h * scale));
+        let nearest = |x: f32| ((x / t).round() as usize * tile).max(tile);
+        let (mut wb, mut hb) = match c.longest_edge {
+            0 => (nearest(w), nearest(h)),
+            edge => {
+                let scale = (edge as f32 / w).min(edge as f32 / h);
+                (up(w * scale), up(h * scale))
+            }
+        };
         if c.max_pixels > 0 && wb * hb > c.max_pixels {
             let beta = (h * w / c.max_pixels as f32).sqrt();
             (wb, hb) = (down(w / beta), down(h / beta));

@@ -101,7 +101,8 @@ pub struct ClipParams {
     pub min_pixels: usize,
     pub max_pixels: usize,
     /// Idefics3: the longer edge, in pixels, an image is resized to before it is tiled
-    /// (`clip.vision.preproc_image_size`); 0 for the others.
+    /// (`clip.vision.preproc_image_size`); 0 where absent (older files: the image is tiled at
+    /// about its own size) and for the others.
     pub longest_edge: usize,
 }
 
@@ -234,13 +235,6 @@ impl ClipParams {
                         "{} (absent: 1); a pixel shuffle merges at least 2",
                         p.n_merge
                     ),
-                ));
-            }
-            if p.longest_edge == 0 {
-                return Err(bad(
-                    "clip.vision.preproc_image_size",
-                    "absent: towers that slice images as LLaVA-UHD does are not supported yet"
-                        .into(),
                 ));
             }
         }
