@@ -227,16 +227,14 @@ impl ClipParams {
                 Projector::Gemma3 | Projector::Mlp => 0,
             },
         };
-        if projector == Projector::Idefics3 {
-            if p.n_merge < 2 {
-                return Err(bad(
-                    "clip.vision.projector.scale_factor",
-                    format!(
-                        "{} (absent: 1); a pixel shuffle merges at least 2",
-                        p.n_merge
-                    ),
-                ));
-            }
+        if projector == Projector::Idefics3 && p.n_merge < 2 {
+            return Err(bad(
+                "clip.vision.projector.scale_factor",
+                format!(
+                    "{} (absent: 1); a pixel shuffle merges at least 2",
+                    p.n_merge
+                ),
+            ));
         }
         if p.n_head == 0 || !p.n_embd.is_multiple_of(p.n_head) {
             return Err(bad(
