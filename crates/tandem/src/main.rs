@@ -1,5 +1,6 @@
 //! tandem: run GGUF models on this machine. `tandem --help` lists the commands.
 
+mod access;
 mod bench;
 mod box_worker;
 mod cli;

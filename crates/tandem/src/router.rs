@@ -5,7 +5,8 @@
 
 use clap::{Command, CommandFactory};
 
-use crate::serve::{allowed_hosts, api_keys, ServeArgs};
+use crate::access::{allowed_hosts, api_keys};
+use crate::serve::ServeArgs;
 use crate::{pull, CliError};
 
 /// Whether the command line asks for a router.
