@@ -114,7 +114,8 @@ impl Engine {
             let t0 = Instant::now();
             let entering = self.entering(chunk);
             let pictured = self.pictured(chunk);
-            if let Err(why) = self.enter(&entering, &placed(&pictured)) {
+            let images = placed(&pictured);
+            if let Err(why) = self.enter(&entering, &images) {
                 self.give_up(&why);
                 return None;
             }
@@ -124,7 +125,8 @@ impl Engine {
             let out_rows: Vec<usize> = (0..n).filter(|&r| wanted[at + r].0).collect();
             let state_rows: Vec<usize> = (0..n).filter(|&r| wanted[at + r].1).collect();
             let kinds = self.row_kinds(chunk);
-            if let Err(e) = self.forward_chunk(chunk, (&out_rows, &state_rows), &mut done) {
+            if let Err(e) = self.forward_chunk(chunk, &images, (&out_rows, &state_rows), &mut done)
+            {
                 for &(slot, _, _) in chunk {
                     let why = format!("the engine could not compute this request: {e}");
                     done.fail(slot, why);
@@ -259,14 +261,8 @@ impl Engine {
         out
     }
 
-    /// The rows of `chunk` (a slot's rows together) that are its slots' images': per run
-    /// of an image's rows, the rows, the image's embeddings, the floats of them those rows
-    /// take, and whether they see one another.
-    #[allow(clippy::type_complexity)]
-    fn pictured(
-        &self,
-        chunk: &[(usize, usize, u32)],
-    ) -> Vec<(Range<usize>, Arc<[f32]>, Range<usize>, bool)> {
+    /// The runs of `chunk`'s rows (a slot's rows together) that are its slots' images'.
+    fn pictured(&self, chunk: &[(usize, usize, u32)]) -> Vec<Pictured> {
         let e = self.exec.model().hparams.n_embd;
         let mut out = Vec::new();
         let mut start = 0;
@@ -287,7 +283,8 @@ impl Engine {
         out
     }
 
-    /// One forward of `chunk`'s rows (`(slot, position, token)`, a slot's rows together):
+    /// One forward of `chunk`'s rows (`(slot, position, token)`, a slot's rows together), of
+    /// which `images` ([`Engine::pictured`]) are images' rows:
     /// their states enter from the front (in `self.entered`) or are embedded; each slot in
     /// it commits its rows; the logits of rows `out_rows.0` are verified or sampled and the
     /// normed states of rows `out_rows.1` pooled into their embeddings (or, for a generating
@@ -296,6 +293,7 @@ impl Engine {
     fn forward_chunk(
         &mut self,
         chunk: &[(usize, usize, u32)],
+        images: &[Placed<'_>],
         (out_rows, state_rows): (&[usize], &[usize]),
         done: &mut Done,
     ) -> Result<()> {
@@ -331,17 +329,15 @@ impl Engine {
         }
         let tokens: Vec<u32> = chunk.iter().map(|r| r.2).collect();
         let n = chunk.len();
-        let pictured = self.pictured(chunk);
-        let images = placed(&pictured);
         let enter = match self.front {
             Some(_) => Enter::States {
                 states: &self.entered[..n * self.exec.model().hparams.hidden_width()],
-                images: &images,
+                images,
             },
             None if images.is_empty() => Enter::Tokens(&tokens),
             None => Enter::Pictured {
                 tokens: &tokens,
-                images: &images,
+                images,
             },
         };
         // Rows wanting states are an embedding request's (its pooling takes them) or a
@@ -447,9 +443,12 @@ impl Engine {
     }
 }
 
+/// A run of an image's rows in a forward: the rows, the image's embeddings, the floats of
+/// them those rows take, and whether they see one another ([`Engine::pictured`]).
+type Pictured = (Range<usize>, Arc<[f32]>, Range<usize>, bool);
+
 /// [`Engine::pictured`]'s runs as the executor takes them.
-#[allow(clippy::type_complexity)]
-fn placed(pictured: &[(Range<usize>, Arc<[f32]>, Range<usize>, bool)]) -> Vec<Placed<'_>> {
+fn placed(pictured: &[Pictured]) -> Vec<Placed<'_>> {
     pictured
         .iter()
         .map(|(rows, embeddings, floats, bidirectional)| Placed {
