@@ -269,25 +269,24 @@ pub fn pictured_prompt(
     let mut h = Sha256::new();
     for (pic, piece) in pictures.iter().zip(&pieces[1..]) {
         let tiles = vision.embeddings(pic)?;
-        let mut placed = Vec::new();
+        let start = ids.len();
         for p in vision.params.pieces(pic.rgb.width, pic.rgb.height) {
             match p {
-                Piece::Text(t) => placed.extend(encode(&t, false)?),
-                Piece::Token(t) => placed.push(vision.looked_up[t]),
+                Piece::Text(t) => ids.extend(encode(&t, false)?),
+                Piece::Token(t) => ids.push(vision.looked_up[t]),
                 Piece::Tile(i) => {
                     images.push(PromptImage {
-                        at: ids.len() + placed.len(),
+                        at: ids.len(),
                         n: vision.n_tokens,
                         embeddings: tiles[i].clone(),
                         bidirectional: vision.projector.bidirectional(),
                     });
                     // Never embedded: a row's token only names it among the prompt's.
-                    let placeholder = placed.first().copied().unwrap_or(0);
-                    placed.extend(std::iter::repeat_n(placeholder, vision.n_tokens));
+                    let placeholder = ids.get(start).copied().unwrap_or(0);
+                    ids.extend(std::iter::repeat_n(placeholder, vision.n_tokens));
                 }
             }
         }
-        ids.extend(placed);
         ids.extend(encode(piece, false)?);
         h.update(pic.sha);
     }

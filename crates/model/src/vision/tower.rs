@@ -47,8 +47,9 @@ enum Head {
         mm2: (MatId, VecId),
         hidden: usize,
     },
-    /// `mm.model.fc` (`n_embd · n_merge² → n_embd_out`, no bias).
-    Idefics3 { fc: MatId },
+    /// `mm.model.fc` (`n_embd · n_merge² → n_embd_out`, no bias), after the patches'
+    /// rows are gathered in pixel-shuffle `order`.
+    Idefics3 { fc: MatId, order: Vec<usize> },
 }
 
 /// A tower's buffers for one image, allocated at load.
@@ -197,7 +198,8 @@ impl Parts {
                 let name = "mm.model.fc.weight";
                 let n_out = dim(file, name, 1)?;
                 let fc = t.matrix(name, n_out, e * params.n_merge.pow(2))?;
-                (Head::Idefics3 { fc }, None, n_out)
+                let order = shuffled(params.side(), params.n_merge);
+                (Head::Idefics3 { fc, order }, None, n_out)
             }
         };
         Ok(Parts {
@@ -291,18 +293,18 @@ impl Tower {
         matrix_bytes: &dyn Fn(GgmlType, usize, usize, Role) -> u64,
     ) -> Result<(u64, u64)> {
         let parts = Parts::read(file)?;
-        let held = |ty, rows, cols, role| matrix_bytes(ty, rows, cols, role);
         let matrices: u64 = parts
             .table
             .matrices
             .iter()
-            .map(|m| held(m.weight.ty, m.weight.n_rows, m.weight.n_cols, m.role))
+            .map(|m| (m.weight.ty, m.weight.n_rows, m.weight.n_cols, m.role))
             .chain(
                 parts
                     .projection
                     .iter()
-                    .map(|s| held(s.ty, s.n_rows, s.n_cols, s.role)),
+                    .map(|s| (s.ty, s.n_rows, s.n_cols, s.role)),
             )
+            .map(|(ty, rows, cols, role)| matrix_bytes(ty, rows, cols, role))
             .sum();
         let weights = matrices + 4 * parts.table.vector_len() as u64;
         let scratch = 4 * parts.scratch_floats().iter().sum::<usize>() as u64;
@@ -388,8 +390,8 @@ impl Tower {
                 dev.activate(s.ff, nt * hidden, Act::Gelu);
                 dev.matmul(&[t[mm2.0]], s.ff, nt, &[out_to(s.out, mm2.1, None)]);
             }
-            Head::Idefics3 { fc } => {
-                dev.gather_rows(s.x, &shuffled(c.side(), c.n_merge), e, s.pooled);
+            Head::Idefics3 { fc, order } => {
+                dev.gather_rows(s.x, order, e, s.pooled);
                 dev.matmul(&[t[*fc]], s.pooled, nt, &[MatOut::to(s.out)]);
             }
         }
