@@ -290,9 +290,10 @@ def test_an_idefics3_tower_tiles_the_image_and_answers_as_llama_mtmd_cli(tmp_pat
     image_first_answer(str(text), tower, IDEFICS3, "Idefics3 projector, 16 embeddings a tile", 5 * 16)
 
 
-def test_image_max_tokens_bounds_an_idefics3_image_and_fixed_towers_ignore_it(tmp_path):
+def test_image_max_tokens_bounds_an_idefics3_image_and_is_refused_where_it_does_nothing(tmp_path):
     """48 embeddings at most: the image in 2 × 1 tiles and an overview (3 × 16 rows, where it
-    took 5 × 16); a Gemma 3 tower's count is fixed, so the flag is a warning there."""
+    took 5 × 16); a Gemma 3 tower's count is fixed, and a server without a tower reads no
+    images, so there the flag is refused at start."""
     text = with_added_tokens(tmp_path, "smollm2-135m", IDEFICS3["added_tokens"])
     tower = synth(tmp_path, str(text), IDEFICS3)
     def prompt_tokens(*flags):
@@ -307,11 +308,13 @@ def test_image_max_tokens_bounds_an_idefics3_image_and_fixed_towers_ignore_it(tm
     # Two tiles fewer: their rows, their tags and a row's end.
     assert prompt_tokens() - prompt_tokens("--image-max-tokens", "48") > 2 * 16
     gemma = synth(tmp_path, "gemma3-270m", GOLDEN)
-    s = Server("-c", "1024", "-np", "1", "--mmproj", str(gemma), "--image-max-tokens", "48", model="gemma3-270m")
-    try:
-        assert "the Gemma3 projector makes a fixed count a tile; ignored" in s.output()
-    finally:
-        s.stop()
+    with pytest.raises(RuntimeError) as e:
+        Server("-c", "1024", "-np", "1", "--mmproj", str(gemma), "--image-max-tokens", "48", model="gemma3-270m")
+    assert "the Gemma3 projector makes a fixed count of embeddings a tile" in str(e.value)
+    for flags in [["--image-max-tokens", "48"], ["--image-urls", "allow"]]:
+        with pytest.raises(RuntimeError) as e:
+            Server("-c", "1024", "-np", "1", *flags, model="gemma3-270m")
+        assert "no vision tower to read images with (--mmproj)" in str(e.value)
 
 
 def test_an_idefics3_tower_on_a_model_without_its_tokens_is_refused_at_start(tmp_path):

@@ -640,7 +640,14 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
             "--sleep-idle-seconds: a model served in two stages (-ngl or a split) does not sleep yet".into(),
         ));
     }
+    let (min, max) = config.image_tokens;
+    let limited = min.is_some() || max.is_some();
     let vision = match &config.mmproj {
+        None if config.image_urls || limited => {
+            return Err(Error::Config(
+                "--image-urls/--image-min-tokens/--image-max-tokens: no vision tower to read images with (--mmproj)".into(),
+            ))
+        }
         None => None,
         Some(_) if config.split.is_some() => {
             return Err(Error::Config(
@@ -652,12 +659,11 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
                 crate::vision::Vision::start(path, (n_embd, &tok), ecfg.device, ecfg.n_threads)
                     .map_err(Error::Config)?;
             v.fetch_urls = config.image_urls;
-            let (min, max) = config.image_tokens;
-            if (min.is_some() || max.is_some()) && !v.limit_tokens(min, max) {
-                eprintln!(
-                    "warning: --image-min-tokens/--image-max-tokens: the {:?} projector makes a fixed count a tile; ignored",
+            if limited && !v.limit_tokens(min, max) {
+                return Err(Error::Config(format!(
+                    "--image-min-tokens/--image-max-tokens: the {:?} projector makes a fixed count of embeddings a tile",
                     v.projector
-                );
+                )));
             }
             let room = ecfg.n_ubatch.min(ecfg.n_batch);
             if v.n_tokens > room {

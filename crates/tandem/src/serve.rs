@@ -82,7 +82,7 @@ pub struct ServeArgs {
     #[arg(long = "image-urls", value_parser = ["deny", "allow"], default_value = "deny")]
     pub image_urls: String,
     /// The fewest embeddings an image makes, where the tower's count follows the image
-    /// (Idefics3); towers of a fixed count ignore it, as llama.cpp's do.
+    /// (Idefics3); refused for towers of a fixed count (llama.cpp ignores it there).
     #[arg(long = "image-min-tokens")]
     pub image_min_tokens: Option<usize>,
     /// The most embeddings an image makes, where the tower's count follows the image.
