@@ -10,7 +10,10 @@
 # tokens, its end token ignored. Its debug log gives each draft call's three candidates per
 # draft position; they go with the prompt's and the answer's tokens and the completion's
 # timings to crates/engine/tests/golden/llama-{eagle3,dflash}{,-target-head,-d2t}.llamacpp.json,
-# which crates/engine/tests/feature_drafters.rs compares tandem's drafts with.
+# which crates/engine/tests/feature_drafters.rs compares tandem's drafts with. DSpark
+# (`draft-dspark`, 4 drafts of a block of 8, a Markov head of rank 32) three ways: alone
+# (llama-dspark), with its confidence head and `--spec-draft-p-min 0.5` (llama-dspark-conf),
+# and with a bonus anchor over the reduced vocabulary (llama-dspark-bonus-d2t).
 #
 # usage: scripts/gen_drafter_golden.sh TANDEM_BINARY LLAMA_SERVER_BINARY
 # (the arguments must match the shapes in crates/engine/tests/feature_drafters.rs)
@@ -56,4 +59,27 @@ kill $pid
 wait $pid 2>/dev/null || true
 pid=
 done
+done
+for variant in plain conf bonus-d2t; do
+case $variant in
+plain) flag=() pmin=() golden=llama-dspark ;;
+conf) flag=(--dspark-confidence) pmin=(--spec-draft-p-min 0.5) golden=llama-dspark-conf ;;
+bonus-d2t) flag=(--dspark-bonus-anchor --draft-vocab 160) pmin=() golden=llama-dspark-bonus-d2t ;;
+esac
+"$tandem" synth -o "$tmp/d.gguf" --arch dflash --n-embd 128 --n-layer 2 --n-head 4 \
+    --n-head-kv 2 --n-ff 256 --target-layers 1,2,3 --dflash-block 8 --type f32 \
+    --tokenizer smollm2-135m --vocab 320 --seed 13 --dspark-rank 32 "${flag[@]}"
+"$server" -m "$tmp/t.gguf" -md "$tmp/d.gguf" --spec-type draft-dspark --spec-draft-n-max 4 \
+    "${pmin[@]}" --port "$port" -np 1 -c 4096 -t 2 -ctk f32 -ctv f32 -ctkd f32 -ctvd f32 -v \
+    >"$tmp/log" 2>&1 &
+pid=$!
+for _ in $(seq 1 60); do
+    curl -sf "127.0.0.1:$port/health" >/dev/null && break
+    sleep 1
+done
+IGNORE_EOS=1 OUT="crates/engine/tests/golden/$golden.llamacpp.json" PORT=$port LOG="$tmp/log" \
+    python3 scripts/golden_drafts.py
+kill $pid
+wait $pid 2>/dev/null || true
+pid=
 done

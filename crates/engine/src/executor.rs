@@ -251,6 +251,14 @@ pub enum RowOut<'a> {
     Tap { layer: usize, state: &'a [f32] },
 }
 
+/// What [`Executor::markov`] gives for one token.
+pub struct MarkovRow<'a> {
+    /// The bias it adds to the next position's logits (`[n_logits]`).
+    pub bias: &'a [f32],
+    /// Its row of `markov_w1` (`[rank]`).
+    pub w1_row: &'a [f32],
+}
+
 /// See the module doc.
 pub struct Executor {
     model: Arc<Model>,
@@ -265,6 +273,8 @@ pub struct Executor {
     features: Option<Buf>,
     /// `[LOGIT_ROWS, hidden_width]` rows picked for the output head.
     picked: Buf,
+    /// `[LOGIT_ROWS, rank]`, for a drafter with a Markov head ([`Executor::markov`]).
+    markov_rows: Option<Buf>,
     /// `[LOGIT_ROWS, n_logits]`, on the device and here.
     logits: Buf,
     host_logits: Vec<f32>,
@@ -339,7 +349,12 @@ impl Executor {
             Some(width) => Some(alloc(&mut *dev, config.n_ubatch * width)?),
             None => None,
         };
+        let markov_rows = match model.markov() {
+            Some(m) => Some(alloc(&mut *dev, LOGIT_ROWS * m.rank())?),
+            None => None,
+        };
         Ok(Executor {
+            markov_rows,
             hidden: alloc(&mut *dev, config.n_ubatch * hp.hidden_width())?,
             features,
             picked: alloc(&mut *dev, LOGIT_ROWS * hp.hidden_width())?,
@@ -695,6 +710,42 @@ impl Executor {
         }
         self.dev.finish();
         Ok(finite)
+    }
+
+    /// DSpark's Markov bias after each token of `prev` ([`Model::markov_bias`]):
+    /// `on_row(i, row)` for each.
+    pub fn markov(
+        &mut self,
+        prev: &[u32],
+        on_row: &mut dyn FnMut(usize, MarkovRow<'_>),
+    ) -> Result<()> {
+        let (Some(head), Some(buf)) = (self.model.markov(), self.markov_rows) else {
+            return Err(Error::Config(format!(
+                "{} has no Markov head",
+                self.model.arch.name()
+            )));
+        };
+        let (rank, nl) = (head.rank(), self.model.n_logits());
+        let mut rows = vec![0f32; LOGIT_ROWS.min(prev.len()) * rank];
+        for (c, group) in prev.chunks(LOGIT_ROWS).enumerate() {
+            let g = group.len();
+            self.dev.begin(&Step::default());
+            let done =
+                self.model
+                    .markov_bias(&mut *self.dev, &self.weights, group, buf, self.logits);
+            if done.is_ok() {
+                self.dev
+                    .download(self.logits, 0, &mut self.host_logits[..g * nl]);
+                self.dev.download(buf, 0, &mut rows[..g * rank]);
+            }
+            self.dev.finish();
+            done?;
+            let bias = self.host_logits.chunks_exact(nl);
+            for (i, (b, r)) in bias.zip(rows.chunks_exact(rank)).take(g).enumerate() {
+                on_row(c * LOGIT_ROWS + i, MarkovRow { bias: b, w1_row: r });
+            }
+        }
+        Ok(())
     }
 
     /// The logits of rows `logits` and the normed states of rows `states` of the forward

@@ -1,8 +1,8 @@
-//! Drafters of a target's features, EAGLE-3 and DFlash: synthetic drafters of a synthetic
+//! Drafters of a target's features, EAGLE-3, DFlash and DSpark: synthetic drafters of a synthetic
 //! llama target (f32, SmolLM2's tokenizer cut to 320 tokens; the shapes
 //! `scripts/gen_drafter_golden.sh` writes), with their own embeddings and output head, the
-//! target's, or their own over a reduced vocabulary (`d2t`), draft what llama.cpp's `draft-eagle3` and `draft-dflash` draft on the same
-//! files, accept what llama-server accepts over its answer, and speculation with them leaves
+//! target's, or their own over a reduced vocabulary (`d2t`), draft what llama.cpp's
+//! `draft-eagle3`, `draft-dflash` and `draft-dspark` draft on the same files, accept what llama-server accepts over its answer, and speculation with them leaves
 //! the greedy text of 8 users as plain decoding gives it (on the CPU and the GPU).
 
 #[allow(dead_code)]
@@ -18,7 +18,7 @@ use engine::speculative::{
 use engine::EngineConfig;
 use gguf::GgmlType;
 use gguf::LoadMode;
-use model::synthetic::dflash::DflashShape;
+use model::synthetic::dflash::{DflashShape, Dspark};
 use model::synthetic::eagle3::Eagle3Shape;
 use model::synthetic::{Synthetic, Vocab};
 use model::Model;
@@ -32,7 +32,16 @@ const TAPPED: [usize; 3] = [0, 1, 2];
 enum Kind {
     Eagle3,
     Dflash,
+    /// DSpark: DFlash with a Markov head, its confidence head or not, anchor-first or with
+    /// a bonus anchor.
+    Dspark {
+        confidence: bool,
+        bonus: bool,
+    },
 }
+
+/// DSpark's `--spec-draft-p-min` where it has its confidence head.
+const P_MIN: f32 = 0.5;
 
 impl Kind {
     /// llama.cpp's top two draft candidates closer than this (in its probabilities over
@@ -44,22 +53,32 @@ impl Kind {
     fn tie(self) -> f64 {
         match self {
             Kind::Eagle3 => 0.01,
-            Kind::Dflash => 0.021,
+            Kind::Dflash | Kind::Dspark { .. } => 0.021,
         }
     }
 
-    /// Whether a draft depends on the ones before it (EAGLE-3 drafts a token a forward;
-    /// DFlash's block drafts every position at once): after a tie, the later ones are then
-    /// not compared.
+    /// Whether a draft depends on the ones before it (EAGLE-3 drafts a token a forward,
+    /// DSpark's Markov head biases a position by the token before it; DFlash's block
+    /// drafts every position at once): after a tie, the later ones are then not compared.
     fn chained(self) -> bool {
-        self == Kind::Eagle3
+        self != Kind::Dflash
     }
 
     /// The draft length of `scripts/gen_drafter_golden.sh`.
     fn n_max(self) -> usize {
         match self {
             Kind::Eagle3 => 3,
-            Kind::Dflash => 4,
+            Kind::Dflash | Kind::Dspark { .. } => 4,
+        }
+    }
+
+    /// The `--spec-draft-p-min` of `scripts/gen_drafter_golden.sh`.
+    fn p_min(self) -> f32 {
+        match self {
+            Kind::Dspark {
+                confidence: true, ..
+            } => P_MIN,
+            _ => 0.0,
         }
     }
 
@@ -69,7 +88,7 @@ impl Kind {
             Kind::Eagle3 => {
                 Box::new(HiddenDrafter::eagle3(stage, common::f32_context(), 1, pool).unwrap())
             }
-            Kind::Dflash => {
+            Kind::Dflash | Kind::Dspark { .. } => {
                 Box::new(BlockDrafter::dflash(stage, common::f32_context(), 1, pool).unwrap())
             }
         }
@@ -78,7 +97,7 @@ impl Kind {
     fn speculation(self, stage: Model, config: SpecConfig) -> Speculation {
         match self {
             Kind::Eagle3 => Speculation::eagle3(stage, config),
-            Kind::Dflash => Speculation::dflash(stage, config),
+            Kind::Dflash | Kind::Dspark { .. } => Speculation::dflash(stage, config),
         }
     }
 }
@@ -131,7 +150,7 @@ fn write_models(dir: &Path, kind: Kind, head: Head) -> (PathBuf, PathBuf) {
             seed: 9,
         }
         .write(&vocab, &drafter),
-        Kind::Dflash => DflashShape {
+        Kind::Dflash | Kind::Dspark { .. } => DflashShape {
             n_embd: 128,
             n_layer: 2,
             n_head: 4,
@@ -142,7 +161,15 @@ fn write_models(dir: &Path, kind: Kind, head: Head) -> (PathBuf, PathBuf) {
             own_head,
             draft_vocab,
             ty: GgmlType::F32,
-            seed: 11,
+            seed: if kind == Kind::Dflash { 11 } else { 13 },
+            dspark: match kind {
+                Kind::Dspark { confidence, bonus } => Some(Dspark {
+                    rank: 32,
+                    confidence,
+                    from_anchor: !bonus,
+                }),
+                _ => None,
+            },
         }
         .write(&vocab, &drafter),
     }
@@ -166,6 +193,14 @@ fn golden(kind: Kind, head: Head) -> serde_json::Value {
             include_str!("golden/llama-dflash-target-head.llamacpp.json")
         }
         (Kind::Dflash, Head::Reduced) => include_str!("golden/llama-dflash-d2t.llamacpp.json"),
+        (Kind::Dspark { confidence, bonus }, head) => match (confidence, bonus, head) {
+            (false, false, Head::Own) => include_str!("golden/llama-dspark.llamacpp.json"),
+            (true, false, Head::Own) => include_str!("golden/llama-dspark-conf.llamacpp.json"),
+            (false, true, Head::Reduced) => {
+                include_str!("golden/llama-dspark-bonus-d2t.llamacpp.json")
+            }
+            other => panic!("no golden drafts for DSpark {other:?}"),
+        },
     };
     serde_json::from_str(text).unwrap()
 }
@@ -206,6 +241,35 @@ fn dflash_drafts_over_a_reduced_vocabulary_equal_llama_cpp_s_on_the_same_file() 
     drafts_equal_llama_cpp_s(Kind::Dflash, Head::Reduced);
 }
 
+const DSPARK: Kind = Kind::Dspark {
+    confidence: false,
+    bonus: false,
+};
+const DSPARK_CONFIDENT: Kind = Kind::Dspark {
+    confidence: true,
+    bonus: false,
+};
+const DSPARK_BONUS: Kind = Kind::Dspark {
+    confidence: false,
+    bonus: true,
+};
+
+#[test]
+fn dspark_drafts_equal_llama_cpp_s_on_the_same_file() {
+    drafts_equal_llama_cpp_s(DSPARK, Head::Own);
+}
+
+/// Drafting stops where the confidence head falls below `p_min`, as llama.cpp's does.
+#[test]
+fn dspark_drafts_with_its_confidence_head_equal_llama_cpp_s_on_the_same_file() {
+    drafts_equal_llama_cpp_s(DSPARK_CONFIDENT, Head::Own);
+}
+
+#[test]
+fn dspark_drafts_after_a_bonus_anchor_over_a_reduced_vocabulary_equal_llama_cpp_s() {
+    drafts_equal_llama_cpp_s(DSPARK_BONUS, Head::Reduced);
+}
+
 fn drafts_equal_llama_cpp_s(kind: Kind, head: Head) {
     let dir = tempfile::tempdir().unwrap();
     let (target, drafter) = write_models(dir.path(), kind, head);
@@ -218,7 +282,18 @@ fn drafts_equal_llama_cpp_s(kind: Kind, head: Head) {
     for (pos, f) in features.iter().enumerate() {
         drafter.observe_state(0, pos, f);
     }
-    common::drafts_equal_golden(&mut *drafter, &golden, &seq, kind.tie(), kind.chained());
+    let asked = match kind.p_min() > 0.0 {
+        true => common::Asked::Upto(kind.n_max(), kind.p_min()),
+        false => common::Asked::AsDrafted,
+    };
+    common::drafts_equal_golden(
+        &mut *drafter,
+        &golden,
+        &seq,
+        kind.tie(),
+        kind.chained(),
+        asked,
+    );
 }
 
 fn config(n_parallel: usize, device: engine::DeviceKind) -> EngineConfig {
@@ -253,6 +328,16 @@ fn fixed(n_max: usize) -> SpecConfig {
 }
 
 #[test]
+fn the_answer_accepts_as_llama_server_s_with_dspark() {
+    the_answer_accepts_as_llama_server_s(DSPARK);
+}
+
+#[test]
+fn the_answer_accepts_as_llama_server_s_with_dspark_s_confidence_head() {
+    the_answer_accepts_as_llama_server_s(DSPARK_CONFIDENT);
+}
+
+#[test]
 fn the_answer_accepts_as_llama_server_s_with_eagle3() {
     the_answer_accepts_as_llama_server_s(Kind::Eagle3);
 }
@@ -277,7 +362,11 @@ fn the_answer_accepts_as_llama_server_s(kind: Kind) {
         step_budget: engine::StepBudget::Off,
         ..config(1, engine::DeviceKind::Cpu)
     };
-    let spec = kind.speculation(drafter_stage(&drafter, &target), fixed(kind.n_max()));
+    let config = SpecConfig {
+        p_min: kind.p_min(),
+        ..fixed(kind.n_max())
+    };
+    let spec = kind.speculation(drafter_stage(&drafter, &target), config);
     let got = run(&target, &[prompt], answer.len(), Some(spec), cfg);
     let (tokens, summary) = &got[0];
     assert_eq!(tokens, &answer);
@@ -296,6 +385,18 @@ fn eight_users_drafting_with_eagle3_get_the_plain_text() {
 #[test]
 fn eight_users_drafting_with_dflash_get_the_plain_text() {
     eight_users_get_the_plain_text(Kind::Dflash, engine::DeviceKind::Cpu);
+}
+
+#[test]
+fn eight_users_drafting_with_dspark_get_the_plain_text() {
+    eight_users_get_the_plain_text(DSPARK_CONFIDENT, engine::DeviceKind::Cpu);
+}
+
+#[test]
+fn eight_users_on_the_gpu_drafting_with_dspark_get_the_plain_text() {
+    if gpu::adapter_for_tests() {
+        eight_users_get_the_plain_text(DSPARK_CONFIDENT, engine::DeviceKind::Gpu);
+    }
 }
 
 #[test]
@@ -325,7 +426,11 @@ fn eight_users_get_the_plain_text(kind: Kind, device: engine::DeviceKind) {
         })
         .collect();
     let plain = run(&target, &prompts, 32, None, config(8, device));
-    let spec = Some(kind.speculation(drafter_stage(&drafter, &target), fixed(3)));
+    let spec_config = SpecConfig {
+        p_min: kind.p_min(),
+        ..fixed(3)
+    };
+    let spec = Some(kind.speculation(drafter_stage(&drafter, &target), spec_config));
     let drafted = run(&target, &prompts, 32, spec, config(8, device));
     for (i, (p, d)) in plain.iter().zip(&drafted).enumerate() {
         assert_eq!(p.0, d.0, "prompt {i}");

@@ -69,7 +69,7 @@ fn drafts_equal_llama_cpp_s_on_the_same_file() {
     for (pos, s) in states.iter().enumerate() {
         mtp.observe_state(0, pos, s);
     }
-    common::drafts_equal_golden(&mut mtp, &golden, &seq, TIE, true);
+    common::drafts_equal_golden(&mut mtp, &golden, &seq, TIE, true, common::Asked::AsDrafted);
 }
 
 /// One request of `prompt` (its end token ends it) drafting with the NextN block at a

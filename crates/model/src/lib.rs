@@ -77,6 +77,8 @@ pub struct Model {
     merge: Option<Box<dyn Layer>>,
     /// How a drafter's rows enter as the target's features ([`Part::Drafter`]).
     fuse: Option<layers::fuse::Fuse>,
+    /// A drafter's heads over its block's logits ([`Recipe::markov`]).
+    markov: Option<layers::markov::MarkovHead>,
     /// The file of the model a drafter drafts for, which holds its borrowed matrices
     /// ([`Model::load_drafter`]).
     other: Option<Arc<GgufFile>>,
@@ -208,6 +210,10 @@ impl Model {
             Part::Drafter => Some(recipe.fuse(&mut t, &hparams)?),
             _ => None,
         };
+        let markov = match part {
+            Part::Drafter => recipe.markov(&mut t, &hparams, head_rows)?,
+            _ => None,
+        };
         let tensors = t.finish();
         let mut model = Model {
             file: Arc::new(file),
@@ -222,6 +228,7 @@ impl Model {
             head: None,
             merge,
             fuse,
+            markov,
             other,
             adapters: Vec::new(),
         };
@@ -446,6 +453,29 @@ impl Model {
             .as_ref()
             .ok_or(Error::NotInStage("a fusion of features"))?;
         fuse.forward(&self.hparams, &w.t, dev, features, hidden, n);
+        Ok(())
+    }
+
+    /// A drafter's heads over its block's logits (DSpark's), when it has them.
+    pub fn markov(&self) -> Option<&layers::markov::MarkovHead> {
+        self.markov.as_ref()
+    }
+
+    /// [`layers::markov::MarkovHead::bias`] after each token of `prev`: `rows`
+    /// `[prev.len(), rank]`, `bias` `[prev.len(), n_logits]`.
+    pub fn markov_bias(
+        &self,
+        dev: &mut dyn Device,
+        w: &DeviceWeights,
+        prev: &[u32],
+        rows: Buf,
+        bias: Buf,
+    ) -> Result<()> {
+        let head = self
+            .markov
+            .as_ref()
+            .ok_or(Error::NotInStage("a Markov head"))?;
+        head.bias(&w.t, dev, prev, rows, bias, self.n_logits());
         Ok(())
     }
 

@@ -239,6 +239,11 @@ impl<'a> TensorLoader<'a> {
         has(self.file) || self.fallback.is_some_and(has)
     }
 
+    /// The GGUF dims of the file's own tensor `name`, when it has one.
+    pub fn dims(&self, name: &str) -> Option<&[u64]> {
+        self.file.header.tensor(name).map(|i| i.dims.as_slice())
+    }
+
     pub fn finish(self) -> TensorTable {
         self.table
     }

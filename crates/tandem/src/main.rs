@@ -16,6 +16,7 @@ mod race;
 mod router;
 mod run;
 mod serve;
+mod sidecar;
 mod soak;
 mod synth;
 

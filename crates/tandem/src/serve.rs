@@ -1,6 +1,6 @@
 //! `tandem serve`: llama-server's command line over tandem's server.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 use gguf::GgmlType;
@@ -262,7 +262,10 @@ pub struct ServeArgs {
     pub no_mmap: bool,
     /// Drafter without a draft model: `ngram` (prompt lookup over the request's tokens;
     /// llama.cpp's ngram-* names are taken as this) or `draft-mtp` (the model's own
-    /// multi-token-prediction blocks, `mtp` too).
+    /// multi-token-prediction blocks, `mtp` too); `draft-dspark`, `draft-dflash` and
+    /// `draft-eagle3` without -md take the drafter file beside the model whose name holds
+    /// `dspark-`, `dflash-` or `eagle3-`. With -md, the file's architecture picks the
+    /// drafter.
     #[arg(long = "spec-type")]
     pub spec_type: Option<String>,
     /// Draft tokens per slot and step, at most.
@@ -425,14 +428,6 @@ impl ServeArgs {
             "-tb: this backend uses the -t threads for prompts and generation alike",
         );
         say(
-            self.model_draft.is_some()
-                && self
-                    .spec_type
-                    .as_deref()
-                    .is_some_and(|t| t.starts_with("draft-") && !matches!(t, "draft-simple" | "draft-mtp")),
-            "--spec-type draft-*: the draft model drafts token by token here (draft-simple); block and multi-token drafters are not available",
-        );
-        say(
             self.model_draft.is_none()
                 && self.spec_type.is_none()
                 && (self.spec_draft_n_max.is_some()
@@ -476,7 +471,7 @@ impl ServeArgs {
         let ctx = self.model.context_config();
         let (device, gpu_layers) = self.gpu_layers(ctx.device)?;
         let model_path = self.model.path()?;
-        let speculation = self.speculation()?;
+        let speculation = self.speculation(&model_path)?;
         let credentials = split::Credentials {
             key: self.box_key.key()?,
             tls: match &self.box_tls_ca {
@@ -656,7 +651,9 @@ impl ServeArgs {
         })
     }
 
-    fn speculation(&self) -> Result<Option<server::SpecSettings>, CliError> {
+    /// The drafter the flags name; a drafter file named by `--spec-type` alone is the
+    /// sidecar beside `model` ([`crate::sidecar`]).
+    fn speculation(&self, model: &Path) -> Result<Option<server::SpecSettings>, CliError> {
         let drafter = match (&self.model_draft, self.spec_type.as_deref()) {
             (None, None | Some("none")) => return Ok(None),
             (Some(_), Some(t @ ("draft-mtp" | "mtp"))) => {
@@ -666,9 +663,18 @@ impl ServeArgs {
             }
             (None, Some("draft-mtp" | "mtp")) => server::Drafter::Mtp,
             (None, Some(t @ ("draft-eagle3" | "draft-dflash" | "draft-dspark" | "draft-simple"))) => {
-                return Err(CliError::Usage(format!(
-                    "--spec-type {t} drafts with a drafter file: give it as -md FILE"
-                )))
+                let keyword = crate::sidecar::keyword(t);
+                match keyword.and_then(|k| crate::sidecar::find(model, k)) {
+                    Some(file) => server::Drafter::Model(file),
+                    None => {
+                        let beside = keyword.map_or(String::new(), |k| {
+                            format!(", or put a {k}*.gguf beside the model")
+                        });
+                        return Err(CliError::Usage(format!(
+                            "--spec-type {t} drafts with a drafter file: give it as -md FILE{beside}"
+                        )));
+                    }
+                }
             }
             (Some(_), Some(t)) if !t.starts_with("draft") => {
                 return Err(CliError::Usage(format!(

@@ -4,7 +4,7 @@
 //! defaults of its own: a small DeepSeek-V4 with every feature on
 //! ([`Dsv4Shape::default`]), Q8_0. `--arch eagle3` writes an EAGLE-3 drafter for a target
 //! of the same tokenizer (`--target-layers`, `--target-n-embd`), `--arch dflash` a DFlash
-//! block drafter (`--target-layers`, `--dflash-block`). `--mmproj MODEL` writes a vision
+//! block drafter (`--target-layers`, `--dflash-block`; DSpark with `--dspark-rank`). `--mmproj MODEL` writes a vision
 //! tower for a text model instead.
 
 use std::path::PathBuf;
@@ -13,7 +13,7 @@ use clap::Args;
 use gguf::{GgmlType, GgufFile};
 use model::layers::gated_delta_net::DeltaShape;
 use model::synthetic::deepseek4::{Dsv4Shape, DEFAULT_RATIOS};
-use model::synthetic::dflash::DflashShape;
+use model::synthetic::dflash::{DflashShape, Dspark};
 use model::synthetic::eagle3::Eagle3Shape;
 use model::synthetic::mmproj::{MmprojShape, TowerKind};
 use model::synthetic::{ExpertShape, Synthetic, Vocab};
@@ -123,6 +123,16 @@ pub struct SynthArgs {
     /// dflash: the block size (`dflash.block_size`) [default: 16].
     #[arg(long)]
     pub dflash_block: Option<usize>,
+    /// dflash: a DSpark drafter, with a Markov head of this rank.
+    #[arg(long)]
+    pub dspark_rank: Option<usize>,
+    /// dflash: DSpark's confidence head too.
+    #[arg(long, requires = "dspark_rank")]
+    pub dspark_confidence: bool,
+    /// dflash: a DSpark block whose first row drafts nothing (a bonus anchor,
+    /// `dflash.sample_from_anchor` false).
+    #[arg(long, requires = "dspark_rank")]
+    pub dspark_bonus_anchor: bool,
     /// Instead of a model, a vision tower (an mmproj file, --projector) for this text model
     /// (a path or a known name), shaped by --n-embd [128], --n-layer [2], --n-head [4],
     /// --n-ff [512], --type [f16] and the --image-* flags.
@@ -310,6 +320,11 @@ fn dflash_shape(a: &SynthArgs) -> Result<DflashShape, CliError> {
         draft_vocab: a.draft_vocab,
         ty: a.ty.unwrap_or(GgmlType::Q8_0),
         seed: a.seed,
+        dspark: a.dspark_rank.map(|rank| Dspark {
+            rank,
+            confidence: a.dspark_confidence,
+            from_anchor: !a.dspark_bonus_anchor,
+        }),
     })
 }
 
@@ -320,6 +335,7 @@ fn eagle3_shape(a: &SynthArgs) -> Result<Eagle3Shape, CliError> {
         ("--nextn", a.nextn.is_some()),
         ("--dsv4-*", a.dsv4.any()),
         ("--dflash-block", a.dflash_block.is_some()),
+        ("--dspark-rank", a.dspark_rank.is_some()),
     ];
     if let Some((flag, _)) = refused.iter().find(|r| r.1) {
         return Err(CliError::Usage(format!(
@@ -529,10 +545,11 @@ pub fn execute(a: SynthArgs) -> Result<(), CliError> {
             || a.target_n_embd.is_some()
             || a.target_head
             || a.draft_vocab.is_some()
-            || a.dflash_block.is_some() =>
+            || a.dflash_block.is_some()
+            || a.dspark_rank.is_some() =>
         {
             return Err(CliError::Usage(format!(
-                "--target-* and --dflash-block shape a drafter (eagle3, dflash); not {}",
+                "--target-*, --dflash-block and --dspark-* shape a drafter (eagle3, dflash); not {}",
                 a.arch
             )))
         }

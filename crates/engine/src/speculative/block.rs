@@ -1,5 +1,7 @@
 //! A block drafter: DFlash ([`model::Part::Drafter`] of a `dflash` file) drafts a whole
-//! block in one forward.
+//! block in one forward; DSpark (a `dflash` file with a Markov head,
+//! [`model::layers::markov::MarkovHead`]) then biases each position's logits by the token
+//! drafted before it.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -13,7 +15,7 @@ use super::kept::KeptKv;
 use super::pick::Picker;
 use super::target_states::{feature_taps, TargetStates};
 use super::{Draft, DraftJob, DraftLog, Features, Proposer};
-use crate::executor::{Enter, Out};
+use crate::executor::{Enter, Out, RowOut};
 use crate::{ContextConfig, Executor};
 
 /// A DFlash stage with a KV sequence per slot, planned like the target's. Its context row
@@ -25,7 +27,11 @@ use crate::{ContextConfig, Executor};
 ///
 /// A draft of `n` tokens is one forward of `n + 1` rows at positions `L..=L + n`: `t_L`,
 /// then the mask token; every row sees the context and the whole block, and the logits of
-/// the mask rows give `d1..dn`. The block's rows are dropped after the forward.
+/// the mask rows give `d1..dn`. The block's rows are dropped after the forward. An
+/// anchor-first DSpark block is `n` rows, each giving the token after it (`t_L`'s gives
+/// `d1`). With a Markov head, `d(i+1)`'s logits are biased by the argmax of `d(i)`'s
+/// (biased; `t_L` before `d1`), position by position, and a confidence head's probability
+/// stands for the token's own against `p_min`.
 pub struct BlockDrafter {
     ctx: Executor,
     kv: KeptKv,
@@ -34,8 +40,10 @@ pub struct BlockDrafter {
     width: usize,
     /// The target blocks whose outputs are its features.
     taps: Vec<usize>,
-    /// `block_size`: at most this less one drafts a forward.
+    /// `block_size`: at most this less `lead` drafts a forward.
     block: usize,
+    /// Rows of a block before the first that drafts: 1 (`t_L`), or 0 (anchor-first).
+    lead: usize,
     mask: u32,
     picker: Picker,
 }
@@ -49,8 +57,16 @@ struct Block {
     /// The position of its first row, the last token `t_L`.
     at: usize,
     last: u32,
-    /// Mask rows after it: the tokens it drafts.
+    /// The tokens it drafts.
     n: usize,
+}
+
+/// What a draft forward gives a block: per drafted position, its logits and (for a
+/// confidence head) its normed state.
+#[derive(Default)]
+struct Drafted {
+    logits: Vec<Vec<f32>>,
+    states: Vec<Vec<f32>>,
 }
 
 impl BlockDrafter {
@@ -80,7 +96,12 @@ impl BlockDrafter {
             })?;
         let taps = feature_taps(&target)?;
         let n_vocab = model.hparams.n_vocab;
+        let lead = match model.markov() {
+            Some(m) if m.from_anchor() => 0,
+            _ => 1,
+        };
         Ok(BlockDrafter {
+            lead,
             ctx: Executor::with_pool(model, config, pool)?,
             kv: KeptKv::new(n_slots),
             states: TargetStates::new(n_slots),
@@ -114,15 +135,17 @@ impl BlockDrafter {
             .map(|_| ())
     }
 
-    /// One forward of `blocks`: per block, the logits of its mask rows.
-    fn blocks(&mut self, blocks: &[Block]) -> crate::Result<Vec<Vec<Vec<f32>>>> {
+    /// One forward of `blocks`: what each drafts.
+    fn blocks(&mut self, blocks: &[Block]) -> crate::Result<Vec<Drafted>> {
         let mut batch = Vec::new();
         let mut tokens = Vec::new();
         let mut wanted = Vec::new();
-        for b in blocks {
-            for i in 0..=b.n {
-                if i > 0 {
+        let mut owner = Vec::new();
+        for (k, b) in blocks.iter().enumerate() {
+            for i in 0..self.lead + b.n {
+                if i >= self.lead {
                     wanted.push(batch.len());
+                    owner.push(k);
                 }
                 batch.push(Row {
                     pos: b.at + i,
@@ -131,25 +154,31 @@ impl BlockDrafter {
                 tokens.push(if i == 0 { b.last } else { self.mask });
             }
         }
-        let mut logits: Vec<Vec<Vec<f32>>> =
-            blocks.iter().map(|b| Vec::with_capacity(b.n)).collect();
-        let owner: Vec<usize> = blocks
-            .iter()
-            .enumerate()
-            .flat_map(|(i, b)| std::iter::repeat_n(i, b.n))
-            .collect();
-        let mut on_logits = |r: usize, l: &mut [f32]| {
-            let k = wanted.iter().position(|&w| w == r).expect("a mask row");
-            logits[owner[k]].push(l.to_vec());
+        let mut drafted: Vec<Drafted> = blocks.iter().map(|_| Drafted::default()).collect();
+        let confident = self
+            .ctx
+            .model()
+            .markov()
+            .is_some_and(|m| m.has_confidence());
+        let states: &[usize] = if confident { &wanted } else { &[] };
+        let mut on_row = |r: usize, o: RowOut<'_>| {
+            let k = wanted.binary_search(&r).expect("a drafting row");
+            match o {
+                RowOut::Logits(l) => drafted[owner[k]].logits.push(l.to_vec()),
+                RowOut::State(s) => drafted[owner[k]].states.push(s.to_vec()),
+                RowOut::Tap { .. } => {}
+            }
         };
         let mut seqs: Vec<&mut SeqKv> = self.kv.seqs.iter_mut().collect();
         let finite = self.ctx.forward(
             &mut seqs,
             &batch,
             Enter::Tokens(&tokens),
-            Out::Logits {
-                rows: &wanted,
-                on_logits: &mut on_logits,
+            Out::Rows {
+                logits: &wanted,
+                states,
+                taps: Default::default(),
+                on_row: &mut on_row,
             },
         )?;
         for b in blocks {
@@ -160,13 +189,65 @@ impl BlockDrafter {
                 pos: batch[bad].pos,
             });
         }
-        Ok(logits)
+        Ok(drafted)
+    }
+
+    /// Picks the drafts of `group` (drafted as `drafted`) for `jobs` into `out`, position
+    /// by position through the Markov head where the drafter has one.
+    fn pick(
+        &mut self,
+        group: &[Block],
+        mut drafted: Vec<Drafted>,
+        jobs: &[DraftJob],
+        out: &mut [Draft],
+    ) -> crate::Result<()> {
+        let model = self.ctx.model_arc();
+        let Some(head) = model.markov() else {
+            for (b, d) in group.iter().zip(&drafted) {
+                for row in &d.logits {
+                    if !self.picker.pick(&model, &jobs[b.job], row, &mut out[b.job]) {
+                        break;
+                    }
+                }
+            }
+            return Ok(());
+        };
+        // The token before each block's next position; `None` once it stopped drafting.
+        let mut prev: Vec<Option<u32>> = group.iter().map(|b| Some(b.last)).collect();
+        let mut conf: Vec<Option<f32>> = vec![None; group.len()];
+        for i in 0.. {
+            let live: Vec<usize> = (0..group.len())
+                .filter(|&k| prev[k].is_some() && i < group[k].n)
+                .collect();
+            if live.is_empty() {
+                break;
+            }
+            let before: Vec<u32> = live.iter().filter_map(|&k| prev[k]).collect();
+            self.ctx.markov(&before, &mut |j, row| {
+                let d = &mut drafted[live[j]];
+                for (x, b) in d.logits[i].iter_mut().zip(row.bias) {
+                    *x += b;
+                }
+                conf[live[j]] = d.states.get(i).and_then(|s| head.confidence(s, row.w1_row));
+            })?;
+            for k in live {
+                let (b, row) = (group[k], &drafted[k].logits[i]);
+                let go =
+                    self.picker
+                        .pick_given(&model, &jobs[b.job], row, conf[k], &mut out[b.job]);
+                prev[k] = go.then(|| model.logit_token(crate::sampling::argmax(row)));
+            }
+        }
+        Ok(())
     }
 }
 
 impl Proposer for BlockDrafter {
     fn name(&self) -> &str {
-        "dflash"
+        match self.ctx.model().markov() {
+            Some(_) => "dspark",
+            None => "dflash",
+        }
     }
 
     fn propose(
@@ -194,7 +275,7 @@ impl Proposer for BlockDrafter {
             .enumerate()
             .map(|(job, j)| {
                 let at = j.tokens.len() - 1;
-                let n = j.n_max.min(self.block - 1).min(ub - 1);
+                let n = j.n_max.min(self.block - self.lead).min(ub - self.lead);
                 Block {
                     job,
                     slot: j.slot,
@@ -205,36 +286,29 @@ impl Proposer for BlockDrafter {
             })
             .filter(|b| b.n > 0)
             .collect();
-        let room: usize = blocks.iter().map(|b| b.n + 1).sum();
+        let room: usize = blocks.iter().map(|b| self.lead + b.n).sum();
         self.kv.make_room(&mut self.ctx, jobs, rows.len() + room);
         let t0 = Instant::now();
         for (c, chunk) in rows.chunks(ub).enumerate() {
             self.inject(chunk, &features[c * ub * w..(c * ub + chunk.len()) * w])?;
         }
         log.catch_up += t0.elapsed();
-        let model = self.ctx.model_arc();
         // Forwards of as many blocks as a ubatch holds.
         let mut groups: Vec<Vec<Block>> = Vec::new();
         let mut rows_in = ub;
         for b in blocks {
-            if rows_in + b.n + 1 > ub {
+            if rows_in + self.lead + b.n > ub {
                 groups.push(Vec::new());
                 rows_in = 0;
             }
-            rows_in += b.n + 1;
+            rows_in += self.lead + b.n;
             groups.last_mut().expect("a group").push(b);
         }
         for group in groups {
             let t0 = Instant::now();
-            let logits = self.blocks(&group)?;
+            let drafted = self.blocks(&group)?;
+            self.pick(&group, drafted, jobs, out)?;
             log.steps.push((group.len(), t0.elapsed()));
-            for (b, l) in group.iter().zip(logits) {
-                for row in &l {
-                    if !self.picker.pick(&model, &jobs[b.job], row, &mut out[b.job]) {
-                        break;
-                    }
-                }
-            }
         }
         Ok(())
     }

@@ -31,6 +31,23 @@ impl Picker {
     /// `job` and records it in `d` unless the drafter gives it less than `p_min`. Returns
     /// whether drafting for this slot goes on.
     pub fn pick(&mut self, model: &Model, job: &DraftJob, logits: &[f32], d: &mut Draft) -> bool {
+        self.pick_given(model, job, logits, None, d)
+    }
+
+    /// [`Picker::pick`] where the drafter gives its own confidence in the position
+    /// (DSpark's confidence head), which `p_min` is then held against and which is
+    /// recorded, in place of the token's probability.
+    pub fn pick_given(
+        &mut self,
+        model: &Model,
+        job: &DraftJob,
+        logits: &[f32],
+        given: Option<f32>,
+        d: &mut Draft,
+    ) -> bool {
+        if given.is_some_and(|c| c < job.p_min) {
+            return false;
+        }
         let sampler = self.samplers[job.slot].get_or_insert_with(|| {
             let mut cfg = job.sampling;
             cfg.seed ^= 0x5EED_D5AF;
@@ -52,6 +69,7 @@ impl Picker {
             let sum: f32 = p.iter().sum();
             (model.logit_token(i), 1.0 / sum, None)
         };
+        let conf = given.unwrap_or(conf);
         if conf < job.p_min {
             return false;
         }

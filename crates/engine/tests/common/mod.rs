@@ -244,17 +244,29 @@ pub fn run_all(
     streams.into_iter().map(collect).collect()
 }
 
+/// What [`drafts_equal_golden`] asks a drafter for at each call.
+#[derive(Debug, Clone, Copy)]
+pub enum Asked {
+    /// As many drafts as llama.cpp drafted.
+    AsDrafted,
+    /// Up to `n` drafts at `p_min` (llama.cpp's were cut where the drafter's confidence
+    /// fell below it): the drafter must stop where llama.cpp's stopped.
+    Upto(usize, f32),
+}
+
 /// Compares `drafter`'s drafts with llama.cpp's in `golden` (a `scripts/golden_drafts.py`
 /// file) call by call, `seq` being the prompt and the answer: each draft must be llama.cpp's
 /// first candidate, or either of its top two where their probabilities are closer than
 /// `tie` (after which, for a drafter whose drafts follow one another (`chained`), the
 /// call's later drafts are not compared); at least 90% of the drafts must be compared.
+/// `asked` says what each call asks for.
 pub fn drafts_equal_golden(
     drafter: &mut dyn engine::speculative::Proposer,
     golden: &serde_json::Value,
     seq: &[u32],
     tie: f64,
     chained: bool,
+    asked: Asked,
 ) {
     use engine::speculative::{Draft, DraftJob, DraftLog};
     let (mut compared, mut ties, mut total) = (0, 0, 0);
@@ -262,12 +274,16 @@ pub fn drafts_equal_golden(
         let n_past = step["n_past"].as_u64().unwrap() as usize;
         assert_eq!(seq[n_past], step["id_last"].as_u64().unwrap() as u32);
         let cands = step["candidates"].as_array().unwrap();
+        let (n_max, p_min) = match asked {
+            Asked::AsDrafted => (cands.len(), 0.0),
+            Asked::Upto(n, p) => (n, p),
+        };
         let job = DraftJob {
             slot: 0,
             tokens: &seq[..=n_past],
-            n_max: cands.len(),
+            n_max,
             sampling: engine::SamplerConfig::greedy(),
-            p_min: 0.0,
+            p_min,
         };
         let mut out = [Draft::default()];
         drafter

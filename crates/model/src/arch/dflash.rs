@@ -1,5 +1,7 @@
-//! dflash: DFlash's block drafter (llama.cpp's `dflash` files, without DFlash 2's selector
-//! or DSpark's heads; a reduced draft vocabulary, `d2t`, as [`crate::Model::map_head`]), run as the drafter stage of its target ([`crate::Part::Drafter`]).
+//! dflash: DFlash's block drafter (llama.cpp's `dflash` files, without DFlash 2's selector;
+//! DSpark's Markov and confidence heads as [`MarkovHead`]; a reduced draft vocabulary,
+//! `d2t`, as [`crate::Model::map_head`]), run as the drafter stage of its target
+//! ([`crate::Part::Drafter`]).
 //! Its context is the target's features at `dflash.target_layers` (the inputs of those
 //! blocks, side by side), fused as `g = enc.output_norm(fc · f)` ([`Fuse`]): each block
 //! stores `rope(k_norm(wk · g))` and `wv · g` at the row's position without computing it
@@ -16,15 +18,15 @@ use crate::hparams::{HParams, TargetFeatures, Traits, PLAIN};
 use crate::layers::attention::{Attention, AttentionKind};
 use crate::layers::ffn::{Activation, Ffn, GateUp};
 use crate::layers::fuse::Fuse;
+use crate::layers::markov::MarkovHead;
 use crate::layers::{Cx, Layer};
 use crate::tensors::{TensorLoader, VecId};
 
 pub struct Dflash;
 
 /// Tensors of DFlash's variants this version does not run, and which variant has them.
-const VARIANTS: [(&str, &str); 3] = [
+const VARIANTS: [(&str, &str); 2] = [
     ("selector_hidden.weight", "DFlash 2 (its selector)"),
-    ("markov_w1.weight", "DSpark (its Markov head)"),
     ("blk.0.attn_post_norm.weight", "post-norm blocks"),
 ];
 
@@ -69,6 +71,12 @@ impl Recipe for Dflash {
             if md.get(&format!("dflash.{key}")).is_some() {
                 return Err(bad(key, "not run by this version".into()));
             }
+        }
+        if md.opt_bool("dflash.attention.causal")? == Some(true) {
+            return Err(bad(
+                "attention.causal",
+                "causal blocks are not run by this version".into(),
+            ));
         }
         if let Some(scale) = md.opt_f32("dflash.attention.scale")?.filter(|&s| s != 0.0) {
             hp.attn_scale = scale;
@@ -117,6 +125,15 @@ impl Recipe for Dflash {
 
     fn fuse(&self, t: &mut TensorLoader, hp: &HParams) -> Result<Fuse> {
         Fuse::load(t, hp, None, Some("enc.output_norm.weight"))
+    }
+
+    fn markov(
+        &self,
+        t: &mut TensorLoader,
+        hp: &HParams,
+        n_logits: usize,
+    ) -> Result<Option<MarkovHead>> {
+        MarkovHead::load(t, hp, n_logits)
     }
 
     fn drafter_embeds(&self) -> bool {

@@ -25,6 +25,7 @@ use gguf::Metadata;
 use crate::error::{Error, Result};
 use crate::hparams::{HParams, Traits};
 use crate::layers::fuse::Fuse;
+use crate::layers::markov::MarkovHead;
 use crate::layers::Layer;
 use crate::tensors::TensorLoader;
 
@@ -62,6 +63,17 @@ pub trait Recipe: Sync {
             "{} is not a drafter of a target's features",
             self.name()
         )))
+    }
+
+    /// A drafter's heads over its block's logits (DSpark's), loaded through `t`, whose
+    /// output head has `n_logits` rows; `None` where it has none.
+    fn markov(
+        &self,
+        _t: &mut TensorLoader,
+        _hp: &HParams,
+        _n_logits: usize,
+    ) -> Result<Option<MarkovHead>> {
+        Ok(None)
     }
 
     /// Whether its drafter stage embeds its rows' tokens itself (a block drafter's block

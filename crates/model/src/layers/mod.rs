@@ -9,6 +9,7 @@ pub mod fuse;
 pub mod gated_attention;
 pub mod gated_delta_net;
 pub mod hyper;
+pub mod markov;
 pub mod nextn;
 pub mod pre_norm;
 pub mod sparse_attention;

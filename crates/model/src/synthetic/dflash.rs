@@ -2,6 +2,7 @@
 //! tensors llama.cpp's loader reads, for a target as wide as the drafter: with embeddings
 //! and an output head of their own, or using the target's. The tokenizer's last token is
 //! the mask token (`tokenizer.ggml.mask_token_id`), which llama.cpp fills a block with.
+//! With [`Dspark`], DSpark's Markov head (and optionally its confidence head) beside it.
 
 use std::path::Path;
 
@@ -31,6 +32,19 @@ pub struct DflashShape {
     /// Type of every matrix; its block size must divide `n_embd` and `n_ff`.
     pub ty: GgmlType,
     pub seed: u64,
+    /// DSpark's heads, for a DSpark drafter.
+    pub dspark: Option<Dspark>,
+}
+
+/// DSpark's heads of a synthetic drafter (f32; the bias projection with a scale of 0.75).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dspark {
+    /// Floats of a `markov_w1` row.
+    pub rank: usize,
+    /// Writes the confidence head (`conf_proj`).
+    pub confidence: bool,
+    /// `dflash.sample_from_anchor`: a block's first row drafts too.
+    pub from_anchor: bool,
 }
 
 impl DflashShape {
@@ -60,7 +74,11 @@ impl DflashShape {
         let kv = self.n_head_kv * (e / self.n_head);
         let block = 2 * e * e + 2 * e * kv + 3 * e * self.n_ff;
         let head = if self.own_head { 2 * n_vocab * e } else { 0 };
-        (head + self.target_layers.len() * e * e + self.n_layer * block) as u64
+        let markov = self.dspark.map_or(0, |d| {
+            let conf = if d.confidence { e + d.rank } else { 0 };
+            d.rank * (n_vocab + self.draft_vocab.unwrap_or(n_vocab)) + conf
+        });
+        (head + markov + self.target_layers.len() * e * e + self.n_layer * block) as u64
     }
 
     /// Writes the drafter to `path` with the tokenizer `vocab` (its target's).
@@ -106,6 +124,28 @@ impl DflashShape {
             t.matrix(&n("ffn_gate"), &[e, ff], ty, scale(e))?;
             t.matrix(&n("ffn_up"), &[e, ff], ty, scale(e))?;
             t.matrix(&n("ffn_down"), &[ff, e], ty, scale(ff))?;
+        }
+        if let Some(d) = self.dspark {
+            let rows = self.draft_vocab.unwrap_or(nv);
+            t.matrix("markov_w1.weight", &[d.rank, nv], GgmlType::F32, 1.0)?;
+            t.matrix(
+                "markov_w2.weight",
+                &[d.rank, rows],
+                GgmlType::F32,
+                4.0 * scale(d.rank),
+            )?;
+            t.vector("markov_w2.scale", vec![0.75]);
+            if d.confidence {
+                t.matrix(
+                    "conf_proj.weight",
+                    &[e + d.rank, 1],
+                    GgmlType::F32,
+                    scale(e + d.rank),
+                )?;
+                t.vector("conf_proj.bias", vec![0.25]);
+            }
+            t.w.metadata("dflash.sample_from_anchor", Value::Bool(d.from_anchor));
+            t.w.metadata("dflash.has_confidence_head", Value::Bool(d.confidence));
         }
         write_file(&w, path)
     }
