@@ -25,9 +25,13 @@ use crate::tensors::{TensorLoader, VecId};
 pub struct Dflash;
 
 /// Tensors of DFlash's variants this version does not run, and which variant has them.
-const VARIANTS: [(&str, &str); 2] = [
+const VARIANTS: [(&str, &str); 6] = [
     ("selector_hidden.weight", "DFlash 2 (its selector)"),
-    ("blk.0.attn_post_norm.weight", "post-norm blocks"),
+    ("blk.0.post_attention_norm.weight", "post-norm blocks"),
+    ("blk.0.post_ffw_norm.weight", "post-norm blocks"),
+    ("blk.0.layer_output_scale.weight", "scaled block outputs"),
+    ("blk.0.attn_sinks.weight", "attention sinks"),
+    ("rope_freqs.weight", "RoPE frequency factors"),
 ];
 
 impl Recipe for Dflash {
