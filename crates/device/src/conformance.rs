@@ -418,7 +418,8 @@ pub struct Prims {
 /// The generic primitives on 7 rows of 96 (a width no multiple of 64): softmax with a
 /// masked (-∞) value, the L2 norm per row and per head (one row small enough that `eps`
 /// bounds its norm), sigmoid and softplus over ±30 (both sides of softplus's threshold),
-/// copied columns (two row blocks side by side, as a NextN block joins its inputs), mul, and
+/// copied columns (two row blocks side by side, as a NextN block joins its inputs), mul,
+/// DFlash 2's block convolution over two blocks, and
 /// the top 5 and top 1 of rows with ties and a NaN. Asserted on `d` itself: a row softmaxed
 /// or normed alone has the bits it has among the others, the columns are copied exactly,
 /// and top 1 is argmax.
@@ -489,6 +490,32 @@ pub fn prims_case(d: &mut dyn Device) -> Prims {
     values.push(("copy_cols", got));
     d.mul(xb, yb, rows * width);
     values.push(("mul", read(d, xb, rows * width)));
+
+    // Two blocks of 3 and 4 rows: each row convolves only its own block's rows.
+    let blocks: Vec<Row> = (0..rows)
+        .map(|r| Row {
+            pos: 20 + r,
+            seq: usize::from(r >= 3),
+        })
+        .collect();
+    d.begin(&Step {
+        rows: &blocks,
+        ..Step::default()
+    });
+    let conv = |side| BlockConv {
+        width,
+        k: 3,
+        group: 32,
+        side,
+    };
+    let coef = buf(d, &data(rows * 18, 13));
+    let base = buf(d, &data(6 * width, 14));
+    d.upload(xb, 0, &x);
+    for side in [0, 1] {
+        d.block_conv(xb, coef, base, rows, &conv(side), ob);
+        values.push(("block_conv", read(d, ob, rows * width)));
+    }
+    d.finish();
 
     let mut ties: Vec<f32> = y.iter().map(|v| (v * 3.0).round()).collect();
     ties[width + 3] = f32::NAN;

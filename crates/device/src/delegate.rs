@@ -139,6 +139,17 @@ macro_rules! delegate_ops {
         fn copy_cols(&mut self, x: $crate::Buf, out: $crate::Buf, rows: usize, c: &$crate::Cols) {
             self.$inner.copy_cols(x, out, rows, c)
         }
+        fn block_conv(
+            &mut self,
+            x: $crate::Buf,
+            coef: $crate::Buf,
+            base: $crate::Buf,
+            rows: usize,
+            spec: &$crate::BlockConv,
+            out: $crate::Buf,
+        ) {
+            self.$inner.block_conv(x, coef, base, rows, spec, out)
+        }
         fn gelu(&mut self, gate: $crate::Buf, up: $crate::Buf, len: usize) {
             self.$inner.gelu(gate, up, len)
         }

@@ -3,7 +3,7 @@
 
 use std::ops::{Index, IndexMut};
 
-use crate::{Buf, Cols};
+use crate::{BlockConv, Buf, Cols};
 
 /// See the module doc.
 #[derive(Default)]
@@ -44,6 +44,32 @@ impl HostBufs {
             o[r * c.out_width + c.out_at..][..c.width].copy_from_slice(from);
         }
         self.put(x, xs);
+    }
+}
+
+impl HostBufs {
+    /// [`crate::Device::block_conv`] over rows at `places` ([`crate::block_places`]).
+    pub fn block_conv(&mut self, x: Buf, coef: Buf, base: Buf, places: &[u32], s: &BlockConv, out: Buf) {
+        let (w, k) = (s.width, s.k);
+        let groups = w / s.group;
+        let xs = self.take(x);
+        let mut o = self.take(out);
+        let (cf, bs) = (&self[coef], &self[base]);
+        for (r, &i) in places.iter().enumerate() {
+            let c_row = &cf[r * 2 * k * groups..][..2 * k * groups];
+            for c in 0..w {
+                let mut acc = 0.0f32;
+                for t in 0..=(k - 1).min(i as usize) {
+                    let j = t + k * s.side;
+                    let weight = c_row[c / s.group + groups * j] + bs[c + w * j];
+                    let term = weight * xs[(r - t) * w + c];
+                    acc = if t == 0 { term } else { acc + term };
+                }
+                o[r * w + c] = acc;
+            }
+        }
+        self.put(x, xs);
+        self.put(out, o);
     }
 }
 

@@ -420,6 +420,11 @@ impl Device for Reference {
         self.bufs.copy_cols(x, out, rows, c);
     }
 
+    fn block_conv(&mut self, x: Buf, coef: Buf, base: Buf, rows: usize, s: &BlockConv, out: Buf) {
+        let places = crate::block_places(&self.rows[..rows]);
+        self.bufs.block_conv(x, coef, base, &places, s, out);
+    }
+
     fn swiglu_limited(&mut self, gate: Buf, up: Buf, len: usize, limit: f32) {
         let u = self.bufs.take(up);
         let g = &mut self.bufs[gate];

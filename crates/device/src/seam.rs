@@ -412,10 +412,11 @@ pub enum Op {
     BlockAttention,
     /// [`Device::attention`] over a step with [`Step::bidirectional`] rows.
     BidirectionalRows,
+    BlockConv,
 }
 
 impl Op {
-    pub const ALL: [Op; 28] = [
+    pub const ALL: [Op; 29] = [
         Op::Embed,
         Op::RmsNorm,
         Op::MatMul,
@@ -444,6 +445,7 @@ impl Op {
         Op::SwigluLimit,
         Op::BlockAttention,
         Op::BidirectionalRows,
+        Op::BlockConv,
     ];
 }
 
@@ -559,6 +561,17 @@ pub trait Device: Send {
     /// Per row: `out[r, c.out_at..][..c.width] = x[r, c.x_at..][..c.width]` (rows of
     /// `c.x_width` and `c.out_width` floats; `out` a buffer other than `x`).
     fn copy_cols(&mut self, x: Buf, out: Buf, rows: usize, c: &Cols);
+    /// DFlash 2's convolution along each sequence's rows of the step (a block drafter's
+    /// block: a sequence's rows consecutive, at ascending positions). For row `r` at place
+    /// `i` among its sequence's rows ([`block_places`]), `j = t + spec.k · spec.side`:
+    ///
+    /// ```text
+    /// out[r, c] = Σ_{t = 0..=min(k - 1, i)} (coef[r, c / group + groups · j] + base[c + width · j]) · x[r - t, c]
+    /// ```
+    ///
+    /// the taps summed in that order, `groups = width / group`; `x` and `out` `[rows,
+    /// width]` (different buffers), `coef` `[rows, 2 · k · groups]`, `base` `[2 · k · width]`.
+    fn block_conv(&mut self, x: Buf, coef: Buf, base: Buf, rows: usize, spec: &BlockConv, out: Buf);
     /// `gate = gelu(gate) · up` over `len` floats (tanh approximation).
     fn gelu(&mut self, gate: Buf, up: Buf, len: usize);
     /// `x += y` over `len` floats.
@@ -616,6 +629,30 @@ pub trait Device: Send {
     fn read_bandwidth(&mut self) -> Option<f64> {
         None
     }
+}
+
+/// The shape of a [`Device::block_conv`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockConv {
+    /// Channels.
+    pub width: usize,
+    /// Taps.
+    pub k: usize,
+    /// Channels that share a dynamic coefficient.
+    pub group: usize,
+    /// Which of the two convolutions a coefficient row holds (0 or 1).
+    pub side: usize,
+}
+
+/// Each row's place among its sequence's rows of the step (0 for its first), for
+/// [`Device::block_conv`].
+pub fn block_places(rows: &[Row]) -> Vec<u32> {
+    let mut places = Vec::with_capacity(rows.len());
+    for (r, row) in rows.iter().enumerate() {
+        let same = r > 0 && rows[r - 1].seq == row.seq;
+        places.push(if same { places[r - 1] + 1 } else { 0 });
+    }
+    places
 }
 
 /// Columns [`Device::copy_cols`] copies.

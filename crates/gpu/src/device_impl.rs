@@ -4,7 +4,7 @@
 use device::hyper::HyperSpec;
 use device::sparse::{SparseIo, SparseSpec};
 use device::{
-    AttnSpec, Buf, Cols, ConvSpec, DeltaIo, DeltaSpec, Device, Error, Mat, MatOut, MatrixSource,
+    AttnSpec, BlockConv, Buf, Cols, ConvSpec, DeltaIo, DeltaSpec, Device, Error, Mat, MatOut, MatrixSource,
     MoeSpec, MoeStats, Op, OpTime, Progress, Result, Role, RopeMode, RopeSpec, Step,
 };
 use gguf::GgmlType;
@@ -482,6 +482,26 @@ impl Device for Gpu {
         let p = self.rec.push(&self.ctx, bytemuck::cast_slice(&p));
         let [x, out] = [x, out].map(|b| self.buf(b));
         self.run(Kernel::CopyCols, &[B(&x), B(&out), A(p)], g);
+    }
+
+    fn block_conv(&mut self, x: Buf, coef: Buf, base: Buf, rows: usize, s: &BlockConv, out: Buf) {
+        let len = rows * s.width;
+        if len == 0 {
+            return;
+        }
+        let g = grid(len.div_ceil(64));
+        let mut p = [rows, s.width, s.k, s.group, s.side]
+            .map(|v| v as u32)
+            .to_vec();
+        p.extend([g[0], 0, 0]);
+        p.extend(device::block_places(&self.rows[..rows]));
+        let p = self.rec.push(&self.ctx, bytemuck::cast_slice(&p));
+        let [x, coef, base, out] = [x, coef, base, out].map(|b| self.buf(b));
+        self.run(
+            Kernel::BlockConv,
+            &[B(&x), B(&coef), B(&base), B(&out), A(p)],
+            g,
+        );
     }
 
     fn gather_rows(&mut self, x: Buf, rows: &[usize], width: usize, out: Buf) {

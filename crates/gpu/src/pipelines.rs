@@ -44,6 +44,7 @@ pub(crate) enum Kernel {
     MoeCombine,
     GatherRows,
     CopyCols,
+    BlockConv,
     /// The recurrences with state (conv.wgsl, delta.wgsl).
     Conv1d,
     DeltaNet,
@@ -180,6 +181,7 @@ impl Kernel {
             Kernel::MoeCombine => (include_str!("shaders/moe.wgsl").into(), "main"),
             Kernel::GatherRows => (include_str!("shaders/gather.wgsl").into(), "main"),
             Kernel::CopyCols => (include_str!("shaders/cols.wgsl").into(), "main"),
+            Kernel::BlockConv => (include_str!("shaders/block_conv.wgsl").into(), "main"),
             Kernel::Conv1d => (include_str!("shaders/conv.wgsl").into(), "main"),
             Kernel::DeltaNet => (include_str!("shaders/delta.wgsl").into(), "main"),
             Kernel::Bandwidth => (include_str!("shaders/bandwidth.wgsl").into(), "main"),

@@ -17,7 +17,7 @@ use device::hyper::{self, HyperSpec};
 use device::sparse::{SparseIo, SparseSpec};
 use device::state::HostStates;
 use device::{
-    AttnSpec, Buf, Bytes, Cols, ConvSpec, DeltaIo, DeltaSpec, Device, Mat, MatOut, MatrixSource,
+    AttnSpec, BlockConv, Buf, Bytes, Cols, ConvSpec, DeltaIo, DeltaSpec, Device, Mat, MatOut, MatrixSource,
     MoeSpec, MoeStats, Op, Progress, Result, Role, RopeSpec, Row, ScratchShape, Step,
 };
 use gguf::GgmlType;
@@ -446,6 +446,11 @@ impl Device for Cpu {
 
     fn copy_cols(&mut self, x: Buf, out: Buf, rows: usize, c: &Cols) {
         self.bufs.copy_cols(x, out, rows, c);
+    }
+
+    fn block_conv(&mut self, x: Buf, coef: Buf, base: Buf, rows: usize, s: &BlockConv, out: Buf) {
+        let places = device::block_places(&self.rows[..rows]);
+        self.bufs.block_conv(x, coef, base, &places, s, out);
     }
 
     fn gelu(&mut self, gate: Buf, up: Buf, len: usize) {
