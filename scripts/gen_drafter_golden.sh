@@ -13,7 +13,10 @@
 # which crates/engine/tests/feature_drafters.rs compares tandem's drafts with. DSpark
 # (`draft-dspark`, 4 drafts of a block of 8, a Markov head of rank 32) three ways: alone
 # (llama-dspark), with its confidence head and `--spec-draft-p-min 0.5` (llama-dspark-conf),
-# and with a bonus anchor over the reduced vocabulary (llama-dspark-bonus-d2t).
+# and with a bonus anchor over the reduced vocabulary (llama-dspark-bonus-d2t). DFlash 2
+# (`draft-dflash` on a `--dflash2` file, 4 of a block of 8 at `--spec-draft-p-min 0.7`) logs
+# no candidates: its golden data (llama-dflash2) is each draft call's length, which the
+# selector's probabilities decide.
 #
 # usage: scripts/gen_drafter_golden.sh TANDEM_BINARY LLAMA_SERVER_BINARY
 # (the arguments must match the shapes in crates/engine/tests/feature_drafters.rs)
@@ -83,3 +86,19 @@ kill $pid
 wait $pid 2>/dev/null || true
 pid=
 done
+"$tandem" synth -o "$tmp/d.gguf" --arch dflash --n-embd 128 --n-layer 2 --n-head 4 \
+    --n-head-kv 2 --n-ff 256 --target-layers 1,2,3 --dflash-block 8 --type f32 \
+    --tokenizer smollm2-135m --vocab 320 --seed 17 --dflash2
+"$server" -m "$tmp/t.gguf" -md "$tmp/d.gguf" --spec-type draft-dflash --spec-draft-n-max 4 \
+    --spec-draft-p-min 0.7 --port "$port" -np 1 -c 4096 -t 2 -ctk f32 -ctv f32 -ctkd f32 \
+    -ctvd f32 -v >"$tmp/log" 2>&1 &
+pid=$!
+for _ in $(seq 1 60); do
+    curl -sf "127.0.0.1:$port/health" >/dev/null && break
+    sleep 1
+done
+DRAFT_LENGTHS=1 IGNORE_EOS=1 OUT="crates/engine/tests/golden/llama-dflash2.llamacpp.json" \
+    PORT=$port LOG="$tmp/log" python3 scripts/golden_drafts.py
+kill $pid
+wait $pid 2>/dev/null || true
+pid=

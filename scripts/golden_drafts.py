@@ -19,15 +19,25 @@ done = post("/completion", {"prompt": PROMPT, "n_predict": 256, "temperature": 0
                             "return_tokens": True})
 cand = re.compile(r"draft candidate +(\d+), pos +(\d+): +(\d+) \( *([0-9.]+)\)")
 step = re.compile(r"generate_draft: id=(\d+), #tokens=(\d+), #draft=(\d+)")
-steps, pending = [], {}
+call = re.compile(r"called impl \S+, hist size = (\d+)")
+# DRAFT_LENGTHS=1: every draft call with its length (a drafter that logs no candidates,
+# DFlash 2), those that drafted nothing too.
+lengths = os.environ.get("DRAFT_LENGTHS") == "1"
+steps, pending, called = [], {}, None
 for line in open(os.environ["LOG"], errors="replace"):
     if m := cand.search(line):
         k, pos, tok, p = int(m[1]), int(m[2]), int(m[3]), float(m[4])
         pending.setdefault(pos, []).append([tok, p])
+    elif lengths and (m := call.search(line)):
+        if called is not None:
+            steps.append({"n_past": called, "n_draft": 0, "candidates": []})
+        called = int(m[1])
     elif m := step.search(line):
         drafts = [pending[pos] for pos in sorted(pending)]
         steps.append({"n_past": int(m[2]), "id_last": int(m[1]), "candidates": drafts})
-        pending = {}
+        if lengths:
+            steps[-1]["n_draft"] = int(m[3])
+        pending, called = {}, None
 t = done["timings"]
 out = {
     "prompt": PROMPT,

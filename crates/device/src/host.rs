@@ -49,7 +49,15 @@ impl HostBufs {
 
 impl HostBufs {
     /// [`crate::Device::block_conv`] over rows at `places` ([`crate::block_places`]).
-    pub fn block_conv(&mut self, x: Buf, coef: Buf, base: Buf, places: &[u32], s: &BlockConv, out: Buf) {
+    pub fn block_conv(
+        &mut self,
+        x: Buf,
+        coef: Buf,
+        base: Buf,
+        places: &[u32],
+        s: &BlockConv,
+        out: Buf,
+    ) {
         let (w, k) = (s.width, s.k);
         let groups = w / s.group;
         let xs = self.take(x);

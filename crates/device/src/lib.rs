@@ -28,10 +28,10 @@ pub mod testing;
 
 pub use attn::{last_positions, AttnSpec, StepEnds};
 pub use seam::{
-    block_places, checkpoint_row, rope_angles, seq_runs, BlockConv, Buf, Bytes, Cols, ConvSpec, DeltaIo, DeltaSpec, Device,
-    Gating, Mat, MatOut, MatrixSource, MoeScratch, MoeSpec, MoeStats, Op, OpTime, Progress, Role,
-    RopeMode, RopeScaling, RopeSpec, Routing, Row, ScratchShape, SharedIn, Step, Tables,
-    NOT_BIDIRECTIONAL,
+    block_places, checkpoint_row, rope_angles, seq_runs, BlockConv, Buf, Bytes, Cols, ConvSpec,
+    DeltaIo, DeltaSpec, Device, Gating, Mat, MatOut, MatrixSource, MoeScratch, MoeSpec, MoeStats,
+    Op, OpTime, Progress, Role, RopeMode, RopeScaling, RopeSpec, Routing, Row, ScratchShape,
+    SharedIn, Step, Tables, NOT_BIDIRECTIONAL,
 };
 
 use gguf::GgmlType;

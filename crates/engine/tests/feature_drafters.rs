@@ -18,7 +18,7 @@ use engine::speculative::{
 use engine::EngineConfig;
 use gguf::GgmlType;
 use gguf::LoadMode;
-use model::synthetic::dflash::{DflashShape, Dspark};
+use model::synthetic::dflash::{Dflash2, DflashShape, Dspark};
 use model::synthetic::eagle3::Eagle3Shape;
 use model::synthetic::{Synthetic, Vocab};
 use model::Model;
@@ -38,6 +38,8 @@ enum Kind {
         confidence: bool,
         bonus: bool,
     },
+    /// DFlash 2: block convolutions and a selector.
+    Dflash2,
 }
 
 /// DSpark's `--spec-draft-p-min` where it has its confidence head.
@@ -53,7 +55,7 @@ impl Kind {
     fn tie(self) -> f64 {
         match self {
             Kind::Eagle3 => 0.01,
-            Kind::Dflash | Kind::Dspark { .. } => 0.021,
+            Kind::Dflash | Kind::Dspark { .. } | Kind::Dflash2 => 0.021,
         }
     }
 
@@ -68,7 +70,7 @@ impl Kind {
     fn n_max(self) -> usize {
         match self {
             Kind::Eagle3 => 3,
-            Kind::Dflash | Kind::Dspark { .. } => 4,
+            Kind::Dflash | Kind::Dspark { .. } | Kind::Dflash2 => 4,
         }
     }
 
@@ -78,6 +80,7 @@ impl Kind {
             Kind::Dspark {
                 confidence: true, ..
             } => P_MIN,
+            Kind::Dflash2 => 0.7,
             _ => 0.0,
         }
     }
@@ -88,7 +91,7 @@ impl Kind {
             Kind::Eagle3 => {
                 Box::new(HiddenDrafter::eagle3(stage, common::f32_context(), 1, pool).unwrap())
             }
-            Kind::Dflash | Kind::Dspark { .. } => {
+            Kind::Dflash | Kind::Dspark { .. } | Kind::Dflash2 => {
                 Box::new(BlockDrafter::dflash(stage, common::f32_context(), 1, pool).unwrap())
             }
         }
@@ -97,7 +100,9 @@ impl Kind {
     fn speculation(self, stage: Model, config: SpecConfig) -> Speculation {
         match self {
             Kind::Eagle3 => Speculation::eagle3(stage, config),
-            Kind::Dflash | Kind::Dspark { .. } => Speculation::dflash(stage, config),
+            Kind::Dflash | Kind::Dspark { .. } | Kind::Dflash2 => {
+                Speculation::dflash(stage, config)
+            }
         }
     }
 }
@@ -150,7 +155,7 @@ fn write_models(dir: &Path, kind: Kind, head: Head) -> (PathBuf, PathBuf) {
             seed: 9,
         }
         .write(&vocab, &drafter),
-        Kind::Dflash | Kind::Dspark { .. } => DflashShape {
+        Kind::Dflash | Kind::Dspark { .. } | Kind::Dflash2 => DflashShape {
             n_embd: 128,
             n_layer: 2,
             n_head: 4,
@@ -161,7 +166,11 @@ fn write_models(dir: &Path, kind: Kind, head: Head) -> (PathBuf, PathBuf) {
             own_head,
             draft_vocab,
             ty: GgmlType::F32,
-            seed: if kind == Kind::Dflash { 11 } else { 13 },
+            seed: match kind {
+                Kind::Dflash => 11,
+                Kind::Dflash2 => 17,
+                _ => 13,
+            },
             dspark: match kind {
                 Kind::Dspark { confidence, bonus } => Some(Dspark {
                     rank: 32,
@@ -170,6 +179,12 @@ fn write_models(dir: &Path, kind: Kind, head: Head) -> (PathBuf, PathBuf) {
                 }),
                 _ => None,
             },
+            dflash2: (kind == Kind::Dflash2).then_some(Dflash2 {
+                kernel: 3,
+                group: 32,
+                rank: 16,
+                top_k: 4,
+            }),
         }
         .write(&vocab, &drafter),
     }
@@ -201,6 +216,8 @@ fn golden(kind: Kind, head: Head) -> serde_json::Value {
             }
             other => panic!("no golden drafts for DSpark {other:?}"),
         },
+        (Kind::Dflash2, Head::Own) => include_str!("golden/llama-dflash2.llamacpp.json"),
+        (Kind::Dflash2, head) => panic!("no golden drafts for DFlash 2 with {head:?}"),
     };
     serde_json::from_str(text).unwrap()
 }
@@ -270,6 +287,62 @@ fn dspark_drafts_after_a_bonus_anchor_over_a_reduced_vocabulary_equal_llama_cpp_
     drafts_equal_llama_cpp_s(DSPARK_BONUS, Head::Reduced);
 }
 
+/// DFlash 2 logs no candidates: every draft call's length, which the selector's
+/// probabilities against `p_min` decide along the path it walks, equals llama.cpp's (asked
+/// for what llama-server asks: at most the tokens left to generate but one), but where the
+/// probability that decides it is within the drafts' tie allowance of `p_min` (at most 2%
+/// of the calls).
+#[test]
+fn dflash2_draft_lengths_equal_llama_cpp_s_on_the_same_file() {
+    let kind = Kind::Dflash2;
+    let dir = tempfile::tempdir().unwrap();
+    let (target, drafter) = write_models(dir.path(), kind, Head::Own);
+    let golden = golden(kind, Head::Own);
+    let mut seq = ids(&golden["prompt_tokens"]);
+    seq.extend(ids(&golden["answer_tokens"]));
+    let features = common::target_features(&target, &seq, &TAPPED, false);
+    let mut drafter = kind.proposer(drafter_stage(&drafter, &target));
+    for (pos, f) in features.iter().enumerate() {
+        drafter.observe_state(0, pos, f);
+    }
+    let mut draft = |n_past: usize, p_min: f32| {
+        let job = engine::speculative::DraftJob {
+            slot: 0,
+            tokens: &seq[..=n_past],
+            n_max: kind.n_max().min(seq.len() - n_past - 2),
+            sampling: engine::SamplerConfig::greedy(),
+            p_min,
+        };
+        let mut out = [engine::speculative::Draft::default()];
+        drafter
+            .propose(&[job], &mut out, &mut Default::default())
+            .unwrap();
+        out[0].clone()
+    };
+    let steps = golden["steps"].as_array().unwrap();
+    let (mut short, mut ties) = (0, 0);
+    for step in steps {
+        let n_past = step["n_past"].as_u64().unwrap() as usize;
+        let theirs = step["n_draft"].as_u64().unwrap() as usize;
+        let ours = draft(n_past, kind.p_min()).len();
+        short += usize::from(theirs < kind.n_max());
+        if ours != theirs {
+            let p = draft(n_past, 0.0).confidence[ours.min(theirs)];
+            assert!(
+                (p - kind.p_min()).abs() < kind.tie() as f32,
+                "after {n_past} tokens: {ours} drafts, llama.cpp {theirs} (p {p})"
+            );
+            ties += 1;
+        }
+    }
+    assert!(short * 4 > steps.len(), "few calls cut short: {short}");
+    assert!(
+        ties * 50 <= steps.len(),
+        "{ties} ties in {} calls",
+        steps.len()
+    );
+}
+
 fn drafts_equal_llama_cpp_s(kind: Kind, head: Head) {
     let dir = tempfile::tempdir().unwrap();
     let (target, drafter) = write_models(dir.path(), kind, head);
@@ -330,6 +403,11 @@ fn fixed(n_max: usize) -> SpecConfig {
 #[test]
 fn the_answer_accepts_as_llama_server_s_with_dspark() {
     the_answer_accepts_as_llama_server_s(DSPARK);
+}
+
+#[test]
+fn the_answer_accepts_as_llama_server_s_with_dflash2() {
+    the_answer_accepts_as_llama_server_s(Kind::Dflash2);
 }
 
 #[test]
@@ -396,6 +474,18 @@ fn eight_users_drafting_with_dspark_get_the_plain_text() {
 fn eight_users_on_the_gpu_drafting_with_dspark_get_the_plain_text() {
     if gpu::adapter_for_tests() {
         eight_users_get_the_plain_text(DSPARK_CONFIDENT, engine::DeviceKind::Gpu);
+    }
+}
+
+#[test]
+fn eight_users_drafting_with_dflash2_get_the_plain_text() {
+    eight_users_get_the_plain_text(Kind::Dflash2, engine::DeviceKind::Cpu);
+}
+
+#[test]
+fn eight_users_on_the_gpu_drafting_with_dflash2_get_the_plain_text() {
+    if gpu::adapter_for_tests() {
+        eight_users_get_the_plain_text(Kind::Dflash2, engine::DeviceKind::Gpu);
     }
 }
 

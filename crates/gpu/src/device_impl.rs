@@ -4,8 +4,8 @@
 use device::hyper::HyperSpec;
 use device::sparse::{SparseIo, SparseSpec};
 use device::{
-    AttnSpec, BlockConv, Buf, Cols, ConvSpec, DeltaIo, DeltaSpec, Device, Error, Mat, MatOut, MatrixSource,
-    MoeSpec, MoeStats, Op, OpTime, Progress, Result, Role, RopeMode, RopeSpec, Step,
+    AttnSpec, BlockConv, Buf, Cols, ConvSpec, DeltaIo, DeltaSpec, Device, Error, Mat, MatOut,
+    MatrixSource, MoeSpec, MoeStats, Op, OpTime, Progress, Result, Role, RopeMode, RopeSpec, Step,
 };
 use gguf::GgmlType;
 use kv::KvConfig;

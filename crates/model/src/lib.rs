@@ -77,8 +77,8 @@ pub struct Model {
     merge: Option<Box<dyn Layer>>,
     /// How a drafter's rows enter as the target's features ([`Part::Drafter`]).
     fuse: Option<layers::fuse::Fuse>,
-    /// A drafter's heads over its block's logits ([`Recipe::markov`]).
-    markov: Option<layers::markov::MarkovHead>,
+    /// What a block drafter computes over its block's logits ([`Recipe::draft_head`]).
+    draft_head: Option<layers::DraftHead>,
     /// The file of the model a drafter drafts for, which holds its borrowed matrices
     /// ([`Model::load_drafter`]).
     other: Option<Arc<GgufFile>>,
@@ -210,8 +210,8 @@ impl Model {
             Part::Drafter => Some(recipe.fuse(&mut t, &hparams)?),
             _ => None,
         };
-        let markov = match part {
-            Part::Drafter => recipe.markov(&mut t, &hparams, head_rows)?,
+        let draft_head = match part {
+            Part::Drafter => recipe.draft_head(&mut t, &hparams, head_rows)?,
             _ => None,
         };
         let tensors = t.finish();
@@ -228,7 +228,7 @@ impl Model {
             head: None,
             merge,
             fuse,
-            markov,
+            draft_head,
             other,
             adapters: Vec::new(),
         };
@@ -456,9 +456,17 @@ impl Model {
         Ok(())
     }
 
-    /// A drafter's heads over its block's logits (DSpark's), when it has them.
+    /// What a block drafter computes over its block's logits, when it has something.
+    pub fn draft_head(&self) -> Option<&layers::DraftHead> {
+        self.draft_head.as_ref()
+    }
+
+    /// A block drafter's Markov head (DSpark's), when it has one.
     pub fn markov(&self) -> Option<&layers::markov::MarkovHead> {
-        self.markov.as_ref()
+        match &self.draft_head {
+            Some(layers::DraftHead::Markov(m)) => Some(m),
+            _ => None,
+        }
     }
 
     /// [`layers::markov::MarkovHead::bias`] after each token of `prev`: `rows`
@@ -471,10 +479,7 @@ impl Model {
         rows: Buf,
         bias: Buf,
     ) -> Result<()> {
-        let head = self
-            .markov
-            .as_ref()
-            .ok_or(Error::NotInStage("a Markov head"))?;
+        let head = self.markov().ok_or(Error::NotInStage("a Markov head"))?;
         head.bias(&w.t, dev, prev, rows, bias, self.n_logits());
         Ok(())
     }

@@ -36,6 +36,15 @@ pub struct Weight {
 }
 
 impl Weight {
+    /// Row `i` of the weight in `file` (the bytes it is mapped from), as f32 into `out`
+    /// (`[n_cols]`).
+    pub fn host_row(&self, file: &[u8], i: usize, out: &mut [f32]) {
+        let rb = self.range.len() / self.n_rows;
+        let at = self.range.start + i * rb;
+        device::formats::dequantize_row(self.ty, &file[at..at + rb], out)
+            .expect("a type checked at load");
+    }
+
     /// The weight as a device uploads it, for `role`.
     pub fn source(&self, file: &Arc<GgufFile>, role: Role) -> MatrixSource {
         MatrixSource {
@@ -290,6 +299,13 @@ impl<'a> TensorLoader<'a> {
             n_cols,
             borrowed: false,
         })
+    }
+
+    /// A table of `n_rows` rows of `n_cols` read for the host a row at a time from the
+    /// mapped file ([`Weight::host_row`]), never uploaded.
+    pub fn host_rows(&mut self, name: &str, n_rows: usize, n_cols: usize) -> Result<Weight> {
+        let info = self.info(name, &[n_cols as u64, n_rows as u64])?;
+        self.weight(name, info, n_rows, n_cols)
     }
 
     fn push(&mut self, weight: Weight, role: Role, reads: Reads) -> MatId {

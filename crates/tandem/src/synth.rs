@@ -4,7 +4,7 @@
 //! defaults of its own: a small DeepSeek-V4 with every feature on
 //! ([`Dsv4Shape::default`]), Q8_0. `--arch eagle3` writes an EAGLE-3 drafter for a target
 //! of the same tokenizer (`--target-layers`, `--target-n-embd`), `--arch dflash` a DFlash
-//! block drafter (`--target-layers`, `--dflash-block`; DSpark with `--dspark-rank`). `--mmproj MODEL` writes a vision
+//! block drafter (`--target-layers`, `--dflash-block`; DSpark with `--dspark-rank`, DFlash 2 with `--dflash2`). `--mmproj MODEL` writes a vision
 //! tower for a text model instead.
 
 use std::path::PathBuf;
@@ -13,7 +13,7 @@ use clap::Args;
 use gguf::{GgmlType, GgufFile};
 use model::layers::gated_delta_net::DeltaShape;
 use model::synthetic::deepseek4::{Dsv4Shape, DEFAULT_RATIOS};
-use model::synthetic::dflash::{DflashShape, Dspark};
+use model::synthetic::dflash::{Dflash2, DflashShape, Dspark};
 use model::synthetic::eagle3::Eagle3Shape;
 use model::synthetic::mmproj::{MmprojShape, TowerKind};
 use model::synthetic::{ExpertShape, Synthetic, Vocab};
@@ -133,6 +133,10 @@ pub struct SynthArgs {
     /// `dflash.sample_from_anchor` false).
     #[arg(long, requires = "dspark_rank")]
     pub dspark_bonus_anchor: bool,
+    /// dflash: a DFlash 2 drafter (block convolutions of 3 taps over groups of 32
+    /// channels, a selector of rank 16 over 4 candidates).
+    #[arg(long, conflicts_with = "dspark_rank")]
+    pub dflash2: bool,
     /// Instead of a model, a vision tower (an mmproj file, --projector) for this text model
     /// (a path or a known name), shaped by --n-embd [128], --n-layer [2], --n-head [4],
     /// --n-ff [512], --type [f16] and the --image-* flags.
@@ -325,6 +329,12 @@ fn dflash_shape(a: &SynthArgs) -> Result<DflashShape, CliError> {
             confidence: a.dspark_confidence,
             from_anchor: !a.dspark_bonus_anchor,
         }),
+        dflash2: a.dflash2.then_some(Dflash2 {
+            kernel: 3,
+            group: 32,
+            rank: 16,
+            top_k: 4,
+        }),
     })
 }
 
@@ -336,6 +346,7 @@ fn eagle3_shape(a: &SynthArgs) -> Result<Eagle3Shape, CliError> {
         ("--dsv4-*", a.dsv4.any()),
         ("--dflash-block", a.dflash_block.is_some()),
         ("--dspark-rank", a.dspark_rank.is_some()),
+        ("--dflash2", a.dflash2),
     ];
     if let Some((flag, _)) = refused.iter().find(|r| r.1) {
         return Err(CliError::Usage(format!(
@@ -546,7 +557,8 @@ pub fn execute(a: SynthArgs) -> Result<(), CliError> {
             || a.target_head
             || a.draft_vocab.is_some()
             || a.dflash_block.is_some()
-            || a.dspark_rank.is_some() =>
+            || a.dspark_rank.is_some()
+            || a.dflash2 =>
         {
             return Err(CliError::Usage(format!(
                 "--target-*, --dflash-block and --dspark-* shape a drafter (eagle3, dflash); not {}",

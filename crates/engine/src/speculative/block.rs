@@ -9,6 +9,8 @@ use std::time::Instant;
 use device::Row;
 use kernels::ThreadPool;
 use kv::SeqKv;
+use model::layers::selector::Selector;
+use model::layers::DraftHead;
 use model::Model;
 
 use super::kept::KeptKv;
@@ -155,12 +157,12 @@ impl BlockDrafter {
             }
         }
         let mut drafted: Vec<Drafted> = blocks.iter().map(|_| Drafted::default()).collect();
-        let confident = self
-            .ctx
-            .model()
-            .markov()
-            .is_some_and(|m| m.has_confidence());
-        let states: &[usize] = if confident { &wanted } else { &[] };
+        let with_states = match self.ctx.model().draft_head() {
+            Some(DraftHead::Markov(m)) => m.has_confidence(),
+            Some(DraftHead::Selector(_)) => true,
+            None => false,
+        };
+        let states: &[usize] = if with_states { &wanted } else { &[] };
         let mut on_row = |r: usize, o: RowOut<'_>| {
             let k = wanted.binary_search(&r).expect("a drafting row");
             match o {
@@ -202,15 +204,24 @@ impl BlockDrafter {
         out: &mut [Draft],
     ) -> crate::Result<()> {
         let model = self.ctx.model_arc();
-        let Some(head) = model.markov() else {
-            for (b, d) in group.iter().zip(&drafted) {
-                for row in &d.logits {
-                    if !self.picker.pick(&model, &jobs[b.job], row, &mut out[b.job]) {
-                        break;
+        let head = match model.draft_head() {
+            Some(DraftHead::Markov(head)) => head,
+            Some(DraftHead::Selector(sel)) => {
+                for (b, d) in group.iter().zip(&drafted) {
+                    walk(&model, sel, b.last, d, &jobs[b.job], &mut out[b.job]);
+                }
+                return Ok(());
+            }
+            None => {
+                for (b, d) in group.iter().zip(&drafted) {
+                    for row in &d.logits {
+                        if !self.picker.pick(&model, &jobs[b.job], row, &mut out[b.job]) {
+                            break;
+                        }
                     }
                 }
+                return Ok(());
             }
-            return Ok(());
         };
         // The token before each block's next position; `None` once it stopped drafting.
         let mut prev: Vec<Option<u32>> = group.iter().map(|b| Some(b.last)).collect();
@@ -242,10 +253,60 @@ impl BlockDrafter {
     }
 }
 
+/// DFlash 2's drafts of a block (`drafted`, after the token `last`) for `job` into `d`:
+/// position by position the selector's best candidate after the one chosen before it,
+/// until its probability among the candidates falls below `p_min` (deterministic drafts).
+fn walk(
+    model: &Model,
+    sel: &Selector,
+    last: u32,
+    drafted: &Drafted,
+    job: &DraftJob,
+    d: &mut Draft,
+) {
+    let file = model.file.bytes();
+    let mut pred = last;
+    for (logits, state) in drafted.logits.iter().zip(&drafted.states) {
+        let cands: Vec<(u32, f32)> = top_k(logits, sel.top_k())
+            .into_iter()
+            .map(|i| (model.logit_token(i), logits[i as usize]))
+            .collect();
+        let scores = sel.scores(file, pred, &sel.gate(state), &cands);
+        let best = crate::sampling::argmax(&scores) as usize;
+        let sum: f32 = scores.iter().map(|s| (s - scores[best]).exp()).sum();
+        let p = 1.0 / sum;
+        if p < job.p_min {
+            return;
+        }
+        pred = cands[best].0;
+        d.tokens.push(pred);
+        d.confidence.push(p);
+        if d.len() >= job.n_max {
+            return;
+        }
+    }
+}
+
+/// The indices of `x`'s `k` largest values, largest first (the lower index first among
+/// equals).
+fn top_k(x: &[f32], k: usize) -> Vec<u32> {
+    let mut top: Vec<u32> = Vec::with_capacity(k + 1);
+    for (i, &v) in x.iter().enumerate() {
+        if top.len() == k && v <= x[top[k - 1] as usize] {
+            continue;
+        }
+        let at = top.partition_point(|&j| x[j as usize] >= v);
+        top.insert(at, i as u32);
+        top.truncate(k);
+    }
+    top
+}
+
 impl Proposer for BlockDrafter {
     fn name(&self) -> &str {
-        match self.ctx.model().markov() {
-            Some(_) => "dspark",
+        match self.ctx.model().draft_head() {
+            Some(DraftHead::Markov(_)) => "dspark",
+            Some(DraftHead::Selector(_)) => "dflash2",
             None => "dflash",
         }
     }

@@ -17,8 +17,8 @@ use device::hyper::{self, HyperSpec};
 use device::sparse::{SparseIo, SparseSpec};
 use device::state::HostStates;
 use device::{
-    AttnSpec, BlockConv, Buf, Bytes, Cols, ConvSpec, DeltaIo, DeltaSpec, Device, Mat, MatOut, MatrixSource,
-    MoeSpec, MoeStats, Op, Progress, Result, Role, RopeSpec, Row, ScratchShape, Step,
+    AttnSpec, BlockConv, Buf, Bytes, Cols, ConvSpec, DeltaIo, DeltaSpec, Device, Mat, MatOut,
+    MatrixSource, MoeSpec, MoeStats, Op, Progress, Result, Role, RopeSpec, Row, ScratchShape, Step,
 };
 use gguf::GgmlType;
 

@@ -10,23 +10,23 @@
 //! Q/K norms, NeoX RoPE) whose attention lets the block's rows see one another
 //! ([`device::Op::BlockAttention`]); the logits of the mask rows are the drafts.
 
-use device::{Op, RopeMode};
+use device::{BlockConv, Buf, Cols, Device, MatOut, Op, RopeMode};
 
 use super::Recipe;
 use crate::error::{Error, Result};
 use crate::hparams::{HParams, TargetFeatures, Traits, PLAIN};
 use crate::layers::attention::{Attention, AttentionKind};
-use crate::layers::ffn::{Activation, Ffn, GateUp};
+use crate::layers::ffn::{Activation, GateUp, Mlp};
 use crate::layers::fuse::Fuse;
 use crate::layers::markov::MarkovHead;
-use crate::layers::{Cx, Layer};
-use crate::tensors::{TensorLoader, VecId};
+use crate::layers::selector::Selector;
+use crate::layers::{Cx, DraftHead, Layer};
+use crate::tensors::{MatId, TensorLoader, VecId};
 
 pub struct Dflash;
 
 /// Tensors of DFlash's variants this version does not run, and which variant has them.
-const VARIANTS: [(&str, &str); 6] = [
-    ("selector_hidden.weight", "DFlash 2 (its selector)"),
+const VARIANTS: [(&str, &str); 5] = [
     ("blk.0.post_attention_norm.weight", "post-norm blocks"),
     ("blk.0.post_ffw_norm.weight", "post-norm blocks"),
     ("blk.0.layer_output_scale.weight", "scaled block outputs"),
@@ -118,12 +118,17 @@ impl Recipe for Dflash {
             qkv_bias: false,
             qk_norm: true,
         };
+        let conv = match t.has_own(&n("attn_conv_proj")) || t.has_own("selector_hidden.weight") {
+            true => Some(Conv::load(t, hp, il)?),
+            false => None,
+        };
         Ok(Box::new(DflashBlock {
             attn_norm: t.vector(&n("attn_norm"), hp.n_embd)?,
             attn: Attention::load(t, hp, il, kind)?,
             ffn_norm: t.vector(&n("ffn_norm"), hp.n_embd)?,
-            ffn: Ffn::load(t, hp, il, GateUp::Apart)?,
+            ffn: Mlp::load(t, hp, il, "", hp.n_ff, GateUp::Apart)?,
             act,
+            conv,
         }))
     }
 
@@ -131,13 +136,21 @@ impl Recipe for Dflash {
         Fuse::load(t, hp, None, Some("enc.output_norm.weight"))
     }
 
-    fn markov(
+    fn draft_head(
         &self,
         t: &mut TensorLoader,
         hp: &HParams,
         n_logits: usize,
-    ) -> Result<Option<MarkovHead>> {
-        MarkovHead::load(t, hp, n_logits)
+    ) -> Result<Option<DraftHead>> {
+        match (MarkovHead::load(t, hp, n_logits)?, Selector::load(t, hp)?) {
+            (Some(_), Some(_)) => Err(Error::UnsupportedTensor {
+                tensor: "selector_hidden.weight".into(),
+                what: "DFlash 2's selector beside DSpark's Markov head",
+            }),
+            (Some(m), None) => Ok(Some(DraftHead::Markov(m))),
+            (None, Some(s)) => Ok(Some(DraftHead::Selector(s))),
+            (None, None) => Ok(None),
+        }
     }
 
     fn drafter_embeds(&self) -> bool {
@@ -149,32 +162,140 @@ impl Recipe for Dflash {
     }
 
     fn extra_ops(&self) -> &'static [Op] {
-        &[Op::BlockAttention]
+        &[Op::BlockAttention, Op::BlockConv]
     }
 }
 
 /// A DFlash block: `hidden += attn(attn_norm(hidden))` over the block's rows and the
 /// context, then `hidden += ffn(ffn_norm(hidden))`; a context row only stores its keys and
-/// values.
+/// values. DFlash 2's blocks convolve along the block's rows ([`Conv`]) each network's
+/// input (side 0) and output (side 1) with coefficients from its normed input.
 struct DflashBlock {
     attn_norm: VecId,
     attn: Attention,
     ffn_norm: VecId,
-    ffn: Ffn,
+    ffn: Mlp,
     act: Activation,
+    conv: Option<Conv>,
+}
+
+/// DFlash 2's convolutions of a block: per network (attention, FFN) `proj` (`[2 · k ·
+/// groups, n_embd]`, the dynamic coefficients) and `base` (`[2 · k · n_embd]`).
+struct Conv {
+    attn: (MatId, VecId),
+    ffn: (MatId, VecId),
+    k: usize,
+    group: usize,
+    /// `n_embd`.
+    width: usize,
+}
+
+impl Conv {
+    fn load(t: &mut TensorLoader, hp: &HParams, il: usize) -> Result<Conv> {
+        let md = t.metadata();
+        let key = |k: &str| -> Result<usize> {
+            let name = format!("dflash.{k}");
+            match md.opt_u32(&name)? {
+                Some(v) if v > 0 => Ok(v as usize),
+                _ => Err(Error::BadHParam {
+                    key: name,
+                    problem: "DFlash 2 needs it, above 0".into(),
+                }),
+            }
+        };
+        let (k, group) = (key("conv_kernel_size")?, key("conv_group_size")?);
+        if !hp.n_embd.is_multiple_of(group) {
+            return Err(Error::BadHParam {
+                key: "dflash.conv_group_size".into(),
+                problem: format!("{group} does not divide n_embd {}", hp.n_embd),
+            });
+        }
+        let e = hp.n_embd;
+        let coefs = 2 * k * (e / group);
+        let mut side = |net: &str| -> Result<(MatId, VecId)> {
+            let proj = t.matrix(&format!("blk.{il}.{net}_conv_proj.weight"), coefs, e)?;
+            let base = t.vector_dims(&format!("blk.{il}.{net}_conv_base"), &[e, k, 2])?;
+            Ok((proj, base))
+        };
+        Ok(Conv {
+            attn: side("attn")?,
+            ffn: side("ffn")?,
+            k,
+            group,
+            width: e,
+        })
+    }
+
+    fn spec(&self, side: usize) -> BlockConv {
+        BlockConv {
+            width: self.width,
+            k: self.k,
+            group: self.group,
+            side,
+        }
+    }
+
+    /// `s.x = conv(s.x)` (side 0), its coefficients left in `coef`.
+    fn input(&self, cx: &Cx<'_>, dev: &mut dyn Device, net: (MatId, VecId), n: usize) {
+        let (s, t, e) = (cx.s, cx.t, cx.hp.n_embd);
+        let [coef, tmp] = [s.extra[0], s.extra[1]];
+        dev.matmul(&[t[net.0]], s.x, n, &[MatOut::to(coef)]);
+        dev.block_conv(s.x, coef, t[net.1], n, &self.spec(0), tmp);
+        let all = Cols {
+            x_width: e,
+            x_at: 0,
+            out_width: e,
+            out_at: 0,
+            width: e,
+        };
+        dev.copy_cols(tmp, s.x, n, &all);
+    }
+
+    /// `hidden += conv(s.proj)` (side 1) with the coefficients [`Conv::input`] left.
+    fn output(
+        &self,
+        cx: &Cx<'_>,
+        dev: &mut dyn Device,
+        net: (MatId, VecId),
+        hidden: Buf,
+        n: usize,
+    ) {
+        let (s, t, e) = (cx.s, cx.t, cx.hp.n_embd);
+        let [coef, tmp] = [s.extra[0], s.extra[1]];
+        dev.block_conv(s.proj, coef, t[net.1], n, &self.spec(1), tmp);
+        dev.add(hidden, tmp, n * e);
+    }
 }
 
 impl Layer for DflashBlock {
-    fn forward(&self, cx: &Cx<'_>, dev: &mut dyn device::Device, hidden: device::Buf, n: usize) {
+    fn forward(&self, cx: &Cx<'_>, dev: &mut dyn Device, hidden: Buf, n: usize) {
         let (hp, s) = (cx.hp, cx.s);
         dev.rms_norm(hidden, cx.t[self.attn_norm], n, hp.n_embd, hp.rms_eps, s.x);
+        let Some(conv) = &self.conv else {
+            self.attn.attend_block(cx, dev, n);
+            self.attn.project(cx, dev, n, Some(hidden));
+            dev.rms_norm(hidden, cx.t[self.ffn_norm], n, hp.n_embd, hp.rms_eps, s.x);
+            self.ffn.forward(cx, dev, n, Some(hidden), self.act);
+            return;
+        };
+        conv.input(cx, dev, conv.attn, n);
         self.attn.attend_block(cx, dev, n);
-        self.attn.project(cx, dev, n, Some(hidden));
+        self.attn.project(cx, dev, n, None);
+        conv.output(cx, dev, conv.attn, hidden, n);
         dev.rms_norm(hidden, cx.t[self.ffn_norm], n, hp.n_embd, hp.rms_eps, s.x);
-        self.ffn.forward(cx, dev, hidden, n, self.act);
+        conv.input(cx, dev, conv.ffn, n);
+        self.ffn.forward(cx, dev, n, None, self.act);
+        conv.output(cx, dev, conv.ffn, hidden, n);
     }
 
-    fn inject(&self, cx: &Cx<'_>, dev: &mut dyn device::Device, g: device::Buf, n: usize) {
+    fn inject(&self, cx: &Cx<'_>, dev: &mut dyn Device, g: Buf, n: usize) {
         self.attn.store(cx, dev, g, n);
+    }
+
+    fn scratch(&self) -> Vec<usize> {
+        match &self.conv {
+            Some(c) => vec![2 * c.k * (c.width / c.group), c.width],
+            None => Vec::new(),
+        }
     }
 }

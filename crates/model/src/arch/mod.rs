@@ -25,8 +25,7 @@ use gguf::Metadata;
 use crate::error::{Error, Result};
 use crate::hparams::{HParams, Traits};
 use crate::layers::fuse::Fuse;
-use crate::layers::markov::MarkovHead;
-use crate::layers::Layer;
+use crate::layers::{DraftHead, Layer};
 use crate::tensors::TensorLoader;
 
 /// An architecture: how its files are read and its blocks run.
@@ -65,14 +64,15 @@ pub trait Recipe: Sync {
         )))
     }
 
-    /// A drafter's heads over its block's logits (DSpark's), loaded through `t`, whose
-    /// output head has `n_logits` rows; `None` where it has none.
-    fn markov(
+    /// What a block drafter computes over its block's logits (DSpark's heads, DFlash 2's
+    /// selector), loaded through `t`, its output head having `n_logits` rows; `None` where
+    /// it has nothing.
+    fn draft_head(
         &self,
         _t: &mut TensorLoader,
         _hp: &HParams,
         _n_logits: usize,
-    ) -> Result<Option<MarkovHead>> {
+    ) -> Result<Option<DraftHead>> {
         Ok(None)
     }
 

@@ -12,6 +12,7 @@ pub mod hyper;
 pub mod markov;
 pub mod nextn;
 pub mod pre_norm;
+pub mod selector;
 pub mod sparse_attention;
 
 use device::{Buf, Device};
@@ -19,6 +20,14 @@ use device::{Buf, Device};
 use crate::hparams::HParams;
 use crate::scratch::Scratch;
 use crate::tensors::DeviceTensors;
+
+/// What a block drafter computes over its block's logits before they become drafts.
+pub enum DraftHead {
+    /// DSpark's Markov (and confidence) heads.
+    Markov(markov::MarkovHead),
+    /// DFlash 2's selector.
+    Selector(selector::Selector),
+}
 
 /// What a block's forward reads besides its own tensor ids.
 pub struct Cx<'a> {

@@ -2,7 +2,8 @@
 //! tensors llama.cpp's loader reads, for a target as wide as the drafter: with embeddings
 //! and an output head of their own, or using the target's. The tokenizer's last token is
 //! the mask token (`tokenizer.ggml.mask_token_id`), which llama.cpp fills a block with.
-//! With [`Dspark`], DSpark's Markov head (and optionally its confidence head) beside it.
+//! With [`Dspark`], DSpark's Markov head (and optionally its confidence head) beside it;
+//! with [`Dflash2`], DFlash 2's block convolutions and selector.
 
 use std::path::Path;
 
@@ -34,6 +35,21 @@ pub struct DflashShape {
     pub seed: u64,
     /// DSpark's heads, for a DSpark drafter.
     pub dspark: Option<Dspark>,
+    /// DFlash 2's convolutions and selector, for a DFlash 2 drafter.
+    pub dflash2: Option<Dflash2>,
+}
+
+/// DFlash 2's parts of a synthetic drafter (f32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dflash2 {
+    /// Taps of the block convolutions.
+    pub kernel: usize,
+    /// Channels sharing a dynamic coefficient (divides `n_embd`).
+    pub group: usize,
+    /// Floats of a selector table's row.
+    pub rank: usize,
+    /// Candidates per position (`n_embd ≥ top_k · (top_k + 1)`).
+    pub top_k: usize,
 }
 
 /// DSpark's heads of a synthetic drafter (f32; the bias projection with a scale of 0.75).
@@ -55,6 +71,17 @@ impl DflashShape {
             return bad(format!(
                 "{h} heads ({kv} for keys and values) do not divide n_embd {e}"
             ));
+        }
+        if let Some(c) = self.dflash2 {
+            if c.group == 0 || !e.is_multiple_of(c.group) || e < c.top_k * (c.top_k + 1) {
+                return bad(format!(
+                    "DFlash 2's group {} or top-k {} do not fit n_embd {e}",
+                    c.group, c.top_k
+                ));
+            }
+            if self.dspark.is_some() {
+                return bad("a drafter is DSpark or DFlash 2, not both".into());
+            }
         }
         if self.target_layers.is_empty() || self.block < 2 || self.n_layer == 0 {
             return bad("a DFlash drafter reads a target block, has a block and a layer".into());
@@ -78,7 +105,11 @@ impl DflashShape {
             let conf = if d.confidence { e + d.rank } else { 0 };
             d.rank * (n_vocab + self.draft_vocab.unwrap_or(n_vocab)) + conf
         });
-        (head + markov + self.target_layers.len() * e * e + self.n_layer * block) as u64
+        let d2 = self.dflash2.map_or(0, |c| {
+            let conv = 2 * (2 * c.kernel * e + 2 * c.kernel * (e / c.group) * e);
+            self.n_layer * conv + 2 * c.rank * n_vocab + c.rank * e
+        });
+        (head + markov + d2 + self.target_layers.len() * e * e + self.n_layer * block) as u64
     }
 
     /// Writes the drafter to `path` with the tokenizer `vocab` (its target's).
@@ -124,6 +155,43 @@ impl DflashShape {
             t.matrix(&n("ffn_gate"), &[e, ff], ty, scale(e))?;
             t.matrix(&n("ffn_up"), &[e, ff], ty, scale(e))?;
             t.matrix(&n("ffn_down"), &[ff, e], ty, scale(ff))?;
+        }
+        if let Some(c) = self.dflash2 {
+            let coefs = 2 * c.kernel * (e / c.group);
+            for il in 0..self.n_layer {
+                for net in ["attn", "ffn"] {
+                    let name = format!("blk.{il}.{net}_conv_base");
+                    t.matrix(&name, &[e, c.kernel, 2], GgmlType::F32, 0.5)?;
+                    let name = format!("blk.{il}.{net}_conv_proj.weight");
+                    t.matrix(&name, &[e, coefs], GgmlType::F32, 0.5 * scale(e))?;
+                }
+            }
+            t.matrix(
+                "selector_predecessor.weight",
+                &[c.rank, nv],
+                GgmlType::F32,
+                1.0,
+            )?;
+            t.matrix(
+                "selector_successor.weight",
+                &[c.rank, nv],
+                GgmlType::F32,
+                1.0,
+            )?;
+            t.matrix(
+                "selector_hidden.weight",
+                &[e, c.rank],
+                GgmlType::F32,
+                scale(e),
+            )?;
+            for (key, v) in [
+                ("conv_kernel_size", c.kernel),
+                ("conv_group_size", c.group),
+                ("selector_rank", c.rank),
+                ("selector_top_k", c.top_k),
+            ] {
+                t.w.metadata(&format!("{ARCH}.{key}"), Value::U32(v as u32));
+            }
         }
         if let Some(d) = self.dspark {
             let rows = self.draft_vocab.unwrap_or(nv);
