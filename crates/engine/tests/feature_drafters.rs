@@ -477,6 +477,36 @@ fn eight_users_on_the_gpu_drafting_with_dspark_get_the_plain_text() {
     }
 }
 
+/// The adaptive policy cuts DSpark's drafts by its confidence head: the text stays plain.
+#[test]
+fn eight_users_drafting_with_dspark_under_the_adaptive_policy_get_the_plain_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let (target, drafter) = write_models(dir.path(), DSPARK_CONFIDENT, Head::Target);
+    let prompts = eight_prompts(&target);
+    let plain = run(
+        &target,
+        &prompts,
+        32,
+        None,
+        config(8, engine::DeviceKind::Cpu),
+    );
+    let spec_config = SpecConfig {
+        n_max: 4,
+        ..SpecConfig::default()
+    };
+    let spec = DSPARK_CONFIDENT.speculation(drafter_stage(&drafter, &target), spec_config);
+    let drafted = run(
+        &target,
+        &prompts,
+        32,
+        Some(spec),
+        config(8, engine::DeviceKind::Cpu),
+    );
+    for (i, (p, d)) in plain.iter().zip(&drafted).enumerate() {
+        assert_eq!(p.0, d.0, "prompt {i}");
+    }
+}
+
 #[test]
 fn eight_users_drafting_with_dflash2_get_the_plain_text() {
     eight_users_get_the_plain_text(Kind::Dflash2, engine::DeviceKind::Cpu);
@@ -503,18 +533,23 @@ fn eight_users_on_the_gpu_drafting_with_dflash_get_the_plain_text() {
     }
 }
 
-fn eight_users_get_the_plain_text(kind: Kind, device: engine::DeviceKind) {
-    let dir = tempfile::tempdir().unwrap();
-    let (target, drafter) = write_models(dir.path(), kind, Head::Target);
-    let model = Model::load(&target).unwrap();
+/// Eight prompts of different lengths for the model at `target`.
+fn eight_prompts(target: &Path) -> Vec<Vec<u32>> {
+    let model = Model::load(target).unwrap();
     let tok = Tokenizer::from_gguf(&model.file.header.metadata).unwrap();
     let text = "The quick brown fox jumps over the lazy dog while the river runs to the sea. ";
-    let prompts: Vec<Vec<u32>> = (0..8)
+    (0..8)
         .map(|i| {
             tok.encode(&text.repeat(1 + i % 3)[i..], true, false)
                 .unwrap()
         })
-        .collect();
+        .collect()
+}
+
+fn eight_users_get_the_plain_text(kind: Kind, device: engine::DeviceKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let (target, drafter) = write_models(dir.path(), kind, Head::Target);
+    let prompts = eight_prompts(&target);
     let plain = run(&target, &prompts, 32, None, config(8, device));
     let spec_config = SpecConfig {
         p_min: kind.p_min(),

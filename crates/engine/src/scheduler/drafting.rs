@@ -239,6 +239,14 @@ impl Engine {
         for (rows, took) in log.steps {
             spec.policy.draft.observe(rows, took);
         }
+        if spec.proposer.confident() {
+            let cands: Vec<Candidate> = chosen.iter().map(|c| c.0).collect();
+            let confidence: Vec<Vec<f32>> = out.iter().map(|d| d.confidence.clone()).collect();
+            let lengths = spec.policy.trim(&self.cost, &base, &cands, &confidence);
+            for (d, n) in out.iter_mut().zip(lengths) {
+                d.truncate(n);
+            }
+        }
         for ((c, _), d) in chosen.into_iter().zip(out) {
             if d.len() >= c.n_min.max(1) {
                 self.slots[c.slot].as_mut().expect("candidate").seq.draft = d;

@@ -387,6 +387,13 @@ impl Proposer for BlockDrafter {
         true
     }
 
+    fn confident(&self) -> bool {
+        self.ctx
+            .model()
+            .markov()
+            .is_some_and(|m| m.has_confidence())
+    }
+
     fn features(&self) -> Features {
         Features {
             taps: self.taps.clone(),

@@ -132,6 +132,12 @@ pub trait Proposer: Send {
     fn drafts_blocks(&self) -> bool {
         false
     }
+    /// Whether a draft's [`Draft::confidence`] is each position's probability of being
+    /// accepted when the ones before it are (a trained confidence head's), so that the
+    /// policy may cut a draft where the rest would not pay ([`Policy::trim`]).
+    fn confident(&self) -> bool {
+        false
+    }
     /// What the drafter reads of the target's rows: where not empty, the engine hands it,
     /// for every row the target computes of a generating slot, [`Proposer::observe_state`].
     fn features(&self) -> Features {

@@ -274,13 +274,7 @@ impl Policy {
         let fits = drafts.rows == 0
             || !(base.reading && resumes(cands, depths))
                 && base.cap.is_none_or(|cap| cost.predict(&forward) <= cap);
-        let deepest = depths.iter().copied().max().unwrap_or(0);
-        let drafting: f64 = match self.block {
-            true => self.draft.at(depths.iter().filter(|&&d| d > 0).count()),
-            false => (1..=deepest)
-                .map(|j| self.draft.at(depths.iter().filter(|&&d| d >= j).count()))
-                .sum(),
-        };
+        let drafting = self.drafting(depths);
         let (mut following, mut resume) = (0.0, 0.0);
         for (c, _) in cands.iter().zip(depths).filter(|(_, &d)| d > 0) {
             let missed = c.behind.saturating_sub(1) as f64 * self.catch_up;
@@ -303,6 +297,17 @@ impl Policy {
             fits,
             plain: (drafts.rows == 0 && !base.reading)
                 .then_some((base.shape.rows, cost.attend * base.shape.attended as f64)),
+        }
+    }
+
+    /// Seconds of the draft steps that drafting `depths` takes.
+    fn drafting(&self, depths: &[usize]) -> f64 {
+        let deepest = depths.iter().copied().max().unwrap_or(0);
+        match self.block {
+            true => self.draft.at(depths.iter().filter(|&&d| d > 0).count()),
+            false => (1..=deepest)
+                .map(|j| self.draft.at(depths.iter().filter(|&&d| d >= j).count()))
+                .sum(),
         }
     }
 
@@ -434,6 +439,67 @@ impl Policy {
         self.probe_only = probed && !chosen;
         self.last = Some(self.forecast(cost, base, cands, &depths));
         depths
+    }
+
+    /// Lengths for drafts already made (`confidence[i]` for `cands[i]`'s, one per token)
+    /// by a drafter that gives each position's probability of being accepted when the ones
+    /// before it are (a confidence head): per slot the length, at most its draft's, that
+    /// gives the step the most expected tokens a second with those probabilities in place
+    /// of the slot's measured acceptance, the drafting already done counted whatever the
+    /// lengths. The fixed policy keeps every draft.
+    pub fn trim(
+        &mut self,
+        cost: &StepCost,
+        base: &Base,
+        cands: &[Candidate],
+        confidence: &[Vec<f32>],
+    ) -> Vec<usize> {
+        let drafted: Vec<usize> = confidence.iter().map(Vec::len).collect();
+        if self.kind == PolicyKind::Fixed {
+            return drafted;
+        }
+        let spent = self.drafting(&drafted);
+        let forecast = |d: &[usize]| {
+            let f = self.forecast(cost, base, cands, d);
+            let spent = spent - self.drafting(d);
+            Forecast {
+                secs: f.secs + spent,
+                draft_secs: f.draft_secs + spent,
+                ..f
+            }
+        };
+        let score = |d: &[usize]| {
+            let f = forecast(d);
+            let tokens = d
+                .iter()
+                .zip(confidence)
+                .map(|(&j, c)| {
+                    let run = c[..j].iter().scan(1.0, |p, &a| {
+                        *p *= a as f64;
+                        Some(*p)
+                    });
+                    1.0 + run.sum::<f64>()
+                })
+                .sum();
+            self.rate(cands, d, &Forecast { tokens, ..f })
+        };
+        let mut lengths = drafted.clone();
+        let mut best = score(&lengths);
+        for _pass in 0..2 {
+            for i in 0..cands.len() {
+                for j in 0..=drafted[i] {
+                    let was = std::mem::replace(&mut lengths[i], j);
+                    let r = score(&lengths);
+                    if r > best {
+                        best = r;
+                    } else {
+                        lengths[i] = was;
+                    }
+                }
+            }
+        }
+        self.last = Some(forecast(&lengths));
+        lengths
     }
 
     /// Whether candidate `i` drafting at some depth with every draft accepted would beat

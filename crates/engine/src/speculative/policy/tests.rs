@@ -450,3 +450,28 @@ fn a_block_drafter_pays_one_step_whatever_the_depth() {
         four + d.at(1)
     );
 }
+
+/// A confidence head's probabilities cut a block's draft where the rest would not pay:
+/// kept whole when it expects every position, cut after the first where the second is
+/// unlikely, dropped where even the first is; the drafting already done counts in every
+/// option. Two slots are cut each by its own probabilities. The fixed policy keeps all.
+#[test]
+fn a_confidence_head_cuts_a_draft_where_the_rest_would_not_pay() {
+    let (t, d) = costs();
+    let mut p = Policy::new(PolicyKind::Adaptive, 8, 2, d.clone());
+    p.block = true;
+    let cut = |p: &mut Policy, conf: &[&[f32]]| {
+        let cands: Vec<Candidate> = (0..conf.len()).map(|s| cand(s, 4, 1)).collect();
+        let conf: Vec<Vec<f32>> = conf.iter().map(|c| c.to_vec()).collect();
+        p.trim(&t, &rows(conf.len()), &cands, &conf)
+    };
+    assert_eq!(cut(&mut p, &[&[0.95, 0.9, 0.9, 0.9]]), [4]);
+    assert_eq!(cut(&mut p, &[&[0.9, 0.05, 0.5, 0.5]]), [1]);
+    assert_eq!(cut(&mut p, &[&[0.02, 0.9, 0.9, 0.9]]), [0]);
+    assert_eq!(
+        cut(&mut p, &[&[0.95, 0.9, 0.9, 0.9], &[0.9, 0.05, 0.5, 0.5]]),
+        [4, 1]
+    );
+    let mut fixed = Policy::new(PolicyKind::Fixed, 8, 1, d);
+    assert_eq!(cut(&mut fixed, &[&[0.02, 0.9, 0.9, 0.9]]), [4]);
+}
