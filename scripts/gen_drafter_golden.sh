@@ -28,77 +28,64 @@ tmp=$(mktemp -d)
 port=18932
 pid=
 trap 'kill $pid 2>/dev/null || true; rm -rf "$tmp"' EXIT
+# golden NAME [VAR=VALUE...] -- ARGS...: llama-server on the target and the drafter
+# $tmp/d.gguf with ARGS; its drafts (golden_drafts.py, with the variables given) to
+# crates/engine/tests/golden/NAME.llamacpp.json.
+golden() {
+    local name=$1 vars=()
+    shift
+    while [ "$1" != "--" ]; do
+        vars+=("$1")
+        shift
+    done
+    shift
+    "$server" -m "$tmp/t.gguf" -md "$tmp/d.gguf" "$@" --port "$port" -np 1 -c 4096 -t 2 \
+        -ctk f32 -ctv f32 -ctkd f32 -ctvd f32 -v >"$tmp/log" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 60); do
+        curl -sf "127.0.0.1:$port/health" >/dev/null && break
+        sleep 1
+    done
+    env "${vars[@]}" IGNORE_EOS=1 OUT="crates/engine/tests/golden/$name.llamacpp.json" \
+        PORT=$port LOG="$tmp/log" python3 scripts/golden_drafts.py
+    kill $pid
+    wait $pid 2>/dev/null || true
+    pid=
+}
+# drafter ARGS...: the DFlash-family drafter the tests write, with ARGS.
+dflash() {
+    "$tandem" synth -o "$tmp/d.gguf" --arch dflash --n-embd 128 --n-layer 2 --n-head 4 \
+        --n-head-kv 2 --n-ff 256 --target-layers 1,2,3 --dflash-block 8 --type f32 \
+        --tokenizer smollm2-135m --vocab 320 "$@"
+}
 "$tandem" synth -o "$tmp/t.gguf" --arch llama --experts 0 --n-embd 128 --n-layer 4 \
     --n-head 4 --n-head-kv 2 --n-ff 256 --type f32 --tokenizer smollm2-135m --vocab 320 --seed 7
 for drafter in eagle3 dflash; do
 for variant in own target-head d2t; do
 case $variant in
-own) flag=() golden=llama-$drafter ;;
-target-head) flag=(--target-head) golden=llama-$drafter-target-head ;;
-d2t) flag=(--draft-vocab 160) golden=llama-$drafter-d2t ;;
+own) flag=() name=llama-$drafter ;;
+target-head) flag=(--target-head) name=llama-$drafter-target-head ;;
+d2t) flag=(--draft-vocab 160) name=llama-$drafter-d2t ;;
 esac
 case $drafter in
 eagle3)
     "$tandem" synth -o "$tmp/d.gguf" --arch eagle3 --n-embd 128 --n-head 4 --n-head-kv 2 \
         --n-ff 256 --target-layers 1,2,3 --type f32 --tokenizer smollm2-135m --vocab 320 \
         --seed 9 "${flag[@]}"
-    spec=(--spec-type draft-eagle3 --spec-draft-n-max 3) ;;
+    golden "$name" -- --spec-type draft-eagle3 --spec-draft-n-max 3 ;;
 dflash)
-    "$tandem" synth -o "$tmp/d.gguf" --arch dflash --n-embd 128 --n-layer 2 --n-head 4 \
-        --n-head-kv 2 --n-ff 256 --target-layers 1,2,3 --dflash-block 8 --type f32 \
-        --tokenizer smollm2-135m --vocab 320 --seed 11 "${flag[@]}"
-    spec=(--spec-type draft-dflash --spec-draft-n-max 4) ;;
+    dflash --seed 11 "${flag[@]}"
+    golden "$name" -- --spec-type draft-dflash --spec-draft-n-max 4 ;;
 esac
-"$server" -m "$tmp/t.gguf" -md "$tmp/d.gguf" "${spec[@]}" \
-    --port "$port" -np 1 -c 4096 -t 2 -ctk f32 -ctv f32 -ctkd f32 -ctvd f32 -v >"$tmp/log" 2>&1 &
-pid=$!
-for _ in $(seq 1 60); do
-    curl -sf "127.0.0.1:$port/health" >/dev/null && break
-    sleep 1
-done
-IGNORE_EOS=1 OUT="crates/engine/tests/golden/$golden.llamacpp.json" PORT=$port LOG="$tmp/log" \
-    python3 scripts/golden_drafts.py
-kill $pid
-wait $pid 2>/dev/null || true
-pid=
 done
 done
-for variant in plain conf bonus-d2t; do
-case $variant in
-plain) flag=() pmin=() golden=llama-dspark ;;
-conf) flag=(--dspark-confidence) pmin=(--spec-draft-p-min 0.5) golden=llama-dspark-conf ;;
-bonus-d2t) flag=(--dspark-bonus-anchor --draft-vocab 160) pmin=() golden=llama-dspark-bonus-d2t ;;
-esac
-"$tandem" synth -o "$tmp/d.gguf" --arch dflash --n-embd 128 --n-layer 2 --n-head 4 \
-    --n-head-kv 2 --n-ff 256 --target-layers 1,2,3 --dflash-block 8 --type f32 \
-    --tokenizer smollm2-135m --vocab 320 --seed 13 --dspark-rank 32 "${flag[@]}"
-"$server" -m "$tmp/t.gguf" -md "$tmp/d.gguf" --spec-type draft-dspark --spec-draft-n-max 4 \
-    "${pmin[@]}" --port "$port" -np 1 -c 4096 -t 2 -ctk f32 -ctv f32 -ctkd f32 -ctvd f32 -v \
-    >"$tmp/log" 2>&1 &
-pid=$!
-for _ in $(seq 1 60); do
-    curl -sf "127.0.0.1:$port/health" >/dev/null && break
-    sleep 1
-done
-IGNORE_EOS=1 OUT="crates/engine/tests/golden/$golden.llamacpp.json" PORT=$port LOG="$tmp/log" \
-    python3 scripts/golden_drafts.py
-kill $pid
-wait $pid 2>/dev/null || true
-pid=
-done
-"$tandem" synth -o "$tmp/d.gguf" --arch dflash --n-embd 128 --n-layer 2 --n-head 4 \
-    --n-head-kv 2 --n-ff 256 --target-layers 1,2,3 --dflash-block 8 --type f32 \
-    --tokenizer smollm2-135m --vocab 320 --seed 17 --dflash2
-"$server" -m "$tmp/t.gguf" -md "$tmp/d.gguf" --spec-type draft-dflash --spec-draft-n-max 4 \
-    --spec-draft-p-min 0.7 --port "$port" -np 1 -c 4096 -t 2 -ctk f32 -ctv f32 -ctkd f32 \
-    -ctvd f32 -v >"$tmp/log" 2>&1 &
-pid=$!
-for _ in $(seq 1 60); do
-    curl -sf "127.0.0.1:$port/health" >/dev/null && break
-    sleep 1
-done
-DRAFT_LENGTHS=1 IGNORE_EOS=1 OUT="crates/engine/tests/golden/llama-dflash2.llamacpp.json" \
-    PORT=$port LOG="$tmp/log" python3 scripts/golden_drafts.py
-kill $pid
-wait $pid 2>/dev/null || true
-pid=
+dspark=(--spec-type draft-dspark --spec-draft-n-max 4)
+dflash --seed 13 --dspark-rank 32
+golden llama-dspark -- "${dspark[@]}"
+dflash --seed 13 --dspark-rank 32 --dspark-confidence
+golden llama-dspark-conf -- "${dspark[@]}" --spec-draft-p-min 0.5
+dflash --seed 13 --dspark-rank 32 --dspark-bonus-anchor --draft-vocab 160
+golden llama-dspark-bonus-d2t -- "${dspark[@]}"
+dflash --seed 17 --dflash2
+golden llama-dflash2 DRAFT_LENGTHS=1 -- --spec-type draft-dflash --spec-draft-n-max 4 \
+    --spec-draft-p-min 0.7

@@ -393,3 +393,15 @@ impl MoeParams {
         }))
     }
 }
+
+/// The integer above 0 at metadata key `key`, which `what` needs: an error naming the key
+/// where it is missing or 0.
+pub(crate) fn positive_key(md: &Metadata, key: &str, what: &str) -> Result<usize> {
+    match md.opt_u32(key)? {
+        Some(v) => positive(key, v),
+        None => Err(Error::BadHParam {
+            key: key.to_string(),
+            problem: format!("missing: {what} needs it"),
+        }),
+    }
+}

@@ -346,25 +346,13 @@ impl Policy {
         cost: &StepCost,
         base: &Base,
         cands: &[Candidate],
-        mut depths: Vec<usize>,
+        depths: Vec<usize>,
     ) -> (f64, Vec<usize>) {
-        let score = |d: &[usize]| self.rate(cands, d, &self.forecast(cost, base, cands, d));
-        let mut best = score(&depths);
-        for _pass in 0..2 {
-            for i in 0..cands.len() {
-                let options = std::iter::once(0).chain(cands[i].n_min.max(1)..=cands[i].n_max);
-                for d in options {
-                    let was = std::mem::replace(&mut depths[i], d);
-                    let r = score(&depths);
-                    if r > best {
-                        best = r;
-                    } else {
-                        depths[i] = was;
-                    }
-                }
-            }
-        }
-        (best, depths)
+        coordinate_ascent(
+            depths,
+            |i| std::iter::once(0).chain(cands[i].n_min.max(1)..=cands[i].n_max),
+            |d| self.rate(cands, d, &self.forecast(cost, base, cands, d)),
+        )
     }
 
     /// The depth each candidate drafts this step (0: decode plainly). `base` is the
@@ -483,21 +471,7 @@ impl Policy {
                 .sum();
             self.rate(cands, d, &Forecast { tokens, ..f })
         };
-        let mut lengths = drafted.clone();
-        let mut best = score(&lengths);
-        for _pass in 0..2 {
-            for i in 0..cands.len() {
-                for j in 0..=drafted[i] {
-                    let was = std::mem::replace(&mut lengths[i], j);
-                    let r = score(&lengths);
-                    if r > best {
-                        best = r;
-                    } else {
-                        lengths[i] = was;
-                    }
-                }
-            }
-        }
+        let (_, lengths) = coordinate_ascent(drafted.clone(), |i| 0..=drafted[i], score);
         self.last = Some(forecast(&lengths));
         lengths
     }
@@ -594,6 +568,31 @@ impl Policy {
     pub fn acceptance(&self) -> Vec<f64> {
         self.global.extrapolated()
     }
+}
+
+/// Coordinate ascent from `x`: each coordinate `i` in turn takes the value of `options(i)`
+/// that scores best with the others fixed (the first of equals, the current one kept
+/// unless beaten), twice over. The best score and its point.
+fn coordinate_ascent<I: IntoIterator<Item = usize>>(
+    mut x: Vec<usize>,
+    options: impl Fn(usize) -> I,
+    score: impl Fn(&[usize]) -> f64,
+) -> (f64, Vec<usize>) {
+    let mut best = score(&x);
+    for _pass in 0..2 {
+        for i in 0..x.len() {
+            for v in options(i) {
+                let was = std::mem::replace(&mut x[i], v);
+                let r = score(&x);
+                if r > best {
+                    best = r;
+                } else {
+                    x[i] = was;
+                }
+            }
+        }
+    }
+    (best, x)
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use device::{BlockConv, Buf, Cols, Device, MatOut, Op, RopeMode};
 
 use super::Recipe;
 use crate::error::{Error, Result};
-use crate::hparams::{HParams, TargetFeatures, Traits, PLAIN};
+use crate::hparams::{positive_key, HParams, TargetFeatures, Traits, PLAIN};
 use crate::layers::attention::{Attention, AttentionKind};
 use crate::layers::ffn::{Activation, GateUp, Mlp};
 use crate::layers::fuse::Fuse;
@@ -193,17 +193,8 @@ struct Conv {
 impl Conv {
     fn load(t: &mut TensorLoader, hp: &HParams, il: usize) -> Result<Conv> {
         let md = t.metadata();
-        let key = |k: &str| -> Result<usize> {
-            let name = format!("dflash.{k}");
-            match md.opt_u32(&name)? {
-                Some(v) if v > 0 => Ok(v as usize),
-                _ => Err(Error::BadHParam {
-                    key: name,
-                    problem: "DFlash 2 needs it, above 0".into(),
-                }),
-            }
-        };
-        let (k, group) = (key("conv_kernel_size")?, key("conv_group_size")?);
+        let k = positive_key(md, "dflash.conv_kernel_size", "DFlash 2")?;
+        let group = positive_key(md, "dflash.conv_group_size", "DFlash 2")?;
         if !hp.n_embd.is_multiple_of(group) {
             return Err(Error::BadHParam {
                 key: "dflash.conv_group_size".into(),

@@ -13,7 +13,7 @@
 //! file; `hidden` is read for the host at load.
 
 use crate::error::{Error, Result};
-use crate::hparams::HParams;
+use crate::hparams::{positive_key, HParams};
 use crate::tensors::{TensorLoader, Weight};
 
 /// See the module doc.
@@ -33,17 +33,8 @@ impl Selector {
             return Ok(None);
         }
         let md = t.metadata();
-        let key = |k: &str| -> Result<usize> {
-            let name = format!("dflash.{k}");
-            match md.opt_u32(&name)? {
-                Some(v) if v > 0 => Ok(v as usize),
-                _ => Err(Error::BadHParam {
-                    key: name,
-                    problem: "DFlash 2 needs it, above 0".into(),
-                }),
-            }
-        };
-        let (rank, top_k) = (key("selector_rank")?, key("selector_top_k")?);
+        let rank = positive_key(md, "dflash.selector_rank", "DFlash 2")?;
+        let top_k = positive_key(md, "dflash.selector_top_k", "DFlash 2")?;
         if hp.n_embd < top_k * (top_k + 1) {
             return Err(Error::BadHParam {
                 key: "dflash.selector_top_k".into(),
