@@ -55,7 +55,8 @@ def run_arm(flags):
         with ThreadPoolExecutor(8) as pool:
             together = list(pool.map(lambda p: complete(s, p), PROMPTS))
         metrics = s.get("/metrics").text
-        return alone, together, metrics
+        # The server's own output goes with the metrics, for a failed assertion to show.
+        return alone, together, metrics + "\n# server output:\n" + s.output()
     finally:
         s.stop()
 
@@ -115,7 +116,7 @@ def test_feature_drafters_keep_the_plain_text(plain, feature_drafters, arch):
     assert s_alone == alone
     assert [t for t, _ in s_together] == [t for t, _ in together]
     assert counter(metrics, "vllm:spec_decode_num_draft_tokens") > 0, metrics
-    assert t_alone["draft_n"] > 0
+    assert t_alone["draft_n"] > 0, (t_alone, metrics)
 
 
 def test_a_request_can_turn_speculation_off_and_a_bad_bound_is_a_400():
