@@ -157,11 +157,11 @@ impl BlockDrafter {
             }
         }
         let mut drafted: Vec<Drafted> = blocks.iter().map(|_| Drafted::default()).collect();
-        let with_states = match self.ctx.model().draft_head() {
-            Some(DraftHead::Markov(m)) => m.has_confidence(),
-            Some(DraftHead::Selector(_)) => true,
-            None => false,
-        };
+        let with_states = self
+            .ctx
+            .model()
+            .draft_head()
+            .is_some_and(DraftHead::reads_states);
         let states: &[usize] = if with_states { &wanted } else { &[] };
         let mut on_row = |r: usize, o: RowOut<'_>| {
             let k = wanted.binary_search(&r).expect("a drafting row");
@@ -253,9 +253,10 @@ impl BlockDrafter {
     }
 }
 
-/// DFlash 2's drafts of a block (`drafted`, after the token `last`) for `job` into `d`:
-/// position by position the selector's best candidate after the one chosen before it,
-/// until its probability among the candidates falls below `p_min` (deterministic drafts).
+/// DFlash 2's drafts of a block (`drafted`, after the token `last`; one position per
+/// token `job` asked for) for `job` into `d`: position by position the selector's best
+/// candidate after the one chosen before it, until its probability among the candidates
+/// falls below `p_min` (deterministic drafts).
 fn walk(
     model: &Model,
     sel: &Selector,
@@ -266,11 +267,11 @@ fn walk(
 ) {
     let file = model.file.bytes();
     let mut pred = last;
+    let mut cands = Vec::with_capacity(sel.top_k());
     for (logits, state) in drafted.logits.iter().zip(&drafted.states) {
-        let cands: Vec<(u32, f32)> = top_k(logits, sel.top_k())
-            .into_iter()
-            .map(|i| (model.logit_token(i), logits[i as usize]))
-            .collect();
+        cands.clear();
+        device::top_k(logits, sel.top_k(), &mut cands);
+        cands.iter_mut().for_each(|c| c.0 = model.logit_token(c.0));
         let scores = sel.scores(file, pred, &sel.gate(state), &cands);
         let best = crate::sampling::argmax(&scores) as usize;
         let sum: f32 = scores.iter().map(|s| (s - scores[best]).exp()).sum();
@@ -281,25 +282,7 @@ fn walk(
         pred = cands[best].0;
         d.tokens.push(pred);
         d.confidence.push(p);
-        if d.len() >= job.n_max {
-            return;
-        }
     }
-}
-
-/// The indices of `x`'s `k` largest values, largest first (the lower index first among
-/// equals).
-fn top_k(x: &[f32], k: usize) -> Vec<u32> {
-    let mut top: Vec<u32> = Vec::with_capacity(k + 1);
-    for (i, &v) in x.iter().enumerate() {
-        if top.len() == k && v <= x[top[k - 1] as usize] {
-            continue;
-        }
-        let at = top.partition_point(|&j| x[j as usize] >= v);
-        top.insert(at, i as u32);
-        top.truncate(k);
-    }
-    top
 }
 
 impl Proposer for BlockDrafter {

@@ -10,7 +10,7 @@
 //! Q/K norms, NeoX RoPE) whose attention lets the block's rows see one another
 //! ([`device::Op::BlockAttention`]); the logits of the mask rows are the drafts.
 
-use device::{BlockConv, Buf, Cols, Device, MatOut, Op, RopeMode};
+use device::{BlockConv, Buf, Device, MatOut, Op, RopeMode};
 
 use super::Recipe;
 use crate::error::{Error, Result};
@@ -226,20 +226,21 @@ impl Conv {
         }
     }
 
-    /// `s.x = conv(s.x)` (side 0), its coefficients left in `coef`.
-    fn input(&self, cx: &Cx<'_>, dev: &mut dyn Device, net: (MatId, VecId), n: usize) {
-        let (s, t, e) = (cx.s, cx.t, cx.hp.n_embd);
-        let [coef, tmp] = [s.extra[0], s.extra[1]];
-        dev.matmul(&[t[net.0]], s.x, n, &[MatOut::to(coef)]);
-        dev.block_conv(s.x, coef, t[net.1], n, &self.spec(0), tmp);
-        let all = Cols {
-            x_width: e,
-            x_at: 0,
-            out_width: e,
-            out_at: 0,
-            width: e,
-        };
-        dev.copy_cols(tmp, s.x, n, &all);
+    /// `s.x = conv(norm(hidden))` (side 0) for the network's input norm `norm`, its
+    /// coefficients (from the normed input) left in `coef`.
+    fn input(
+        &self,
+        cx: &Cx<'_>,
+        dev: &mut dyn Device,
+        (norm, net): (VecId, (MatId, VecId)),
+        hidden: Buf,
+        n: usize,
+    ) {
+        let (hp, s, t) = (cx.hp, cx.s, cx.t);
+        let [coef, normed] = [s.extra[0], s.extra[1]];
+        dev.rms_norm(hidden, t[norm], n, hp.n_embd, hp.rms_eps, normed);
+        dev.matmul(&[t[net.0]], normed, n, &[MatOut::to(coef)]);
+        dev.block_conv(normed, coef, t[net.1], n, &self.spec(0), s.x);
     }
 
     /// `hidden += conv(s.proj)` (side 1) with the coefficients [`Conv::input`] left.
@@ -261,20 +262,19 @@ impl Conv {
 impl Layer for DflashBlock {
     fn forward(&self, cx: &Cx<'_>, dev: &mut dyn Device, hidden: Buf, n: usize) {
         let (hp, s) = (cx.hp, cx.s);
-        dev.rms_norm(hidden, cx.t[self.attn_norm], n, hp.n_embd, hp.rms_eps, s.x);
         let Some(conv) = &self.conv else {
+            dev.rms_norm(hidden, cx.t[self.attn_norm], n, hp.n_embd, hp.rms_eps, s.x);
             self.attn.attend_block(cx, dev, n);
             self.attn.project(cx, dev, n, Some(hidden));
             dev.rms_norm(hidden, cx.t[self.ffn_norm], n, hp.n_embd, hp.rms_eps, s.x);
             self.ffn.forward(cx, dev, n, Some(hidden), self.act);
             return;
         };
-        conv.input(cx, dev, conv.attn, n);
+        conv.input(cx, dev, (self.attn_norm, conv.attn), hidden, n);
         self.attn.attend_block(cx, dev, n);
         self.attn.project(cx, dev, n, None);
         conv.output(cx, dev, conv.attn, hidden, n);
-        dev.rms_norm(hidden, cx.t[self.ffn_norm], n, hp.n_embd, hp.rms_eps, s.x);
-        conv.input(cx, dev, conv.ffn, n);
+        conv.input(cx, dev, (self.ffn_norm, conv.ffn), hidden, n);
         self.ffn.forward(cx, dev, n, None, self.act);
         conv.output(cx, dev, conv.ffn, hidden, n);
     }

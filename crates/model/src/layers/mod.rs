@@ -29,6 +29,17 @@ pub enum DraftHead {
     Selector(selector::Selector),
 }
 
+impl DraftHead {
+    /// Whether it reads each drafted row's state after the output norm (a confidence
+    /// head's, the selector's gate) besides its logits.
+    pub fn reads_states(&self) -> bool {
+        match self {
+            DraftHead::Markov(m) => m.has_confidence(),
+            DraftHead::Selector(_) => true,
+        }
+    }
+}
+
 /// What a block's forward reads besides its own tensor ids.
 pub struct Cx<'a> {
     pub hp: &'a HParams,
