@@ -52,6 +52,7 @@ pub fn attention_case(
         window: None,
         state: None,
         records: None,
+        empty: 0,
     };
     dev.kv_alloc(cfg).unwrap();
     // Sequence 0 holds blocks 5, 1, 6 (40 positions); sequence 1 blocks 2, 0.
@@ -121,12 +122,13 @@ pub fn attention_case(
     result
 }
 
-/// The recurrences of a state layer (KV layer 1 of 2): the causal convolution (with SiLU)
-/// and, on the state after it, the gated delta rule (2 key heads, 4 value heads of 16),
-/// over steps of two sequences: a prompt in two steps, a step whose last rows are cut back
-/// (its checkpoint taken before its third row, the state restored from it and the rows
-/// from there computed again), a sequence starting over at position 0, and rows computed
-/// again from a snapshot. Gives every step's outputs (convolution, then delta rule) and the
+/// The recurrences of a state layer (KV layer 1 of 2): the causal convolution (with a bias
+/// and SiLU), on the state after it the gated delta rule (2 key heads, 4 value heads of 16)
+/// and after that Mamba-2's scan (4 heads of 16, 2 groups of a state of 16), over steps of
+/// two sequences: a prompt in two steps, a step whose last rows are cut back (its
+/// checkpoint taken before its third row, the state restored from it and the rows from
+/// there computed again), a sequence starting over at position 0, and rows computed again
+/// from a snapshot. Gives every step's outputs (convolution, delta rule, scan) and the
 /// cut-back rows' outputs computed again.
 pub fn recurrent_case(dev: &mut dyn Device) -> Vec<f32> {
     let (width, k) = (24, 4);
@@ -137,6 +139,13 @@ pub fn recurrent_case(dev: &mut dyn Device) -> Vec<f32> {
         at: (k - 1) * width,
     };
     let (wk, wv, hv) = (2 * 16, 4 * 16, 4);
+    let scan = ScanSpec {
+        n_head: 4,
+        head_dim: 16,
+        d_state: 16,
+        n_group: 2,
+        at: delta.at + delta.state_floats(),
+    };
     let cfg = KvConfig {
         n_layer: 2,
         n_head_kv: 1,
@@ -146,17 +155,20 @@ pub fn recurrent_case(dev: &mut dyn Device) -> Vec<f32> {
         window: None,
         state: Some(kv::StateKv {
             layers: 0b10,
-            floats: delta.at + delta.state_floats(),
+            floats: scan.at + scan.state_floats(),
             n_slots: 3,
             n_snaps: 2,
         }),
         records: None,
+        empty: 0,
     };
     dev.kv_alloc(cfg).unwrap();
+    let bias = buf(dev, &data(width, 9));
     let spec = ConvSpec {
         width,
         k,
         silu: true,
+        bias: Some(bias),
     };
     let a: Vec<f32> = data(hv, 8).iter().map(|v| -1.0 - v.abs()).collect();
     let a = buf(dev, &a);
@@ -169,6 +181,18 @@ pub fn recurrent_case(dev: &mut dyn Device) -> Vec<f32> {
         beta,
         a,
         out: o,
+    };
+    let skip = buf(dev, &data(hv, 10));
+    let scanned = dev.alloc(16 * wv).unwrap();
+    // The scan reads the delta rule's inputs: x = v, dt = g, B = q, C = k.
+    let scan_io = ScanIo {
+        x: v,
+        dt: g,
+        a,
+        b: q,
+        c: kk,
+        d: skip,
+        out: scanned,
     };
     let w = buf(dev, &data(width * k, 7));
     let (x, out) = (
@@ -245,19 +269,24 @@ pub fn recurrent_case(dev: &mut dyn Device) -> Vec<f32> {
         );
         dev.delta_net(1, &io, &delta);
         result.extend(read(dev, o, n * wv));
+        dev.ssm_scan(1, &scan_io, &scan);
+        result.extend(read(dev, scanned, n * wv));
         dev.finish();
     }
-    // Steps 0 and 1 give 11 rows of `width + wv`; step 2 (5 rows) and step 3 (its third and
-    // fourth rows again) give their convolutions, then their delta rules.
-    let per = width + wv;
+    // Steps 0 and 1 give 11 rows of `width + 2 · wv`; step 2 (5 rows) and step 3 (its third
+    // and fourth rows again) give their convolutions, their delta rules, then their scans.
+    let per = width + 2 * wv;
     let (s2, s3) = (11 * per, 16 * per);
+    let (d2, c2) = (s2 + 5 * width, s2 + 5 * width + 5 * wv);
     let first = [
         &result[s2 + 2 * width..s2 + 4 * width],
-        &result[s2 + 5 * width + 2 * wv..s2 + 5 * width + 4 * wv],
+        &result[d2 + 2 * wv..d2 + 4 * wv],
+        &result[c2 + 2 * wv..c2 + 4 * wv],
     ];
     let again = [
         &result[s3..s3 + 2 * width],
         &result[s3 + 2 * width..s3 + 2 * width + 2 * wv],
+        &result[s3 + 2 * width + 2 * wv..s3 + 2 * width + 4 * wv],
     ];
     assert_eq!(
         first, again,
@@ -299,12 +328,14 @@ pub fn long_run_case(dev: &mut dyn Device, n: usize) -> Vec<f32> {
             n_snaps: 0,
         }),
         records: None,
+        empty: 0,
     })
     .unwrap();
     let spec = ConvSpec {
         width,
         k,
         silu: true,
+        bias: None,
     };
     let unit = |mut v: Vec<f32>| {
         for head in v.chunks_exact_mut(d) {
@@ -419,7 +450,7 @@ pub struct Prims {
 /// masked (-∞) value, the L2 norm per row and per head (one row small enough that `eps`
 /// bounds its norm), sigmoid and softplus over ±30 (both sides of softplus's threshold),
 /// copied columns (two row blocks side by side, as a NextN block joins its inputs), mul,
-/// DFlash 2's block convolution over two blocks, and
+/// the squared ReLU, DFlash 2's block convolution over two blocks, and
 /// the top 5 and top 1 of rows with ties and a NaN. Asserted on `d` itself: a row softmaxed
 /// or normed alone has the bits it has among the others, the columns are copied exactly,
 /// and top 1 is argmax.
@@ -490,6 +521,8 @@ pub fn prims_case(d: &mut dyn Device) -> Prims {
     values.push(("copy_cols", got));
     d.mul(xb, yb, rows * width);
     values.push(("mul", read(d, xb, rows * width)));
+    d.relu_sqr(xb, rows * width);
+    values.push(("relu_sqr", read(d, xb, rows * width)));
 
     // Two blocks of 3 and 4 rows: each row convolves only its own block's rows.
     let blocks: Vec<Row> = (0..rows)

@@ -101,6 +101,9 @@ macro_rules! delegate_ops {
         fn delta_net(&mut self, layer: usize, io: &$crate::DeltaIo, spec: &$crate::DeltaSpec) {
             self.$inner.delta_net(layer, io, spec)
         }
+        fn ssm_scan(&mut self, layer: usize, io: &$crate::ScanIo, spec: &$crate::ScanSpec) {
+            self.$inner.ssm_scan(layer, io, spec)
+        }
         fn swiglu(&mut self, gate: $crate::Buf, up: $crate::Buf, len: usize) {
             self.$inner.swiglu(gate, up, len)
         }
@@ -198,6 +201,9 @@ macro_rules! delegate_ops {
         }
         fn mul(&mut self, x: $crate::Buf, y: $crate::Buf, len: usize) {
             self.$inner.mul(x, y, len)
+        }
+        fn relu_sqr(&mut self, x: $crate::Buf, len: usize) {
+            self.$inner.relu_sqr(x, len)
         }
         fn moe_stats(&self) -> $crate::MoeStats {
             self.$inner.moe_stats()

@@ -21,12 +21,14 @@ pub mod host_kv;
 pub mod hyper;
 pub mod records;
 pub mod reference;
+pub mod scan;
 mod seam;
 pub mod sparse;
 pub mod state;
 pub mod testing;
 
 pub use attn::{last_positions, AttnSpec, StepEnds};
+pub use scan::{ScanIo, ScanSpec};
 pub use seam::{
     block_places, checkpoint_row, rope_angles, seq_runs, BlockConv, Buf, Bytes, Cols, ConvSpec,
     DeltaIo, DeltaSpec, Device, Gating, Mat, MatOut, MatrixSource, MoeScratch, MoeSpec, MoeStats,

@@ -14,7 +14,7 @@ use crate::hyper::{self, HyperSpec};
 use crate::seam::*;
 use crate::sparse::{self, SparseIo, SparseSpec};
 use crate::state::HostStates;
-use crate::{AttnSpec, Error, Result};
+use crate::{AttnSpec, Error, Result, ScanIo, ScanSpec};
 
 /// A matrix as uploaded: the GGUF bytes, shared with the map.
 struct RefMat {
@@ -387,7 +387,15 @@ impl Device for Reference {
         let states = self.states.as_mut().expect("state layers");
         let mut o = self.bufs.take(out);
         let silu = |row: &mut [f32]| row.iter_mut().for_each(|y| *y /= 1.0 + (-*y).exp());
-        states.conv1d(layer, &self.bufs[x][..n], &self.bufs[w], &mut o, spec, silu);
+        let bias = spec.bias.map(|b| &self.bufs[b][..spec.width]);
+        states.conv1d(
+            layer,
+            &self.bufs[x][..n],
+            (&self.bufs[w], bias),
+            &mut o,
+            spec,
+            silu,
+        );
         self.bufs.put(out, o);
     }
 
@@ -395,6 +403,14 @@ impl Device for Reference {
         let states = self.states.as_mut().expect("state layers");
         let step = crate::state::row_step(dot);
         states.delta_net(layer, &mut self.bufs, io, spec, step, |n, f| {
+            (0..n).for_each(f)
+        });
+    }
+
+    fn ssm_scan(&mut self, layer: usize, io: &ScanIo, spec: &ScanSpec) {
+        let states = self.states.as_mut().expect("state layers");
+        let step = crate::scan::row_step(dot);
+        states.ssm_scan(layer, &mut self.bufs, io, spec, step, |n, f| {
             (0..n).for_each(f)
         });
     }
@@ -666,6 +682,12 @@ impl Device for Reference {
         let xs = &mut self.bufs[x];
         xs[..len].iter_mut().zip(&ys).for_each(|(a, &b)| *a *= b);
         self.bufs.put(y, ys);
+    }
+
+    fn relu_sqr(&mut self, x: Buf, len: usize) {
+        self.bufs[x][..len]
+            .iter_mut()
+            .for_each(|v| *v = v.max(0.0) * v.max(0.0));
     }
 
     fn moe_stats(&self) -> MoeStats {

@@ -6,6 +6,7 @@ use kv::KvConfig;
 
 use crate::attn::AttnSpec;
 use crate::hyper::HyperSpec;
+use crate::scan::{ScanIo, ScanSpec};
 use crate::sparse::{SparseIo, SparseSpec};
 use crate::Result;
 
@@ -413,10 +414,14 @@ pub enum Op {
     /// [`Device::attention`] over a step with [`Step::bidirectional`] rows.
     BidirectionalRows,
     BlockConv,
+    /// [`Device::ssm_scan`].
+    SsmScan,
+    /// [`Device::relu_sqr`].
+    ReluSqr,
 }
 
 impl Op {
-    pub const ALL: [Op; 29] = [
+    pub const ALL: [Op; 31] = [
         Op::Embed,
         Op::RmsNorm,
         Op::MatMul,
@@ -446,6 +451,8 @@ impl Op {
         Op::BlockAttention,
         Op::BidirectionalRows,
         Op::BlockConv,
+        Op::SsmScan,
+        Op::ReluSqr,
     ];
 }
 
@@ -542,6 +549,10 @@ pub trait Device: Send {
     /// rows in order from its state in state layer `layer` (KV layer index), which then
     /// holds the state after its last row.
     fn delta_net(&mut self, layer: usize, io: &DeltaIo, spec: &DeltaSpec);
+    /// Mamba-2's selective scan ([`crate::scan`]) over the step's rows, each sequence's rows
+    /// in order from its state in state layer `layer` (KV layer index), which then holds the
+    /// state after its last row.
+    fn ssm_scan(&mut self, layer: usize, io: &ScanIo, spec: &ScanSpec);
     /// `gate = silu(gate) · up` over `len` floats.
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize);
     /// `gate = silu(min(gate, limit)) · clamp(up, -limit, limit)` over `len` floats
@@ -612,6 +623,8 @@ pub trait Device: Send {
     fn l2_norm_rows(&mut self, x: Buf, rows: usize, width: usize, eps: f32, out: Buf);
     /// `x *= y` over `len` floats, element by element (`y` a buffer other than `x`).
     fn mul(&mut self, x: Buf, y: Buf, len: usize);
+    /// `x = max(x, 0)²` over `len` floats (the squared ReLU of Nemotron-H's networks).
+    fn relu_sqr(&mut self, x: Buf, len: usize);
 
     /// The mixture blocks computed so far.
     fn moe_stats(&self) -> MoeStats;
@@ -677,6 +690,8 @@ pub struct ConvSpec {
     /// Each output `y` becomes `silu(y) = y / (1 + e^-y)` (Mamba's and Gated DeltaNet's
     /// convolutions).
     pub silu: bool,
+    /// `[width]`, added to each output before the SiLU (Mamba-2's `ssm_conv1d.bias`).
+    pub bias: Option<Buf>,
 }
 
 /// Gated DeltaNet's recurrence (the gated delta rule), per value head `h` of `n_v_heads`

@@ -1,13 +1,13 @@
 //! Recurrent states in host memory, for the backends whose buffers live there (the CPU,
 //! the reference): per state layer and slot, the state and its checkpoint
-//! ([`kv::state`]), and the recurrences over them: the causal convolution and Gated
-//! DeltaNet's delta rule.
+//! ([`kv::state`]), and the recurrences over them: the causal convolution, Gated
+//! DeltaNet's delta rule and Mamba-2's scan.
 
 use kv::state::NO_SLOT;
 use kv::StateKv;
 
 use crate::host::HostBufs;
-use crate::{checkpoint_row, seq_runs, ConvSpec, DeltaIo, DeltaSpec, Row, Step};
+use crate::{checkpoint_row, seq_runs, ConvSpec, DeltaIo, DeltaSpec, Row, ScanIo, ScanSpec, Step};
 
 /// See the module doc.
 pub struct HostStates {
@@ -107,12 +107,13 @@ impl HostStates {
 
     /// [`crate::Device::conv1d`] over the step's rows with host buffers: each output the
     /// sum over the taps in order (`Σ_j w[c·k + j] · in(j)`, each product and sum one f32
-    /// operation), then `silu` on each row of outputs when the spec asks for it.
+    /// operation) with the taps `w` (`[width, k]`), plus its channel's `bias`, then `silu` on
+    /// each row of outputs when the spec asks for it.
     pub fn conv1d(
         &mut self,
         layer: usize,
         x: &[f32],
-        w: &[f32],
+        (w, bias): (&[f32], Option<&[f32]>),
         out: &mut [f32],
         spec: &ConvSpec,
         silu: impl Fn(&mut [f32]),
@@ -137,6 +138,9 @@ impl HostStates {
                     for ((y, &t), &v) in o.iter_mut().zip(tap).zip(input) {
                         *y += t * v;
                     }
+                }
+                if let Some(b) = bias {
+                    o.iter_mut().zip(b).for_each(|(y, &b)| *y += b);
                 }
                 if spec.silu {
                     silu(o);
@@ -167,45 +171,20 @@ impl HostStates {
         par: impl Fn(usize, &(dyn Fn(usize) + Sync)),
     ) {
         let (hk, hv, d) = (spec.n_k_heads, spec.n_v_heads, spec.head_dim);
-        assert!(
-            spec.at + spec.state_floats() <= self.cfg.floats,
-            "a slot holds the state"
-        );
         let scale = 1.0 / (d as f32).sqrt();
-        let runs = self.runs(layer);
-        // One task per (run, value head): its state and its rows' outputs.
-        let mut tasks = Vec::new();
-        let (mut rest, mut kept) = (&mut self.state[..], &mut self.checkpoint[..]);
-        let mut taken = 0;
-        let mut order: Vec<usize> = (0..runs.len()).collect();
-        order.sort_by_key(|&i| runs[i].1);
-        for i in order {
-            let (rows, at, ck) = runs[i].clone();
-            assert!(
-                at + spec.at >= taken,
-                "a sequence's rows come together in a step"
-            );
-            let start = at + spec.at - taken;
-            let n = spec.state_floats();
-            let (state, tail) = rest.split_at_mut(start).1.split_at_mut(n);
-            let (checkpoint, ck_tail) = kept.split_at_mut(start).1.split_at_mut(n);
-            taken = at + spec.at + n;
-            (rest, kept) = (tail, ck_tail);
-            let heads = state
-                .chunks_exact_mut(d * d)
-                .zip(checkpoint.chunks_exact_mut(d * d));
-            for (h, (s, c)) in heads.enumerate() {
-                let out = vec![0f32; rows.len() * d];
-                let ck = ck.map(|row| (row, c));
-                tasks.push(std::sync::Mutex::new((rows.clone(), h, s, ck, out)));
-            }
-        }
+        let tasks = self.head_tasks(layer, spec.at, hv, d * d, d);
         let b = &*bufs;
         let (q, k, v) = (&b[io.q], &b[io.k], &b[io.v]);
         let (g, beta, a) = (&b[io.g], &b[io.beta], &b[io.a]);
         par(tasks.len(), &|i| {
             let mut task = tasks[i].lock().expect("one thread per task");
-            let (rows, h, s, ck, out) = &mut *task;
+            let HeadTask {
+                rows,
+                h,
+                s,
+                ck,
+                out,
+            } = &mut *task;
             for (i, (o, r)) in out.chunks_exact_mut(d).zip(rows.clone()).enumerate() {
                 if let Some((_, c)) = ck.as_mut().filter(|c| c.0 == i) {
                     c.copy_from_slice(s);
@@ -220,15 +199,126 @@ impl HostStates {
                 }
             }
         });
-        let mut out = bufs.take(io.out);
-        for task in tasks {
-            let (rows, h, _, _, o) = task.into_inner().expect("tasks done");
-            for (r, o) in rows.zip(o.chunks_exact(d)) {
-                out[(r * hv + h) * d..][..d].copy_from_slice(o);
+        scatter(bufs, io.out, tasks, hv, d);
+    }
+
+    /// [`crate::Device::ssm_scan`] over the step's rows with host buffers, each row `j` of
+    /// a head's state stepped by `step(row, b, c, decay, x[j] · dt, d · x[j])` (see
+    /// [`crate::scan::row_step`]). Tasks and `par` as [`HostStates::delta_net`]'s.
+    pub fn ssm_scan(
+        &mut self,
+        layer: usize,
+        bufs: &mut HostBufs,
+        io: &ScanIo,
+        spec: &ScanSpec,
+        step: impl Fn(&mut [f32], &[f32], &[f32], f32, f32, f32) -> f32 + Sync,
+        par: impl Fn(usize, &(dyn Fn(usize) + Sync)),
+    ) {
+        let (nh, p, n) = (spec.n_head, spec.head_dim, spec.d_state);
+        let bc = spec.n_group * n;
+        let tasks = self.head_tasks(layer, spec.at, nh, p * n, p);
+        let b = &*bufs;
+        let (x, dt, a, d) = (&b[io.x], &b[io.dt], &b[io.a], &b[io.d]);
+        let (bb, cc) = (&b[io.b], &b[io.c]);
+        par(tasks.len(), &|i| {
+            let mut task = tasks[i].lock().expect("one thread per task");
+            let HeadTask {
+                rows,
+                h,
+                s,
+                ck,
+                out,
+            } = &mut *task;
+            let at = spec.group(*h) * n;
+            for (i, (o, r)) in out.chunks_exact_mut(p).zip(rows.clone()).enumerate() {
+                if let Some((_, c)) = ck.as_mut().filter(|c| c.0 == i) {
+                    c.copy_from_slice(s);
+                }
+                let (bv, cv) = (&bb[r * bc + at..][..n], &cc[r * bc + at..][..n]);
+                let step_size = dt[r * nh + *h];
+                let decay = (a[*h] * step_size).exp();
+                let xh = &x[(r * nh + *h) * p..][..p];
+                for (j, row) in s.chunks_exact_mut(n).enumerate() {
+                    o[j] = step(row, bv, cv, decay, xh[j] * step_size, d[*h] * xh[j]);
+                }
+            }
+        });
+        scatter(bufs, io.out, tasks, nh, p);
+    }
+
+    /// One task per (run of the step, head of `n_heads`): the head's state of
+    /// `head_floats` (from float `at` of the run's slot in layer `layer`), its checkpoint
+    /// when the run takes one, and its rows' outputs of `width` each.
+    fn head_tasks(
+        &mut self,
+        layer: usize,
+        at: usize,
+        n_heads: usize,
+        head_floats: usize,
+        width: usize,
+    ) -> Vec<std::sync::Mutex<HeadTask<'_>>> {
+        let n = n_heads * head_floats;
+        assert!(at + n <= self.cfg.floats, "a slot holds the state");
+        let runs = self.runs(layer);
+        let mut tasks = Vec::new();
+        let (mut rest, mut kept) = (&mut self.state[..], &mut self.checkpoint[..]);
+        let mut taken = 0;
+        let mut order: Vec<usize> = (0..runs.len()).collect();
+        order.sort_by_key(|&i| runs[i].1);
+        for i in order {
+            let (rows, slot_at, ck) = runs[i].clone();
+            assert!(
+                slot_at + at >= taken,
+                "a sequence's rows come together in a step"
+            );
+            let start = slot_at + at - taken;
+            let (state, tail) = rest.split_at_mut(start).1.split_at_mut(n);
+            let (checkpoint, ck_tail) = kept.split_at_mut(start).1.split_at_mut(n);
+            taken = slot_at + at + n;
+            (rest, kept) = (tail, ck_tail);
+            let heads = state
+                .chunks_exact_mut(head_floats)
+                .zip(checkpoint.chunks_exact_mut(head_floats));
+            for (h, (s, c)) in heads.enumerate() {
+                tasks.push(std::sync::Mutex::new(HeadTask {
+                    out: vec![0f32; rows.len() * width],
+                    rows: rows.clone(),
+                    h,
+                    s,
+                    ck: ck.map(|row| (row, c)),
+                }));
             }
         }
-        bufs.put(io.out, out);
+        tasks
     }
+}
+
+/// A head's share of a recurrence over one run of rows: its state, its checkpoint with
+/// the run's row before which it is taken, and its outputs.
+struct HeadTask<'a> {
+    rows: std::ops::Range<usize>,
+    h: usize,
+    s: &'a mut [f32],
+    ck: Option<(usize, &'a mut [f32])>,
+    out: Vec<f32>,
+}
+
+/// Each task's outputs into buffer `out` (`[rows, n_heads · width]`).
+fn scatter(
+    bufs: &mut HostBufs,
+    out: crate::Buf,
+    tasks: Vec<std::sync::Mutex<HeadTask<'_>>>,
+    n_heads: usize,
+    width: usize,
+) {
+    let mut all = bufs.take(out);
+    for task in tasks {
+        let HeadTask { rows, h, out, .. } = task.into_inner().expect("tasks done");
+        for (r, o) in rows.zip(out.chunks_exact(width)) {
+            all[(r * n_heads + h) * width..][..width].copy_from_slice(o);
+        }
+    }
+    bufs.put(out, all);
 }
 
 /// One row of the delta rule as [`HostStates::delta_net`] describes it, its dot products
@@ -270,6 +360,7 @@ mod tests {
                 n_snaps: 0,
             }),
             records: None,
+            empty: 0,
         })
         .unwrap();
         dev
@@ -311,6 +402,7 @@ mod tests {
                     width,
                     k,
                     silu: false,
+                    bias: None,
                 },
             );
             got.extend(read(&mut dev, out, span.len() * width));

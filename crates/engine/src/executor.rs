@@ -74,7 +74,7 @@ impl ContextConfig {
         let lookback = memory.iter().filter_map(|m| match m {
             LayerMemory::Paged { window } => *window,
             LayerMemory::Records { lookback, .. } => Some(*lookback),
-            LayerMemory::State { .. } => None,
+            _ => None,
         });
         let window = lookback
             .max()
@@ -119,6 +119,7 @@ impl ContextConfig {
             window,
             state,
             records,
+            empty: mask(&|m| matches!(m, LayerMemory::Nothing)),
         }
     }
 }

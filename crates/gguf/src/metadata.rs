@@ -157,6 +157,18 @@ impl Metadata {
         self.entries.len()
     }
 
+    /// A copy with `key` set to `value` (replaced where present): a reading in which a
+    /// recipe has resolved a key the shared reading takes otherwise (a per-layer array as
+    /// the one value its blocks share).
+    pub fn with(&self, key: &str, value: Value) -> Metadata {
+        let mut md = self.clone();
+        match md.index.get(key) {
+            Some(&i) => md.entries[i].1 = value,
+            None => md.insert(key.to_string(), value).expect("a new key"),
+        }
+        md
+    }
+
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

@@ -5,7 +5,8 @@ use device::hyper::HyperSpec;
 use device::sparse::{SparseIo, SparseSpec};
 use device::{
     AttnSpec, BlockConv, Buf, Cols, ConvSpec, DeltaIo, DeltaSpec, Device, Error, Mat, MatOut,
-    MatrixSource, MoeSpec, MoeStats, Op, OpTime, Progress, Result, Role, RopeMode, RopeSpec, Step,
+    MatrixSource, MoeSpec, MoeStats, Op, OpTime, Progress, Result, Role, RopeMode, RopeSpec,
+    ScanIo, ScanSpec, Step,
 };
 use gguf::GgmlType;
 use kv::KvConfig;
@@ -213,6 +214,10 @@ impl Device for Gpu {
 
     fn delta_net(&mut self, layer: usize, io: &DeltaIo, spec: &DeltaSpec) {
         self.delta(layer, io, spec);
+    }
+
+    fn ssm_scan(&mut self, layer: usize, io: &ScanIo, spec: &ScanSpec) {
+        self.scan(layer, io, spec);
     }
 
     fn kv_write_block(&mut self, block: u32, data: &[u8]) {
@@ -549,6 +554,10 @@ impl Device for Gpu {
 
     fn softplus(&mut self, x: Buf, len: usize) {
         self.eltwise(Kernel::Softplus, x, x, len, 0.0);
+    }
+
+    fn relu_sqr(&mut self, x: Buf, len: usize) {
+        self.eltwise(Kernel::ReluSqr, x, x, len, 0.0);
     }
 
     fn l2_norm_rows(&mut self, x: Buf, rows: usize, width: usize, eps: f32, out: Buf) {

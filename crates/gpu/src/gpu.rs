@@ -336,6 +336,7 @@ impl Gpu {
             Kernel::Scale
                 | Kernel::Sigmoid
                 | Kernel::Softplus
+                | Kernel::ReluSqr
                 | Kernel::GeluAlone
                 | Kernel::GeluQuick
         ) {

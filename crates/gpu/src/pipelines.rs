@@ -26,6 +26,7 @@ pub(crate) enum Kernel {
     Scale,
     Sigmoid,
     Softplus,
+    ReluSqr,
     Mul,
     /// Row reductions (rows.wgsl).
     SoftmaxRows,
@@ -45,9 +46,10 @@ pub(crate) enum Kernel {
     GatherRows,
     CopyCols,
     BlockConv,
-    /// The recurrences with state (conv.wgsl, delta.wgsl).
+    /// The recurrences with state (conv.wgsl, delta.wgsl, scan.wgsl).
     Conv1d,
     DeltaNet,
+    SsmScan,
     Bandwidth,
     /// Whether a workgroup's subgroups are runs of consecutive invocations.
     Lanes,
@@ -164,6 +166,7 @@ impl Kernel {
             Kernel::Scale => (elt.into(), "scale"),
             Kernel::Sigmoid => (elt.into(), "sigmoid"),
             Kernel::Softplus => (elt.into(), "softplus"),
+            Kernel::ReluSqr => (elt.into(), "relu_sqr"),
             Kernel::Mul => (elt.into(), "mul"),
             Kernel::SoftmaxRows => (include_str!("shaders/rows.wgsl").into(), "softmax"),
             Kernel::L2NormRows => (include_str!("shaders/rows.wgsl").into(), "l2_norm"),
@@ -184,6 +187,7 @@ impl Kernel {
             Kernel::BlockConv => (include_str!("shaders/block_conv.wgsl").into(), "main"),
             Kernel::Conv1d => (include_str!("shaders/conv.wgsl").into(), "main"),
             Kernel::DeltaNet => (include_str!("shaders/delta.wgsl").into(), "main"),
+            Kernel::SsmScan => (include_str!("shaders/scan.wgsl").into(), "main"),
             Kernel::Bandwidth => (include_str!("shaders/bandwidth.wgsl").into(), "main"),
             Kernel::Lanes => (include_str!("shaders/lanes.wgsl").into(), "main"),
             Kernel::GeluAlone => (elt.into(), "gelu_alone"),

@@ -1,9 +1,9 @@
 //! Recurrent states on the GPU: per state layer a store of `[n_slots, floats]` and one of
 //! the checkpoints ([`kv::state`]), the step's zeroing and checkpointing at `begin`, the
-//! restore, and the dispatches of the convolution (conv.wgsl) and the delta rule
-//! (delta.wgsl) over the step's runs of rows of one sequence each.
+//! restore, and the dispatches of the convolution (conv.wgsl), the delta rule (delta.wgsl)
+//! and Mamba-2's scan (scan.wgsl) over the step's runs of rows of one sequence each.
 
-use device::{Buf, ConvSpec, DeltaIo, DeltaSpec, Result, Step};
+use device::{Buf, ConvSpec, DeltaIo, DeltaSpec, Result, ScanIo, ScanSpec, Step};
 use kv::state::NO_SLOT;
 use kv::KvConfig;
 
@@ -175,6 +175,7 @@ impl Gpu {
         // A row: the row loop's iteration, the taps' sum and the window's shift (each with
         // its exit test); beside the rows, the window's load, store and checkpoint.
         let most = (LOOP_BUDGET - 4 * (spec.k + 1)) / (2 * spec.k + 2);
+        let bias = self.buf(spec.bias.unwrap_or(w));
         let [x, w, out] = [x, w, out].map(|b| self.buf(b));
         for runs in pieces(&runs, most) {
             let n_runs = runs.len() / 4;
@@ -182,12 +183,21 @@ impl Gpu {
                 spec.width as u32,
                 spec.k as u32,
                 spec.silu as u32,
+                spec.bias.is_some() as u32,
                 n_runs as u32,
             ];
             p.extend(runs);
             let p = self.rec.push(&self.ctx, bytemuck::cast_slice(&p));
             let g = [spec.width.div_ceil(64) as u32, n_runs as u32, 1];
-            let binds = [B(&x), B(&w), B(&out), B(&state), B(&checkpoint), A(p)];
+            let binds = [
+                B(&x),
+                B(&w),
+                B(&out),
+                B(&state),
+                B(&checkpoint),
+                A(p),
+                B(&bias),
+            ];
             self.run(Kernel::Conv1d, &binds, g);
         }
     }
@@ -228,6 +238,46 @@ impl Gpu {
             ];
             let groups = [n_runs as u32, spec.n_v_heads as u32, 1];
             self.run(Kernel::DeltaNet, &binds, groups);
+        }
+    }
+
+    pub(crate) fn scan(&mut self, layer: usize, io: &ScanIo, spec: &ScanSpec) {
+        let (runs, state, checkpoint) = self.runs(layer);
+        // A row: the row loop's iteration and the invocation's state rows, each walked once
+        // (with its exit test); beside the rows, the checkpoint's copy.
+        let (n, mine) = (spec.d_state, spec.head_dim.div_ceil(64));
+        let per_row = 1 + (mine + 1) * (n + 1);
+        let most = (LOOP_BUDGET - 4 * (mine + 1) * (n + 1)) / per_row;
+        let [x, dt, a, b, c, d, out] =
+            [io.x, io.dt, io.a, io.b, io.c, io.d, io.out].map(|b| self.buf(b));
+        for runs in pieces(&runs, most) {
+            let n_runs = runs.len() / 4;
+            let mut p = [
+                spec.n_head,
+                spec.head_dim,
+                spec.d_state,
+                spec.n_group,
+                spec.at,
+                n_runs,
+            ]
+            .map(|v| v as u32)
+            .to_vec();
+            p.extend(runs);
+            let p = self.rec.push(&self.ctx, bytemuck::cast_slice(&p));
+            let binds = [
+                B(&x),
+                B(&dt),
+                B(&a),
+                B(&b),
+                B(&c),
+                B(&d),
+                B(&out),
+                B(&state),
+                B(&checkpoint),
+                A(p),
+            ];
+            let groups = [n_runs as u32, spec.n_head as u32, 1];
+            self.run(Kernel::SsmScan, &binds, groups);
         }
     }
 }

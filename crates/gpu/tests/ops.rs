@@ -220,6 +220,7 @@ fn kv_blocks_copy_read_and_write() {
         window: None,
         state: None,
         records: None,
+        empty: 0,
     };
     d.kv_alloc(cfg.clone()).unwrap();
     let rows: Vec<Row> = (0..BLOCK_SIZE).map(|pos| Row { pos, seq: 0 }).collect();
@@ -278,6 +279,7 @@ fn kv_store_writes_the_bytes_the_reference_writes_for_every_kv_type() {
             window: None,
             state: None,
             records: None,
+            empty: 0,
         };
         let rows: Vec<Row> = (3..3 + BLOCK_SIZE).map(|pos| Row { pos, seq: 0 }).collect();
         let Some(devs) = both() else { return };
@@ -354,6 +356,7 @@ fn attention_over_several_parts_and_a_window_across_them() {
         window: None,
         state: None,
         records: None,
+        empty: 0,
     };
     let table: Vec<u32> = (0..20).rev().collect();
     let rows: Vec<Row> = (0..n).map(|pos| Row { pos, seq: 0 }).collect();

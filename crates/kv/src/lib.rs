@@ -85,6 +85,9 @@ pub struct KvConfig {
     pub state: Option<StateKv>,
     /// Per KV layer, `Some` for a record layer; `None`: no layer is.
     pub records: Option<Arc<[Option<RecordKv>]>>,
+    /// Bit `l` set: KV layer `l` keeps nothing (a block of a feed-forward network alone);
+    /// at most 128 KV layers.
+    pub empty: u128,
 }
 
 /// The orthonormal Walsh–Hadamard transform (`H_n / sqrt(n)`, Sylvester's order, its own
@@ -151,13 +154,14 @@ impl KvConfig {
     /// blocks (a record layer's values always do).
     pub fn store_is_full(&self, layer: usize, values: bool) -> bool {
         !self.is_state(layer)
+            && !self.keeps_nothing(layer)
             && (!self.is_windowed(layer) || values && self.record(layer).is_some())
     }
 
     /// Blocks of KV layer `layer`'s keys' or values' store.
     pub fn store_blocks(&self, layer: usize, values: bool) -> usize {
         match self.window {
-            _ if self.is_state(layer) => 0,
+            _ if self.is_state(layer) || self.keeps_nothing(layer) => 0,
             _ if self.store_is_full(layer, values) => self.n_blocks(),
             Some(w) => w.n_blocks,
             None => self.n_blocks(),
@@ -182,6 +186,11 @@ impl KvConfig {
     /// Whether KV layer `layer` keeps a recurrent state rather than paged keys and values.
     pub fn is_state(&self, layer: usize) -> bool {
         self.state.is_some_and(|s| s.has(layer))
+    }
+
+    /// Whether KV layer `layer` keeps nothing ([`KvConfig::empty`]).
+    pub fn keeps_nothing(&self, layer: usize) -> bool {
+        layer < 128 && self.empty >> layer & 1 == 1
     }
 
     /// Bytes the pool allocates: every store of every paged layer, and the states with
@@ -209,7 +218,8 @@ impl KvConfig {
                 head_dim: self.head_dim,
             });
         }
-        if (self.window.is_some() || self.state.is_some()) && self.n_layer > 128 {
+        let masks = self.window.is_some() || self.state.is_some() || self.empty != 0;
+        if masks && self.n_layer > 128 {
             return Err(Error::TooManyLayers(self.n_layer));
         }
         if let Some(r) = &self.records {
@@ -613,6 +623,7 @@ mod tests {
             window: None,
             state: None,
             records: None,
+            empty: 0,
         }
     }
 

@@ -209,6 +209,7 @@ mod tests {
             window: None,
             state: None,
             records: None,
+            empty: 0,
         })
         .unwrap()
     }

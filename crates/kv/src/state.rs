@@ -79,6 +79,7 @@ pub(crate) mod tests {
                 n_snaps,
             }),
             records: None,
+            empty: 0,
         })
         .unwrap()
     }

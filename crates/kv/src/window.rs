@@ -171,6 +171,7 @@ mod tests {
             }),
             state: None,
             records: None,
+            empty: 0,
         })
         .unwrap()
     }

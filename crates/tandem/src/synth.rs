@@ -4,18 +4,21 @@
 //! defaults of its own: a small DeepSeek-V4 with every feature on
 //! ([`Dsv4Shape::default`]), Q8_0. `--arch eagle3` writes an EAGLE-3 drafter for a target
 //! of the same tokenizer (`--target-layers`, `--target-n-embd`), `--arch dflash` a DFlash
-//! block drafter (`--target-layers`, `--dflash-block`; DSpark with `--dspark-rank`, DFlash 2 with `--dflash2`). `--mmproj MODEL` writes a vision
-//! tower for a text model instead.
+//! block drafter (`--target-layers`, `--dflash-block`; DSpark with `--dspark-rank`, DFlash 2
+//! with `--dflash2`), `--arch nemotron_h` a Nemotron-H hybrid (`--hybrid-pattern`,
+//! `--ssm-*`). `--mmproj MODEL` writes a vision tower for a text model instead.
 
 use std::path::PathBuf;
 
 use clap::Args;
 use gguf::{GgmlType, GgufFile};
 use model::layers::gated_delta_net::DeltaShape;
+use model::layers::mamba2::Mamba2Shape;
 use model::synthetic::deepseek4::{Dsv4Shape, DEFAULT_RATIOS};
 use model::synthetic::dflash::{Dflash2, DflashShape, Dspark};
 use model::synthetic::eagle3::Eagle3Shape;
 use model::synthetic::mmproj::{MmprojShape, TowerKind};
+use model::synthetic::nemotron_h::{default_pattern, NemotronShape};
 use model::synthetic::{ExpertShape, Synthetic, Vocab};
 use model::Arch;
 
@@ -60,19 +63,30 @@ pub struct SynthArgs {
     /// Hidden width of one expert [default: 256; deepseek4: 128].
     #[arg(long)]
     pub n_ff_exp: Option<usize>,
-    /// qwen35, qwen35moe: taps of the Gated DeltaNet blocks' convolution [default: 4].
+    /// qwen35, qwen35moe: taps of the Gated DeltaNet blocks' convolution; nemotron_h: of
+    /// the Mamba-2 blocks' [default: 4].
     #[arg(long)]
     pub ssm_conv_kernel: Option<usize>,
-    /// qwen35, qwen35moe: width of a delta-rule head (`ssm.state_size`) [default: 128].
+    /// qwen35, qwen35moe: width of a delta-rule head (`ssm.state_size`) [default: 128];
+    /// nemotron_h: Mamba-2's state per head dimension [default: 64].
     #[arg(long)]
     pub ssm_state_size: Option<usize>,
     /// qwen35, qwen35moe: query and key heads of the delta rule (`ssm.group_count`)
-    /// [default: 16].
+    /// [default: 16]; nemotron_h: groups of Mamba-2's B and C [default: 2].
     #[arg(long)]
     pub ssm_group_count: Option<usize>,
-    /// qwen35, qwen35moe: value heads of the delta rule (`ssm.time_step_rank`) [default: 16].
+    /// qwen35, qwen35moe: value heads of the delta rule (`ssm.time_step_rank`) [default:
+    /// 16]; nemotron_h: Mamba-2's heads [default: 8].
     #[arg(long)]
     pub ssm_time_step_rank: Option<usize>,
+    /// nemotron_h: Mamba-2's inner width (`ssm.inner_size`) [default: 2 · --n-embd].
+    #[arg(long)]
+    pub ssm_inner_size: Option<usize>,
+    /// nemotron_h: the blocks' kinds, one character each (`M` Mamba-2, `*` attention, `-`
+    /// feed-forward), as Nemotron's `hybrid_override_pattern` [default: M-M* repeated to
+    /// --n-layer].
+    #[arg(long)]
+    pub hybrid_pattern: Option<String>,
     /// qwen35, qwen35moe: multi-token-prediction (NextN) blocks after the --n-layer, for
     /// `--spec-type draft-mtp` [default: 0].
     #[arg(long)]
@@ -274,7 +288,7 @@ fn delta_shape(a: &SynthArgs) -> Result<Option<DeltaShape>, CliError> {
         a.ssm_time_step_rank,
     ];
     if !a.arch.starts_with("qwen35") {
-        if flags.iter().any(Option::is_some) {
+        if a.arch != "nemotron_h" && flags.iter().any(Option::is_some) {
             return Err(CliError::Usage(format!(
                 "--ssm-* shape a hybrid's Gated DeltaNet blocks; {} has none",
                 a.arch
@@ -297,6 +311,46 @@ enum Shape {
     Dsv4(Dsv4Shape),
     Eagle3(Eagle3Shape),
     Dflash(DflashShape),
+    Nemotron(NemotronShape),
+}
+
+fn nemotron_shape(a: &SynthArgs) -> Result<NemotronShape, CliError> {
+    let refused = [
+        ("--experts", a.experts.unwrap_or(0) > 0),
+        ("--nextn", a.nextn.is_some()),
+        ("--dsv4-*", a.dsv4.any()),
+    ];
+    if let Some((flag, _)) = refused.iter().find(|r| r.1) {
+        return Err(CliError::Usage(format!(
+            "{flag} does not shape nemotron_h (Mamba-2, attention and dense blocks)"
+        )));
+    }
+    let n_embd = a.n_embd.unwrap_or(1024);
+    let pattern = match (&a.hybrid_pattern, a.n_layer) {
+        (Some(p), Some(n)) if p.chars().count() != n => {
+            return Err(CliError::Usage(format!(
+                "--hybrid-pattern {p:?} has not --n-layer {n} blocks"
+            )))
+        }
+        (Some(p), _) => p.clone(),
+        (None, n) => default_pattern(n.unwrap_or(8)),
+    };
+    Ok(NemotronShape {
+        n_embd,
+        pattern,
+        n_head: a.n_head.unwrap_or(16),
+        n_head_kv: a.n_head_kv.unwrap_or(4),
+        n_ff: a.n_ff.unwrap_or(2816),
+        mamba: Mamba2Shape {
+            conv_kernel: a.ssm_conv_kernel.unwrap_or(4),
+            d_inner: a.ssm_inner_size.unwrap_or(2 * n_embd),
+            d_state: a.ssm_state_size.unwrap_or(64),
+            n_head: a.ssm_time_step_rank.unwrap_or(8),
+            n_group: a.ssm_group_count.unwrap_or(2),
+        },
+        ty: a.ty.unwrap_or(GgmlType::Q4_K),
+        seed: a.seed,
+    })
 }
 
 fn dflash_shape(a: &SynthArgs) -> Result<DflashShape, CliError> {
@@ -552,6 +606,7 @@ pub fn execute(a: SynthArgs) -> Result<(), CliError> {
         "deepseek4" => Shape::Dsv4(dsv4_shape(&a)?),
         "eagle3" => Shape::Eagle3(eagle3_shape(&a)?),
         "dflash" => Shape::Dflash(dflash_shape(&a)?),
+        "nemotron_h" => Shape::Nemotron(nemotron_shape(&a)?),
         _ if a.target_layers.is_some()
             || a.target_n_embd.is_some()
             || a.target_head
@@ -583,6 +638,10 @@ pub fn execute(a: SynthArgs) -> Result<(), CliError> {
         }
         Shape::Dflash(s) => {
             s.write(&vocab, &a.out)?;
+            s.n_params(vocab.n_vocab())
+        }
+        Shape::Nemotron(s) => {
+            s.write_vocab(&vocab, &a.out)?;
             s.n_params(vocab.n_vocab())
         }
     };

@@ -1,5 +1,6 @@
 //! Hybrid recurrent models against llama.cpp: synthetic qwen35 and qwen35moe (Gated DeltaNet
-//! and gated attention blocks) read as llama-perplexity reads them, over 1,023 positions of one chunk of
+//! and gated attention blocks) and nemotron_h (Mamba-2, attention without RoPE and
+//! squared-ReLU blocks, by its default pattern M-M*) read as llama-perplexity reads them, over 1,023 positions of one chunk of
 //! 2,048 tokens (golden log-probabilities from scripts/gen_hybrid_golden.sh), on the CPU,
 //! the reference and the wgpu backend (lavapipe in CI).
 
@@ -48,6 +49,13 @@ fn qwen35_reads_as_llama_cpp_does() {
 fn qwen35moe_reads_as_llama_cpp_does() {
     let experts = ["--experts", "8", "--experts-used", "2", "--n-ff-exp", "64"];
     reads_as_llama_cpp_does("qwen35moe", &experts);
+}
+
+/// Mamba-2 blocks of 4 heads of 64 (the default inner width, 2 · n_embd) over a state of
+/// 32 in 2 groups of B and C; the attention block's 4 heads over 2 key-value heads.
+#[test]
+fn nemotron_h_reads_as_llama_cpp_does() {
+    reads_as_llama_cpp_does("nemotron_h", &["--experts", "0"]);
 }
 
 fn reads_as_llama_cpp_does(arch: &str, experts: &[&str]) {

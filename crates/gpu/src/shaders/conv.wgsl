@@ -1,6 +1,7 @@
 // Causal convolution over positions with a recurrent state (Device::conv1d): invocation
 // (channel c, run) walks its run's rows in order, keeping the channel's last k - 1 inputs;
-// out = Σ_j w[c·k + j] · in(j) over the taps in order, then SiLU when asked. The state of a
+// out = Σ_j w[c·k + j] · in(j) over the taps in order, plus bias[c] when asked, then SiLU
+// when asked. The state of a
 // slot is `[k - 1, width]` (oldest first) from float `at` of the layer's store, written back
 // after the run's last row, and into the checkpoint store as it is before the run's row
 // `ck` when that is one of its rows. A run: its first row, its rows, its slot's first
@@ -10,6 +11,7 @@ struct P {
     width: u32,
     k: u32,
     silu: u32,
+    biased: u32,
     n_runs: u32,
     runs: array<u32>,
 }
@@ -20,6 +22,7 @@ struct P {
 @group(0) @binding(3) var<storage, read_write> state: array<f32>;
 @group(0) @binding(4) var<storage, read_write> checkpoint: array<f32>;
 @group(0) @binding(5) var<storage, read> p: P;
+@group(0) @binding(6) var<storage, read> bias: array<f32>;
 
 // Taps at most (ssm.conv_kernel is 4 in every model so far).
 const K_MAX: u32 = 8u;
@@ -55,6 +58,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         }
         for (var j = 0u; j < held; j++) {
             window[j] = window[j + 1u];
+        }
+        if (p.biased != 0u) {
+            acc += bias[c];
         }
         if (p.silu != 0u) {
             acc = acc / (1.0 + exp(-acc));

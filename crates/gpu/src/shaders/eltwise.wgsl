@@ -79,6 +79,16 @@ fn sigmoid(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index
     }
 }
 
+// max(x, 0)² (Nemotron-H's squared ReLU).
+@compute @workgroup_size(64)
+fn relu_sqr(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let i = index(wg, t);
+    if (i < p.len) {
+        let r = max(a[i], 0.0);
+        a[i] = r * r;
+    }
+}
+
 // ln(1 + e^x), x itself above 20 (as ggml's softplus).
 @compute @workgroup_size(64)
 fn softplus(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {

@@ -18,7 +18,8 @@ use device::sparse::{SparseIo, SparseSpec};
 use device::state::HostStates;
 use device::{
     AttnSpec, BlockConv, Buf, Bytes, Cols, ConvSpec, DeltaIo, DeltaSpec, Device, Mat, MatOut,
-    MatrixSource, MoeSpec, MoeStats, Op, Progress, Result, Role, RopeSpec, Row, ScratchShape, Step,
+    MatrixSource, MoeSpec, MoeStats, Op, Progress, Result, Role, RopeSpec, Row, ScanIo, ScanSpec,
+    ScratchShape, Step,
 };
 use gguf::GgmlType;
 
@@ -288,10 +289,11 @@ impl Device for Cpu {
         let states = self.states.as_mut().expect("state layers");
         let mut o = self.bufs.take(out);
         let x = &self.bufs[x][..n];
+        let bias = spec.bias.map(|b| &self.bufs[b][..spec.width]);
         states.conv1d(
             layer,
             x,
-            &self.bufs[w],
+            (&self.bufs[w], bias),
             &mut o,
             spec,
             crate::ops::silu_inplace,
@@ -311,6 +313,16 @@ impl Device for Cpu {
             |row, k, q, decay, v, beta| crate::delta::row_step(isa, row, k, q, decay, v, beta),
             |n, f| pool.for_ranges(n, &|r| r.for_each(f)),
         );
+    }
+
+    /// Each sequence's heads on the threads, each head's rows in order.
+    fn ssm_scan(&mut self, layer: usize, io: &ScanIo, spec: &ScanSpec) {
+        let isa = crate::features::Isa::detect();
+        let (states, pool) = (self.states.as_mut().expect("state layers"), &self.pool);
+        let step = device::scan::row_step(|a, b| crate::dot::dot(isa, a, b));
+        states.ssm_scan(layer, &mut self.bufs, io, spec, step, |n, f| {
+            pool.for_ranges(n, &|r| r.for_each(f))
+        });
     }
 
     fn finish(&mut self) {}
@@ -510,6 +522,12 @@ impl Device for Cpu {
         self.bufs[x][..len]
             .iter_mut()
             .for_each(|v| *v = sigmoid(*v));
+    }
+
+    fn relu_sqr(&mut self, x: Buf, len: usize) {
+        self.bufs[x][..len]
+            .iter_mut()
+            .for_each(|v| *v = v.max(0.0) * v.max(0.0));
     }
 
     fn softplus(&mut self, x: Buf, len: usize) {

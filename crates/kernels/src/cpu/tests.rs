@@ -156,6 +156,7 @@ fn copied_kv_blocks_attend_like_the_originals() {
             window: None,
             state: None,
             records: None,
+            empty: 0,
         };
         d.kv_alloc(cfg).unwrap();
         let rows: Vec<Row> = (0..BLOCK_SIZE).map(|pos| Row { pos, seq: 0 }).collect();

@@ -9,6 +9,7 @@ mod dflash;
 mod eagle3;
 mod gemma3;
 mod llama;
+mod nemotron_h;
 mod phi3;
 mod pre_norm;
 mod qwen2;
@@ -114,6 +115,7 @@ pub static RECIPES: &[&dyn Recipe] = &[
     &gemma3::Gemma3,
     &deepseek4::DeepSeek4,
     &phi3::RECIPE,
+    &nemotron_h::NemotronH,
     &eagle3::Eagle3,
     &dflash::Dflash,
 ];

@@ -60,6 +60,7 @@ impl Recipe for ToyConv {
                 width: e,
                 k,
                 silu: false,
+                bias: None,
             },
         }))
     }

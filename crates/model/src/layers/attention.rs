@@ -123,7 +123,9 @@ impl Attention {
         if let Some(kn) = self.k_norm {
             dev.rms_norm(s.k, t[kn], n * hp.n_head_kv, hp.head_dim, hp.rms_eps, s.k);
         }
-        dev.rope(s.k, hp.n_head_kv, &rope(hp, cx.il));
+        if hp.n_rot > 0 {
+            dev.rope(s.k, hp.n_head_kv, &rope(hp, cx.il));
+        }
         dev.kv_store(cx.kv_layer, s.k, s.v);
     }
 
@@ -141,9 +143,9 @@ impl Attention {
 
 /// Attention of `n` rows from their queries, keys and values in `s.q` (`[n, q_dim]`),
 /// `s.k`, `s.v` (`[n, kv_dim]`) to the heads' output `s.attn`: the per-head Q/K norms
-/// `norms` where given, RoPE with the block's base, then each row's keys and values
-/// stored before any row attends; a row at `pos` attends positions `0..=pos` of its own
-/// sequence, or the last window of them in a windowed block.
+/// `norms` where given, RoPE with the block's base (none where `n_rot` is 0), then each
+/// row's keys and values stored before any row attends; a row at `pos` attends positions
+/// `0..=pos` of its own sequence, or the last window of them in a windowed block.
 pub fn heads(cx: &Cx<'_>, dev: &mut dyn Device, n: usize, norms: Option<(VecId, VecId)>) {
     heads_with(cx, dev, n, norms, true);
 }
@@ -161,9 +163,11 @@ fn heads_with(
         dev.rms_norm(s.q, t[qn], n * hp.n_head, hp.head_dim, hp.rms_eps, s.q);
         dev.rms_norm(s.k, t[kn], n * hp.n_head_kv, hp.head_dim, hp.rms_eps, s.k);
     }
-    let rope = rope(hp, il);
-    dev.rope(s.q, hp.n_head, &rope);
-    dev.rope(s.k, hp.n_head_kv, &rope);
+    if hp.n_rot > 0 {
+        let rope = rope(hp, il);
+        dev.rope(s.q, hp.n_head, &rope);
+        dev.rope(s.k, hp.n_head_kv, &rope);
+    }
     dev.kv_store(cx.kv_layer, s.k, s.v);
     let spec = AttnSpec {
         n_head: hp.n_head,

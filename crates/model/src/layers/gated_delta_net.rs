@@ -184,6 +184,7 @@ impl GatedDeltaNet {
             width: sh.conv_dim(),
             k: sh.conv_kernel,
             silu: true,
+            bias: None,
         };
         dev.conv1d(cx.kv_layer, mixed, t[self.conv], conv, &spec);
         // The convolved rows as [n · heads, head_dim]: per row q's heads, k's, then v's.

@@ -9,6 +9,7 @@ pub mod fuse;
 pub mod gated_attention;
 pub mod gated_delta_net;
 pub mod hyper;
+pub mod mamba2;
 pub mod markov;
 pub mod nextn;
 pub mod pre_norm;
@@ -69,6 +70,8 @@ pub enum LayerMemory {
         record: kv::RecordKv,
         lookback: usize,
     },
+    /// Nothing: a block that reads no earlier position (a feed-forward network alone).
+    Nothing,
 }
 
 /// One block of a model, its tensors loaded: the unit a recipe makes and the model runs.

@@ -19,6 +19,7 @@ pub mod dflash;
 pub mod eagle3;
 pub mod lora;
 pub mod mmproj;
+pub mod nemotron_h;
 
 /// The shape of a synthetic model.
 #[derive(Debug, Clone, PartialEq)]
@@ -634,9 +635,16 @@ impl Tensors<'_> {
     }
 
     pub(crate) fn vector(&mut self, name: &str, values: Vec<f32>) {
-        let n = values.len() as u64;
+        let n = values.len();
+        self.shaped(name, &[n], values);
+    }
+
+    /// F32 `values` as a tensor of GGUF dims `dims` (row length first).
+    pub(crate) fn shaped(&mut self, name: &str, dims: &[usize], values: Vec<f32>) {
+        assert_eq!(dims.iter().product::<usize>(), values.len(), "{name}");
         let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        self.w.tensor(name, &[n], GgmlType::F32, bytes);
+        let dims: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
+        self.w.tensor(name, &dims, GgmlType::F32, bytes);
     }
 
     pub(crate) fn ones(&mut self, name: &str, n: usize) {

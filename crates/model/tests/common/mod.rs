@@ -94,6 +94,7 @@ pub fn run_stages_on(
             window: None,
             state: None,
             records: None,
+            empty: 0,
         };
         kvs.push(KvPool::new(cfg.clone()).unwrap());
         dev.kv_alloc(cfg).unwrap();

@@ -1,0 +1,71 @@
+// Mamba-2's selective scan (Device::ssm_scan): workgroup (run, head h) walks its run's rows
+// in order; invocation t owns rows j = t, t + 64, ... of the head's state `[head_dim,
+// d_state]` (a row per head dimension), so no row is shared and no barrier is needed:
+//   row = row · exp(a[h] · dt[h]) + (x[j] · dt[h]) · B[g];  out[j] = row·C[g] + d[h] · x[j]
+// with the group g = h / (n_head / n_group), the dot product summed in index order. The
+// state of a slot is the head-major `[n_head, head_dim, d_state]` from float `at` of its
+// slot in the layer's store; each invocation copies its rows into the checkpoint store as
+// they are before the run's row `ck` when that is one of its rows. A run: its first row,
+// its rows, its slot's first float, `ck` (or u32::MAX).
+
+struct P {
+    n_head: u32,
+    head_dim: u32,
+    d_state: u32,
+    n_group: u32,
+    at: u32,
+    n_runs: u32,
+    runs: array<u32>,
+}
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> dt: array<f32>;
+@group(0) @binding(2) var<storage, read> a: array<f32>;
+@group(0) @binding(3) var<storage, read> b: array<f32>;
+@group(0) @binding(4) var<storage, read> c: array<f32>;
+@group(0) @binding(5) var<storage, read> d: array<f32>;
+@group(0) @binding(6) var<storage, read_write> out: array<f32>;
+@group(0) @binding(7) var<storage, read_write> state: array<f32>;
+@group(0) @binding(8) var<storage, read_write> checkpoint: array<f32>;
+@group(0) @binding(9) var<storage, read> p: P;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let run = wg.x;
+    let h = wg.y;
+    if (run >= p.n_runs || h >= p.n_head) {
+        return;
+    }
+    let hd = p.head_dim;
+    let n = p.d_state;
+    let first = p.runs[4u * run];
+    let rows = p.runs[4u * run + 1u];
+    let base = p.runs[4u * run + 2u] + p.at + h * hd * n;
+    let ck = p.runs[4u * run + 3u];
+    let g = h / (p.n_head / p.n_group);
+    for (var i = 0u; i < rows; i++) {
+        if (i == ck) {
+            for (var j = t; j < hd; j += 64u) {
+                for (var e = 0u; e < n; e++) {
+                    checkpoint[base + j * n + e] = state[base + j * n + e];
+                }
+            }
+        }
+        let r = first + i;
+        let bc = (r * p.n_group + g) * n;
+        let step = dt[r * p.n_head + h];
+        let decay = exp(a[h] * step);
+        for (var j = t; j < hd; j += 64u) {
+            let xj = x[(r * p.n_head + h) * hd + j];
+            let xdt = xj * step;
+            let row = base + j * n;
+            var o = 0.0;
+            for (var e = 0u; e < n; e++) {
+                let s = state[row + e] * decay + xdt * b[bc + e];
+                state[row + e] = s;
+                o += s * c[bc + e];
+            }
+            out[(r * p.n_head + h) * hd + j] = o + d[h] * xj;
+        }
+    }
+}
