@@ -438,6 +438,12 @@ fn recipe_shape(a: &SynthArgs) -> Result<Synthetic, CliError> {
             a.arch
         )));
     }
+    if a.hybrid_pattern.is_some() || a.ssm_inner_size.is_some() {
+        return Err(CliError::Usage(format!(
+            "--hybrid-pattern and --ssm-inner-size shape a nemotron_h model; not {}",
+            a.arch
+        )));
+    }
     let experts = a.experts.unwrap_or(64);
     Ok(Synthetic {
         arch: Arch::from_name(&a.arch)?,

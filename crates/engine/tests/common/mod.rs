@@ -178,6 +178,34 @@ pub fn write_synthetic(dir: &std::path::Path, arch: &str) -> PathBuf {
     path
 }
 
+/// A nemotron_h of 4 blocks of 64 (Mamba-2, feed-forward, Mamba-2, attention: `M-M*`)
+/// with SmolLM2's vocabulary in `dir`: Mamba-2 of 4 heads of 32 over a state of 16 in 2
+/// groups, attention of 4 heads over 2.
+pub fn write_nemotron_h(dir: &std::path::Path) -> PathBuf {
+    let (_, file, name) = MODELS[0];
+    let tokenizer = gguf::GgufFile::open(model_path(file, name)).unwrap();
+    let path = dir.join("nemotron_h.gguf");
+    model::synthetic::nemotron_h::NemotronShape {
+        n_embd: 64,
+        pattern: "M-M*".into(),
+        n_head: 4,
+        n_head_kv: 2,
+        n_ff: 128,
+        mamba: model::layers::mamba2::Mamba2Shape {
+            conv_kernel: 4,
+            d_inner: 128,
+            d_state: 16,
+            n_head: 4,
+            n_group: 2,
+        },
+        ty: gguf::GgmlType::Q8_0,
+        seed: 5,
+    }
+    .write_vocab(&model::synthetic::Vocab::copied(&tokenizer).unwrap(), &path)
+    .unwrap();
+    path
+}
+
 /// A deepseek4 of 4 blocks of 64 (heads of 32, blocks compressed at ratios 4, 128, 4 and not
 /// at all, 4 streams, block 0 routed by token) with SmolLM2's vocabulary, at `path`: a
 /// `window`-key window, the indexer's `indexer_heads` heads picking `top_k` blocks.
