@@ -30,7 +30,7 @@ GREEDY = {"temperature": 0, "num_predict": 24}
 
 @pytest.fixture(scope="module")
 def qwen():
-    s = Server("-c", "4096", "-np", "2", "--embeddings", "--pooling", "mean", "--api-key", API_KEY,
+    s = Server("-c", "1024", "-np", "2", "--embeddings", "--pooling", "mean", "--api-key", API_KEY,
                model="qwen2.5-coder-0.5b")
     yield s
     s.stop()
@@ -63,7 +63,7 @@ def test_list_show_ps_and_version_describe_the_served_model(ol, name, qwen):
     verbose = qwen.post("/api/show", {"model": name, "verbose": True}).json()["model_info"]
     assert len(verbose["tokenizer.ggml.tokens"]) == 151936 and verbose["tokenizer.ggml.tokens"][0] == "!"
     running = ol.ps().models
-    assert [m.model for m in running] == [name] and running[0].context_length == 2048
+    assert [m.model for m in running] == [name] and running[0].context_length == 512
     assert qwen.get("/api/version").json()["version"].count(".") == 2
 
 
