@@ -576,8 +576,16 @@ pub fn prims_agree(a: &mut dyn Device, b: &mut dyn Device, tol: f32) {
     }
 }
 
-/// A mixture of 6 experts, `k` per row, with a shared expert and its gate.
-pub fn moe_case(dev: &mut dyn Device, gating: Gating, k: usize, rows: usize) -> Vec<f32> {
+/// A mixture of 6 experts, `k` per row, with a shared expert: SwiGLU experts and the shared
+/// expert's gate, or (`net` [`ExpertNet::ReluSqr`]) squared-ReLU experts chosen with a bias
+/// added to their probabilities and an ungated shared expert (Nemotron-H's).
+pub fn moe_case(
+    dev: &mut dyn Device,
+    gating: Gating,
+    net: ExpertNet,
+    k: usize,
+    rows: usize,
+) -> Vec<f32> {
     let (e, ff, ne) = (256, 64, 6);
     let ty = GgmlType::Q4_K;
     let mut srcs = vec![source(GgmlType::Q8_0, ne, e, 1)];
@@ -589,6 +597,8 @@ pub fn moe_case(dev: &mut dyn Device, gating: Gating, k: usize, rows: usize) -> 
     let hidden = buf(dev, &data(rows * e, 3));
     let shared = buf(dev, &data(rows * e, 4));
     let gate = buf(dev, &data(e, 5));
+    let relu = net == ExpertNet::ReluSqr;
+    let bias = relu.then(|| buf(dev, &data(ne, 6)));
     let mut z = |n| dev.alloc(n).unwrap();
     let scratch = MoeScratch {
         probs: z(rows * ne),
@@ -613,11 +623,12 @@ pub fn moe_case(dev: &mut dyn Device, gating: Gating, k: usize, rows: usize) -> 
         n_ff_exp: ff,
         shared: Some(SharedIn {
             out: shared,
-            gate: Some(gate),
+            gate: (!relu).then_some(gate),
         }),
-        choice_bias: None,
+        choice_bias: bias,
         given: None,
         limit: None,
+        net,
         scratch,
     };
     dev.moe(&spec, x, rows, hidden);
@@ -635,17 +646,23 @@ pub fn rel(a: &[f32], b: &[f32], floor: f32) -> f32 {
         / scale
 }
 
-/// [`moe_case`] with both gatings, 1, 2 and 4 experts per row over 1, 5 and 9 rows, on the
+/// [`moe_case`] with both gatings (and Nemotron-H's squared-ReLU experts with sigmoid
+/// gating), 1, 2 and 4 experts per row over 1, 5 and 9 rows, on the
 /// two devices `pair` makes (none: the check is skipped): the same sums within 1e-5, one
 /// block, the same experts streamed.
 pub fn moe_agrees(pair: &mut dyn FnMut() -> Option<[Box<dyn Device>; 2]>) {
-    for gating in [Gating::Softmax, Gating::Sigmoid] {
+    let kinds = [
+        (Gating::Softmax, ExpertNet::Swiglu),
+        (Gating::Sigmoid, ExpertNet::Swiglu),
+        (Gating::Sigmoid, ExpertNet::ReluSqr),
+    ];
+    for (gating, net) in kinds {
         for (k, rows) in [(1, 1), (2, 5), (4, 9)] {
             let Some([mut a, mut b]) = pair() else { return };
-            let got = moe_case(&mut *a, gating, k, rows);
-            let want = moe_case(&mut *b, gating, k, rows);
+            let got = moe_case(&mut *a, gating, net, k, rows);
+            let want = moe_case(&mut *b, gating, net, k, rows);
             let e = rel(&got, &want, 1.0);
-            assert!(e < 1e-5, "{gating:?} k={k} rows={rows}: {e}");
+            assert!(e < 1e-5, "{gating:?} {net:?} k={k} rows={rows}: {e}");
             assert_eq!(a.moe_stats().blocks, 1);
             assert_eq!(a.moe_stats(), b.moe_stats(), "the same experts streamed");
         }

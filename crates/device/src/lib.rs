@@ -31,9 +31,9 @@ pub use attn::{last_positions, AttnSpec, StepEnds};
 pub use scan::{ScanIo, ScanSpec};
 pub use seam::{
     block_places, checkpoint_row, rope_angles, seq_runs, BlockConv, Buf, Bytes, Cols, ConvSpec,
-    DeltaIo, DeltaSpec, Device, Gating, Mat, MatOut, MatrixSource, MoeScratch, MoeSpec, MoeStats,
-    Op, OpTime, Progress, Role, RopeMode, RopeScaling, RopeSpec, Routing, Row, ScratchShape,
-    SharedIn, Step, Tables, NOT_BIDIRECTIONAL,
+    DeltaIo, DeltaSpec, Device, ExpertNet, Gating, Mat, MatOut, MatrixSource, MoeScratch, MoeSpec,
+    MoeStats, Op, OpTime, Progress, Role, RopeMode, RopeScaling, RopeSpec, Routing, Row,
+    ScratchShape, SharedIn, Step, Tables, NOT_BIDIRECTIONAL,
 };
 
 use gguf::GgmlType;

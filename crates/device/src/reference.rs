@@ -574,12 +574,17 @@ impl Device for Reference {
             let row = &logits[r * ne..(r + 1) * ne];
             for (ex, w) in route(&spec.routing, row, bias, given) {
                 used[ex] = true;
-                let mut g = self.product(spec.gate[ex], xr, 1);
-                let u = self.product(spec.up[ex], xr, 1);
-                g.iter_mut()
-                    .zip(&u)
-                    .for_each(|(g, &u)| *g = swiglu_one(*g, u, spec.limit));
-                let y = self.product(spec.down[ex], &g[..ff], 1);
+                let mut u = self.product(spec.up[ex], xr, 1);
+                match spec.net {
+                    ExpertNet::Swiglu => {
+                        let g = self.product(spec.gate[ex], xr, 1);
+                        u.iter_mut()
+                            .zip(&g)
+                            .for_each(|(u, &g)| *u = swiglu_one(g, *u, spec.limit));
+                    }
+                    ExpertNet::ReluSqr => u.iter_mut().for_each(|u| *u = u.max(0.0) * u.max(0.0)),
+                }
+                let y = self.product(spec.down[ex], &u[..ff], 1);
                 acc.iter_mut()
                     .zip(&y)
                     .for_each(|(a, &v)| *a += v as f64 * w as f64);

@@ -354,8 +354,19 @@ pub struct MoeSpec<'a> {
     pub given: Option<&'a [u32]>,
     /// The experts' SwiGLU clamped ([`Device::swiglu_limited`]).
     pub limit: Option<f32>,
+    /// What each expert computes.
+    pub net: ExpertNet,
     /// Buffers the device may use while computing it.
     pub scratch: MoeScratch,
+}
+
+/// What each expert of a mixture computes from its input `x`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpertNet {
+    /// `down · (silu(gate · x) · up · x)`, clamped where [`MoeSpec::limit`] says.
+    Swiglu,
+    /// `down · relu(up · x)²` (Nemotron-H's experts); [`MoeSpec::gate`] is not read.
+    ReluSqr,
 }
 
 /// Scratch of a mixture block of up to `rows` rows, sized by the caller: `probs`

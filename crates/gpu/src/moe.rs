@@ -1,10 +1,11 @@
-//! Mixtures of experts on the GPU: the router's logits are read back and each row is routed
-//! here (as [`device::reference::route`] does: one code for the choice), every chosen
+//! Mixtures of experts on the GPU: the router's logits (and the choice's bias, where the
+//! block has one) are read back and each row is routed here (as
+//! [`device::reference::route`] does: one code for the choice), every chosen
 //! expert's matrices multiply the rows that chose it in one run each, and one kernel sums
 //! each row's outputs in the order it chose them. The read-back of `[rows, n_expert]` logits
 //! is the one mid-forward wait of a mixture model's forward.
 
-use device::{Buf, Device, MoeSpec};
+use device::{Buf, Device, ExpertNet, MoeSpec};
 
 use crate::context::Bind::{Arena as A, Buf as B};
 use crate::gpu::{grid, Gpu};
@@ -25,9 +26,10 @@ impl Gpu {
         let sc = spec.scratch;
         self.matmul_rows(spec.router, (x, 0), rows, (sc.probs, 0), None, 0);
         let logits = self.read_floats(sc.probs, 0, rows * ne);
+        let bias = spec.choice_bias.map(|b| self.read_floats(b, 0, ne));
         let picks: Vec<Vec<(usize, f32)>> = logits
             .chunks_exact(ne)
-            .map(|l| device::reference::route(&spec.routing, l, None, None))
+            .map(|l| device::reference::route(&spec.routing, l, bias.as_deref(), None))
             .collect();
         let mut chose: Vec<Vec<(usize, usize)>> = vec![Vec::new(); ne];
         for (r, p) in picks.iter().enumerate() {
@@ -47,11 +49,23 @@ impl Gpu {
             }
         }
         self.gather_rows(x, &order, e, sc.x);
+        // The experts' activations into sc.gate.
+        let acts = order.len() * ff;
         for &(ex, s0, n) in &runs {
-            self.matmul_rows(spec.gate[ex], (sc.x, s0), n, (sc.gate, s0), None, 0);
-            self.matmul_rows(spec.up[ex], (sc.x, s0), n, (sc.up, s0), None, 0);
+            match spec.net {
+                ExpertNet::Swiglu => {
+                    self.matmul_rows(spec.gate[ex], (sc.x, s0), n, (sc.gate, s0), None, 0);
+                    self.matmul_rows(spec.up[ex], (sc.x, s0), n, (sc.up, s0), None, 0);
+                }
+                ExpertNet::ReluSqr => {
+                    self.matmul_rows(spec.up[ex], (sc.x, s0), n, (sc.gate, s0), None, 0)
+                }
+            }
         }
-        self.eltwise(Kernel::Swiglu, sc.gate, sc.up, order.len() * ff, 0.0);
+        match spec.net {
+            ExpertNet::Swiglu => self.eltwise(Kernel::Swiglu, sc.gate, sc.up, acts, 0.0),
+            ExpertNet::ReluSqr => self.eltwise(Kernel::ReluSqr, sc.gate, sc.gate, acts, 0.0),
+        }
         for &(ex, s0, n) in &runs {
             self.matmul_rows(spec.down[ex], (sc.gate, s0), n, (sc.out, s0), None, 0);
         }

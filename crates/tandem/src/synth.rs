@@ -315,14 +315,18 @@ enum Shape {
 }
 
 fn nemotron_shape(a: &SynthArgs) -> Result<NemotronShape, CliError> {
+    let moe = a.arch == "nemotron_h_moe";
     let refused = [
-        ("--experts", a.experts.unwrap_or(0) > 0),
+        ("--experts 0", moe && a.experts == Some(0)),
+        ("--experts", !moe && a.experts.unwrap_or(0) > 0),
         ("--nextn", a.nextn.is_some()),
         ("--dsv4-*", a.dsv4.any()),
     ];
     if let Some((flag, _)) = refused.iter().find(|r| r.1) {
         return Err(CliError::Usage(format!(
-            "{flag} does not shape nemotron_h (Mamba-2, attention and dense blocks)"
+            "{flag} does not shape {} (Mamba-2, attention and {} blocks)",
+            a.arch,
+            if moe { "mixture" } else { "dense" }
         )));
     }
     let n_embd = a.n_embd.unwrap_or(1024);
@@ -333,7 +337,7 @@ fn nemotron_shape(a: &SynthArgs) -> Result<NemotronShape, CliError> {
             )))
         }
         (Some(p), _) => p.clone(),
-        (None, n) => default_pattern(n.unwrap_or(8)),
+        (None, n) => default_pattern(n.unwrap_or(8), moe),
     };
     Ok(NemotronShape {
         n_embd,
@@ -341,6 +345,11 @@ fn nemotron_shape(a: &SynthArgs) -> Result<NemotronShape, CliError> {
         n_head: a.n_head.unwrap_or(16),
         n_head_kv: a.n_head_kv.unwrap_or(4),
         n_ff: a.n_ff.unwrap_or(2816),
+        experts: moe.then(|| ExpertShape {
+            n_expert: a.experts.unwrap_or(64),
+            n_expert_used: a.experts_used.unwrap_or(8),
+            n_ff_exp: a.n_ff_exp.unwrap_or(256),
+        }),
         mamba: Mamba2Shape {
             conv_kernel: a.ssm_conv_kernel.unwrap_or(4),
             d_inner: a.ssm_inner_size.unwrap_or(2 * n_embd),
@@ -612,7 +621,7 @@ pub fn execute(a: SynthArgs) -> Result<(), CliError> {
         "deepseek4" => Shape::Dsv4(dsv4_shape(&a)?),
         "eagle3" => Shape::Eagle3(eagle3_shape(&a)?),
         "dflash" => Shape::Dflash(dflash_shape(&a)?),
-        "nemotron_h" => Shape::Nemotron(nemotron_shape(&a)?),
+        "nemotron_h" | "nemotron_h_moe" => Shape::Nemotron(nemotron_shape(&a)?),
         _ if a.target_layers.is_some()
             || a.target_n_embd.is_some()
             || a.target_head

@@ -1,6 +1,7 @@
 //! Hybrid recurrent models against llama.cpp: synthetic qwen35 and qwen35moe (Gated DeltaNet
-//! and gated attention blocks) and nemotron_h (Mamba-2, attention without RoPE and
-//! squared-ReLU blocks, by its default pattern M-M*) read as llama-perplexity reads them, over 1,023 positions of one chunk of
+//! and gated attention blocks), nemotron_h (Mamba-2, attention without RoPE and
+//! squared-ReLU blocks, by its default pattern M-M*) and nemotron_h_moe (mixtures in place of
+//! the squared-ReLU blocks) read as llama-perplexity reads them, over 1,023 positions of one chunk of
 //! 2,048 tokens (golden log-probabilities from scripts/gen_hybrid_golden.sh), on the CPU,
 //! the reference and the wgpu backend (lavapipe in CI).
 
@@ -56,6 +57,14 @@ fn qwen35moe_reads_as_llama_cpp_does() {
 #[test]
 fn nemotron_h_reads_as_llama_cpp_does() {
     reads_as_llama_cpp_does("nemotron_h", &["--experts", "0"]);
+}
+
+/// nemotron_h with 2 of 8 squared-ReLU experts chosen by sigmoid scores plus a bias, and a
+/// shared expert, in place of the feed-forward block (`MEM*`).
+#[test]
+fn nemotron_h_moe_reads_as_llama_cpp_does() {
+    let experts = ["--experts", "8", "--experts-used", "2", "--n-ff-exp", "64"];
+    reads_as_llama_cpp_does("nemotron_h_moe", &experts);
 }
 
 fn reads_as_llama_cpp_does(arch: &str, experts: &[&str]) {

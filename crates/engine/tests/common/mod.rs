@@ -191,6 +191,7 @@ pub fn write_nemotron_h(dir: &std::path::Path) -> PathBuf {
         n_head: 4,
         n_head_kv: 2,
         n_ff: 128,
+        experts: None,
         mamba: model::layers::mamba2::Mamba2Shape {
             conv_kernel: 4,
             d_inner: 128,

@@ -12,7 +12,7 @@
 //! row 1's in 3 and 5, row 2's in 1 and 4. Expert 2 multiplies slots 2..5 in one pass, and
 //! row 1's output is `w₁₀ · out[3] + w₁₁ · out[5]`.
 
-use device::{Gating, MoeSpec, MoeStats, Routing};
+use device::{ExpertNet, Gating, MoeSpec, MoeStats, Routing};
 
 use super::Cpu;
 use crate::dot::{dot, Isa};
@@ -77,21 +77,35 @@ pub(super) fn block(
     stats.blocks += 1;
     stats.experts += active.len() as u64;
     let total = n * k;
-    let gate_up: Vec<[QMatrix; 2]> = active
-        .iter()
-        .map(|&ex| [view(spec.gate[ex]), view(spec.up[ex])])
-        .collect();
-    let groups = by_expert(&active, start, &gate_up, &gathered, e);
     let sizes = group_sizes(&active, start, ff);
-    let mut ys: Vec<&mut [f32]> = split(&mut gate[..total * ff], &sizes)
-        .into_iter()
-        .zip(split(&mut up[..total * ff], &sizes))
-        .flat_map(|(g, u)| [g, u])
-        .collect();
-    matmul_grouped(&cpu.pool, &groups, &mut ys, cpu.precision);
-    match spec.limit {
-        Some(c) => swiglu_limited_inplace(&mut gate[..total * ff], &mut up[..total * ff], c),
-        None => swiglu_inplace(&mut gate[..total * ff], &up[..total * ff]),
+    match spec.net {
+        ExpertNet::Swiglu => {
+            let gate_up: Vec<[QMatrix; 2]> = active
+                .iter()
+                .map(|&ex| [view(spec.gate[ex]), view(spec.up[ex])])
+                .collect();
+            let groups = by_expert(&active, start, &gate_up, &gathered, e);
+            let mut ys: Vec<&mut [f32]> = split(&mut gate[..total * ff], &sizes)
+                .into_iter()
+                .zip(split(&mut up[..total * ff], &sizes))
+                .flat_map(|(g, u)| [g, u])
+                .collect();
+            matmul_grouped(&cpu.pool, &groups, &mut ys, cpu.precision);
+            match spec.limit {
+                Some(c) => {
+                    swiglu_limited_inplace(&mut gate[..total * ff], &mut up[..total * ff], c)
+                }
+                None => swiglu_inplace(&mut gate[..total * ff], &up[..total * ff]),
+            }
+        }
+        ExpertNet::ReluSqr => {
+            let ups: Vec<[QMatrix; 1]> = active.iter().map(|&ex| [view(spec.up[ex])]).collect();
+            let groups = by_expert(&active, start, &ups, &gathered, e);
+            let mut ys = split(&mut gate[..total * ff], &sizes);
+            matmul_grouped(&cpu.pool, &groups, &mut ys, cpu.precision);
+            let relu_sqr = |v: &mut f32| *v = v.max(0.0) * v.max(0.0);
+            gate[..total * ff].iter_mut().for_each(relu_sqr);
+        }
     }
     let downs: Vec<[QMatrix; 1]> = active.iter().map(|&ex| [view(spec.down[ex])]).collect();
     let groups = by_expert(&active, start, &downs, &gate, ff);

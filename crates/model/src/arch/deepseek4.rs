@@ -11,7 +11,7 @@
 //! (`output_hc_*`). Blocks past `block_count - nextn_predict_layers` are the
 //! multi-token-prediction head, not run here.
 
-use device::{Buf, Device, MatOut, MoeSpec, Op, RopeMode, Routing, SharedIn};
+use device::{Buf, Device, ExpertNet, MatOut, MoeSpec, Op, RopeMode, Routing, SharedIn};
 use gguf::Metadata;
 
 use super::Recipe;
@@ -391,6 +391,7 @@ impl Block {
             },
             given: given.as_deref(),
             limit: Some(self.limit),
+            net: ExpertNet::Swiglu,
             scratch: s.moe.expect("mixture scratch"),
         };
         dev.moe(&spec, s.x, n, s.proj);

@@ -115,7 +115,8 @@ pub static RECIPES: &[&dyn Recipe] = &[
     &gemma3::Gemma3,
     &deepseek4::DeepSeek4,
     &phi3::RECIPE,
-    &nemotron_h::NemotronH,
+    &nemotron_h::NEMOTRON_H,
+    &nemotron_h::NEMOTRON_H_MOE,
     &eagle3::Eagle3,
     &dflash::Dflash,
 ];

@@ -1,7 +1,7 @@
 //! Feed-forward networks: a gated network (SwiGLU, GeGLU) and a mixture of experts with an
 //! optional shared expert.
 
-use device::{Buf, Device, MatOut, MoeSpec, Routing, SharedIn};
+use device::{Buf, Device, ExpertNet, MatOut, MoeSpec, Routing, SharedIn};
 
 use super::Cx;
 use crate::error::Result;
@@ -197,6 +197,7 @@ impl Moe {
             choice_bias: None,
             given: None,
             limit: None,
+            net: ExpertNet::Swiglu,
             scratch: s.moe.expect("mixture scratch for a model with experts"),
         };
         dev.moe(&spec, s.x, n, hidden);

@@ -2,13 +2,16 @@
 //! tensors llama.cpp's loader reads: Mamba-2 blocks (grouped B and C, a biased
 //! convolution, the grouped norm with random weights), attention blocks without RoPE, and
 //! squared-ReLU feed-forward blocks, in the order a pattern of Nemotron's
-//! `hybrid_override_pattern` gives (`M` Mamba-2, `*` attention, `-` feed-forward).
+//! `hybrid_override_pattern` gives (`M` Mamba-2, `*` attention, `-` feed-forward). With
+//! experts, `nemotron_h_moe` (Nemotron 3): each feed-forward block a mixture of
+//! squared-ReLU experts with a bias on their choice and a shared expert (`E` in its
+//! pattern).
 
 use std::path::Path;
 
 use gguf::{GgmlType, Value, ValueType};
 
-use super::{scale, write_file, Rng, Tensors, Vocab};
+use super::{scale, write_file, ExpertShape, Rng, Tensors, Vocab};
 use crate::layers::mamba2::Mamba2Shape;
 use crate::{Error, Result};
 
@@ -20,8 +23,10 @@ pub struct NemotronShape {
     pub pattern: String,
     pub n_head: usize,
     pub n_head_kv: usize,
-    /// Width of the feed-forward blocks.
+    /// Width of the feed-forward blocks, and of a mixture's shared expert.
     pub n_ff: usize,
+    /// The mixture of every feed-forward block (`nemotron_h_moe`), for `E` blocks.
+    pub experts: Option<ExpertShape>,
     pub mamba: Mamba2Shape,
     /// Type of every matrix but the embeddings (Q8_0); its block size must divide `n_embd`,
     /// `n_ff`, the query width and the Mamba-2 inner width.
@@ -29,10 +34,11 @@ pub struct NemotronShape {
     pub seed: u64,
 }
 
-/// Nemotron-H's pattern of `n_layer` blocks: Mamba-2 and feed-forward blocks in turn, every
-/// fourth an attention block.
-pub fn default_pattern(n_layer: usize) -> String {
-    "M-M*".chars().cycle().take(n_layer).collect()
+/// Nemotron-H's pattern of `n_layer` blocks: Mamba-2 and feed-forward blocks (mixtures
+/// where `moe`) in turn, every fourth an attention block.
+pub fn default_pattern(n_layer: usize, moe: bool) -> String {
+    let cycle = if moe { "MEM*" } else { "M-M*" };
+    cycle.chars().cycle().take(n_layer).collect()
 }
 
 impl NemotronShape {
@@ -42,11 +48,20 @@ impl NemotronShape {
 
     fn check(&self) -> Result<()> {
         let bad = |problem: String| Err(Error::Synthetic(problem));
-        if self.pattern.is_empty() || self.pattern.chars().any(|c| !"M*-".contains(c)) {
+        let kinds = if self.experts.is_some() { "M*E" } else { "M*-" };
+        if self.pattern.is_empty() || self.pattern.chars().any(|c| !kinds.contains(c)) {
             return bad(format!(
-                "pattern {:?}: one of M, *, - a block",
+                "pattern {:?}: one of {kinds} a block",
                 self.pattern
             ));
+        }
+        if let Some(x) = self.experts {
+            if x.n_expert_used == 0 || x.n_expert_used > x.n_expert {
+                return bad(format!(
+                    "{} experts used of {}",
+                    x.n_expert_used, x.n_expert
+                ));
+            }
         }
         if self.n_head == 0
             || self.n_head_kv == 0
@@ -66,7 +81,8 @@ impl NemotronShape {
             ));
         }
         let block = self.ty.block_size() as usize;
-        for w in [self.n_embd, self.n_ff, m.d_inner] {
+        let expert = self.experts.map_or(self.n_ff, |x| x.n_ff_exp);
+        for w in [self.n_embd, self.n_ff, m.d_inner, expert] {
             if w == 0 || !w.is_multiple_of(block) {
                 return bad(format!("width {w} is not whole blocks of {}", self.ty));
             }
@@ -85,6 +101,10 @@ impl NemotronShape {
         let block = |c: char| match c {
             'M' => e * (m.d_inner + conv + m.n_head) + m.conv_kernel * conv + m.d_inner * e,
             '*' => 2 * e * q + 2 * e * kv,
+            'E' => {
+                let x = self.experts.expect("E blocks have experts");
+                x.n_expert * (2 * e * x.n_ff_exp + 1) + e * x.n_expert + 2 * e * self.n_ff
+            }
             _ => 2 * e * self.n_ff,
         };
         (2 * n_vocab * e + self.pattern.chars().map(block).sum::<usize>()) as u64
@@ -93,7 +113,10 @@ impl NemotronShape {
     /// Writes the model to `path` with the tokenizer `vocab`.
     pub fn write_vocab(&self, vocab: &Vocab, path: &Path) -> Result<()> {
         self.check()?;
-        let a = "nemotron_h";
+        let a = match self.experts {
+            None => "nemotron_h",
+            Some(_) => "nemotron_h_moe",
+        };
         let mut w = vocab.writer(a);
         let m = self.mamba;
         let keys = [
@@ -117,11 +140,26 @@ impl NemotronShape {
             Value::Array(ValueType::U32, v.collect())
         };
         let kv = per_block(&|c| if c == '*' { self.n_head_kv } else { 0 });
-        let ff = per_block(&|c| if c == '-' { self.n_ff } else { 0 });
+        let ff_width = self.experts.map_or(self.n_ff, |x| x.n_ff_exp);
+        let ff = per_block(&|c| if "-E".contains(c) { ff_width } else { 0 });
         w.metadata(&format!("{a}.attention.head_count_kv"), kv);
         w.metadata(&format!("{a}.feed_forward_length"), ff);
         for k in ["layer_norm_epsilon", "layer_norm_rms_epsilon"] {
             w.metadata(&format!("{a}.attention.{k}"), Value::F32(1e-5));
+        }
+        if let Some(x) = self.experts {
+            let keys = [
+                ("expert_count", x.n_expert),
+                ("expert_used_count", x.n_expert_used),
+                ("expert_feed_forward_length", x.n_ff_exp),
+                ("expert_shared_feed_forward_length", self.n_ff),
+                ("expert_shared_count", 1),
+            ];
+            for (k, v) in keys {
+                w.metadata(&format!("{a}.{k}"), Value::U32(v as u32));
+            }
+            w.metadata(&format!("{a}.expert_weights_norm"), Value::Bool(true));
+            w.metadata(&format!("{a}.expert_weights_scale"), Value::F32(2.5));
         }
         let mut t = Tensors {
             w: &mut w,
@@ -152,6 +190,7 @@ impl NemotronShape {
                     t.matrix(&n("attn_v.weight"), &[e, kv], ty, scale(e))?;
                     t.matrix(&n("attn_output.weight"), &[q, e], ty, scale(q))?;
                 }
+                'E' => self.mixture(t, il)?,
                 _ => {
                     // relu(x)² of unit-variance x has a second moment of 3/2.
                     t.matrix(&n("ffn_up.weight"), &[e, self.n_ff], ty, scale(e))?;
@@ -161,6 +200,27 @@ impl NemotronShape {
             }
         }
         Ok(())
+    }
+
+    /// Block `il`'s mixture: a router, biases on the choice in `[-0.5, 0.5)`, the experts
+    /// and the shared expert, each scaled as a feed-forward block.
+    fn mixture(&self, t: &mut Tensors, il: usize) -> Result<()> {
+        let (e, ty) = (self.n_embd, self.ty);
+        let x = self.experts.expect("E blocks have experts");
+        let (ne, ff) = (x.n_expert, x.n_ff_exp);
+        let n = |s: &str| format!("blk.{il}.{s}");
+        let down = |ff: usize| scale(ff) * (2.0f32 / 3.0).sqrt();
+        t.matrix(&n("ffn_gate_inp.weight"), &[e, ne], GgmlType::F32, scale(e))?;
+        t.matrix(&n("exp_probs_b.bias"), &[ne], GgmlType::F32, 0.5)?;
+        t.matrix(&n("ffn_up_exps.weight"), &[e, ff, ne], ty, scale(e))?;
+        t.matrix(&n("ffn_down_exps.weight"), &[ff, e, ne], ty, down(ff))?;
+        t.matrix(&n("ffn_up_shexp.weight"), &[e, self.n_ff], ty, scale(e))?;
+        t.matrix(
+            &n("ffn_down_shexp.weight"),
+            &[self.n_ff, e],
+            ty,
+            down(self.n_ff),
+        )
     }
 
     /// Block `il`'s Mamba-2 mixer: decay rates `-exp(A_log)` in `[-1.5, -1)`, step biases
