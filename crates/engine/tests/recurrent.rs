@@ -1,7 +1,7 @@
 //! Models whose layers keep more than a key and a value per position (the test recipe
 //! toyconv: attention blocks and causal-convolution blocks alternating; qwen35: Gated
-//! DeltaNet and gated attention; nemotron_h: Mamba-2, attention and blocks that keep
-//! nothing; deepseek4: compressed sparse attention with the lightning
+//! DeltaNet and gated attention; nemotron_h_moe: Mamba-2, attention and mixtures, blocks
+//! that keep nothing; deepseek4: compressed sparse attention with the lightning
 //! indexer, hyper-connections, hash-routed experts; random weights, SmolLM2's tokenizer)
 //! through the engine on the CPU: a user's greedy tokens do not depend on the others, on
 //! prompts read in chunks, on rejected drafts (a state goes back to its checkpoint and the
@@ -23,7 +23,7 @@ use text::Tokenizer;
 
 /// The models, 4 blocks of 64 with SmolLM2's tokenizer: toyconv (blocks 1 and 3
 /// convolutions), qwen35 (blocks 0 to 2 Gated DeltaNet, block 3 gated attention),
-/// nemotron_h (Mamba-2, feed-forward, Mamba-2, attention) and deepseek4 (an 8-key window; blocks compressed at ratios 4, 128, 4 and not at all, the
+/// nemotron_h_moe (Mamba-2, a mixture, Mamba-2, attention) and deepseek4 (an 8-key window; blocks compressed at ratios 4, 128, 4 and not at all, the
 /// indexer picking 4 blocks; block 0 routed by token).
 fn models(dir: &Path) -> Vec<PathBuf> {
     let dsv4 = dir.join("deepseek4.gguf");

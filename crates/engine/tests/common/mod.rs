@@ -178,20 +178,24 @@ pub fn write_synthetic(dir: &std::path::Path, arch: &str) -> PathBuf {
     path
 }
 
-/// A nemotron_h of 4 blocks of 64 (Mamba-2, feed-forward, Mamba-2, attention: `M-M*`)
+/// A nemotron_h_moe of 4 blocks of 64 (Mamba-2, a mixture, Mamba-2, attention: `MEM*`)
 /// with SmolLM2's vocabulary in `dir`: Mamba-2 of 4 heads of 32 over a state of 16 in 2
-/// groups, attention of 4 heads over 2.
+/// groups, 2 of 8 experts of 32 and a shared one of 128, attention of 4 heads over 2.
 pub fn write_nemotron_h(dir: &std::path::Path) -> PathBuf {
     let (_, file, name) = MODELS[0];
     let tokenizer = gguf::GgufFile::open(model_path(file, name)).unwrap();
-    let path = dir.join("nemotron_h.gguf");
+    let path = dir.join("nemotron_h_moe.gguf");
     model::synthetic::nemotron_h::NemotronShape {
         n_embd: 64,
-        pattern: "M-M*".into(),
+        pattern: "MEM*".into(),
         n_head: 4,
         n_head_kv: 2,
         n_ff: 128,
-        experts: None,
+        experts: Some(model::synthetic::ExpertShape {
+            n_expert: 8,
+            n_expert_used: 2,
+            n_ff_exp: 32,
+        }),
         mamba: model::layers::mamba2::Mamba2Shape {
             conv_kernel: 4,
             d_inner: 128,
