@@ -11,7 +11,8 @@
 //! `exp_probs_b` (weighted by the scores alone, renormalized where
 //! `expert_weights_norm`, scaled by `expert_weights_scale`), and a shared expert of the
 //! same kind (`ffn_*_shexp`, `expert_shared_feed_forward_length` wide). Latent mixtures
-//! (`moe_latent_size`), grouped routing and per-block expert shapes (Puzzle) are refused.
+//! (`moe_latent_size`), grouped routing and per-block expert shapes (Puzzle) are refused;
+//! its multi-token-prediction block (`nextn_predict_layers`, after the others) is not run.
 
 use device::{Buf, Device, ExpertNet, Gating, MatOut, MoeSpec, Op, SharedIn};
 use gguf::{Metadata, Value};
@@ -76,9 +77,19 @@ impl Recipe for NemotronH {
         }
         let hp = HParams::read(&md, name, &self.traits())?;
         let moe = hp.moe.map(|m| mixture(&md, name, m)).transpose()?;
+        let key = format!("{name}.nextn_predict_layers");
+        let nextn = md.opt_u32(&key)?.unwrap_or(0) as usize;
+        if nextn >= hp.n_layer {
+            return Err(Error::BadHParam {
+                key,
+                problem: format!("{nextn} leaves no block of {}", hp.n_layer),
+            });
+        }
         Ok(HParams {
             n_rot: 0,
             moe,
+            n_layer: hp.n_layer - nextn,
+            n_nextn: nextn,
             ..hp
         })
     }
