@@ -176,27 +176,14 @@ impl HostStates {
         let b = &*bufs;
         let (q, k, v) = (&b[io.q], &b[io.k], &b[io.v]);
         let (g, beta, a) = (&b[io.g], &b[io.beta], &b[io.a]);
-        par(tasks.len(), &|i| {
-            let mut task = tasks[i].lock().expect("one thread per task");
-            let HeadTask {
-                rows,
-                h,
-                s,
-                ck,
-                out,
-            } = &mut *task;
-            for (i, (o, r)) in out.chunks_exact_mut(d).zip(rows.clone()).enumerate() {
-                if let Some((_, c)) = ck.as_mut().filter(|c| c.0 == i) {
-                    c.copy_from_slice(s);
-                }
-                let kh = (r * hk + *h % hk) * d;
-                let (q, k) = (&q[kh..kh + d], &k[kh..kh + d]);
-                let vh = (r * hv + *h) * d;
-                let decay = (a[*h] * g[r * hv + *h]).exp();
-                let beta = beta[r * hv + *h];
-                for (j, row) in s.chunks_exact_mut(d).enumerate() {
-                    o[j] = step(row, k, q, decay, v[vh + j], beta) * scale;
-                }
+        each_row(&tasks, d, par, |h, r, s, o| {
+            let kh = (r * hk + h % hk) * d;
+            let (q, k) = (&q[kh..kh + d], &k[kh..kh + d]);
+            let vh = (r * hv + h) * d;
+            let decay = (a[h] * g[r * hv + h]).exp();
+            let beta = beta[r * hv + h];
+            for (j, row) in s.chunks_exact_mut(d).enumerate() {
+                o[j] = step(row, k, q, decay, v[vh + j], beta) * scale;
             }
         });
         scatter(bufs, io.out, tasks, hv, d);
@@ -220,27 +207,14 @@ impl HostStates {
         let b = &*bufs;
         let (x, dt, a, d) = (&b[io.x], &b[io.dt], &b[io.a], &b[io.d]);
         let (bb, cc) = (&b[io.b], &b[io.c]);
-        par(tasks.len(), &|i| {
-            let mut task = tasks[i].lock().expect("one thread per task");
-            let HeadTask {
-                rows,
-                h,
-                s,
-                ck,
-                out,
-            } = &mut *task;
-            let at = spec.group(*h) * n;
-            for (i, (o, r)) in out.chunks_exact_mut(p).zip(rows.clone()).enumerate() {
-                if let Some((_, c)) = ck.as_mut().filter(|c| c.0 == i) {
-                    c.copy_from_slice(s);
-                }
-                let (bv, cv) = (&bb[r * bc + at..][..n], &cc[r * bc + at..][..n]);
-                let step_size = dt[r * nh + *h];
-                let decay = (a[*h] * step_size).exp();
-                let xh = &x[(r * nh + *h) * p..][..p];
-                for (j, row) in s.chunks_exact_mut(n).enumerate() {
-                    o[j] = step(row, bv, cv, decay, xh[j] * step_size, d[*h] * xh[j]);
-                }
+        each_row(&tasks, p, par, |h, r, s, o| {
+            let at = r * bc + spec.group(h) * n;
+            let (bv, cv) = (&bb[at..][..n], &cc[at..][..n]);
+            let step_size = dt[r * nh + h];
+            let decay = (a[h] * step_size).exp();
+            let xh = &x[(r * nh + h) * p..][..p];
+            for (j, row) in s.chunks_exact_mut(n).enumerate() {
+                o[j] = step(row, bv, cv, decay, xh[j] * step_size, d[h] * xh[j]);
             }
         });
         scatter(bufs, io.out, tasks, nh, p);
@@ -301,6 +275,33 @@ struct HeadTask<'a> {
     s: &'a mut [f32],
     ck: Option<(usize, &'a mut [f32])>,
     out: Vec<f32>,
+}
+
+/// Runs `row(h, r, state, out)` for each task's rows in order (`h` its head, `r` the row,
+/// `out` the row's `width` outputs), a task's checkpoint copied from its state before the
+/// row it names; the tasks through `par`.
+fn each_row(
+    tasks: &[std::sync::Mutex<HeadTask<'_>>],
+    width: usize,
+    par: impl Fn(usize, &(dyn Fn(usize) + Sync)),
+    row: impl Fn(usize, usize, &mut [f32], &mut [f32]) + Sync,
+) {
+    par(tasks.len(), &|i| {
+        let mut task = tasks[i].lock().expect("one thread per task");
+        let HeadTask {
+            rows,
+            h,
+            s,
+            ck,
+            out,
+        } = &mut *task;
+        for (i, (o, r)) in out.chunks_exact_mut(width).zip(rows.clone()).enumerate() {
+            if let Some((_, c)) = ck.as_mut().filter(|c| c.0 == i) {
+                c.copy_from_slice(s);
+            }
+            row(*h, r, s, o);
+        }
+    });
 }
 
 /// Each task's outputs into buffer `out` (`[rows, n_heads · width]`).

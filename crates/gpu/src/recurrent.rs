@@ -203,81 +203,51 @@ impl Gpu {
     }
 
     pub(crate) fn delta(&mut self, layer: usize, io: &DeltaIo, spec: &DeltaSpec) {
-        let (runs, state, checkpoint) = self.runs(layer);
         // A row: the row loop's iteration and the invocation's state rows, each walked twice
         // (each loop with its exit test); beside the rows, the checkpoint's copy.
         let (d, mine) = (spec.head_dim, spec.head_dim.div_ceil(64));
         let per_row = 1 + (mine + 1) + 2 * mine * (d + 1);
         let most = (LOOP_BUDGET - 4 * (mine + 1) * (d + 1)) / per_row;
-        let [q, k, v, g, beta, a, out] =
-            [io.q, io.k, io.v, io.g, io.beta, io.a, io.out].map(|b| self.buf(b));
-        for runs in pieces(&runs, most) {
-            let n_runs = runs.len() / 4;
-            let mut p = [
-                spec.n_k_heads,
-                spec.n_v_heads,
-                spec.head_dim,
-                spec.at,
-                n_runs,
-            ]
-            .map(|v| v as u32)
-            .to_vec();
-            p.extend(runs);
-            let p = self.rec.push(&self.ctx, bytemuck::cast_slice(&p));
-            let binds = [
-                B(&q),
-                B(&k),
-                B(&v),
-                B(&g),
-                B(&beta),
-                B(&a),
-                B(&out),
-                B(&state),
-                B(&checkpoint),
-                A(p),
-            ];
-            let groups = [n_runs as u32, spec.n_v_heads as u32, 1];
-            self.run(Kernel::DeltaNet, &binds, groups);
-        }
+        let bufs = [io.q, io.k, io.v, io.g, io.beta, io.a, io.out];
+        let header = [spec.n_k_heads, spec.n_v_heads, spec.head_dim, spec.at];
+        self.head_runs(Kernel::DeltaNet, layer, bufs, &header, spec.n_v_heads, most);
     }
 
     pub(crate) fn scan(&mut self, layer: usize, io: &ScanIo, spec: &ScanSpec) {
-        let (runs, state, checkpoint) = self.runs(layer);
         // A row: the row loop's iteration and the invocation's state rows, each walked once
         // (with its exit test); beside the rows, the checkpoint's copy.
         let (n, mine) = (spec.d_state, spec.head_dim.div_ceil(64));
         let per_row = 1 + (mine + 1) * (n + 1);
         let most = (LOOP_BUDGET - 4 * (mine + 1) * (n + 1)) / per_row;
-        let [x, dt, a, b, c, d, out] =
-            [io.x, io.dt, io.a, io.b, io.c, io.d, io.out].map(|b| self.buf(b));
+        let bufs = [io.x, io.dt, io.a, io.b, io.c, io.d, io.out];
+        let s = spec;
+        let header = [s.n_head, s.head_dim, s.d_state, s.n_group, s.at];
+        self.head_runs(Kernel::SsmScan, layer, bufs, &header, spec.n_head, most);
+    }
+
+    /// Dispatches `kernel` (delta.wgsl, scan.wgsl) over the step's runs of state layer
+    /// `layer` in pieces of at most `most` rows, a workgroup per (run, head of `heads`): its
+    /// buffers `bufs` at bindings 0 to 6, the layer's state and checkpoint stores at 7 and
+    /// 8, at 9 its parameters `header`, then the piece's run count and runs.
+    fn head_runs(
+        &mut self,
+        kernel: Kernel,
+        layer: usize,
+        bufs: [Buf; 7],
+        header: &[usize],
+        heads: usize,
+        most: usize,
+    ) {
+        let (runs, state, checkpoint) = self.runs(layer);
+        let bufs = bufs.map(|b| self.buf(b));
         for runs in pieces(&runs, most) {
             let n_runs = runs.len() / 4;
-            let mut p = [
-                spec.n_head,
-                spec.head_dim,
-                spec.d_state,
-                spec.n_group,
-                spec.at,
-                n_runs,
-            ]
-            .map(|v| v as u32)
-            .to_vec();
+            let mut p: Vec<u32> = header.iter().chain([&n_runs]).map(|&v| v as u32).collect();
             p.extend(runs);
             let p = self.rec.push(&self.ctx, bytemuck::cast_slice(&p));
-            let binds = [
-                B(&x),
-                B(&dt),
-                B(&a),
-                B(&b),
-                B(&c),
-                B(&d),
-                B(&out),
-                B(&state),
-                B(&checkpoint),
-                A(p),
-            ];
-            let groups = [n_runs as u32, spec.n_head as u32, 1];
-            self.run(Kernel::SsmScan, &binds, groups);
+            let mut binds: Vec<_> = bufs.iter().map(B).collect();
+            binds.extend([B(&state), B(&checkpoint), A(p)]);
+            self.run(kernel, &binds, [n_runs as u32, heads as u32, 1]);
         }
     }
 }

@@ -157,6 +157,19 @@ pub struct MoeParams {
 
 pub use device::Gating;
 
+impl MoeParams {
+    /// How [`device::Device::moe`] routes each row of this mixture.
+    pub fn routing(&self) -> device::Routing {
+        device::Routing {
+            n_expert: self.n_expert,
+            k: self.n_expert_used,
+            gating: self.gating,
+            norm_weights: self.norm_weights,
+            weights_scale: self.weights_scale,
+        }
+    }
+}
+
 /// An expert every row goes through besides its chosen ones (`ffn_*_shexp`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SharedExpert {
@@ -164,6 +177,12 @@ pub struct SharedExpert {
     /// Scaled by `sigmoid(ffn_gate_inp_shexp · x)` (qwen2moe); otherwise added as it is
     /// (DeepSeek's shared experts, `expert_shared_count` of them fused into one).
     pub gated: bool,
+}
+
+/// The integer above 0 at metadata key `key` (an error naming the key where it is missing
+/// or 0).
+pub(crate) fn required(md: &Metadata, key: &str) -> Result<usize> {
+    positive(key, md.u32(key)?)
 }
 
 fn positive(key: &str, v: u32) -> Result<usize> {
@@ -182,7 +201,7 @@ impl HParams {
     pub fn read(md: &Metadata, arch: &'static str, traits: &Traits) -> Result<HParams> {
         let a = arch;
         let key = |k: &str| format!("{a}.{k}");
-        let req = |k: &str| -> Result<usize> { positive(&key(k), md.u32(&key(k))?) };
+        let req = |k: &str| required(md, &key(k));
         let n_embd = req("embedding_length")?;
         let n_head = req("attention.head_count")?;
         let n_head_kv = match md.opt_u32(&key("attention.head_count_kv"))? {

@@ -11,7 +11,7 @@
 //! (`output_hc_*`). Blocks past `block_count - nextn_predict_layers` are the
 //! multi-token-prediction head, not run here.
 
-use device::{Buf, Device, ExpertNet, MatOut, MoeSpec, Op, RopeMode, Routing, SharedIn};
+use device::{Buf, Device, ExpertNet, MatOut, MoeSpec, Op, RopeMode, SharedIn};
 use gguf::Metadata;
 
 use super::Recipe;
@@ -375,13 +375,7 @@ impl Block {
             gate: &t[&self.gate_exps],
             up: &t[&self.up_exps],
             down: &t[&self.down_exps],
-            routing: Routing {
-                n_expert: p.n_expert,
-                k,
-                gating: p.gating,
-                norm_weights: p.norm_weights,
-                weights_scale: p.weights_scale,
-            },
+            routing: p.routing(),
             n_embd: hp.n_embd,
             n_ff_exp: p.n_ff_exp,
             shared: None::<SharedIn>,

@@ -1,7 +1,7 @@
 //! Feed-forward networks: a gated network (SwiGLU, GeGLU) and a mixture of experts with an
 //! optional shared expert.
 
-use device::{Buf, Device, ExpertNet, MatOut, MoeSpec, Routing, SharedIn};
+use device::{Buf, Device, ExpertNet, MatOut, MoeSpec, SharedIn};
 
 use super::Cx;
 use crate::error::Result;
@@ -184,13 +184,7 @@ impl Moe {
             gate: &t[&self.gate_exps],
             up: &t[&self.up_exps],
             down: &t[&self.down_exps],
-            routing: Routing {
-                n_expert: p.n_expert,
-                k: p.n_expert_used,
-                gating: p.gating,
-                norm_weights: p.norm_weights,
-                weights_scale: p.weights_scale,
-            },
+            routing: p.routing(),
             n_embd: hp.n_embd,
             n_ff_exp: p.n_ff_exp,
             shared,

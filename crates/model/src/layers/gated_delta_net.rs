@@ -17,7 +17,7 @@ use device::{Buf, ConvSpec, DeltaIo, DeltaSpec, Device, MatOut};
 
 use super::{Cx, LayerMemory};
 use crate::error::{Error, Result};
-use crate::hparams::HParams;
+use crate::hparams::{required, HParams};
 use crate::tensors::{MatId, TensorLoader, VecId};
 
 /// The shape of a Gated DeltaNet block (the file's `ssm.*` keys).
@@ -37,16 +37,7 @@ impl DeltaShape {
     /// The shape `{arch}.ssm.*` gives, checked (`ssm.inner_size` must be the value heads'
     /// width).
     pub fn read(md: &gguf::Metadata, arch: &str) -> Result<DeltaShape> {
-        let get = |k: &str| -> Result<usize> {
-            let key = format!("{arch}.ssm.{k}");
-            match md.u32(&key)? {
-                0 => Err(Error::BadHParam {
-                    key,
-                    problem: "must be positive".into(),
-                }),
-                v => Ok(v as usize),
-            }
-        };
+        let get = |k: &str| required(md, &format!("{arch}.ssm.{k}"));
         let shape = DeltaShape {
             conv_kernel: get("conv_kernel")?,
             head_dim: get("state_size")?,

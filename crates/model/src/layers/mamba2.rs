@@ -17,6 +17,7 @@ use device::{Buf, Cols, ConvSpec, Device, MatOut, ScanIo, ScanSpec};
 
 use super::{Cx, LayerMemory};
 use crate::error::{Error, Result};
+use crate::hparams::required;
 use crate::tensors::{MatId, TensorLoader, VecId};
 
 /// The shape of a Mamba-2 mixer (the file's `ssm.*` keys).
@@ -38,16 +39,7 @@ impl Mamba2Shape {
     /// The shape `{arch}.ssm.*` gives, checked (heads and groups divide the inner size,
     /// groups divide the heads).
     pub fn read(md: &gguf::Metadata, arch: &str) -> Result<Mamba2Shape> {
-        let get = |k: &str| -> Result<usize> {
-            let key = format!("{arch}.ssm.{k}");
-            match md.u32(&key)? {
-                0 => Err(Error::BadHParam {
-                    key,
-                    problem: "must be positive".into(),
-                }),
-                v => Ok(v as usize),
-            }
-        };
+        let get = |k: &str| required(md, &format!("{arch}.ssm.{k}"));
         let shape = Mamba2Shape {
             conv_kernel: get("conv_kernel")?,
             d_inner: get("inner_size")?,

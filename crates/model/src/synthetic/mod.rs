@@ -86,16 +86,7 @@ impl Synthetic {
         if self.nextn > 0 && self.delta.is_none() {
             return bad(format!("{} takes no NextN blocks here", self.arch.name()));
         }
-        if self.n_head == 0
-            || self.n_head_kv == 0
-            || !self.n_embd.is_multiple_of(self.n_head)
-            || !self.n_head.is_multiple_of(self.n_head_kv)
-        {
-            return bad(format!(
-                "{} heads ({} for keys and values) do not divide n_embd {}",
-                self.n_head, self.n_head_kv, self.n_embd
-            ));
-        }
+        check_heads(self.n_embd, self.n_head, self.n_head_kv)?;
         let block = self.ty.block_size() as usize;
         let dense_ff = match (self.experts, self.arch.name()) {
             (None, _) | (Some(_), "qwen2moe" | "qwen35moe") => Some(self.n_ff),
@@ -558,6 +549,20 @@ pub(crate) fn drafter_head(
         }
     }
     t.vector("output_norm.weight", vec![norm; e]);
+    Ok(())
+}
+
+/// Checks that `n_head` heads, `n_head_kv` of them for keys and values, divide `n_embd`.
+pub(crate) fn check_heads(n_embd: usize, n_head: usize, n_head_kv: usize) -> Result<()> {
+    if n_head == 0
+        || n_head_kv == 0
+        || !n_embd.is_multiple_of(n_head)
+        || !n_head.is_multiple_of(n_head_kv)
+    {
+        return Err(Error::Synthetic(format!(
+            "{n_head} heads ({n_head_kv} for keys and values) do not divide n_embd {n_embd}"
+        )));
+    }
     Ok(())
 }
 

@@ -11,7 +11,7 @@ use std::path::Path;
 
 use gguf::{GgmlType, Value, ValueType};
 
-use super::{scale, write_file, ExpertShape, Rng, Tensors, Vocab};
+use super::{check_heads, scale, write_file, ExpertShape, Rng, Tensors, Vocab};
 use crate::layers::mamba2::Mamba2Shape;
 use crate::{Error, Result};
 
@@ -63,16 +63,7 @@ impl NemotronShape {
                 ));
             }
         }
-        if self.n_head == 0
-            || self.n_head_kv == 0
-            || !self.n_embd.is_multiple_of(self.n_head)
-            || !self.n_head.is_multiple_of(self.n_head_kv)
-        {
-            return bad(format!(
-                "{} heads ({} for keys and values) do not divide n_embd {}",
-                self.n_head, self.n_head_kv, self.n_embd
-            ));
-        }
+        check_heads(self.n_embd, self.n_head, self.n_head_kv)?;
         let m = self.mamba;
         if !m.d_inner.is_multiple_of(m.n_head) || !m.n_head.is_multiple_of(m.n_group) {
             return bad(format!(
