@@ -680,6 +680,23 @@ mod tests {
         }
     }
 
+    /// A layer that keeps nothing (a feed-forward block alone) has no store: no blocks, no
+    /// bytes, nothing a block's reads and writes move.
+    #[test]
+    fn empty_layers_hold_nothing() {
+        let mut c = cfg(64);
+        let paged = c.total_bytes();
+        let full = c.full_block_bytes();
+        c.n_layer += 1;
+        c.empty = 1 << (c.n_layer - 1);
+        let l = c.n_layer - 1;
+        assert!(c.keeps_nothing(l) && !c.keeps_nothing(0));
+        assert!(!c.store_is_full(l, false) && !c.store_is_full(l, true));
+        assert_eq!((c.store_blocks(l, false), c.store_blocks(l, true)), (0, 0));
+        assert_eq!((c.total_bytes(), c.full_block_bytes()), (paged, full));
+        c.validate().unwrap();
+    }
+
     #[test]
     fn q8_0_needs_whole_blocks() {
         let mut c = cfg(16);
