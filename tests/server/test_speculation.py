@@ -111,11 +111,7 @@ def feature_drafters(tmp_path_factory):
 @pytest.mark.parametrize("arch", ["eagle3", "dflash"])
 def test_feature_drafters_keep_the_plain_text(plain, feature_drafters, arch):
     (alone, _), together, _ = plain
-    # The step budget off: at start the cost curve is measured once, and on a loaded 2-core
-    # machine a 5-row verify step was measured over 2.5x a 1-row step, so the planner cut
-    # every draft of the request decoding alone (its drafts, not the drafter, under test).
-    flags = ["-md", feature_drafters[arch], "--spec-policy", "fixed", "--spec-draft-n-max", "4",
-             "--step-budget", "off"]
+    flags = ["-md", feature_drafters[arch], "--spec-policy", "fixed", "--spec-draft-n-max", "4"]
     (s_alone, t_alone), s_together, metrics = run_arm(flags)
     assert s_alone == alone
     assert [t for t, _ in s_together] == [t for t, _ in together]

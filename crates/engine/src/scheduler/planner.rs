@@ -9,7 +9,8 @@
 //!    state gave back): each takes its rows, then as much of its draft
 //!    as the rows and the time target allow. The target is the [`StepBudget`] applied to
 //!    the predicted time of the decoding rows alone (by default 2.5× it): a stream waits
-//!    at most that long for its next token whoever else is reading a prompt.
+//!    at most that long for its next token whoever else is reading a prompt. A stream
+//!    decoding alone with no prompt waiting keeps its whole draft (it delays nobody).
 //! 2. Prompts share what is left: the most rows whose step is predicted within the
 //!    target (all `n_batch` rows when nobody decodes), at least one. The oldest prompt is
 //!    given a quarter of them (so that no prompt starves), the rest go to the prompts with
@@ -103,10 +104,13 @@ pub(super) fn plan(limits: &Limits, slots: &mut dyn Slots) -> Vec<Planned> {
             orders.push(order);
         }
     };
+    // A stream decoding alone, no prompt waiting, delays nobody with its draft: the
+    // policy's choice of depth stands (rows permitting).
+    let alone = decoding.len() == 1 && prompts.is_empty();
     for &(o, s) in &decoding {
         let (from, pending) = (slots.computed(s), slots.pending(s));
         let mut keep = slots.cut_draft(s, rows_left);
-        while keep > 0 && !fits(&shape.plus(Shape::run(from + pending, keep, keep))) {
+        while keep > 0 && !alone && !fits(&shape.plus(Shape::run(from + pending, keep, keep))) {
             keep -= 1;
         }
         let keep = slots.cut_draft(s, keep);
@@ -460,6 +464,10 @@ mod tests {
         let p = plan(&limits(2048, StepBudget::AUTO), &mut f);
         assert_eq!(rows(&p), [(0, 19), (1, 1), (2, 1)]);
         assert_eq!((f.slots[0].2, f.slots[1].2), (18, 0));
+        // Alone, no prompt waiting, a decoder keeps the draft the target would cut.
+        let mut f = fake(&[(0, 1, 24, 100)], 100_000);
+        let p = plan(&limits(2048, StepBudget::AUTO), &mut f);
+        assert_eq!((rows(&p), f.slots[0].2), (vec![(0, 25)], 24));
         // With the budget off, drafts are bounded by the rows alone.
         let mut f = fake(&[(0, 1, 16, 100), (1, 1, 4, 50)], 100_000);
         let p = plan(&limits(12, StepBudget::Off), &mut f);
