@@ -71,22 +71,14 @@ impl ContextConfig {
                 .filter(|&(kl, m)| kl < 128 && keep(m));
             kls.fold(0u128, |m, (kl, _)| m | 1 << kl)
         };
-        let lookback = memory.iter().filter_map(|m| match m {
-            LayerMemory::Paged { window } => *window,
-            LayerMemory::Records { lookback, .. } => Some(*lookback),
-            _ => None,
-        });
-        let window = lookback
+        let window = memory
+            .iter()
+            .filter_map(LayerMemory::lookback)
             .max()
             .filter(|_| !self.swa_full)
             .map(|size| WindowKv {
                 size,
-                layers: mask(&|m| {
-                    matches!(
-                        m,
-                        LayerMemory::Paged { window: Some(_) } | LayerMemory::Records { .. }
-                    )
-                }),
+                layers: mask(&|m| m.lookback().is_some()),
                 n_blocks: WindowKv::blocks_for(size, self.n_seq, self.n_ubatch)
                     .min(n_positions.div_ceil(kv::BLOCK_SIZE)),
             });

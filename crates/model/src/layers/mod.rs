@@ -74,6 +74,18 @@ pub enum LayerMemory {
     Nothing,
 }
 
+impl LayerMemory {
+    /// The positions back from the newest it reads in the pool's windowed class of blocks:
+    /// a window's, a record layer's recent part; `None` for the others.
+    pub fn lookback(&self) -> Option<usize> {
+        match self {
+            LayerMemory::Paged { window } => *window,
+            LayerMemory::Records { lookback, .. } => Some(*lookback),
+            LayerMemory::State { .. } | LayerMemory::Nothing => None,
+        }
+    }
+}
+
 /// One block of a model, its tensors loaded: the unit a recipe makes and the model runs.
 pub trait Layer: Send + Sync {
     /// What block `il` keeps of each sequence: by default, attention's keys and values.
