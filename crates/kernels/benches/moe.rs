@@ -34,7 +34,7 @@ fn bench(c: &mut Criterion) {
         .collect();
     let packed: Vec<PackedMatrix> = bytes
         .iter()
-        .map(|b| PackedMatrix::pack(&QMatrix::new(ty, b, N, K).unwrap()).unwrap())
+        .map(|b| QMatrix::new(ty, b, N, K).unwrap().pack().unwrap())
         .collect();
     let ws: Vec<[QMatrix; 1]> = bytes
         .iter()

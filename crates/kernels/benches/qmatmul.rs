@@ -44,7 +44,7 @@ fn bench(c: &mut Criterion) {
     for ty in TYPES {
         let bytes = quantized(ty, n, k);
         let plain = QMatrix::new(ty, &bytes, n, k).unwrap();
-        let packed = PackedMatrix::pack(&plain);
+        let packed = plain.pack();
         let q = plain.with_packed(packed.as_ref());
         let mut group = c.benchmark_group(format!("qmatmul/{ty}/{n}x{k}"));
         for m in [1, 2, 4, 8, 64] {
@@ -84,11 +84,9 @@ fn stream(c: &mut Criterion) {
     for ty in TYPES {
         let bytes = quantized(ty, n, k);
         let plain = QMatrix::new(ty, &bytes, n, k).unwrap();
-        let one = PackedMatrix::pack(&plain).unwrap();
+        let one = plain.pack().unwrap();
         let count = STREAM_BYTES.div_ceil(one.bytes());
-        let packs: Vec<PackedMatrix> = (0..count)
-            .map(|_| PackedMatrix::pack(&plain).unwrap())
-            .collect();
+        let packs: Vec<PackedMatrix> = (0..count).map(|_| plain.pack().unwrap()).collect();
         group.throughput(Throughput::Bytes((count * one.bytes()) as u64));
         for m in [1, 2, 3, 4, 8] {
             let x = values(m * k, 5);

@@ -12,9 +12,11 @@ pub mod matmul;
 pub mod ops;
 pub mod pool;
 pub mod qmatmul;
+pub mod qmatrix;
 
 pub use device::formats;
 pub use device::{Error, Result};
-pub use matmul::{matmul, matmul_grouped, matmul_many, Group, Precision, QMatrix};
+pub use matmul::{matmul, matmul_grouped, matmul_many, Group, Precision};
 pub use pool::ThreadPool;
 pub use qmatmul::packed::{PackedIsa, PackedMatrix};
+pub use qmatrix::QMatrix;

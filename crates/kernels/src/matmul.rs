@@ -6,80 +6,15 @@
 
 use std::cell::RefCell;
 
-use gguf::GgmlType;
-
 use crate::dot::{dot, dot4, Isa};
-use crate::formats::dequantize_row;
+use crate::forms::int_form;
 use crate::pool::{SharedOut, ThreadPool};
-use crate::qmatmul::decode::Scheme;
 use crate::qmatmul::packed::{PackedIsa, PackedMatrix};
 use crate::qmatmul::QIsa;
-use crate::{Error, Result};
+use crate::qmatrix::QMatrix;
 
 /// Weight rows dequantized together and applied to every activation row.
 pub(crate) const TILE_ROWS: usize = 16;
-
-/// A weight matrix as GGUF stores it: `n_rows` rows of `n_cols` elements of `ty`,
-/// row-major (ggml dims `[n_cols, n_rows]`).
-#[derive(Clone, Copy, Debug)]
-pub struct QMatrix<'a> {
-    pub ty: GgmlType,
-    pub data: &'a [u8],
-    pub n_rows: usize,
-    pub n_cols: usize,
-    /// The same matrix repacked for the tiled kernels, when the model made one.
-    pub packed: Option<&'a PackedMatrix>,
-}
-
-impl<'a> QMatrix<'a> {
-    /// Checks that `data` holds exactly `n_rows` rows of `n_cols` elements of `ty`.
-    pub fn new(ty: GgmlType, data: &'a [u8], n_rows: usize, n_cols: usize) -> Result<Self> {
-        if !crate::formats::is_supported(ty) {
-            return Err(Error::UnsupportedType(ty));
-        }
-        let row = ty.row_bytes(n_cols as u64).ok_or(Error::LengthMismatch {
-            what: "matrix row (not a whole number of blocks)",
-            expected: ty.block_size() as usize,
-            got: n_cols,
-        })? as usize;
-        if data.len() != row * n_rows {
-            return Err(Error::LengthMismatch {
-                what: "matrix bytes",
-                expected: row * n_rows,
-                got: data.len(),
-            });
-        }
-        Ok(QMatrix {
-            ty,
-            data,
-            n_rows,
-            n_cols,
-            packed: None,
-        })
-    }
-
-    /// This matrix with its packed form (which must be of the same matrix).
-    pub fn with_packed(self, packed: Option<&'a PackedMatrix>) -> Self {
-        if let Some(p) = packed {
-            assert_eq!(
-                (p.ty, p.n_rows, p.n_cols),
-                (self.ty, self.n_rows, self.n_cols)
-            );
-        }
-        QMatrix { packed, ..self }
-    }
-
-    pub fn row_bytes(&self) -> usize {
-        self.data.len() / self.n_rows.max(1)
-    }
-
-    /// Dequantizes row `i` into `out` (`[n_cols]`).
-    pub fn dequantize_row(&self, i: usize, out: &mut [f32]) {
-        let rb = self.row_bytes();
-        dequantize_row(self.ty, &self.data[i * rb..(i + 1) * rb], out)
-            .expect("validated in QMatrix::new");
-    }
-}
 
 thread_local! {
     static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
@@ -105,8 +40,8 @@ pub fn matmul(pool: &ThreadPool, w: &QMatrix, x: &[f32], y: &mut [f32], precisio
     assert_eq!(x.len() % k, 0, "x is not [m, {k}]");
     let m = x.len() / k;
     assert_eq!(y.len(), m * n, "y is not [{m}, {n}]");
-    if let (Some(scheme), Precision::Int8) = (Scheme::of(w.ty), precision) {
-        return crate::qmatmul::matmul(pool, QIsa::detect(), scheme, w, x, y);
+    if let (Some(form), Precision::Int8) = (int_form(w.ty), precision) {
+        return crate::qmatmul::matmul(pool, QIsa::detect(), form, w, x, y);
     }
     matmul_f32(pool, w, x, y);
 }
@@ -221,6 +156,7 @@ mod tests {
     use super::*;
     use crate::formats::quantize_row;
     use device::testing::data;
+    use gguf::GgmlType;
 
     fn quantized(ty: GgmlType, n: usize, k: usize) -> Vec<u8> {
         quantized_seeded(ty, n, k, 7)
@@ -287,7 +223,7 @@ mod tests {
             let bytes: Vec<Vec<u8>> = (0..7).map(|s| quantized_seeded(ty, n, k, s)).collect();
             let packed: Vec<Option<PackedMatrix>> = bytes
                 .iter()
-                .map(|b| PackedMatrix::pack(&QMatrix::new(ty, b, n, k).unwrap()))
+                .map(|b| QMatrix::new(ty, b, n, k).unwrap().pack())
                 .collect();
             let ws: Vec<QMatrix> = bytes
                 .iter()

@@ -9,8 +9,9 @@ use device::Buf;
 use gguf::GgmlType;
 
 use super::Cpu;
-use crate::matmul::{matmul, Precision, QMatrix};
+use crate::matmul::{matmul, Precision};
 use crate::ops::{gelu_alone_inplace, sigmoid, softmax_inplace};
+use crate::qmatrix::QMatrix;
 
 /// Query rows whose scores are held at once.
 const CHUNK: usize = 256;

@@ -25,10 +25,11 @@ use gguf::GgmlType;
 
 pub use crate::features::CpuFeatures;
 
-use crate::matmul::{matmul, matmul_many, Precision, QMatrix};
+use crate::matmul::{matmul, matmul_many, Precision};
 use crate::ops::{add_inplace, gelu_inplace, rms_norm, rms_norm_inplace, rope, rope_angles};
 use crate::ops::{all_finite, sigmoid, softmax_inplace, swiglu_inplace, swiglu_limited_inplace};
 use crate::qmatmul::packed::PackedMatrix;
+use crate::qmatrix::QMatrix;
 use crate::ThreadPool;
 
 /// A matrix on the CPU: its GGUF bytes (mapped) and, for the packed kernels, its tiles.
@@ -191,7 +192,7 @@ impl Device for Cpu {
                                 let s = &srcs[i];
                                 let w = QMatrix::new(s.ty, s.bytes.as_slice(), s.n_rows, s.n_cols)
                                     .expect("checked above");
-                                let p = PackedMatrix::pack(&w).expect("a packed type");
+                                let p = w.pack().expect("a packed type");
                                 s.bytes.release();
                                 let len = s.bytes.as_slice().len();
                                 progress(done.fetch_add(len, Ordering::Relaxed) + len, total);

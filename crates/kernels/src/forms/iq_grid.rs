@@ -15,7 +15,7 @@ use super::{int8, CpuForm};
 use crate::formats::{iq1_m, iq1_s, iq2_s, iq2_xs, iq2_xxs, iq3_s, iq3_xxs};
 use crate::qmatmul::act::ActLayout::{B256, B32};
 use crate::qmatmul::decode::{f16_at, DecodedRow};
-use crate::qmatmul::packed::Format;
+use crate::qmatmul::packed::layout::Format;
 
 /// The offset of IQ2_XS's and IQ2_S's quants: their largest |grid value|.
 const IQ2_OFFSET: i8 = 43;
@@ -270,7 +270,9 @@ mod tests {
                 let mut want = vec![0f32; k];
                 dequantize_row(ty, &bytes, &mut want).unwrap();
                 let mut row = DecodedRow::default();
-                row.decode(ty, &bytes, k);
+                crate::forms::int_form(ty)
+                    .unwrap()
+                    .decode_row(&mut row, &bytes, k);
                 assert!(row
                     .q
                     .iter()

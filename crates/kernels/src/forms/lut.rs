@@ -9,7 +9,7 @@ use super::{int8, CpuForm};
 use crate::formats::{iq4_nl, iq4_xs, mxfp4};
 use crate::qmatmul::act::ActLayout::B32;
 use crate::qmatmul::decode::DecodedRow;
-use crate::qmatmul::packed::Format;
+use crate::qmatmul::packed::layout::Format;
 
 /// IQ4_NL: signed levels, `d` the block's scale.
 pub const IQ4_NL: CpuForm = int8(

@@ -17,8 +17,8 @@ mod iq_grid;
 use gguf::GgmlType;
 
 use crate::qmatmul::act::ActLayout::{B256, B32};
-use crate::qmatmul::decode::{self, DecodedRow, Scheme};
-use crate::qmatmul::packed::Format;
+use crate::qmatmul::decode::{self, DecodedRow, RowDecoder, Scheme};
+use crate::qmatmul::packed::layout::Format;
 
 /// How the CPU runs one weight type.
 #[derive(Debug, Clone, Copy)]
@@ -32,11 +32,16 @@ pub struct CpuForm {
 #[derive(Debug, Clone, Copy)]
 pub struct IntForm {
     pub scheme: Scheme,
-    /// Fills a row already sized for `scheme` from exactly its stored blocks; forms over
-    /// 256-value blocks fill `sc16`, and `sc` is expanded from it afterwards.
-    pub decode: fn(&mut DecodedRow, &[u8]),
+    pub decode: RowDecoder,
     /// Its tile layout for the packed kernels, where they have one.
     pub packed: Option<Format>,
+}
+
+impl IntForm {
+    /// Decodes one stored row of this type (`bytes` holds exactly `k` values) into `row`.
+    pub fn decode_row(&self, row: &mut DecodedRow, bytes: &[u8], k: usize) {
+        row.decode(self.scheme, self.decode, bytes, k);
+    }
 }
 
 /// A type multiplied in f32: its rows dequantized (the float types, and a quantized type
@@ -50,7 +55,7 @@ const fn int8(
     ty: GgmlType,
     layout: crate::qmatmul::act::ActLayout,
     (offset, signed, has_min): (i32, bool, bool),
-    decode: fn(&mut DecodedRow, &[u8]),
+    decode: RowDecoder,
     packed: Option<Format>,
 ) -> CpuForm {
     let scheme = Scheme {
@@ -148,6 +153,17 @@ pub static FORMS: &[CpuForm] = &[
 /// The CPU's row of `ty`, `None` for a type it does not run.
 pub fn form(ty: GgmlType) -> Option<&'static CpuForm> {
     FORMS.iter().find(|f| f.ty == ty)
+}
+
+/// The integer form of `ty`, `None` for the types the CPU multiplies in f32 (and those it
+/// does not run).
+pub fn int_form(ty: GgmlType) -> Option<&'static IntForm> {
+    form(ty)?.int8.as_ref()
+}
+
+/// The [`Scheme`] of `ty`'s integer form, if it has one.
+pub fn scheme(ty: GgmlType) -> Option<Scheme> {
+    Some(int_form(ty)?.scheme)
 }
 
 /// The CPU's column of the support matrix (see [`device::formats::FormOf`]): `f32`,

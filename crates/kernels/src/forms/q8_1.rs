@@ -32,7 +32,9 @@ mod tests {
             }
         }
         let mut row = DecodedRow::default();
-        row.decode(GgmlType::Q8_1, &bytes, 64);
+        crate::forms::int_form(GgmlType::Q8_1)
+            .unwrap()
+            .decode_row(&mut row, &bytes, 64);
         assert_eq!(row.d, [0.25, 0.5]);
         assert!(row.m.is_empty());
         let q: Vec<i8> = row.q.iter().map(|&q| q as i8).collect();

@@ -10,8 +10,6 @@
 //! Each format's decoder is one function here over [`DecodedRow::decode_b32`] or
 //! `decode_k`; `crate::forms::FORMS` pairs it with its type and [`Scheme`].
 
-use gguf::GgmlType;
-
 use super::act::ActLayout;
 use crate::formats::{self, q4_k::scale_min};
 
@@ -27,13 +25,9 @@ pub struct Scheme {
     pub has_min: bool,
 }
 
-impl Scheme {
-    /// The scheme of a quantized format the CPU's table gives an integer form, or `None`
-    /// for the types it multiplies in f32 (and those it does not run).
-    pub fn of(ty: GgmlType) -> Option<Scheme> {
-        Some(crate::forms::form(ty)?.int8?.scheme)
-    }
-}
+/// Fills a row already sized for its type's [`Scheme`] from exactly its stored blocks;
+/// forms over 256-value blocks fill `sc16` (`sc` is expanded from it afterwards).
+pub type RowDecoder = fn(&mut DecodedRow, &[u8]);
 
 /// One decoded weight row of `k` values.
 #[derive(Debug, Default, Clone)]
@@ -71,14 +65,12 @@ impl DecodedRow {
             .resize(if k_quant && scheme.has_min { k / 16 } else { 0 }, 0);
     }
 
-    /// Decodes one stored row of type `ty` (`bytes` holds exactly `k` values); `ty` has
-    /// an integer form in the CPU's table.
-    pub fn decode(&mut self, ty: GgmlType, bytes: &[u8], k: usize) {
-        let form = crate::forms::form(ty).and_then(|f| f.int8);
-        let form = form.expect("a quantized type");
-        self.reset(k, form.scheme);
-        (form.decode)(self, bytes);
-        if form.scheme.layout == ActLayout::B256 {
+    /// Decodes one stored row (`bytes` holds exactly `k` values) of a type of `scheme`
+    /// whose blocks `decode` reads (its [`crate::forms::IntForm`]).
+    pub fn decode(&mut self, scheme: Scheme, decode: RowDecoder, bytes: &[u8], k: usize) {
+        self.reset(k, scheme);
+        decode(self, bytes);
+        if scheme.layout == ActLayout::B256 {
             self.expand_scales();
         }
     }

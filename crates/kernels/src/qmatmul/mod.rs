@@ -20,8 +20,9 @@ use decode::{DecodedRow, Scheme};
 use packed::PackedIsa;
 
 pub use crate::features::QIsa;
-use crate::matmul::QMatrix;
+use crate::forms::{scheme, IntForm};
 use crate::pool::{SharedOut, ThreadPool};
+use crate::qmatrix::QMatrix;
 
 /// Four dot products of `w[r]` with `x`.
 pub fn dot4(isa: QIsa, scheme: Scheme, w: [&DecodedRow; 4], x: ActRow) -> [f32; 4] {
@@ -50,7 +51,7 @@ pub fn matmul_packed_grouped(
     groups: &[(&[&packed::PackedMatrix], &[f32])],
     ys: &mut [&mut [f32]],
 ) {
-    let layout_of = |w: &packed::PackedMatrix| Scheme::of(w.ty).expect("quantized").layout;
+    let layout_of = |w: &packed::PackedMatrix| scheme(w.ty).expect("quantized").layout;
     assert_eq!(
         groups.iter().map(|(ws, _)| ws.len()).sum::<usize>(),
         ys.len(),
@@ -86,10 +87,11 @@ pub fn matmul_packed_grouped(
     });
 }
 
-/// `y[m, n] = Σ_k x[m, k] · w[n, k]` for a quantized `w` (`scheme` is its format's).
+/// `y[m, n] = Σ_k x[m, k] · w[n, k]` for a quantized `w` (`form` is its type's).
 /// `x` is `[m, w.n_cols]`, `y` is `[m, w.n_rows]`.
-pub fn matmul(pool: &ThreadPool, isa: QIsa, scheme: Scheme, w: &QMatrix, x: &[f32], y: &mut [f32]) {
+pub fn matmul(pool: &ThreadPool, isa: QIsa, form: &IntForm, w: &QMatrix, x: &[f32], y: &mut [f32]) {
     let (k, n) = (w.n_cols, w.n_rows);
+    let scheme = form.scheme;
     ACTS.with(|a| {
         let mut acts = a.borrow_mut();
         acts.quantize(x, k, scheme.layout);
@@ -107,7 +109,7 @@ pub fn matmul(pool: &ThreadPool, isa: QIsa, scheme: Scheme, w: &QMatrix, x: &[f3
                     let r0 = 4 * tile;
                     let live = 4.min(n - r0);
                     for (i, row) in rows.iter_mut().enumerate().take(live) {
-                        row.decode(w.ty, &w.data[(r0 + i) * rb..(r0 + i + 1) * rb], k);
+                        form.decode_row(row, &w.data[(r0 + i) * rb..(r0 + i + 1) * rb], k);
                     }
                     let rows = &*rows;
                     let pick = [0, 1, 2, 3].map(|i| &rows[i.min(live - 1)]);
@@ -143,9 +145,10 @@ mod tests {
         let k = 512;
         for ty in int8_types() {
             let bytes = random_blocks(ty, 1, k, 3);
-            let scheme = Scheme::of(ty).unwrap();
+            let form = crate::forms::int_form(ty).unwrap();
+            let scheme = form.scheme;
             let mut row = DecodedRow::default();
-            row.decode(ty, &bytes, k);
+            form.decode_row(&mut row, &bytes, k);
             let mut want = vec![0f32; k];
             dequantize_row(ty, &bytes, &mut want).unwrap();
             #[allow(clippy::needless_range_loop)]
@@ -186,13 +189,14 @@ mod tests {
         for ty in int8_types() {
             let bytes = random_blocks(ty, n, k, 5);
             let w = QMatrix::new(ty, &bytes, n, k).unwrap();
-            let scheme = Scheme::of(ty).unwrap();
+            let form = crate::forms::int_form(ty).unwrap();
+            let scheme = form.scheme;
             let x = data(3 * k, 9);
             let mut acts = QActs::default();
             acts.quantize(&x, k, scheme.layout);
             let mut rows: Vec<DecodedRow> = vec![DecodedRow::default(); n];
             for (r, row) in rows.iter_mut().enumerate() {
-                row.decode(ty, &bytes[r * w.row_bytes()..(r + 1) * w.row_bytes()], k);
+                form.decode_row(row, &bytes[r * w.row_bytes()..(r + 1) * w.row_bytes()], k);
             }
             let mut deq = vec![0f32; k];
             for m in 0..3 {
@@ -227,13 +231,13 @@ mod tests {
         for ty in int8_types() {
             let bytes = random_blocks(ty, n, k, 7);
             let w = QMatrix::new(ty, &bytes, n, k).unwrap();
-            let scheme = Scheme::of(ty).unwrap();
+            let form = crate::forms::int_form(ty).unwrap();
             let x = data(64 * k, 11);
             let mut reference = vec![0f32; 64 * n];
             matmul(
                 &ThreadPool::new(1),
                 QIsa::Scalar,
-                scheme,
+                form,
                 &w,
                 &x,
                 &mut reference,
@@ -243,7 +247,7 @@ mod tests {
                 for m in [1, 8, 64] {
                     let start = 64 - m;
                     let mut y = vec![0f32; m * n];
-                    matmul(&pool, QIsa::detect(), scheme, &w, &x[start * k..], &mut y);
+                    matmul(&pool, QIsa::detect(), form, &w, &x[start * k..], &mut y);
                     let want = &reference[start * n..];
                     assert!(
                         y.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()),

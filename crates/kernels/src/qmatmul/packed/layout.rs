@@ -24,8 +24,6 @@
 //! index per row and their signs as bits, and the kernels gather the grid's values into
 //! Q8_0's chunks (`GridLayout`).
 
-use gguf::GgmlType;
-
 use crate::formats::grids::{IQ2XXS, IQ3XXS, KSIGNS};
 use crate::formats::iq4_xs;
 use crate::qmatmul::act::ActLayout;
@@ -215,11 +213,6 @@ pub enum Format {
 }
 
 impl Format {
-    /// The packed layout the CPU's table gives `ty`, if any.
-    pub fn of(ty: GgmlType) -> Option<Format> {
-        crate::forms::form(ty)?.int8?.packed
-    }
-
     /// Values per block (per record).
     pub fn block(self) -> usize {
         match self {

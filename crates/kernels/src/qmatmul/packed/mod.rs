@@ -9,7 +9,7 @@
 
 #[cfg(target_arch = "x86_64")]
 mod kernels;
-mod layout;
+pub mod layout;
 #[cfg(target_arch = "x86_64")]
 mod simd;
 
@@ -20,8 +20,7 @@ use gguf::GgmlType;
 
 #[cfg(target_arch = "x86_64")]
 use self::kernels::XRow;
-pub use self::layout::Format;
-use self::layout::TILE;
+use self::layout::{Format, TILE};
 #[cfg(target_arch = "x86_64")]
 use self::layout::{Iq2Xxs, Iq3Xxs, Iq4Nl, Iq4Xs, Mxfp4};
 #[cfg(target_arch = "x86_64")]
@@ -29,7 +28,7 @@ use self::simd::{Avx2, Avx512, Lanes};
 use super::act::QActs;
 use super::decode::DecodedRow;
 pub use crate::features::PackedIsa;
-use crate::matmul::QMatrix;
+use crate::forms::{int_form, IntForm};
 use crate::pool::{SharedOut, ThreadPool};
 
 /// 64 bytes, 64-aligned: the unit the packed buffer is allocated in.
@@ -60,29 +59,36 @@ impl std::fmt::Debug for PackedMatrix {
 impl PackedMatrix {
     /// Whether `ty` has a packed layout.
     pub fn supports(ty: GgmlType) -> bool {
-        Format::of(ty).is_some()
+        Self::layout(ty).is_some()
+    }
+
+    /// The integer form of `ty` and its packed layout, when it has one.
+    fn layout(ty: GgmlType) -> Option<(&'static IntForm, Format)> {
+        let form = int_form(ty)?;
+        Some((form, form.packed?))
     }
 
     /// Bytes the packed form of `n_rows × n_cols` of `ty` takes, or `None` without a layout.
     pub fn planned_bytes(ty: GgmlType, n_rows: usize, n_cols: usize) -> Option<usize> {
-        let f = Format::of(ty)?;
+        let (_, f) = Self::layout(ty)?;
         Some(n_rows.div_ceil(TILE) * (n_cols / f.block()) * f.rec())
     }
 
-    /// Repacks `w`, or `None` when its type has no packed layout.
-    pub fn pack(w: &QMatrix) -> Option<PackedMatrix> {
-        let format = Format::of(w.ty)?;
-        let bytes = Self::planned_bytes(w.ty, w.n_rows, w.n_cols)?;
+    /// Repacks the `n_rows` stored rows of `n_cols` values of `ty` in `data` (a checked
+    /// `QMatrix`'s), or `None` when `ty` has no packed layout.
+    pub fn pack(ty: GgmlType, data: &[u8], n_rows: usize, n_cols: usize) -> Option<PackedMatrix> {
+        let (form, format) = Self::layout(ty)?;
+        let bytes = Self::planned_bytes(ty, n_rows, n_cols)?;
         let mut lines = vec![Line([0; 64]); bytes.div_ceil(64)];
         // SAFETY: `Line` is 64 plain bytes; the slice covers the allocation.
         let buf = unsafe {
             std::slice::from_raw_parts_mut(lines.as_mut_ptr() as *mut u8, lines.len() * 64)
         };
-        let (nb, rec) = (w.n_cols / format.block(), format.rec());
+        let (nb, rec) = (n_cols / format.block(), format.rec());
         let mut row = DecodedRow::default();
-        let rb = w.row_bytes();
-        for n in 0..w.n_rows {
-            let stored = &w.data[n * rb..(n + 1) * rb];
+        let rb = data.len() / n_rows.max(1);
+        for n in 0..n_rows {
+            let stored = &data[n * rb..(n + 1) * rb];
             let tile = &mut buf[(n / TILE) * nb * rec..][..nb * rec];
             if format.from_stored() {
                 for (blk, record) in stored.chunks_exact(rb / nb).zip(tile.chunks_exact_mut(rec)) {
@@ -90,15 +96,15 @@ impl PackedMatrix {
                 }
                 continue;
             }
-            row.decode(w.ty, stored, w.n_cols);
+            form.decode_row(&mut row, stored, n_cols);
             for (b, record) in tile.chunks_exact_mut(rec).enumerate() {
                 format.write(&row, b, n % TILE, record);
             }
         }
         Some(PackedMatrix {
-            ty: w.ty,
-            n_rows: w.n_rows,
-            n_cols: w.n_cols,
+            ty,
+            n_rows,
+            n_cols,
             format,
             lines,
         })

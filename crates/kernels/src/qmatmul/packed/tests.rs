@@ -1,8 +1,8 @@
 use gguf::GgmlType;
 
 use super::*;
-use crate::qmatmul::decode::Scheme;
 use crate::qmatmul::scalar;
+use crate::qmatrix::QMatrix;
 use device::testing::{data, noise_blocks, random_blocks, saturated_blocks};
 
 const PACKED: [GgmlType; 12] = [
@@ -46,18 +46,23 @@ fn packed_kernels_give_the_scalar_twins_bits() {
             ("saturated", saturated_blocks(ty, n, k)),
         ] {
             let w = QMatrix::new(ty, &bytes, n, k).unwrap();
-            let packed = PackedMatrix::pack(&w).unwrap();
+            let packed = w.pack().unwrap();
             assert_eq!(
                 Some(packed.bytes()),
                 PackedMatrix::planned_bytes(ty, n, k).map(|b| b.next_multiple_of(64))
             );
-            let scheme = Scheme::of(ty).unwrap();
+            let form = crate::forms::int_form(ty).unwrap();
+            let scheme = form.scheme;
             let mut acts = QActs::default();
             acts.quantize(&x, k, scheme.layout);
             let mut row = DecodedRow::default();
             let mut want = vec![0f32; m_all * n];
             for r in 0..n {
-                row.decode(ty, &bytes[r * w.row_bytes()..(r + 1) * w.row_bytes()], k);
+                form.decode_row(
+                    &mut row,
+                    &bytes[r * w.row_bytes()..(r + 1) * w.row_bytes()],
+                    k,
+                );
                 for m in 0..m_all {
                     want[m * n + r] = scalar::dot(scheme, &row, acts.row(m));
                 }
@@ -97,8 +102,9 @@ fn rows_of_later_blocks_give_the_scalar_twins_bits() {
     for ty in [GgmlType::Q4_K, GgmlType::Q8_0] {
         let bytes = random_blocks(ty, n, k, 5);
         let w = QMatrix::new(ty, &bytes, n, k).unwrap();
-        let packed = PackedMatrix::pack(&w).unwrap();
-        let scheme = Scheme::of(ty).unwrap();
+        let packed = w.pack().unwrap();
+        let form = crate::forms::int_form(ty).unwrap();
+        let scheme = form.scheme;
         let mut acts = QActs::default();
         acts.quantize(&x, k, scheme.layout);
         let mut row = DecodedRow::default();
@@ -106,7 +112,11 @@ fn rows_of_later_blocks_give_the_scalar_twins_bits() {
             let mut y = vec![0f32; m * n];
             matmul(&ThreadPool::new(2), isa, &packed, &acts, &mut y);
             for r in 0..n {
-                row.decode(ty, &bytes[r * w.row_bytes()..(r + 1) * w.row_bytes()], k);
+                form.decode_row(
+                    &mut row,
+                    &bytes[r * w.row_bytes()..(r + 1) * w.row_bytes()],
+                    k,
+                );
                 for i in 0..m {
                     let want = scalar::dot(scheme, &row, acts.row(i));
                     assert_eq!(
