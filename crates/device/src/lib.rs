@@ -19,6 +19,7 @@ pub mod formats;
 pub mod host;
 pub mod host_kv;
 pub mod hyper;
+pub mod math;
 pub mod records;
 pub mod reference;
 pub mod scan;
@@ -40,6 +41,19 @@ use gguf::GgmlType;
 
 #[doc(hidden)]
 pub use {gguf as __gguf, kv as __kv};
+
+/// How activations meet quantized weights, a choice made when a backend is opened (the
+/// CPU's kernels honour it; a backend without an exact path ignores it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Precision {
+    /// Activations quantized to 8 bits per block, integer dot products (llama.cpp's
+    /// arithmetic; fast).
+    #[default]
+    Int8,
+    /// Weights dequantized to f32 and f32 dot products (exact to f32 rounding; slow).
+    /// Used to check a model against a float64 reference.
+    F32,
+}
 
 /// Errors of the seam: a type or op a device cannot run, bad lengths, device memory.
 #[derive(Debug, thiserror::Error)]

@@ -2,11 +2,24 @@
 
 use std::sync::{Arc, OnceLock};
 
-use device::{Device, Role, ScratchShape};
+use device::{Device, Precision, Role, ScratchShape};
 use gguf::GgmlType;
-use kernels::{Precision, ThreadPool};
+use kernels::ThreadPool;
 
 use crate::{Error, Result};
+
+/// The host threads a process's CPU devices compute on: made once and shared by the
+/// executors one thread drives (a target and its drafters), so that two sets of threads
+/// never spin against each other. Cheap to clone; what it holds is the CPU backend's own.
+#[derive(Clone)]
+pub struct Threads(Arc<ThreadPool>);
+
+impl Threads {
+    /// `n` threads (at least one; the caller's is the first).
+    pub fn new(n: usize) -> Threads {
+        Threads(Arc::new(ThreadPool::new(n.max(1))))
+    }
+}
 
 /// A backend to compute on.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -65,12 +78,12 @@ impl DeviceKind {
         }
     }
 
-    /// A device of this kind; the CPU computes on `pool` with `precision`. Errors: no
+    /// A device of this kind; the CPU computes on `threads` with `precision`. Errors: no
     /// adapter for `gpu`.
-    pub fn open(self, pool: Arc<ThreadPool>, precision: Precision) -> Result<Box<dyn Device>> {
+    pub fn open(self, threads: Threads, precision: Precision) -> Result<Box<dyn Device>> {
         Ok(match self.resolve() {
             DeviceKind::Auto => unreachable!("resolved above"),
-            DeviceKind::Cpu => Box::new(kernels::cpu::Cpu::new(pool, precision)),
+            DeviceKind::Cpu => Box::new(kernels::cpu::Cpu::new(threads.0, precision)),
             DeviceKind::Reference => Box::new(device::reference::Reference::new()),
             DeviceKind::Gpu => Box::new(gpu::Gpu::open(gpu::Choice::Any).map_err(Error::Config)?),
         })
@@ -83,10 +96,10 @@ impl DeviceKind {
     pub fn encoder(self, threads: usize) -> Result<Box<dyn device::encoder::EncoderDevice>> {
         Ok(match self.encoder_kind() {
             DeviceKind::Gpu => Box::new(gpu::Gpu::open(gpu::Choice::Any).map_err(Error::Config)?),
-            _ => {
-                let pool = Arc::new(ThreadPool::new(threads.max(1)));
-                Box::new(kernels::cpu::Cpu::new(pool, Precision::Int8))
-            }
+            _ => Box::new(kernels::cpu::Cpu::new(
+                Threads::new(threads).0,
+                Precision::Int8,
+            )),
         })
     }
 

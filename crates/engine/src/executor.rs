@@ -5,13 +5,14 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use device::Precision;
 use device::{Buf, Device, Op, Progress, Row, Step};
 use gguf::GgmlType;
-use kernels::{Precision, ThreadPool};
 use kv::{KvConfig, KvPool, SeqKv, StateKv, WindowKv};
 use model::{DeviceWeights, LayerMemory, Model, Scratch};
 
 use crate::backend::DeviceKind;
+use crate::backend::Threads;
 use crate::{Error, Result};
 
 /// Rows of logits computed per output-head call; bounds the logits buffer.
@@ -278,16 +279,16 @@ pub struct Executor {
 impl Executor {
     /// An executor on `config.device` with a thread pool of its own (`config.n_threads`).
     pub fn new(model: impl Into<Arc<Model>>, config: ContextConfig) -> Result<Self> {
-        let pool = Arc::new(ThreadPool::new(config.n_threads));
-        Self::with_pool(model, config, pool)
+        let pool = Threads::new(config.n_threads);
+        Self::with_threads(model, config, pool)
     }
 
     /// An executor on `config.device` computing on `pool` (shared with another executor
     /// used from the same thread, so that two pools never spin against each other).
-    pub fn with_pool(
+    pub fn with_threads(
         model: impl Into<Arc<Model>>,
         config: ContextConfig,
-        pool: Arc<ThreadPool>,
+        pool: Threads,
     ) -> Result<Self> {
         let dev = config.device.open(pool, config.precision)?;
         Self::on(model, config, dev, &|_, _| {})

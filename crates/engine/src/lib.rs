@@ -15,7 +15,7 @@ mod scheduler;
 mod slot;
 pub mod speculative;
 
-pub use backend::DeviceKind;
+pub use backend::{DeviceKind, Threads};
 pub use executor::{
     ContextConfig, Enter, Executor, Out, Outputs, Placed, RowOut, Taps, LOGIT_ROWS,
 };

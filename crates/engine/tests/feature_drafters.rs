@@ -86,7 +86,7 @@ impl Kind {
     }
 
     fn proposer(self, stage: Model) -> Box<dyn Proposer> {
-        let pool = Arc::new(kernels::ThreadPool::new(2));
+        let pool = engine::Threads::new(2);
         match self {
             Kind::Eagle3 => {
                 Box::new(HiddenDrafter::eagle3(stage, common::f32_context(), 1, pool).unwrap())

@@ -114,7 +114,7 @@ fn last_logprobs(
         n_ctx: 512,
         n_ubatch: 512,
         kv_type: gguf::GgmlType::F32,
-        precision: kernels::Precision::F32,
+        precision: device::Precision::F32,
         device,
         ..Default::default()
     };

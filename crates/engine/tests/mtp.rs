@@ -63,7 +63,7 @@ fn drafts_equal_llama_cpp_s_on_the_same_file() {
     let mut seq = ids(&golden["prompt_tokens"]);
     seq.extend(ids(&golden["answer_tokens"]));
     let states = common::target_features(&path, &seq, &[], true);
-    let pool = Arc::new(kernels::ThreadPool::new(2));
+    let pool = engine::Threads::new(2);
     let nextn = Model::load_stage(&path, Part::Nextn).unwrap();
     let mut mtp = HiddenDrafter::nextn(nextn, common::f32_context(), 1, pool).unwrap();
     for (pos, s) in states.iter().enumerate() {

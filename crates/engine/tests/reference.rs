@@ -19,7 +19,7 @@ fn f32_config(device: engine::DeviceKind) -> ContextConfig {
     ContextConfig {
         n_ctx: 1024,
         kv_type: gguf::GgmlType::F32,
-        precision: kernels::Precision::F32,
+        precision: device::Precision::F32,
         device,
         ..Default::default()
     }

@@ -10,9 +10,10 @@ mod common;
 
 use common::values;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use device::Precision;
 use gguf::GgmlType;
 use kernels::formats::quantize_row;
-use kernels::{matmul_grouped, Group, PackedMatrix, Precision, QMatrix, ThreadPool};
+use kernels::{matmul_grouped, Group, PackedMatrix, QMatrix, ThreadPool};
 
 const BLOCKS: usize = 8;
 const EXPERTS: usize = 64;

@@ -15,9 +15,10 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use device::Precision;
 use gguf::GgmlType;
 use kernels::formats::quantize_row;
-use kernels::{matmul, PackedMatrix, Precision, QMatrix, ThreadPool};
+use kernels::{matmul, PackedMatrix, QMatrix, ThreadPool};
 
 const TYPES: [GgmlType; 5] = [
     GgmlType::Q4_K,

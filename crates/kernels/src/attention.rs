@@ -5,7 +5,7 @@
 use gguf::GgmlType;
 
 use crate::formats::format;
-use crate::ops::{exp, exp_shifted};
+use device::math::{exp, exp_shifted};
 
 /// Cached keys or values of one sequence for one layer, stored in blocks of
 /// `block_size` positions, each `[block_size, n_head_kv, head_dim]` elements of `ty`.
@@ -61,7 +61,7 @@ pub struct AttentionScratch {
 /// `out[r]` (`[heads.len(), head_dim]`).
 ///
 /// Per row and head, whatever the tile: score `t` is `scale · (q·k_t)`, the dot product
-/// summed as [`dots`] does; `e^x` is [`crate::ops::exp`]; the chunk's sum is taken in
+/// summed as [`dots`] does; `e^x` is [`device::math::exp`]; the chunk's sum is taken in
 /// position order; `o` accumulates `p_t · v_t` in position order, one fused multiply-add
 /// per element and position (and is rescaled only when the chunk raises the max:
 /// `e^0` is 1).

@@ -16,7 +16,7 @@ pub mod qmatrix;
 
 pub use device::formats;
 pub use device::{Error, Result};
-pub use matmul::{matmul, matmul_grouped, matmul_many, Group, Precision};
+pub use matmul::{matmul, matmul_grouped, matmul_many, Group};
 pub use pool::ThreadPool;
 pub use qmatmul::packed::{PackedIsa, PackedMatrix};
 pub use qmatrix::QMatrix;

@@ -12,24 +12,13 @@ use crate::pool::{SharedOut, ThreadPool};
 use crate::qmatmul::packed::{PackedIsa, PackedMatrix};
 use crate::qmatmul::QIsa;
 use crate::qmatrix::QMatrix;
+use device::Precision;
 
 /// Weight rows dequantized together and applied to every activation row.
 pub(crate) const TILE_ROWS: usize = 16;
 
 thread_local! {
     static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
-
-/// How activations meet quantized weights.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Precision {
-    /// Activations quantized to 8 bits per block, integer dot products (llama.cpp's
-    /// arithmetic; fast).
-    #[default]
-    Int8,
-    /// Weights dequantized to f32 and f32 dot products (exact to f32 rounding; slow).
-    /// Used to check a model against a float64 reference.
-    F32,
 }
 
 /// `y[m, n] = sum_k x[m, k] * w[n, k]`.

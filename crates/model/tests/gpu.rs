@@ -53,7 +53,7 @@ fn against_reference_and_cpu(case: &serde_json::Value) -> Keyed {
         .fold(0f64, f64::max);
     let cpu = Backend::Cpu {
         threads: 2,
-        precision: kernels::Precision::F32,
+        precision: device::Precision::F32,
     };
     let theirs = run_stages_on(cpu, &[&model], &batches, 1, GgmlType::F32);
     let d = max_diff(&ours, &theirs);

@@ -7,8 +7,8 @@
 mod common;
 
 use common::{reference, relative_error, run_with, same_bits, tokens, Keyed, FIXTURES};
+use device::Precision;
 use gguf::{GgmlType, GgufFile, GgufWriter, Value};
-use kernels::Precision;
 use model::synthetic::{ExpertShape, Synthetic};
 use model::{Arch, Model};
 

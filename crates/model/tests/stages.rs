@@ -5,8 +5,8 @@
 mod common;
 
 use common::{reference, run_stages, run_with, same_bits, FIXTURES};
+use device::Precision;
 use gguf::GgmlType;
-use kernels::Precision;
 use model::{Model, Part};
 
 fn load(file: &str, part: Part) -> Model {

@@ -4,8 +4,8 @@
 mod common;
 
 use common::{reference, relative_error, run, run_stages_on, run_with, tokens, Backend, FIXTURES};
+use device::Precision;
 use gguf::GgmlType;
-use kernels::Precision;
 use model::Model;
 
 #[test]

@@ -9,9 +9,10 @@ use std::sync::Arc;
 
 use device::encoder::EncoderDevice;
 use device::reference::Reference;
+use device::Precision;
 use gguf::{GgmlType, GgufFile};
 use kernels::cpu::Cpu;
-use kernels::{Precision, ThreadPool};
+use kernels::ThreadPool;
 use model::synthetic::mmproj::{MmprojShape, TowerKind};
 use model::vision::{decode, Limits, Tower};
 

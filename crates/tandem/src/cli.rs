@@ -294,7 +294,7 @@ impl ModelArgs {
             n_ubatch: self.ubatch.min(self.ctx_size).max(1),
             n_threads: self.threads.unwrap_or(d.n_threads),
             kv_type: self.cache_type,
-            precision: kernels::Precision::Int8,
+            precision: device::Precision::Int8,
             device: self.device.resolve(),
             n_seq: 1,
             swa_full: self.swa_full,

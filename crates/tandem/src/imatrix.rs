@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Args;
-use engine::{ContextConfig, DeviceKind, Executor, Outputs};
-use kernels::{Precision, ThreadPool};
+use device::Precision;
+use engine::{ContextConfig, DeviceKind, Executor, Outputs, Threads};
 use model::quant::{Collect, Collector, ImatrixSums};
 use model::Model;
 use text::Tokenizer;
@@ -113,7 +113,7 @@ pub fn execute(a: ImatrixArgs) -> Result<(), CliError> {
         device: DeviceKind::Cpu,
         ..d
     };
-    let cpu = DeviceKind::Cpu.open(Arc::new(ThreadPool::new(cfg.n_threads)), Precision::Int8)?;
+    let cpu = DeviceKind::Cpu.open(Threads::new(cfg.n_threads), Precision::Int8)?;
     let collect = match a.process_output {
         true => Collect::BlocksAndOutput,
         false => Collect::Blocks,

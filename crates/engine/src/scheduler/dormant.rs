@@ -7,11 +7,11 @@ use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kernels::ThreadPool;
 use kv::PrefixCache;
 use model::Model;
 
 use super::Engine;
+use crate::backend::Threads;
 use crate::executor::Executor;
 use crate::Result;
 
@@ -19,7 +19,7 @@ use crate::Result;
 pub(super) struct Exec {
     live: Option<Executor>,
     model: Arc<Model>,
-    pool: Arc<ThreadPool>,
+    pool: Threads,
     /// Idle time after which the engine sleeps; `None`: never.
     pub sleep_after: Option<Duration>,
     /// The KV pool's blocks, for snapshots taken asleep.
@@ -29,7 +29,7 @@ pub(super) struct Exec {
 }
 
 impl Exec {
-    pub fn new(exec: Executor, pool: Arc<ThreadPool>) -> Exec {
+    pub fn new(exec: Executor, pool: Threads) -> Exec {
         Exec {
             model: exec.model_arc(),
             n_blocks: exec.kv().config().n_blocks(),

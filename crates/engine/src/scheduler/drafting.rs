@@ -1,12 +1,10 @@
 //! The engine's side of speculation: choosing depths, drafting for all slots at once,
 //! measuring costs at start, and counting what was accepted.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kernels::ThreadPool;
-
 use super::Engine;
+use crate::backend::Threads;
 use crate::cost::{CostCurve, Shape, StepCost};
 use crate::handle::{Counters, EngineConfig};
 use crate::speculative::policy::Candidate;
@@ -38,7 +36,7 @@ impl Spec {
     pub fn new(
         s: Speculation,
         cfg: &EngineConfig,
-        pool: Arc<ThreadPool>,
+        pool: Threads,
         stage: std::ops::Range<usize>,
     ) -> Result<Spec> {
         let env = ProposerEnv {

@@ -21,12 +21,12 @@ use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use kernels::ThreadPool;
 use kv::{KvPool, PrefixCache, BLOCK_SIZE};
 use model::Model;
 use text::Tokenizer;
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::backend::Threads;
 use crate::cost::{Shape, StepCost};
 use crate::executor::Executor;
 use crate::front::{Front, FrontState, Overlap};
@@ -137,7 +137,7 @@ pub fn start_with(
     let (tx, rx) = mpsc::channel();
     let queued = Arc::new(AtomicUsize::new(0));
     let front_state = Arc::new(AtomicU8::new(FrontState::Up as u8));
-    let pool = Arc::new(ThreadPool::new(cfg.n_threads));
+    let pool = Threads::new(cfg.n_threads);
     let dev = cfg
         .device
         .open(pool.clone(), cfg.context_config().precision)?;

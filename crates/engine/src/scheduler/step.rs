@@ -378,7 +378,7 @@ impl Engine {
                 seq.report_read(seq.n_prompt);
             }
             let ended = match out {
-                RowOut::Logits(logits) if !kernels::ops::all_finite(logits) => {
+                RowOut::Logits(logits) if !device::math::all_finite(logits) => {
                     return done.poison(slot, pos)
                 }
                 RowOut::Logits(logits) => {

@@ -3,11 +3,9 @@
 //! [`model::layers::markov::MarkovHead`]) then biases each position's logits by the token
 //! drafted before it.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use device::Row;
-use kernels::ThreadPool;
 use kv::SeqKv;
 use model::layers::selector::Selector;
 use model::layers::DraftHead;
@@ -17,6 +15,7 @@ use super::kept::KeptKv;
 use super::pick::Picker;
 use super::target_states::{feature_taps, TargetStates};
 use super::{Draft, DraftJob, DraftLog, Features, Proposer};
+use crate::backend::Threads;
 use crate::executor::{Enter, Out, RowOut};
 use crate::{ContextConfig, Executor};
 
@@ -78,7 +77,7 @@ impl BlockDrafter {
         model: Model,
         config: ContextConfig,
         n_slots: usize,
-        pool: Arc<ThreadPool>,
+        pool: Threads,
     ) -> crate::Result<Self> {
         let bad = |why: String| crate::Error::Config(format!("{}: {why}", model.arch.name()));
         let (Some(target), Some(width)) = (model.hparams.target.clone(), model.fuse_width()) else {
@@ -104,7 +103,7 @@ impl BlockDrafter {
         };
         Ok(BlockDrafter {
             lead,
-            ctx: Executor::with_pool(model, config, pool)?,
+            ctx: Executor::with_threads(model, config, pool)?,
             kv: KeptKv::new(n_slots),
             states: TargetStates::new(n_slots),
             width,

@@ -1,14 +1,13 @@
 //! A smaller model of the same vocabulary drafts autoregressively.
 
-use std::sync::Arc;
 use std::time::Instant;
 
-use kernels::ThreadPool;
 use model::Model;
 
 use super::kept::KeptKv;
 use super::pick::Picker;
 use super::{Draft, DraftJob, DraftLog, Proposer};
+use crate::backend::Threads;
 use crate::{ContextConfig, Executor};
 
 /// A draft model with a KV sequence per slot, planned once like the target's. Its output
@@ -32,11 +31,11 @@ impl DraftModel {
         model: Model,
         config: ContextConfig,
         n_slots: usize,
-        pool: Arc<ThreadPool>,
+        pool: Threads,
     ) -> crate::Result<Self> {
         let n_vocab = model.hparams.n_vocab;
         Ok(DraftModel {
-            ctx: Executor::with_pool(model, config, pool)?,
+            ctx: Executor::with_threads(model, config, pool)?,
             kv: KeptKv::new(n_slots),
             picker: Picker::new(n_slots, n_vocab),
         })

@@ -1,11 +1,9 @@
 //! Drafters that enter the target's hidden states: the target's own multi-token-prediction
 //! blocks ([`model::Part::Nextn`]) and EAGLE-3 ([`model::Part::Drafter`]).
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use device::Row;
-use kernels::ThreadPool;
 use kv::SeqKv;
 use model::Model;
 
@@ -13,6 +11,7 @@ use super::kept::KeptKv;
 use super::pick::Picker;
 use super::target_states::{feature_taps, TargetStates};
 use super::{Draft, DraftJob, DraftLog, Features, Proposer};
+use crate::backend::Threads;
 use crate::executor::{Enter, Out, RowOut, Taps};
 use crate::{ContextConfig, Executor};
 
@@ -68,7 +67,7 @@ impl HiddenDrafter {
         model: Model,
         config: ContextConfig,
         n_slots: usize,
-        pool: Arc<ThreadPool>,
+        pool: Threads,
     ) -> crate::Result<Self> {
         if model.stage.embed || model.stage.layers.start < model.hparams.n_layer {
             return Err(crate::Error::Config(
@@ -85,7 +84,7 @@ impl HiddenDrafter {
         model: Model,
         config: ContextConfig,
         n_slots: usize,
-        pool: Arc<ThreadPool>,
+        pool: Threads,
     ) -> crate::Result<Self> {
         let (Some(target), Some(width)) = (model.hparams.target.clone(), model.fuse_width()) else {
             return Err(crate::Error::Config(format!(
@@ -105,12 +104,12 @@ impl HiddenDrafter {
         model: Model,
         config: ContextConfig,
         n_slots: usize,
-        pool: Arc<ThreadPool>,
+        pool: Threads,
     ) -> crate::Result<Self> {
         let n_vocab = model.hparams.n_vocab;
         Ok(HiddenDrafter {
             kind,
-            ctx: Executor::with_pool(model, config, pool)?,
+            ctx: Executor::with_threads(model, config, pool)?,
             kv: KeptKv::new(n_slots),
             states: TargetStates::new(n_slots),
             width,

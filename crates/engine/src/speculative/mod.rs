@@ -28,12 +28,11 @@ pub use ngram::Ngram;
 pub use policy::{Policy, PolicyKind};
 pub use scripted::Scripted;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use kernels::ThreadPool;
 use model::Model;
 
+use crate::backend::Threads;
 use crate::{ContextConfig, Result, SamplerConfig};
 
 /// One slot's request for drafts in this step.
@@ -207,7 +206,7 @@ impl Default for SpecConfig {
 /// What a drafter is built with, inside the engine at start.
 pub struct ProposerEnv {
     /// The engine's threads (a drafter runs on them between target forwards).
-    pub pool: Arc<ThreadPool>,
+    pub pool: Threads,
     /// The target's context sizes: a draft model's KV pool holds as many positions.
     pub context: ContextConfig,
     pub n_slots: usize,

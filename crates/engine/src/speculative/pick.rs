@@ -65,7 +65,7 @@ impl Picker {
             let i = argmax(logits);
             let p = &mut self.probs[..logits.len()];
             p.copy_from_slice(logits);
-            kernels::ops::exp_shifted(p, logits[i as usize]);
+            device::math::exp_shifted(p, logits[i as usize]);
             let sum: f32 = p.iter().sum();
             (model.logit_token(i), 1.0 / sum, None)
         };

@@ -9,9 +9,10 @@ use device::Buf;
 use gguf::GgmlType;
 
 use super::Cpu;
-use crate::matmul::{matmul, Precision};
+use crate::matmul::matmul;
 use crate::ops::{gelu_alone_inplace, sigmoid, softmax_inplace};
 use crate::qmatrix::QMatrix;
+use device::Precision;
 
 /// Query rows whose scores are held at once.
 const CHUNK: usize = 256;

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use device::host::HostBufs;
 use device::hyper::{self, HyperSpec};
+use device::math::all_finite;
 use device::sparse::{SparseIo, SparseSpec};
 use device::state::HostStates;
 use device::{
@@ -25,12 +26,13 @@ use gguf::GgmlType;
 
 pub use crate::features::CpuFeatures;
 
-use crate::matmul::{matmul, matmul_many, Precision};
+use crate::matmul::{matmul, matmul_many};
 use crate::ops::{add_inplace, gelu_inplace, rms_norm, rms_norm_inplace, rope, rope_angles};
-use crate::ops::{all_finite, sigmoid, softmax_inplace, swiglu_inplace, swiglu_limited_inplace};
+use crate::ops::{sigmoid, softmax_inplace, swiglu_inplace, swiglu_limited_inplace};
 use crate::qmatmul::packed::PackedMatrix;
 use crate::qmatrix::QMatrix;
 use crate::ThreadPool;
+use device::Precision;
 
 /// A matrix on the CPU: its GGUF bytes (mapped) and, for the packed kernels, its tiles.
 struct CpuMat {

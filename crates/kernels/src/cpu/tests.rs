@@ -10,11 +10,12 @@ use gguf::GgmlType;
 use kv::{KvConfig, BLOCK_SIZE};
 
 use super::Cpu;
-use crate::{Precision, ThreadPool};
+use crate::ThreadPool;
 use device::conformance::{
     attention_case, buf, moe_agrees, norms_case, prims_agree, read, recurrent_case, rel, Seeing,
 };
 use device::testing::{data, source};
+use device::Precision;
 
 /// Every weight type the CPU backend takes: its table's rows.
 fn weight_types() -> impl Iterator<Item = GgmlType> {

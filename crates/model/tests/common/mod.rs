@@ -5,9 +5,10 @@
 
 use std::sync::Arc;
 
+use device::Precision;
 use device::{Device, Row, Step};
 use gguf::GgmlType;
-use kernels::{Precision, ThreadPool};
+use kernels::ThreadPool;
 use kv::{KvConfig, KvPool, SeqKv};
 use model::{Model, Scratch};
 

@@ -3,9 +3,9 @@
 
 use std::net::SocketAddr;
 
+use device::Precision;
 use engine::ContextConfig;
 use gguf::GgmlType;
-use kernels::Precision;
 use model::{Model, Part};
 use split::worker::{Access, BoxWorker};
 
