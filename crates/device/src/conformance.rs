@@ -162,6 +162,7 @@ pub fn recurrent_case(dev: &mut dyn Device) -> Vec<f32> {
         records: None,
         empty: 0,
     };
+    let snap_bytes = cfg.state.expect("state layers").snapshot_bytes();
     dev.kv_alloc(cfg).unwrap();
     let bias = buf(dev, &data(width, 9));
     let spec = ConvSpec {
@@ -202,7 +203,8 @@ pub fn recurrent_case(dev: &mut dyn Device) -> Vec<f32> {
     let row = |seq, pos| Row { pos, seq };
     // Sequence 0 in slot 2, sequence 1 in slot 0.
     // Step 3 computes step 2's rows 9 and 10 again (inputs from its third row on); step 5
-    // computes step 2's rows again in slot 1, from a snapshot of slot 2 taken before step 2.
+    // computes step 2's rows again in slot 1, from a snapshot of slot 2 taken before step 2
+    // (read out to host bytes and written into another snapshot first).
     let steps: [(Vec<Row>, u64, usize); 6] = [
         (
             (0..5)
@@ -224,7 +226,13 @@ pub fn recurrent_case(dev: &mut dyn Device) -> Vec<f32> {
         match i {
             2 => dev.state_save(2, 1),
             3 => dev.state_restore(2),
-            5 => dev.state_load(1, 1),
+            5 => {
+                let mut bytes = Vec::new();
+                dev.state_read(1, &mut bytes);
+                assert_eq!(bytes.len(), snap_bytes, "a snapshot's bytes");
+                dev.state_write(0, &bytes);
+                dev.state_load(0, 1);
+            }
             _ => {}
         }
         let n = rows.len();

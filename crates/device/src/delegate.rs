@@ -56,6 +56,12 @@ macro_rules! delegate_ops {
         fn state_load(&mut self, snap: u32, slot: u32) {
             self.$inner.state_load(snap, slot)
         }
+        fn state_read(&mut self, snap: u32, out: &mut Vec<u8>) {
+            self.$inner.state_read(snap, out)
+        }
+        fn state_write(&mut self, snap: u32, data: &[u8]) {
+            self.$inner.state_write(snap, data)
+        }
         fn finish(&mut self) {
             self.$inner.finish()
         }

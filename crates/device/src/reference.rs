@@ -305,6 +305,17 @@ impl Device for Reference {
             .snapshot(slot, snap, true);
     }
 
+    fn state_read(&mut self, snap: u32, out: &mut Vec<u8>) {
+        self.states.as_ref().expect("state layers").read(snap, out);
+    }
+
+    fn state_write(&mut self, snap: u32, data: &[u8]) {
+        self.states
+            .as_mut()
+            .expect("state layers")
+            .write(snap, data);
+    }
+
     fn begin(&mut self, step: &Step<'_>) {
         self.rows = step.rows.to_vec();
         self.bidirectional = step.bidirectional.to_vec();

@@ -523,6 +523,12 @@ pub trait Device: Send {
     fn state_save(&mut self, slot: u32, snap: u32);
     /// Copies snapshot `snap` into the state of slot `slot`.
     fn state_load(&mut self, snap: u32, slot: u32);
+    /// Appends the bytes of snapshot `snap` to `out` (once what was recorded has run):
+    /// every state layer's floats in layer order, f32 little-endian
+    /// ([`kv::StateKv::snapshot_bytes`]).
+    fn state_read(&mut self, snap: u32, out: &mut Vec<u8>);
+    /// Writes snapshot `snap` from bytes laid out as [`Device::state_read`] gives them.
+    fn state_write(&mut self, snap: u32, data: &[u8]);
 
     /// Starts a forward over `step`'s rows.
     fn begin(&mut self, step: &Step<'_>);

@@ -92,6 +92,27 @@ impl HostStates {
         }
     }
 
+    /// [`crate::Device::state_read`].
+    pub fn read(&self, snap: u32, out: &mut Vec<u8>) {
+        let f = self.cfg.floats;
+        for rank in 0..self.cfg.n_layers() {
+            let at = (rank * self.cfg.n_snaps + snap as usize) * f;
+            out.extend(self.snaps[at..at + f].iter().flat_map(|v| v.to_le_bytes()));
+        }
+    }
+
+    /// [`crate::Device::state_write`].
+    pub fn write(&mut self, snap: u32, data: &[u8]) {
+        let f = self.cfg.floats;
+        assert_eq!(data.len(), self.cfg.snapshot_bytes(), "a snapshot's bytes");
+        for (rank, src) in data.chunks_exact(4 * f).enumerate() {
+            let at = (rank * self.cfg.n_snaps + snap as usize) * f;
+            for (v, b) in self.snaps[at..at + f].iter_mut().zip(src.chunks_exact(4)) {
+                *v = f32::from_le_bytes(b.try_into().expect("4 bytes"));
+            }
+        }
+    }
+
     /// The step's rows as runs of one sequence each: `(rows, first float of its slot in
     /// layer `layer`, the run's row before which the checkpoint is taken again)`.
     fn runs(&self, layer: usize) -> Vec<(std::ops::Range<usize>, usize, Option<usize>)> {

@@ -7,7 +7,8 @@
 //! prompts read in chunks, on rejected drafts (a state goes back to its checkpoint and the
 //! engine computes again what was not kept; deepseek4's records are cut as keys are), on
 //! the thread count, or on a resumed conversation (which reuses its prefix: a state model
-//! from the snapshot of its state after the prefix's last block, deepseek4 its records).
+//! from the snapshot of its state after the prefix's last block, deepseek4 its records),
+//! whether the prefix stayed in the pool, went to the host tier or was saved by a slot.
 
 #[allow(dead_code)]
 mod common;
@@ -240,4 +241,115 @@ fn resumed_conversation(path: &Path) {
     assert_eq!(second, alone(path, &turn2, 8));
     let (again, _) = common::run_all(&handle, std::slice::from_ref(&prompt), 8).remove(0);
     assert_eq!(again, first);
+}
+
+#[test]
+fn a_saved_slot_gives_a_fresh_engine_the_prefix_and_its_states() {
+    let dir = tempfile::tempdir().unwrap();
+    for path in models(dir.path()).iter().filter(|p| !keeps_records(p)) {
+        saved_slot(path);
+    }
+}
+
+/// A slot saved after a request, restored into a fresh engine: the engine holds the same
+/// bytes (saved again, they are equal), the next turn starts from the restored blocks and
+/// the states' snapshot after the last of them, and its tokens are those computed alone.
+/// Slot 0's cached prefix, saved.
+fn save(rt: &tokio::runtime::Runtime, handle: &EngineHandle, path: &Path) -> engine::SavedPrefix {
+    let op = rt.block_on(handle.slot(0, kv::SHARED, engine::SlotOp::Save));
+    let Ok(Ok(engine::SlotDone::Saved(saved))) = op else {
+        panic!("{}: the slot is saved: {op:?}", path.display())
+    };
+    *saved
+}
+
+fn saved_slot(path: &Path) {
+    use engine::{SlotDone, SlotOp};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let prompt = prompts(path).remove(7);
+    let handle = start(path, 1, None);
+    let (first, _) = common::run_all(&handle, std::slice::from_ref(&prompt), 8).remove(0);
+    let saved = save(&rt, &handle, path);
+    let state = saved.kv.state.expect("state layers").snapshot_bytes();
+    assert_eq!(
+        saved.data.len(),
+        saved.tokens.len() / kv::BLOCK_SIZE * saved.kv.full_block_bytes() + state
+    );
+    let fresh = start(path, 1, None);
+    let op = rt.block_on(fresh.slot(0, kv::SHARED, SlotOp::Restore(Box::new(saved.clone()))));
+    let Ok(Ok(SlotDone::Restored(n))) = op else {
+        panic!("{}: the slot is restored: {op:?}", path.display())
+    };
+    assert_eq!(n, saved.tokens.len());
+    assert!(
+        save(&rt, &fresh, path) == saved,
+        "{}: the fresh engine holds the blocks and states it was given",
+        path.display()
+    );
+    let mut turn2 = prompt.clone();
+    turn2.extend(&first);
+    turn2.extend(&prompt[1..5]);
+    let (second, warm) = common::run_all(&fresh, std::slice::from_ref(&turn2), 8).remove(0);
+    assert_eq!(
+        warm.cache_n,
+        n,
+        "{}: the restored prefix is used",
+        path.display()
+    );
+    assert_eq!(second, alone(path, &turn2, 8), "{}", path.display());
+}
+
+#[test]
+fn the_host_tier_gives_back_a_state_model_s_conversation() {
+    let dir = tempfile::tempdir().unwrap();
+    for path in models(dir.path()).iter().filter(|p| !keeps_records(p)) {
+        host_tier(path);
+    }
+}
+
+/// A conversation whose blocks the pool (96 positions, one snapshot) gave up to another's
+/// is read back from host memory (`--cache-ram`) up to its last block with a snapshot, whose
+/// states the sequence loads: the next turn's tokens are those computed alone, and its
+/// prefix, saved, is the one an engine that kept the conversation in its pool saves (its
+/// tokens and bytes).
+fn host_tier(path: &Path) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let p = prompts(path);
+    let (prompt, other) = (&p[7], &p[3]);
+    let conversation = |tier: bool| {
+        let model = Model::load(path).unwrap();
+        let tok = Tokenizer::from_gguf(&model.file.header.metadata).unwrap();
+        let cfg = match tier {
+            true => EngineConfig {
+                n_ctx: 96,
+                cache_ram_mib: 64,
+                ctx_checkpoints: 1,
+                ..config(1, engine::DeviceKind::Cpu)
+            },
+            false => config(1, engine::DeviceKind::Cpu),
+        };
+        let handle = engine::start(model, Arc::new(tok), cfg, None, None).unwrap();
+        let (first, _) = common::run_all(&handle, std::slice::from_ref(prompt), 8).remove(0);
+        if tier {
+            common::run_all(&handle, std::slice::from_ref(other), 8);
+        }
+        let mut turn2 = prompt.clone();
+        turn2.extend(&first);
+        turn2.extend(&prompt[1..5]);
+        let (second, warm) = common::run_all(&handle, std::slice::from_ref(&turn2), 8).remove(0);
+        let full_blocks = (prompt.len() + first.len() - 1) / kv::BLOCK_SIZE * kv::BLOCK_SIZE;
+        assert_eq!(warm.cache_n, full_blocks, "{}: reused", path.display());
+        assert_eq!(second, alone(path, &turn2, 8), "{}", path.display());
+        let saved = save(&rt, &handle, path);
+        (saved.tokens, saved.data)
+    };
+    assert!(
+        conversation(true) == conversation(false),
+        "{}: the blocks and states read back are those computed",
+        path.display()
+    );
 }

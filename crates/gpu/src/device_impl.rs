@@ -208,6 +208,14 @@ impl Device for Gpu {
         self.states_snapshot(slot, snap, true);
     }
 
+    fn state_read(&mut self, snap: u32, out: &mut Vec<u8>) {
+        self.states_read(snap, out);
+    }
+
+    fn state_write(&mut self, snap: u32, data: &[u8]) {
+        self.states_write(snap, data);
+    }
+
     fn conv1d(&mut self, layer: usize, x: Buf, w: Buf, out: Buf, spec: &ConvSpec) {
         self.conv(layer, x, w, out, spec);
     }

@@ -144,6 +144,36 @@ impl Gpu {
         }
     }
 
+    /// [`device::Device::state_read`].
+    pub(crate) fn states_read(&mut self, snap: u32, out: &mut Vec<u8>) {
+        let st = self.states.as_ref().expect("state layers");
+        let bytes = st.floats as u64 * 4;
+        let parts: Vec<_> = st
+            .snaps
+            .iter()
+            .flatten()
+            .map(|s| (s, snap as u64 * bytes, bytes))
+            .collect();
+        self.rec.read(&self.ctx, &parts, out);
+    }
+
+    /// [`device::Device::state_write`].
+    pub(crate) fn states_write(&mut self, snap: u32, data: &[u8]) {
+        self.rec.flush(&self.ctx);
+        let st = self.states.as_ref().expect("state layers");
+        let bytes = st.floats * 4;
+        assert_eq!(
+            data.len(),
+            st.snaps.iter().flatten().count() * bytes,
+            "a snapshot's bytes"
+        );
+        for (s, src) in st.snaps.iter().flatten().zip(data.chunks_exact(bytes)) {
+            self.ctx
+                .queue
+                .write_buffer(s, (snap as usize * bytes) as u64, src);
+        }
+    }
+
     /// The step's runs of one sequence's rows as the shaders read them: (first row,
     /// rows, the slot's first float, the run's row before which the checkpoint is taken
     /// again or `u32::MAX`), and layer `layer`'s state and checkpoint stores.

@@ -466,6 +466,9 @@ impl KvPool {
         if seq.blocks.is_empty() {
             if let Some(slot) = seq.state.take() {
                 self.free_states.push(slot);
+                if let Some(s) = &mut self.snaps {
+                    s.slot_freed(slot);
+                }
             }
         }
     }
@@ -564,6 +567,31 @@ impl KvPool {
             }
             seq.need.start = seq.need.start.max(lo);
         }
+    }
+
+    /// Marks positions up to `len` of `seq` as written from saved bytes rather than computed
+    /// (a restored prefix). With state layers `len` is a block's end, and its last block gets
+    /// a snapshot whose bytes the caller writes (the id returned; `None` when the pool keeps
+    /// none), which `seq`'s state slot loads before its next forward.
+    pub fn commit_saved(&mut self, seq: &mut SeqKv, len: usize) -> Option<u32> {
+        let slot = seq.state.take();
+        self.commit(seq, len);
+        seq.state = slot;
+        let (s, slot) = (self.snaps.as_mut()?, slot?);
+        assert!(
+            len > 0 && len.is_multiple_of(BLOCK_SIZE),
+            "a saved state ends at a block's end"
+        );
+        let block = seq.blocks[len / BLOCK_SIZE - 1];
+        let snap = s.place(block)?;
+        s.load(block, slot);
+        seq.checkpoint = len;
+        Some(snap)
+    }
+
+    /// Block `block`'s snapshot of the recurrent states ([`snapshot`]), if it has one.
+    pub fn snapshot_of(&self, block: u32) -> Option<u32> {
+        self.snaps.as_ref()?.of_block(block)
     }
 
     /// Per block of `seq`, its windowed companion (`u32::MAX` where it has none); empty

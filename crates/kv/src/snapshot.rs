@@ -75,27 +75,44 @@ impl Snapshots {
         }
     }
 
-    /// Block `block`, just completed in `slot`'s state, gets a snapshot of it (taking the
-    /// least recently used one when none is free); nothing without any.
-    pub(crate) fn save(&mut self, block: u32, slot: u32) {
-        if let Some(&snap) = self.of.get(block as usize).filter(|&&s| s != NONE) {
+    /// Block `block`'s snapshot, if it has one.
+    pub(crate) fn of_block(&self, block: u32) -> Option<u32> {
+        Some(self.of[block as usize]).filter(|&s| s != NONE)
+    }
+
+    /// Block `block` gets a snapshot whose bytes its caller writes (taking the least
+    /// recently used one when none is free; its own when it has one); `None` without any.
+    pub(crate) fn place(&mut self, block: u32) -> Option<u32> {
+        if let Some(snap) = self.of_block(block) {
             self.touch(snap);
-            return;
+            return Some(snap);
         }
         let snap = match self.free.pop() {
             Some(s) => s,
-            None => match self.lru.first_key_value() {
-                Some((_, &s)) => {
-                    self.drop_of(self.owner[s as usize].0);
-                    self.free.pop().expect("just freed")
-                }
-                None => return,
-            },
+            None => {
+                let (_, &s) = self.lru.first_key_value()?;
+                self.drop_of(self.owner[s as usize].0);
+                self.free.pop().expect("just freed")
+            }
         };
         self.of[block as usize] = snap;
         self.owner[snap as usize].0 = block;
         self.touch(snap);
-        self.saves.push((slot, snap));
+        Some(snap)
+    }
+
+    /// Block `block`, just completed in `slot`'s state, gets a snapshot of it (taking the
+    /// least recently used one when none is free); nothing without any.
+    pub(crate) fn save(&mut self, block: u32, slot: u32) {
+        let had = self.of_block(block).is_some();
+        if let Some(snap) = self.place(block).filter(|_| !had) {
+            self.saves.push((slot, snap));
+        }
+    }
+
+    /// A freed slot owes nothing: its loads are dropped.
+    pub(crate) fn slot_freed(&mut self, slot: u32) {
+        self.loads.retain(|&(_, s)| s != slot);
     }
 
     /// `slot` starts from block `block`'s snapshot.
@@ -153,6 +170,39 @@ mod tests {
             p.usable(&a.blocks()[..3]),
             3,
             "a whole block keeps its snapshot"
+        );
+    }
+
+    #[test]
+    fn restored_blocks_get_a_snapshot_to_fill_which_their_slot_loads_unless_freed() {
+        let mut p = pool(2, 2);
+        let mut a = SeqKv::default();
+        p.reserve(&mut a, 40).unwrap();
+        assert_eq!(
+            p.commit_saved(&mut a, 32),
+            Some(0),
+            "the last block's snapshot"
+        );
+        assert_eq!(p.snapshot_saves(), vec![], "nothing computed to copy");
+        assert_eq!(p.snapshot_of(a.blocks()[1]), Some(0));
+        assert_eq!(p.snapshot_of(a.blocks()[0]), None);
+        assert_eq!(p.snapshot_loads(), vec![(0, 0)], "into a's slot");
+        assert_eq!(
+            p.usable(&a.blocks()[..2]),
+            2,
+            "the restored prefix can be shared"
+        );
+        let mut b = SeqKv::default();
+        p.reserve(&mut b, 16).unwrap();
+        assert_eq!(p.commit_saved(&mut b, 16), Some(1));
+        p.release(&mut b);
+        assert_eq!(p.snapshot_loads(), vec![], "a freed slot loads nothing");
+        let mut c = SeqKv::default();
+        p.share(&a.blocks()[..2], &mut c);
+        assert_eq!(
+            p.snapshot_loads(),
+            vec![(0, 1)],
+            "a sharer loads the restored snapshot"
         );
     }
 }

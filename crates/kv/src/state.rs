@@ -47,6 +47,11 @@ impl StateKv {
         self.layers.count_ones() as usize
     }
 
+    /// Bytes of one snapshot: every state layer's floats (f32).
+    pub fn snapshot_bytes(&self) -> usize {
+        4 * self.n_layers() * self.floats
+    }
+
     /// Bytes of the states, their checkpoints and the snapshots (f32).
     pub fn total_bytes(&self) -> u64 {
         4 * (self.n_layers() * self.floats * (2 * self.n_slots + self.n_snaps)) as u64

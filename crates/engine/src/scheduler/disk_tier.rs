@@ -230,25 +230,24 @@ impl DiskCache {
         }
     }
 
-    /// The bytes of the block keyed `key` (after `parent`, holding `tokens`, `len` bytes),
-    /// when its file holds exactly that; a file that does not is removed, to be written
-    /// again.
+    /// The bytes of the block keyed `key` (after `parent`, holding `tokens`, of one of the
+    /// lengths `lens`), when its file holds exactly that; a file that does not is removed, to
+    /// be written again.
     pub(super) fn read(
         &self,
         key: u64,
         parent: u64,
         tokens: &[u32],
-        len: usize,
+        lens: &[usize],
     ) -> Option<Vec<u8>> {
         let path = self.path(key);
         let bytes = std::fs::read(&path).ok()?;
-        let header = self.header(key, parent, tokens, len);
-        let block = bytes
-            .split_at_checked(header.len() + len)
-            .filter(|(body, sum)| {
-                body.starts_with(&header) && *sum == Sha256::digest(body).as_slice()
-            })
-            .map(|(body, _)| body[header.len()..].to_vec());
+        let block = lens.iter().find_map(|&len| {
+            let header = self.header(key, parent, tokens, len);
+            let (body, sum) = bytes.split_at_checked(header.len() + len)?;
+            let whole = body.starts_with(&header) && sum == Sha256::digest(body).as_slice();
+            whole.then(|| body[header.len()..].to_vec())
+        });
         match block.is_some() {
             true if self.max_bytes.is_some() => {
                 let touch = std::fs::File::options().write(true).open(&path);

@@ -1,7 +1,9 @@
 //! The host-memory tier of the prefix cache (`--cache-ram`, [`kv::HostCache`]) and its disk
 //! tier (`--cache-dir`, [`DiskCache`]): what a finished or preempted sequence computed is
 //! copied there as the pool's prefix cache takes it, and a new sequence's prefix is read
-//! back from there past what the pool still holds.
+//! back from there past what the pool still holds. With recurrent layers a block's bytes are
+//! followed by the states' snapshot after it where the pool has one, and a prefix is read
+//! back up to its last block with a snapshot (which the sequence's state slot then loads).
 
 use kv::{HostCache, KvConfig, BLOCK_SIZE};
 
@@ -9,10 +11,20 @@ use super::disk_tier::DiskCache;
 use super::{Engine, Sequence};
 use crate::Executor;
 
-/// Whether a pool shaped `kv` can use the tiers: a model not split whose layers all keep
-/// every position in the pool's blocks.
+/// Whether a pool shaped `kv` can use the tiers: a model not split whose layers keep every
+/// position in the pool's blocks or a recurrent state with snapshots.
 pub(super) fn tiers_fit(kv: &KvConfig, split: bool) -> bool {
-    !split && kv.window.is_none() && kv.state.is_none() && kv.records.is_none()
+    let snapshots = kv.state.is_none_or(|s| s.n_snaps > 0);
+    !split && kv.window.is_none() && kv.records.is_none() && snapshots
+}
+
+/// The sizes a block's bytes in the tiers can have: its KV's, and with recurrent layers
+/// its KV's followed by a snapshot of the states.
+fn block_sizes(kv: &KvConfig) -> Vec<usize> {
+    let size = kv.full_block_bytes();
+    let mut sizes = vec![size];
+    sizes.extend(kv.state.map(|s| size + s.snapshot_bytes()));
+    sizes
 }
 
 /// Copies `seq`'s full computed blocks that the tiers lack into them.
@@ -30,7 +42,11 @@ pub(super) fn spill(
             continue;
         }
         let mut data = Vec::new();
-        exec.read_kv_block(seq.kv.blocks()[i], &mut data);
+        let block = seq.kv.blocks()[i];
+        exec.read_kv_block(block, &mut data);
+        if let Some(snap) = exec.kv().snapshot_of(block) {
+            exec.device_mut().state_read(snap, &mut data);
+        }
         let tokens = &seq.tokens[i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE];
         if let Some(d) = disk.filter(|_| !on_disk) {
             d.write(k, parent, tokens, &data);
@@ -55,7 +71,8 @@ impl Engine {
             return held;
         };
         let n_max = (a.tokens.len() - 1) / BLOCK_SIZE;
-        let size = self.exec.kv().config().full_block_bytes();
+        let sizes = block_sizes(self.exec.kv().config());
+        let size = sizes[0];
         let mut data: Vec<Vec<u8>> = Vec::new();
         let blocks = host.blocks(&a.tokens, n_max, a.cache_namespace);
         for (i, (k, parent, in_ram)) in blocks.into_iter().enumerate().skip(held / BLOCK_SIZE) {
@@ -65,13 +82,17 @@ impl Engine {
                 false => self
                     .disk
                     .as_ref()
-                    .and_then(|d| d.read(k, parent, tokens, size)),
+                    .and_then(|d| d.read(k, parent, tokens, &sizes)),
             };
             let Some(block) = block else { break };
             if !in_ram {
                 host.insert(k, parent, tokens, block.clone());
             }
             data.push(block);
+        }
+        if sizes.len() > 1 {
+            let last = data.iter().rposition(|d| d.len() > size);
+            data.truncate(last.map_or(0, |l| l + 1));
         }
         if data.is_empty() {
             return held;
@@ -87,9 +108,12 @@ impl Engine {
         }
         for (i, d) in data.iter().enumerate() {
             let block = a.kv.blocks()[from + i];
-            self.exec.write_kv_block(block, d);
+            self.exec.write_kv_block(block, &d[..size]);
         }
-        self.exec.kv_mut().commit(&mut a.kv, len);
+        if let Some(snap) = self.exec.kv_mut().commit_saved(&mut a.kv, len) {
+            let last = data.last().expect("not empty");
+            self.exec.device_mut().state_write(snap, &last[size..]);
+        }
         len
     }
 }

@@ -724,8 +724,9 @@ fn tiers(
             false => "",
         };
         return Err(crate::Error::Config(format!(
-            "--cache-ram and --cache-dir keep prompts of models whose layers all keep every \
-             position in the pool, not split: leave them out for this one{swa}"
+            "--cache-ram and --cache-dir keep prompts of models whose layers keep every \
+             position in the pool or a recurrent state with snapshots (--ctx-checkpoints above \
+             0), not split: leave them out for this one{swa}"
         )));
     }
     let disk = cfg

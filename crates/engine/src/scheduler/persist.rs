@@ -1,7 +1,8 @@
 //! Slot save, restore and erase (llama-server's `/slots/{id}?action=...`). A slot holds a
 //! request's KV only while the request runs; then its full blocks go to the prefix cache.
 //! So a slot's saved state is the cached prefix of the last request it served: its tokens
-//! (whole blocks) and those blocks' bytes. Restoring puts them back in the prefix cache,
+//! (whole blocks) and those blocks' bytes; with recurrent layers, up to its last block with
+//! a snapshot of the states, whose bytes follow. Restoring puts them back in the prefix cache,
 //! where the next request with that prefix finds them; erasing drops them. Each is done
 //! within the namespace the caller names: another key's prompts are neither saved nor
 //! erased.
@@ -11,7 +12,8 @@ use kv::{KvConfig, SeqKv, BLOCK_SIZE};
 use super::Engine;
 
 /// A slot's cached prefix, saved: tokens of whole blocks, the pool's shape, and the blocks'
-/// bytes ([`device::Device::kv_read_block`]'s layout, block after block).
+/// bytes ([`device::Device::kv_read_block`]'s layout, block after block), then, with
+/// recurrent layers, the states after the last block ([`device::Device::state_read`]'s).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SavedPrefix {
     pub tokens: Vec<u32>,
@@ -47,8 +49,11 @@ impl Engine {
         if self.front.is_some() {
             return Err("a split model keeps no prefix cache to save or restore".into());
         }
-        if self.exec.kv().config().state.is_some() && !matches!(op, SlotOp::Erase) {
-            return Err("this model's recurrent layers keep a state, not a prefix's KV blocks: its slots cannot be saved or restored yet".into());
+        if self.exec.kv().config().state.is_some()
+            && !self.exec.kv().snapshots()
+            && !matches!(op, SlotOp::Erase)
+        {
+            return Err("this model's recurrent layers keep a state, and with --ctx-checkpoints 0 no snapshot of it: its slots cannot be saved or restored".into());
         }
         if self.exec.kv().config().window.is_some() && !matches!(op, SlotOp::Erase) {
             return Err("this model's sliding-window layers keep only their last window, not a prefix's whole KV: saving and restoring slots needs --swa-full".into());
@@ -61,10 +66,23 @@ impl Engine {
             SlotOp::Save => {
                 let tokens =
                     last.ok_or_else(|| format!("slot {slot} has no cached prompt of this key"))?;
-                let blocks = self.cache.blocks(&tokens, tokens.len(), ns);
+                let mut blocks = self.cache.blocks(&tokens, tokens.len(), ns);
+                let kv = self.exec.kv();
+                let snap = match kv.config().state {
+                    None => None,
+                    Some(_) => {
+                        let last = blocks.iter().rposition(|&b| kv.snapshot_of(b).is_some());
+                        let last = last.ok_or_else(|| format!("slot {slot}'s cached prompt has no snapshot of its recurrent states to save (it is shorter than a block, or its snapshots were given up)"))?;
+                        blocks.truncate(last + 1);
+                        kv.snapshot_of(blocks[last])
+                    }
+                };
                 let mut data = Vec::new();
                 for &b in &blocks {
                     self.exec.read_kv_block(b, &mut data);
+                }
+                if let Some(snap) = snap {
+                    self.exec.device_mut().state_read(snap, &mut data);
                 }
                 Ok(SlotDone::Saved(Box::new(SavedPrefix {
                     tokens: tokens[..blocks.len() * BLOCK_SIZE].to_vec(),
@@ -76,9 +94,11 @@ impl Engine {
                 let here = self.exec.kv().config().clone();
                 let n_blocks = saved.tokens.len() / BLOCK_SIZE;
                 let bytes = here.full_block_bytes();
+                let state = here.state.map(|s| s.snapshot_bytes());
                 if saved.kv != here
                     || saved.tokens.len() % BLOCK_SIZE != 0
-                    || saved.data.len() != n_blocks * bytes
+                    || saved.data.len() != n_blocks * bytes + state.unwrap_or(0)
+                    || state.is_some() && n_blocks == 0
                 {
                     return Err(format!(
                         "the saved KV ({:?}, {} tokens, {} bytes) does not fit this server's pool ({here:?})",
@@ -96,16 +116,20 @@ impl Engine {
                         .reserve(&mut seq, saved.tokens.len())
                         .map_err(|e| format!("no room for the saved KV: {e}"))?;
                 }
-                for (&b, chunk) in seq
-                    .blocks()
-                    .to_vec()
-                    .iter()
-                    .zip(saved.data.chunks_exact(bytes))
-                {
-                    self.exec.write_kv_block(b, chunk);
+                for (i, &b) in seq.blocks().to_vec().iter().enumerate() {
+                    self.exec
+                        .write_kv_block(b, &saved.data[i * bytes..(i + 1) * bytes]);
+                }
+                let snap = self
+                    .exec
+                    .kv_mut()
+                    .commit_saved(&mut seq, saved.tokens.len());
+                if let Some(snap) = snap {
+                    self.exec
+                        .device_mut()
+                        .state_write(snap, &saved.data[n_blocks * bytes..]);
                 }
                 let pool = self.exec.kv_mut();
-                pool.commit(&mut seq, saved.tokens.len());
                 self.cache.give(pool, &mut seq, &saved.tokens, ns);
                 self.last[slot] = Some((saved.tokens.clone(), ns));
                 Ok(SlotDone::Restored(saved.tokens.len()))

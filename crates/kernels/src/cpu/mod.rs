@@ -250,6 +250,17 @@ impl Device for Cpu {
             .snapshot(slot, snap, true);
     }
 
+    fn state_read(&mut self, snap: u32, out: &mut Vec<u8>) {
+        self.states.as_ref().expect("state layers").read(snap, out);
+    }
+
+    fn state_write(&mut self, snap: u32, data: &[u8]) {
+        self.states
+            .as_mut()
+            .expect("state layers")
+            .write(snap, data);
+    }
+
     fn kv_copy_block(&mut self, from: u32, to: u32) {
         self.kv
             .as_mut()
