@@ -70,9 +70,11 @@ pub(super) struct Limits<'a> {
     pub budget: StepBudget,
     /// Predicted seconds of a step of this shape.
     pub predict: &'a dyn Fn(&Shape) -> f64,
-    /// A prompt's rows that do not end it are cut back to end at a multiple of this many
-    /// positions where that leaves any (a block, for a pool that snapshots recurrent
-    /// states where a forward ends at a block's end; 1: no cut).
+    /// A prompt's rows are cut back to end at a multiple of this many positions where that
+    /// leaves any (a block, for a pool that snapshots recurrent states where a forward ends
+    /// at a block's end; 1: no cut): rows that end the prompt too, so that its last full
+    /// block has a snapshot a later turn resumes from (its last rows follow in one more
+    /// forward).
     pub align: usize,
 }
 
@@ -132,9 +134,9 @@ pub(super) fn plan(limits: &Limits, slots: &mut dyn Slots) -> Vec<Planned> {
         shares = streams_starting(limits, rows_left, &waiting, shares);
     }
     let mut room = rows_left;
-    for (&(o, s), (n, &(from, pending))) in prompts.iter().zip(shares.into_iter().zip(&waiting)) {
+    for (&(o, s), (n, &(from, _))) in prompts.iter().zip(shares.into_iter().zip(&waiting)) {
         let aligned = (from + n) / limits.align * limits.align;
-        let n = if n < pending && aligned > from {
+        let n = if aligned > from && aligned < from + n {
             aligned - from
         } else {
             n
@@ -393,7 +395,7 @@ mod tests {
     }
 
     #[test]
-    fn a_prompt_cut_short_of_its_end_ends_at_a_block_when_aligned() {
+    fn a_prompt_s_forwards_end_at_blocks_when_aligned() {
         let aligned = Limits {
             align: 16,
             ..limits(64, StepBudget::AUTO)
@@ -406,7 +408,9 @@ mod tests {
         );
         assert_eq!(p[0].n, 64);
         let p = plan(&aligned, &mut fake(&[(0, 30, 0, 5)], 100_000));
-        assert_eq!(p[0].n, 30, "a prompt's last rows end where it does");
+        assert_eq!(p[0].n, 27, "a prompt's last full block ends a forward too");
+        let p = plan(&aligned, &mut fake(&[(0, 3, 0, 32)], 100_000));
+        assert_eq!(p[0].n, 3, "then its last rows");
         let p = plan(&aligned, &mut fake(&[(0, 2000, 0, 60)], 100_000));
         assert_eq!(p[0].n, 52, "60 + 64 cut back to 112");
     }
