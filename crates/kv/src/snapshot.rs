@@ -80,8 +80,9 @@ impl Snapshots {
         Some(self.of[block as usize]).filter(|&s| s != NONE)
     }
 
-    /// Block `block` gets a snapshot whose bytes its caller writes (taking the least
-    /// recently used one when none is free; its own when it has one); `None` without any.
+    /// Block `block` gets a snapshot whose bytes its caller writes (its own when it has one,
+    /// else a free one, else the least recently used that no slot is still to load);
+    /// `None` when there is none.
     pub(crate) fn place(&mut self, block: u32) -> Option<u32> {
         if let Some(snap) = self.of_block(block) {
             self.touch(snap);
@@ -90,7 +91,8 @@ impl Snapshots {
         let snap = match self.free.pop() {
             Some(s) => s,
             None => {
-                let (_, &s) = self.lru.first_key_value()?;
+                let loading = |s: &u32| self.loads.iter().any(|l| l.0 == *s);
+                let &s = self.lru.values().find(|s| !loading(s))?;
                 self.drop_of(self.owner[s as usize].0);
                 self.free.pop().expect("just freed")
             }
@@ -203,6 +205,32 @@ mod tests {
             p.snapshot_loads(),
             vec![(0, 1)],
             "a sharer loads the restored snapshot"
+        );
+    }
+
+    #[test]
+    fn a_snapshot_a_slot_is_still_to_load_is_not_taken() {
+        let mut p = pool(3, 1);
+        let mut a = SeqKv::default();
+        forward(&mut p, &mut a, 0, 32);
+        assert_eq!(p.snapshot_saves(), vec![(0, 0)]);
+        let mut b = SeqKv::default();
+        p.share(&a.blocks()[..2], &mut b);
+        let mut c = SeqKv::default();
+        p.reserve(&mut c, 16).unwrap();
+        assert_eq!(
+            p.commit_saved(&mut c, 16),
+            None,
+            "the only one is b's to load"
+        );
+        assert_eq!(p.snapshot_loads(), vec![(0, 1)]);
+        p.release(&mut c);
+        let mut d = SeqKv::default();
+        p.reserve(&mut d, 16).unwrap();
+        assert_eq!(
+            p.commit_saved(&mut d, 16),
+            Some(0),
+            "loaded, it can be taken"
         );
     }
 }
