@@ -13,7 +13,7 @@
 mod budget;
 mod dry;
 mod mask;
-mod rng;
+pub(crate) mod rng;
 mod stages;
 
 use serde::{Deserialize, Serialize};

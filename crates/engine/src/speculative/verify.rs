@@ -8,7 +8,7 @@
 //! temperature 0, `p` is one-hot on the argmax: a draft is accepted exactly when it is the
 //! argmax, the residual is the argmax, and no random number is drawn.
 
-use crate::sampling::Rng;
+use crate::sampling::rng::Rng;
 
 /// What verifying one draft token gave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
