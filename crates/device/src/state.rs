@@ -46,6 +46,12 @@ impl HostStates {
         at..at + self.cfg.floats
     }
 
+    /// The floats of snapshot `snap` of the `rank`-th state layer in `snaps`.
+    fn snap_range(&self, rank: usize, snap: u32) -> std::ops::Range<usize> {
+        let at = (rank * self.cfg.n_snaps + snap as usize) * self.cfg.floats;
+        at..at + self.cfg.floats
+    }
+
     /// Starts a step: each sequence with rows starts from the zero state (its first row at
     /// position 0), or keeps its state as its checkpoint where [`Step::checkpoints`] says
     /// so of its first row (the recurrences take it at a later row it names).
@@ -81,33 +87,29 @@ impl HostStates {
 
     /// [`crate::Device::state_save`] (`load` false) and [`crate::Device::state_load`].
     pub fn snapshot(&mut self, slot: u32, snap: u32, load: bool) {
-        let f = self.cfg.floats;
         for (rank, layer) in (0..128).filter(|&l| self.cfg.has(l)).enumerate() {
-            let state = self.range(layer, slot);
-            let at = (rank * self.cfg.n_snaps + snap as usize) * f;
+            let (state, snapshot) = (self.range(layer, slot), self.snap_range(rank, snap));
             match load {
-                false => self.snaps[at..at + f].copy_from_slice(&self.state[state]),
-                true => self.state[state].copy_from_slice(&self.snaps[at..at + f]),
+                false => self.snaps[snapshot].copy_from_slice(&self.state[state]),
+                true => self.state[state].copy_from_slice(&self.snaps[snapshot]),
             }
         }
     }
 
     /// [`crate::Device::state_read`].
     pub fn read(&self, snap: u32, out: &mut Vec<u8>) {
-        let f = self.cfg.floats;
         for rank in 0..self.cfg.n_layers() {
-            let at = (rank * self.cfg.n_snaps + snap as usize) * f;
-            out.extend(self.snaps[at..at + f].iter().flat_map(|v| v.to_le_bytes()));
+            let snapshot = &self.snaps[self.snap_range(rank, snap)];
+            out.extend(snapshot.iter().flat_map(|v| v.to_le_bytes()));
         }
     }
 
     /// [`crate::Device::state_write`].
     pub fn write(&mut self, snap: u32, data: &[u8]) {
-        let f = self.cfg.floats;
         assert_eq!(data.len(), self.cfg.snapshot_bytes(), "a snapshot's bytes");
-        for (rank, src) in data.chunks_exact(4 * f).enumerate() {
-            let at = (rank * self.cfg.n_snaps + snap as usize) * f;
-            for (v, b) in self.snaps[at..at + f].iter_mut().zip(src.chunks_exact(4)) {
+        for (rank, src) in data.chunks_exact(4 * self.cfg.floats).enumerate() {
+            let snapshot = self.snap_range(rank, snap);
+            for (v, b) in self.snaps[snapshot].iter_mut().zip(src.chunks_exact(4)) {
                 *v = f32::from_le_bytes(b.try_into().expect("4 bytes"));
             }
         }

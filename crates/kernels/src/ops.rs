@@ -1,6 +1,10 @@
 //! Row-wise operations: RMSNorm, RoPE, SwiGLU, softmax. Each works on one row at a time
 //! in a fixed order, so results never depend on the batch.
 
+use device::math::{exp, exp_shifted};
+#[cfg(target_arch = "x86_64")]
+use device::math::{exp_avx2, exp_avx512};
+
 /// `out[i] = x[i] / sqrt(mean(x²) + eps) * weight[i]`, the mean summed in f64 in index order.
 pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     assert!(x.len() == weight.len() && x.len() == out.len());
@@ -22,10 +26,6 @@ pub fn rms_norm_inplace(x: &mut [f32], weight: &[f32], eps: f32) {
 }
 
 pub use device::{rope_angles, RopeMode};
-
-use device::math::{exp, exp_shifted};
-#[cfg(target_arch = "x86_64")]
-use device::math::{exp_avx2, exp_avx512};
 
 /// Rotates the first `2 * cos_sin.len()` dimensions of every head in `x`
 /// (`[n_heads, head_dim]`).

@@ -161,11 +161,6 @@ pub fn int_form(ty: GgmlType) -> Option<&'static IntForm> {
     form(ty)?.int8.as_ref()
 }
 
-/// The [`Scheme`] of `ty`'s integer form, if it has one.
-pub fn scheme(ty: GgmlType) -> Option<Scheme> {
-    Some(int_form(ty)?.scheme)
-}
-
 /// The CPU's column of the support matrix (see [`device::formats::FormOf`]): `f32`,
 /// `int8`, or `int8 packed` where the tiled kernels have its layout (on CPUs that have
 /// them); `None` for a type the CPU refuses, one the registry does not read included.

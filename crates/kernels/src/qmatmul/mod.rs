@@ -20,7 +20,7 @@ use decode::{DecodedRow, Scheme};
 use packed::PackedIsa;
 
 pub use crate::features::QIsa;
-use crate::forms::{scheme, IntForm};
+use crate::forms::IntForm;
 use crate::pool::{SharedOut, ThreadPool};
 use crate::qmatrix::QMatrix;
 
@@ -51,7 +51,6 @@ pub fn matmul_packed_grouped(
     groups: &[(&[&packed::PackedMatrix], &[f32])],
     ys: &mut [&mut [f32]],
 ) {
-    let layout_of = |w: &packed::PackedMatrix| scheme(w.ty).expect("quantized").layout;
     assert_eq!(
         groups.iter().map(|(ws, _)| ws.len()).sum::<usize>(),
         ys.len(),
@@ -65,10 +64,10 @@ pub fn matmul_packed_grouped(
         for ((ws, x), [a32, a256]) in groups.iter().zip(acts.iter_mut()) {
             let k = ws[0].n_cols;
             assert!(ws.iter().all(|w| w.n_cols == k), "row lengths differ");
-            if ws.iter().any(|w| layout_of(w) == ActLayout::B32) {
+            if ws.iter().any(|w| w.act_layout == ActLayout::B32) {
                 a32.quantize(x, k, ActLayout::B32);
             }
-            if ws.iter().any(|w| layout_of(w) == ActLayout::B256) {
+            if ws.iter().any(|w| w.act_layout == ActLayout::B256) {
                 a256.quantize(x, k, ActLayout::B256);
             }
         }
@@ -76,7 +75,7 @@ pub fn matmul_packed_grouped(
         let mut outs = ys.iter_mut();
         for ((ws, _), [a32, a256]) in groups.iter().zip(acts.iter()) {
             for w in ws.iter() {
-                let acts = match layout_of(w) {
+                let acts = match w.act_layout {
                     ActLayout::B32 => a32,
                     ActLayout::B256 => a256,
                 };

@@ -25,7 +25,7 @@ use self::layout::{Format, TILE};
 use self::layout::{Iq2Xxs, Iq3Xxs, Iq4Nl, Iq4Xs, Mxfp4};
 #[cfg(target_arch = "x86_64")]
 use self::simd::{Avx2, Avx512, Lanes};
-use super::act::QActs;
+use super::act::{ActLayout, QActs};
 use super::decode::DecodedRow;
 pub use crate::features::PackedIsa;
 use crate::forms::{int_form, IntForm};
@@ -42,6 +42,8 @@ pub struct PackedMatrix {
     pub ty: GgmlType,
     pub n_rows: usize,
     pub n_cols: usize,
+    /// How its activation rows are quantized (its type's scheme's).
+    pub act_layout: ActLayout,
     format: Format,
     lines: Vec<Line>,
 }
@@ -105,6 +107,7 @@ impl PackedMatrix {
             ty,
             n_rows,
             n_cols,
+            act_layout: form.scheme.layout,
             format,
             lines,
         })
