@@ -8,6 +8,7 @@
 use kv::{HostCache, KvConfig, BLOCK_SIZE};
 
 use super::disk_tier::DiskCache;
+use super::persist::write_saved;
 use super::{Engine, Sequence};
 use crate::Executor;
 
@@ -106,14 +107,9 @@ impl Engine {
                 return held;
             }
         }
-        for (i, d) in data.iter().enumerate() {
-            let block = a.kv.blocks()[from + i];
-            self.exec.write_kv_block(block, &d[..size]);
-        }
-        if let Some(snap) = self.exec.kv_mut().commit_saved(&mut a.kv, len) {
-            let last = data.last().expect("not empty");
-            self.exec.device_mut().state_write(snap, &last[size..]);
-        }
+        let blocks: Vec<&[u8]> = data.iter().map(|d| &d[..size]).collect();
+        let state = &data.last().expect("not empty")[size..];
+        write_saved(&mut self.exec, &mut a.kv, from, &blocks, state);
         len
     }
 }

@@ -71,10 +71,11 @@ impl Engine {
                 let snap = match kv.config().state {
                     None => None,
                     Some(_) => {
-                        let last = blocks.iter().rposition(|&b| kv.snapshot_of(b).is_some());
-                        let last = last.ok_or_else(|| format!("slot {slot}'s cached prompt has no snapshot of its recurrent states to save (it is shorter than a block, or its snapshots were given up)"))?;
+                        let mut back = blocks.iter().enumerate().rev();
+                        let last = back.find_map(|(i, &b)| Some((i, kv.snapshot_of(b)?)));
+                        let (last, snap) = last.ok_or_else(|| format!("slot {slot}'s cached prompt has no snapshot of its recurrent states to save (it is shorter than a block, or its snapshots were given up)"))?;
                         blocks.truncate(last + 1);
-                        kv.snapshot_of(blocks[last])
+                        Some(snap)
                     }
                 };
                 let mut data = Vec::new();
@@ -116,19 +117,16 @@ impl Engine {
                         .reserve(&mut seq, saved.tokens.len())
                         .map_err(|e| format!("no room for the saved KV: {e}"))?;
                 }
-                for (i, &b) in seq.blocks().to_vec().iter().enumerate() {
-                    self.exec
-                        .write_kv_block(b, &saved.data[i * bytes..(i + 1) * bytes]);
-                }
-                let snap = self
-                    .exec
-                    .kv_mut()
-                    .commit_saved(&mut seq, saved.tokens.len());
-                if let Some(snap) = snap {
-                    self.exec
-                        .device_mut()
-                        .state_write(snap, &saved.data[n_blocks * bytes..]);
-                }
+                let blocks: Vec<&[u8]> = (0..n_blocks)
+                    .map(|i| &saved.data[i * bytes..(i + 1) * bytes])
+                    .collect();
+                write_saved(
+                    &mut self.exec,
+                    &mut seq,
+                    0,
+                    &blocks,
+                    &saved.data[n_blocks * bytes..],
+                );
                 let pool = self.exec.kv_mut();
                 self.cache.give(pool, &mut seq, &saved.tokens, ns);
                 self.last[slot] = Some((saved.tokens.clone(), ns));
@@ -143,5 +141,24 @@ impl Engine {
                 Ok(SlotDone::Erased(n))
             }
         }
+    }
+}
+
+/// Writes `blocks` (each [`KvConfig::full_block_bytes`]) into `seq`'s blocks from its block
+/// `from` on (reserved) and marks them held ([`kv::KvPool::commit_saved`]); where the pool
+/// snapshots recurrent states, `state` (a snapshot's bytes) becomes the last one's snapshot.
+pub(super) fn write_saved(
+    exec: &mut crate::Executor,
+    seq: &mut SeqKv,
+    from: usize,
+    blocks: &[&[u8]],
+    state: &[u8],
+) {
+    for (i, data) in blocks.iter().enumerate() {
+        exec.write_kv_block(seq.blocks()[from + i], data);
+    }
+    let len = (from + blocks.len()) * BLOCK_SIZE;
+    if let Some(snap) = exec.kv_mut().commit_saved(seq, len) {
+        exec.device_mut().state_write(snap, state);
     }
 }
