@@ -4,7 +4,8 @@ At temperature 0 the split server's answers are byte-identical to one process's,
 at once, plainly, with a draft, and with prompts streamed in chunks and two cohorts
 pipelined; a box with a key killed (-9) mid-answer and started again is
 replayed and the answer completes byte-identical (also for a small synthetic DeepSeek-V4, whose
-records and hyper-connection streams cross the split); a box that stays down past the grace window gives
+records and hyper-connection streams cross the split); a synthetic Qwen 3.5 with recurrent states on
+both sides of its split keeps one process's text through mostly rejected drafts; a box that stays down past the grace window gives
 503 with Retry-After (and the streaming answer in flight a retryable error event), /ready
 says so while /health stays 200; a hung box is lost by its heartbeats, while answering and
 while idle; a head whose box is not there refuses to start."""
@@ -118,6 +119,40 @@ def test_split_text_is_the_single_process_text(single, arm):
     if arm != "plain":
         line = next(l for l in metrics.splitlines() if l.startswith("vllm:spec_decode_num_draft_tokens "))
         assert float(line.split()[1]) > 0
+
+
+def test_a_hybrid_model_split_with_states_on_both_sides_keeps_the_text(tmp_path):
+    """A synthetic Qwen 3.5 (Gated DeltaNet blocks 0 to 2, attention block 3) split at block 2:
+    both stages keep recurrent states. SmolLM2 drafts for it (same vocabulary) and is mostly
+    wrong, so each rejection takes both sides back to their checkpoints: the text is one
+    process's."""
+    model = str(tmp_path / "qwen35.gguf")
+    subprocess.run(
+        [
+            BINARY, "synth", "-o", model, "--arch", "qwen35", "--experts", "0", "--n-embd", "128",
+            "--n-layer", "4", "--n-head", "4", "--n-head-kv", "2", "--n-ff", "256", "--ssm-state-size", "32",
+            "--ssm-group-count", "2", "--ssm-time-step-rank", "4", "--type", "q8_0", "--tokenizer", "smollm2-135m",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    s = Server(*FLAGS, model=model)
+    try:
+        want = answers(s)
+    finally:
+        s.stop()
+    box = Box(model=model, split=2)
+    s = Server(*FLAGS, *DRAFT, "--split-at", "2", "--box", box.addr, model=model)
+    try:
+        got = answers(s)
+        metrics = s.get("/metrics").text
+    finally:
+        s.stop()
+        box.stop()
+    assert got == want
+    value = lambda name: float(next(l for l in metrics.splitlines() if l.startswith(name + " ")).split()[1])
+    drafted, accepted = value("vllm:spec_decode_num_draft_tokens"), value("vllm:spec_decode_num_accepted_tokens")
+    assert 0 < drafted and accepted < drafted, (drafted, accepted)
 
 
 def test_a_head_without_its_box_refuses_to_start():

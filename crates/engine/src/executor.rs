@@ -421,6 +421,11 @@ impl Executor {
         self.dev.rest();
     }
 
+    /// The most rows one forward takes.
+    pub fn n_ubatch(&self) -> usize {
+        self.config.n_ubatch
+    }
+
     /// Returns the sequence's KV blocks to the pool.
     pub fn release(&mut self, seq: &mut SeqKv) {
         self.kv.release(seq);

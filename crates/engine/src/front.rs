@@ -4,9 +4,16 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use device::Row;
+use kv::SeqKv;
+
+use crate::{Enter, Executor, Out};
+
 /// The first stage of a split model, driven by the engine step by step. Sessions are the
 /// engine's task ids; a session's rows come together, in ascending positions that follow
-/// what the front holds for it.
+/// what the front holds for it. `drafts_from` names, per session whose rows end in drafts,
+/// the position of the first ([`kv::SeqKv::uncertain_from`]): a later `truncate` may cut
+/// them back, so a recurrent state keeps its checkpoint there.
 pub trait Front: Send {
     /// Writes the boundary states of `rows` (`(session, pos, token)`) into `hidden`
     /// (`[rows, n_embd]`), the rows of `images` (indices into `rows`) entering as their
@@ -14,13 +21,20 @@ pub trait Front: Send {
     fn forward(
         &mut self,
         rows: &[(u64, usize, u32)],
+        drafts_from: &[(u64, usize)],
         images: &[crate::Placed<'_>],
         hidden: &mut [f32],
     ) -> Result<(), String>;
     /// Has the front start on `rows` now, ahead of the `forward` of the same rows, so that
     /// it computes them while the engine finishes another step.
-    fn submit(&mut self, rows: &[(u64, usize, u32)]) -> Result<(), String>;
-    /// `session` keeps positions `0..len` (the rest were rejected drafts).
+    fn submit(
+        &mut self,
+        rows: &[(u64, usize, u32)],
+        drafts_from: &[(u64, usize)],
+    ) -> Result<(), String>;
+    /// `session` keeps exactly positions `0..len` (the rest were rejected drafts): what its
+    /// memory cannot keep (a state short of its checkpoint) the front computes again
+    /// ([`FrontSeq::truncate`]). An error leaves the session's positions unknown.
     fn truncate(&mut self, session: u64, len: usize) -> Result<(), String>;
     /// `session` is over; what the front holds for it is freed.
     fn release(&mut self, session: u64) -> Result<(), String>;
@@ -47,6 +61,59 @@ pub trait Front: Send {
     fn take_busy(&mut self) -> Vec<(Instant, Instant)>;
     /// What crossed the link so far.
     fn stats(&self) -> FrontStats;
+}
+
+/// A sequence of a first stage (a [`crate::LocalFront`]'s, a split box's): its KV and the
+/// tokens of its positions, from which it computes again what a truncation could not keep,
+/// so that it holds the very positions the engine holds.
+#[derive(Debug, Default)]
+pub struct FrontSeq {
+    pub kv: SeqKv,
+    /// The token of each position entered (at least `kv.len()` of them).
+    tokens: Vec<u32>,
+    /// Some rows entered as an image's embeddings: they cannot be computed again.
+    pub pictured: bool,
+}
+
+impl FrontSeq {
+    /// Before a forward of the rows `(pos, token)` of this sequence (following what it
+    /// holds), whose drafts start at `drafts_from`.
+    pub fn enter(&mut self, rows: impl Iterator<Item = (usize, u32)>, drafts_from: Option<usize>) {
+        for (pos, token) in rows {
+            self.tokens.truncate(pos);
+            self.tokens.push(token);
+        }
+        if let Some(d) = drafts_from {
+            self.kv.uncertain_from(d);
+        }
+    }
+
+    /// Keeps positions `0..len` (all it holds when fewer): what [`Executor::truncate`]
+    /// could not keep (a state short of its checkpoint, a window lost) is computed again
+    /// from the recorded tokens, `n_ubatch` rows a forward; returns how many positions that
+    /// was. An error (a pictured sequence to compute again, a failed forward) leaves it
+    /// empty.
+    pub fn truncate(&mut self, exec: &mut Executor, len: usize) -> crate::Result<usize> {
+        let len = len.min(self.kv.len());
+        let kept = exec.truncate(&mut self.kv, len);
+        if kept < len && self.pictured {
+            exec.release(&mut self.kv);
+            return Err(crate::Error::Config(
+                "a sequence with images cannot be computed again from its tokens".into(),
+            ));
+        }
+        let ub = exec.n_ubatch();
+        for from in (kept..len).step_by(ub) {
+            let to = (from + ub).min(len);
+            let rows: Vec<Row> = (from..to).map(|pos| Row { pos, seq: 0 }).collect();
+            let tokens = Enter::Tokens(&self.tokens[from..to]);
+            if let Err(e) = exec.forward(&mut [&mut self.kv], &rows, tokens, Out::Nothing) {
+                exec.release(&mut self.kv);
+                return Err(e);
+            }
+        }
+        Ok(len - kept)
+    }
 }
 
 /// Totals of a front's link since the engine started.

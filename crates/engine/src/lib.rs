@@ -19,7 +19,7 @@ pub use backend::{DeviceKind, Threads};
 pub use executor::{
     ContextConfig, Enter, Executor, Out, Outputs, Placed, RowOut, Taps, LOGIT_ROWS,
 };
-pub use front::{Front, FrontState, FrontStats};
+pub use front::{Front, FrontSeq, FrontState, FrontStats};
 pub use handle::{
     Counters, DiskTier, EngineConfig, EngineHandle, EventStream, SlotState, Snapshot, StepBudget,
 };

@@ -7,16 +7,15 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use device::Row;
-use kv::SeqKv;
 use model::Model;
 
-use crate::front::{Front, FrontStats};
+use crate::front::{Front, FrontSeq, FrontStats};
 use crate::{ContextConfig, Enter, Executor, Out, Placed};
 
 /// See the module doc. Sessions are the engine's task ids, each with its KV here.
 pub struct LocalFront {
     exec: Executor,
-    sessions: HashMap<u64, SeqKv>,
+    sessions: HashMap<u64, FrontSeq>,
     /// Sessions with images' rows: their rows cannot be replayed from tokens.
     pictured: HashSet<u64>,
     busy: Vec<(Instant, Instant)>,
@@ -41,6 +40,7 @@ impl Front for LocalFront {
     fn forward(
         &mut self,
         rows: &[(u64, usize, u32)],
+        drafts_from: &[(u64, usize)],
         images: &[Placed<'_>],
         hidden: &mut [f32],
     ) -> Result<(), String> {
@@ -56,13 +56,20 @@ impl Front for LocalFront {
             });
         }
         let tokens: Vec<u32> = rows.iter().map(|r| r.2).collect();
-        let mut kvs: Vec<SeqKv> = ids
-            .iter()
-            .map(|id| self.sessions.remove(id).unwrap_or_default())
-            .collect();
-        let mut seqs: Vec<&mut SeqKv> = kvs.iter_mut().collect();
         self.pictured
             .extend(images.iter().map(|p| rows[p.rows.start].0));
+        let mut fronts: Vec<FrontSeq> = ids
+            .iter()
+            .map(|&id| {
+                let mut seq = self.sessions.remove(&id).unwrap_or_default();
+                let own = rows.iter().filter(|r| r.0 == id).map(|r| (r.1, r.2));
+                let drafts = drafts_from.iter().find(|d| d.0 == id).map(|d| d.1);
+                seq.enter(own, drafts);
+                seq.pictured |= self.pictured.contains(&id);
+                seq
+            })
+            .collect();
+        let mut seqs: Vec<_> = fronts.iter_mut().map(|f| &mut f.kv).collect();
         let enter = match images {
             [] => Enter::Tokens(&tokens),
             _ => Enter::Pictured {
@@ -76,8 +83,8 @@ impl Front for LocalFront {
             .forward(&mut seqs, &batch_rows, enter, Out::States(hidden));
         let t1 = Instant::now();
         self.busy.push((t0, t1));
-        for (id, kv) in ids.iter().zip(kvs) {
-            self.sessions.insert(*id, kv);
+        for (id, seq) in ids.iter().zip(fronts) {
+            self.sessions.insert(*id, seq);
         }
         done.map_err(|e| e.to_string())?;
         self.stats.requests += 1;
@@ -87,28 +94,31 @@ impl Front for LocalFront {
         Ok(())
     }
 
-    fn submit(&mut self, _: &[(u64, usize, u32)]) -> Result<(), String> {
+    fn submit(&mut self, _: &[(u64, usize, u32)], _: &[(u64, usize)]) -> Result<(), String> {
         Ok(())
     }
 
     fn truncate(&mut self, session: u64, len: usize) -> Result<(), String> {
-        if let Some(kv) = self.sessions.get_mut(&session) {
-            self.exec.truncate(kv, len);
+        match self.sessions.get_mut(&session) {
+            Some(seq) => match seq.truncate(&mut self.exec, len) {
+                Ok(_) => Ok(()),
+                Err(e) => Err(e.to_string()),
+            },
+            None => Ok(()),
         }
-        Ok(())
     }
 
     fn release(&mut self, session: u64) -> Result<(), String> {
         self.pictured.remove(&session);
-        if let Some(mut kv) = self.sessions.remove(&session) {
-            self.exec.release(&mut kv);
+        if let Some(mut seq) = self.sessions.remove(&session) {
+            self.exec.release(&mut seq.kv);
         }
         Ok(())
     }
 
     fn reconnect(&mut self) -> Result<(), String> {
-        for (_, mut kv) in self.sessions.drain() {
-            self.exec.release(&mut kv);
+        for (_, mut seq) in self.sessions.drain() {
+            self.exec.release(&mut seq.kv);
         }
         Ok(())
     }
@@ -119,7 +129,7 @@ impl Front for LocalFront {
         }
         let e = self.exec.model().hparams.hidden_width();
         let mut states = vec![0f32; rows.len() * e];
-        self.forward(rows, &[], &mut states)
+        self.forward(rows, &[], &[], &mut states)
     }
 
     fn grace(&self) -> Duration {

@@ -8,7 +8,8 @@
 //! engine computes again what was not kept; deepseek4's records are cut as keys are), on
 //! the thread count, or on a resumed conversation (which reuses its prefix: a state model
 //! from the snapshot of its state after the prefix's last block, deepseek4 its records),
-//! whether the prefix stayed in the pool, went to the host tier or was saved by a slot.
+//! whether the prefix stayed in the pool, went to the host tier or was saved by a slot,
+//! or on the model being split between two local stages with states on either side.
 
 #[allow(dead_code)]
 mod common;
@@ -17,9 +18,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use engine::speculative::{PolicyKind, Scripted, SpecConfig, Speculation};
-use engine::{ContextConfig, EngineConfig, EngineHandle, Executor};
+use engine::{
+    ContextConfig, EngineConfig, EngineHandle, Enter, Executor, FrontSeq, LocalFront, Out,
+};
 use gguf::GgmlType;
-use model::Model;
+use model::{Model, Part};
 use text::Tokenizer;
 
 /// The models, 4 blocks of 64 with SmolLM2's tokenizer: toyconv (blocks 1 and 3
@@ -352,4 +355,96 @@ fn host_tier(path: &Path) {
         "{}: the blocks and states read back are those computed",
         path.display()
     );
+}
+
+/// Eight users of a state model split between two local stages (a [`LocalFront`] holding
+/// the embeddings and the first blocks), drafts every third of them wrong: each gets the
+/// tokens of the whole model alone, whether the states sit before the split, after it or on
+/// both sides (a side that keeps only a state's checkpoint computes the rest again).
+#[test]
+fn a_split_state_model_with_rejected_drafts_keeps_the_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let models = models(dir.path());
+    for (path, at) in [
+        (&models[1], 3),
+        (&models[1], 2),
+        (&models[0], 1),
+        (&models[2], 2),
+    ] {
+        let prompts = prompts(path);
+        let n = 16;
+        let want = common::run_all(&start(path, 8, None), &prompts, n);
+        let scripts = prompts
+            .iter()
+            .zip(&want)
+            .map(|(p, w)| p.iter().chain(&w.0).copied().collect())
+            .collect();
+        let spec = SpecConfig {
+            n_max: 4,
+            policy: PolicyKind::Fixed,
+            ..SpecConfig::default()
+        };
+        let spec = Speculation::with(Scripted::new(scripts, 3, 0), spec);
+        let cfg = config(8, engine::DeviceKind::Cpu);
+        let first = Model::load_stage(path, Part::First(at)).unwrap();
+        let last = Model::load_stage(path, Part::Last(at)).unwrap();
+        let tok = Tokenizer::from_gguf(&last.file.header.metadata).unwrap();
+        let front = LocalFront::new(first, cfg.context_config()).unwrap();
+        let handle = engine::start(last, Arc::new(tok), cfg, Some(spec), Some(Box::new(front)));
+        let got = common::run_all(&handle.unwrap(), &prompts, n);
+        let (mut drafted, mut accepted) = (0, 0);
+        for (i, ((tokens, summary), w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(tokens, &w.0, "{path:?} split at {at}: prompt {i}");
+            drafted += summary.draft_n;
+            accepted += summary.draft_n_accepted;
+        }
+        assert!(
+            accepted > 0 && accepted < drafted,
+            "{accepted} of {drafted}"
+        );
+    }
+}
+
+/// A first stage's sequence (qwen35's blocks 0 to 2, all Gated DeltaNet) cut back keeps
+/// its state's checkpoint where the drafts were said to start and computes again only the
+/// accepted rows after it; cut back where no drafts were announced, it computes all again.
+#[test]
+fn a_first_stage_computes_again_only_what_its_state_could_not_keep() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = common::write_synthetic(dir.path(), "qwen35");
+    let first = Model::load_stage(&path, Part::First(3)).unwrap();
+    let cfg = ContextConfig {
+        n_ctx: 256,
+        n_ubatch: 32,
+        n_threads: 1,
+        ..ContextConfig::default()
+    };
+    let mut exec = Executor::new(first, cfg).unwrap();
+    let mut seq = FrontSeq::default();
+    let forward =
+        |exec: &mut Executor, seq: &mut FrontSeq, from: usize, to: usize, drafts: Option<usize>| {
+            let rows: Vec<device::Row> =
+                (from..to).map(|pos| device::Row { pos, seq: 0 }).collect();
+            let tokens: Vec<u32> = (from..to).map(|p| (p * 7 + 3) as u32).collect();
+            seq.enter((from..to).zip(tokens.iter().copied()), drafts);
+            exec.forward(
+                &mut [&mut seq.kv],
+                &rows,
+                Enter::Tokens(&tokens),
+                Out::Nothing,
+            )
+            .unwrap();
+        };
+    forward(&mut exec, &mut seq, 0, 10, None);
+    forward(&mut exec, &mut seq, 10, 14, Some(11));
+    assert_eq!(seq.truncate(&mut exec, 12).unwrap(), 1, "row 11 again");
+    assert_eq!(seq.kv.len(), 12);
+    forward(&mut exec, &mut seq, 12, 16, None);
+    assert_eq!(
+        seq.truncate(&mut exec, 14).unwrap(),
+        14,
+        "no checkpoint: all again"
+    );
+    assert_eq!(seq.truncate(&mut exec, 20).unwrap(), 0, "nothing to cut");
+    assert_eq!(seq.kv.len(), 14);
 }

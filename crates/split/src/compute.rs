@@ -9,8 +9,7 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::Instant;
 
 use device::Row;
-use engine::{ContextConfig, Enter, Executor, Out};
-use kv::SeqKv;
+use engine::{ContextConfig, Enter, Executor, FrontSeq, Out};
 use model::Model;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -75,7 +74,7 @@ pub(crate) struct Compute {
     flags: u8,
     fast: Option<UnboundedSender<Frame>>,
     bulk: Option<UnboundedSender<Frame>>,
-    sessions: HashMap<u64, SeqKv>,
+    sessions: HashMap<u64, FrontSeq>,
     /// Sessions the head may hold at once.
     max_sessions: usize,
     /// In the order they came; the oldest with credit advances first.
@@ -91,11 +90,6 @@ impl Compute {
         max_sessions: usize,
     ) -> Result<Self> {
         let exec = Executor::new(model, cfg)?;
-        if exec.kv().config().state.is_some() {
-            return Err(Error::Refused(
-                "a model with recurrent-state layers cannot be split yet".into(),
-            ));
-        }
         Ok(Compute {
             exec,
             cfg,
@@ -154,7 +148,7 @@ impl Compute {
     fn drop_sessions(&mut self) {
         self.streams.clear();
         for (_, mut seq) in self.sessions.drain() {
-            self.exec.release(&mut seq);
+            self.exec.release(&mut seq.kv);
         }
     }
 
@@ -182,7 +176,7 @@ impl Compute {
     fn message(&mut self, frame: Frame) {
         let (seq, session) = (frame.header.seq, frame.header.session);
         match frame.message {
-            Message::Forward { rows } if rows.len() > self.cfg.n_ctx => {
+            Message::Forward { rows, .. } if rows.len() > self.cfg.n_ctx => {
                 let reason = format!(
                     "a forward of {} rows; this box holds {} positions",
                     rows.len(),
@@ -190,9 +184,9 @@ impl Compute {
                 );
                 self.reply_fast(self.frame(seq, 0, 0, Message::Refused { reason }));
             }
-            Message::Forward { rows } => {
+            Message::Forward { rows, drafts_from } => {
                 let t0 = Instant::now();
-                let answer = match self.forward(&rows) {
+                let answer = match self.forward(&rows, &drafts_from) {
                     Ok(states) => Message::States {
                         states,
                         compute_us: t0.elapsed().as_micros() as u64,
@@ -205,16 +199,21 @@ impl Compute {
             }
             Message::Commit { lens } => {
                 for (s, len) in lens {
-                    if let Some(seq_kv) = self.sessions.get_mut(&s) {
-                        self.exec.truncate(seq_kv, len as usize);
+                    let Some(seq) = self.sessions.get_mut(&s) else {
+                        continue;
+                    };
+                    // A session that could not be computed again holds nothing: its next
+                    // rows are refused, and the head replays it.
+                    if seq.truncate(&mut self.exec, len as usize).is_err() {
+                        self.sessions.remove(&s);
                     }
                 }
             }
             Message::Release { sessions } => {
                 for s in sessions {
                     self.streams.retain(|st| st.session != s);
-                    if let Some(mut seq_kv) = self.sessions.remove(&s) {
-                        self.exec.release(&mut seq_kv);
+                    if let Some(mut seq) = self.sessions.remove(&s) {
+                        self.exec.release(&mut seq.kv);
                     }
                 }
             }
@@ -300,7 +299,7 @@ impl Compute {
             .collect();
         let t0 = Instant::now();
         let mut out = vec![0f32; n * e];
-        let result = self.forward_chunk(&rows, &mut out);
+        let result = self.forward_chunk(&rows, &[], &mut out);
         let st = &mut self.streams[i];
         let message = match result {
             Err(e) => Message::Refused {
@@ -332,20 +331,25 @@ impl Compute {
     }
 
     /// The boundary states of `rows` (`[rows, n_embd]`), computed `n_ubatch` rows at a time;
-    /// each session's KV grows by its rows.
-    fn forward(&mut self, rows: &[StepRow]) -> Result<Vec<f32>> {
+    /// each session's KV grows by its rows, its drafts starting at `drafts_from`.
+    fn forward(&mut self, rows: &[StepRow], drafts_from: &[(u64, u32)]) -> Result<Vec<f32>> {
         let e = self.exec.model().hparams.hidden_width();
         let mut states = vec![0f32; rows.len() * e];
         for (chunk, out) in rows
             .chunks(self.cfg.n_ubatch)
             .zip(states.chunks_mut(self.cfg.n_ubatch * e))
         {
-            self.forward_chunk(chunk, out)?;
+            self.forward_chunk(chunk, drafts_from, out)?;
         }
         Ok(states)
     }
 
-    fn forward_chunk(&mut self, rows: &[StepRow], out: &mut [f32]) -> Result<()> {
+    fn forward_chunk(
+        &mut self,
+        rows: &[StepRow],
+        drafts_from: &[(u64, u32)],
+        out: &mut [f32],
+    ) -> Result<()> {
         // The sessions of the chunk in order, and the length each has after it.
         let (mut ids, mut lens): (Vec<u64>, Vec<usize>) = (Vec::new(), Vec::new());
         let mut batch_rows = Vec::with_capacity(rows.len());
@@ -366,7 +370,7 @@ impl Compute {
                     )));
                 }
                 ids.push(r.session);
-                lens.push(self.sessions.entry(r.session).or_default().len());
+                lens.push(self.sessions.entry(r.session).or_default().kv.len());
             }
             let next = lens.last_mut().expect("pushed with its session");
             if r.pos as usize != *next {
@@ -383,19 +387,28 @@ impl Compute {
         }
         let tokens: Vec<u32> = rows.iter().map(|r| r.token).collect();
         // The chunk's sessions leave the map for the forward and come back after it.
-        let mut kvs: Vec<SeqKv> = ids
+        let mut fronts: Vec<FrontSeq> = ids
             .iter()
-            .map(|id| self.sessions.remove(id).expect("entered above"))
+            .map(|&id| {
+                let mut seq = self.sessions.remove(&id).expect("entered above");
+                let own = rows.iter().filter(|r| r.session == id);
+                let drafts = drafts_from.iter().find(|d| d.0 == id);
+                seq.enter(
+                    own.map(|r| (r.pos as usize, r.token)),
+                    drafts.map(|d| d.1 as usize),
+                );
+                seq
+            })
             .collect();
-        let mut seqs: Vec<&mut SeqKv> = kvs.iter_mut().collect();
+        let mut seqs: Vec<_> = fronts.iter_mut().map(|f| &mut f.kv).collect();
         let done = self.exec.forward(
             &mut seqs,
             &batch_rows,
             Enter::Tokens(&tokens),
             Out::States(out),
         );
-        for (id, kv) in ids.iter().zip(kvs) {
-            self.sessions.insert(*id, kv);
+        for (id, seq) in ids.iter().zip(fronts) {
+            self.sessions.insert(*id, seq);
         }
         done?;
         Ok(())

@@ -17,7 +17,7 @@ use crate::{Error, Result};
 
 pub const MAGIC: [u8; 4] = *b"TDSP";
 /// Bumped whenever a frame's layout or meaning changes; peers of other versions are refused.
-pub const VERSION: u16 = 5;
+pub const VERSION: u16 = 6;
 pub const HEADER_BYTES: usize = 44;
 /// Flag: the hidden states of the frame are f16 (else f32).
 pub const F16_STATES: u8 = 1;
@@ -83,9 +83,12 @@ pub enum Message {
         reason: String,
     },
     /// Head → box: compute these rows through blocks `0..split`, rows of one session in
-    /// ascending positions following what the box holds for it.
+    /// ascending positions following what the box holds for it. `drafts_from`: per session
+    /// whose rows end in drafts, the position of the first (a `Commit` may cut them back:
+    /// a recurrent state keeps its checkpoint there).
     Forward {
         rows: Vec<StepRow>,
+        drafts_from: Vec<(u64, u32)>,
     },
     /// Box → head: the boundary states of a `Forward`'s rows, or (bulk lane) of one chunk
     /// of a stream: from position `pos` of `session` in the header, whose sequence number
@@ -190,13 +193,14 @@ impl Frame {
                 out.put_slice(proof);
             }
             Message::Refused { reason } => out.put_slice(reason.as_bytes()),
-            Message::Forward { rows } => {
+            Message::Forward { rows, drafts_from } => {
                 out.put_u32_le(rows.len() as u32);
                 for r in rows {
                     out.put_u64_le(r.session);
                     out.put_u32_le(r.pos);
                     out.put_u32_le(r.token);
                 }
+                put_lens(out, drafts_from);
             }
             Message::States { states, compute_us } => {
                 out.put_u64_le(*compute_us);
@@ -209,13 +213,7 @@ impl Frame {
                     states.iter().for_each(|&v| out.put_f32_le(v));
                 }
             }
-            Message::Commit { lens } => {
-                out.put_u32_le(lens.len() as u32);
-                for &(s, len) in lens {
-                    out.put_u64_le(s);
-                    out.put_u32_le(len);
-                }
-            }
+            Message::Commit { lens } => put_lens(out, lens),
             Message::Release { sessions } => {
                 out.put_u32_le(sessions.len() as u32);
                 sessions.iter().for_each(|&s| out.put_u64_le(s));
@@ -274,6 +272,15 @@ impl Frame {
     }
 }
 
+/// `(session, position)` pairs: their count (u32), then each (u64, u32).
+fn put_lens(out: &mut BytesMut, lens: &[(u64, u32)]) {
+    out.put_u32_le(lens.len() as u32);
+    for &(s, len) in lens {
+        out.put_u64_le(s);
+        out.put_u32_le(len);
+    }
+}
+
 /// A body being read, every read checked against what is left.
 struct Body<'a>(&'a [u8]);
 
@@ -317,6 +324,12 @@ impl Body<'_> {
         Ok(n)
     }
 
+    /// `(session, position)` pairs after their count ([`put_lens`]).
+    fn lens(&mut self) -> Result<Vec<(u64, u32)>> {
+        let n = self.count(12)?;
+        (0..n).map(|_| Ok((self.u64()?, self.u32()?))).collect()
+    }
+
     fn message(mut self, kind: u8, flags: u8) -> Result<Message> {
         let m = match kind {
             1 => Message::Hello {
@@ -347,7 +360,8 @@ impl Body<'_> {
                         })
                     })
                     .collect::<Result<_>>()?;
-                Message::Forward { rows }
+                let drafts_from = self.lens()?;
+                Message::Forward { rows, drafts_from }
             }
             5 => {
                 let compute_us = self.u64()?;
@@ -361,13 +375,7 @@ impl Body<'_> {
                     .collect();
                 Message::States { states, compute_us }
             }
-            6 => {
-                let n = self.count(12)?;
-                let lens = (0..n)
-                    .map(|_| Ok((self.u64()?, self.u32()?)))
-                    .collect::<Result<_>>()?;
-                Message::Commit { lens }
-            }
+            6 => Message::Commit { lens: self.lens()? },
             7 => {
                 let n = self.count(8)?;
                 let sessions = (0..n).map(|_| self.u64()).collect::<Result<_>>()?;
@@ -453,6 +461,7 @@ mod tests {
                         token: 3,
                     },
                 ],
+                drafts_from: vec![(1, 6)],
             },
             Message::States {
                 states: vec![0.5, -1.25, 3.0],
@@ -495,6 +504,7 @@ mod tests {
                     pos: 0,
                     token: 1,
                 }],
+                drafts_from: vec![(1, 1)],
             },
         };
         let mut b = BytesMut::new();

@@ -315,10 +315,16 @@ impl BoxClient {
         Ok(frame.header.seq)
     }
 
-    /// Sends `rows` to be computed on the fast lane; the request's number.
-    fn send_forward(&mut self, rows: &[StepRow]) -> Result<u64> {
+    /// Sends `rows` to be computed on the fast lane, with the first draft of those of their
+    /// sessions in `drafts_from`; the request's number.
+    fn send_forward(&mut self, rows: &[StepRow], drafts_from: &[(u64, u32)]) -> Result<u64> {
+        let drafts_from = drafts_from
+            .iter()
+            .filter(|d| rows.iter().any(|r| r.session == d.0))
+            .copied()
+            .collect();
         let rows = rows.to_vec();
-        self.send(FAST_LANE, 0, 0, Message::Forward { rows })
+        self.send(FAST_LANE, 0, 0, Message::Forward { rows, drafts_from })
     }
 
     /// Takes the next frame from either lane (by `deadline`): a fast-lane reply is kept
@@ -508,10 +514,10 @@ impl BoxClient {
     /// Sends the fast-lane part of `rows` now, so that the box computes them while the head
     /// finishes an earlier step; the [`Self::forward_rows`] of the same rows, next, takes
     /// their states.
-    pub fn submit(&mut self, rows: &[StepRow]) -> Result<()> {
+    pub fn submit(&mut self, rows: &[StepRow], drafts_from: &[(u64, u32)]) -> Result<()> {
         let (_, fast, after) = self.route(rows);
         if !fast.is_empty() && !after {
-            let seq = self.send_forward(&fast)?;
+            let seq = self.send_forward(&fast, drafts_from)?;
             self.submitted.push_back((fast, seq));
         }
         Ok(())
@@ -520,8 +526,14 @@ impl BoxClient {
     /// Writes the boundary states of `rows` into `out` (`[rows, n_embd]`) and records them.
     /// Rows that a session's stream holds are taken from it; the others are computed on
     /// the fast lane (submitted before, or sent now: before the streamed rows are awaited
-    /// unless they must wait for them).
-    pub fn forward_rows(&mut self, rows: &[StepRow], out: &mut [f32]) -> Result<()> {
+    /// unless they must wait for them). `drafts_from`: per session whose rows end in
+    /// drafts, the first one's position (a [`Self::commit`] may cut them back).
+    pub fn forward_rows(
+        &mut self,
+        rows: &[StepRow],
+        drafts_from: &[(u64, u32)],
+        out: &mut [f32],
+    ) -> Result<()> {
         assert_eq!(out.len(), rows.len() * self.n_embd);
         self.unbroken()?;
         let t0 = Instant::now();
@@ -533,7 +545,7 @@ impl BoxClient {
             None => None,
         };
         if sent.is_none() && !fast.is_empty() && !after {
-            sent = Some(self.send_forward(&fast)?);
+            sent = Some(self.send_forward(&fast, drafts_from)?);
         }
         for (i, r) in rows.iter().enumerate().filter(|(i, _)| streamed[*i]) {
             self.take_streamed(r.session, r.pos, &mut out[i * e..(i + 1) * e])?;
@@ -541,7 +553,7 @@ impl BoxClient {
         if !fast.is_empty() {
             let seq = match sent {
                 Some(seq) => seq,
-                None => self.send_forward(&fast)?,
+                None => self.send_forward(&fast, drafts_from)?,
             };
             let states = self.await_states(seq, fast.len(), Instant::now() + deadline)?;
             let dst = (0..rows.len()).filter(|&i| !streamed[i]);
@@ -562,7 +574,7 @@ impl BoxClient {
     /// the one recorded the first time.
     pub fn replay(&mut self, rows: &[StepRow]) -> Result<()> {
         let deadline = STEP_DEADLINE + DEADLINE_PER_ROW * rows.len() as u32;
-        let seq = self.send_forward(rows)?;
+        let seq = self.send_forward(rows, &[])?;
         let states = self.await_states(seq, rows.len(), Instant::now() + deadline)?;
         for (r, state) in rows.iter().zip(states.chunks_exact(self.n_embd)) {
             let recorded = self
@@ -593,7 +605,8 @@ impl BoxClient {
         }
     }
 
-    /// Each session keeps positions `0..len` on the box.
+    /// Each session keeps exactly positions `0..len` on the box (which computes again what its
+    /// memory could not keep).
     pub fn commit(&mut self, lens: &[(u64, u32)]) -> Result<()> {
         for &(s, len) in lens {
             if let Some(v) = self.states.get_mut(&s) {
@@ -643,17 +656,22 @@ fn step_rows(rows: &[(u64, usize, u32)]) -> Vec<StepRow> {
         .collect()
 }
 
+fn lens(drafts_from: &[(u64, usize)]) -> Vec<(u64, u32)> {
+    drafts_from.iter().map(|&(s, p)| (s, p as u32)).collect()
+}
+
 impl engine::Front for BoxClient {
     fn forward(
         &mut self,
         rows: &[(u64, usize, u32)],
+        drafts_from: &[(u64, usize)],
         images: &[engine::Placed<'_>],
         hidden: &mut [f32],
     ) -> std::result::Result<(), String> {
         if !images.is_empty() {
             return Err("a split's box reads no images yet".into());
         }
-        self.forward_rows(&step_rows(rows), hidden)
+        self.forward_rows(&step_rows(rows), &lens(drafts_from), hidden)
             .map_err(|e| e.to_string())
     }
 
@@ -682,8 +700,12 @@ impl engine::Front for BoxClient {
         self.pipelined
     }
 
-    fn submit(&mut self, rows: &[(u64, usize, u32)]) -> std::result::Result<(), String> {
-        BoxClient::submit(self, &step_rows(rows)).map_err(|e| e.to_string())
+    fn submit(
+        &mut self,
+        rows: &[(u64, usize, u32)],
+        drafts_from: &[(u64, usize)],
+    ) -> std::result::Result<(), String> {
+        BoxClient::submit(self, &step_rows(rows), &lens(drafts_from)).map_err(|e| e.to_string())
     }
 
     fn stream(

@@ -85,8 +85,9 @@ struct Identity {
     split: u32,
     n_embd: u32,
     key: Option<Key>,
-    /// The largest frame a fast lane may send: a forward or a stream of the whole context,
-    /// or a commit or release of every session.
+    /// The largest frame a fast lane may send: a forward (16 bytes a row, 12 a session's
+    /// first draft) or a stream of the whole context, or a commit or release of every
+    /// session.
     fast_frame: usize,
     current: Mutex<Current>,
     /// The current link's number, watched by the lanes of earlier ones so they close.
@@ -144,7 +145,7 @@ impl BoxWorker {
             split: stage.layers.end as u32,
             n_embd: model.hparams.hidden_width() as u32,
             key: access.key,
-            fast_frame: HEADER_BYTES + 8 + 16 * cfg.n_ctx.max(max_sessions),
+            fast_frame: HEADER_BYTES + 8 + 28 * cfg.n_ctx.max(max_sessions),
             current: Mutex::new(Current {
                 link: 0,
                 head: 0,

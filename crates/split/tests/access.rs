@@ -49,7 +49,7 @@ fn forward_one(client: &mut BoxClient) {
         token: 5,
     }];
     let mut states = vec![0f32; n_embd()];
-    client.forward_rows(&rows, &mut states).unwrap();
+    client.forward_rows(&rows, &[], &mut states).unwrap();
     assert!(states.iter().any(|&v| v != 0.0));
 }
 

@@ -1,7 +1,8 @@
 //! A box on 127.0.0.1 and a head in this process: the split model's logits are the whole
 //! model's bits, through batches of two sessions, drafts rolled back on both sides by a
-//! commit, a released session, prompts streamed in chunks and rows submitted ahead of
-//! their step; a head of another model or split is refused.
+//! commit (recurrent states on either side or both), a released session, prompts streamed
+//! in chunks and rows submitted ahead of their step; a head of another model or split is
+//! refused.
 
 mod common;
 
@@ -27,6 +28,8 @@ struct Head {
     exec: Executor,
     client: BoxClient,
     seqs: Vec<SeqKv>,
+    /// Each session's tokens so far.
+    tokens: Vec<Vec<u32>>,
 }
 
 impl Head {
@@ -43,14 +46,28 @@ impl Head {
                 .with_chunk(chunk),
             exec: Executor::new(model, config()).unwrap(),
             seqs: vec![SeqKv::default(); 2],
+            tokens: vec![Vec::new(); 2],
         }
     }
 
     /// Computes `rows` (`(session, token)`, a session's rows together) and returns each
     /// row's logits.
     fn step(&mut self, rows: &[(usize, u32)]) -> Vec<Vec<f32>> {
+        self.draft(rows, &[])
+    }
+
+    /// [`Self::step`] whose rows of session `s` are drafts from position `d` on, for each
+    /// `(s, d)` of `drafts_from`.
+    fn draft(&mut self, rows: &[(usize, u32)], drafts_from: &[(usize, usize)]) -> Vec<Vec<f32>> {
         let e = self.exec.model().hparams.hidden_width();
         let mut next: Vec<usize> = self.seqs.iter().map(|s| s.len()).collect();
+        for &(s, d) in drafts_from {
+            self.seqs[s].uncertain_from(d);
+        }
+        let drafts_from: Vec<(u64, u32)> = drafts_from
+            .iter()
+            .map(|&(s, d)| (s as u64, d as u32))
+            .collect();
         let mut step_rows = Vec::new();
         let mut batch_rows = Vec::new();
         for &(s, token) in rows {
@@ -63,10 +80,14 @@ impl Head {
                 pos: next[s],
                 seq: s,
             });
+            self.tokens[s].truncate(next[s]);
+            self.tokens[s].push(token);
             next[s] += 1;
         }
         let mut hidden = vec![0f32; rows.len() * e];
-        self.client.forward_rows(&step_rows, &mut hidden).unwrap();
+        self.client
+            .forward_rows(&step_rows, &drafts_from, &mut hidden)
+            .unwrap();
         let all: Vec<usize> = (0..rows.len()).collect();
         let mut logits = vec![Vec::new(); rows.len()];
         let mut seqs: Vec<&mut SeqKv> = self.seqs.iter_mut().collect();
@@ -95,10 +116,16 @@ impl Head {
         self.exec.release(&mut self.seqs[s]);
     }
 
-    /// Session `s` keeps positions `0..len`, here and on the box.
+    /// Session `s` keeps positions `0..len`, here and on the box: as the engine does, the
+    /// box keeps what this stage kept (a state's checkpoint, or nothing, where its memory
+    /// could not keep `len`) and the rest is computed again.
     fn rollback(&mut self, s: usize, len: usize) {
-        self.exec.truncate(&mut self.seqs[s], len);
-        self.client.commit(&[(s as u64, len as u32)]).unwrap();
+        let kept = self.exec.truncate(&mut self.seqs[s], len);
+        self.client.commit(&[(s as u64, kept as u32)]).unwrap();
+        let again: Vec<(usize, u32)> = self.tokens[s][kept..len].iter().map(|&t| (s, t)).collect();
+        if !again.is_empty() {
+            self.step(&again);
+        }
     }
 }
 
@@ -149,6 +176,7 @@ fn a_split_model_computes_the_whole_models_bits() {
         head.client.ping().unwrap();
         // A released session starts again at position 0.
         head.seqs[0] = SeqKv::default();
+        head.tokens[0].clear();
         let again = head.step(&[(0, a[0])]);
         assert!(same(&again[0], &want0[0]), "{file}: after release");
     }
@@ -199,6 +227,82 @@ fn a_split_deepseek4_computes_the_whole_models_bits() {
         .unwrap()
         .to_string();
     assert!(err.contains("block 1 routes by token"), "{err}");
+}
+
+/// Hybrids of 4 blocks of 64 split where either side, or both, keep recurrent states:
+/// qwen35 (blocks 0 to 2 Gated DeltaNet, block 3 attention) at 3 and 2, toyconv (blocks 1
+/// and 3 convolutions) at 1. Drafts are rolled back with one accepted (a side with states
+/// keeps its checkpoint and computes the accepted row again: the head as the engine does,
+/// the box by itself when the head kept more), with none accepted, and once without having
+/// been announced as drafts (a side with states keeps nothing and computes it all again).
+#[test]
+fn a_split_state_model_computes_the_whole_models_bits() {
+    let dir = tempfile::tempdir().unwrap();
+    for (arch, split) in [("qwen35", 3), ("qwen35", 2), ("toyconv", 1)] {
+        let path = dir.path().join(format!("{arch}.gguf"));
+        let delta = (arch == "qwen35").then_some(model::layers::gated_delta_net::DeltaShape {
+            conv_kernel: 4,
+            head_dim: 16,
+            n_k_heads: 2,
+            n_v_heads: 4,
+        });
+        model::synthetic::Synthetic {
+            arch: model::Arch::from_name(arch).unwrap(),
+            n_embd: 64,
+            n_layer: 4,
+            n_head: 4,
+            n_head_kv: 2,
+            n_ff: 128,
+            experts: None,
+            delta,
+            nextn: 0,
+            ty: gguf::GgmlType::Q8_0,
+            seed: 5,
+        }
+        .write_placeholder_vocab(64, &path)
+        .unwrap();
+        let file = path.to_str().unwrap();
+        let addr = start_box(file, split);
+        let mut head = Head::new(file, split, addr);
+        let a: Vec<u32> = (0..14).map(|i| (i * 7 + 3) % 64).collect();
+        let b: Vec<u32> = vec![3, 3, 8, 50, 21];
+        let mut rows: Vec<(usize, u32)> = a[..5].iter().map(|&t| (0, t)).collect();
+        rows.extend(b.iter().map(|&t| (1, t)));
+        let mut got = head.step(&rows)[..5].to_vec();
+        // a[5] then drafts a[6] (accepted) and 60 (rejected) beside session 1's token.
+        let drafted = head.draft(&[(0, a[5]), (0, a[6]), (0, 60), (1, 12)], &[(0, 6)]);
+        got.extend_from_slice(&drafted[..2]);
+        head.rollback(0, 7);
+        // a[7] then two drafts, both rejected.
+        got.push(
+            head.draft(&[(0, a[7]), (0, 61), (0, 62)], &[(0, 8)])
+                .remove(0),
+        );
+        head.rollback(0, 8);
+        // a[8], a[9] and a rejected row no one said was a draft.
+        got.extend(
+            head.step(&[(0, a[8]), (0, a[9]), (0, 63)])
+                .into_iter()
+                .take(2),
+        );
+        head.rollback(0, 10);
+        for &t in &a[10..] {
+            got.push(head.step(&[(0, t)]).remove(0));
+        }
+        let model = Arc::new(load(file, Part::Whole));
+        let want = whole(&model, &a);
+        assert_eq!(got.len(), want.len());
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(same(g, w), "{arch} split at {split}: position {i}");
+        }
+        let mut b_all = b.clone();
+        b_all.push(12);
+        let want1 = whole(&model, &b_all);
+        assert!(
+            same(&drafted[3], &want1[5]),
+            "{arch} split at {split}: session 1"
+        );
+    }
 }
 
 #[test]
@@ -271,7 +375,7 @@ fn rows_submitted_ahead_are_the_ones_their_step_takes() {
             token: b[i],
         })
         .collect();
-    head.client.submit(&ahead).unwrap();
+    head.client.submit(&ahead, &[]).unwrap();
     let got_a = head.step(&a.map(|t| (0, t)));
     let got_b = head.step(&b.map(|t| (1, t)));
     assert_eq!(head.client.stats().requests, 2, "b's rows were sent once");

@@ -47,7 +47,7 @@ fn a_box_serves_a_head_of_its_model() {
         token: 5,
     }];
     let mut states = vec![0f32; head.hparams.n_embd];
-    client.forward_rows(&rows, &mut states).unwrap();
+    client.forward_rows(&rows, &[], &mut states).unwrap();
     assert!(states.iter().any(|&v| v != 0.0) && states.iter().all(|v| v.is_finite()));
     child.kill().unwrap();
     child.wait().unwrap();

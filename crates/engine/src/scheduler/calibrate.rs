@@ -104,7 +104,7 @@ impl Engine {
         let t0 = Instant::now();
         let enter = match &mut self.front {
             Some(f) => {
-                let entered = f.forward(&entering, &[], &mut self.entered[..rows * e]);
+                let entered = f.forward(&entering, &[], &[], &mut self.entered[..rows * e]);
                 let _ = f.release(SCRATCH_SESSION);
                 entered.ok()?;
                 Enter::States {

@@ -142,11 +142,6 @@ pub fn start_with(
         .device
         .open(pool.clone(), cfg.context_config().precision)?;
     let exec = Executor::on(model, cfg.context_config(), dev, progress)?;
-    if front.is_some() && exec.kv().config().state.is_some() {
-        return Err(crate::Error::Config(
-            "a model with recurrent-state layers cannot be split yet (its stages would have to restore states together)".into(),
-        ));
-    }
     eprintln!("device: {}", exec.device().describe());
     let (host, disk) = tiers(&exec, &cfg, front.is_some())?;
     let stage = exec.model().stage.layers.clone();
@@ -294,10 +289,11 @@ impl Engine {
     /// Hands `plan`'s rows to the front in the forwards `step` will ask for (a failed send
     /// is that forward's failure, recovered there).
     fn submit(&mut self, plan: &[Planned]) {
-        let rows = self.entering(&self.rows(plan));
-        if let Some(f) = &mut self.front {
-            for chunk in rows.chunks(self.cfg.n_ubatch) {
-                let _ = f.submit(chunk);
+        let rows = self.rows(plan);
+        for chunk in rows.chunks(self.cfg.n_ubatch) {
+            let (entering, drafts_from) = (self.entering(chunk), self.drafts_from(chunk));
+            if let Some(f) = &mut self.front {
+                let _ = f.submit(&entering, &drafts_from);
             }
         }
     }
@@ -307,6 +303,19 @@ impl Engine {
         rows.iter()
             .map(|&(slot, pos, t)| (self.active(slot).seq.task, pos, t))
             .collect()
+    }
+
+    /// Per slot of `rows` whose rows end in drafts, its session and first draft position
+    /// (what [`crate::Front`] is told).
+    fn drafts_from(&self, rows: &[(usize, usize, u32)]) -> Vec<(u64, usize)> {
+        let mut drafts: Vec<(u64, usize)> = Vec::new();
+        for &(slot, pos, _) in rows {
+            let seq = &self.active(slot).seq;
+            if pos >= seq.tokens.len() && drafts.last().is_none_or(|d| d.0 != seq.task) {
+                drafts.push((seq.task, seq.tokens.len()));
+            }
+        }
+        drafts
     }
 
     fn is_idle(&self) -> bool {

@@ -49,6 +49,7 @@ impl Engine {
     pub(super) fn enter(
         &mut self,
         rows: &[(u64, usize, u32)],
+        drafts_from: &[(u64, usize)],
         images: &[Placed<'_>],
     ) -> Result<(), String> {
         let Some(f) = &mut self.front else {
@@ -56,10 +57,10 @@ impl Engine {
         };
         let n = rows.len() * self.exec.model().hparams.hidden_width();
         self.exec.rest();
-        let result = match f.forward(rows, images, &mut self.entered[..n]) {
+        let result = match f.forward(rows, drafts_from, images, &mut self.entered[..n]) {
             Err(_) => self.regain(&mut |e| {
                 let f = e.front.as_mut().expect("a split model");
-                f.forward(rows, images, &mut e.entered[..n])
+                f.forward(rows, drafts_from, images, &mut e.entered[..n])
             }),
             ok => ok,
         };

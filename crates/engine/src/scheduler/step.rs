@@ -113,9 +113,10 @@ impl Engine {
             let (at, chunk) = (span.start, &rows[span]);
             let t0 = Instant::now();
             let entering = self.entering(chunk);
+            let drafts_from = self.drafts_from(chunk);
             let pictured = self.pictured(chunk);
             let images = placed(&pictured);
-            if let Err(why) = self.enter(&entering, &images) {
+            if let Err(why) = self.enter(&entering, &drafts_from, &images) {
                 self.give_up(&why);
                 return None;
             }
@@ -195,13 +196,17 @@ impl Engine {
                 continue;
             }
             let valid = (p.from + p.n - (d.computed - d.accepted)).min(seq.tokens.len());
-            let kept = self.exec.truncate(&mut seq.kv, valid);
-            seq.redo = valid.saturating_sub(kept);
+            let mut kept = self.exec.truncate(&mut seq.kv, valid);
             if let Some(f) = &mut self.front {
-                if kept < p.from + p.n {
-                    let _ = f.truncate(seq.task, kept);
+                // A front that cannot keep what this stage keeps (its link lost, an image
+                // to compute again): both start the sequence again.
+                if kept < p.from + p.n && f.truncate(seq.task, kept).is_err() {
+                    self.exec.release(&mut seq.kv);
+                    let _ = f.release(seq.task);
+                    kept = 0;
                 }
             }
+            seq.redo = valid.saturating_sub(kept);
             if let Some(spec) = &mut self.spec {
                 spec.observe(p.slot, d.verified, d.accepted, &mut self.counters);
                 self.counters.spec.spec_rejected_rows_total += (d.computed - d.accepted) as u64;

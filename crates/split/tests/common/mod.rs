@@ -26,6 +26,7 @@ pub fn config() -> ContextConfig {
         n_ctx: 512,
         n_ubatch: 64,
         n_threads: 1,
+        n_seq: 2,
         kv_type: GgmlType::F16,
         precision: Precision::Int8,
         device: engine::DeviceKind::Cpu,
