@@ -1,6 +1,9 @@
 """Gemma 3 270M through `tandem serve` with the official openai client: its file has no chat
 template, so the server chooses Gemma's by architecture and says so; its SentencePiece
-vocabulary streams text that is whole UTF-8 and equal to the unstreamed answer."""
+vocabulary streams text that is whole UTF-8 and equal to the unstreamed answer; a slot saved
+past its sliding window carries that window to the server that restores it."""
+
+from pathlib import Path
 
 import pytest
 
@@ -54,28 +57,35 @@ def test_streamed_text_equals_the_whole_answer(gemma):
     assert "\ufffd" not in whole
 
 
-def test_slots_are_saved_only_with_every_position_kept(tmp_path):
-    """Its windowed blocks keep only the last 512 positions, so a slot cannot be saved whole:
-    refused with a 400 naming --swa-full, which keeps every position and allows it."""
-    body = {"prompt": "The old lighthouse keeper climbed the stairs " * 12, "n_predict": 4,
-            "temperature": 0, "cache_prompt": True}
-    s = Server("-c", "2048", "-np", "1", "--slot-save-path", str(tmp_path), model="gemma3-270m")
-    try:
-        slot = s.post("/completion", json=body).json()["id_slot"]
-        r = s.post(f"/slots/{slot}?action=save", json={"filename": "g.bin"})
-        assert r.status_code == 400 and "--swa-full" in r.json()["error"]["message"], r.text
-    finally:
-        s.stop()
-    s = Server("-c", "2048", "-np", "1", "--swa-full", "--slot-save-path", str(tmp_path), model="gemma3-270m")
-    try:
-        first = s.post("/completion", json=body).json()
-        saved = s.post(f"/slots/{first['id_slot']}?action=save", json={"filename": "g.bin"}).json()
-        assert saved["n_saved"] >= first["tokens_evaluated"] // 16 * 16 > 0, saved
-        erased = s.post(f"/slots/{first['id_slot']}?action=erase", json={}).json()
-        assert erased["n_erased"] == saved["n_saved"], erased
-        restored = s.post("/slots/0?action=restore", json={"filename": "g.bin"}).json()
-        assert restored["n_restored"] == saved["n_saved"], restored
-        again = s.post("/completion", json=body).json()
-        assert again["content"] == first["content"] and again["tokens_cached"] > 0, again
-    finally:
-        s.stop()
+def test_a_slot_is_saved_with_its_last_window_and_restored(tmp_path):
+    """Its windowed blocks keep only the last 512 positions: a saved slot holds the whole blocks and
+    the windowed layers' last window. A conversation past the window, saved by one server and
+    restored by a second, continues there from the whole restored prefix with the text a server
+    that kept it computes; with --swa-full (every position kept) the same holds."""
+    prose = (Path(__file__).parent.parent / "data" / "eval-prose.txt").read_text()[:3200]
+    for flags in ([], ["--swa-full"]):
+        args = ("-c", "2048", "-np", "1", *flags, "--slot-save-path", str(tmp_path))
+        s = Server(*args, model="gemma3-270m")
+        try:
+            prompt = s.post("/tokenize", json={"content": prose, "add_special": True}).json()["tokens"]
+            more = s.post("/tokenize", json={"content": " And then", "add_special": False}).json()["tokens"]
+            body = {"prompt": prompt, "n_predict": 8, "n_probs": 1, "temperature": 0, "cache_prompt": True}
+            first = s.post("/completion", json=body).json()
+            answer = [t["id"] for t in first["completion_probabilities"]]
+            saved = s.post(f"/slots/{first['id_slot']}?action=save", json={"filename": "g.bin"}).json()
+            assert saved["n_saved"] == (len(prompt) + len(answer) - 1) // 16 * 16, saved
+            turn2 = {**body, "prompt": prompt + answer + more}
+            want = s.post("/completion", json=turn2).json()["content"]
+        finally:
+            s.stop()
+        s = Server(*args, model="gemma3-270m")
+        try:
+            restored = s.post("/slots/0?action=restore", json={"filename": "g.bin"}).json()
+            assert restored["n_restored"] == saved["n_saved"], restored
+            again = s.post("/completion", json=turn2).json()
+            assert again["tokens_cached"] == saved["n_saved"], (flags, again["tokens_cached"])
+            assert again["content"] == want, flags
+            erased = s.post("/slots/0?action=erase", json={}).json()
+            assert erased["n_erased"] > 0, erased
+        finally:
+            s.stop()

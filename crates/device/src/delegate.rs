@@ -47,6 +47,12 @@ macro_rules! delegate_ops {
         fn kv_write_block(&mut self, block: u32, data: &[u8]) {
             self.$inner.kv_write_block(block, data)
         }
+        fn kv_read_companion(&mut self, companion: u32, out: &mut Vec<u8>) {
+            self.$inner.kv_read_companion(companion, out)
+        }
+        fn kv_write_companion(&mut self, companion: u32, data: &[u8]) {
+            self.$inner.kv_write_companion(companion, data)
+        }
         fn state_restore(&mut self, slot: u32) {
             self.$inner.state_restore(slot)
         }

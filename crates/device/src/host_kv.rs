@@ -40,9 +40,11 @@ impl HostKv {
         dequantize_row(self.cfg.ty, &store[at..at + pb], out).expect("validated KV type");
     }
 
-    /// The stores that keep every position, with their bytes per block: keys of every
-    /// layer, then values (the layout of [`crate::Device::kv_read_block`]).
-    fn full_stores(&mut self) -> Vec<(&mut Vec<u8>, usize)> {
+    /// The stores that keep every position (`windowed` false: the layout of
+    /// [`crate::Device::kv_read_block`]) or the windowed class's (true: of
+    /// [`crate::Device::kv_read_companion`]), with their bytes per block: keys of every
+    /// layer, then values.
+    fn stores(&mut self, windowed: bool) -> Vec<(&mut Vec<u8>, usize)> {
         let cfg = &self.cfg;
         let keys = self.keys.iter_mut().enumerate().map(|(l, s)| (l, false, s));
         let values = self
@@ -51,22 +53,26 @@ impl HostKv {
             .enumerate()
             .map(|(l, s)| (l, true, s));
         keys.chain(values)
-            .filter(|&(l, v, _)| cfg.store_is_full(l, v))
+            .filter(|&(l, v, _)| match windowed {
+                false => cfg.store_is_full(l, v),
+                true => cfg.store_is_windowed(l, v),
+            })
             .map(|(l, v, s)| (s, cfg.store_block_bytes(l, v)))
             .collect()
     }
 
-    /// Appends block `block`'s bytes of every store that keeps every position.
-    pub fn read_block(&mut self, block: u32, out: &mut Vec<u8>) {
-        for (store, bb) in self.full_stores() {
+    /// Appends block `block`'s bytes of every store that keeps every position (`windowed`
+    /// false), or companion `block`'s of every windowed store (true).
+    pub fn read_block(&mut self, windowed: bool, block: u32, out: &mut Vec<u8>) {
+        for (store, bb) in self.stores(windowed) {
             let f = block as usize * bb;
             out.extend_from_slice(&store[f..f + bb]);
         }
     }
 
     /// Writes block `block` from bytes laid out as [`Self::read_block`] gives them.
-    pub fn write_block(&mut self, block: u32, mut data: &[u8]) {
-        for (store, bb) in self.full_stores() {
+    pub fn write_block(&mut self, windowed: bool, block: u32, mut data: &[u8]) {
+        for (store, bb) in self.stores(windowed) {
             let t = block as usize * bb;
             store[t..t + bb].copy_from_slice(&data[..bb]);
             data = &data[bb..];
@@ -75,7 +81,7 @@ impl HostKv {
 
     /// Copies block `from` to `to` in every store that keeps every position.
     pub fn copy_block(&mut self, from: u32, to: u32) {
-        for (store, bb) in self.full_stores() {
+        for (store, bb) in self.stores(false) {
             let f = from as usize * bb;
             store.copy_within(f..f + bb, to as usize * bb);
         }

@@ -67,6 +67,10 @@ impl Reference {
         }
     }
 
+    fn host_kv(&mut self) -> &mut HostKv {
+        self.kv.as_mut().expect("kv_alloc first")
+    }
+
     fn buf(&self, b: Buf) -> &[f32] {
         &self.bufs[b]
     }
@@ -267,24 +271,23 @@ impl Device for Reference {
     }
 
     fn kv_copy_block(&mut self, from: u32, to: u32) {
-        self.kv
-            .as_mut()
-            .expect("kv_alloc first")
-            .copy_block(from, to);
+        self.host_kv().copy_block(from, to);
     }
 
     fn kv_read_block(&mut self, block: u32, out: &mut Vec<u8>) {
-        self.kv
-            .as_mut()
-            .expect("kv_alloc first")
-            .read_block(block, out);
+        self.host_kv().read_block(false, block, out);
     }
 
     fn kv_write_block(&mut self, block: u32, data: &[u8]) {
-        self.kv
-            .as_mut()
-            .expect("kv_alloc first")
-            .write_block(block, data);
+        self.host_kv().write_block(false, block, data);
+    }
+
+    fn kv_read_companion(&mut self, companion: u32, out: &mut Vec<u8>) {
+        self.host_kv().read_block(true, companion, out);
+    }
+
+    fn kv_write_companion(&mut self, companion: u32, data: &[u8]) {
+        self.host_kv().write_block(true, companion, data);
     }
 
     fn state_restore(&mut self, slot: u32) {

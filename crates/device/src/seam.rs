@@ -515,6 +515,13 @@ pub trait Device: Send {
     fn kv_read_block(&mut self, block: u32, out: &mut Vec<u8>);
     /// Writes block `block` from bytes laid out as [`Device::kv_read_block`] gives them.
     fn kv_write_block(&mut self, block: u32, data: &[u8]);
+    /// Appends the bytes of companion `companion` of the windowed class ([`kv::window`]):
+    /// the keys' store of every windowed layer in it, then the values' stores
+    /// ([`KvConfig::windowed_block_bytes`]).
+    fn kv_read_companion(&mut self, companion: u32, out: &mut Vec<u8>);
+    /// Writes companion `companion` from bytes laid out as [`Device::kv_read_companion`]
+    /// gives them.
+    fn kv_write_companion(&mut self, companion: u32, data: &[u8]);
     /// Puts back the checkpoint of state slot `slot` in every state layer (the pool cut
     /// its sequence back to it: [`kv::KvPool::truncate`]).
     fn state_restore(&mut self, slot: u32);

@@ -2,7 +2,7 @@
 //! layers keep only their window's blocks, and a long prompt, its decoding and a draft's
 //! rollback give the same logits bits as with every position kept (`--swa-full`); the
 //! engine's prefix cache reuses a prefix as far back as its window is kept, and the tokens
-//! stay those of the prompt evaluated alone. DeepSeek-V4's record layers keep their recent
+//! stay those of the prompt evaluated alone; a saved slot carries its last window. DeepSeek-V4's record layers keep their recent
 //! parts (raw keys, compressor rows) the same way, and only compressed rows for every
 //! position.
 
@@ -241,6 +241,57 @@ fn a_conversation_resumed_past_the_window_reuses_its_prefix_and_keeps_its_tokens
         partial.cache_n
     );
     assert_eq!(third, alone(&model, early, 8));
+}
+
+/// Gemma 3's slot saved after a prompt past its window, restored into a fresh engine: the
+/// file holds the whole blocks and, of the windowed layers, only the companions of the last
+/// window; the fresh engine holds the same bytes (saved again, they are equal), and the
+/// next turn reuses the whole restored prefix with the tokens computed alone.
+#[test]
+fn a_saved_slot_carries_the_companions_of_its_last_window() {
+    use engine::{SlotDone, SlotOp};
+    let model = gemma();
+    let tok = Arc::new(Tokenizer::from_gguf(&model.file.header.metadata).unwrap());
+    let prose = include_str!("../../../tests/data/eval-prose.txt");
+    let prompt = tok.encode(&prose[..3200], true, false).unwrap();
+    let (_, file, name) = MODELS[3];
+    let start = || {
+        let model = Model::load(model_path(file, name)).unwrap();
+        engine::start(model, tok.clone(), engine_config(), None, None).unwrap()
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let save = |handle: &EngineHandle| match rt.block_on(handle.slot(0, kv::SHARED, SlotOp::Save)) {
+        Ok(Ok(SlotDone::Saved(saved))) => *saved,
+        other => panic!("the slot is saved: {other:?}"),
+    };
+    let handle = start();
+    let (first, _) = generate(&handle, &prompt, 8);
+    let saved = save(&handle);
+    let n = saved.tokens.len() / kv::BLOCK_SIZE;
+    assert_eq!(n, (prompt.len() + first.len() - 1) / kv::BLOCK_SIZE);
+    let (kv, window) = (&saved.kv, saved.kv.last_window_blocks(n));
+    assert!(window > 0 && window < n, "{window} of {n} blocks");
+    let bytes = n * kv.full_block_bytes() + window * kv.windowed_block_bytes();
+    assert_eq!(saved.data.len(), bytes);
+    let fresh = start();
+    let op = rt.block_on(fresh.slot(0, kv::SHARED, SlotOp::Restore(Box::new(saved.clone()))));
+    assert!(matches!(op, Ok(Ok(SlotDone::Restored(r))) if r == n * kv::BLOCK_SIZE));
+    assert!(
+        save(&fresh) == saved,
+        "the fresh engine holds what it was given"
+    );
+    let mut turn2 = prompt.clone();
+    turn2.extend(&first);
+    turn2.extend(tok.encode(" And then", false, false).unwrap());
+    let (second, warm) = generate(&fresh, &turn2, 8);
+    assert_eq!(
+        warm.cache_n,
+        n * kv::BLOCK_SIZE,
+        "the restored prefix is used"
+    );
+    assert_eq!(second, alone(&model, &turn2, 8));
 }
 
 /// Mistral's shape on a tiny synthetic model (scripts/make_synthetic.py): every block

@@ -179,21 +179,22 @@ impl Device for Gpu {
         let kv = self.kv.as_ref().expect("kv_alloc first");
         let bb = kv.cfg.block_bytes() as u64;
         let enc = self.rec.encoder(&self.ctx);
-        for store in kv.full_stores() {
+        for store in kv.stores(false) {
             enc.copy_buffer_to_buffer(store, from as u64 * bb, &kv.tmp, 0, bb);
             enc.copy_buffer_to_buffer(&kv.tmp, 0, store, to as u64 * bb, bb);
         }
     }
 
     fn kv_read_block(&mut self, block: u32, out: &mut Vec<u8>) {
-        let kv = self.kv.as_ref().expect("kv_alloc first");
-        let bb = kv.cfg.block_bytes() as u64;
-        let parts: Vec<_> = kv
-            .full_stores()
-            .into_iter()
-            .map(|s| (s, block as u64 * bb, bb))
-            .collect();
-        self.rec.read(&self.ctx, &parts, out);
+        self.kv_read(false, block, out);
+    }
+
+    fn kv_read_companion(&mut self, companion: u32, out: &mut Vec<u8>) {
+        self.kv_read(true, companion, out);
+    }
+
+    fn kv_write_companion(&mut self, companion: u32, data: &[u8]) {
+        self.kv_write(true, companion, data);
     }
 
     fn state_restore(&mut self, slot: u32) {
@@ -229,14 +230,7 @@ impl Device for Gpu {
     }
 
     fn kv_write_block(&mut self, block: u32, data: &[u8]) {
-        self.rec.flush(&self.ctx);
-        let kv = self.kv.as_ref().expect("kv_alloc first");
-        let bb = kv.cfg.block_bytes();
-        for (store, src) in kv.full_stores().into_iter().zip(data.chunks_exact(bb)) {
-            self.ctx
-                .queue
-                .write_buffer(store, (block as usize * bb) as u64, src);
-        }
+        self.kv_write(false, block, data);
     }
 
     fn begin(&mut self, step: &Step<'_>) {

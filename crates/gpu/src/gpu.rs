@@ -32,11 +32,21 @@ pub(crate) struct GpuKv {
 }
 
 impl GpuKv {
-    /// The stores of the layers that keep every position: keys, then values.
-    pub(crate) fn full_stores(&self) -> Vec<&wgpu::Buffer> {
-        let full = |l: &usize| !self.cfg.is_windowed(*l);
-        let keys = (0..self.cfg.n_layer).filter(full).map(|l| &self.keys[l]);
-        let values = (0..self.cfg.n_layer).filter(full).map(|l| &self.values[l]);
+    /// The stores that keep every position (`windowed` false: [`device::Device::kv_read_block`]'s
+    /// layout) or the windowed class's (true: [`device::Device::kv_read_companion`]'s): keys,
+    /// then values.
+    pub(crate) fn stores(&self, windowed: bool) -> Vec<&wgpu::Buffer> {
+        let cfg = &self.cfg;
+        let kept = |l: &usize, v: bool| match windowed {
+            false => cfg.store_is_full(*l, v),
+            true => cfg.store_is_windowed(*l, v),
+        };
+        let keys = (0..cfg.n_layer)
+            .filter(|l| kept(l, false))
+            .map(|l| &self.keys[l]);
+        let values = (0..cfg.n_layer)
+            .filter(|l| kept(l, true))
+            .map(|l| &self.values[l]);
         keys.chain(values).collect()
     }
 }
@@ -400,5 +410,30 @@ impl Gpu {
 
     pub(crate) fn kv(&self) -> &GpuKv {
         self.kv.as_ref().expect("kv_alloc first")
+    }
+
+    /// Appends block `block`'s bytes of the stores [`GpuKv::stores`] names.
+    pub(crate) fn kv_read(&mut self, windowed: bool, block: u32, out: &mut Vec<u8>) {
+        let kv = self.kv.as_ref().expect("kv_alloc first");
+        let bb = kv.cfg.block_bytes() as u64;
+        let parts: Vec<_> = kv
+            .stores(windowed)
+            .into_iter()
+            .map(|s| (s, block as u64 * bb, bb))
+            .collect();
+        self.rec.read(&self.ctx, &parts, out);
+    }
+
+    /// Writes block `block` of the stores [`GpuKv::stores`] names from bytes laid out as
+    /// [`Self::kv_read`] gives them.
+    pub(crate) fn kv_write(&mut self, windowed: bool, block: u32, data: &[u8]) {
+        self.rec.flush(&self.ctx);
+        let kv = self.kv.as_ref().expect("kv_alloc first");
+        let bb = kv.cfg.block_bytes();
+        for (store, src) in kv.stores(windowed).into_iter().zip(data.chunks_exact(bb)) {
+            self.ctx
+                .queue
+                .write_buffer(store, (block as usize * bb) as u64, src);
+        }
     }
 }

@@ -310,6 +310,63 @@ fn kv_store_writes_the_bytes_the_reference_writes_for_every_kv_type() {
     }
 }
 
+/// A pool whose layer 1 keeps a window of 16 positions (2 companions) beside full layer 0:
+/// a block's bytes are layer 0's, a companion's layer 1's, the reference's bytes on both;
+/// a companion written from them reads back the same, and its old place is untouched.
+#[test]
+fn kv_companions_read_and_write_the_windowed_layers_alone() {
+    let cfg = KvConfig {
+        n_layer: 2,
+        n_head_kv: 2,
+        head_dim: 64,
+        ty: GgmlType::F16,
+        n_positions: 4 * BLOCK_SIZE,
+        window: Some(kv::WindowKv {
+            size: BLOCK_SIZE,
+            layers: 0b10,
+            n_blocks: 2,
+        }),
+        state: None,
+        records: None,
+        empty: 0,
+    };
+    assert_eq!(cfg.windowed_block_bytes(), 2 * cfg.block_bytes());
+    let rows: Vec<Row> = (0..BLOCK_SIZE).map(|pos| Row { pos, seq: 0 }).collect();
+    let Some(devs) = both() else { return };
+    let bytes: Vec<[Vec<u8>; 3]> = devs
+        .into_iter()
+        .map(|mut d| {
+            d.kv_alloc(cfg.clone()).unwrap();
+            let k = buf(&mut *d, &data(BLOCK_SIZE * 128, 6));
+            let v = buf(&mut *d, &data(BLOCK_SIZE * 128, 7));
+            d.begin(&Step {
+                rows: &rows,
+                tables: &[&[2]],
+                windowed: &[&[1]],
+                states: &[],
+                checkpoints: &[],
+                bidirectional: &[],
+            });
+            d.kv_store(0, k, v);
+            d.kv_store(1, v, k);
+            d.finish();
+            let (mut block, mut companion, mut moved) = (Vec::new(), Vec::new(), Vec::new());
+            d.kv_read_block(2, &mut block);
+            d.kv_read_companion(1, &mut companion);
+            d.kv_write_companion(0, &companion);
+            d.kv_read_companion(0, &mut moved);
+            d.kv_read_companion(1, &mut moved);
+            [block, companion, moved]
+        })
+        .collect();
+    let [block, companion, moved] = &bytes[0];
+    assert_eq!(block.len(), 2 * cfg.block_bytes());
+    assert_eq!(companion.len(), cfg.windowed_block_bytes());
+    assert_ne!(block, companion, "layer 0's keys are layer 1's values");
+    assert_eq!(*moved, [companion.clone(), companion.clone()].concat());
+    assert_eq!(bytes[0], bytes[1], "the GPU's bytes are the reference's");
+}
+
 #[test]
 fn mixture_of_experts_with_a_gated_shared_expert() {
     moe_agrees(&mut both);

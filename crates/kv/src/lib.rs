@@ -178,6 +178,29 @@ impl KvConfig {
             .sum()
     }
 
+    /// Whether KV layer `layer`'s keys' or values' store is in the windowed class (a
+    /// window's keys or values, a record's recent part): its blocks are companions.
+    pub fn store_is_windowed(&self, layer: usize, values: bool) -> bool {
+        self.is_windowed(layer) && !self.store_is_full(layer, values)
+    }
+
+    /// Bytes of one companion over every windowed store: what a companion's reads and
+    /// writes move ([`window`]); 0 without a windowed class.
+    pub fn windowed_block_bytes(&self) -> usize {
+        let stores = (0..self.n_layer).flat_map(|l| [(l, false), (l, true)]);
+        stores
+            .filter(|&(l, v)| self.store_is_windowed(l, v))
+            .map(|(l, v)| self.store_block_bytes(l, v))
+            .sum()
+    }
+
+    /// How many blocks of a prefix of `n_blocks` whole blocks the row after it sees (the
+    /// last window's, whose companions a saved prefix carries); 0 without a windowed class.
+    pub fn last_window_blocks(&self, n_blocks: usize) -> usize {
+        self.window
+            .map_or(0, |w| n_blocks - w.first_seen(n_blocks * BLOCK_SIZE))
+    }
+
     /// Whether KV layer `layer` keeps only a window (in the windowed class of blocks).
     pub fn is_windowed(&self, layer: usize) -> bool {
         self.window.is_some_and(|w| w.has(layer))
@@ -587,6 +610,20 @@ impl KvPool {
         s.load(block, slot);
         seq.checkpoint = len;
         Some(snap)
+    }
+
+    /// The windowed companions of the last window of `blocks` (whole blocks of a prefix,
+    /// [`Self::usable`] whole, or held by a sequence [`Self::prepare`]d at their end), in
+    /// block order ([`KvConfig::last_window_blocks`]); empty without a windowed class.
+    pub fn last_window(&self, blocks: &[u32]) -> Vec<u32> {
+        let Some(w) = &self.win else {
+            return Vec::new();
+        };
+        let n = self.cfg.last_window_blocks(blocks.len());
+        let of = |&b: &u32| w.of(b);
+        let window: Vec<u32> = blocks[blocks.len() - n..].iter().map(of).collect();
+        assert!(window.iter().all(|&c| c != window::NONE), "a kept window");
+        window
     }
 
     /// Block `block`'s snapshot of the recurrent states ([`snapshot`]), if it has one.

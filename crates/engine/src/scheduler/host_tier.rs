@@ -109,7 +109,8 @@ impl Engine {
         }
         let blocks: Vec<&[u8]> = data.iter().map(|d| &d[..size]).collect();
         let state = &data.last().expect("not empty")[size..];
-        write_saved(&mut self.exec, &mut a.kv, from, &blocks, state);
+        write_saved(&mut self.exec, &mut a.kv, from, &blocks, &[], state)
+            .expect("the tiers keep no windowed class");
         len
     }
 }

@@ -1,8 +1,10 @@
 //! Slot save, restore and erase (llama-server's `/slots/{id}?action=...`). A slot holds a
 //! request's KV only while the request runs; then its full blocks go to the prefix cache.
 //! So a slot's saved state is the cached prefix of the last request it served: its tokens
-//! (whole blocks) and those blocks' bytes; with recurrent layers, up to its last block with
-//! a snapshot of the states, whose bytes follow. Restoring puts them back in the prefix cache,
+//! (whole blocks) and those blocks' bytes; with windowed layers (sliding windows, records'
+//! recent parts), up to where its last window is still kept, whose companions' bytes
+//! follow; with recurrent layers, up to its last block with a snapshot of the states, whose
+//! bytes follow. Restoring puts them back in the prefix cache,
 //! where the next request with that prefix finds them; erasing drops them. Each is done
 //! within the namespace the caller names: another key's prompts are neither saved nor
 //! erased.
@@ -12,8 +14,10 @@ use kv::{KvConfig, SeqKv, BLOCK_SIZE};
 use super::Engine;
 
 /// A slot's cached prefix, saved: tokens of whole blocks, the pool's shape, and the blocks'
-/// bytes ([`device::Device::kv_read_block`]'s layout, block after block), then, with
-/// recurrent layers, the states after the last block ([`device::Device::state_read`]'s).
+/// bytes ([`device::Device::kv_read_block`]'s layout, block after block), then, with a
+/// windowed class, the companions of its last window
+/// ([`KvConfig::last_window_blocks`], [`device::Device::kv_read_companion`]'s layout), then,
+/// with recurrent layers, the states after the last block ([`device::Device::state_read`]'s).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SavedPrefix {
     pub tokens: Vec<u32>,
@@ -55,8 +59,9 @@ impl Engine {
         {
             return Err("this model's recurrent layers keep a state, and with --ctx-checkpoints 0 no snapshot of it: its slots cannot be saved or restored".into());
         }
-        if self.exec.kv().config().window.is_some() && !matches!(op, SlotOp::Erase) {
-            return Err("this model's sliding-window layers keep only their last window, not a prefix's whole KV: saving and restoring slots needs --swa-full".into());
+        let cfg = self.exec.kv().config();
+        if cfg.window.is_some() && cfg.state.is_some() && !matches!(op, SlotOp::Erase) {
+            return Err("this model keeps both windows and recurrent states: its slots cannot be saved or restored yet".into());
         }
         let last = self.last[slot]
             .as_ref()
@@ -78,9 +83,16 @@ impl Engine {
                         Some(snap)
                     }
                 };
+                if kv.config().window.is_some() {
+                    blocks.truncate(kv.usable(&blocks));
+                }
+                let window = kv.last_window(&blocks);
                 let mut data = Vec::new();
                 for &b in &blocks {
                     self.exec.read_kv_block(b, &mut data);
+                }
+                for &c in &window {
+                    self.exec.device_mut().kv_read_companion(c, &mut data);
                 }
                 if let Some(snap) = snap {
                     self.exec.device_mut().state_read(snap, &mut data);
@@ -95,10 +107,11 @@ impl Engine {
                 let here = self.exec.kv().config().clone();
                 let n_blocks = saved.tokens.len() / BLOCK_SIZE;
                 let bytes = here.full_block_bytes();
+                let window = here.last_window_blocks(n_blocks) * here.windowed_block_bytes();
                 let state = here.state.map(|s| s.snapshot_bytes());
                 if saved.kv != here
                     || saved.tokens.len() % BLOCK_SIZE != 0
-                    || saved.data.len() != n_blocks * bytes + state.unwrap_or(0)
+                    || saved.data.len() != n_blocks * bytes + window + state.unwrap_or(0)
                     || state.is_some() && n_blocks == 0
                 {
                     return Err(format!(
@@ -120,13 +133,11 @@ impl Engine {
                 let blocks: Vec<&[u8]> = (0..n_blocks)
                     .map(|i| &saved.data[i * bytes..(i + 1) * bytes])
                     .collect();
-                write_saved(
-                    &mut self.exec,
-                    &mut seq,
-                    0,
-                    &blocks,
-                    &saved.data[n_blocks * bytes..],
-                );
+                let (window, state) = saved.data[n_blocks * bytes..].split_at(window);
+                if let Err(e) = write_saved(&mut self.exec, &mut seq, 0, &blocks, window, state) {
+                    self.exec.kv_mut().release(&mut seq);
+                    return Err(format!("no room for the saved KV: {e}"));
+                }
                 let pool = self.exec.kv_mut();
                 self.cache.give(pool, &mut seq, &saved.tokens, ns);
                 self.last[slot] = Some((saved.tokens.clone(), ns));
@@ -145,20 +156,32 @@ impl Engine {
 }
 
 /// Writes `blocks` (each [`KvConfig::full_block_bytes`]) into `seq`'s blocks from its block
-/// `from` on (reserved) and marks them held ([`kv::KvPool::commit_saved`]); where the pool
-/// snapshots recurrent states, `state` (a snapshot's bytes) becomes the last one's snapshot.
+/// `from` on (reserved) and marks them held ([`kv::KvPool::commit_saved`]); with a windowed
+/// class, `window` (the companions of the last window, [`SavedPrefix`]'s layout) goes to
+/// the companions they get; where the pool snapshots recurrent states, `state` (a
+/// snapshot's bytes) becomes the last one's snapshot. The error: no room for the window.
 pub(super) fn write_saved(
     exec: &mut crate::Executor,
     seq: &mut SeqKv,
     from: usize,
     blocks: &[&[u8]],
+    window: &[u8],
     state: &[u8],
-) {
+) -> kv::Result<()> {
     for (i, data) in blocks.iter().enumerate() {
         exec.write_kv_block(seq.blocks()[from + i], data);
     }
     let len = (from + blocks.len()) * BLOCK_SIZE;
+    if exec.kv().config().window.is_some() && len > 0 {
+        exec.kv_mut().prepare(seq, len, len)?;
+        let companions = exec.kv().last_window(&seq.blocks()[..len / BLOCK_SIZE]);
+        let bytes = exec.kv().config().windowed_block_bytes();
+        for (c, data) in companions.into_iter().zip(window.chunks_exact(bytes)) {
+            exec.device_mut().kv_write_companion(c, data);
+        }
+    }
     if let Some(snap) = exec.kv_mut().commit_saved(seq, len) {
         exec.device_mut().state_write(snap, state);
     }
+    Ok(())
 }

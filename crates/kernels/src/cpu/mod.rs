@@ -93,6 +93,10 @@ pub fn scratch_bytes(s: &ScratchShape) -> u64 {
 }
 
 impl Cpu {
+    fn host_kv(&mut self) -> &mut device::host_kv::HostKv {
+        self.kv.as_mut().expect("kv_alloc first").host()
+    }
+
     /// A device computing on `pool` with activations treated as `precision` says.
     pub fn new(pool: Arc<ThreadPool>, precision: Precision) -> Cpu {
         Cpu {
@@ -262,27 +266,23 @@ impl Device for Cpu {
     }
 
     fn kv_copy_block(&mut self, from: u32, to: u32) {
-        self.kv
-            .as_mut()
-            .expect("kv_alloc first")
-            .host()
-            .copy_block(from, to);
+        self.host_kv().copy_block(from, to);
     }
 
     fn kv_read_block(&mut self, block: u32, out: &mut Vec<u8>) {
-        self.kv
-            .as_mut()
-            .expect("kv_alloc first")
-            .host()
-            .read_block(block, out);
+        self.host_kv().read_block(false, block, out);
     }
 
     fn kv_write_block(&mut self, block: u32, data: &[u8]) {
-        self.kv
-            .as_mut()
-            .expect("kv_alloc first")
-            .host()
-            .write_block(block, data);
+        self.host_kv().write_block(false, block, data);
+    }
+
+    fn kv_read_companion(&mut self, companion: u32, out: &mut Vec<u8>) {
+        self.host_kv().read_block(true, companion, out);
+    }
+
+    fn kv_write_companion(&mut self, companion: u32, data: &[u8]) {
+        self.host_kv().write_block(true, companion, data);
     }
 
     fn begin(&mut self, step: &Step<'_>) {
