@@ -308,14 +308,15 @@ fn saved_slot(path: &Path) {
 #[test]
 fn the_host_tier_gives_back_a_state_model_s_conversation() {
     let dir = tempfile::tempdir().unwrap();
-    for path in models(dir.path()).iter().filter(|p| !keeps_records(p)) {
-        host_tier(path);
+    for path in models(dir.path()) {
+        host_tier(&path);
     }
 }
 
-/// A conversation whose blocks the pool (96 positions, one snapshot) gave up to another's
-/// is read back from host memory (`--cache-ram`) up to its last block with a snapshot, whose
-/// states the sequence loads: the next turn's tokens are those computed alone, and its
+/// A conversation whose blocks the pool (96 positions, one snapshot; deepseek4: its
+/// conversation's positions and a block) gave up to another's is read back from host memory
+/// (`--cache-ram`) up to its last block with a snapshot, whose states the sequence loads
+/// (deepseek4: with the companions of its last window): the next turn's tokens are those computed alone, and its
 /// prefix, saved, is the one an engine that kept the conversation in its pool saves (its
 /// tokens and bytes).
 fn host_tier(path: &Path) {
@@ -329,7 +330,10 @@ fn host_tier(path: &Path) {
         let tok = Tokenizer::from_gguf(&model.file.header.metadata).unwrap();
         let cfg = match tier {
             true => EngineConfig {
-                n_ctx: 96,
+                n_ctx: match keeps_records(path) {
+                    true => (prompt.len() + 8).div_ceil(kv::BLOCK_SIZE) * kv::BLOCK_SIZE + 16,
+                    false => 96,
+                },
                 cache_ram_mib: 64,
                 ctx_checkpoints: 1,
                 ..config(1, engine::DeviceKind::Cpu)

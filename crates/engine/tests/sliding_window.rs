@@ -2,7 +2,8 @@
 //! layers keep only their window's blocks, and a long prompt, its decoding and a draft's
 //! rollback give the same logits bits as with every position kept (`--swa-full`); the
 //! engine's prefix cache reuses a prefix as far back as its window is kept, and the tokens
-//! stay those of the prompt evaluated alone; a saved slot carries its last window. DeepSeek-V4's record layers keep their recent
+//! stay those of the prompt evaluated alone; a saved slot and the host tier carry its last
+//! window. DeepSeek-V4's record layers keep their recent
 //! parts (raw keys, compressor rows) the same way, and only compressed rows for every
 //! position.
 
@@ -379,25 +380,52 @@ fn deepseek4_keeps_a_window_of_records_and_compressed_rows_of_every_position() {
     assert_eq!((want.kept_at_1000, got.kept_at_1000), (1000, 0));
 }
 
-/// The host tier is refused for a pool whose windowed layers drop old positions, naming
-/// `--swa-full`; with it they keep every position and the tier starts.
+/// Gemma 3 with a host tier (`--cache-ram`) and a pool of 1,024 positions: a conversation
+/// past the window, given up to another prompt, is read back for its next turn with the
+/// companions of its last window (a block's bytes carry its companion's), so that the whole
+/// prefix is reused; the tokens are those computed alone, and the prefix, saved, is the one
+/// an engine that kept the conversation in its pool saves.
 #[test]
-fn prompt_cache_tiers_need_swa_full_for_windowed_layers() {
+fn the_host_tier_gives_back_a_conversation_with_its_last_window() {
+    use engine::{SlotDone, SlotOp};
+    let model = gemma();
+    let tok = Arc::new(Tokenizer::from_gguf(&model.file.header.metadata).unwrap());
+    let prose = include_str!("../../../tests/data/eval-prose.txt");
+    let prompt = tok.encode(&prose[..3000], true, false).unwrap();
+    let other = tok.encode(&prose[3000..6000], true, false).unwrap();
     let (_, file, name) = MODELS[3];
-    let load = || Model::load(model_path(file, name)).unwrap();
-    let tok = Arc::new(Tokenizer::from_gguf(&load().file.header.metadata).unwrap());
-    let cfg = EngineConfig {
-        cache_ram_mib: 8,
-        ..engine_config()
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let conversation = |tier: bool| {
+        let cfg = match tier {
+            true => EngineConfig {
+                n_ctx: 1024,
+                cache_ram_mib: 256,
+                ..engine_config()
+            },
+            false => engine_config(),
+        };
+        let engine_model = Model::load(model_path(file, name)).unwrap();
+        let handle = engine::start(engine_model, tok.clone(), cfg, None, None).unwrap();
+        let (first, _) = generate(&handle, &prompt, 8);
+        if tier {
+            generate(&handle, &other, 8);
+        }
+        let mut turn2 = prompt.clone();
+        turn2.extend(&first);
+        turn2.extend(tok.encode(" And then", false, false).unwrap());
+        let (second, warm) = generate(&handle, &turn2, 8);
+        let full_blocks = (prompt.len() + first.len() - 1) / 16 * 16;
+        assert_eq!(warm.cache_n, full_blocks, "reused (tier: {tier})");
+        assert_eq!(second, alone(&model, &turn2, 8), "tier: {tier}");
+        match rt.block_on(handle.slot(0, kv::SHARED, SlotOp::Save)) {
+            Ok(Ok(SlotDone::Saved(saved))) => (saved.tokens, saved.data),
+            other => panic!("the slot is saved: {other:?}"),
+        }
     };
-    let err = engine::start(load(), tok.clone(), cfg, None, None)
-        .err()
-        .expect("refused");
-    assert!(err.to_string().contains("--cache-ram"), "{err}");
-    assert!(err.to_string().contains("--swa-full"), "{err}");
-    let full = EngineConfig {
-        swa_full: true,
-        ..cfg
-    };
-    assert!(engine::start(load(), tok, full, None, None).is_ok());
+    assert!(
+        conversation(true) == conversation(false),
+        "the blocks and the window read back are those computed"
+    );
 }

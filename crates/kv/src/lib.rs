@@ -626,6 +626,12 @@ impl KvPool {
         window
     }
 
+    /// Block `block`'s windowed companion ([`window`]), if it has one.
+    pub fn companion_of(&self, block: u32) -> Option<u32> {
+        let c = self.win.as_ref()?.of(block);
+        (c != window::NONE).then_some(c)
+    }
+
     /// Block `block`'s snapshot of the recurrent states ([`snapshot`]), if it has one.
     pub fn snapshot_of(&self, block: u32) -> Option<u32> {
         self.snaps.as_ref()?.of_block(block)

@@ -336,8 +336,8 @@ pub struct ServeArgs {
     /// MiB of computed prompt prefixes kept in host memory past the KV pool, so that a
     /// conversation the pool gave up is read back instead of computed again: 0 none, -1 no
     /// limit (llama-server's flag; off by default here, since each finished request is then
-    /// copied out of the pool). For models whose layers all keep every position or a recurrent
-    /// state with snapshots (--ctx-checkpoints above 0); refused for others.
+    /// copied out of the pool). Refused for a split model, for recurrent states without
+    /// snapshots (--ctx-checkpoints 0), and for a model with both states and sliding windows.
     #[arg(long = "cache-ram", visible_alias = "cram", default_value = "0", value_parser = parse_cache_ram, allow_hyphen_values = true)]
     pub cache_ram: usize,
     /// A folder where computed prompt prefixes are also kept on disk, one checksummed file

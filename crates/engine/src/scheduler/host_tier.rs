@@ -4,6 +4,9 @@
 //! back from there past what the pool still holds. With recurrent layers a block's bytes are
 //! followed by the states' snapshot after it where the pool has one, and a prefix is read
 //! back up to its last block with a snapshot (which the sequence's state slot then loads).
+//! With windowed layers (sliding windows, records' recent parts) a block's bytes are
+//! followed by its companion's where it has one, and a prefix is read back as far as the
+//! companions of its last window come with it (or are still in the pool).
 
 use kv::{HostCache, KvConfig, BLOCK_SIZE};
 
@@ -12,19 +15,20 @@ use super::persist::write_saved;
 use super::{Engine, Sequence};
 use crate::Executor;
 
-/// Whether a pool shaped `kv` can use the tiers: a model not split whose layers keep every
-/// position in the pool's blocks or a recurrent state with snapshots.
+/// Whether a pool shaped `kv` can use the tiers: a model not split, whose recurrent states
+/// (if any) have snapshots and keep no window beside them.
 pub(super) fn tiers_fit(kv: &KvConfig, split: bool) -> bool {
     let snapshots = kv.state.is_none_or(|s| s.n_snaps > 0);
-    !split && kv.window.is_none() && kv.records.is_none() && snapshots
+    !split && snapshots && !(kv.state.is_some() && kv.window.is_some())
 }
 
 /// The sizes a block's bytes in the tiers can have: its KV's, and with recurrent layers
-/// its KV's followed by a snapshot of the states.
+/// its KV's followed by a snapshot of the states, with windowed layers by its companion's.
 fn block_sizes(kv: &KvConfig) -> Vec<usize> {
     let size = kv.full_block_bytes();
     let mut sizes = vec![size];
     sizes.extend(kv.state.map(|s| size + s.snapshot_bytes()));
+    sizes.extend(kv.window.map(|_| size + kv.windowed_block_bytes()));
     sizes
 }
 
@@ -45,6 +49,9 @@ pub(super) fn spill(
         let mut data = Vec::new();
         let block = seq.kv.blocks()[i];
         exec.read_kv_block(block, &mut data);
+        if let Some(c) = exec.kv().companion_of(block) {
+            exec.device_mut().kv_read_companion(c, &mut data);
+        }
         if let Some(snap) = exec.kv().snapshot_of(block) {
             exec.device_mut().state_read(snap, &mut data);
         }
@@ -91,15 +98,38 @@ impl Engine {
             }
             data.push(block);
         }
-        if sizes.len() > 1 {
+        let from = held / BLOCK_SIZE;
+        let cfg = self.exec.kv().config();
+        if cfg.state.is_some() {
             let last = data.iter().rposition(|d| d.len() > size);
             data.truncate(last.map_or(0, |l| l + 1));
+        }
+        if cfg.window.is_some() {
+            let pool = self.exec.kv();
+            let kept = |i: usize| match i.checked_sub(from) {
+                Some(j) => data[j].len() > size,
+                None => pool.companion_of(a.kv.blocks()[i]).is_some(),
+            };
+            let whole = |n: usize| (n - cfg.last_window_blocks(n)..n).all(kept);
+            let m = (1..=data.len()).rev().find(|&m| whole(from + m));
+            data.truncate(m.unwrap_or(0));
         }
         if data.is_empty() {
             return held;
         }
-        let from = held / BLOCK_SIZE;
-        let len = (from + data.len()) * BLOCK_SIZE;
+        let n = from + data.len();
+        let mut window = Vec::new();
+        for i in n - cfg.last_window_blocks(n)..n {
+            match i.checked_sub(from) {
+                Some(j) => window.extend_from_slice(&data[j][size..]),
+                None => {
+                    let c = self.exec.kv().companion_of(a.kv.blocks()[i]);
+                    let c = c.expect("a companion the read back counted");
+                    self.exec.device_mut().kv_read_companion(c, &mut window);
+                }
+            }
+        }
+        let len = n * BLOCK_SIZE;
         let pool = self.exec.kv_mut();
         if pool.reserve(&mut a.kv, len).is_err() {
             self.cache.evict(pool, data.len());
@@ -108,9 +138,13 @@ impl Engine {
             }
         }
         let blocks: Vec<&[u8]> = data.iter().map(|d| &d[..size]).collect();
-        let state = &data.last().expect("not empty")[size..];
-        write_saved(&mut self.exec, &mut a.kv, from, &blocks, &[], state)
-            .expect("the tiers keep no windowed class");
-        len
+        let state = match self.exec.kv().config().state {
+            Some(_) => &data.last().expect("not empty")[size..],
+            None => &[],
+        };
+        match write_saved(&mut self.exec, &mut a.kv, from, &blocks, &window, state) {
+            Ok(()) => len,
+            Err(_) => held,
+        }
     }
 }

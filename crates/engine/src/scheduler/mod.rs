@@ -727,16 +727,12 @@ fn tiers(
     }
     let kv = exec.kv().config();
     if !host_tier::tiers_fit(kv, split) {
-        let swa = match !split && kv.window.is_some() && kv.state.is_none() && kv.records.is_none()
-        {
-            true => " (or give --swa-full, so that its windowed layers keep every position)",
-            false => "",
-        };
-        return Err(crate::Error::Config(format!(
-            "--cache-ram and --cache-dir keep prompts of models whose layers keep every \
-             position in the pool or a recurrent state with snapshots (--ctx-checkpoints above \
-             0), not split: leave them out for this one{swa}"
-        )));
+        return Err(crate::Error::Config(
+            "--cache-ram and --cache-dir keep prompts of models not split whose recurrent \
+             states have snapshots (--ctx-checkpoints above 0) and keep no sliding window \
+             beside them: leave them out for this one"
+                .into(),
+        ));
     }
     let disk = cfg
         .cache_dir
