@@ -240,27 +240,9 @@ fn a_split_state_model_computes_the_whole_models_bits() {
     let dir = tempfile::tempdir().unwrap();
     for (arch, split) in [("qwen35", 3), ("qwen35", 2), ("toyconv", 1)] {
         let path = dir.path().join(format!("{arch}.gguf"));
-        let delta = (arch == "qwen35").then_some(model::layers::gated_delta_net::DeltaShape {
-            conv_kernel: 4,
-            head_dim: 16,
-            n_k_heads: 2,
-            n_v_heads: 4,
-        });
-        model::synthetic::Synthetic {
-            arch: model::Arch::from_name(arch).unwrap(),
-            n_embd: 64,
-            n_layer: 4,
-            n_head: 4,
-            n_head_kv: 2,
-            n_ff: 128,
-            experts: None,
-            delta,
-            nextn: 0,
-            ty: gguf::GgmlType::Q8_0,
-            seed: 5,
-        }
-        .write_placeholder_vocab(64, &path)
-        .unwrap();
+        model::synthetic::Synthetic::small(model::Arch::from_name(arch).unwrap())
+            .write_placeholder_vocab(64, &path)
+            .unwrap();
         let file = path.to_str().unwrap();
         let addr = start_box(file, split);
         let mut head = Head::new(file, split, addr);

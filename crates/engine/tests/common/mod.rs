@@ -154,27 +154,10 @@ pub fn write_synthetic(dir: &std::path::Path, arch: &str) -> PathBuf {
     let (_, file, name) = MODELS[0];
     let tokenizer = gguf::GgufFile::open(model_path(file, name)).unwrap();
     let path = dir.join(format!("{arch}.gguf"));
-    let delta = (arch == "qwen35").then_some(model::layers::gated_delta_net::DeltaShape {
-        conv_kernel: 4,
-        head_dim: 16,
-        n_k_heads: 2,
-        n_v_heads: 4,
-    });
-    model::synthetic::Synthetic {
-        arch: model::Arch::from_name(arch).unwrap(),
-        n_embd: 64,
-        n_layer: 4,
-        n_head: 4,
-        n_head_kv: 2,
-        n_ff: 128,
-        experts: None,
-        delta,
-        nextn: 0,
-        ty: gguf::GgmlType::Q8_0,
-        seed: 5,
-    }
-    .write(&tokenizer, &path)
-    .unwrap();
+    let arch = model::Arch::from_name(arch).unwrap();
+    model::synthetic::Synthetic::small(arch)
+        .write(&tokenizer, &path)
+        .unwrap();
     path
 }
 

@@ -55,6 +55,31 @@ pub struct ExpertShape {
 }
 
 impl Synthetic {
+    /// The seams' tests' small model of `arch`: 4 blocks of 64 (4 heads over 2), a
+    /// feed-forward of 128, Q8_0, seed 5; a hybrid's (qwen35) blocks 0 to 2 Gated DeltaNet
+    /// (kernel 4, 2 key and 4 value heads of 16), block 3 gated attention.
+    pub fn small(arch: Arch) -> Synthetic {
+        let delta = (arch.name() == "qwen35").then_some(DeltaShape {
+            conv_kernel: 4,
+            head_dim: 16,
+            n_k_heads: 2,
+            n_v_heads: 4,
+        });
+        Synthetic {
+            arch,
+            n_embd: 64,
+            n_layer: 4,
+            n_head: 4,
+            n_head_kv: 2,
+            n_ff: 128,
+            experts: None,
+            delta,
+            nextn: 0,
+            ty: GgmlType::Q8_0,
+            seed: 5,
+        }
+    }
+
     fn head_dim(&self) -> usize {
         self.n_embd / self.n_head
     }
