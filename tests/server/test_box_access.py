@@ -20,7 +20,7 @@ from test_split import FLAGS, SPLIT, Box, run, single  # noqa: F401 (single: a f
 
 KEY = b"a key shared by the head and its box"
 N_EMBD = 576
-MAGIC, VERSION = b"TDSP", 5
+MAGIC, VERSION = b"TDSP", 6
 CHALLENGE, HELLO, WELCOME, REFUSED, PING, PONG = 12, 1, 2, 3, 8, 9
 HEADER = struct.Struct("<4sHBBQQQQI")
 
