@@ -4,7 +4,8 @@ At temperature 0 the split server's answers are byte-identical to one process's,
 at once, plainly, with a draft, and with prompts streamed in chunks and two cohorts
 pipelined; a box with a key killed (-9) mid-answer and started again is
 replayed and the answer completes byte-identical (also for a small synthetic DeepSeek-V4, whose
-records and hyper-connection streams cross the split); a synthetic Qwen 3.5 with recurrent states on
+records and hyper-connection streams cross the split, and a Qwen 3.5 whose recurrent states the
+restarted box computes again from position 0); a synthetic Qwen 3.5 with recurrent states on
 both sides of its split keeps one process's text through mostly rejected drafts; a box that stays down past the grace window gives
 503 with Retry-After (and the streaming answer in flight a retryable error event), /ready
 says so while /health stays 200; a hung box is lost by its heartbeats, while answering and
@@ -127,15 +128,8 @@ def test_a_hybrid_model_split_with_states_on_both_sides_keeps_the_text(tmp_path)
     wrong, so each rejection takes both sides back to their checkpoints: the text is one
     process's."""
     model = str(tmp_path / "qwen35.gguf")
-    subprocess.run(
-        [
-            BINARY, "synth", "-o", model, "--arch", "qwen35", "--experts", "0", "--n-embd", "128",
-            "--n-layer", "4", "--n-head", "4", "--n-head-kv", "2", "--n-ff", "256", "--ssm-state-size", "32",
-            "--ssm-group-count", "2", "--ssm-time-step-rank", "4", "--type", "q8_0", "--tokenizer", "smollm2-135m",
-        ],
-        check=True,
-        capture_output=True,
-    )
+    shape = [*SYNTH["qwen35"], "--type", "q8_0", "--tokenizer", "smollm2-135m"]
+    subprocess.run([BINARY, "synth", "-o", model, "--arch", "qwen35", *shape], check=True, capture_output=True)
     s = Server(*FLAGS, model=model)
     try:
         want = answers(s)
@@ -220,13 +214,23 @@ def test_a_keyed_box_killed_mid_answer_is_replayed_and_the_text_stays(tmp_path):
         box[0].stop()
 
 
-def test_a_deepseek4_box_killed_mid_answer_is_replayed_and_the_text_stays(tmp_path):
-    model = str(tmp_path / "deepseek4.gguf")
-    shape = ["--n-embd", "64", "--n-layer", "4", "--n-head", "4", "--dsv4-head-dim", "32", "--dsv4-rope-dim", "8",
-             "--dsv4-q-lora", "32", "--dsv4-o-lora", "16", "--dsv4-window", "8", "--dsv4-ratios", "4,128,4,0",
-             "--dsv4-indexer-dim", "64", "--dsv4-top-k", "4", "--experts", "8", "--experts-used", "2",
-             "--n-ff-exp", "32", "--type", "q8_0", "--tokenizer", "smollm2-135m"]
-    subprocess.run([BINARY, "synth", "-o", model, "--arch", "deepseek4", *shape], check=True, capture_output=True)
+SYNTH = {
+    "deepseek4": ["--n-embd", "64", "--n-layer", "4", "--n-head", "4", "--dsv4-head-dim", "32", "--dsv4-rope-dim", "8",
+                  "--dsv4-q-lora", "32", "--dsv4-o-lora", "16", "--dsv4-window", "8", "--dsv4-ratios", "4,128,4,0",
+                  "--dsv4-indexer-dim", "64", "--dsv4-top-k", "4", "--experts", "8", "--experts-used", "2",
+                  "--n-ff-exp", "32"],
+    "qwen35": ["--experts", "0", "--n-embd", "128", "--n-layer", "4", "--n-head", "4", "--n-head-kv", "2", "--n-ff",
+               "256", "--ssm-state-size", "32", "--ssm-group-count", "2", "--ssm-time-step-rank", "4"],
+}
+
+
+@pytest.mark.parametrize("arch", SYNTH)
+def test_a_synthetic_box_killed_mid_answer_is_replayed_and_the_text_stays(tmp_path, arch):
+    """DeepSeek-V4 (records and hyper-connection streams crossing the split) and Qwen 3.5 (recurrent
+    states on both sides, computed again from position 0 on the restarted box)."""
+    model = str(tmp_path / f"{arch}.gguf")
+    shape = [*SYNTH[arch], "--type", "q8_0", "--tokenizer", "smollm2-135m"]
+    subprocess.run([BINARY, "synth", "-o", model, "--arch", arch, *shape], check=True, capture_output=True)
     s = Server(*FLAGS, model=model)
     try:
         want, _ = stream_chat(s)
