@@ -61,7 +61,8 @@ def test_a_slot_is_saved_with_its_last_window_and_restored(tmp_path):
     """Its windowed blocks keep only the last 512 positions: a saved slot holds the whole blocks and
     the windowed layers' last window. A conversation past the window, saved by one server and
     restored by a second, continues there from the whole restored prefix with the text a server
-    that kept it computes; with --swa-full (every position kept) the same holds."""
+    that kept it computes; with --swa-full (every position kept) the same holds, and a server
+    without it refuses that file."""
     prose = (Path(__file__).parent.parent / "data" / "eval-prose.txt").read_text()[:3200]
     for flags in ([], ["--swa-full"]):
         args = ("-c", "2048", "-np", "1", *flags, "--slot-save-path", str(tmp_path))
@@ -89,3 +90,10 @@ def test_a_slot_is_saved_with_its_last_window_and_restored(tmp_path):
             assert erased["n_erased"] > 0, erased
         finally:
             s.stop()
+    # The file saved with --swa-full has another layout: a server keeping windows refuses it.
+    s = Server("-c", "2048", "-np", "1", "--slot-save-path", str(tmp_path), model="gemma3-270m")
+    try:
+        r = s.post("/slots/0?action=restore", json={"filename": "g.bin"})
+        assert r.status_code == 400 and "--swa-full" in r.json()["error"]["message"], r.text
+    finally:
+        s.stop()

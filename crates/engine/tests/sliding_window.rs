@@ -247,7 +247,9 @@ fn a_conversation_resumed_past_the_window_reuses_its_prefix_and_keeps_its_tokens
 /// Gemma 3's slot saved after a prompt past its window, restored into a fresh engine: the
 /// file holds the whole blocks and, of the windowed layers, only the companions of the last
 /// window; the fresh engine holds the same bytes (saved again, they are equal), and the
-/// next turn reuses the whole restored prefix with the tokens computed alone.
+/// next turn reuses the whole restored prefix with the tokens computed alone — also when it
+/// is restored into the first engine, whose cache still holds the prompt's blocks without
+/// their window.
 #[test]
 fn a_saved_slot_carries_the_companions_of_its_last_window() {
     use engine::{SlotDone, SlotOp};
@@ -293,6 +295,19 @@ fn a_saved_slot_carries_the_companions_of_its_last_window() {
         "the restored prefix is used"
     );
     assert_eq!(second, alone(&model, &turn2, 8));
+    // Restored where the cache still holds the prompt's blocks but another prompt took
+    // their window: the restored blocks replace them.
+    let other = tok.encode(&prose[3200..6400], true, false).unwrap();
+    generate(&handle, &other, 8);
+    let op = rt.block_on(handle.slot(0, kv::SHARED, SlotOp::Restore(Box::new(saved))));
+    assert!(matches!(op, Ok(Ok(SlotDone::Restored(_)))));
+    let (again, warm) = generate(&handle, &turn2, 8);
+    assert_eq!(
+        warm.cache_n,
+        n * kv::BLOCK_SIZE,
+        "restored over the cached blocks"
+    );
+    assert_eq!(again, second);
 }
 
 /// Mistral's shape on a tiny synthetic model (scripts/make_synthetic.py): every block

@@ -3,8 +3,10 @@
 //! the prefix cache, or erased from it — within the caller's key's namespace.
 //!
 //! File (little-endian): magic `TDKV`, version (u32), the model's hash (u64), the KV
-//! layout (layers, KV heads, head size, element type: u32 each), the token count (u64), the
-//! tokens (u32 each), then the blocks' bytes.
+//! layout (layers, KV heads, head size, element type, window: u32 each, the window 0 where
+//! every layer keeps every position; then a block's bytes and a windowed companion's: u64
+//! each), the token count (u64), the tokens (u32 each), then the prefix's bytes
+//! ([`SavedPrefix`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -24,8 +26,25 @@ use crate::validate::parse;
 use crate::{body, namespace_of, ready, KeyNamespace};
 
 const MAGIC: &[u8; 4] = b"TDKV";
-/// 2: a quantized pool's blocks are stored rotated (`kv::Rotation`).
-const VERSION: u32 = 2;
+/// 2: a quantized pool's blocks are stored rotated (`kv::Rotation`). 3: the window and the
+/// bytes of a block and of a companion (a windowed pool's file carries its last window).
+const VERSION: u32 = 3;
+
+/// What of a pool's shape a file records: layers, KV heads, head size, element type, window
+/// (0: none), a block's bytes, a companion's bytes.
+fn shape(kv: &kv::KvConfig) -> (usize, usize, usize, GgmlType, usize, usize, usize) {
+    let window = kv.window.map_or(0, |w| w.size);
+    let bytes = (kv.full_block_bytes(), kv.windowed_block_bytes());
+    (
+        kv.n_layer,
+        kv.n_head_kv,
+        kv.head_dim,
+        kv.ty,
+        window,
+        bytes.0,
+        bytes.1,
+    )
+}
 
 #[derive(Deserialize)]
 pub struct SlotAction {
@@ -60,10 +79,15 @@ fn encode(hash: u64, p: &SavedPrefix) -> Vec<u8> {
     b.extend_from_slice(MAGIC);
     b.extend_from_slice(&VERSION.to_le_bytes());
     b.extend_from_slice(&hash.to_le_bytes());
-    for v in [p.kv.n_layer, p.kv.n_head_kv, p.kv.head_dim] {
+    let (layers, heads, dim, ty, window, block, companion) = shape(&p.kv);
+    for v in [layers, heads, dim] {
         b.extend_from_slice(&(v as u32).to_le_bytes());
     }
-    b.extend_from_slice(&p.kv.ty.id().to_le_bytes());
+    b.extend_from_slice(&ty.id().to_le_bytes());
+    b.extend_from_slice(&(window as u32).to_le_bytes());
+    for v in [block, companion] {
+        b.extend_from_slice(&(v as u64).to_le_bytes());
+    }
     b.extend_from_slice(&(p.tokens.len() as u64).to_le_bytes());
     p.tokens
         .iter()
@@ -98,15 +122,28 @@ fn decode(bytes: &[u8], hash: u64, kv: kv::KvConfig) -> Result<SavedPrefix, Stri
     }
     let (layers, heads, dim) = (u32_at(take(4)?), u32_at(take(4)?), u32_at(take(4)?));
     let ty = GgmlType::from_id(u32_at(take(4)?)).ok_or("an unknown KV type")?;
-    if (layers as usize, heads as usize, dim as usize, ty)
-        != (kv.n_layer, kv.n_head_kv, kv.head_dim, kv.ty)
-    {
+    let window = u32_at(take(4)?) as usize;
+    let u64_at = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes")) as usize;
+    let (block, companion) = (u64_at(take(8)?), u64_at(take(8)?));
+    let file = (layers as usize, heads as usize, dim as usize, ty);
+    let file = (file.0, file.1, file.2, file.3, window, block, companion);
+    let here = shape(&kv);
+    if file != here {
+        let keeps = |w: usize| match w {
+            0 => "every position".to_string(),
+            w => format!("windows of {w}"),
+        };
         return Err(format!(
-            "the file's KV ({layers} layers, {heads} heads of {dim}, {ty}) is not this server's ({} layers, {} heads of {}, {}): restart with the same -ctk",
-            kv.n_layer, kv.n_head_kv, kv.head_dim, kv.ty
+            "the file's KV ({layers} layers, {heads} heads of {dim}, {ty}, keeping {}) is not this server's ({} layers, {} heads of {}, {}, keeping {}): restart with the same -ctk and --swa-full",
+            keeps(window),
+            kv.n_layer,
+            kv.n_head_kv,
+            kv.head_dim,
+            kv.ty,
+            keeps(here.4)
         ));
     }
-    let n = u64::from_le_bytes(take(8)?.try_into().expect("8 bytes")) as usize;
+    let n = u64_at(take(8)?);
     let tokens = take(n.checked_mul(4).ok_or("a bad token count")?)?
         .chunks_exact(4)
         .map(u32_at)

@@ -144,7 +144,12 @@ impl Engine {
         };
         match write_saved(&mut self.exec, &mut a.kv, from, &blocks, &window, state) {
             Ok(()) => len,
-            Err(_) => held,
+            Err(_) => {
+                // No room for the window: what the sequence needed of it may be let go, so
+                // it starts again.
+                self.exec.kv_mut().release(&mut a.kv);
+                0
+            }
         }
     }
 }

@@ -121,6 +121,9 @@ impl Engine {
                         saved.data.len()
                     ));
                 }
+                // The restored blocks replace those the cache holds for these tokens, whose
+                // window or snapshot may be gone (it keeps its own block of a prefix).
+                self.cache.forget(self.exec.kv_mut(), &saved.tokens, ns);
                 let mut seq = SeqKv::default();
                 let pool = self.exec.kv_mut();
                 if pool.reserve(&mut seq, saved.tokens.len()).is_err() {
