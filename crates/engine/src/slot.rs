@@ -66,6 +66,9 @@ pub(crate) struct Sequence {
     step_verified: usize,
     /// Draft tokens of the latest step.
     pub draft_depth: usize,
+    /// While a step runs: the tokens known when it began (its rows from there on are the
+    /// draft's, whatever verification has since made of them).
+    step_start: Option<usize>,
     step_accepted: usize,
     /// Accepted draft tokens the latest step's truncation gave back (a recurrent state
     /// goes back to its checkpoint before the drafts), computed again with the next token.
@@ -129,6 +132,7 @@ impl Sequence {
             verifying: false,
             step_verified: 0,
             draft_depth: 0,
+            step_start: None,
             step_accepted: 0,
             redo: 0,
             max_tokens: req.max_tokens,
@@ -304,9 +308,10 @@ impl Sequence {
         self.remaining().saturating_sub(1)
     }
 
-    /// The token computed at `pos`: a token of the sequence or, past its end, a draft token.
+    /// The token computed at `pos`: a token of the sequence or, past its end (past the tokens
+    /// known when the running step began), a draft token.
     pub fn row_token(&self, pos: usize) -> u32 {
-        let n = self.tokens.len();
+        let n = self.step_start.unwrap_or(self.tokens.len());
         if pos < n {
             self.tokens[pos]
         } else {
@@ -317,6 +322,7 @@ impl Sequence {
     /// Starts the step's verification of `draft` (possibly empty).
     pub fn begin_step(&mut self) {
         self.verifying = true;
+        self.step_start = Some(self.tokens.len());
         self.draft_depth = self.draft.len();
         self.step_verified = 0;
         self.step_accepted = 0;
@@ -381,6 +387,7 @@ impl Sequence {
     pub fn end_step(&mut self) -> StepDrafts {
         let computed = self.draft.len();
         self.verifying = false;
+        self.step_start = None;
         self.draft.clear();
         StepDrafts {
             computed,

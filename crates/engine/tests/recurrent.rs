@@ -14,6 +14,7 @@
 #[allow(dead_code)]
 mod common;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -467,4 +468,113 @@ fn a_first_stage_computes_again_only_what_its_state_could_not_keep() {
     );
     assert_eq!(seq.truncate(&mut exec, 20).unwrap(), 0, "nothing to cut");
     assert_eq!(seq.kv.len(), 14);
+}
+
+/// A first stage that loses its sessions at every fifth forward, as a box restarted between
+/// two forwards of a step, and refuses a replayed row whose token is not the one it first
+/// computed there (as a box's state hash would).
+struct Flaky {
+    inner: LocalFront,
+    calls: usize,
+    seen: HashMap<(u64, usize), u32>,
+}
+
+impl engine::Front for Flaky {
+    fn forward(
+        &mut self,
+        rows: &[(u64, usize, u32)],
+        drafts_from: &[(u64, usize)],
+        images: &[engine::Placed<'_>],
+        hidden: &mut [f32],
+    ) -> Result<(), String> {
+        self.calls += 1;
+        if self.calls.is_multiple_of(5) {
+            self.inner.reconnect()?;
+            return Err("the front restarted".into());
+        }
+        self.seen.extend(rows.iter().map(|&(s, p, t)| ((s, p), t)));
+        self.inner.forward(rows, drafts_from, images, hidden)
+    }
+    fn submit(&mut self, rows: &[(u64, usize, u32)], d: &[(u64, usize)]) -> Result<(), String> {
+        self.inner.submit(rows, d)
+    }
+    fn truncate(&mut self, session: u64, len: usize) -> Result<(), String> {
+        self.inner.truncate(session, len)
+    }
+    fn release(&mut self, session: u64) -> Result<(), String> {
+        self.inner.release(session)
+    }
+    fn reconnect(&mut self) -> Result<(), String> {
+        self.inner.reconnect()
+    }
+    fn replay(&mut self, rows: &[(u64, usize, u32)]) -> Result<(), String> {
+        if let Some(&(s, p, _)) = rows
+            .iter()
+            .find(|&&(s, p, t)| self.seen.get(&(s, p)) != Some(&t))
+        {
+            return Err(format!(
+                "session {s} position {p} replayed with another token"
+            ));
+        }
+        self.inner.replay(rows)
+    }
+    fn grace(&self) -> std::time::Duration {
+        self.inner.grace()
+    }
+    fn pipelined(&self) -> bool {
+        false
+    }
+    fn stream(&mut self, session: u64, from: usize, tokens: &[u32]) -> Result<(), String> {
+        self.inner.stream(session, from, tokens)
+    }
+    fn streams(&self, session: u64) -> bool {
+        self.inner.streams(session)
+    }
+    fn heartbeat(&mut self) -> Result<(), String> {
+        self.inner.heartbeat()
+    }
+    fn take_busy(&mut self) -> Vec<(std::time::Instant, std::time::Instant)> {
+        self.inner.take_busy()
+    }
+    fn stats(&self) -> engine::FrontStats {
+        self.inner.stats()
+    }
+}
+
+/// qwen35 split at block 2, its first stage lost at every fifth forward while 8 users'
+/// steps (drafts every third wrong, several forwards a step) run: every live session is
+/// replayed with the tokens its rows were computed with — a step's drafts, whatever its
+/// verification made of them so far — and each user gets the whole model's tokens.
+#[test]
+fn a_front_lost_mid_step_is_replayed_with_the_rows_it_computed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = &models(dir.path())[1];
+    let prompts = prompts(path);
+    let n = 16;
+    let want = common::run_all(&start(path, 8, None), &prompts, n);
+    let scripts = prompts
+        .iter()
+        .zip(&want)
+        .map(|(p, w)| p.iter().chain(&w.0).copied().collect())
+        .collect();
+    let spec = SpecConfig {
+        n_max: 4,
+        policy: PolicyKind::Fixed,
+        ..SpecConfig::default()
+    };
+    let spec = Speculation::with(Scripted::new(scripts, 3, 0), spec);
+    let cfg = config(8, engine::DeviceKind::Cpu);
+    let first = Model::load_stage(path, Part::First(2)).unwrap();
+    let last = Model::load_stage(path, Part::Last(2)).unwrap();
+    let tok = Tokenizer::from_gguf(&last.file.header.metadata).unwrap();
+    let front = Flaky {
+        inner: LocalFront::new(first, cfg.context_config()).unwrap(),
+        calls: 0,
+        seen: HashMap::new(),
+    };
+    let handle = engine::start(last, Arc::new(tok), cfg, Some(spec), Some(Box::new(front)));
+    let got = common::run_all(&handle.unwrap(), &prompts, n);
+    for (i, ((tokens, _), w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(tokens, &w.0, "prompt {i}");
+    }
 }
