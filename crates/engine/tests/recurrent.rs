@@ -392,27 +392,9 @@ fn a_split_state_model_with_rejected_drafts_keeps_the_text() {
         (&models[0], 1),
         (&models[2], 2),
     ] {
-        let prompts = prompts(path);
-        let n = 16;
-        let want = common::run_all(&start(path, 8, None), &prompts, n);
-        let scripts = prompts
-            .iter()
-            .zip(&want)
-            .map(|(p, w)| p.iter().chain(&w.0).copied().collect())
-            .collect();
-        let spec = SpecConfig {
-            n_max: 4,
-            policy: PolicyKind::Fixed,
-            ..SpecConfig::default()
-        };
-        let spec = Speculation::with(Scripted::new(scripts, 3, 0), spec);
-        let cfg = config(8, engine::DeviceKind::Cpu);
-        let first = Model::load_stage(path, Part::First(at)).unwrap();
-        let last = Model::load_stage(path, Part::Last(at)).unwrap();
-        let tok = Tokenizer::from_gguf(&last.file.header.metadata).unwrap();
-        let front = LocalFront::new(first, cfg.context_config()).unwrap();
-        let handle = engine::start(last, Arc::new(tok), cfg, Some(spec), Some(Box::new(front)));
-        let got = common::run_all(&handle.unwrap(), &prompts, n);
+        let (prompts, want) = (prompts(path), whole_answers(path));
+        let handle = split_with_wrong_drafts(path, at, &want, |f| Box::new(f));
+        let got = common::run_all(&handle, &prompts, 16);
         let (mut drafted, mut accepted) = (0, 0);
         for (i, ((tokens, summary), w)) in got.iter().zip(&want).enumerate() {
             assert_eq!(tokens, &w.0, "{path:?} split at {at}: prompt {i}");
@@ -549,12 +531,36 @@ impl engine::Front for Flaky {
 fn a_front_lost_mid_step_is_replayed_with_the_rows_it_computed() {
     let dir = tempfile::tempdir().unwrap();
     let path = &models(dir.path())[1];
-    let prompts = prompts(path);
-    let n = 16;
-    let want = common::run_all(&start(path, 8, None), &prompts, n);
-    let scripts = prompts
+    let (prompts, want) = (prompts(path), whole_answers(path));
+    let handle = split_with_wrong_drafts(path, 2, &want, |inner| {
+        Box::new(Flaky {
+            inner,
+            calls: 0,
+            seen: HashMap::new(),
+        })
+    });
+    let got = common::run_all(&handle, &prompts, 16);
+    for (i, ((tokens, _), w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(tokens, &w.0, "prompt {i}");
+    }
+}
+
+/// The whole model's 16 greedy tokens for each of [`prompts`], 8 users at once.
+fn whole_answers(path: &Path) -> Vec<(Vec<u32>, engine::Summary)> {
+    common::run_all(&start(path, 8, None), &prompts(path), 16)
+}
+
+/// An engine of 8 slots on `path` split at block `at`, its first stage `front` made of a
+/// [`LocalFront`], drafting the answers `want` to [`prompts`] 4 at a time, every third wrong.
+fn split_with_wrong_drafts(
+    path: &Path,
+    at: usize,
+    want: &[(Vec<u32>, engine::Summary)],
+    front: impl FnOnce(LocalFront) -> Box<dyn engine::Front>,
+) -> EngineHandle {
+    let scripts = prompts(path)
         .iter()
-        .zip(&want)
+        .zip(want)
         .map(|(p, w)| p.iter().chain(&w.0).copied().collect())
         .collect();
     let spec = SpecConfig {
@@ -564,17 +570,9 @@ fn a_front_lost_mid_step_is_replayed_with_the_rows_it_computed() {
     };
     let spec = Speculation::with(Scripted::new(scripts, 3, 0), spec);
     let cfg = config(8, engine::DeviceKind::Cpu);
-    let first = Model::load_stage(path, Part::First(2)).unwrap();
-    let last = Model::load_stage(path, Part::Last(2)).unwrap();
+    let first = Model::load_stage(path, Part::First(at)).unwrap();
+    let last = Model::load_stage(path, Part::Last(at)).unwrap();
     let tok = Tokenizer::from_gguf(&last.file.header.metadata).unwrap();
-    let front = Flaky {
-        inner: LocalFront::new(first, cfg.context_config()).unwrap(),
-        calls: 0,
-        seen: HashMap::new(),
-    };
-    let handle = engine::start(last, Arc::new(tok), cfg, Some(spec), Some(Box::new(front)));
-    let got = common::run_all(&handle.unwrap(), &prompts, n);
-    for (i, ((tokens, _), w)) in got.iter().zip(&want).enumerate() {
-        assert_eq!(tokens, &w.0, "prompt {i}");
-    }
+    let first = front(LocalFront::new(first, cfg.context_config()).unwrap());
+    engine::start(last, Arc::new(tok), cfg, Some(spec), Some(first)).unwrap()
 }
