@@ -3,7 +3,7 @@
 //! the GPU): a [`Front`] whose stage is an [`Executor`] here, computing each step's rows
 //! when the engine asks for them.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use device::Row;
@@ -12,12 +12,11 @@ use model::Model;
 use crate::front::{Front, FrontSeq, FrontStats};
 use crate::{ContextConfig, Enter, Executor, Out, Placed};
 
-/// See the module doc. Sessions are the engine's task ids, each with its KV here.
+/// See the module doc. Sessions are the engine's task ids, each with its KV here (kept,
+/// empty, across a reconnect: a session with images' rows cannot be replayed from tokens).
 pub struct LocalFront {
     exec: Executor,
     sessions: HashMap<u64, FrontSeq>,
-    /// Sessions with images' rows: their rows cannot be replayed from tokens.
-    pictured: HashSet<u64>,
     busy: Vec<(Instant, Instant)>,
     stats: FrontStats,
 }
@@ -29,7 +28,6 @@ impl LocalFront {
         Ok(LocalFront {
             exec: Executor::new(model, config)?,
             sessions: HashMap::new(),
-            pictured: HashSet::new(),
             busy: Vec::new(),
             stats: FrontStats::default(),
         })
@@ -56,8 +54,6 @@ impl Front for LocalFront {
             });
         }
         let tokens: Vec<u32> = rows.iter().map(|r| r.2).collect();
-        self.pictured
-            .extend(images.iter().map(|p| rows[p.rows.start].0));
         let mut fronts: Vec<FrontSeq> = ids
             .iter()
             .map(|&id| {
@@ -65,7 +61,7 @@ impl Front for LocalFront {
                 let own = rows.iter().filter(|r| r.0 == id).map(|r| (r.1, r.2));
                 let drafts = drafts_from.iter().find(|d| d.0 == id).map(|d| d.1);
                 seq.enter(own, drafts);
-                seq.pictured |= self.pictured.contains(&id);
+                seq.pictured |= images.iter().any(|p| rows[p.rows.start].0 == id);
                 seq
             })
             .collect();
@@ -109,7 +105,6 @@ impl Front for LocalFront {
     }
 
     fn release(&mut self, session: u64) -> Result<(), String> {
-        self.pictured.remove(&session);
         if let Some(mut seq) = self.sessions.remove(&session) {
             self.exec.release(&mut seq.kv);
         }
@@ -117,14 +112,15 @@ impl Front for LocalFront {
     }
 
     fn reconnect(&mut self) -> Result<(), String> {
-        for (_, mut seq) in self.sessions.drain() {
+        for seq in self.sessions.values_mut() {
             self.exec.release(&mut seq.kv);
         }
         Ok(())
     }
 
     fn replay(&mut self, rows: &[(u64, usize, u32)]) -> Result<(), String> {
-        if rows.iter().any(|r| self.pictured.contains(&r.0)) {
+        let pictured = |s: &u64| self.sessions.get(s).is_some_and(|q| q.pictured);
+        if rows.iter().any(|r| pictured(&r.0)) {
             return Err("a request with images cannot be recomputed from its tokens".into());
         }
         let e = self.exec.model().hparams.hidden_width();

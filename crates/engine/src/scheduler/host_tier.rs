@@ -118,17 +118,13 @@ impl Engine {
             return held;
         }
         let n = from + data.len();
-        let mut window = Vec::new();
-        for i in n - cfg.last_window_blocks(n)..n {
-            match i.checked_sub(from) {
-                Some(j) => window.extend_from_slice(&data[j][size..]),
-                None => {
-                    let c = self.exec.kv().companion_of(a.kv.blocks()[i]);
-                    let c = c.expect("a companion the read back counted");
-                    self.exec.device_mut().kv_read_companion(c, &mut window);
-                }
-            }
-        }
+        // The companions of the last window's blocks read back (those in the pool have theirs).
+        let fresh = (n - cfg.last_window_blocks(n)).max(from) - from;
+        let window: Vec<u8> = data[fresh..]
+            .iter()
+            .flat_map(|d| &d[size..])
+            .copied()
+            .collect();
         let len = n * BLOCK_SIZE;
         let pool = self.exec.kv_mut();
         if pool.reserve(&mut a.kv, len).is_err() {

@@ -160,9 +160,10 @@ impl Engine {
 
 /// Writes `blocks` (each [`KvConfig::full_block_bytes`]) into `seq`'s blocks from its block
 /// `from` on (reserved) and marks them held ([`kv::KvPool::commit_saved`]); with a windowed
-/// class, `window` (the companions of the last window, [`SavedPrefix`]'s layout) goes to
-/// the companions they get; where the pool snapshots recurrent states, `state` (a
-/// snapshot's bytes) becomes the last one's snapshot. The error: no room for the window.
+/// class, `window` (the companions of those of `blocks` in the last window, in order,
+/// [`SavedPrefix`]'s layout) goes to the companions they get, the window's blocks before
+/// `from` keeping theirs; where the pool snapshots recurrent states, `state` (a snapshot's
+/// bytes) becomes the last one's snapshot. The error: no room for the window.
 pub(super) fn write_saved(
     exec: &mut crate::Executor,
     seq: &mut SeqKv,
@@ -178,8 +179,9 @@ pub(super) fn write_saved(
     if exec.kv().config().window.is_some() && len > 0 {
         exec.kv_mut().prepare(seq, len, len)?;
         let companions = exec.kv().last_window(&seq.blocks()[..len / BLOCK_SIZE]);
+        let written = &companions[companions.len().saturating_sub(blocks.len())..];
         let bytes = exec.kv().config().windowed_block_bytes();
-        for (c, data) in companions.into_iter().zip(window.chunks_exact(bytes)) {
+        for (&c, data) in written.iter().zip(window.chunks_exact(bytes)) {
             exec.device_mut().kv_write_companion(c, data);
         }
     }
