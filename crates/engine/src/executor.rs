@@ -140,9 +140,10 @@ pub enum Enter<'a> {
         states: &'a [f32],
         images: &'a [Placed<'a>],
     },
-    /// Hidden states with the rows' tokens: a multi-token-prediction stage
-    /// ([`model::Part::Nextn`]), whose row of position `p` enters as the target's final
-    /// normed state of `p - 1` and the token at `p`.
+    /// Hidden states (`[rows, hidden_width]`) with the rows' tokens: a
+    /// multi-token-prediction stage ([`model::Part::Nextn`]), whose row of position `p`
+    /// enters as the target's state of `p - 1` (its final normed state, or its residual
+    /// streams before they merge) and the token at `p`.
     Joined {
         tokens: &'a [u32],
         states: &'a [f32],
@@ -241,7 +242,8 @@ pub enum RowOut<'a> {
     Logits(&'a mut [f32]),
     /// The row's hidden state after the output norm (`[n_embd]`).
     State(&'a [f32]),
-    /// The row's hidden state after block `layer` (`[n_embd]`).
+    /// The row's hidden state after block `layer` (`[hidden_width]`: every residual
+    /// stream).
     Tap { layer: usize, state: &'a [f32] },
 }
 

@@ -1,7 +1,9 @@
-//! Multi-token prediction: a synthetic qwen35 with one NextN block (f32, SmolLM2's
-//! tokenizer cut to 320 tokens; the shape `scripts/gen_mtp_golden.sh` writes) drafts what
+//! Multi-token prediction: a synthetic qwen35 and a synthetic deepseek4 (whose NextN block
+//! enters the target's four residual streams) with one NextN block each (f32, SmolLM2's
+//! tokenizer cut to 320 tokens; the shapes `scripts/gen_mtp_golden.sh` writes) draft what
 //! llama.cpp's `draft-mtp` drafts on the same file, at the same steps, and speculation with
-//! it leaves the greedy text of 8 users as plain decoding gives it (on the CPU and the GPU).
+//! them leaves the greedy text of 8 users as plain decoding gives it (on the CPU and the
+//! GPU).
 
 #[allow(dead_code)]
 mod common;
@@ -14,6 +16,7 @@ use engine::speculative::{HiddenDrafter, PolicyKind, Proposer, SpecConfig, Specu
 use engine::{EngineConfig, Event};
 use gguf::GgmlType;
 use model::layers::gated_delta_net::DeltaShape;
+use model::synthetic::deepseek4::Dsv4Shape;
 use model::synthetic::{Synthetic, Vocab};
 use model::{Model, Part};
 use text::Tokenizer;
@@ -22,32 +25,79 @@ use text::Tokenizer;
 /// top 10) are a tie that the two implementations' rounding may break either way.
 const TIE: f64 = 0.01;
 
-/// The model of `scripts/gen_mtp_golden.sh` at `dir/qwen35-mtp.gguf`.
-fn write_model(dir: &Path) -> PathBuf {
-    let (_, file, name) = MODELS[0];
-    let tokenizer = gguf::GgufFile::open(model_path(file, name)).unwrap();
-    let path = dir.join("qwen35-mtp.gguf");
-    let shape = Synthetic {
-        arch: model::Arch::from_name("qwen35").unwrap(),
-        n_embd: 128,
-        n_layer: 4,
-        n_head: 4,
-        n_head_kv: 2,
-        n_ff: 256,
-        experts: None,
-        delta: Some(DeltaShape {
-            conv_kernel: 4,
-            head_dim: 32,
-            n_k_heads: 2,
-            n_v_heads: 4,
-        }),
-        nextn: 1,
-        ty: GgmlType::F32,
-        seed: 7,
-    };
-    let vocab = Vocab::cut(&tokenizer, 320).unwrap();
-    shape.write_vocab(&vocab, &path).unwrap();
-    path
+/// The models of `scripts/gen_mtp_golden.sh`.
+#[derive(Clone, Copy)]
+enum Target {
+    Qwen35,
+    Deepseek4,
+}
+
+impl Target {
+    fn name(self) -> &'static str {
+        match self {
+            Target::Qwen35 => "qwen35",
+            Target::Deepseek4 => "deepseek4",
+        }
+    }
+
+    fn golden(self) -> serde_json::Value {
+        let text = match self {
+            Target::Qwen35 => include_str!("golden/qwen35-mtp.llamacpp.json"),
+            Target::Deepseek4 => include_str!("golden/deepseek4-mtp.llamacpp.json"),
+        };
+        serde_json::from_str(text).unwrap()
+    }
+
+    /// The model at `dir/NAME-mtp.gguf`.
+    fn write(self, dir: &Path) -> PathBuf {
+        let (_, file, name) = MODELS[0];
+        let tokenizer = gguf::GgufFile::open(model_path(file, name)).unwrap();
+        let vocab = Vocab::cut(&tokenizer, 320).unwrap();
+        let path = dir.join(format!("{}-mtp.gguf", self.name()));
+        match self {
+            Target::Qwen35 => Synthetic {
+                arch: model::Arch::from_name("qwen35").unwrap(),
+                n_embd: 128,
+                n_layer: 4,
+                n_head: 4,
+                n_head_kv: 2,
+                n_ff: 256,
+                experts: None,
+                delta: Some(DeltaShape {
+                    conv_kernel: 4,
+                    head_dim: 32,
+                    n_k_heads: 2,
+                    n_v_heads: 4,
+                }),
+                nextn: 1,
+                ty: GgmlType::F32,
+                seed: 7,
+            }
+            .write_vocab(&vocab, &path)
+            .unwrap(),
+            Target::Deepseek4 => Dsv4Shape {
+                nextn: 1,
+                ty: GgmlType::F32,
+                seed: 3,
+                ..Default::default()
+            }
+            .write(&vocab, &path)
+            .unwrap(),
+        }
+        path
+    }
+
+    /// The target's features its NextN block enters: the normed state, or the streams
+    /// its last block leaves.
+    fn features(self, path: &Path, seq: &[u32]) -> Vec<Vec<f32>> {
+        match self {
+            Target::Qwen35 => common::target_features(path, seq, &[], true),
+            Target::Deepseek4 => {
+                let last = Dsv4Shape::default().n_layer - 1;
+                common::target_features(path, seq, &[last], false)
+            }
+        }
+    }
 }
 
 fn ids(v: &serde_json::Value) -> Vec<u32> {
@@ -55,14 +105,22 @@ fn ids(v: &serde_json::Value) -> Vec<u32> {
 }
 
 #[test]
-fn drafts_equal_llama_cpp_s_on_the_same_file() {
+fn qwen35_drafts_equal_llama_cpp_s_on_the_same_file() {
+    drafts_equal_llama_cpp_s(Target::Qwen35);
+}
+
+#[test]
+fn deepseek4_drafts_from_its_streams_equal_llama_cpp_s_on_the_same_file() {
+    drafts_equal_llama_cpp_s(Target::Deepseek4);
+}
+
+fn drafts_equal_llama_cpp_s(target: Target) {
     let dir = tempfile::tempdir().unwrap();
-    let path = write_model(dir.path());
-    let golden: serde_json::Value =
-        serde_json::from_str(include_str!("golden/qwen35-mtp.llamacpp.json")).unwrap();
+    let path = target.write(dir.path());
+    let golden = target.golden();
     let mut seq = ids(&golden["prompt_tokens"]);
     seq.extend(ids(&golden["answer_tokens"]));
-    let states = common::target_features(&path, &seq, &[], true);
+    let states = target.features(&path, &seq);
     let pool = engine::Threads::new(2);
     let nextn = Model::load_stage(&path, Part::Nextn).unwrap();
     let mut mtp = HiddenDrafter::nextn(nextn, common::f32_context(), 1, pool).unwrap();
@@ -107,11 +165,19 @@ fn drafted_alone(path: &Path, prompt: &[u32]) -> (Vec<u32>, engine::Summary) {
 /// candidates against the answer's next tokens): the step after a rejection drafts again
 /// in both, the state kept before the draft rows.
 #[test]
-fn the_answer_drafts_and_accepts_as_llama_server_s() {
+fn qwen35_s_answer_drafts_and_accepts_as_llama_server_s() {
+    drafts_and_accepts_as_llama_server(Target::Qwen35);
+}
+
+#[test]
+fn deepseek4_s_answer_drafts_and_accepts_as_llama_server_s() {
+    drafts_and_accepts_as_llama_server(Target::Deepseek4);
+}
+
+fn drafts_and_accepts_as_llama_server(target: Target) {
     let dir = tempfile::tempdir().unwrap();
-    let path = write_model(dir.path());
-    let golden: serde_json::Value =
-        serde_json::from_str(include_str!("golden/qwen35-mtp.llamacpp.json")).unwrap();
+    let path = target.write(dir.path());
+    let golden = target.golden();
     let prompt = ids(&golden["prompt_tokens"]);
     let answer = ids(&golden["answer_tokens"]);
     let seq: Vec<u32> = prompt.iter().chain(&answer).copied().collect();
@@ -161,19 +227,22 @@ fn run(
 
 #[test]
 fn eight_users_drafting_with_the_nextn_block_get_the_plain_text() {
-    eight_users_get_the_plain_text(engine::DeviceKind::Cpu);
-}
-
-#[test]
-fn eight_users_on_the_gpu_drafting_with_the_nextn_block_get_the_plain_text() {
-    if gpu::adapter_for_tests() {
-        eight_users_get_the_plain_text(engine::DeviceKind::Gpu);
+    for target in [Target::Qwen35, Target::Deepseek4] {
+        eight_users_get_the_plain_text(target, engine::DeviceKind::Cpu);
     }
 }
 
-fn eight_users_get_the_plain_text(device: engine::DeviceKind) {
+/// qwen35 alone: the wgpu backend runs no deepseek4 (its sparse attention).
+#[test]
+fn eight_users_on_the_gpu_drafting_with_the_nextn_block_get_the_plain_text() {
+    if gpu::adapter_for_tests() {
+        eight_users_get_the_plain_text(Target::Qwen35, engine::DeviceKind::Gpu);
+    }
+}
+
+fn eight_users_get_the_plain_text(target: Target, device: engine::DeviceKind) {
     let dir = tempfile::tempdir().unwrap();
-    let path = write_model(dir.path());
+    let path = target.write(dir.path());
     let model = Model::load(&path).unwrap();
     let tok = Tokenizer::from_gguf(&model.file.header.metadata).unwrap();
     let text = "The quick brown fox jumps over the lazy dog while the river runs to the sea. ";
@@ -192,7 +261,7 @@ fn eight_users_get_the_plain_text(device: engine::DeviceKind) {
     let nextn = Model::load_stage(&path, Part::Nextn).unwrap();
     let drafted = run(&path, &prompts, Some(Speculation::mtp(nextn, spec)), device);
     for (i, (p, d)) in plain.iter().zip(&drafted).enumerate() {
-        assert_eq!(p.0, d.0, "prompt {i}");
+        assert_eq!(p.0, d.0, "{} prompt {i}", target.name());
     }
     assert!(
         drafted.iter().map(|d| d.1).sum::<usize>() > 0,

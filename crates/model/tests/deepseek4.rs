@@ -4,7 +4,7 @@
 use gguf::{GgufFile, GgufWriter, Value, ValueType};
 use model::synthetic::deepseek4::Dsv4Shape;
 use model::synthetic::Vocab;
-use model::Model;
+use model::{Model, Part};
 
 /// A change to the bytes of the named tensor.
 type Patch<'a> = (&'a str, &'a dyn Fn(&mut [u8]));
@@ -12,6 +12,16 @@ type Patch<'a> = (&'a str, &'a dyn Fn(&mut [u8]));
 /// A small deepseek4 (placeholder vocabulary of 64 tokens) written to `dir`, rewritten
 /// with `keys` set (`None`: removed) and `patch` applied to the named tensor's bytes.
 fn load_with(keys: &[(&str, Option<Value>)], patch: Option<Patch<'_>>) -> String {
+    load_part(0, Part::Whole, keys, patch)
+}
+
+/// [`load_with`] of a model with `nextn` NextN blocks, loading `part`.
+fn load_part(
+    nextn: usize,
+    part: Part,
+    keys: &[(&str, Option<Value>)],
+    patch: Option<Patch<'_>>,
+) -> String {
     let dir = tempfile::tempdir().unwrap();
     let base = dir.path().join("base.gguf");
     let shape = Dsv4Shape {
@@ -24,6 +34,7 @@ fn load_with(keys: &[(&str, Option<Value>)], patch: Option<Patch<'_>>) -> String
         o_lora_rank: 16,
         compress_ratios: vec![4, 128, 0],
         indexer_head_dim: 64,
+        nextn,
         ..Default::default()
     };
     shape.write(&Vocab::placeholder(64), &base).unwrap();
@@ -50,7 +61,7 @@ fn load_with(keys: &[(&str, Option<Value>)], patch: Option<Patch<'_>>) -> String
     }
     let path = dir.path().join("hostile.gguf");
     w.write(&path).unwrap();
-    match Model::load(&path) {
+    match Model::load_stage(&path, part) {
         Ok(_) => "loaded".into(),
         Err(e) => e.to_string(),
     }
@@ -122,4 +133,22 @@ fn an_expert_id_past_the_experts_in_the_hash_table_is_refused() {
         e.contains("blk.1.ffn_gate_tid2eid.weight") && e.contains("expert -1"),
         "{e}"
     );
+}
+
+#[test]
+fn a_nextn_block_loads_uncompressed_and_is_refused_compressed() {
+    assert_eq!(load_part(1, Part::Nextn, &[], None), "loaded");
+    let ratios = "deepseek4.attention.compress_ratios";
+    let e = load_part(
+        1,
+        Part::Nextn,
+        &[(ratios, Some(u32s(&[4, 128, 0, 4])))],
+        None,
+    );
+    assert!(
+        e.contains(ratios) && e.contains("multi-token-prediction block 3 is compressed at 4"),
+        "{e}"
+    );
+    let e = load_part(1, Part::Whole, &[(ratios, Some(u32s(&[4, 128, 0])))], None);
+    assert!(e.contains("3 ratios for 4 blocks"), "{e}");
 }

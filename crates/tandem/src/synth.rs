@@ -87,8 +87,8 @@ pub struct SynthArgs {
     /// --n-layer].
     #[arg(long)]
     pub hybrid_pattern: Option<String>,
-    /// qwen35, qwen35moe: multi-token-prediction (NextN) blocks after the --n-layer, for
-    /// `--spec-type draft-mtp` [default: 0].
+    /// qwen35, qwen35moe, deepseek4: multi-token-prediction (NextN) blocks after the
+    /// --n-layer, for `--spec-type draft-mtp` [default: 0].
     #[arg(long)]
     pub nextn: Option<usize>,
     /// Type of the matrices: any type `tandem quantize` writes (the IQ types quantized as
@@ -481,11 +481,6 @@ fn dsv4_shape(a: &SynthArgs) -> Result<Dsv4Shape, CliError> {
             "one key-and-value head",
         ),
         ("--n-ff", a.n_ff.is_some(), "shared experts --n-ff-exp wide"),
-        (
-            "--nextn",
-            a.nextn.is_some(),
-            "its NextN blocks are not written yet",
-        ),
     ];
     if let Some((flag, _, why)) = refused.iter().find(|r| r.1) {
         return Err(CliError::Usage(format!(
@@ -527,6 +522,7 @@ fn dsv4_shape(a: &SynthArgs) -> Result<Dsv4Shape, CliError> {
             n_ff_exp: a.n_ff_exp.unwrap_or(x.n_ff_exp),
         },
         n_shared: f.dsv4_shared_experts.unwrap_or(d.n_shared),
+        nextn: a.nextn.unwrap_or(0),
         ty: a.ty.unwrap_or(d.ty),
         seed: a.seed,
     })

@@ -364,8 +364,9 @@ impl Engine {
                 .filter(|&r| embeds(chunk[r].0))
                 .collect(),
         };
-        let e = self.exec.model().hparams.n_embd;
-        let width = features.parts() * e;
+        let hp = &self.exec.model().hparams;
+        let (e, h) = (hp.n_embd, hp.hidden_width());
+        let width = features.width(h, e);
         let mut fed_at = vec![usize::MAX; n];
         for (i, &r) in fed.iter().enumerate() {
             fed_at[r] = i;
@@ -394,14 +395,14 @@ impl Engine {
                 }
                 RowOut::State(state) if seq.embeds() => Ok(seq.take_state(pos, state)),
                 RowOut::State(state) => {
-                    let at = fed_at[r] * width + features.taps.len() * e;
+                    let at = fed_at[r] * width + features.taps.len() * h;
                     feats[at..at + e].copy_from_slice(state);
                     Ok(None)
                 }
                 RowOut::Tap { layer, state } => {
                     let k = features.taps.iter().position(|&l| l == layer);
-                    let at = fed_at[r] * width + k.expect("a tapped layer") * e;
-                    feats[at..at + e].copy_from_slice(state);
+                    let at = fed_at[r] * width + k.expect("a tapped layer") * h;
+                    feats[at..at + h].copy_from_slice(state);
                     Ok(None)
                 }
             };

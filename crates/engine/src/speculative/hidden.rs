@@ -20,8 +20,9 @@ use crate::{ContextConfig, Executor};
 enum Kind {
     /// MTP: row `p` is the token at `p` with the target's final normed state of `p - 1`
     /// (zeros at position 0); a draft row enters with the stage's normed state of the row
-    /// before.
-    Nextn,
+    /// before. For a model of several residual streams (`streams`: the target's last block
+    /// and the stage's), the states are instead the streams as those blocks leave them.
+    Nextn { streams: Option<[usize; 2]> },
     /// EAGLE-3: row `P` is the token at `P + 1` with the target's features of `P`, fused
     /// ([`Enter::Fused`]); a draft row enters with the block's output of the row before
     /// (before the output norm: the tap of its last block).
@@ -69,13 +70,15 @@ impl HiddenDrafter {
         n_slots: usize,
         pool: Threads,
     ) -> crate::Result<Self> {
-        if model.stage.embed || model.stage.layers.start < model.hparams.n_layer {
+        let (hp, stage) = (&model.hparams, &model.stage);
+        if stage.embed || stage.layers.start < hp.n_layer {
             return Err(crate::Error::Config(
                 "an MTP drafter runs a model's NextN stage".into(),
             ));
         }
-        let width = model.hparams.n_embd;
-        Self::new(Kind::Nextn, width, model, config, n_slots, pool)
+        let streams = (hp.streams > 1).then(|| [hp.n_layer - 1, stage.layers.end - 1]);
+        let width = hp.hidden_width();
+        Self::new(Kind::Nextn { streams }, width, model, config, n_slots, pool)
     }
 
     /// EAGLE-3: `model` is an EAGLE-3 drafter's [`model::Part::Drafter`] stage; as
@@ -122,7 +125,7 @@ impl HiddenDrafter {
     /// state of `p - 1`, row `P` of EAGLE-3 with the features of `P`.
     fn lag(&self) -> usize {
         match self.kind {
-            Kind::Nextn => 1,
+            Kind::Nextn { .. } => 1,
             Kind::Eagle3 { .. } => 0,
         }
     }
@@ -132,7 +135,7 @@ impl HiddenDrafter {
     /// depend on the first token, which its sequence leaves out).
     fn sequence<'t>(&self, slot: usize, tokens: &'t [u32]) -> (&'t [u32], bool) {
         match self.kind {
-            Kind::Nextn => (tokens, true),
+            Kind::Nextn { .. } => (tokens, true),
             Kind::Eagle3 { .. } => {
                 let same = self.first[slot] == tokens.first().copied();
                 (tokens.get(1..).unwrap_or(&[]), same)
@@ -142,8 +145,8 @@ impl HiddenDrafter {
 
     /// One forward of `rows` (`(slot, pos, token)`, a slot's rows together and ascending)
     /// entered with `states`: the target's (`[rows, width]`) when `caught_up` is false,
-    /// else the stage's own (`[rows, n_embd]`); the logits and the state the next draft
-    /// row enters with of each row in `drafting` (row indices, by job).
+    /// else the stage's own (`[rows, hidden_width]`); the logits and the state the next
+    /// draft row enters with of each row in `drafting` (row indices, by job).
     fn forward(
         &mut self,
         rows: &[(usize, usize, u32)],
@@ -182,7 +185,10 @@ impl HiddenDrafter {
             },
         };
         let last_block = match &self.kind {
-            Kind::Nextn => None,
+            Kind::Nextn { streams: None } => None,
+            Kind::Nextn {
+                streams: Some([_, own]),
+            } => Some([*own]),
             Kind::Eagle3 { last_block, .. } => Some([*last_block]),
         };
         let (normed, taps): (&[usize], _) = match &last_block {
@@ -219,7 +225,7 @@ impl HiddenDrafter {
 impl Proposer for HiddenDrafter {
     fn name(&self) -> &str {
         match self.kind {
-            Kind::Nextn => "mtp",
+            Kind::Nextn { .. } => "mtp",
             Kind::Eagle3 { .. } => "eagle3",
         }
     }
@@ -343,9 +349,15 @@ impl Proposer for HiddenDrafter {
 
     fn features(&self) -> Features {
         match &self.kind {
-            Kind::Nextn => Features {
+            Kind::Nextn { streams: None } => Features {
                 taps: Vec::new(),
                 last: true,
+            },
+            Kind::Nextn {
+                streams: Some([target, _]),
+            } => Features {
+                taps: vec![*target],
+                last: false,
             },
             Kind::Eagle3 { taps, .. } => Features {
                 taps: taps.clone(),

@@ -143,7 +143,7 @@ pub trait Proposer: Send {
         Features::default()
     }
     /// The target computed position `pos` of slot `slot`'s sequence; `state` holds the
-    /// row's [`Proposer::features`], each `[n_embd]`, one after another. A slot's rows come
+    /// row's [`Proposer::features`] one after another ([`Features::width`]). A slot's rows come
     /// in order; a position seen again replaces what followed it (a rejected draft's rows,
     /// a new request).
     fn observe_state(&mut self, _slot: usize, _pos: usize, _state: &[f32]) {}
@@ -151,7 +151,8 @@ pub trait Proposer: Send {
 
 /// The target's hidden states a drafter reads of each row, in this order: the state after
 /// each block of `taps` (ascending, blocks of the target's stage: EAGLE-3's and DFlash's
-/// features), then, with `last`, the state after the output norm (MTP's).
+/// features, the streams DeepSeek-V4's MTP enters), then, with `last`, the state after the
+/// output norm (MTP's).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Features {
     pub taps: Vec<usize>,
@@ -159,9 +160,16 @@ pub struct Features {
 }
 
 impl Features {
-    /// How many `[n_embd]` states a row's features hold.
+    /// How many states a row's features hold.
     pub fn parts(&self) -> usize {
         self.taps.len() + self.last as usize
+    }
+
+    /// Floats of a row's features for a target whose hidden state between blocks is
+    /// `hidden` wide ([`model::HParams::hidden_width`]: each tap's) and whose normed state
+    /// is `n_embd` wide (the last's).
+    pub fn width(&self, hidden: usize, n_embd: usize) -> usize {
+        self.taps.len() * hidden + self.last as usize * n_embd
     }
 }
 

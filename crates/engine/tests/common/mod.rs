@@ -386,8 +386,8 @@ pub fn f32_context() -> engine::ContextConfig {
 }
 
 /// The target at `path`'s features of every position of `tokens`, as the engine hands a
-/// drafter them ([`engine::speculative::Features`]): the states after blocks `taps`, then,
-/// with `last`, the normed final state, side by side (`[pos][parts · n_embd]`).
+/// drafter them ([`engine::speculative::Features`]): the states after blocks `taps` (each
+/// `[hidden_width]`), then, with `last`, the normed final state (`[n_embd]`), side by side.
 pub fn target_features(
     path: &std::path::Path,
     tokens: &[u32],

@@ -9,7 +9,9 @@
 //! compression turn by `attention.compress_rope_freq_base` with the file's YaRN, the
 //! others by `rope.freq_base` unscaled. The streams merge before the output norm
 //! (`output_hc_*`). Blocks past `block_count - nextn_predict_layers` are the
-//! multi-token-prediction head, not run here.
+//! multi-token-prediction head: a block of the same kind (uncompressed, routed by score)
+//! behind the NextN entry ([`crate::layers::nextn`]), which enters the target's streams
+//! before they merge; run as a drafter.
 
 use device::{Buf, Device, ExpertNet, MatOut, MoeSpec, Op, RopeMode, SharedIn};
 use gguf::Metadata;
@@ -18,6 +20,7 @@ use super::Recipe;
 use crate::error::{Error, Result};
 use crate::hparams::{HParams, MoeParams, SharedExpert, Traits, PLAIN};
 use crate::layers::hyper::{Hyper, HyperShape};
+use crate::layers::nextn::Nextn;
 use crate::layers::sparse_attention::{SparseAttention, SparseShape};
 use crate::layers::{Cx, Layer, LayerMemory};
 use crate::tensors::{MatId, MatSpan, TensorLoader, VecId};
@@ -71,12 +74,20 @@ fn per_block(md: &Metadata, k: &str, n_layer: usize) -> Result<Option<Vec<f32>>>
 }
 
 impl Config {
-    fn read(md: &Metadata, n_layer: usize, hp_n_head: usize, n_rot: usize) -> Result<Config> {
+    /// The keys of a file of `n_layer` blocks and `n_nextn` NextN blocks after them (the
+    /// per-block lists cover both).
+    fn read(
+        md: &Metadata,
+        [n_layer, n_nextn]: [usize; 2],
+        hp_n_head: usize,
+        n_rot: usize,
+    ) -> Result<Config> {
+        let blocks = n_layer + n_nextn;
         let ratios = md.i64_array(&key("attention.compress_ratios"))?;
-        if ratios.len() < n_layer {
+        if ratios.len() < blocks {
             return Err(bad(
                 "attention.compress_ratios",
-                format!("{} ratios for {n_layer} blocks", ratios.len()),
+                format!("{} ratios for {blocks} blocks", ratios.len()),
             ));
         }
         let ratios = ratios
@@ -126,9 +137,9 @@ impl Config {
                 format!("{hash_layers} of {n_layer} blocks"),
             ));
         }
-        let limits = per_block(md, "swiglu_clamp_exp", n_layer)?
+        let limits = per_block(md, "swiglu_clamp_exp", blocks)?
             .ok_or_else(|| bad("swiglu_clamp_exp", "missing"))?;
-        let shared_limits = per_block(md, "swiglu_clamp_shexp", n_layer)?.unwrap_or(limits.clone());
+        let shared_limits = per_block(md, "swiglu_clamp_shexp", blocks)?.unwrap_or(limits.clone());
         Ok(Config {
             hyper: HyperShape {
                 streams: positive(md, "hyper_connection.count")?,
@@ -157,7 +168,7 @@ impl Config {
 }
 
 fn read(md: &Metadata, hp: &HParams) -> Result<Config> {
-    Config::read(md, hp.n_layer, hp.n_head, hp.n_rot)
+    Config::read(md, [hp.n_layer, hp.n_nextn], hp.n_head, hp.n_rot)
 }
 
 impl Recipe for DeepSeek4 {
@@ -192,7 +203,7 @@ impl Recipe for DeepSeek4 {
         }
         let n_layer = hp.n_layer - nextn;
         let n_nextn = nextn;
-        let cfg = Config::read(md, n_layer, hp.n_head, hp.n_rot)?;
+        let cfg = Config::read(md, [n_layer, n_nextn], hp.n_head, hp.n_rot)?;
         if md.u32(&key("expert_gating_func"))? != 4 {
             return Err(bad(
                 "expert_gating_func",
@@ -287,6 +298,22 @@ impl Recipe for DeepSeek4 {
             shared_limit: cfg.shared_limits[il],
             scratch,
         }))
+    }
+
+    /// A block of the model's kind without compression, behind the NextN entry.
+    fn nextn(&self, t: &mut TensorLoader, hp: &HParams, il: usize) -> Result<Box<dyn Layer>> {
+        let cfg = read(t.metadata(), hp)?;
+        if cfg.ratios[il] != 0 {
+            return Err(bad(
+                "attention.compress_ratios",
+                format!(
+                    "multi-token-prediction block {il} is compressed at {}",
+                    cfg.ratios[il]
+                ),
+            ));
+        }
+        let block = self.layer(t, hp, il)?;
+        Ok(Box::new(Nextn::load(t, hp, il, block)?))
     }
 
     fn merge(&self, t: &mut TensorLoader, hp: &HParams) -> Result<Option<Box<dyn Layer>>> {

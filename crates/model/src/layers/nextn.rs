@@ -8,7 +8,8 @@
 //!
 //! goes through a decoder block of the architecture's own kind (with its own KV); the
 //! model's output head (or the block's `shared_head_*`) then predicts the token at `p + 1`.
-//! For models of one residual stream.
+//! A model of several residual streams (DeepSeek-V4's hyper-connections) enters `h` as its
+//! streams before they merge, each stream joined with the embedding and projected alone.
 
 use device::{Buf, Cols, Device, MatOut, Role};
 
@@ -25,6 +26,8 @@ pub struct Nextn {
     hnorm: VecId,
     eh_proj: MatId,
     block: Box<dyn Layer>,
+    /// The model's residual streams ([`HParams::streams`]).
+    streams: usize,
     scratch: Vec<usize>,
 }
 
@@ -44,16 +47,18 @@ impl Nextn {
         } else {
             "token_embd.weight".into()
         };
+        let streams = hp.streams;
         let mut scratch = block.scratch();
         scratch.resize(scratch.len().max(2), 0);
-        scratch[0] = scratch[0].max(2 * e);
-        scratch[1] = scratch[1].max(e);
+        scratch[0] = scratch[0].max(2 * e * streams);
+        scratch[1] = scratch[1].max(e * streams);
         Ok(Nextn {
             embed: t.matrix_for(&table, nv, e, Role::Rows)?,
             enorm: t.vector(&n("enorm"), e)?,
             hnorm: t.vector(&n("hnorm"), e)?,
             eh_proj: t.matrix(&n("eh_proj"), e, 2 * e)?,
             block,
+            streams,
             scratch,
         })
     }
@@ -64,8 +69,9 @@ impl Layer for Nextn {
         self.block.memory(hp, il)
     }
 
-    /// The block's buffers, the first at least `[2 · n_embd]` (the joined input) and the
-    /// second `[n_embd]` (the embeddings); [`Nextn::forward`] uses them before the block.
+    /// The block's buffers, the first at least `[2 · hidden_width]` (the joined input) and
+    /// the second `[hidden_width]` (the embeddings, one a stream); [`Nextn::forward`] uses
+    /// them before the block.
     fn scratch(&self) -> Vec<usize> {
         self.scratch.clone()
     }
@@ -76,16 +82,22 @@ impl Layer for Nextn {
 
     fn forward(&self, cx: &Cx<'_>, dev: &mut dyn Device, hidden: Buf, n: usize) {
         let (hp, s, t) = (cx.hp, cx.s, cx.t);
-        let e = hp.n_embd;
+        let (e, k) = (hp.n_embd, self.streams);
         let tokens = cx
             .tokens
             .expect("a NextN block's rows enter with their tokens");
         let (joined, embedded) = (s.extra[0], s.extra[1]);
-        dev.embed(t[self.embed], tokens, embedded);
-        dev.rms_norm(embedded, t[self.enorm], n, e, hp.rms_eps, embedded);
-        dev.rms_norm(hidden, t[self.hnorm], n, e, hp.rms_eps, hidden);
-        side_by_side(dev, [embedded, hidden], joined, n, e);
-        dev.matmul(&[t[self.eh_proj]], joined, n, &[MatOut::to(hidden)]);
+        // One embedding a row (in `joined` while it is free), then one a stream.
+        let own = if k == 1 { embedded } else { joined };
+        dev.embed(t[self.embed], tokens, own);
+        dev.rms_norm(own, t[self.enorm], n, e, hp.rms_eps, own);
+        if k > 1 {
+            let each: Vec<usize> = (0..n * k).map(|r| r / k).collect();
+            dev.gather_rows(joined, &each, e, embedded);
+        }
+        dev.rms_norm(hidden, t[self.hnorm], n * k, e, hp.rms_eps, hidden);
+        side_by_side(dev, [embedded, hidden], joined, n * k, e);
+        dev.matmul(&[t[self.eh_proj]], joined, n * k, &[MatOut::to(hidden)]);
         self.block.forward(cx, dev, hidden, n);
     }
 }

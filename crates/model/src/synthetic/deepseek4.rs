@@ -1,8 +1,8 @@
 //! Random-weight DeepSeek-V4 models (`deepseek4`), written with the metadata keys and
 //! tensors llama.cpp's loader reads: sliding-window attention with sinks, compressed
 //! caches at ratio 4 (with the lightning indexer) and 128, grouped low-rank output,
-//! hyper-connections, hash-routed and biased mixtures with a shared expert. No
-//! multi-token-prediction layers.
+//! hyper-connections, hash-routed and biased mixtures with a shared expert; optionally
+//! multi-token-prediction (NextN) blocks after them.
 
 use std::path::Path;
 
@@ -50,6 +50,10 @@ pub struct Dsv4Shape {
     pub experts: ExpertShape,
     /// Shared experts, each `experts.n_ff_exp` wide.
     pub n_shared: usize,
+    /// Multi-token-prediction blocks after the `n_layer`: each a block of the model's kind
+    /// (no compression, routed by score) behind the NextN entry, whose `eh_proj` passes the
+    /// token's embedding through and adds a small random share of the target's streams.
+    pub nextn: usize,
     /// Type of every matrix but the embeddings (Q8_0) and the F32 tensors (norms, sinks,
     /// hyper-connection mixes, compressor position biases, the router); its block size
     /// must divide every row of those matrices (`n_embd`, `q_lora_rank`,
@@ -83,6 +87,7 @@ impl Default for Dsv4Shape {
                 n_ff_exp: 128,
             },
             n_shared: 1,
+            nextn: 0,
             ty: GgmlType::Q8_0,
             seed: 1,
         }
@@ -112,10 +117,16 @@ enum Fill {
     /// Uniform in `[-a, a)`, stored as the type.
     Uniform(GgmlType, f32),
     Ones,
+    /// F32 2.0: the NextN head's norm, whose logits are then twice as wide as the
+    /// trunk's head's, so that its drafts are rarely near-tied.
+    Twos,
     /// F32 uniform in `[0.5, 1.5)`: the hyper-connections' scales.
     Scales,
     /// I32: for each token, `n_expert_used` distinct experts.
     Routes,
+    /// A NextN entry's `eh_proj` (`[2 · n_embd, n_embd]`): the identity on the embedding's
+    /// half, uniform in `[-a, a)` on the state's, stored as the type.
+    Entry(GgmlType, f32),
 }
 
 struct Planned {
@@ -150,7 +161,17 @@ impl Dsv4Shape {
         for p in &plan {
             match p.fill {
                 Fill::Uniform(ty, a) => t.matrix(&p.name, &p.dims, ty, a)?,
+                Fill::Entry(ty, a) => {
+                    let e = self.n_embd;
+                    let rows = (0..e).map(|i| {
+                        let mut row = vec![0.0; 2 * e];
+                        row[i] = 1.0;
+                        row
+                    });
+                    t.rows(&p.name, 2 * e, rows, ty, a)?
+                }
                 Fill::Ones => t.ones(&p.name, p.dims[0]),
+                Fill::Twos => t.vector(&p.name, vec![2.0; p.dims[0]]),
                 Fill::Scales => {
                     let v = (0..p.dims[0])
                         .map(|_| 1.0 + 0.5 * t.rng.uniform())
@@ -245,7 +266,7 @@ impl Dsv4Shape {
     /// Every quantized tensor's rows are whole blocks of its type.
     fn check_rows(&self, plan: &[Planned]) -> Result<()> {
         for p in plan {
-            if let Fill::Uniform(ty, _) = p.fill {
+            if let Fill::Uniform(ty, _) | Fill::Entry(ty, _) = p.fill {
                 if !(p.dims[0] as u64).is_multiple_of(ty.block_size()) {
                     return Err(Error::Synthetic(format!(
                         "{ARCH}: {}: rows of {} are not whole blocks of {ty}",
@@ -263,7 +284,7 @@ impl Dsv4Shape {
         let u32s = [
             ("context_length", CONTEXT_LENGTH as usize),
             ("embedding_length", self.n_embd),
-            ("block_count", self.n_layer),
+            ("block_count", self.n_layer + self.nextn),
             ("feed_forward_length", x.n_ff_exp),
             ("attention.head_count", self.n_head),
             ("attention.head_count_kv", 1),
@@ -285,7 +306,7 @@ impl Dsv4Shape {
             ("expert_feed_forward_length", x.n_ff_exp),
             ("expert_shared_count", self.n_shared),
             ("expert_gating_func", GATING_SQRT_SOFTPLUS as usize),
-            ("nextn_predict_layers", 0),
+            ("nextn_predict_layers", self.nextn),
         ];
         for (k, v) in u32s {
             put(k, Value::U32(v as u32));
@@ -301,17 +322,13 @@ impl Dsv4Shape {
             put(k, Value::F32(v));
         }
         put("expert_weights_norm", Value::Bool(true));
-        let clamps = vec![Value::F32(SWIGLU_CLAMP); self.n_layer];
+        let clamps = vec![Value::F32(SWIGLU_CLAMP); self.n_layer + self.nextn];
         put(
             "swiglu_clamp_exp",
             Value::Array(ValueType::F32, clamps.clone()),
         );
         put("swiglu_clamp_shexp", Value::Array(ValueType::F32, clamps));
-        let ratios = self
-            .compress_ratios
-            .iter()
-            .map(|&r| Value::U32(r))
-            .collect();
+        let ratios = self.ratios().map(Value::U32).collect();
         put(
             "attention.compress_ratios",
             Value::Array(ValueType::U32, ratios),
@@ -358,8 +375,8 @@ impl Dsv4Shape {
         );
         put("output_hc_base.weight".into(), &[hc], float(BIAS));
         put("output_hc_scale.weight".into(), &[1], Fill::Scales);
-        let ratios = self.compress_ratios.iter().take(self.n_layer);
-        for (il, &ratio) in ratios.enumerate() {
+        let ratios: Vec<u32> = self.ratios().collect();
+        for (il, &ratio) in ratios.iter().enumerate().take(self.n_layer + self.nextn) {
             let n = |s: &str| format!("blk.{il}.{s}");
             put(n("attn_norm.weight"), &[e], Fill::Ones);
             put(n("attn_sinks.weight"), &[self.n_head], float(1.0));
@@ -414,8 +431,29 @@ impl Dsv4Shape {
             put(n("ffn_gate_shexp.weight"), &[e, ffs], mat(e));
             put(n("ffn_up_shexp.weight"), &[e, ffs], mat(e));
             put(n("ffn_down_shexp.weight"), &[ffs, e], mat(ffs));
+            if il >= self.n_layer {
+                put(
+                    n("nextn.eh_proj.weight"),
+                    &[2 * e, e],
+                    Fill::Entry(ty, 0.1 * scale(e)),
+                );
+                put(n("nextn.enorm.weight"), &[e], Fill::Ones);
+                put(n("nextn.hnorm.weight"), &[e], Fill::Ones);
+                put(n("nextn.shared_head_norm.weight"), &[e], Fill::Twos);
+            }
         }
         plan
+    }
+
+    /// Every block's compression ratio as written: the shape's for its `n_layer` blocks
+    /// (all of them when it has no NextN block), none for a NextN block.
+    fn ratios(&self) -> impl Iterator<Item = u32> + '_ {
+        let main = match self.nextn {
+            0 => self.compress_ratios.len(),
+            _ => self.n_layer,
+        };
+        let main = self.compress_ratios[..main].iter().copied();
+        main.chain(std::iter::repeat_n(0, self.nextn))
     }
 
     /// The hash routing of `n_vocab` tokens: each token's experts drawn without
