@@ -25,10 +25,7 @@ impl Device for Gpu {
 
     /// Every op but DeepSeek-V4's (not written for the GPU yet: refused at load).
     fn supports(&self, op: Op) -> bool {
-        !matches!(
-            op,
-            Op::SparseAttention | Op::HyperConnections | Op::SwigluLimit
-        )
+        op != Op::SparseAttention
     }
 
     fn supports_type(&self, ty: GgmlType) -> bool {
@@ -454,25 +451,24 @@ impl Device for Gpu {
     }
 
     fn moe(&mut self, spec: &MoeSpec<'_>, x: Buf, rows: usize, hidden: Buf) {
-        let plain = spec.given.is_none() && spec.limit.is_none();
-        assert!(plain, "DeepSeek-V4's routing is refused on the GPU at load");
         self.mixture(spec, x, rows, hidden);
     }
 
-    fn swiglu_limited(&mut self, _: Buf, _: Buf, _: usize, _: f32) {
-        unreachable!("refused at load: the GPU lacks Op::SwigluLimit")
+    fn swiglu_limited(&mut self, gate: Buf, up: Buf, len: usize, limit: f32) {
+        self.eltwise(Kernel::SwigluLimit, gate, up, len, limit);
     }
 
     fn sparse_attention(&mut self, _: usize, _: &SparseIo, _: &SparseSpec) {
         unreachable!("refused at load: the GPU lacks Op::SparseAttention")
     }
 
-    fn hyper_pre(&mut self, _: Buf, _: Buf, _: Buf, _: Buf, _: usize, _: &HyperSpec) {
-        unreachable!("refused at load: the GPU lacks Op::HyperConnections")
+    fn hyper_pre(&mut self, x: Buf, mix: Buf, base: Buf, out: Buf, rows: usize, s: &HyperSpec) {
+        self.hyper(Kernel::HyperWeights, [mix, base, mix], rows, s);
+        self.hyper(Kernel::HyperPre, [out, x, mix], rows, s);
     }
 
-    fn hyper_post(&mut self, _: Buf, _: Buf, _: Buf, _: usize, _: &HyperSpec) {
-        unreachable!("refused at load: the GPU lacks Op::HyperConnections")
+    fn hyper_post(&mut self, y: Buf, x: Buf, mix: Buf, rows: usize, s: &HyperSpec) {
+        self.hyper(Kernel::HyperPost, [x, y, mix], rows, s);
     }
 
     fn copy_cols(&mut self, x: Buf, out: Buf, rows: usize, c: &Cols) {

@@ -1,3 +1,4 @@
+use device::hyper::HyperSpec;
 use device::{Buf, Device, Error, Mat, MoeStats, Row};
 use gguf::GgmlType;
 use kv::KvConfig;
@@ -354,6 +355,50 @@ impl Gpu {
         } else {
             self.run(kernel, &[Bind::Buf(&a), Bind::Arena(p), Bind::Buf(&b)], g);
         }
+    }
+
+    /// A kernel of hyper.wgsl over `rows` rows: `a` written, `b` and `c` read (bindings 0, 2
+    /// and 3; [`Kernel::HyperWeights`] reads no `c`), one thread a row for the weights, one
+    /// a column of a row otherwise.
+    pub(crate) fn hyper(
+        &mut self,
+        kernel: Kernel,
+        [a, b, c]: [Buf; 3],
+        rows: usize,
+        s: &HyperSpec,
+    ) {
+        assert!(
+            s.streams <= 16,
+            "{} residual streams: the GPU mixes at most 16",
+            s.streams
+        );
+        let threads = match kernel {
+            Kernel::HyperWeights => rows,
+            _ => rows * s.width,
+        };
+        if threads == 0 {
+            return;
+        }
+        let g = grid(threads.div_ceil(64));
+        let words = [
+            rows as u32,
+            s.streams as u32,
+            s.width as u32,
+            s.mix_width() as u32,
+            s.sinkhorn_iters as u32,
+            s.merge as u32,
+            g[0],
+            s.eps.to_bits(),
+            s.scale[0].to_bits(),
+            s.scale[1].to_bits(),
+            s.scale[2].to_bits(),
+            0,
+        ];
+        let p = self.rec.push(&self.ctx, bytemuck::cast_slice(&words));
+        let [a, b, c] = [a, b, c].map(|x| self.bufs[x.0 as usize].clone());
+        let binds = [Bind::Buf(&a), Bind::Arena(p), Bind::Buf(&b), Bind::Buf(&c)];
+        let n = if kernel == Kernel::HyperWeights { 3 } else { 4 };
+        self.run(kernel, &binds[..n], g);
     }
 
     /// A row reduction of rows.wgsl over `rows` rows of `width`: in place on `x`, or into

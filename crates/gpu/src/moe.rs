@@ -1,8 +1,9 @@
 //! Mixtures of experts on the GPU: the router's logits (and the choice's bias, where the
-//! block has one) are read back and each row is routed here (as
-//! [`device::reference::route`] does: one code for the choice), every chosen
-//! expert's matrices multiply the rows that chose it in one run each, and one kernel sums
-//! each row's outputs in the order it chose them. The read-back of `[rows, n_expert]` logits
+//! block has one) are read back and each row is routed here, or takes the experts it is
+//! given (as [`device::reference::route`] does: one code for the choice), every chosen
+//! expert's matrices multiply the rows that chose it in one run each (SwiGLU clamped where
+//! the block has a limit), and one kernel sums each row's outputs in the order it chose
+//! them. The read-back of `[rows, n_expert]` logits
 //! is the one mid-forward wait of a mixture model's forward.
 
 use device::{Buf, Device, ExpertNet, MoeSpec};
@@ -27,9 +28,11 @@ impl Gpu {
         self.matmul_rows(spec.router, (x, 0), rows, (sc.probs, 0), None, 0);
         let logits = self.read_floats(sc.probs, 0, rows * ne);
         let bias = spec.choice_bias.map(|b| self.read_floats(b, 0, ne));
+        let given = |r: usize| spec.given.map(|g| &g[r * k..(r + 1) * k]);
         let picks: Vec<Vec<(usize, f32)>> = logits
             .chunks_exact(ne)
-            .map(|l| device::reference::route(&spec.routing, l, bias.as_deref(), None))
+            .enumerate()
+            .map(|(r, l)| device::reference::route(&spec.routing, l, bias.as_deref(), given(r)))
             .collect();
         let mut chose: Vec<Vec<(usize, usize)>> = vec![Vec::new(); ne];
         for (r, p) in picks.iter().enumerate() {
@@ -62,9 +65,12 @@ impl Gpu {
                 }
             }
         }
-        match spec.net {
-            ExpertNet::Swiglu => self.eltwise(Kernel::Swiglu, sc.gate, sc.up, acts, 0.0),
-            ExpertNet::ReluSqr => self.eltwise(Kernel::ReluSqr, sc.gate, sc.gate, acts, 0.0),
+        match (spec.net, spec.limit) {
+            (ExpertNet::Swiglu, None) => self.eltwise(Kernel::Swiglu, sc.gate, sc.up, acts, 0.0),
+            (ExpertNet::Swiglu, Some(c)) => {
+                self.eltwise(Kernel::SwigluLimit, sc.gate, sc.up, acts, c)
+            }
+            (ExpertNet::ReluSqr, _) => self.eltwise(Kernel::ReluSqr, sc.gate, sc.gate, acts, 0.0),
         }
         for &(ex, s0, n) in &runs {
             self.matmul_rows(spec.down[ex], (sc.gate, s0), n, (sc.out, s0), None, 0);

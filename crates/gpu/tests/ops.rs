@@ -6,8 +6,8 @@ mod common;
 
 use common::*;
 use device::conformance::{
-    attention_case, encoder_case, long_run_case, moe_agrees, norms_case, prims_agree,
-    recurrent_case, Seeing,
+    attention_case, deepseek_agree, encoder_case, long_run_case, moe_agrees, norms_case,
+    prims_agree, recurrent_case, Seeing,
 };
 use device::reference::Reference;
 use device::testing::data;
@@ -488,6 +488,14 @@ fn attention_over_several_parts_and_a_window_across_them() {
 fn generic_primitives_agree_with_the_reference() {
     let Some([mut g, mut r]) = both() else { return };
     prims_agree(&mut *g, &mut *r, 1e-5);
+}
+
+/// The clamped SwiGLU and hyper-connections (Sinkhorn's exps and sums in f32 on both):
+/// within 1e-5 of the largest value (at least 1).
+#[test]
+fn deepseek_s_swiglu_and_hyper_connections_agree_with_the_reference() {
+    let Some([mut g, mut r]) = both() else { return };
+    deepseek_agree(&mut *g, &mut *r, 1e-5);
 }
 
 /// The recurrences with state (the convolution with SiLU, the delta rule) over steps of two

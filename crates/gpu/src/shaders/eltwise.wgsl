@@ -24,6 +24,17 @@ fn swiglu(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index)
     }
 }
 
+// DeepSeek-V4's clamped SwiGLU: silu(min(a, c)) · clamp(b, -c, c), c the factor.
+@compute @workgroup_size(64)
+fn swiglu_limit(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let i = index(wg, t);
+    if (i < p.len) {
+        let c = p.factor;
+        let g = min(a[i], c);
+        a[i] = g / (1.0 + exp(-g)) * clamp(b[i], -c, c);
+    }
+}
+
 @compute @workgroup_size(64)
 fn gelu(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let i = index(wg, t);

@@ -12,7 +12,8 @@ use kv::{KvConfig, BLOCK_SIZE};
 use super::Cpu;
 use crate::ThreadPool;
 use device::conformance::{
-    attention_case, buf, moe_agrees, norms_case, prims_agree, read, recurrent_case, rel, Seeing,
+    attention_case, buf, deepseek_agree, moe_agrees, norms_case, prims_agree, read, recurrent_case,
+    rel, Seeing,
 };
 use device::testing::{data, source};
 use device::Precision;
@@ -217,6 +218,13 @@ fn the_state_recurrences_agree_with_the_reference() {
 #[test]
 fn generic_primitives_agree_with_the_reference() {
     prims_agree(&mut cpu(Precision::Int8), &mut Reference::new(), 1e-5);
+}
+
+/// The clamped SwiGLU (the lanes' exp against the scalar one) and hyper-connections (the
+/// host's code on both): within 1e-6 of the largest value (at least 1).
+#[test]
+fn deepseek_s_swiglu_and_hyper_connections_agree_with_the_reference() {
+    deepseek_agree(&mut cpu(Precision::Int8), &mut Reference::new(), 1e-6);
 }
 
 #[test]

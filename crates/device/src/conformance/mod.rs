@@ -7,6 +7,9 @@ use kv::{KvConfig, BLOCK_SIZE};
 use crate::testing::{data, source};
 use crate::*;
 
+mod deepseek;
+pub use deepseek::{deepseek_agree, deepseek_case, Dsv4Route};
+
 /// A buffer holding `data`.
 pub fn buf(dev: &mut dyn Device, data: &[f32]) -> Buf {
     let b = dev.alloc(data.len()).unwrap();
@@ -586,11 +589,11 @@ pub fn prims_agree(a: &mut dyn Device, b: &mut dyn Device, tol: f32) {
 
 /// A mixture of 6 experts, `k` per row, with a shared expert: SwiGLU experts and the shared
 /// expert's gate, or (`net` [`ExpertNet::ReluSqr`]) squared-ReLU experts chosen with a bias
-/// added to their probabilities and an ungated shared expert (Nemotron-H's).
+/// added to their probabilities and an ungated shared expert (Nemotron-H's); with `dsv4`,
+/// SwiGLU clamped at 0.5 and experts chosen with a bias or given per row (DeepSeek-V4's).
 pub fn moe_case(
     dev: &mut dyn Device,
-    gating: Gating,
-    net: ExpertNet,
+    (gating, net, dsv4): (Gating, ExpertNet, Option<Dsv4Route>),
     k: usize,
     rows: usize,
 ) -> Vec<f32> {
@@ -606,7 +609,12 @@ pub fn moe_case(
     let shared = buf(dev, &data(rows * e, 4));
     let gate = buf(dev, &data(e, 5));
     let relu = net == ExpertNet::ReluSqr;
-    let bias = relu.then(|| buf(dev, &data(ne, 6)));
+    let biased = relu || dsv4 == Some(Dsv4Route::Bias);
+    let bias = biased.then(|| buf(dev, &data(ne, 6)));
+    let given: Vec<u32> = (0..rows * k)
+        .map(|i| ((i / k + i % k) % ne) as u32)
+        .collect();
+    let given = (dsv4 == Some(Dsv4Route::Given)).then_some(&given[..]);
     let mut z = |n| dev.alloc(n).unwrap();
     let scratch = MoeScratch {
         probs: z(rows * ne),
@@ -634,8 +642,8 @@ pub fn moe_case(
             gate: (!relu).then_some(gate),
         }),
         choice_bias: bias,
-        given: None,
-        limit: None,
+        given,
+        limit: dsv4.map(|_| 0.5),
         net,
         scratch,
     };
@@ -655,22 +663,32 @@ pub fn rel(a: &[f32], b: &[f32], floor: f32) -> f32 {
 }
 
 /// [`moe_case`] with both gatings (and Nemotron-H's squared-ReLU experts with sigmoid
-/// gating), 1, 2 and 4 experts per row over 1, 5 and 9 rows, on the
-/// two devices `pair` makes (none: the check is skipped): the same sums within 1e-5, one
-/// block, the same experts streamed.
+/// gating, DeepSeek-V4's √softplus with both its routes), 1, 2 and 4 experts per row over
+/// 1, 5 and 9 rows, on the two devices `pair` makes (none: the check is skipped): the same
+/// sums within 1e-5, one block, the same experts streamed.
 pub fn moe_agrees(pair: &mut dyn FnMut() -> Option<[Box<dyn Device>; 2]>) {
     let kinds = [
-        (Gating::Softmax, ExpertNet::Swiglu),
-        (Gating::Sigmoid, ExpertNet::Swiglu),
-        (Gating::Sigmoid, ExpertNet::ReluSqr),
+        (Gating::Softmax, ExpertNet::Swiglu, None),
+        (Gating::Sigmoid, ExpertNet::Swiglu, None),
+        (Gating::Sigmoid, ExpertNet::ReluSqr, None),
+        (
+            Gating::SqrtSoftplus,
+            ExpertNet::Swiglu,
+            Some(Dsv4Route::Bias),
+        ),
+        (
+            Gating::SqrtSoftplus,
+            ExpertNet::Swiglu,
+            Some(Dsv4Route::Given),
+        ),
     ];
-    for (gating, net) in kinds {
+    for kind in kinds {
         for (k, rows) in [(1, 1), (2, 5), (4, 9)] {
             let Some([mut a, mut b]) = pair() else { return };
-            let got = moe_case(&mut *a, gating, net, k, rows);
-            let want = moe_case(&mut *b, gating, net, k, rows);
+            let got = moe_case(&mut *a, kind, k, rows);
+            let want = moe_case(&mut *b, kind, k, rows);
             let e = rel(&got, &want, 1.0);
-            assert!(e < 1e-5, "{gating:?} {net:?} k={k} rows={rows}: {e}");
+            assert!(e < 1e-5, "{kind:?} k={k} rows={rows}: {e}");
             assert_eq!(a.moe_stats().blocks, 1);
             assert_eq!(a.moe_stats(), b.moe_stats(), "the same experts streamed");
         }
