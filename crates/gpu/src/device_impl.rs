@@ -23,9 +23,9 @@ impl Device for Gpu {
         format!("gpu ({}, {:?}, {:?})", i.name, i.backend, i.device_type)
     }
 
-    /// Every op but DeepSeek-V4's (not written for the GPU yet: refused at load).
-    fn supports(&self, op: Op) -> bool {
-        op != Op::SparseAttention
+    /// Every op.
+    fn supports(&self, _: Op) -> bool {
+        true
     }
 
     fn supports_type(&self, ty: GgmlType) -> bool {
@@ -131,8 +131,8 @@ impl Device for Gpu {
                 cfg.ty
             )));
         }
-        if cfg.records.is_some() {
-            return Err(self.unsupported("keep record layers' KV (compressed attention)".into()));
+        if let Some(bad) = crate::sparse::unpackable_records(&cfg) {
+            return Err(self.unsupported(bad));
         }
         let width = cfg.n_head_kv * cfg.head_dim;
         if cfg.ty == GgmlType::Q8_0 && !width.is_multiple_of(64) {
@@ -141,26 +141,27 @@ impl Device for Gpu {
                  needed): use -ctk f16"
             )));
         }
-        let bb = cfg.block_bytes() as u64;
-        let largest = (0..cfg.n_layer)
-            .map(|l| cfg.store_blocks(l, false) as u64 * bb)
-            .max();
-        if largest.unwrap_or(0) > self.ctx.max_binding() {
+        let bytes =
+            |l: usize, v: bool| cfg.store_blocks(l, v) as u64 * cfg.store_block_bytes(l, v) as u64;
+        let stores = || (0..cfg.n_layer).flat_map(|l| [(l, false), (l, true)]);
+        let largest = stores().map(|(l, v)| bytes(l, v)).max().unwrap_or(0);
+        if largest > self.ctx.max_binding() {
             return Err(self.unsupported(format!(
                 "hold a layer's KV of {} MiB (it binds at most {} MiB): lower the context size",
-                largest.unwrap_or(0) >> 20,
+                largest >> 20,
                 self.ctx.max_binding() >> 20
             )));
         }
-        let layer = |l: usize| {
-            self.ctx
-                .buffer("kv", cfg.store_blocks(l, false) as u64 * bb)
-        };
+        let block = stores()
+            .map(|(l, v)| cfg.store_block_bytes(l, v) as u64)
+            .max()
+            .unwrap_or(0);
+        let layer = |l: usize, v: bool| self.ctx.buffer("kv", bytes(l, v));
         let kv = self.ctx.out_of_memory(|| GpuKv {
             cfg: cfg.clone(),
-            keys: (0..cfg.n_layer).map(layer).collect(),
-            values: (0..cfg.n_layer).map(layer).collect(),
-            tmp: self.ctx.buffer("kv block", bb),
+            keys: (0..cfg.n_layer).map(|l| layer(l, false)).collect(),
+            values: (0..cfg.n_layer).map(|l| layer(l, true)).collect(),
+            tmp: self.ctx.buffer("kv block", block),
         });
         self.kv = Some(kv.map_err(|e| {
             self.unsupported(format!(
@@ -174,9 +175,8 @@ impl Device for Gpu {
 
     fn kv_copy_block(&mut self, from: u32, to: u32) {
         let kv = self.kv.as_ref().expect("kv_alloc first");
-        let bb = kv.cfg.block_bytes() as u64;
         let enc = self.rec.encoder(&self.ctx);
-        for store in kv.stores(false) {
+        for (store, bb) in kv.stores(false) {
             enc.copy_buffer_to_buffer(store, from as u64 * bb, &kv.tmp, 0, bb);
             enc.copy_buffer_to_buffer(&kv.tmp, 0, store, to as u64 * bb, bb);
         }
@@ -458,8 +458,8 @@ impl Device for Gpu {
         self.eltwise(Kernel::SwigluLimit, gate, up, len, limit);
     }
 
-    fn sparse_attention(&mut self, _: usize, _: &SparseIo, _: &SparseSpec) {
-        unreachable!("refused at load: the GPU lacks Op::SparseAttention")
+    fn sparse_attention(&mut self, layer: usize, io: &SparseIo, spec: &SparseSpec) {
+        self.sparse(layer, io, spec);
     }
 
     fn hyper_pre(&mut self, x: Buf, mix: Buf, base: Buf, out: Buf, rows: usize, s: &HyperSpec) {

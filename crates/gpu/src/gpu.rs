@@ -23,31 +23,34 @@ pub(crate) struct GpuMat {
 }
 
 /// KV storage: per layer one buffer of keys and one of values, `[its class's blocks, 16,
-/// n_head_kv · head_dim]` of the pool's type (f32, f16, bf16 or q8_0, as GGUF lays them out).
+/// n_head_kv · head_dim]` of the pool's type (f32, f16, bf16 or q8_0, as GGUF lays them out);
+/// a record layer's keys its recent parts (f32), its values its kept parts
+/// ([`KvConfig::store_position_bytes`]).
 pub(crate) struct GpuKv {
     pub(crate) cfg: KvConfig,
     pub(crate) keys: Vec<wgpu::Buffer>,
     pub(crate) values: Vec<wgpu::Buffer>,
-    /// One block, for copies between blocks of one buffer.
+    /// The largest block of any store, for copies between blocks of one buffer.
     pub(crate) tmp: wgpu::Buffer,
 }
 
 impl GpuKv {
     /// The stores that keep every position (`windowed` false: [`device::Device::kv_read_block`]'s
     /// layout) or the windowed class's (true: [`device::Device::kv_read_companion`]'s): keys,
-    /// then values.
-    pub(crate) fn stores(&self, windowed: bool) -> Vec<&wgpu::Buffer> {
+    /// then values, each with the bytes of one of its blocks.
+    pub(crate) fn stores(&self, windowed: bool) -> Vec<(&wgpu::Buffer, u64)> {
         let cfg = &self.cfg;
         let kept = |l: &usize, v: bool| match windowed {
             false => cfg.store_is_full(*l, v),
             true => cfg.store_is_windowed(*l, v),
         };
+        let bb = |l: usize, v: bool| cfg.store_block_bytes(l, v) as u64;
         let keys = (0..cfg.n_layer)
             .filter(|l| kept(l, false))
-            .map(|l| &self.keys[l]);
+            .map(|l| (&self.keys[l], bb(l, false)));
         let values = (0..cfg.n_layer)
             .filter(|l| kept(l, true))
-            .map(|l| &self.values[l]);
+            .map(|l| (&self.values[l], bb(l, true)));
         keys.chain(values).collect()
     }
 }
@@ -88,6 +91,8 @@ pub struct Gpu {
     /// `attn_parts_cap` bytes.
     attn_parts: Option<wgpu::Buffer>,
     attn_parts_cap: u64,
+    /// The lightning indexer's scores (see sparse_scores.wgsl), grown as a step needs.
+    pub(crate) scores: Option<wgpu::Buffer>,
 }
 
 /// Positions one attention workgroup takes (`PART` of the attention shaders).
@@ -152,6 +157,7 @@ impl Gpu {
             moe_stats: MoeStats::default(),
             attn_parts: None,
             attn_parts_cap: ATTENTION_PARTS_BYTES,
+            scores: None,
         };
         let subgroups = gpu.ctx.device.features().contains(wgpu::Features::SUBGROUP);
         if subgroups && gpu.lanes_in_order() {
@@ -308,6 +314,16 @@ impl Gpu {
             .dispatch(&self.ctx, &pipe, (binds, tables), groups, (&kernel, bytes));
     }
 
+    /// Where the tables of KV layer `layer`'s keys' (`values` false) or values' store start
+    /// in the step's words.
+    pub(crate) fn store_tables_at(&self, cfg: &KvConfig, layer: usize, values: bool) -> u32 {
+        let st = self.step();
+        match cfg.store_is_windowed(layer, values) {
+            true => st.win_at,
+            false => st.tab_at,
+        }
+    }
+
     /// Where the tables KV layer `layer` uses start in the step's words.
     pub(crate) fn tables_at(&self, cfg: &KvConfig, layer: usize) -> u32 {
         let st = self.step();
@@ -460,11 +476,10 @@ impl Gpu {
     /// Appends block `block`'s bytes of the stores [`GpuKv::stores`] names.
     pub(crate) fn kv_read(&mut self, windowed: bool, block: u32, out: &mut Vec<u8>) {
         let kv = self.kv.as_ref().expect("kv_alloc first");
-        let bb = kv.cfg.block_bytes() as u64;
         let parts: Vec<_> = kv
             .stores(windowed)
             .into_iter()
-            .map(|s| (s, block as u64 * bb, bb))
+            .map(|(s, bb)| (s, block as u64 * bb, bb))
             .collect();
         self.rec.read(&self.ctx, &parts, out);
     }
@@ -474,11 +489,11 @@ impl Gpu {
     pub(crate) fn kv_write(&mut self, windowed: bool, block: u32, data: &[u8]) {
         self.rec.flush(&self.ctx);
         let kv = self.kv.as_ref().expect("kv_alloc first");
-        let bb = kv.cfg.block_bytes();
-        for (store, src) in kv.stores(windowed).into_iter().zip(data.chunks_exact(bb)) {
-            self.ctx
-                .queue
-                .write_buffer(store, (block as usize * bb) as u64, src);
+        let mut data = data;
+        for (store, bb) in kv.stores(windowed) {
+            let (src, rest) = data.split_at(bb as usize);
+            self.ctx.queue.write_buffer(store, block as u64 * bb, src);
+            data = rest;
         }
     }
 }

@@ -30,6 +30,7 @@ mod moe;
 mod pipelines;
 mod profile;
 mod recurrent;
+mod sparse;
 
 pub use context::{adapter, adapter_for_tests, quiet_device_select, real_gpu, Adapter, Choice};
 pub use formats::{form_name, Shader, Table, SHADERS};

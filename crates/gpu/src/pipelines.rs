@@ -47,6 +47,24 @@ pub(crate) enum Kernel {
     GatherRows,
     CopyCols,
     BlockConv,
+    /// Compressed sparse attention over a pool of type `kv` (sparse_*.wgsl): the raw key
+    /// stored, a compressor's rows stored, blocks compressed, the indexer's scores, the
+    /// attention.
+    SparseRaw {
+        kv: GgmlType,
+    },
+    SparseComp {
+        kv: GgmlType,
+    },
+    SparseCompress {
+        kv: GgmlType,
+    },
+    SparseScores {
+        kv: GgmlType,
+    },
+    SparseAttend {
+        kv: GgmlType,
+    },
     /// Hyper-connections (hyper.wgsl): a row's weights, the block's input, the new streams.
     HyperWeights,
     HyperPre,
@@ -142,6 +160,8 @@ impl Kernel {
             format!("{}\n{body}", layout.prelude())
         };
         let elt = include_str!("shaders/eltwise.wgsl");
+        const STORE: &str = include_str!("shaders/sparse_store.wgsl");
+        let sparse = |body: &str| format!("{}\n{body}", include_str!("shaders/sparse_common.wgsl"));
         let trees = include_str!("shaders/trees.wgsl");
         let attn = format!(
             "const PART: u32 = {ATTENTION_PART}u;\n{}",
@@ -191,6 +211,20 @@ impl Kernel {
             Kernel::GatherRows => (include_str!("shaders/gather.wgsl").into(), "main"),
             Kernel::CopyCols => (include_str!("shaders/cols.wgsl").into(), "main"),
             Kernel::BlockConv => (include_str!("shaders/block_conv.wgsl").into(), "main"),
+            Kernel::SparseRaw { kv: c } => (kv(c, &sparse(STORE)), "raw"),
+            Kernel::SparseComp { kv: c } => (kv(c, &sparse(STORE)), "comp"),
+            Kernel::SparseCompress { kv: c } => (
+                kv(c, &sparse(include_str!("shaders/sparse_compress.wgsl"))),
+                "main",
+            ),
+            Kernel::SparseScores { kv: c } => (
+                kv(c, &sparse(include_str!("shaders/sparse_scores.wgsl"))),
+                "main",
+            ),
+            Kernel::SparseAttend { kv: c } => (
+                kv(c, &sparse(include_str!("shaders/sparse_attend.wgsl"))),
+                "main",
+            ),
             Kernel::HyperWeights => (include_str!("shaders/hyper.wgsl").into(), "weights"),
             Kernel::HyperPre => (include_str!("shaders/hyper.wgsl").into(), "pre"),
             Kernel::HyperPost => (include_str!("shaders/hyper.wgsl").into(), "post"),

@@ -3,7 +3,7 @@
 //! of up to 1,024 compressed blocks, hyper-connections, hash-routed blocks) read as
 //! llama-perplexity reads it at -c 1024 (two chunks, 1,022 positions) and -c 4096 (2,047
 //! positions), golden log-probabilities from scripts/gen_dsv4_golden.sh, on the CPU and
-//! the reference backend; the wgpu backend refuses the model at load, naming the op.
+//! the reference backend, and at -c 1024 on the wgpu backend (lavapipe in CI).
 
 use std::path::Path;
 use std::process::Command;
@@ -49,10 +49,14 @@ fn synth(dir: &Path) -> String {
 fn deepseek4_reads_as_llama_cpp_does() {
     let dir = tempfile::tempdir().unwrap();
     let model = synth(dir.path());
-    for (ctx, positions, devices) in [
-        (1024, 1022, &["cpu", "reference"][..]),
-        (4096, 2047, &["cpu", "reference"][..]),
-    ] {
+    let gpu = gpu::adapter_for_tests();
+    let short: &[&str] = if gpu {
+        &["cpu", "reference", "gpu"]
+    } else {
+        &["cpu", "reference"]
+    };
+    for (ctx, positions, devices) in [(1024, 1022, short), (4096, 2047, &["cpu", "reference"][..])]
+    {
         let golden = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join(format!("tests/golden/deepseek4-c{ctx}-llamacpp.kld"));
         for &device in devices {
@@ -85,22 +89,4 @@ fn deepseek4_reads_as_llama_cpp_does() {
             );
         }
     }
-}
-
-#[test]
-fn the_gpu_refuses_deepseek4_naming_the_op() {
-    if !gpu::adapter_for_tests() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let model = synth(dir.path());
-    let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["perplexity", "-m", &model, "--device", "gpu", "-c", "256"])
-        .args(["--chunks", "1", "-f"])
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/eval-prose.txt"))
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "the GPU loaded deepseek4: {err}");
-    assert!(err.contains("SparseAttention"), "{err}");
 }
