@@ -232,11 +232,12 @@ fn eight_users_drafting_with_the_nextn_block_get_the_plain_text() {
     }
 }
 
-/// qwen35 alone: the wgpu backend runs no deepseek4 (its sparse attention).
 #[test]
 fn eight_users_on_the_gpu_drafting_with_the_nextn_block_get_the_plain_text() {
     if gpu::adapter_for_tests() {
-        eight_users_get_the_plain_text(Target::Qwen35, engine::DeviceKind::Gpu);
+        for target in [Target::Qwen35, Target::Deepseek4] {
+            eight_users_get_the_plain_text(target, engine::DeviceKind::Gpu);
+        }
     }
 }
 
