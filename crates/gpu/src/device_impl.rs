@@ -32,8 +32,12 @@ impl Device for Gpu {
         Layout::of(ty).is_some()
     }
 
-    fn matrix_bytes(&self, ty: GgmlType, n_rows: usize, n_cols: usize, _: Role) -> u64 {
-        matrix_bytes(ty, n_rows, n_cols)
+    /// None for a table left in the file.
+    fn matrix_bytes(&self, ty: GgmlType, n_rows: usize, n_cols: usize, role: Role) -> u64 {
+        match role {
+            Role::LazyRows => 0,
+            _ => matrix_bytes(ty, n_rows, n_cols),
+        }
     }
 
     fn alloc(&mut self, len: usize) -> Result<Buf> {
@@ -90,6 +94,19 @@ impl Device for Gpu {
                     got: s.bytes.as_slice().len(),
                 });
             }
+            if s.role == Role::LazyRows {
+                s.bytes.release();
+                self.mats.push(GpuMat {
+                    ty: s.ty,
+                    n_rows: s.n_rows,
+                    n_cols: s.n_cols,
+                    row_bytes: expected / s.n_rows.max(1),
+                    parts: Vec::new(),
+                    lazy: Some(s.bytes.clone()),
+                });
+                out.push(Mat(self.mats.len() as u32 - 1));
+                continue;
+            }
             self.pipes
                 .add_tables(&self.ctx, s.ty)
                 .map_err(|e| self.unsupported(format!("hold the tables of {}: {e}", s.ty)))?;
@@ -116,6 +133,7 @@ impl Device for Gpu {
                 n_cols: s.n_cols,
                 row_bytes,
                 parts,
+                lazy: None,
             });
             out.push(Mat(self.mats.len() as u32 - 1));
             done += s.bytes.as_slice().len();
@@ -282,6 +300,10 @@ impl Device for Gpu {
 
     fn embed(&mut self, table: Mat, tokens: &[u32], out: Buf) {
         if tokens.is_empty() {
+            return;
+        }
+        if let Some(rows) = self.lazy_rows(table, tokens) {
+            self.upload(out, 0, &rows);
             return;
         }
         let toks = self.rec.push(&self.ctx, bytemuck::cast_slice(tokens));

@@ -20,6 +20,9 @@ pub(crate) struct GpuMat {
     pub(crate) n_cols: usize,
     pub(crate) row_bytes: usize,
     pub(crate) parts: Vec<Part>,
+    /// A table left in the file ([`device::Role::LazyRows`]): no parts; its rows are read
+    /// from the map and dequantized here as a step embeds them.
+    pub(crate) lazy: Option<device::Bytes>,
 }
 
 /// KV storage: per layer one buffer of keys and one of values, `[its class's blocks, 16,
@@ -312,6 +315,20 @@ impl Gpu {
         let tables = self.pipes.tables(kernel);
         self.rec
             .dispatch(&self.ctx, &pipe, (binds, tables), groups, (&kernel, bytes));
+    }
+
+    /// The rows `tokens` of `table` dequantized from the file, where it is a table left
+    /// there ([`GpuMat::lazy`]).
+    pub(crate) fn lazy_rows(&self, table: Mat, tokens: &[u32]) -> Option<Vec<f32>> {
+        let m = &self.mats[table.0 as usize];
+        let bytes = m.lazy.as_ref()?.as_slice();
+        let mut rows = vec![0f32; tokens.len() * m.n_cols];
+        for (&t, row) in tokens.iter().zip(rows.chunks_exact_mut(m.n_cols)) {
+            let at = t as usize * m.row_bytes;
+            device::formats::dequantize_row(m.ty, &bytes[at..at + m.row_bytes], row)
+                .expect("a type the GPU holds");
+        }
+        Some(rows)
     }
 
     /// Where the tables of KV layer `layer`'s keys' (`values` false) or values' store start

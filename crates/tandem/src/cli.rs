@@ -247,7 +247,6 @@ impl ModelArgs {
         path: &std::path::Path,
         part: model::Part,
     ) -> Result<model::Model, CliError> {
-        self.check_lazy()?;
         let mut m = model::Model::load_stage_with(path, part, self.load_mode)?;
         m.hparams.apply_rope(&self.rope.overrides()?);
         m.set_lazy(self.lazy_mode);
@@ -271,20 +270,6 @@ impl ModelArgs {
             self.lora_init_without_apply,
         )
         .map_err(CliError::Usage)
-    }
-
-    /// Refuses `--lazy-mode on` with the GPU backend, which uploads every table whatever
-    /// the mode (auto leaves it to the backend).
-    pub fn check_lazy(&self) -> Result<(), CliError> {
-        if self.lazy_mode == model::LazyMode::On && self.device.resolve() == engine::DeviceKind::Gpu
-        {
-            return Err(CliError::Usage(
-                "--lazy-mode on: the gpu backend uploads every table; tables stay in the file only on \
-                 cpu and reference"
-                    .into(),
-            ));
-        }
-        Ok(())
     }
 
     pub fn context_config(&self) -> engine::ContextConfig {

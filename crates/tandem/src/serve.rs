@@ -440,7 +440,6 @@ impl ServeArgs {
     }
 
     fn config(self) -> Result<server::ServerConfig, CliError> {
-        self.model.check_lazy()?;
         if let Some(v) = self.cache_type_v.filter(|&v| v != self.model.cache_type) {
             return Err(CliError::Usage(format!(
                 "-ctv {} differs from -ctk {}: this backend stores keys and values in one type; give both the same",

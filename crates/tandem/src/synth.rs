@@ -2,7 +2,7 @@
 //! shapes no downloadable model has. The defaults make the ~0.5B mixture of the MoE
 //! verify-cost benchmark: qwen3moe, 8 of 64 experts, Q4_K. `--arch deepseek4` has
 //! defaults of its own: a small DeepSeek-V4 with every feature on
-//! ([`Dsv4Shape::default`]), Q8_0. `--arch eagle3` writes an EAGLE-3 drafter for a target
+//! ([`Dsv4Shape::default`]) and one NextN block, Q8_0. `--arch eagle3` writes an EAGLE-3 drafter for a target
 //! of the same tokenizer (`--target-layers`, `--target-n-embd`), `--arch dflash` a DFlash
 //! block drafter (`--target-layers`, `--dflash-block`; DSpark with `--dspark-rank`, DFlash 2
 //! with `--dflash2`), `--arch nemotron_h` a Nemotron-H hybrid (`--hybrid-pattern`,
@@ -88,7 +88,7 @@ pub struct SynthArgs {
     #[arg(long)]
     pub hybrid_pattern: Option<String>,
     /// qwen35, qwen35moe, deepseek4: multi-token-prediction (NextN) blocks after the
-    /// --n-layer, for `--spec-type draft-mtp` [default: 0].
+    /// --n-layer, for `--spec-type draft-mtp` [default: 0; deepseek4: 1].
     #[arg(long)]
     pub nextn: Option<usize>,
     /// Type of the matrices: any type `tandem quantize` writes (the IQ types quantized as
@@ -522,7 +522,7 @@ fn dsv4_shape(a: &SynthArgs) -> Result<Dsv4Shape, CliError> {
             n_ff_exp: a.n_ff_exp.unwrap_or(x.n_ff_exp),
         },
         n_shared: f.dsv4_shared_experts.unwrap_or(d.n_shared),
-        nextn: a.nextn.unwrap_or(0),
+        nextn: a.nextn.unwrap_or(1),
         ty: a.ty.unwrap_or(d.ty),
         seed: a.seed,
     })

@@ -73,15 +73,20 @@ fn every_load_mode_computes_the_same() {
     }
 }
 
+/// On the wgpu backend (lavapipe in CI) a table left in the file is embedded from the map:
+/// the perplexity is the uploaded table's, to the bit.
 #[test]
-fn lazy_tables_on_the_gpu_are_refused() {
+fn lazy_tables_on_the_gpu_compute_the_same() {
+    if !gpu::adapter_for_tests() {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let model = &model(dir.path());
-    let (ok, err) = tandem(&perplexity(
-        model,
-        &["--device", "gpu", "--lazy-mode", "on"],
-    ));
-    assert!(!ok && err.contains("--lazy-mode on"), "{err}");
+    let uploaded = ppl(model, &["--device", "gpu", "--lazy-mode", "off"]);
+    assert_eq!(
+        ppl(model, &["--device", "gpu", "--lazy-mode", "on"]),
+        uploaded
+    );
 }
 
 #[test]

@@ -40,7 +40,8 @@ fn default_shape_has_every_feature() {
     assert_eq!(f.header.architecture().unwrap(), "deepseek4");
     let u = |k: &str| md.u32(&format!("deepseek4.{k}")).unwrap();
     assert_eq!(u("embedding_length"), 256);
-    assert_eq!(u("block_count"), 6);
+    assert_eq!(u("block_count"), 7);
+    assert_eq!(u("nextn_predict_layers"), 1);
     assert_eq!(u("attention.head_count_kv"), 1);
     assert_eq!(u("attention.key_length"), 64);
     assert_eq!(u("attention.value_length"), 64);
@@ -49,9 +50,9 @@ fn default_shape_has_every_feature() {
     assert_eq!(u("hyper_connection.count"), 4);
     assert_eq!(u("hash_layer_count"), 2);
     let ratios = md.i64_array("deepseek4.attention.compress_ratios").unwrap();
-    assert_eq!(ratios, [4, 128, 4, 0, 4, 128]);
+    assert_eq!(ratios, [4, 128, 4, 0, 4, 128, 0]);
     let clamps = md.f32_array("deepseek4.swiglu_clamp_shexp").unwrap();
-    assert_eq!(clamps, [10.0; 6]);
+    assert_eq!(clamps, [10.0; 7]);
     assert_eq!(
         md.opt_bool("deepseek4.expert_weights_norm").unwrap(),
         Some(true)
@@ -74,6 +75,13 @@ fn default_shape_has_every_feature() {
     assert_eq!(dims(&f, "blk.0.attn_compressor_ape.weight").0, [128, 4]);
     assert_eq!(dims(&f, "blk.0.indexer.attn_q_b.weight").0, [64, 2048]);
     assert_eq!(dims(&f, "blk.1.attn_compressor_ape.weight").0, [64, 128]);
+    assert_eq!(dims(&f, "blk.6.nextn.eh_proj.weight").0, [512, 256]);
+    assert_eq!(dims(&f, "blk.6.exp_probs_b.bias").0, [16]);
+    let has = |name: &str| f.header.tensors.iter().any(|t| t.name == name);
+    assert!(
+        !has("blk.6.attn_compressor_kv.weight"),
+        "the NextN block compresses nothing"
+    );
     assert!(f.tensor("blk.1.indexer.proj.weight").is_err());
     assert!(f.tensor("blk.3.attn_compressor_kv.weight").is_err());
     assert_eq!(dims(&f, "blk.5.ffn_down_exps.weight").0, [128, 256, 16]);
@@ -124,11 +132,14 @@ fn flags_shape_the_model() {
             "2",
             "--type",
             "f32",
+            "--nextn",
+            "0",
         ],
     );
     let md = &f.header.metadata;
     let ratios = md.i64_array("deepseek4.attention.compress_ratios").unwrap();
     assert_eq!(ratios, [0, 128, 4]);
+    assert_eq!(md.u32("deepseek4.nextn_predict_layers").unwrap(), 0);
     assert_eq!(md.u32("deepseek4.attention.sliding_window").unwrap(), 32);
     assert_eq!(dims(&f, "blk.0.ffn_gate_tid2eid.weight").0, [2, 300]);
     assert!(f.tensor("blk.1.exp_probs_b.bias").is_ok());
