@@ -32,6 +32,20 @@ struct P {
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;
 @group(0) @binding(7) var<storage, read> info: array<u32>;
 
+// The running softmax of one invocation: its largest logit so far (the sink's to start)
+// and the sum of exponentials over it.
+var<private> top: f32;
+var<private> total: f32;
+
+// Takes logit `l` in: the factor the output so far is scaled by, and the new key's weight.
+fn absorb(l: f32) -> vec2<f32> {
+    let t = max(top, l);
+    let w = vec2<f32>(exp(top - t), exp(l - t));
+    total = total * w.x + w.y;
+    top = t;
+    return w;
+}
+
 // Element `k` of the query at `q0` turned by the angles at `angles`.
 fn q_at(q0: u32, k: u32, angles: u32) -> f32 {
     let off = p.d - p.n_rot;
@@ -66,8 +80,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     for (var k = 0u; k < d; k++) {
         out[base + k] = 0.0;
     }
-    var m = sinks[head];
-    var sum = 1.0;
+    top = sinks[head];
+    total = 1.0;
     var lo = 0u;
     if (pos + 1u > p.window) {
         lo = pos + 1u - p.window;
@@ -78,14 +92,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         for (var k = 0u; k < d; k++) {
             dot += q_at(base, k, angles) * recent[kb + k];
         }
-        let l = p.scale * dot;
-        let top = max(m, l);
-        let old = exp(m - top);
-        let e = exp(l - top);
-        sum = sum * old + e;
-        m = top;
+        let w = absorb(p.scale * dot);
         for (var k = 0u; k < d; k++) {
-            out[base + k] = out[base + k] * old + e * recent[kb + k];
+            out[base + k] = out[base + k] * w.x + w.y * recent[kb + k];
         }
     }
     let n_blocks = info[r * rw];
@@ -103,27 +112,22 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
             let e = kb + k;
             dot += q_at(base, k, angles) * kept_value(kept[kept_word(e)], e);
         }
-        let l = p.scale * dot;
-        let top = max(m, l);
-        let old = exp(m - top);
-        let e = exp(l - top);
-        sum = sum * old + e;
-        m = top;
+        let w = absorb(p.scale * dot);
         for (var k = 0u; k < d; k++) {
             let el = kb + k;
-            out[base + k] = out[base + k] * old + e * kept_value(kept[kept_word(el)], el);
+            out[base + k] = out[base + k] * w.x + w.y * kept_value(kept[kept_word(el)], el);
         }
     }
     let off = d - p.n_rot;
     for (var k = 0u; k < off; k++) {
-        out[base + k] = out[base + k] / sum;
+        out[base + k] = out[base + k] / total;
     }
     for (var k = off; k < d; k += 2u) {
         let mm = (k - off) / 2u;
         let c = bitcast<f32>(info[angles + 2u * mm]);
         let s = bitcast<f32>(info[angles + 2u * mm + 1u]);
-        let a = out[base + k] / sum;
-        let b = out[base + k + 1u] / sum;
+        let a = out[base + k] / total;
+        let b = out[base + k + 1u] / total;
         out[base + k] = a * c + b * s;
         out[base + k + 1u] = b * c - a * s;
     }

@@ -38,6 +38,17 @@ const MAX_E: u32 = 1024u;
 var<workgroup> pooled: array<f32, MAX_E>;
 var<workgroup> partial: array<f32, 64>;
 
+// Where pooled row `j` of block `block` of `seq` starts in the recent parts (its half: ratio
+// 4's first `prev` rows are the previous block's first halves, its own rows their `own`).
+fn pooled_at(seq: u32, block: u32, j: u32, prev: u32, own: u32) -> u32 {
+    let pos = block * p.ratio + j - prev;
+    var half = own;
+    if (j < prev) {
+        half = 0u;
+    }
+    return kv_slot(block_of(p.rec_tab, seq, pos), pos) * p.recent_w + half;
+}
+
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let job = wg.x + wg.y * p.groups_x;
@@ -63,32 +74,17 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     for (var ch = t; ch < e; ch += 64u) {
         var top = -3.4028235e38;
         for (var j = 0u; j < n; j++) {
-            var pos = block * r + j - prev;
-            var half = own;
-            if (j < prev) {
-                half = 0u;
-            }
-            let at = kv_slot(block_of(p.rec_tab, seq, pos), pos) * p.recent_w + half + ch;
+            let at = pooled_at(seq, block, j, prev, own) + ch;
             top = max(top, recent[at + p.at_score]);
         }
         var sum = 0.0;
         for (var j = 0u; j < n; j++) {
-            var pos = block * r + j - prev;
-            var half = own;
-            if (j < prev) {
-                half = 0u;
-            }
-            let at = kv_slot(block_of(p.rec_tab, seq, pos), pos) * p.recent_w + half + ch;
+            let at = pooled_at(seq, block, j, prev, own) + ch;
             sum += exp(recent[at + p.at_score] - top);
         }
         var o = 0.0;
         for (var j = 0u; j < n; j++) {
-            var pos = block * r + j - prev;
-            var half = own;
-            if (j < prev) {
-                half = 0u;
-            }
-            let at = kv_slot(block_of(p.rec_tab, seq, pos), pos) * p.recent_w + half + ch;
+            let at = pooled_at(seq, block, j, prev, own) + ch;
             o += exp(recent[at + p.at_score] - top) / sum * recent[at + p.at_kv];
         }
         pooled[ch] = o;
