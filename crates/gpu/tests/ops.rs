@@ -367,6 +367,38 @@ fn kv_companions_read_and_write_the_windowed_layers_alone() {
     assert_eq!(bytes[0], bytes[1], "the GPU's bytes are the reference's");
 }
 
+/// A record pool (DeepSeek-V4's) the GPU cannot keep is an error naming the fix, never a
+/// panic: q8_0 records, and two-byte records with an odd number of kept values a position
+/// (two share a word); f32 keeps either.
+#[test]
+fn record_pools_the_gpu_cannot_keep_are_refused_by_name() {
+    for (ty, kept, fix) in [
+        (GgmlType::Q8_0, 4, Some("-ctk f16")),
+        (GgmlType::F16, 3, Some("-ctk f32")),
+        (GgmlType::BF16, 3, Some("-ctk f32")),
+        (GgmlType::F16, 4, None),
+        (GgmlType::F32, 3, None),
+    ] {
+        let Some(mut g) = gpu() else { return };
+        let cfg = KvConfig {
+            n_layer: 1,
+            n_head_kv: 1,
+            head_dim: 64,
+            ty,
+            n_positions: 4 * BLOCK_SIZE,
+            window: None,
+            state: None,
+            records: Some(vec![Some(kv::RecordKv { recent: 96, kept })].into()),
+            empty: 0,
+        };
+        match (g.kv_alloc(cfg), fix) {
+            (Ok(()), None) => {}
+            (Err(e), Some(fix)) => assert!(e.to_string().contains(fix), "{ty} {kept}: {e}"),
+            (got, _) => panic!("{ty}, {kept} kept: {got:?}"),
+        }
+    }
+}
+
 #[test]
 fn mixture_of_experts_with_a_gated_shared_expert() {
     moe_agrees(&mut both);
