@@ -169,6 +169,57 @@ fn drafts_equal_llama_cpp_s(target: Target) {
     common::drafts_equal_golden(&mut mtp, &golden, &seq, TIE, true, common::Asked::AsDrafted);
 }
 
+/// An MTP sidecar (llama.cpp's `mtp-*.gguf`: the model's metadata and its NextN block
+/// alone) beside a model without NextN blocks drafts what the whole file's block drafts:
+/// llama.cpp's drafts, its embeddings, merge and head taken from the model.
+#[test]
+fn an_mtp_sidecar_drafts_as_the_model_s_own_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = Target::Deepseek4.write(dir.path());
+    let file = gguf::GgufFile::open(&whole).unwrap();
+    let n_layer = Dsv4Shape::default().n_layer;
+    let nextn = format!("blk.{n_layer}.");
+    let part = |path: &Path, trunk: bool| {
+        let mut w = gguf::GgufWriter::new();
+        for (k, v) in file.header.metadata.iter() {
+            let value = match k {
+                "deepseek4.nextn_predict_layers" if trunk => gguf::Value::U32(0),
+                "deepseek4.block_count" if trunk => gguf::Value::U32(n_layer as u32),
+                _ => v.clone(),
+            };
+            w.metadata(k, value);
+        }
+        for t in &file.header.tensors {
+            if t.name.starts_with(&nextn) != trunk {
+                w.tensor(&t.name, &t.dims, t.ggml_type, file.tensor_bytes(t).to_vec());
+            }
+        }
+        w.write(path).unwrap();
+    };
+    let (trunk, sidecar) = (
+        dir.path().join("trunk.gguf"),
+        dir.path().join("mtp-trunk.gguf"),
+    );
+    part(&trunk, true);
+    part(&sidecar, false);
+    let target = Model::load(&trunk).unwrap();
+    assert!(
+        Model::load_stage(&trunk, Part::Nextn).is_err(),
+        "the trunk has no NextN block"
+    );
+    let nextn = Model::load_nextn_sidecar(&sidecar, gguf::LoadMode::Mmap, &target).unwrap();
+    let golden = Target::Deepseek4.golden();
+    let mut seq = ids(&golden["prompt_tokens"]);
+    seq.extend(ids(&golden["answer_tokens"]));
+    let states = Target::Deepseek4.features(&trunk, &seq);
+    let pool = engine::Threads::new(2);
+    let mut mtp = HiddenDrafter::nextn(nextn, common::f32_context(), 1, pool).unwrap();
+    for (pos, s) in states.iter().enumerate() {
+        mtp.observe_state(0, pos, s);
+    }
+    common::drafts_equal_golden(&mut mtp, &golden, &seq, TIE, true, common::Asked::AsDrafted);
+}
+
 /// One request of `prompt` (its end token ends it) drafting with the NextN block at a
 /// fixed depth of 3, every draft verified (no step budget): its tokens and summary.
 fn drafted_alone(path: &Path, prompt: &[u32]) -> (Vec<u32>, engine::Summary) {

@@ -125,6 +125,26 @@ impl Model {
         Self::load_from(file, Part::Drafter, Some(target.file.clone()))
     }
 
+    /// The NextN stage ([`Part::Nextn`]) of an MTP sidecar at `path` for `target` (a file of
+    /// the target's architecture holding its multi-token-prediction blocks, as llama.cpp's
+    /// `mtp-*.gguf`): the matrices it lacks (the embeddings, the head, the streams' merge) are
+    /// `target`'s.
+    pub fn load_nextn_sidecar(
+        path: impl AsRef<Path>,
+        mode: LoadMode,
+        target: &Model,
+    ) -> Result<Model> {
+        let file = GgufFile::open_with(path, mode)?;
+        let arch = file.header.metadata.str("general.architecture")?;
+        if arch != target.arch.name() {
+            return Err(Error::BadStage(format!(
+                "an MTP file of {arch} for a {} model",
+                target.arch.name()
+            )));
+        }
+        Self::load_from(file, Part::Nextn, Some(target.file.clone()))
+    }
+
     fn load_from(file: GgufFile, part: Part, other: Option<Arc<GgufFile>>) -> Result<Model> {
         let md = &file.header.metadata;
         let arch = Arch::from_name(md.str("general.architecture")?)?;

@@ -209,7 +209,7 @@ impl TensorTable {
 /// [`DeviceTensors`]).
 pub struct TensorLoader<'a> {
     file: &'a GgufFile,
-    /// Where matrices the file lacks are taken from ([`TensorLoader::with_fallback`]).
+    /// Where tensors the file lacks are taken from ([`TensorLoader::with_fallback`]).
     fallback: Option<&'a GgufFile>,
     table: TensorTable,
 }
@@ -223,9 +223,9 @@ impl<'a> TensorLoader<'a> {
         }
     }
 
-    /// A loader that takes the matrices `file` lacks from `fallback` (a drafter's
-    /// embeddings and output head, from the model it drafts for), marked
-    /// [`Weight::borrowed`].
+    /// A loader that takes the matrices and host values `file` lacks from `fallback` (a
+    /// drafter's embeddings and output head, an MTP file's merge of the streams, from the
+    /// model it drafts for), the matrices marked [`Weight::borrowed`].
     pub fn with_fallback(file: &'a GgufFile, fallback: &'a GgufFile) -> TensorLoader<'a> {
         TensorLoader {
             fallback: Some(fallback),
@@ -427,9 +427,13 @@ impl<'a> TensorLoader<'a> {
     /// computes with), converted to f32.
     pub fn values(&mut self, name: &str, dims: &[usize]) -> Result<Vec<f32>> {
         let dims64: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
-        let info = self.info(name, &dims64)?;
+        let file = match self.fallback {
+            Some(other) if self.file.header.tensor(name).is_none() => other,
+            _ => self.file,
+        };
+        let info = TensorLoader::new(file).info(name, &dims64)?;
         let mut data = vec![0f32; dims.iter().product()];
-        device::formats::dequantize_row(info.ggml_type, self.file.tensor_bytes(info), &mut data)
+        device::formats::dequantize_row(info.ggml_type, file.tensor_bytes(info), &mut data)
             .map_err(|_| Error::UnsupportedType {
                 tensor: name.to_string(),
                 ty: info.ggml_type,

@@ -52,8 +52,10 @@ pub enum Drafter {
     Model(PathBuf),
     /// Prompt lookup over the request's own tokens.
     Ngram,
-    /// The model's own multi-token-prediction blocks (`--spec-type draft-mtp`).
-    Mtp,
+    /// Multi-token-prediction blocks (`--spec-type draft-mtp`): the model's own, or an MTP
+    /// file's (`-md mtp-….gguf`, or such a file beside the model), whose other matrices are
+    /// the model's.
+    Mtp(Option<PathBuf>),
 }
 
 /// Speculative decoding as configured.
@@ -469,9 +471,13 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
         None => (None, None),
         Some(s) => match &s.drafter {
             Drafter::Ngram => (Some(Speculation::with(Ngram::default(), s.config)), None),
-            Drafter::Mtp => {
-                let mut mtp =
-                    Model::load_stage_with(&config.model_path, Part::Nextn, config.load_mode)?;
+            Drafter::Mtp(file) => {
+                let mut mtp = match file {
+                    None => {
+                        Model::load_stage_with(&config.model_path, Part::Nextn, config.load_mode)?
+                    }
+                    Some(f) => Model::load_nextn_sidecar(f, config.load_mode, &model)?,
+                };
                 mtp.hparams.apply_rope(&config.rope);
                 mtp.set_lazy(config.lazy);
                 let plan = MemoryPlan::new(&mtp, &ecfg.context_config());

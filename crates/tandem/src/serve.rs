@@ -262,10 +262,11 @@ pub struct ServeArgs {
     pub no_mmap: bool,
     /// Drafter without a draft model: `ngram` (prompt lookup over the request's tokens;
     /// llama.cpp's ngram-* names are taken as this) or `draft-mtp` (the model's own
-    /// multi-token-prediction blocks, `mtp` too); `draft-dspark`, `draft-dflash` and
+    /// multi-token-prediction blocks, `mtp` too; a model without them takes an MTP file's:
+    /// -md FILE, or the `mtp-*.gguf` beside it); `draft-dspark`, `draft-dflash` and
     /// `draft-eagle3` without -md take the drafter file beside the model whose name holds
-    /// `dspark-`, `dflash-` or `eagle3-`. With -md, the file's architecture picks the
-    /// drafter.
+    /// `dspark-`, `dflash-` or `eagle3-`. With -md (but for `draft-mtp`), the file's
+    /// architecture picks the drafter.
     #[arg(long = "spec-type")]
     pub spec_type: Option<String>,
     /// Draft tokens per slot and step, at most.
@@ -656,12 +657,14 @@ impl ServeArgs {
     fn speculation(&self, model: &Path) -> Result<Option<server::SpecSettings>, CliError> {
         let drafter = match (&self.model_draft, self.spec_type.as_deref()) {
             (None, None | Some("none")) => return Ok(None),
-            (Some(_), Some(t @ ("draft-mtp" | "mtp"))) => {
-                return Err(CliError::Usage(format!(
-                    "-md and --spec-type {t} both name a drafter (MTP drafts with the model's own blocks); give one"
-                )))
-            }
-            (None, Some("draft-mtp" | "mtp")) => server::Drafter::Mtp,
+            (Some(m), Some("draft-mtp" | "mtp")) => server::Drafter::Mtp(Some(pull::resolve(
+                m,
+                self.model.cache.dir.as_deref(),
+            )?)),
+            (None, Some("draft-mtp" | "mtp")) => match crate::sidecar::has_nextn(model) {
+                true => server::Drafter::Mtp(None),
+                false => server::Drafter::Mtp(crate::sidecar::find(model, "mtp-")),
+            },
             (None, Some(t @ ("draft-eagle3" | "draft-dflash" | "draft-dspark" | "draft-simple"))) => {
                 let keyword = crate::sidecar::keyword(t);
                 match keyword.and_then(|k| crate::sidecar::find(model, k)) {

@@ -1,6 +1,7 @@
 //! Drafter files beside a model, found as llama.cpp finds the sidecars a repository ships:
 //! a `.gguf` in the model's folder whose name holds the drafter's keyword (`dspark-`,
-//! `dflash-`, `eagle3-`), the one whose quantization bits (the first number of the name's
+//! `dflash-`, `eagle3-`; `mtp-` for a model without multi-token-prediction blocks of its
+//! own), the one whose quantization bits (the first number of the name's
 //! last `-` part, split suffix aside: `Q4_K_M` → 4) are nearest the model's, the first by
 //! name among equals.
 
@@ -14,6 +15,18 @@ pub fn keyword(spec_type: &str) -> Option<&'static str> {
         "draft-eagle3" => Some("eagle3-"),
         _ => None,
     }
+}
+
+/// Whether the model file at `model` holds multi-token-prediction blocks of its own (an
+/// unreadable file says no: loading it says why).
+pub fn has_nextn(model: &Path) -> bool {
+    let Ok(file) = gguf::GgufFile::open(model) else {
+        return false;
+    };
+    let md = &file.header.metadata;
+    let arch = md.str("general.architecture").unwrap_or_default();
+    let key = format!("{arch}.nextn_predict_layers");
+    md.opt_u32(&key).ok().flatten().unwrap_or(0) > 0
 }
 
 /// The sidecar named by `keyword` beside `model`, if there is one.
@@ -84,5 +97,27 @@ mod tests {
         assert_eq!(find(&model, "eagle3-"), None);
         assert_eq!(quant_bits("m-UD-IQ2_XXS-00001-of-00003.gguf"), 2);
         assert_eq!(quant_bits("model.gguf"), 0);
+    }
+
+    #[test]
+    fn a_model_s_own_nextn_blocks_are_read_from_its_metadata() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, nextn: Option<u32>| {
+            let mut w = gguf::GgufWriter::new();
+            w.metadata(
+                "general.architecture",
+                gguf::Value::String("deepseek4".into()),
+            );
+            if let Some(n) = nextn {
+                w.metadata("deepseek4.nextn_predict_layers", gguf::Value::U32(n));
+            }
+            let path = dir.path().join(name);
+            w.write(&path).unwrap();
+            path
+        };
+        assert!(has_nextn(&file("with.gguf", Some(1))));
+        assert!(!has_nextn(&file("none.gguf", Some(0))));
+        assert!(!has_nextn(&file("absent.gguf", None)));
+        assert!(!has_nextn(&dir.path().join("missing.gguf")));
     }
 }
