@@ -98,28 +98,12 @@ impl Target {
         let tokenizer = gguf::GgufFile::open(model_path(file, name)).unwrap();
         let path = dir.join("deepseek4-small.gguf");
         Dsv4Shape {
-            n_embd: 64,
             n_layer: 2,
-            n_head: 4,
-            head_dim: 32,
-            n_rot: 8,
-            q_lora_rank: 32,
-            o_lora_rank: 16,
-            window: 8,
             compress_ratios: vec![4, 128],
-            indexer_heads: 4,
-            indexer_head_dim: 64,
-            indexer_top_k: 2,
-            hash_layers: 1,
-            experts: model::synthetic::ExpertShape {
-                n_expert: 8,
-                n_expert_used: 2,
-                n_ff_exp: 32,
-            },
             nextn: 1,
             ty: GgmlType::F32,
             seed: 3,
-            ..Default::default()
+            ..common::deepseek4_shape(8, 4, 2)
         }
         .write(&Vocab::cut(&tokenizer, 320).unwrap(), &path)
         .unwrap();

@@ -100,7 +100,7 @@ impl Device for Gpu {
                     ty: s.ty,
                     n_rows: s.n_rows,
                     n_cols: s.n_cols,
-                    row_bytes: expected / s.n_rows.max(1),
+                    row_bytes: s.ty.row_bytes(s.n_cols as u64).unwrap_or(0) as usize,
                     parts: Vec::new(),
                     lazy: Some(s.bytes.clone()),
                 });

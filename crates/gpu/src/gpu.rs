@@ -428,7 +428,7 @@ impl Gpu {
             0,
         ];
         let p = self.rec.push(&self.ctx, bytemuck::cast_slice(&words));
-        let [a, b, c] = [a, b, c].map(|x| self.bufs[x.0 as usize].clone());
+        let [a, b, c] = [a, b, c].map(|x| self.buf(x));
         let binds = [Bind::Buf(&a), Bind::Arena(p), Bind::Buf(&b), Bind::Buf(&c)];
         let n = if kernel == Kernel::HyperWeights { 3 } else { 4 };
         self.run(kernel, &binds[..n], g);

@@ -9,7 +9,7 @@
 //! ([`device::rope_angles`]) and travel in the arena.
 
 use device::sparse::{CompIo, SparseIo, SparseSpec};
-use device::{Buf, RopeSpec};
+use device::RopeSpec;
 use gguf::GgmlType;
 use kv::KvConfig;
 
@@ -76,7 +76,6 @@ impl Gpu {
         let rec_tab = self.store_tables_at(&cfg, layer, false);
         let kept_tab = self.store_tables_at(&cfg, layer, true);
         let region = self.step().region;
-        let buf = |g: &Gpu, b: Buf| g.bufs[b.0 as usize].clone();
 
         let row_angles: Vec<f32> = self
             .rows
@@ -97,7 +96,7 @@ impl Gpu {
             g[0] as usize,
         ];
         let p = self.words_region(p.iter().map(|&v| v as u32));
-        let kvb = buf(self, io.kv);
+        let kvb = self.buf(io.kv);
         let binds = [B(&recent), A(region), A(p), B(&kvb), A(ang)];
         self.run(Kernel::SparseRaw { kv: ty }, &binds, g);
 
@@ -132,7 +131,7 @@ impl Gpu {
                 rec_tab as usize,
             ];
             let p = self.words_region(p.iter().map(|&v| v as u32).chain([g[0]]));
-            let [a, b, ape] = [c.io.kv, c.io.score, c.io.ape].map(|x| buf(self, x));
+            let [a, b, ape] = [c.io.kv, c.io.score, c.io.ape].map(|x| self.buf(x));
             let binds = [B(&recent), A(region), A(p), B(&a), B(&b), B(&ape)];
             self.run(Kernel::SparseComp { kv: ty }, &binds, g);
         }
@@ -177,7 +176,7 @@ impl Gpu {
                 ];
                 let tail = [spec.rms_eps.to_bits(), g[0], 0, 0];
                 let p = self.words_region(p.iter().map(|&v| v as u32).chain(tail));
-                let norm = buf(self, c.io.norm);
+                let norm = self.buf(c.io.norm);
                 let binds = [B(&recent), B(&kept), A(region), A(p), B(&norm), A(jobs)];
                 self.run(Kernel::SparseCompress { kv: ty }, &binds, g);
             }
@@ -221,7 +220,7 @@ impl Gpu {
         ];
         let tail = [spec.scale.to_bits(), g[0], 0];
         let p = self.words_region(p.iter().map(|&v| v as u32).chain(tail));
-        let [q, sinks, out] = [io.q, io.sinks, io.out].map(|x| buf(self, x));
+        let [q, sinks, out] = [io.q, io.sinks, io.out].map(|x| self.buf(x));
         let binds = [
             B(&recent),
             B(&kept),
@@ -298,7 +297,7 @@ impl Gpu {
         let tail = [norm.to_bits(), g[0], 0];
         let p = self.words_region(p.iter().map(|&v| v as u32).chain(tail));
         let kept = self.kv.as_ref().expect("kv_alloc first").values[layer].clone();
-        let [qi, wt] = [qi, wt].map(|x| self.bufs[x.0 as usize].clone());
+        let [qi, wt] = [qi, wt].map(|x| self.buf(x));
         let step = A(self.step().region);
         let binds = [B(&kept), step, A(p), B(&qi), B(&wt), A(sel), B(&scores)];
         self.run(Kernel::SparseScores { kv: cfg.ty }, &binds, g);

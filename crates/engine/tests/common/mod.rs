@@ -200,6 +200,17 @@ pub fn write_nemotron_h(dir: &std::path::Path) -> PathBuf {
 pub fn write_deepseek4(path: &std::path::Path, window: usize, indexer_heads: usize, top_k: usize) {
     let (_, file, name) = MODELS[0];
     let tokenizer = gguf::GgufFile::open(model_path(file, name)).unwrap();
+    deepseek4_shape(window, indexer_heads, top_k)
+        .write(&model::synthetic::Vocab::copied(&tokenizer).unwrap(), path)
+        .unwrap();
+}
+
+/// The shape [`write_deepseek4`] writes.
+pub fn deepseek4_shape(
+    window: usize,
+    indexer_heads: usize,
+    top_k: usize,
+) -> model::synthetic::deepseek4::Dsv4Shape {
     model::synthetic::deepseek4::Dsv4Shape {
         n_embd: 64,
         n_layer: 4,
@@ -224,8 +235,6 @@ pub fn write_deepseek4(path: &std::path::Path, window: usize, indexer_heads: usi
         seed: 5,
         ..Default::default()
     }
-    .write(&model::synthetic::Vocab::copied(&tokenizer).unwrap(), path)
-    .unwrap();
 }
 
 /// The tokens and summary of one request's stream (a failed request panics).
