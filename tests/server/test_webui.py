@@ -17,6 +17,7 @@ import pytest
 from conftest import API_KEY, ROOT, Server
 
 webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.common.exceptions import ElementNotInteractableException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
@@ -209,7 +210,12 @@ def test_the_engine_view_shows_a_slot_busy(page, smol):
     wait(page, lambda d: "tok/s" in d.find_element(By.ID, "rate-text").text, 10)
     shot(page, "engine")
     page.find_element(By.ID, "tab-chat").click()
-    page.find_element(By.ID, "stop").click()
+    # At temperature 0.8 the poem may end by itself before the tab switch; the stop button
+    # is then hidden, and there is nothing left to stop.
+    try:
+        page.find_element(By.ID, "stop").click()
+    except ElementNotInteractableException:
+        assert not running(page)
     wait(page, lambda d: idle(smol), 10)
 
 
