@@ -16,7 +16,18 @@
 # and with a bonus anchor over the reduced vocabulary (llama-dspark-bonus-d2t). DFlash 2
 # (`draft-dflash` on a `--dflash2` file, 4 of a block of 8 at `--spec-draft-p-min 0.7`) logs
 # no candidates: its golden data (llama-dflash2) is each draft call's length, which the
-# selector's probabilities decide.
+# selector's probabilities decide. DSpark over a DeepSeek-V4 backbone (`--backbone deepseek4`:
+# llama.cpp's `graph_dsv4`; its stages use all 4 of their experts, so that no routing choice
+# can tie within the two implementations' rounding, as a random router's otherwise does
+# every few hundred tokens): two stages reading blocks 1, 3 and 5 of a llama target as wide
+# (256 × 6), alone (deepseek4-dspark) and with its confidence head at
+# `--spec-draft-p-min 0.5` (deepseek4-dspark-conf). Not of a deepseek4 target: llama.cpp's
+# DeepSeek-V4 reads a token decoded alone otherwise than among a verified block (its greedy
+# answer to PROMPT here changes at the 15th token with drafting on), so the features its
+# drafter was given depend on how the answer was verified; the same drafter of the deepseek4
+# `tandem synth --arch deepseek4` writes by default (f32, seed 3, no NextN block), whose
+# features are its streams averaged, is golden data over its first 64 draft calls
+# (deepseek4-dspark-of-deepseek4). `ONLY=NAME` makes only that golden file.
 #
 # usage: scripts/gen_drafter_golden.sh TANDEM_BINARY LLAMA_SERVER_BINARY
 # (the arguments must match the shapes in crates/engine/tests/feature_drafters.rs)
@@ -34,6 +45,9 @@ trap 'kill $pid 2>/dev/null || true; rm -rf "$tmp"' EXIT
 golden() {
     local name=$1 vars=()
     shift
+    if [ -n "${ONLY:-}" ] && [ "$ONLY" != "$name" ]; then
+        return
+    fi
     while [ "$1" != "--" ]; do
         vars+=("$1")
         shift
@@ -89,3 +103,20 @@ golden llama-dspark-bonus-d2t -- "${dspark[@]}"
 dflash --seed 17 --dflash2
 golden llama-dflash2 DRAFT_LENGTHS=1 -- --spec-type draft-dflash --spec-draft-n-max 4 \
     --spec-draft-p-min 0.7
+"$tandem" synth -o "$tmp/t.gguf" --arch llama --experts 0 --n-embd 256 --n-layer 6 --n-head 4 \
+    --n-head-kv 2 --n-ff 512 --type f32 --tokenizer smollm2-135m --vocab 320 --seed 7
+for conf in "" --dspark-confidence; do
+    "$tandem" synth -o "$tmp/d.gguf" --arch dflash --backbone deepseek4 --n-layer 2 \
+        --target-layers 1,3,5 --experts 4 --experts-used 4 --dflash-block 8 --dspark-rank 32 \
+        $conf --type f32 --tokenizer smollm2-135m --vocab 320 --seed 19
+    case $conf in
+    "") golden deepseek4-dspark -- "${dspark[@]}" ;;
+    *) golden deepseek4-dspark-conf -- "${dspark[@]}" --spec-draft-p-min 0.5 ;;
+    esac
+done
+"$tandem" synth -o "$tmp/t.gguf" --arch deepseek4 --nextn 0 --type f32 \
+    --tokenizer smollm2-135m --vocab 320 --seed 3
+"$tandem" synth -o "$tmp/d.gguf" --arch dflash --backbone deepseek4 --n-layer 2 \
+    --target-layers 1,3,5 --experts 4 --experts-used 4 --dflash-block 8 --dspark-rank 32 \
+    --type f32 --tokenizer smollm2-135m --vocab 320 --seed 19
+golden deepseek4-dspark-of-deepseek4 -- "${dspark[@]}"

@@ -130,6 +130,14 @@ macro_rules! delegate_ops {
         ) {
             self.$inner.sparse_attention(layer, io, spec)
         }
+        fn sparse_store(
+            &mut self,
+            layer: usize,
+            io: &$crate::sparse::SparseIo,
+            spec: &$crate::sparse::SparseSpec,
+        ) {
+            self.$inner.sparse_store(layer, io, spec)
+        }
         fn hyper_pre(
             &mut self,
             x: $crate::Buf,

@@ -438,6 +438,12 @@ impl Device for Reference {
         });
     }
 
+    fn sparse_store(&mut self, layer: usize, io: &SparseIo, spec: &SparseSpec) {
+        let kv = self.kv.as_mut().expect("kv_alloc first");
+        let mut rec = kv.records(layer, &self.tables);
+        sparse::sparse_store(&mut rec, &self.bufs, &self.rows, io, spec);
+    }
+
     fn hyper_pre(&mut self, x: Buf, mix: Buf, base: Buf, out: Buf, rows: usize, s: &HyperSpec) {
         hyper::pre_rows(&mut self.bufs, [x, mix, base, out], rows, s);
     }

@@ -585,6 +585,10 @@ pub trait Device: Send {
     /// Compressed sparse attention ([`crate::sparse`]) of KV layer `layer` (whose memory is
     /// records of [`SparseSpec::layout`]) over the step's rows.
     fn sparse_attention(&mut self, layer: usize, io: &SparseIo, spec: &SparseSpec);
+    /// Stores the step's rows into KV layer `layer` as [`Device::sparse_attention`] does
+    /// (raw keys, compressor rows, the blocks they end), attending nothing (`io.q`,
+    /// `io.out` and the indexer's queries unread): a block drafter's context rows.
+    fn sparse_store(&mut self, layer: usize, io: &SparseIo, spec: &SparseSpec);
     /// Hyper-connections before a block ([`crate::hyper`]): per row, `mix` (`[rows,
     /// mix_width]`) becomes its weights in place (`base` `[mix_width]`), and `out` (`[rows,
     /// width]`) the block's input from the streams `x` (`[rows, streams · width]`).

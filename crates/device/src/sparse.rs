@@ -15,8 +15,9 @@
 //!            r = 128: the block's positions;  r = 4: the previous block's positions on
 //!            the first half (channel δ) and the block's own on the second (d + δ)
 //!   C_b    = turn(rms_norm(C̃_b) · norm, b·r)                     (the compressed rope)
-//! a query at p sees raw(j) for p - window < j <= p, and C_b for b < (p + 1) / r (ratio 4:
-//! those the indexer picks):
+//! a query at p sees raw(j) for p - window < j <= p (j <= the last position of its
+//! sequence's rows in the step, not causal), and C_b for b < (p + 1) / r (ratio 4: those
+//! the indexer picks):
 //!   I(b)   = Σ_h w_h(p) / √(c · H_i) · relu(turn(qi_h(p), p) · K^I_b)
 //!            the top_k blocks by I, all of them when no more are visible (ties: lower b)
 //!   l_h(j) = scale · turn(q_h(p), p) · K_j,     α = softmax over j and the sink s_h
@@ -42,6 +43,9 @@ pub struct SparseSpec {
     pub head_dim: usize,
     /// Raw positions a query sees, its own included.
     pub window: usize,
+    /// `false`: a row also sees the step's later rows of its sequence, those within the
+    /// window after it too (a block drafter's block, whose rows see one another).
+    pub causal: bool,
     /// Positions per compressed row: 0 (none), 4 (overlapping, with the indexer) or 128.
     pub ratio: usize,
     pub scale: f32,
@@ -291,26 +295,17 @@ struct Rot {
     eps: f32,
 }
 
-/// [`crate::Device::sparse_attention`] over the step's `rows` with host buffers and the
-/// layer's `rec`ords; `par(n, task)` runs `task(i)` for each `i` in `0..n`, in any order
-/// or on any threads.
-pub fn sparse_attention(
-    rec: &mut Records<'_>,
-    bufs: &mut HostBufs,
-    rows: &[Row],
-    io: &SparseIo,
-    spec: &SparseSpec,
-    par: impl Fn(usize, &(dyn Fn(usize) + Sync)),
-) {
-    let (h, d) = (spec.n_head, spec.head_dim);
-    let lay = spec.layout();
-    let span = spec.span();
-    let rot = Rot {
-        comp: spec.comp_rope,
-        eps: spec.rms_eps,
-    };
+/// The layer's compressors as `io` and `spec` give them: the attention's (ratio 4 and
+/// 128) and the indexer's with its queries, head weights and shape (ratio 4).
+type Compressors = (
+    Option<Compressor>,
+    Option<(Compressor, Buf, Buf, IndexerSpec)>,
+);
+
+fn compressors(io: &SparseIo, spec: &SparseSpec) -> Compressors {
+    let (lay, span) = (spec.layout(), spec.span());
     let comp = io.comp.zip(lay.comp).map(|(io, at)| Compressor {
-        e: d,
+        e: spec.head_dim,
         r: spec.ratio,
         span,
         at,
@@ -326,6 +321,35 @@ pub fn sparse_attention(
         };
         (c, x.1, x.2, s)
     });
+    (comp, lid)
+}
+
+/// [`crate::Device::sparse_store`] with host buffers and the layer's `rec`ords.
+pub fn sparse_store(
+    rec: &mut Records<'_>,
+    bufs: &HostBufs,
+    rows: &[Row],
+    io: &SparseIo,
+    spec: &SparseSpec,
+) {
+    store(rec, bufs, rows, io, spec, &compressors(io, spec));
+}
+
+/// Stores the rows' records and compresses the blocks they end.
+fn store(
+    rec: &mut Records<'_>,
+    bufs: &HostBufs,
+    rows: &[Row],
+    io: &SparseIo,
+    spec: &SparseSpec,
+    (comp, lid): &Compressors,
+) {
+    let d = spec.head_dim;
+    let lay = spec.layout();
+    let rot = Rot {
+        comp: spec.comp_rope,
+        eps: spec.rms_eps,
+    };
     for (i, r) in rows.iter().enumerate() {
         let mut raw = bufs[io.kv][i * d..(i + 1) * d].to_vec();
         turn_tail(&mut raw, r.pos, &spec.rope, false);
@@ -342,6 +366,28 @@ pub fn sparse_attention(
             }
         }
     }
+}
+
+/// [`crate::Device::sparse_attention`] over the step's `rows` with host buffers and the
+/// layer's `rec`ords; `par(n, task)` runs `task(i)` for each `i` in `0..n`, in any order
+/// or on any threads.
+pub fn sparse_attention(
+    rec: &mut Records<'_>,
+    bufs: &mut HostBufs,
+    rows: &[Row],
+    io: &SparseIo,
+    spec: &SparseSpec,
+    par: impl Fn(usize, &(dyn Fn(usize) + Sync)),
+) {
+    let (h, d) = (spec.n_head, spec.head_dim);
+    let lay = spec.layout();
+    let compressors = compressors(io, spec);
+    store(rec, bufs, rows, io, spec, &compressors);
+    let (comp, lid) = compressors;
+    let last = match spec.causal {
+        true => Vec::new(),
+        false => crate::attn::last_positions(rows),
+    };
     let rec = &*rec;
     let b = &*bufs;
     let outs: Vec<std::sync::Mutex<Vec<f32>>> = rows
@@ -385,7 +431,8 @@ pub fn sparse_attention(
             }
             _ => (0..visible).collect(),
         };
-        let span = (r.pos + 1).saturating_sub(spec.window)..r.pos + 1;
+        let end = last.get(r.seq).map_or(r.pos, |&l| l.max(r.pos));
+        let span = (r.pos + 1).saturating_sub(spec.window)..end + 1;
         let n_comp = if comp.is_some() { blocks.len() } else { 0 };
         let mut keys = vec![0f32; (span.len() + n_comp) * d];
         let mut slots = keys.chunks_exact_mut(d);

@@ -3,7 +3,9 @@
 //! `scripts/gen_drafter_golden.sh` writes), with their own embeddings and output head, the
 //! target's, or their own over a reduced vocabulary (`d2t`), draft what llama.cpp's
 //! `draft-eagle3`, `draft-dflash` and `draft-dspark` draft on the same files, accept what llama-server accepts over its answer, and speculation with them leaves
-//! the greedy text of 8 users as plain decoding gives it (on the CPU and the GPU).
+//! the greedy text of 8 users as plain decoding gives it (on the CPU and the GPU). DSpark
+//! over DeepSeek-V4 stages drafts as llama.cpp's does (for a llama target) and keeps the text
+//! of 8 users of a deepseek4 target.
 
 #[allow(dead_code)]
 mod common;
@@ -18,6 +20,7 @@ use engine::speculative::{
 use engine::EngineConfig;
 use gguf::GgmlType;
 use gguf::LoadMode;
+use model::synthetic::deepseek4::Dsv4Shape;
 use model::synthetic::dflash::{Dflash2, DflashShape, Dspark};
 use model::synthetic::eagle3::Eagle3Shape;
 use model::synthetic::{Synthetic, Vocab};
@@ -40,6 +43,11 @@ enum Kind {
     },
     /// DFlash 2: block convolutions and a selector.
     Dflash2,
+    /// DSpark over a DeepSeek-V4 backbone ([`write_dsv4`]; golden data of a llama target),
+    /// its confidence head or not.
+    Dsv4Dspark {
+        confidence: bool,
+    },
 }
 
 /// DSpark's `--spec-draft-p-min` where it has its confidence head.
@@ -55,7 +63,7 @@ impl Kind {
     fn tie(self) -> f64 {
         match self {
             Kind::Eagle3 => 0.01,
-            Kind::Dflash | Kind::Dspark { .. } | Kind::Dflash2 => 0.021,
+            Kind::Dflash | Kind::Dspark { .. } | Kind::Dflash2 | Kind::Dsv4Dspark { .. } => 0.021,
         }
     }
 
@@ -70,7 +78,7 @@ impl Kind {
     fn n_max(self) -> usize {
         match self {
             Kind::Eagle3 => 3,
-            Kind::Dflash | Kind::Dspark { .. } | Kind::Dflash2 => 4,
+            Kind::Dflash | Kind::Dspark { .. } | Kind::Dflash2 | Kind::Dsv4Dspark { .. } => 4,
         }
     }
 
@@ -79,28 +87,43 @@ impl Kind {
         match self {
             Kind::Dspark {
                 confidence: true, ..
-            } => P_MIN,
+            }
+            | Kind::Dsv4Dspark { confidence: true } => P_MIN,
             Kind::Dflash2 => 0.7,
             _ => 0.0,
         }
     }
 
     fn proposer(self, stage: Model) -> Box<dyn Proposer> {
+        self.proposer_on(stage, engine::DeviceKind::Cpu)
+    }
+
+    fn proposer_on(self, stage: Model, device: engine::DeviceKind) -> Box<dyn Proposer> {
         let pool = engine::Threads::new(2);
+        let context = engine::ContextConfig {
+            device,
+            ..common::f32_context()
+        };
         match self {
-            Kind::Eagle3 => {
-                Box::new(HiddenDrafter::eagle3(stage, common::f32_context(), 1, pool).unwrap())
+            Kind::Eagle3 => Box::new(HiddenDrafter::eagle3(stage, context, 1, pool).unwrap()),
+            Kind::Dflash | Kind::Dspark { .. } | Kind::Dflash2 | Kind::Dsv4Dspark { .. } => {
+                Box::new(BlockDrafter::dflash(stage, context, 1, pool).unwrap())
             }
-            Kind::Dflash | Kind::Dspark { .. } | Kind::Dflash2 => {
-                Box::new(BlockDrafter::dflash(stage, common::f32_context(), 1, pool).unwrap())
-            }
+        }
+    }
+
+    /// The target blocks whose outputs the drafter reads.
+    fn tapped(self) -> &'static [usize] {
+        match self {
+            Kind::Dsv4Dspark { .. } => &DSV4_TAPPED,
+            _ => &TAPPED,
         }
     }
 
     fn speculation(self, stage: Model, config: SpecConfig) -> Speculation {
         match self {
             Kind::Eagle3 => Speculation::eagle3(stage, config),
-            Kind::Dflash | Kind::Dspark { .. } | Kind::Dflash2 => {
+            Kind::Dflash | Kind::Dspark { .. } | Kind::Dflash2 | Kind::Dsv4Dspark { .. } => {
                 Speculation::dflash(stage, config)
             }
         }
@@ -119,6 +142,9 @@ enum Head {
 /// The target and the drafter of `scripts/gen_drafter_golden.sh` in `dir`, the drafter
 /// with the head `head`.
 fn write_models(dir: &Path, kind: Kind, head: Head) -> (PathBuf, PathBuf) {
+    if let Kind::Dsv4Dspark { confidence } = kind {
+        return write_dsv4(dir, confidence, Dsv4Target::Llama);
+    }
     let own_head = head != Head::Target;
     let draft_vocab = (head == Head::Reduced).then_some(160);
     let (_, file, name) = MODELS[0];
@@ -185,11 +211,113 @@ fn write_models(dir: &Path, kind: Kind, head: Head) -> (PathBuf, PathBuf) {
                 rank: 16,
                 top_k: 4,
             }),
+            backbone: None,
         }
         .write(&vocab, &drafter),
+        Kind::Dsv4Dspark { .. } => unreachable!("written by write_dsv4"),
     }
     .unwrap();
     (target, drafter)
+}
+
+/// The blocks whose outputs are the inputs of a target's blocks 1, 3 and 5.
+const DSV4_TAPPED: [usize; 3] = [0, 2, 4];
+
+/// The target of a DSpark drafter over DeepSeek-V4 stages ([`write_dsv4`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dsv4Target {
+    /// The llama of `scripts/gen_drafter_golden.sh` (256 × 6, f32): llama.cpp reads it the
+    /// same whether a token is decoded alone or verified among drafts, so its drafter's
+    /// features, and drafts, are golden data.
+    Llama,
+    /// The deepseek4 `tandem synth --arch deepseek4` writes by default (6 blocks of 256, 4
+    /// streams, f32, no NextN block): the seeds' pairing.
+    Deepseek4,
+    /// A deepseek4 of 2 blocks of 64, its drafter one stage reading block 1's input, which
+    /// lavapipe runs in seconds.
+    Small,
+}
+
+/// A target and a DSpark drafter over DeepSeek-V4 stages in `dir`: two stages of the
+/// target's width (no compression, routed by score, a window of 16) reading the inputs of
+/// blocks 1, 3 and 5 (one stage reading block 1's for [`Dsv4Target::Small`]), each using all
+/// 4 of its experts (a random router ties otherwise every few hundred tokens, which the two
+/// implementations' rounding breaks differently), with a Markov
+/// head of rank 32 (and its confidence head), a block of 8, its own embeddings and head.
+fn write_dsv4(dir: &Path, confidence: bool, target: Dsv4Target) -> (PathBuf, PathBuf) {
+    let (_, file, name) = MODELS[0];
+    let tokenizer = gguf::GgufFile::open(model_path(file, name)).unwrap();
+    let vocab = Vocab::cut(&tokenizer, 320).unwrap();
+    let (t, drafter) = (dir.join("t.gguf"), dir.join("d.gguf"));
+    let shape = match target {
+        Dsv4Target::Small => Dsv4Shape {
+            n_layer: 2,
+            compress_ratios: vec![4, 128],
+            ..common::deepseek4_shape(8, 4, 2)
+        },
+        _ => Dsv4Shape::default(),
+    };
+    match target {
+        Dsv4Target::Llama => Synthetic {
+            arch: model::Arch::from_name("llama").unwrap(),
+            n_embd: 256,
+            n_layer: 6,
+            n_head: 4,
+            n_head_kv: 2,
+            n_ff: 512,
+            experts: None,
+            delta: None,
+            nextn: 0,
+            ty: GgmlType::F32,
+            seed: 7,
+        }
+        .write_vocab(&vocab, &t),
+        _ => Dsv4Shape {
+            nextn: 0,
+            ty: GgmlType::F32,
+            seed: 3,
+            ..shape.clone()
+        }
+        .write(&vocab, &t),
+    }
+    .unwrap();
+    let (n_layer, target_layers) = match target {
+        Dsv4Target::Small => (1, vec![1]),
+        _ => (2, vec![1, 3, 5]),
+    };
+    let backbone = Dsv4Shape {
+        n_layer,
+        ty: GgmlType::F32,
+        experts: model::synthetic::ExpertShape {
+            n_expert: 4,
+            n_expert_used: 4,
+            ..shape.experts
+        },
+        ..shape
+    };
+    DflashShape {
+        n_embd: backbone.n_embd,
+        n_layer,
+        n_head: backbone.n_head,
+        n_head_kv: 1,
+        n_ff: 2816,
+        target_layers,
+        block: 8,
+        own_head: true,
+        draft_vocab: None,
+        ty: GgmlType::F32,
+        seed: 19,
+        dspark: Some(Dspark {
+            rank: 32,
+            confidence,
+            from_anchor: true,
+        }),
+        dflash2: None,
+        backbone: Some(backbone),
+    }
+    .write(&vocab, &drafter)
+    .unwrap();
+    (t, drafter)
 }
 
 fn ids(v: &serde_json::Value) -> Vec<u32> {
@@ -218,6 +346,12 @@ fn golden(kind: Kind, head: Head) -> serde_json::Value {
         },
         (Kind::Dflash2, Head::Own) => include_str!("golden/llama-dflash2.llamacpp.json"),
         (Kind::Dflash2, head) => panic!("no golden drafts for DFlash 2 with {head:?}"),
+        (Kind::Dsv4Dspark { confidence: false }, _) => {
+            include_str!("golden/deepseek4-dspark.llamacpp.json")
+        }
+        (Kind::Dsv4Dspark { confidence: true }, _) => {
+            include_str!("golden/deepseek4-dspark-conf.llamacpp.json")
+        }
     };
     serde_json::from_str(text).unwrap()
 }
@@ -344,14 +478,35 @@ fn dflash2_draft_lengths_equal_llama_cpp_s_on_the_same_file() {
 }
 
 fn drafts_equal_llama_cpp_s(kind: Kind, head: Head) {
+    drafts_equal_llama_cpp_s_on(kind, head, engine::DeviceKind::Cpu, usize::MAX);
+}
+
+/// [`drafts_equal_llama_cpp_s`], the drafter on `device`, over the first `calls` draft
+/// calls of the golden answer.
+fn drafts_equal_llama_cpp_s_on(kind: Kind, head: Head, device: engine::DeviceKind, calls: usize) {
     let dir = tempfile::tempdir().unwrap();
     let (target, drafter) = write_models(dir.path(), kind, head);
     let golden = golden(kind, head);
+    drafts_of_the_pair_equal(kind, (&target, &drafter), golden, device, calls);
+}
+
+/// The drafts of `drafter` (on `device`) for `target` over the first `calls` draft calls of
+/// `golden` equal llama.cpp's there.
+fn drafts_of_the_pair_equal(
+    kind: Kind,
+    (target, drafter): (&Path, &Path),
+    mut golden: serde_json::Value,
+    device: engine::DeviceKind,
+    calls: usize,
+) {
+    if let Some(steps) = golden["steps"].as_array_mut() {
+        steps.truncate(calls);
+    }
     let mut seq = ids(&golden["prompt_tokens"]);
     seq.extend(ids(&golden["answer_tokens"]));
-    let features = common::target_features(&target, &seq, &TAPPED, false);
-    let mut drafter = kind.proposer(drafter_stage(&drafter, &target));
-    assert_eq!(drafter.features().taps, TAPPED);
+    let features = common::target_features(target, &seq, kind.tapped(), false);
+    let mut drafter = kind.proposer_on(drafter_stage(drafter, target), device);
+    assert_eq!(drafter.features().taps, kind.tapped());
     for (pos, f) in features.iter().enumerate() {
         drafter.observe_state(0, pos, f);
     }
@@ -398,6 +553,48 @@ fn fixed(n_max: usize) -> SpecConfig {
         policy: PolicyKind::Fixed,
         ..SpecConfig::default()
     }
+}
+
+const DSV4_DSPARK: Kind = Kind::Dsv4Dspark { confidence: false };
+const DSV4_DSPARK_CONFIDENT: Kind = Kind::Dsv4Dspark { confidence: true };
+
+/// The block's rows see one another within the stages' window.
+#[test]
+fn dspark_over_deepseek4_drafts_equal_llama_cpp_s_on_the_same_file() {
+    drafts_equal_llama_cpp_s(DSV4_DSPARK, Head::Own);
+}
+
+/// The confidence head reads the merged streams before the output norm, as llama.cpp's
+/// `graph_dsv4` has it.
+#[test]
+fn dspark_over_deepseek4_drafts_with_its_confidence_head_equal_llama_cpp_s() {
+    drafts_equal_llama_cpp_s(DSV4_DSPARK_CONFIDENT, Head::Own);
+}
+
+/// Of a deepseek4 target, whose features are its streams averaged: llama.cpp's first 64 draft
+/// calls (its DeepSeek-V4 reads a token decoded alone otherwise than among a verified block,
+/// so the features of its later calls depend on how its answer was verified).
+#[test]
+fn dspark_over_deepseek4_of_a_deepseek4_target_drafts_as_llama_cpp_s_first_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let (target, drafter) = write_dsv4(dir.path(), false, Dsv4Target::Deepseek4);
+    let text = include_str!("golden/deepseek4-dspark-of-deepseek4.llamacpp.json");
+    let golden = serde_json::from_str(text).unwrap();
+    let pair = (target.as_path(), drafter.as_path());
+    drafts_of_the_pair_equal(DSV4_DSPARK, pair, golden, engine::DeviceKind::Cpu, 64);
+}
+
+/// The drafter on lavapipe: its block's rows see one another there too.
+#[test]
+fn dspark_over_deepseek4_drafts_on_the_gpu_equal_llama_cpp_s() {
+    if gpu::adapter_for_tests() {
+        drafts_equal_llama_cpp_s_on(DSV4_DSPARK, Head::Own, engine::DeviceKind::Gpu, 48);
+    }
+}
+
+#[test]
+fn the_answer_accepts_as_llama_server_s_with_dspark_over_deepseek4() {
+    the_answer_accepts_as_llama_server_s(DSV4_DSPARK);
 }
 
 #[test]
@@ -549,14 +746,46 @@ fn eight_prompts(target: &Path) -> Vec<Vec<u32>> {
 fn eight_users_get_the_plain_text(kind: Kind, device: engine::DeviceKind) {
     let dir = tempfile::tempdir().unwrap();
     let (target, drafter) = write_models(dir.path(), kind, Head::Target);
-    let prompts = eight_prompts(&target);
-    let plain = run(&target, &prompts, 32, None, config(8, device));
+    eight_users_of_the_pair_get_the_plain_text(kind, (&target, &drafter), device);
+}
+
+/// On the seeds' pairing: a deepseek4 target, its streams averaged into the features.
+#[test]
+fn eight_users_drafting_with_dspark_over_deepseek4_get_the_plain_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let (target, drafter) = write_dsv4(dir.path(), true, Dsv4Target::Deepseek4);
+    let kind = DSV4_DSPARK_CONFIDENT;
+    eight_users_of_the_pair_get_the_plain_text(kind, (&target, &drafter), engine::DeviceKind::Cpu);
+}
+
+/// The small pair of [`write_dsv4`] on lavapipe.
+#[test]
+fn eight_users_on_the_gpu_drafting_with_dspark_over_deepseek4_get_the_plain_text() {
+    if gpu::adapter_for_tests() {
+        let dir = tempfile::tempdir().unwrap();
+        let (target, drafter) = write_dsv4(dir.path(), true, Dsv4Target::Small);
+        let kind = DSV4_DSPARK_CONFIDENT;
+        eight_users_of_the_pair_get_the_plain_text(
+            kind,
+            (&target, &drafter),
+            engine::DeviceKind::Gpu,
+        );
+    }
+}
+
+fn eight_users_of_the_pair_get_the_plain_text(
+    kind: Kind,
+    (target, drafter): (&Path, &Path),
+    device: engine::DeviceKind,
+) {
+    let prompts = eight_prompts(target);
+    let plain = run(target, &prompts, 32, None, config(8, device));
     let spec_config = SpecConfig {
         p_min: kind.p_min(),
         ..fixed(3)
     };
-    let spec = Some(kind.speculation(drafter_stage(&drafter, &target), spec_config));
-    let drafted = run(&target, &prompts, 32, spec, config(8, device));
+    let spec = Some(kind.speculation(drafter_stage(drafter, target), spec_config));
+    let drafted = run(target, &prompts, 32, spec, config(8, device));
     for (i, (p, d)) in plain.iter().zip(&drafted).enumerate() {
         assert_eq!(p.0, d.0, "prompt {i}");
     }
@@ -578,4 +807,38 @@ fn drafters_alone_are_refused() {
             "{kind:?}: {err}"
         );
     }
+}
+
+/// A DSpark drafter over DeepSeek-V4 stages that are compressed (llama.cpp refuses them
+/// too) is refused at load, naming the key.
+#[test]
+fn a_deepseek4_dspark_with_compressed_stages_is_refused_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let (target, drafter) = write_dsv4(dir.path(), false, Dsv4Target::Small);
+    let file = gguf::GgufFile::open(&drafter).unwrap();
+    let mut w = gguf::GgufWriter::new();
+    for (k, v) in file.header.metadata.iter() {
+        if k != "dflash.attention.compress_ratios" {
+            w.metadata(k, v.clone());
+        }
+    }
+    let ratios = vec![gguf::Value::U32(4)];
+    w.metadata(
+        "dflash.attention.compress_ratios",
+        gguf::Value::Array(gguf::ValueType::U32, ratios),
+    );
+    for t in &file.header.tensors {
+        w.tensor(&t.name, &t.dims, t.ggml_type, file.tensor_bytes(t).to_vec());
+    }
+    let hostile = dir.path().join("hostile.gguf");
+    w.write(&hostile).unwrap();
+    let target = Model::load(&target).unwrap();
+    let err = Model::load_drafter(&hostile, LoadMode::Mmap, &target)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        err.contains("dflash.attention.compress_ratios") && err.contains("not compressed"),
+        "{err}"
+    );
 }

@@ -484,6 +484,10 @@ impl Device for Gpu {
         self.sparse(layer, io, spec);
     }
 
+    fn sparse_store(&mut self, layer: usize, io: &SparseIo, spec: &SparseSpec) {
+        self.sparse_rows(layer, io, spec);
+    }
+
     fn hyper_pre(&mut self, x: Buf, mix: Buf, base: Buf, out: Buf, rows: usize, s: &HyperSpec) {
         self.hyper(Kernel::HyperWeights, [mix, base, mix], rows, s);
         self.hyper(Kernel::HyperPre, [out, x, mix], rows, s);

@@ -66,6 +66,87 @@ impl Gpu {
         if n == 0 {
             return;
         }
+        let row_angles = self.sparse_rows(layer, io, spec);
+        let kv = self.kv.as_ref().expect("kv_alloc first");
+        let cfg = kv.cfg.clone();
+        let rec = cfg.record(layer).expect("a record layer");
+        let (recent, kept) = (kv.keys[layer].clone(), kv.values[layer].clone());
+        let ty = cfg.ty;
+        let lay = spec.layout();
+        let (d, n_rot) = (spec.head_dim, spec.rope.n_rot);
+        let rec_tab = self.store_tables_at(&cfg, layer, false);
+        let kept_tab = self.store_tables_at(&cfg, layer, true);
+        let region = self.step().region;
+        let span = spec.span();
+        let seen = self.picked_blocks(io, spec, &cfg, layer);
+        let last = match spec.causal {
+            true => Vec::new(),
+            false => device::last_positions(&self.rows),
+        };
+        let rw = 3 + n_rot;
+        let mut info: Vec<u32> = Vec::with_capacity(n * rw);
+        let mut lists: Vec<u32> = Vec::new();
+        for (i, (r, blocks)) in self.rows.iter().zip(&seen).enumerate() {
+            let visible = match spec.ratio {
+                0 => 0,
+                ratio => (r.pos + 1) / ratio,
+            };
+            match blocks {
+                Some(list) => {
+                    info.extend([list.len() as u32, (n * rw + lists.len()) as u32]);
+                    lists.extend(list.iter().map(|&b| b as u32));
+                }
+                None => info.extend([visible as u32, u32::MAX]),
+            }
+            info.push(last.get(r.seq).map_or(r.pos, |&l| l.max(r.pos)) as u32);
+            info.extend(words(&row_angles[i * n_rot..(i + 1) * n_rot]));
+        }
+        info.extend(lists);
+        let info = self.rec.push(&self.ctx, bytemuck::cast_slice(&info));
+        let g = grid((n * spec.n_head).div_ceil(64));
+        let p = [
+            n,
+            spec.n_head,
+            d,
+            spec.window,
+            rec.recent,
+            lay.raw,
+            rec.kept,
+            lay.comp.map_or(0, |c| c[2]),
+            span,
+            spec.ratio.max(1),
+            n_rot,
+            rec_tab as usize,
+            kept_tab as usize,
+        ];
+        let tail = [spec.scale.to_bits(), g[0], 0];
+        let p = self.words_region(p.iter().map(|&v| v as u32).chain(tail));
+        let [q, sinks, out] = [io.q, io.sinks, io.out].map(|x| self.buf(x));
+        let binds = [
+            B(&recent),
+            B(&kept),
+            A(region),
+            A(p),
+            B(&q),
+            B(&sinks),
+            B(&out),
+            A(info),
+        ];
+        self.run(Kernel::SparseAttend { kv: ty }, &binds, g);
+    }
+
+    /// [`device::Device::sparse_store`]: the rows' raw keys and compressor rows stored, the
+    /// blocks they end compressed. Gives the angles of the rows' turns (`n_rot` a row).
+    pub(crate) fn sparse_rows(
+        &mut self,
+        layer: usize,
+        io: &SparseIo,
+        spec: &SparseSpec,
+    ) -> Vec<f32> {
+        let n = self.rows.len();
+        if n == 0 {
+            return Vec::new();
+        }
         let kv = self.kv.as_ref().expect("kv_alloc first");
         let cfg = kv.cfg.clone();
         let rec = cfg.record(layer).expect("a record layer");
@@ -182,56 +263,7 @@ impl Gpu {
             }
         }
 
-        let seen = self.picked_blocks(io, spec, &cfg, layer);
-        let rw = 2 + n_rot;
-        let mut info: Vec<u32> = Vec::with_capacity(n * rw);
-        let mut lists: Vec<u32> = Vec::new();
-        for (i, (r, blocks)) in self.rows.iter().zip(&seen).enumerate() {
-            let visible = match spec.ratio {
-                0 => 0,
-                ratio => (r.pos + 1) / ratio,
-            };
-            match blocks {
-                Some(list) => {
-                    info.extend([list.len() as u32, (n * rw + lists.len()) as u32]);
-                    lists.extend(list.iter().map(|&b| b as u32));
-                }
-                None => info.extend([visible as u32, u32::MAX]),
-            }
-            info.extend(words(&row_angles[i * n_rot..(i + 1) * n_rot]));
-        }
-        info.extend(lists);
-        let info = self.rec.push(&self.ctx, bytemuck::cast_slice(&info));
-        let g = grid((n * spec.n_head).div_ceil(64));
-        let p = [
-            n,
-            spec.n_head,
-            d,
-            spec.window,
-            rec.recent,
-            lay.raw,
-            rec.kept,
-            lay.comp.map_or(0, |c| c[2]),
-            span,
-            spec.ratio.max(1),
-            n_rot,
-            rec_tab as usize,
-            kept_tab as usize,
-        ];
-        let tail = [spec.scale.to_bits(), g[0], 0];
-        let p = self.words_region(p.iter().map(|&v| v as u32).chain(tail));
-        let [q, sinks, out] = [io.q, io.sinks, io.out].map(|x| self.buf(x));
-        let binds = [
-            B(&recent),
-            B(&kept),
-            A(region),
-            A(p),
-            B(&q),
-            B(&sinks),
-            B(&out),
-            A(info),
-        ];
-        self.run(Kernel::SparseAttend { kv: ty }, &binds, g);
+        row_angles
     }
 
     /// Per row, the compressed blocks the indexer picks where the row sees more than its

@@ -598,6 +598,42 @@ impl Model {
         x: Buf,
         n: usize,
     ) {
+        self.merge_streams(dev, w, s, x, n);
+        let hp = &self.hparams;
+        let norm = self.output_norm.expect("the stage holds the output head");
+        dev.rms_norm(x, w.t[norm], n, hp.n_embd, hp.rms_eps, x);
+    }
+
+    /// The states rows give besides logits: [`Model::output_norm`]'s, or the streams
+    /// merged alone where the stage's draft head reads them before the norm
+    /// ([`layers::DraftHead::reads_before_norm`]). `x`: `[n, hidden_width]`, in place.
+    pub fn state_out(
+        &self,
+        dev: &mut dyn Device,
+        w: &DeviceWeights,
+        s: &Scratch,
+        x: Buf,
+        n: usize,
+    ) {
+        match self
+            .draft_head()
+            .is_some_and(layers::DraftHead::reads_before_norm)
+        {
+            true => self.merge_streams(dev, w, s, x, n),
+            false => self.output_norm(dev, w, s, x, n),
+        }
+    }
+
+    /// `x` (`[n, hidden_width]`) becomes `[n, n_embd]` in place where the residual has
+    /// several streams; nothing otherwise.
+    fn merge_streams(
+        &self,
+        dev: &mut dyn Device,
+        w: &DeviceWeights,
+        s: &Scratch,
+        x: Buf,
+        n: usize,
+    ) {
         let hp = &self.hparams;
         if let Some(merge) = &self.merge {
             let cx = Cx {
@@ -610,7 +646,5 @@ impl Model {
             };
             merge.forward(&cx, dev, x, n);
         }
-        let norm = self.output_norm.expect("the stage holds the output head");
-        dev.rms_norm(x, w.t[norm], n, hp.n_embd, hp.rms_eps, x);
     }
 }

@@ -5,7 +5,8 @@
 //! ([`Dsv4Shape::default`]) and one NextN block, Q8_0. `--arch eagle3` writes an EAGLE-3 drafter for a target
 //! of the same tokenizer (`--target-layers`, `--target-n-embd`), `--arch dflash` a DFlash
 //! block drafter (`--target-layers`, `--dflash-block`; DSpark with `--dspark-rank`, DFlash 2
-//! with `--dflash2`), `--arch nemotron_h` a Nemotron-H hybrid (`--hybrid-pattern`,
+//! with `--dflash2`; stages of DeepSeek-V4 blocks with `--backbone deepseek4`, shaped as
+//! `--arch deepseek4`), `--arch nemotron_h` a Nemotron-H hybrid (`--hybrid-pattern`,
 //! `--ssm-*`). `--mmproj MODEL` writes a vision tower for a text model instead.
 
 use std::path::PathBuf;
@@ -151,6 +152,11 @@ pub struct SynthArgs {
     /// channels, a selector of rank 16 over 4 candidates).
     #[arg(long, conflicts_with = "dspark_rank")]
     pub dflash2: bool,
+    /// dflash: stages of DeepSeek-V4 blocks (`deepseek4`; uncompressed, routed by score),
+    /// shaped by --n-embd, --n-layer, --n-head, the --experts flags and --dsv4-* as a
+    /// deepseek4 model, for a DeepSeek-V4 target (llama.cpp's DSpark over DSV4).
+    #[arg(long, conflicts_with = "dflash2", value_parser = ["deepseek4"])]
+    pub backbone: Option<String>,
     /// Instead of a model, a vision tower (an mmproj file, --projector) for this text model
     /// (a path or a known name), shaped by --n-embd [128], --n-layer [2], --n-head [4],
     /// --n-ff [512], --type [f16] and the --image-* flags.
@@ -363,19 +369,34 @@ fn nemotron_shape(a: &SynthArgs) -> Result<NemotronShape, CliError> {
 }
 
 fn dflash_shape(a: &SynthArgs) -> Result<DflashShape, CliError> {
+    let dsv4 = a.backbone.is_some();
+    let f = &a.dsv4;
     let refused = [
-        ("--experts", a.experts.unwrap_or(0) > 0),
+        ("--experts", !dsv4 && a.experts.unwrap_or(0) > 0),
         ("--nextn", a.nextn.is_some()),
         ("--target-n-embd", a.target_n_embd.is_some()),
-        ("--dsv4-*", a.dsv4.any()),
+        ("--dsv4-*", !dsv4 && f.any()),
+        (
+            "--dsv4-ratios, --dsv4-hash-layers, --dsv4-top-k, --dsv4-indexer-*",
+            dsv4 && (f.dsv4_ratios.is_some()
+                || f.dsv4_hash_layers.is_some()
+                || f.dsv4_top_k.is_some()
+                || f.dsv4_indexer_heads.is_some()
+                || f.dsv4_indexer_dim.is_some()),
+        ),
     ];
     if let Some((flag, _)) = refused.iter().find(|r| r.1) {
         return Err(CliError::Usage(format!(
-            "{flag} does not shape dflash (dense blocks as wide as the target)"
+            "{flag} does not shape dflash (dense blocks as wide as the target, or with \
+             --backbone deepseek4 uncompressed deepseek4 blocks routed by score)"
         )));
     }
     delta_shape(a)?;
-    Ok(DflashShape {
+    let backbone = match dsv4 {
+        true => Some(dsv4_shape(a)?),
+        false => None,
+    };
+    let d = DflashShape {
         n_embd: a.n_embd.unwrap_or(1024),
         n_layer: a.n_layer.unwrap_or(2),
         n_head: a.n_head.unwrap_or(16),
@@ -398,6 +419,19 @@ fn dflash_shape(a: &SynthArgs) -> Result<DflashShape, CliError> {
             rank: 16,
             top_k: 4,
         }),
+        backbone: None,
+    };
+    Ok(match backbone {
+        Some(b) => DflashShape {
+            n_embd: b.n_embd,
+            n_layer: b.n_layer,
+            n_head: b.n_head,
+            n_head_kv: 1,
+            ty: a.ty.unwrap_or(b.ty),
+            backbone: Some(b),
+            ..d
+        },
+        None => d,
     })
 }
 
@@ -410,6 +444,7 @@ fn eagle3_shape(a: &SynthArgs) -> Result<Eagle3Shape, CliError> {
         ("--dflash-block", a.dflash_block.is_some()),
         ("--dspark-rank", a.dspark_rank.is_some()),
         ("--dflash2", a.dflash2),
+        ("--backbone", a.backbone.is_some()),
     ];
     if let Some((flag, _)) = refused.iter().find(|r| r.1) {
         return Err(CliError::Usage(format!(
@@ -624,10 +659,11 @@ pub fn execute(a: SynthArgs) -> Result<(), CliError> {
             || a.draft_vocab.is_some()
             || a.dflash_block.is_some()
             || a.dspark_rank.is_some()
-            || a.dflash2 =>
+            || a.dflash2
+            || a.backbone.is_some() =>
         {
             return Err(CliError::Usage(format!(
-                "--target-*, --dflash-block and --dspark-* shape a drafter (eagle3, dflash); not {}",
+                "--target-*, --dflash-block, --dspark-* and --backbone shape a drafter (eagle3, dflash); not {}",
                 a.arch
             )))
         }

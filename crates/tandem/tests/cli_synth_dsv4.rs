@@ -197,3 +197,61 @@ fn bad_shapes_are_refused_by_name() {
     ]);
     assert!(!success && stderr.contains("--dsv4-*"), "{stderr}");
 }
+
+/// `--arch dflash --backbone deepseek4`: a DSpark drafter whose stages are deepseek4 blocks
+/// under `dflash.*` keys (no compressor, indexer or hash keys), with the streams' merge; the
+/// flags that would compress or hash-route its stages are refused by name.
+#[test]
+fn a_dspark_drafter_over_deepseek4_stages() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dspark.gguf");
+    let path = path.to_str().unwrap();
+    let base = [
+        "synth",
+        "-o",
+        path,
+        "--arch",
+        "dflash",
+        "--backbone",
+        "deepseek4",
+        "--n-layer",
+        "2",
+        "--dspark-rank",
+        "16",
+        "--placeholder-vocab",
+        "64",
+    ];
+    ok(&base);
+    let f = GgufFile::open(path).unwrap();
+    let md = &f.header.metadata;
+    assert_eq!(f.header.architecture().unwrap(), "dflash");
+    assert_eq!(md.u32("dflash.hyper_connection.count").unwrap(), 4);
+    assert_eq!(md.u32("dflash.block_count").unwrap(), 2);
+    assert_eq!(md.u32("dflash.attention.sliding_window").unwrap(), 16);
+    for absent in [
+        "dflash.attention.indexer.top_k",
+        "dflash.hash_layer_count",
+        "dflash.nextn_predict_layers",
+        "deepseek4.block_count",
+    ] {
+        assert!(md.get(absent).is_none(), "{absent}");
+    }
+    for present in [
+        "blk.1.attn_kv.weight",
+        "blk.1.hc_ffn_fn.weight",
+        "blk.1.exp_probs_b.bias",
+        "output_hc_fn.weight",
+        "fc.weight",
+        "markov_w1.weight",
+    ] {
+        assert!(f.tensor(present).is_ok(), "{present}");
+    }
+    assert!(f.tensor("blk.0.attn_compressor_kv.weight").is_err());
+    assert!(f.tensor("blk.0.ffn_gate_tid2eid.weight").is_err());
+    for flag in ["--dsv4-ratios", "--dsv4-hash-layers"] {
+        let mut args = base.to_vec();
+        args.extend([flag, "1"]);
+        let (success, stderr) = tandem(&args);
+        assert!(!success && stderr.contains(flag), "{flag}: {stderr}");
+    }
+}

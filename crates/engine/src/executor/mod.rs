@@ -646,7 +646,7 @@ impl Executor {
         for group in states.chunks(per) {
             let g = group.len();
             dev.gather_rows(self.hidden, group, h, self.picked);
-            model.output_norm(dev, w, s, self.picked, g);
+            model.state_out(dev, w, s, self.picked, g);
             dev.download(self.picked, 0, &mut host[..g * e]);
             for (&r, state) in group.iter().zip(host.chunks_exact(e)) {
                 on_row(r, RowOut::State(state));

@@ -252,6 +252,22 @@ impl BlockDrafter {
     }
 }
 
+/// Per tap of `state` (`taps` of them, each `streams` streams side by side), the mean of
+/// its streams: summed in order, then scaled by `1 / streams`.
+fn stream_mean(state: &[f32], taps: usize, streams: usize) -> Vec<f32> {
+    let e = state.len() / (taps * streams);
+    let scale = 1.0 / streams as f32;
+    let mut out = Vec::with_capacity(taps * e);
+    for tap in state.chunks_exact(streams * e) {
+        let mut sum = tap[..e].to_vec();
+        for s in tap.chunks_exact(e).skip(1) {
+            sum.iter_mut().zip(s).for_each(|(a, &b)| *a += b);
+        }
+        out.extend(sum.iter().map(|v| v * scale));
+    }
+    out
+}
+
 /// DFlash 2's drafts of a block (`drafted`, after the token `last`; one position per
 /// token `job` asked for) for `job` into `d`: position by position the selector's best
 /// candidate after the one chosen before it, until its probability among the candidates
@@ -383,7 +399,15 @@ impl Proposer for BlockDrafter {
         }
     }
 
+    /// `state`: per tap, the target's hidden state, its streams averaged here where it
+    /// has several (llama.cpp's layer inputs of a DeepSeek-V4 target: their mean).
     fn observe_state(&mut self, slot: usize, pos: usize, state: &[f32]) {
-        self.states.observe(slot, pos, state);
+        match state.len() / self.width {
+            0 | 1 => self.states.observe(slot, pos, state),
+            streams => {
+                let mean = stream_mean(state, self.taps.len(), streams);
+                self.states.observe(slot, pos, &mean);
+            }
+        }
     }
 }

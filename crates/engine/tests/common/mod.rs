@@ -283,8 +283,9 @@ pub enum Asked {
 /// Compares `drafter`'s drafts with llama.cpp's in `golden` (a `scripts/golden_drafts.py`
 /// file) call by call, `seq` being the prompt and the answer: each draft must be llama.cpp's
 /// first candidate, or either of its top two where their probabilities are closer than
-/// `tie` (after which, for a drafter whose drafts follow one another (`chained`), the
-/// call's later drafts are not compared); at least 90% of the drafts must be compared.
+/// `tie` (after which, for a drafter whose drafts follow one another (`chained`) and where
+/// it took the second, the call's later drafts are not compared: they follow another
+/// token); at least 90% of the drafts must be compared.
 /// `asked` says what each call asks for.
 pub fn drafts_equal_golden(
     drafter: &mut dyn engine::speculative::Proposer,
@@ -327,7 +328,7 @@ pub fn drafts_equal_golden(
                     [top(0), top(1)]
                 );
                 ties += 1;
-                match chained {
+                match chained && ours != top(0).0 {
                     true => break,
                     false => continue,
                 }

@@ -1,8 +1,9 @@
 // The step rows' attention over their window of raw keys and their compressed blocks
 // (device::sparse), one thread per (row, head), with an online softmax whose running
 // output lives in `out`: the sink counts in the softmax, not in the output. Row `r`'s words
-// at `r · (2 + n_rot)`: how many blocks it sees, where their list starts (u32::MAX: blocks
-// 0.. in order), the angles of its position; lists after them.
+// at `r · (3 + n_rot)`: how many blocks it sees, where their list starts (u32::MAX: blocks
+// 0.. in order), the last raw position it sees (its own; its sequence's last in the step
+// where not causal), the angles of its position; lists after them.
 
 struct P {
     rows: u32,
@@ -75,8 +76,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     let seq = step[2u * r + 1u];
     let d = p.d;
     let base = (r * p.n_head + head) * d;
-    let rw = 2u + p.n_rot;
-    let angles = r * rw + 2u;
+    let rw = 3u + p.n_rot;
+    let end = info[r * rw + 2u];
+    let angles = r * rw + 3u;
     for (var k = 0u; k < d; k++) {
         out[base + k] = 0.0;
     }
@@ -86,7 +88,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     if (pos + 1u > p.window) {
         lo = pos + 1u - p.window;
     }
-    for (var j = lo; j <= pos; j++) {
+    for (var j = lo; j <= end; j++) {
         let kb = kv_slot(block_of(p.rec_tab, seq, j), j) * p.recent_w + p.at_raw;
         var dot = 0.0;
         for (var k = 0u; k < d; k++) {

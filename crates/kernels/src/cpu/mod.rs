@@ -462,6 +462,12 @@ impl Device for Cpu {
         device::sparse::sparse_attention(&mut rec, &mut self.bufs, &self.rows, io, spec, par);
     }
 
+    fn sparse_store(&mut self, layer: usize, io: &SparseIo, spec: &SparseSpec) {
+        let kv = self.kv.as_mut().expect("kv_alloc first");
+        let mut rec = kv.host().records(layer, &self.tables);
+        device::sparse::sparse_store(&mut rec, &self.bufs, &self.rows, io, spec);
+    }
+
     fn hyper_pre(&mut self, x: Buf, mix: Buf, base: Buf, out: Buf, rows: usize, s: &HyperSpec) {
         hyper::pre_rows(&mut self.bufs, [x, mix, base, out], rows, s);
     }

@@ -28,9 +28,9 @@ use crate::tensors::{MatId, MatSpan, TensorLoader, VecId};
 /// See the module doc.
 pub struct DeepSeek4;
 
-/// The keys of a deepseek4 file besides the shared ones, checked.
-struct Config {
-    hyper: HyperShape,
+/// The keys of a file of deepseek4 blocks besides the shared ones, checked.
+pub(crate) struct Config {
+    pub(crate) hyper: HyperShape,
     hash_layers: usize,
     ratios: Vec<usize>,
     shape: SparseShape,
@@ -40,73 +40,91 @@ struct Config {
 
 const ARCH: &str = "deepseek4";
 
-fn key(k: &str) -> String {
-    format!("{ARCH}.{k}")
+/// Whose blocks a file's keys describe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// A deepseek4 model's.
+    Model,
+    /// A DSpark drafter's stages (`dflash` files): uncompressed attention over a uniform
+    /// window whose block's rows see one another, routed by score; no compressor or
+    /// indexer keys.
+    Drafter,
 }
 
-fn bad(k: &str, problem: impl Into<String>) -> Error {
-    Error::BadHParam {
-        key: key(k),
-        problem: problem.into(),
+/// The keys of architecture `arch`.
+#[derive(Clone, Copy)]
+pub(crate) struct Keys<'a> {
+    pub(crate) md: &'a Metadata,
+    pub(crate) arch: &'a str,
+}
+
+impl Keys<'_> {
+    fn key(&self, k: &str) -> String {
+        format!("{}.{k}", self.arch)
     }
-}
 
-fn positive(md: &Metadata, k: &str) -> Result<usize> {
-    match md.u32(&key(k))? {
-        0 => Err(bad(k, "must be positive")),
-        v => Ok(v as usize),
-    }
-}
-
-/// A per-block list of `n_layer` floats, or one for all.
-fn per_block(md: &Metadata, k: &str, n_layer: usize) -> Result<Option<Vec<f32>>> {
-    let Some(v) = md.get(&key(k)) else {
-        return Ok(None);
-    };
-    let all = match v.as_f64() {
-        Some(x) => vec![x as f32; n_layer],
-        None => md.f32_array(&key(k))?,
-    };
-    if all.len() < n_layer {
-        return Err(bad(k, format!("{} values for {n_layer} blocks", all.len())));
-    }
-    Ok(Some(all))
-}
-
-impl Config {
-    /// The keys of a file of `n_layer` blocks and `n_nextn` NextN blocks after them (the
-    /// per-block lists cover both).
-    fn read(
-        md: &Metadata,
-        [n_layer, n_nextn]: [usize; 2],
-        hp_n_head: usize,
-        n_rot: usize,
-    ) -> Result<Config> {
-        let blocks = n_layer + n_nextn;
-        let ratios = md.i64_array(&key("attention.compress_ratios"))?;
-        if ratios.len() < blocks {
-            return Err(bad(
-                "attention.compress_ratios",
-                format!("{} ratios for {blocks} blocks", ratios.len()),
-            ));
+    pub(crate) fn bad(&self, k: &str, problem: impl Into<String>) -> Error {
+        Error::BadHParam {
+            key: self.key(k),
+            problem: problem.into(),
         }
-        let ratios = ratios
+    }
+
+    fn positive(&self, k: &str) -> Result<usize> {
+        match self.md.u32(&self.key(k))? {
+            0 => Err(self.bad(k, "must be positive")),
+            v => Ok(v as usize),
+        }
+    }
+
+    /// A per-block list of `n_layer` floats, or one for all.
+    fn per_block(&self, k: &str, n_layer: usize) -> Result<Option<Vec<f32>>> {
+        let Some(v) = self.md.get(&self.key(k)) else {
+            return Ok(None);
+        };
+        let all = match v.as_f64() {
+            Some(x) => vec![x as f32; n_layer],
+            None => self.md.f32_array(&self.key(k))?,
+        };
+        if all.len() < n_layer {
+            return Err(self.bad(k, format!("{} values for {n_layer} blocks", all.len())));
+        }
+        Ok(Some(all))
+    }
+
+    /// Per block, its compression ratio (0, 4 or 128); a drafter's may be absent and must
+    /// be 0.
+    fn ratios(&self, blocks: usize, role: Role) -> Result<Vec<usize>> {
+        const K: &str = "attention.compress_ratios";
+        if role == Role::Drafter && self.md.get(&self.key(K)).is_none() {
+            return Ok(vec![0; blocks]);
+        }
+        let ratios = self.md.i64_array(&self.key(K))?;
+        if ratios.len() < blocks {
+            return Err(self.bad(K, format!("{} ratios for {blocks} blocks", ratios.len())));
+        }
+        ratios
             .iter()
-            .map(|&r| match r {
-                0 | 4 | 128 => Ok(r as usize),
-                r => Err(bad(
-                    "attention.compress_ratios",
-                    format!("{r} (0, 4 or 128)"),
+            .map(|&r| match (r, role) {
+                (0 | 4 | 128, Role::Model) | (0, Role::Drafter) => Ok(r as usize),
+                (r, Role::Drafter) => Err(self.bad(
+                    K,
+                    format!("{r}: a DSpark drafter's stages are not compressed"),
                 )),
+                (r, Role::Model) => Err(self.bad(K, format!("{r} (0, 4 or 128)"))),
             })
-            .collect::<Result<Vec<_>>>()?;
+            .collect()
+    }
+
+    /// The lightning indexer's shape (a model's).
+    fn indexer(&self, n_rot: usize) -> Result<device::sparse::IndexerSpec> {
         let indexer = device::sparse::IndexerSpec {
-            n_head: positive(md, "attention.indexer.head_count")?,
-            head_dim: positive(md, "attention.indexer.key_length")?,
-            top_k: positive(md, "attention.indexer.top_k")?,
+            n_head: self.positive("attention.indexer.head_count")?,
+            head_dim: self.positive("attention.indexer.key_length")?,
+            top_k: self.positive("attention.indexer.top_k")?,
         };
         if indexer.head_dim < n_rot {
-            return Err(bad(
+            return Err(self.bad(
                 "attention.indexer.key_length",
                 format!(
                     "{} is less than the {n_rot} turned dimensions",
@@ -114,37 +132,115 @@ impl Config {
                 ),
             ));
         }
-        let groups = positive(md, "attention.output_group_count")?;
+        Ok(indexer)
+    }
+
+    /// The mixture: `√softplus` routing over `expert_count` experts beside shared ones.
+    pub(crate) fn moe(&self) -> Result<MoeParams> {
+        if self.md.u32(&self.key("expert_gating_func"))? != 4 {
+            return Err(self.bad(
+                "expert_gating_func",
+                format!("{} routes by √softplus (4)", self.arch),
+            ));
+        }
+        let n_expert = self.positive("expert_count")?;
+        let used = self.positive("expert_used_count")?;
+        if used > n_expert {
+            return Err(self.bad("expert_used_count", format!("{used} of {n_expert} experts")));
+        }
+        let n_ff_exp = self.positive("expert_feed_forward_length")?;
+        let md = self.md;
+        Ok(MoeParams {
+            n_expert,
+            n_expert_used: used,
+            n_ff_exp,
+            gating: device::Gating::SqrtSoftplus,
+            norm_weights: md
+                .opt_bool(&self.key("expert_weights_norm"))?
+                .unwrap_or(false),
+            weights_scale: md
+                .opt_f32(&self.key("expert_weights_scale"))?
+                .unwrap_or(1.0),
+            shared: Some(SharedExpert {
+                n_ff: n_ff_exp * self.positive("expert_shared_count")?,
+                gated: false,
+            }),
+            n_dense_lead: 0,
+        })
+    }
+
+    /// One shared key head (`attention.head_count_kv` 1 or absent).
+    pub(crate) fn one_kv_head(&self) -> Result<()> {
+        match self.md.opt_u32(&self.key("attention.head_count_kv"))? {
+            Some(v) if v != 1 => Err(self.bad(
+                "attention.head_count_kv",
+                "one shared key head is supported",
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Config {
+    /// The keys of a file of `n_layer` blocks and `n_nextn` NextN blocks after them (the
+    /// per-block lists cover both), whose blocks are `role`'s.
+    pub(crate) fn read(
+        k: Keys<'_>,
+        [n_layer, n_nextn]: [usize; 2],
+        (hp_n_head, n_rot, rope_base): (usize, usize, f32),
+        role: Role,
+    ) -> Result<Config> {
+        let blocks = n_layer + n_nextn;
+        let ratios = k.ratios(blocks, role)?;
+        let indexer = match role {
+            Role::Model => k.indexer(n_rot)?,
+            Role::Drafter => device::sparse::IndexerSpec {
+                n_head: 0,
+                head_dim: 0,
+                top_k: 0,
+            },
+        };
+        let groups = k.positive("attention.output_group_count")?;
         if !hp_n_head.is_multiple_of(groups) {
-            return Err(bad(
+            return Err(k.bad(
                 "attention.output_group_count",
                 format!("{groups} does not divide {hp_n_head} heads"),
             ));
         }
         let shape = SparseShape {
-            q_lora: positive(md, "attention.q_lora_rank")?,
-            window: positive(md, "attention.sliding_window")?,
+            q_lora: k.positive("attention.q_lora_rank")?,
+            window: k.positive("attention.sliding_window")?,
             ratio: 0,
             groups,
-            o_lora: positive(md, "attention.output_lora_rank")?,
-            compress_base: md.f32(&key("attention.compress_rope_freq_base"))?,
+            o_lora: k.positive("attention.output_lora_rank")?,
+            compress_base: match role {
+                Role::Model => k.md.f32(&k.key("attention.compress_rope_freq_base"))?,
+                Role::Drafter => rope_base,
+            },
             indexer,
+            causal: role == Role::Model,
         };
-        let hash_layers = md.u32(&key("hash_layer_count"))? as usize;
+        let hash_layers = match role {
+            Role::Model => k.md.u32(&k.key("hash_layer_count"))? as usize,
+            Role::Drafter => 0,
+        };
         if hash_layers > n_layer {
-            return Err(bad(
+            return Err(k.bad(
                 "hash_layer_count",
                 format!("{hash_layers} of {n_layer} blocks"),
             ));
         }
-        let limits = per_block(md, "swiglu_clamp_exp", blocks)?
-            .ok_or_else(|| bad("swiglu_clamp_exp", "missing"))?;
-        let shared_limits = per_block(md, "swiglu_clamp_shexp", blocks)?.unwrap_or(limits.clone());
+        let limits = k
+            .per_block("swiglu_clamp_exp", blocks)?
+            .ok_or_else(|| k.bad("swiglu_clamp_exp", "missing"))?;
+        let shared_limits = k
+            .per_block("swiglu_clamp_shexp", blocks)?
+            .unwrap_or(limits.clone());
         Ok(Config {
             hyper: HyperShape {
-                streams: positive(md, "hyper_connection.count")?,
-                sinkhorn_iters: positive(md, "hyper_connection.sinkhorn_iterations")?,
-                eps: md.f32(&key("hyper_connection.epsilon"))?,
+                streams: k.positive("hyper_connection.count")?,
+                sinkhorn_iters: k.positive("hyper_connection.sinkhorn_iterations")?,
+                eps: k.md.f32(&k.key("hyper_connection.epsilon"))?,
             },
             hash_layers,
             ratios,
@@ -168,7 +264,9 @@ impl Config {
 }
 
 fn read(md: &Metadata, hp: &HParams) -> Result<Config> {
-    Config::read(md, [hp.n_layer, hp.n_nextn], hp.n_head, hp.n_rot)
+    let k = Keys { md, arch: ARCH };
+    let rope = (hp.n_head, hp.n_rot, hp.rope_freq_base);
+    Config::read(k, [hp.n_layer, hp.n_nextn], rope, Role::Model)
 }
 
 impl Recipe for DeepSeek4 {
@@ -185,58 +283,21 @@ impl Recipe for DeepSeek4 {
 
     fn hparams(&self, md: &Metadata) -> Result<HParams> {
         let hp = HParams::read(md, ARCH, &self.traits())?;
-        if md
-            .opt_u32(&key("attention.head_count_kv"))?
-            .is_some_and(|v| v != 1)
-        {
-            return Err(bad(
-                "attention.head_count_kv",
-                "one shared key head is supported",
-            ));
-        }
-        let nextn = md.opt_u32(&key("nextn_predict_layers"))?.unwrap_or(0) as usize;
+        let k = Keys { md, arch: ARCH };
+        k.one_kv_head()?;
+        let nextn = md.opt_u32(&k.key("nextn_predict_layers"))?.unwrap_or(0) as usize;
         if nextn >= hp.n_layer {
-            return Err(bad(
-                "nextn_predict_layers",
-                format!("{nextn} leaves no block"),
-            ));
+            return Err(k.bad("nextn_predict_layers", format!("{nextn} leaves no block")));
         }
         let n_layer = hp.n_layer - nextn;
         let n_nextn = nextn;
-        let cfg = Config::read(md, [n_layer, n_nextn], hp.n_head, hp.n_rot)?;
-        if md.u32(&key("expert_gating_func"))? != 4 {
-            return Err(bad(
-                "expert_gating_func",
-                "deepseek4 routes by √softplus (4)",
-            ));
-        }
-        let n_expert = positive(md, "expert_count")?;
-        let used = positive(md, "expert_used_count")?;
-        if used > n_expert {
-            return Err(bad(
-                "expert_used_count",
-                format!("{used} of {n_expert} experts"),
-            ));
-        }
-        let n_ff_exp = positive(md, "expert_feed_forward_length")?;
-        let moe = MoeParams {
-            n_expert,
-            n_expert_used: used,
-            n_ff_exp,
-            gating: device::Gating::SqrtSoftplus,
-            norm_weights: md.opt_bool(&key("expert_weights_norm"))?.unwrap_or(false),
-            weights_scale: md.opt_f32(&key("expert_weights_scale"))?.unwrap_or(1.0),
-            shared: Some(SharedExpert {
-                n_ff: n_ff_exp * positive(md, "expert_shared_count")?,
-                gated: false,
-            }),
-            n_dense_lead: 0,
-        };
+        let rope = (hp.n_head, hp.n_rot, hp.rope_freq_base);
+        let cfg = Config::read(k, [n_layer, n_nextn], rope, Role::Model)?;
         Ok(HParams {
             n_layer,
             n_nextn,
             n_head_kv: 1,
-            moe: Some(moe),
+            moe: Some(k.moe()?),
             streams: cfg.hyper.streams,
             ..hp
         })
@@ -244,67 +305,18 @@ impl Recipe for DeepSeek4 {
 
     fn layer(&self, t: &mut TensorLoader, hp: &HParams, il: usize) -> Result<Box<dyn Layer>> {
         let cfg = read(t.metadata(), hp)?;
-        let n = |s: &str| format!("blk.{il}.{s}.weight");
-        let scratch = cfg.scratch(hp);
-        let hc = |t: &mut TensorLoader, p: &str| {
-            Hyper::load(
-                t,
-                hp,
-                &format!("blk.{il}.{p}"),
-                cfg.hyper,
-                false,
-                [Config::FLAT, Config::MIX],
-            )
-        };
-        let shape = SparseShape {
-            ratio: cfg.ratios[il],
-            ..cfg.shape
-        };
-        let moe = hp.moe.as_ref().expect("deepseek4 has experts");
-        let (e, ne, ff) = (hp.n_embd, moe.n_expert, moe.n_ff_exp);
-        let count = [ne, moe.n_expert_used];
-        let shared_ff = moe.shared.map_or(0, |s| s.n_ff);
-        let routing = match il < cfg.hash_layers {
-            true => {
-                let name = n("ffn_gate_tid2eid");
-                let table = t.integers(&name, &[moe.n_expert_used, hp.n_vocab])?;
-                if let Some(bad) = table.iter().find(|&&x| x < 0 || x as usize >= ne) {
-                    return Err(Error::BadTensor {
-                        tensor: name,
-                        problem: format!("expert {bad} of {ne}"),
-                    });
-                }
-                Route::Table(table.iter().map(|&x| x as u32).collect())
-            }
-            false => Route::Bias(t.vector(&format!("blk.{il}.exp_probs_b.bias"), ne)?),
-        };
-        Ok(Box::new(Block {
-            hc_attn: hc(t, "hc_attn")?,
-            attn_norm: t.vector(&n("attn_norm"), e)?,
-            attn: SparseAttention::load(t, hp, il, shape, Config::ATTN)?,
-            hc_ffn: hc(t, "hc_ffn")?,
-            ffn_norm: t.vector(&n("ffn_norm"), e)?,
-            router: t.matrix(&n("ffn_gate_inp"), ne, e)?,
-            gate_exps: t.experts(&n("ffn_gate_exps"), il, count, ff, e)?,
-            up_exps: t.experts(&n("ffn_up_exps"), il, count, ff, e)?,
-            down_exps: t.experts(&n("ffn_down_exps"), il, count, e, ff)?,
-            shared: [
-                t.matrix(&n("ffn_gate_shexp"), shared_ff, e)?,
-                t.matrix(&n("ffn_up_shexp"), shared_ff, e)?,
-                t.matrix(&n("ffn_down_shexp"), e, shared_ff)?,
-            ],
-            routing,
-            limit: cfg.limits[il],
-            shared_limit: cfg.shared_limits[il],
-            scratch,
-        }))
+        block(t, hp, il, &cfg)
     }
 
     /// A block of the model's kind without compression, behind the NextN entry.
     fn nextn(&self, t: &mut TensorLoader, hp: &HParams, il: usize) -> Result<Box<dyn Layer>> {
         let cfg = read(t.metadata(), hp)?;
         if cfg.ratios[il] != 0 {
-            return Err(bad(
+            return Err(Keys {
+                md: t.metadata(),
+                arch: ARCH,
+            }
+            .bad(
                 "attention.compress_ratios",
                 format!(
                     "multi-token-prediction block {il} is compressed at {}",
@@ -318,29 +330,100 @@ impl Recipe for DeepSeek4 {
 
     fn merge(&self, t: &mut TensorLoader, hp: &HParams) -> Result<Option<Box<dyn Layer>>> {
         let cfg = read(t.metadata(), hp)?;
-        let hyper = Hyper::load(
-            t,
-            hp,
-            "output_hc",
-            cfg.hyper,
-            true,
-            [Config::FLAT, Config::MIX],
-        )?;
-        Ok(Some(Box::new(Merge {
-            hyper,
-            scratch: Hyper::scratch(hp, cfg.hyper.streams).to_vec(),
-        })))
+        Ok(Some(merge(t, hp, &cfg)?))
     }
 
     fn extra_ops(&self) -> &'static [Op] {
-        &[
-            Op::SparseAttention,
-            Op::HyperConnections,
-            Op::CopyCols,
-            Op::SwigluLimit,
-            Op::GatherRows,
-        ]
+        OPS
     }
+}
+
+/// The ops deepseek4 blocks run besides the common ones.
+pub(crate) const OPS: &[Op] = &[
+    Op::SparseAttention,
+    Op::HyperConnections,
+    Op::CopyCols,
+    Op::SwigluLimit,
+    Op::GatherRows,
+];
+
+/// The streams' merge before the output norm (`output_hc_*`).
+pub(crate) fn merge(t: &mut TensorLoader, hp: &HParams, cfg: &Config) -> Result<Box<dyn Layer>> {
+    let hyper = Hyper::load(
+        t,
+        hp,
+        "output_hc",
+        cfg.hyper,
+        true,
+        [Config::FLAT, Config::MIX],
+    )?;
+    Ok(Box::new(Merge {
+        hyper,
+        scratch: Hyper::scratch(hp, cfg.hyper.streams).to_vec(),
+    }))
+}
+
+/// Block `il` of blocks `cfg` describes.
+pub(crate) fn block(
+    t: &mut TensorLoader,
+    hp: &HParams,
+    il: usize,
+    cfg: &Config,
+) -> Result<Box<dyn Layer>> {
+    let n = |s: &str| format!("blk.{il}.{s}.weight");
+    let scratch = cfg.scratch(hp);
+    let hc = |t: &mut TensorLoader, p: &str| {
+        Hyper::load(
+            t,
+            hp,
+            &format!("blk.{il}.{p}"),
+            cfg.hyper,
+            false,
+            [Config::FLAT, Config::MIX],
+        )
+    };
+    let shape = SparseShape {
+        ratio: cfg.ratios[il],
+        ..cfg.shape
+    };
+    let moe = hp.moe.as_ref().expect("deepseek4 has experts");
+    let (e, ne, ff) = (hp.n_embd, moe.n_expert, moe.n_ff_exp);
+    let count = [ne, moe.n_expert_used];
+    let shared_ff = moe.shared.map_or(0, |s| s.n_ff);
+    let routing = match il < cfg.hash_layers {
+        true => {
+            let name = n("ffn_gate_tid2eid");
+            let table = t.integers(&name, &[moe.n_expert_used, hp.n_vocab])?;
+            if let Some(bad) = table.iter().find(|&&x| x < 0 || x as usize >= ne) {
+                return Err(Error::BadTensor {
+                    tensor: name,
+                    problem: format!("expert {bad} of {ne}"),
+                });
+            }
+            Route::Table(table.iter().map(|&x| x as u32).collect())
+        }
+        false => Route::Bias(t.vector(&format!("blk.{il}.exp_probs_b.bias"), ne)?),
+    };
+    Ok(Box::new(Block {
+        hc_attn: hc(t, "hc_attn")?,
+        attn_norm: t.vector(&n("attn_norm"), e)?,
+        attn: SparseAttention::load(t, hp, il, shape, Config::ATTN)?,
+        hc_ffn: hc(t, "hc_ffn")?,
+        ffn_norm: t.vector(&n("ffn_norm"), e)?,
+        router: t.matrix(&n("ffn_gate_inp"), ne, e)?,
+        gate_exps: t.experts(&n("ffn_gate_exps"), il, count, ff, e)?,
+        up_exps: t.experts(&n("ffn_up_exps"), il, count, ff, e)?,
+        down_exps: t.experts(&n("ffn_down_exps"), il, count, e, ff)?,
+        shared: [
+            t.matrix(&n("ffn_gate_shexp"), shared_ff, e)?,
+            t.matrix(&n("ffn_up_shexp"), shared_ff, e)?,
+            t.matrix(&n("ffn_down_shexp"), e, shared_ff)?,
+        ],
+        routing,
+        limit: cfg.limits[il],
+        shared_limit: cfg.shared_limits[il],
+        scratch,
+    }))
 }
 
 /// How a block picks its experts.
@@ -430,6 +513,10 @@ impl Layer for Block {
 
     fn needs_tokens(&self) -> bool {
         matches!(self.routing, Route::Table(_))
+    }
+
+    fn inject(&self, cx: &Cx<'_>, dev: &mut dyn Device, g: Buf, n: usize) {
+        self.attn.store(cx, dev, g, n);
     }
 
     fn forward(&self, cx: &Cx<'_>, dev: &mut dyn Device, hidden: Buf, n: usize) {

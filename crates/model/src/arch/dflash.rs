@@ -9,9 +9,18 @@
 //! then mask tokens at the positions after it, through qwen3-like pre-norm blocks (per-head
 //! Q/K norms, NeoX RoPE) whose attention lets the block's rows see one another
 //! ([`device::Op::BlockAttention`]); the logits of the mask rows are the drafts.
+//!
+//! A file with `dflash.hyper_connection.count` is DSpark over a DeepSeek-V4 backbone
+//! (llama.cpp's `graph_dsv4`): its stages are deepseek4 blocks
+//! ([`super::deepseek4::Role::Drafter`]: uncompressed attention over a uniform
+//! `attention.sliding_window`, the block's rows seeing one another; mixtures routed by
+//! score), its tokens' embeddings repeated into the streams, which merge (`output_hc_*`)
+//! before the output norm; a context row stores `rope(kv_norm(attn_kv · g))` in each
+//! stage. Its features are the target's streams averaged (see the engine's block drafter).
 
 use device::{BlockConv, Buf, Device, MatOut, Op, RopeMode};
 
+use super::deepseek4::{self, Keys, Role};
 use super::Recipe;
 use crate::error::{Error, Result};
 use crate::hparams::{positive_key, HParams, TargetFeatures, Traits, PLAIN};
@@ -67,11 +76,12 @@ impl Recipe for Dflash {
                 format!("{block}: a block drafts its rows after the first"),
             ));
         }
-        for key in [
-            "hyper_connection.count",
-            "attention.sliding_window",
-            "attention.value_scale",
-        ] {
+        let backbone = backbone(md, &hp)?;
+        let unrun: &[&str] = match backbone {
+            Some(_) => &["attention.value_scale"],
+            None => &["attention.sliding_window", "attention.value_scale"],
+        };
+        for key in unrun {
             if md.get(&format!("dflash.{key}")).is_some() {
                 return Err(bad(key, "not run by this version".into()));
             }
@@ -93,10 +103,20 @@ impl Recipe for Dflash {
             n_embd: hp.n_embd,
             block,
         });
+        if let Some(cfg) = backbone {
+            let k = Keys { md, arch: ARCH };
+            k.one_kv_head()?;
+            hp.n_head_kv = 1;
+            hp.moe = Some(k.moe()?);
+            hp.streams = cfg.hyper.streams;
+        }
         Ok(hp)
     }
 
     fn layer(&self, t: &mut TensorLoader, hp: &HParams, il: usize) -> Result<Box<dyn Layer>> {
+        if let Some(cfg) = backbone(t.metadata(), hp)? {
+            return deepseek4::block(t, hp, il, &cfg);
+        }
         if let Some((name, what)) = VARIANTS.iter().find(|(name, _)| t.has_own(name)) {
             return Err(Error::UnsupportedTensor {
                 tensor: name.to_string(),
@@ -161,9 +181,37 @@ impl Recipe for Dflash {
         true
     }
 
-    fn extra_ops(&self) -> &'static [Op] {
-        &[Op::BlockAttention, Op::BlockConv]
+    fn merge(&self, t: &mut TensorLoader, hp: &HParams) -> Result<Option<Box<dyn Layer>>> {
+        match backbone(t.metadata(), hp)? {
+            Some(cfg) => Ok(Some(deepseek4::merge(t, hp, &cfg)?)),
+            None => Ok(None),
+        }
     }
+
+    fn extra_ops(&self) -> &'static [Op] {
+        &[
+            Op::BlockAttention,
+            Op::BlockConv,
+            Op::SparseAttention,
+            Op::HyperConnections,
+            Op::CopyCols,
+            Op::SwigluLimit,
+            Op::GatherRows,
+        ]
+    }
+}
+
+const ARCH: &str = "dflash";
+
+/// The keys of a DeepSeek-V4 backbone's stages, for a file that has one
+/// (`dflash.hyper_connection.count`).
+fn backbone(md: &gguf::Metadata, hp: &HParams) -> Result<Option<deepseek4::Config>> {
+    if md.get("dflash.hyper_connection.count").is_none() {
+        return Ok(None);
+    }
+    let k = Keys { md, arch: ARCH };
+    let rope = (hp.n_head, hp.n_rot, hp.rope_freq_base);
+    deepseek4::Config::read(k, [hp.n_layer, 0], rope, Role::Drafter).map(Some)
 }
 
 /// A DFlash block: `hidden += attn(attn_norm(hidden))` over the block's rows and the

@@ -10,7 +10,8 @@
 //!
 //! `w1` is `[n_vocab, rank]` (a table looked up by token), `w2` `[n_logits, rank]` (rows in
 //! the head's order: the drafter's own vocabulary where it has `d2t`), `s` the optional
-//! `markov_w2.scale`, `state(i)` the row's hidden state after the output norm. `prev` of the
+//! `markov_w2.scale`, `state(i)` the row's hidden state after the output norm (before it,
+//! its streams merged, on a backbone of several: llama.cpp's DeepSeek-V4 DSpark's). `prev` of the
 //! first drafted position is the block's first token (the last one sampled); each later
 //! position's is the argmax of the position before it, biased.
 //!
@@ -32,6 +33,7 @@ pub struct MarkovHead {
     confidence: Option<Confidence>,
     rank: usize,
     from_anchor: bool,
+    before_norm: bool,
 }
 
 /// `conf_proj`: `[n_embd + rank]` and its bias, read for the host.
@@ -84,6 +86,7 @@ impl MarkovHead {
             confidence,
             rank,
             from_anchor,
+            before_norm: hp.streams > 1,
         }))
     }
 
@@ -96,6 +99,11 @@ impl MarkovHead {
     /// others their context (a bonus anchor).
     pub fn from_anchor(&self) -> bool {
         self.from_anchor
+    }
+
+    /// Whether the confidence head reads a row's state before the output norm.
+    pub fn reads_before_norm(&self) -> bool {
+        self.before_norm
     }
 
     /// Whether it has the confidence head.
@@ -121,8 +129,8 @@ impl MarkovHead {
         }
     }
 
-    /// The confidence head's probability that a position is accepted, from its normed
-    /// `state` (`[n_embd]`) and the `w1` row of the token before it (`[rank]`); `None`
+    /// The confidence head's probability that a position is accepted, from its `state`
+    /// (`[n_embd]`, [`MarkovHead::reads_before_norm`]) and the `w1` row of the token before it (`[rank]`); `None`
     /// without the head.
     pub fn confidence(&self, state: &[f32], w1_row: &[f32]) -> Option<f32> {
         let c = self.confidence.as_ref()?;

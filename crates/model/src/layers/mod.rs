@@ -39,6 +39,15 @@ impl DraftHead {
             DraftHead::Selector(_) => true,
         }
     }
+
+    /// Whether the states it reads are taken before the output norm (the streams merged),
+    /// not after it.
+    pub fn reads_before_norm(&self) -> bool {
+        match self {
+            DraftHead::Markov(m) => m.reads_before_norm(),
+            DraftHead::Selector(_) => false,
+        }
+    }
 }
 
 /// What a block's forward reads besides its own tensor ids.

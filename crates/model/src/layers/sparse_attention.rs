@@ -22,6 +22,9 @@ pub struct SparseShape {
     pub o_lora: usize,
     pub compress_base: f32,
     pub indexer: IndexerSpec,
+    /// `false`: a block drafter's, whose block's rows see one another
+    /// ([`SparseSpec::causal`]).
+    pub causal: bool,
 }
 
 /// A compressor's tensors: `kv`, `gate` `[coff · e, n_embd]`, `ape` `[ratio, coff · e]`,
@@ -161,6 +164,7 @@ impl SparseAttention {
                 n_head: h,
                 head_dim: d,
                 window: sh.window,
+                causal: sh.causal,
                 ratio: sh.ratio,
                 scale: 1.0 / (d as f32).sqrt(),
                 rms_eps: hp.rms_eps,
@@ -199,6 +203,25 @@ impl SparseAttention {
             record: self.spec.record(),
             lookback: self.spec.lookback(),
         }
+    }
+
+    /// Stores the raw keys of `n` rows of a block drafter's context from their fused
+    /// features `g` (`[n, n_embd]`): `kv_norm(attn_kv · g)`, turned at the rows' positions.
+    /// Only a layer without compression (ratio 0) gets such rows.
+    pub fn store(&self, cx: &Cx<'_>, dev: &mut dyn Device, g: Buf, n: usize) {
+        let (hp, s, t) = (cx.hp, cx.s, cx.t);
+        debug_assert_eq!(self.spec.ratio, 0, "a context row of a compressed layer");
+        dev.matmul(&[t[self.kv]], g, n, &[MatOut::to(s.k)]);
+        dev.rms_norm(s.k, t[self.kv_norm], n, hp.head_dim, hp.rms_eps, s.k);
+        let io = SparseIo {
+            q: s.q,
+            kv: s.k,
+            sinks: t[self.sinks],
+            out: s.attn,
+            comp: None,
+            index: None,
+        };
+        dev.sparse_store(cx.kv_layer, &io, &self.spec);
     }
 
     /// `s.proj = attention(s.x)` for the normalized input `s.x` (`[n, n_embd]`).

@@ -158,7 +158,68 @@ impl Dsv4Shape {
             w: &mut w,
             rng: Rng::new(self.seed),
         };
-        for p in &plan {
+        self.put(&mut t, &plan)?;
+        write_file(&w, path)
+    }
+
+    /// Writes a DSpark drafter's stages of this shape (blocks uncompressed and routed by
+    /// score, no NextN) through `t`: their `prefix.*` keys (but those of the drafter's own
+    /// `skip`) and tensors, the streams' merge (`output_hc_*`) included, the embeddings and
+    /// the output head and norm not. Gives their parameters.
+    pub(crate) fn write_stages(
+        &self,
+        t: &mut Tensors<'_>,
+        prefix: &str,
+        skip: &[&str],
+        n_vocab: usize,
+    ) -> Result<()> {
+        let (stages, plan) = self.stages(n_vocab);
+        stages.check()?;
+        let drafter_only = [
+            "attention.indexer.head_count",
+            "attention.indexer.key_length",
+            "attention.indexer.top_k",
+            "attention.compress_rope_freq_base",
+            "hash_layer_count",
+            "nextn_predict_layers",
+        ];
+        stages.metadata(&mut |k, v| {
+            if !skip.contains(&k) && !drafter_only.contains(&k) {
+                t.w.metadata(&format!("{prefix}.{k}"), v);
+            }
+        });
+        stages.check_rows(&plan)?;
+        stages.put(t, &plan)
+    }
+
+    /// Parameters of [`Dsv4Shape::write_stages`]'s tensors.
+    pub(crate) fn stage_params(&self, n_vocab: usize) -> u64 {
+        let plan = self.stages(n_vocab).1;
+        plan.iter()
+            .map(|p| p.dims.iter().product::<usize>() as u64)
+            .sum()
+    }
+
+    /// The shape of a drafter's stages, and their tensors.
+    fn stages(&self, n_vocab: usize) -> (Dsv4Shape, Vec<Planned>) {
+        let stages = Dsv4Shape {
+            compress_ratios: vec![0; self.n_layer],
+            hash_layers: 0,
+            nextn: 0,
+            ..self.clone()
+        };
+        let head = ["token_embd.weight", "output.weight", "output_norm.weight"];
+        let plan = stages
+            .plan(n_vocab)
+            .into_iter()
+            .filter(|p| !head.contains(&p.name.as_str()))
+            .collect();
+        (stages, plan)
+    }
+
+    /// Draws and writes the tensors `plan` through `t`.
+    fn put(&self, t: &mut Tensors<'_>, plan: &[Planned]) -> Result<()> {
+        for p in plan {
             match p.fill {
                 Fill::Uniform(ty, a) => t.matrix(&p.name, &p.dims, ty, a)?,
                 Fill::Entry(ty, a) => {
@@ -178,10 +239,10 @@ impl Dsv4Shape {
                         .collect();
                     t.vector(&p.name, v);
                 }
-                Fill::Routes => self.routes(&mut t, &p.name, p.dims[1]),
+                Fill::Routes => self.routes(t, &p.name, p.dims[1]),
             }
         }
-        write_file(&w, path)
+        Ok(())
     }
 
     fn check(&self) -> Result<()> {

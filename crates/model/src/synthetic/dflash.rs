@@ -3,12 +3,15 @@
 //! and an output head of their own, or using the target's. The tokenizer's last token is
 //! the mask token (`tokenizer.ggml.mask_token_id`), which llama.cpp fills a block with.
 //! With [`Dspark`], DSpark's Markov head (and optionally its confidence head) beside it;
-//! with [`Dflash2`], DFlash 2's block convolutions and selector.
+//! with [`Dflash2`], DFlash 2's block convolutions and selector. With a DeepSeek-V4
+//! backbone ([`DflashShape::backbone`]), its stages are deepseek4 blocks (DSpark's for a
+//! DeepSeek-V4 target: llama.cpp's `graph_dsv4`).
 
 use std::path::Path;
 
 use gguf::{GgmlType, Value};
 
+use super::deepseek4::Dsv4Shape;
 use super::{drafter_head, drafter_keys, scale, write_file, Rng, Tensors, Vocab};
 use crate::{Error, Result};
 
@@ -37,6 +40,10 @@ pub struct DflashShape {
     pub dspark: Option<Dspark>,
     /// DFlash 2's convolutions and selector, for a DFlash 2 drafter.
     pub dflash2: Option<Dflash2>,
+    /// Stages of this DeepSeek-V4 shape (its `n_embd`, `n_layer` and `n_head` the
+    /// drafter's; uncompressed, routed by score, no NextN) instead of dense blocks:
+    /// `n_head_kv` and `n_ff` are then unused.
+    pub backbone: Option<Dsv4Shape>,
 }
 
 /// DFlash 2's parts of a synthetic drafter (f32).
@@ -83,11 +90,25 @@ impl DflashShape {
                 return bad("a drafter is DSpark or DFlash 2, not both".into());
             }
         }
+        if let Some(b) = &self.backbone {
+            if [b.n_embd, b.n_layer, b.n_head] != [e, self.n_layer, h] || self.dflash2.is_some() {
+                return bad(format!(
+                    "a DeepSeek-V4 backbone of {} × {} layers, {} heads for a drafter of {e} \
+                     × {}, {h} (and no DFlash 2)",
+                    b.n_embd, b.n_layer, b.n_head, self.n_layer
+                ));
+            }
+        }
         if self.target_layers.is_empty() || self.block < 2 || self.n_layer == 0 {
             return bad("a DFlash drafter reads a target block, has a block and a layer".into());
         }
         let block = self.ty.block_size() as usize;
-        for w in [e, self.n_ff] {
+        let n_ff = if self.backbone.is_some() {
+            e
+        } else {
+            self.n_ff
+        };
+        for w in [e, n_ff] {
             if w == 0 || !w.is_multiple_of(block) {
                 return bad(format!("width {w} is not whole blocks of {}", self.ty));
             }
@@ -109,7 +130,11 @@ impl DflashShape {
             let conv = 2 * (2 * c.kernel * e + 2 * c.kernel * (e / c.group) * e);
             self.n_layer * conv + 2 * c.rank * n_vocab + c.rank * e
         });
-        (head + markov + d2 + self.target_layers.len() * e * e + self.n_layer * block) as u64
+        let stages = match &self.backbone {
+            Some(b) => b.stage_params(n_vocab),
+            None => (self.n_layer * block) as u64,
+        };
+        (head + markov + d2 + self.target_layers.len() * e * e) as u64 + stages
     }
 
     /// Writes the drafter to `path` with the tokenizer `vocab` (its target's).
@@ -121,15 +146,19 @@ impl DflashShape {
         let f = self.target_layers.len() * e;
         let mut w = vocab.writer(ARCH);
         let keys = [
+            ("block_size", self.block),
             ("embedding_length", e),
             ("block_count", self.n_layer),
             ("feed_forward_length", ff),
             ("attention.head_count", self.n_head),
             ("attention.head_count_kv", self.n_head_kv),
             ("context_length", 4096),
-            ("block_size", self.block),
         ];
-        drafter_keys(&mut w, ARCH, &keys, &self.target_layers);
+        let keys = match self.backbone {
+            Some(_) => &keys[..1],
+            None => &keys[..],
+        };
+        drafter_keys(&mut w, ARCH, keys, &self.target_layers);
         w.metadata("tokenizer.ggml.mask_token_id", Value::U32(nv as u32 - 1));
         let ty = self.ty;
         let mut t = Tensors {
@@ -142,7 +171,11 @@ impl DflashShape {
         drafter_head(&mut t, [e, nv], ty, (self.own_head, self.draft_vocab), norm)?;
         t.matrix("fc.weight", &[f, e], ty, scale(f))?;
         t.ones("enc.output_norm.weight", e);
-        for il in 0..self.n_layer {
+        if let Some(b) = &self.backbone {
+            let own = ["attention.layer_norm_rms_epsilon", "rope.freq_base"];
+            b.write_stages(&mut t, ARCH, &own, nv)?;
+        }
+        for il in (0..self.n_layer).filter(|_| self.backbone.is_none()) {
             let n = |s: &str| format!("blk.{il}.{s}.weight");
             t.ones(&n("attn_norm"), e);
             t.ones(&n("ffn_norm"), e);
