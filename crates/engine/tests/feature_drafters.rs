@@ -13,14 +13,13 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use common::{model_path, MODELS};
+use common::{model_path, write_dsv4, Dsv4Target, MODELS};
 use engine::speculative::{
     BlockDrafter, HiddenDrafter, PolicyKind, Proposer, SpecConfig, Speculation,
 };
 use engine::EngineConfig;
 use gguf::GgmlType;
 use gguf::LoadMode;
-use model::synthetic::deepseek4::Dsv4Shape;
 use model::synthetic::dflash::{Dflash2, DflashShape, Dspark};
 use model::synthetic::eagle3::Eagle3Shape;
 use model::synthetic::{Synthetic, Vocab};
@@ -222,103 +221,6 @@ fn write_models(dir: &Path, kind: Kind, head: Head) -> (PathBuf, PathBuf) {
 
 /// The blocks whose outputs are the inputs of a target's blocks 1, 3 and 5.
 const DSV4_TAPPED: [usize; 3] = [0, 2, 4];
-
-/// The target of a DSpark drafter over DeepSeek-V4 stages ([`write_dsv4`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Dsv4Target {
-    /// The llama of `scripts/gen_drafter_golden.sh` (256 × 6, f32): llama.cpp reads it the
-    /// same whether a token is decoded alone or verified among drafts, so its drafter's
-    /// features, and drafts, are golden data.
-    Llama,
-    /// The deepseek4 `tandem synth --arch deepseek4` writes by default (6 blocks of 256, 4
-    /// streams, f32, no NextN block): the seeds' pairing.
-    Deepseek4,
-    /// A deepseek4 of 2 blocks of 64, its drafter one stage reading block 1's input, which
-    /// lavapipe runs in seconds.
-    Small,
-}
-
-/// A target and a DSpark drafter over DeepSeek-V4 stages in `dir`: two stages of the
-/// target's width (no compression, routed by score, a window of 16) reading the inputs of
-/// blocks 1, 3 and 5 (one stage reading block 1's for [`Dsv4Target::Small`]), each using all
-/// 4 of its experts (a random router ties otherwise every few hundred tokens, which the two
-/// implementations' rounding breaks differently), with a Markov
-/// head of rank 32 (and its confidence head), a block of 8, its own embeddings and head.
-fn write_dsv4(dir: &Path, confidence: bool, target: Dsv4Target) -> (PathBuf, PathBuf) {
-    let (_, file, name) = MODELS[0];
-    let tokenizer = gguf::GgufFile::open(model_path(file, name)).unwrap();
-    let vocab = Vocab::cut(&tokenizer, 320).unwrap();
-    let (t, drafter) = (dir.join("t.gguf"), dir.join("d.gguf"));
-    let shape = match target {
-        Dsv4Target::Small => Dsv4Shape {
-            n_layer: 2,
-            compress_ratios: vec![4, 128],
-            ..common::deepseek4_shape(8, 4, 2)
-        },
-        _ => Dsv4Shape::default(),
-    };
-    match target {
-        Dsv4Target::Llama => Synthetic {
-            arch: model::Arch::from_name("llama").unwrap(),
-            n_embd: 256,
-            n_layer: 6,
-            n_head: 4,
-            n_head_kv: 2,
-            n_ff: 512,
-            experts: None,
-            delta: None,
-            nextn: 0,
-            ty: GgmlType::F32,
-            seed: 7,
-        }
-        .write_vocab(&vocab, &t),
-        _ => Dsv4Shape {
-            nextn: 0,
-            ty: GgmlType::F32,
-            seed: 3,
-            ..shape.clone()
-        }
-        .write(&vocab, &t),
-    }
-    .unwrap();
-    let (n_layer, target_layers) = match target {
-        Dsv4Target::Small => (1, vec![1]),
-        _ => (2, vec![1, 3, 5]),
-    };
-    let backbone = Dsv4Shape {
-        n_layer,
-        ty: GgmlType::F32,
-        experts: model::synthetic::ExpertShape {
-            n_expert: 4,
-            n_expert_used: 4,
-            ..shape.experts
-        },
-        ..shape
-    };
-    DflashShape {
-        n_embd: backbone.n_embd,
-        n_layer,
-        n_head: backbone.n_head,
-        n_head_kv: 1,
-        n_ff: 2816,
-        target_layers,
-        block: 8,
-        own_head: true,
-        draft_vocab: None,
-        ty: GgmlType::F32,
-        seed: 19,
-        dspark: Some(Dspark {
-            rank: 32,
-            confidence,
-            from_anchor: true,
-        }),
-        dflash2: None,
-        backbone: Some(backbone),
-    }
-    .write(&vocab, &drafter)
-    .unwrap();
-    (t, drafter)
-}
 
 fn ids(v: &serde_json::Value) -> Vec<u32> {
     common::ids(v)

@@ -467,3 +467,104 @@ pub fn pictured(tok: &text::Tokenizer, text: [&str; 2], n: usize) -> (Vec<u32>, 
     prompt.extend(tok.encode(text[1], false, true).unwrap());
     (prompt, at)
 }
+
+/// The target of a DSpark drafter over DeepSeek-V4 stages ([`write_dsv4`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dsv4Target {
+    /// The llama of `scripts/gen_drafter_golden.sh` (256 × 6, f32): llama.cpp reads it the
+    /// same whether a token is decoded alone or verified among drafts, so its drafter's
+    /// features, and drafts, are golden data.
+    Llama,
+    /// The deepseek4 `tandem synth --arch deepseek4` writes by default (6 blocks of 256, 4
+    /// streams, f32, no NextN block): the seeds' pairing.
+    Deepseek4,
+    /// A deepseek4 of 2 blocks of 64, its drafter one stage reading block 1's input, which
+    /// lavapipe runs in seconds.
+    Small,
+}
+
+/// A target and a DSpark drafter over DeepSeek-V4 stages in `dir`: two stages of the
+/// target's width (no compression, routed by score, a window of 16) reading the inputs of
+/// blocks 1, 3 and 5 (one stage reading block 1's for [`Dsv4Target::Small`]), each using all
+/// 4 of its experts (a random router ties otherwise every few hundred tokens, which the two
+/// implementations' rounding breaks differently), with a Markov
+/// head of rank 32 (and its confidence head), a block of 8, its own embeddings and head.
+pub fn write_dsv4(
+    dir: &std::path::Path,
+    confidence: bool,
+    target: Dsv4Target,
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (_, file, name) = MODELS[0];
+    let tokenizer = gguf::GgufFile::open(model_path(file, name)).unwrap();
+    let vocab = model::synthetic::Vocab::cut(&tokenizer, 320).unwrap();
+    let (t, drafter) = (dir.join("t.gguf"), dir.join("d.gguf"));
+    let shape = match target {
+        Dsv4Target::Small => model::synthetic::deepseek4::Dsv4Shape {
+            n_layer: 2,
+            compress_ratios: vec![4, 128],
+            ..deepseek4_shape(8, 4, 2)
+        },
+        _ => model::synthetic::deepseek4::Dsv4Shape::default(),
+    };
+    match target {
+        Dsv4Target::Llama => model::synthetic::Synthetic {
+            arch: model::Arch::from_name("llama").unwrap(),
+            n_embd: 256,
+            n_layer: 6,
+            n_head: 4,
+            n_head_kv: 2,
+            n_ff: 512,
+            experts: None,
+            delta: None,
+            nextn: 0,
+            ty: gguf::GgmlType::F32,
+            seed: 7,
+        }
+        .write_vocab(&vocab, &t),
+        _ => model::synthetic::deepseek4::Dsv4Shape {
+            nextn: 0,
+            ty: gguf::GgmlType::F32,
+            seed: 3,
+            ..shape.clone()
+        }
+        .write(&vocab, &t),
+    }
+    .unwrap();
+    let (n_layer, target_layers) = match target {
+        Dsv4Target::Small => (1, vec![1]),
+        _ => (2, vec![1, 3, 5]),
+    };
+    let backbone = model::synthetic::deepseek4::Dsv4Shape {
+        n_layer,
+        ty: gguf::GgmlType::F32,
+        experts: model::synthetic::ExpertShape {
+            n_expert: 4,
+            n_expert_used: 4,
+            ..shape.experts
+        },
+        ..shape
+    };
+    model::synthetic::dflash::DflashShape {
+        n_embd: backbone.n_embd,
+        n_layer,
+        n_head: backbone.n_head,
+        n_head_kv: 1,
+        n_ff: 2816,
+        target_layers,
+        block: 8,
+        own_head: true,
+        draft_vocab: None,
+        ty: gguf::GgmlType::F32,
+        seed: 19,
+        dspark: Some(model::synthetic::dflash::Dspark {
+            rank: 32,
+            confidence,
+            from_anchor: true,
+        }),
+        dflash2: None,
+        backbone: Some(backbone),
+    }
+    .write(&vocab, &drafter)
+    .unwrap();
+    (t, drafter)
+}
