@@ -78,6 +78,13 @@ class Server:
         )
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "slow: the slow tier (`scripts/test --slow`): repeats what a faster test checks",
+    )
+
+
 @pytest.fixture(scope="session")
 def server():
     s = Server("-c", "8192", "-np", "8", "--kv-unified", "--api-key", API_KEY, "--metrics")

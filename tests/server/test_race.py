@@ -35,7 +35,10 @@ def race(out, *args, timeout=900):
     return doc, (out / "race.md").read_text()
 
 
+@pytest.mark.slow
 def test_two_tandem_configurations(tmp_path):
+    """Slow tier: the harness's accounting is checked against a fake server below, its
+    report's parts by the `bench` crate's tests."""
     serve = f"{BINARY} serve -m smollm2-135m -t 2 -np 2 -c 4096"
     doc, md = race(
         tmp_path,

@@ -611,7 +611,9 @@ fn eight_users_drafting_with_dflash2_get_the_plain_text() {
     eight_users_get_the_plain_text(Kind::Dflash2, engine::DeviceKind::Cpu);
 }
 
+/// Slow tier: the block drafter on the GPU is checked with DSpark's drafter.
 #[test]
+#[ignore = "slow tier: scripts/test --slow"]
 fn eight_users_on_the_gpu_drafting_with_dflash2_get_the_plain_text() {
     if gpu::adapter_for_tests() {
         eight_users_get_the_plain_text(Kind::Dflash2, engine::DeviceKind::Gpu);
@@ -625,7 +627,9 @@ fn eight_users_on_the_gpu_drafting_with_eagle3_get_the_plain_text() {
     }
 }
 
+/// Slow tier: the block drafter on the GPU is checked with DSpark's drafter.
 #[test]
+#[ignore = "slow tier: scripts/test --slow"]
 fn eight_users_on_the_gpu_drafting_with_dflash_get_the_plain_text() {
     if gpu::adapter_for_tests() {
         eight_users_get_the_plain_text(Kind::Dflash, engine::DeviceKind::Gpu);
