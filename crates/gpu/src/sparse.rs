@@ -59,7 +59,32 @@ struct Comp {
     at: [usize; 3],
 }
 
+/// A record layer's two stores (recent parts, kept parts) and where their tables start in
+/// the step's words.
+struct Stores {
+    cfg: KvConfig,
+    rec: kv::RecordKv,
+    recent: wgpu::Buffer,
+    kept: wgpu::Buffer,
+    rec_tab: u32,
+    kept_tab: u32,
+}
+
 impl Gpu {
+    /// KV layer `layer`'s [`Stores`].
+    fn stores(&self, layer: usize) -> Stores {
+        let kv = self.kv.as_ref().expect("kv_alloc first");
+        let cfg = kv.cfg.clone();
+        Stores {
+            rec: cfg.record(layer).expect("a record layer"),
+            recent: kv.keys[layer].clone(),
+            kept: kv.values[layer].clone(),
+            rec_tab: self.store_tables_at(&cfg, layer, false),
+            kept_tab: self.store_tables_at(&cfg, layer, true),
+            cfg,
+        }
+    }
+
     /// [`device::Device::sparse_attention`].
     pub(crate) fn sparse(&mut self, layer: usize, io: &SparseIo, spec: &SparseSpec) {
         let n = self.rows.len();
@@ -67,15 +92,17 @@ impl Gpu {
             return;
         }
         let row_angles = self.sparse_rows(layer, io, spec);
-        let kv = self.kv.as_ref().expect("kv_alloc first");
-        let cfg = kv.cfg.clone();
-        let rec = cfg.record(layer).expect("a record layer");
-        let (recent, kept) = (kv.keys[layer].clone(), kv.values[layer].clone());
+        let Stores {
+            cfg,
+            rec,
+            recent,
+            kept,
+            rec_tab,
+            kept_tab,
+        } = self.stores(layer);
         let ty = cfg.ty;
         let lay = spec.layout();
         let (d, n_rot) = (spec.head_dim, spec.rope.n_rot);
-        let rec_tab = self.store_tables_at(&cfg, layer, false);
-        let kept_tab = self.store_tables_at(&cfg, layer, true);
         let region = self.step().region;
         let span = spec.span();
         let seen = self.picked_blocks(io, spec, &cfg, layer);
@@ -147,15 +174,17 @@ impl Gpu {
         if n == 0 {
             return Vec::new();
         }
-        let kv = self.kv.as_ref().expect("kv_alloc first");
-        let cfg = kv.cfg.clone();
-        let rec = cfg.record(layer).expect("a record layer");
-        let (recent, kept) = (kv.keys[layer].clone(), kv.values[layer].clone());
+        let Stores {
+            cfg,
+            rec,
+            recent,
+            kept,
+            rec_tab,
+            kept_tab,
+        } = self.stores(layer);
         let ty = cfg.ty;
         let lay = spec.layout();
         let (d, n_rot) = (spec.head_dim, spec.rope.n_rot);
-        let rec_tab = self.store_tables_at(&cfg, layer, false);
-        let kept_tab = self.store_tables_at(&cfg, layer, true);
         let region = self.step().region;
 
         let row_angles: Vec<f32> = self
