@@ -63,6 +63,12 @@ pub struct StepEnds {
     from: Vec<usize>,
 }
 
+/// The last position `row` sees among its step's: its own, or where `last` is given
+/// ([`last_positions`] of the step: rows that see later ones) its sequence's last.
+pub fn last_seen(last: &[usize], row: Row) -> usize {
+    last.get(row.seq).map_or(row.pos, |&l| l.max(row.pos))
+}
+
 /// Per sequence index, the last position of its rows in `rows` (0 where it has none).
 pub fn last_positions(rows: &[Row]) -> Vec<usize> {
     let n = rows.iter().map(|r| r.seq + 1).max().unwrap_or(0);

@@ -28,7 +28,7 @@ pub mod sparse;
 pub mod state;
 pub mod testing;
 
-pub use attn::{last_positions, AttnSpec, StepEnds};
+pub use attn::{last_positions, last_seen, AttnSpec, StepEnds};
 pub use scan::{ScanIo, ScanSpec};
 pub use seam::{
     block_places, checkpoint_row, rope_angles, seq_runs, BlockConv, Buf, Bytes, Cols, ConvSpec,

@@ -431,8 +431,7 @@ pub fn sparse_attention(
             }
             _ => (0..visible).collect(),
         };
-        let end = last.get(r.seq).map_or(r.pos, |&l| l.max(r.pos));
-        let span = (r.pos + 1).saturating_sub(spec.window)..end + 1;
+        let span = (r.pos + 1).saturating_sub(spec.window)..crate::last_seen(&last, r) + 1;
         let n_comp = if comp.is_some() { blocks.len() } else { 0 };
         let mut keys = vec![0f32; (span.len() + n_comp) * d];
         let mut slots = keys.chunks_exact_mut(d);

@@ -125,7 +125,7 @@ impl Gpu {
                 }
                 None => info.extend([visible as u32, u32::MAX]),
             }
-            info.push(last.get(r.seq).map_or(r.pos, |&l| l.max(r.pos)) as u32);
+            info.push(device::last_seen(&last, *r) as u32);
             info.extend(words(&row_angles[i * n_rot..(i + 1) * n_rot]));
         }
         info.extend(lists);

@@ -136,7 +136,7 @@ impl Keys<'_> {
     }
 
     /// The mixture: `√softplus` routing over `expert_count` experts beside shared ones.
-    pub(crate) fn moe(&self) -> Result<MoeParams> {
+    fn moe(&self) -> Result<MoeParams> {
         if self.md.u32(&self.key("expert_gating_func"))? != 4 {
             return Err(self.bad(
                 "expert_gating_func",
@@ -169,15 +169,23 @@ impl Keys<'_> {
         })
     }
 
-    /// One shared key head (`attention.head_count_kv` 1 or absent).
-    pub(crate) fn one_kv_head(&self) -> Result<()> {
-        match self.md.opt_u32(&self.key("attention.head_count_kv"))? {
-            Some(v) if v != 1 => Err(self.bad(
-                "attention.head_count_kv",
-                "one shared key head is supported",
-            )),
-            _ => Ok(()),
+    /// `hp` for blocks `cfg` describes: one shared key head (`attention.head_count_kv` 1 or
+    /// absent), the mixture ([`Keys::moe`]), `cfg`'s streams.
+    pub(crate) fn blocks_hparams(&self, cfg: &Config, hp: HParams) -> Result<HParams> {
+        if let Some(v) = self.md.opt_u32(&self.key("attention.head_count_kv"))? {
+            if v != 1 {
+                return Err(self.bad(
+                    "attention.head_count_kv",
+                    "one shared key head is supported",
+                ));
+            }
         }
+        Ok(HParams {
+            n_head_kv: 1,
+            moe: Some(self.moe()?),
+            streams: cfg.hyper.streams,
+            ..hp
+        })
     }
 }
 
@@ -284,7 +292,6 @@ impl Recipe for DeepSeek4 {
     fn hparams(&self, md: &Metadata) -> Result<HParams> {
         let hp = HParams::read(md, ARCH, &self.traits())?;
         let k = Keys { md, arch: ARCH };
-        k.one_kv_head()?;
         let nextn = md.opt_u32(&k.key("nextn_predict_layers"))?.unwrap_or(0) as usize;
         if nextn >= hp.n_layer {
             return Err(k.bad("nextn_predict_layers", format!("{nextn} leaves no block")));
@@ -293,14 +300,14 @@ impl Recipe for DeepSeek4 {
         let n_nextn = nextn;
         let rope = (hp.n_head, hp.n_rot, hp.rope_freq_base);
         let cfg = Config::read(k, [n_layer, n_nextn], rope, Role::Model)?;
-        Ok(HParams {
-            n_layer,
-            n_nextn,
-            n_head_kv: 1,
-            moe: Some(k.moe()?),
-            streams: cfg.hyper.streams,
-            ..hp
-        })
+        k.blocks_hparams(
+            &cfg,
+            HParams {
+                n_layer,
+                n_nextn,
+                ..hp
+            },
+        )
     }
 
     fn layer(&self, t: &mut TensorLoader, hp: &HParams, il: usize) -> Result<Box<dyn Layer>> {

@@ -103,14 +103,10 @@ impl Recipe for Dflash {
             n_embd: hp.n_embd,
             block,
         });
-        if let Some(cfg) = backbone {
-            let k = Keys { md, arch: ARCH };
-            k.one_kv_head()?;
-            hp.n_head_kv = 1;
-            hp.moe = Some(k.moe()?);
-            hp.streams = cfg.hyper.streams;
+        match backbone {
+            Some(cfg) => Keys { md, arch: ARCH }.blocks_hparams(&cfg, hp),
+            None => Ok(hp),
         }
-        Ok(hp)
     }
 
     fn layer(&self, t: &mut TensorLoader, hp: &HParams, il: usize) -> Result<Box<dyn Layer>> {
