@@ -160,6 +160,7 @@ fn write_models(dir: &Path, kind: Kind, head: Head) -> (PathBuf, PathBuf) {
         experts: None,
         delta: None,
         nextn: 0,
+        window: None,
         ty: GgmlType::F32,
         seed: 7,
     };

@@ -62,6 +62,7 @@ fn a_lazy_table_stays_in_the_file_and_gives_the_same_tokens() {
         experts: None,
         delta: None,
         nextn: 0,
+        window: None,
         ty: GgmlType::Q4_0,
         seed: 3,
     }

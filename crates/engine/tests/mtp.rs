@@ -70,6 +70,7 @@ impl Target {
                     n_v_heads: 4,
                 }),
                 nextn: 1,
+                window: None,
                 ty: GgmlType::F32,
                 seed: 7,
             }

@@ -451,6 +451,7 @@ fn tiny(dir: &std::path::Path) -> std::path::PathBuf {
         experts: None,
         delta: None,
         nextn: 0,
+        window: None,
         ty: GgmlType::Q8_0,
         seed: 11,
     }

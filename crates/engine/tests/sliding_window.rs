@@ -1,12 +1,13 @@
-//! Sliding-window KV on Gemma 3 270M (window 512, 15 of 18 blocks windowed): the windowed
-//! layers keep only their window's blocks, and a long prompt, its decoding and a draft's
-//! rollback give the same logits bits as with every position kept (`--swa-full`); the
-//! engine's prefix cache reuses a prefix as far back as its window is kept, and the tokens
-//! stay those of the prompt evaluated alone; a saved slot and the host tier carry its last
-//! window. DeepSeek-V4's record layers keep their recent
-//! parts (raw keys, compressor rows) the same way, and only compressed rows for every
-//! position.
+//! Sliding-window KV on a synthetic Gemma 3 (window 64, 5 of 6 blocks windowed; Gemma 3
+//! 270M's plan at a long context): the windowed layers keep only their window's blocks, and
+//! a long prompt, its decoding and a draft's rollback give the same logits bits as with
+//! every position kept (`--swa-full`); the engine's prefix cache reuses a prefix as far back
+//! as its window is kept, and the tokens stay those of the prompt evaluated alone; a saved
+//! slot and the host tier carry its last window. DeepSeek-V4's record layers keep their
+//! recent parts (raw keys, compressor rows) the same way, and only compressed rows for
+//! every position.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 #[allow(dead_code)]
 mod common;
@@ -17,15 +18,37 @@ use kv::SeqKv;
 use model::Model;
 use text::Tokenizer;
 
-fn gemma() -> Arc<Model> {
-    let (_, file, name) = MODELS[3];
-    Arc::new(Model::load(model_path(file, name)).unwrap())
+/// Positions a windowed block of [`write_gemma`]'s model sees.
+const WINDOW: usize = 64;
+
+/// A gemma3 of 6 blocks of 64 (4 heads over 2; blocks 0 to 4 windowed, block 5 global)
+/// with a window of [`WINDOW`] positions and SmolLM2's vocabulary, at `dir/gemma3.gguf`.
+fn write_gemma(dir: &Path) -> PathBuf {
+    let (_, file, name) = MODELS[0];
+    let tokenizer = gguf::GgufFile::open(model_path(file, name)).unwrap();
+    let path = dir.join("gemma3.gguf");
+    model::synthetic::Synthetic {
+        n_layer: 6,
+        window: Some(WINDOW),
+        ..model::synthetic::Synthetic::small(model::Arch::from_name("gemma3").unwrap())
+    }
+    .write(&tokenizer, &path)
+    .unwrap();
+    path
+}
+
+/// [`write_gemma`]'s model in a folder of its own, loaded.
+fn gemma() -> (tempfile::TempDir, PathBuf, Arc<Model>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_gemma(dir.path());
+    let model = Arc::new(Model::load(&path).unwrap());
+    (dir, path, model)
 }
 
 fn config(n_ctx: usize, swa_full: bool) -> ContextConfig {
     ContextConfig {
         n_ctx,
-        n_ubatch: 512,
+        n_ubatch: 64,
         n_threads: 2,
         n_seq: 1,
         swa_full,
@@ -108,21 +131,17 @@ fn run(ctx: &mut Executor, prompt: &[u32]) -> Run {
 
 #[test]
 fn a_2000_token_prompt_has_the_same_bits_with_the_window_s_blocks_freed() {
-    let model = gemma();
+    let (_dir, _, model) = gemma();
     let prompt = tokens(2000, 3);
     let mut full = Executor::new(model.clone(), config(2048, true)).unwrap();
     let mut windowed = Executor::new(model.clone(), config(2048, false)).unwrap();
     let (f, w) = (full.kv().config().clone(), windowed.kv().config().clone());
     assert!(f.window.is_none());
     let win = w.window.expect("gemma3 has windowed layers");
-    assert_eq!(win.layers.count_ones(), 15);
-    assert_eq!(
-        win.n_blocks,
-        32 + 2 + 32,
-        "one window and one forward's rows"
-    );
-    let blocks = |c: &kv::KvConfig| (0..18).map(|l| c.store_blocks(l, false)).sum::<usize>();
-    assert_eq!((blocks(&f), blocks(&w)), (18 * 128, 3 * 128 + 15 * 66));
+    assert_eq!(win.layers, 0b11111);
+    assert_eq!(win.n_blocks, 4 + 2 + 4, "one window and one forward's rows");
+    let blocks = |c: &kv::KvConfig| (0..6).map(|l| c.store_blocks(l, false)).sum::<usize>();
+    assert_eq!((blocks(&f), blocks(&w)), (6 * 128, 128 + 5 * 10));
 
     let want = run(&mut full, &prompt);
     let got = run(&mut windowed, &prompt);
@@ -139,7 +158,7 @@ fn a_2000_token_prompt_has_the_same_bits_with_the_window_s_blocks_freed() {
     let kept = table.iter().filter(|&&b| b != u32::MAX).count();
     assert!(kept <= win.n_blocks, "{kept} windowed blocks");
     assert!(
-        table[..32].iter().all(|&b| b == u32::MAX),
+        table[..100].iter().all(|&b| b == u32::MAX),
         "early ones freed"
     );
     assert_eq!(want.kept_at_1000, 1000);
@@ -151,14 +170,16 @@ fn a_2000_token_prompt_has_the_same_bits_with_the_window_s_blocks_freed() {
     assert_eq!(windowed.kv().window_available(), win.n_blocks);
 }
 
-/// At `-c 32768` with the server's 4 slots, the KV plan is under a quarter of full
-/// attention's on every layer.
+/// Gemma 3 270M (window 512, 15 of 18 blocks windowed) at `-c 32768` with the server's 4
+/// slots: the KV plan is under a quarter of full attention's on every layer.
 #[test]
 fn a_long_context_costs_the_global_layers_and_one_window_per_slot() {
-    let model = gemma();
+    let (_, file, name) = MODELS[3];
+    let model = Model::load(model_path(file, name)).unwrap();
     let plan = |swa_full| {
         let cfg = ContextConfig {
             n_seq: 4,
+            n_ubatch: 512,
             ..config(32768, swa_full)
         };
         cfg.kv_config(&model).total_bytes()
@@ -211,14 +232,13 @@ fn generate(handle: &EngineHandle, prompt: &[u32], n: usize) -> (Vec<u32>, Summa
 
 #[test]
 fn a_conversation_resumed_past_the_window_reuses_its_prefix_and_keeps_its_tokens() {
-    let model = gemma();
+    let (_dir, path, model) = gemma();
     let tok = Arc::new(Tokenizer::from_gguf(&model.file.header.metadata).unwrap());
     let prose = include_str!("../../../tests/data/eval-prose.txt");
     let prompt = tok.encode(&prose[..3200], true, false).unwrap();
     assert!(prompt.len() > 600, "past the window: {}", prompt.len());
     let cfg = engine_config();
-    let (_, file, name) = MODELS[3];
-    let engine_model = Model::load(model_path(file, name)).unwrap();
+    let engine_model = Model::load(&path).unwrap();
     let handle = engine::start(engine_model, tok.clone(), cfg, None, None).unwrap();
 
     let (first, cold) = generate(&handle, &prompt, 8);
@@ -244,7 +264,7 @@ fn a_conversation_resumed_past_the_window_reuses_its_prefix_and_keeps_its_tokens
     assert_eq!(third, alone(&model, early, 8));
 }
 
-/// Gemma 3's slot saved after a prompt past its window, restored into a fresh engine: the
+/// A Gemma 3's slot saved after a prompt past its window, restored into a fresh engine: the
 /// file holds the whole blocks and, of the windowed layers, only the companions of the last
 /// window; the fresh engine holds the same bytes (saved again, they are equal), and the
 /// next turn reuses the whole restored prefix with the tokens computed alone — also when it
@@ -253,13 +273,12 @@ fn a_conversation_resumed_past_the_window_reuses_its_prefix_and_keeps_its_tokens
 #[test]
 fn a_saved_slot_carries_the_companions_of_its_last_window() {
     use engine::{SlotDone, SlotOp};
-    let model = gemma();
+    let (_dir, path, model) = gemma();
     let tok = Arc::new(Tokenizer::from_gguf(&model.file.header.metadata).unwrap());
     let prose = include_str!("../../../tests/data/eval-prose.txt");
     let prompt = tok.encode(&prose[..3200], true, false).unwrap();
-    let (_, file, name) = MODELS[3];
     let start = || {
-        let model = Model::load(model_path(file, name)).unwrap();
+        let model = Model::load(&path).unwrap();
         engine::start(model, tok.clone(), engine_config(), None, None).unwrap()
     };
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -395,7 +414,7 @@ fn deepseek4_keeps_a_window_of_records_and_compressed_rows_of_every_position() {
     assert_eq!((want.kept_at_1000, got.kept_at_1000), (1000, 0));
 }
 
-/// Gemma 3 with a host tier (`--cache-ram`) and a pool of 1,024 positions: a conversation
+/// A Gemma 3 with a host tier (`--cache-ram`) and a pool of 1,024 positions: a conversation
 /// past the window, given up to another prompt, is read back for its next turn with the
 /// companions of its last window (a block's bytes carry its companion's), so that the whole
 /// prefix is reused; the tokens are those computed alone, and the prefix, saved, is the one
@@ -403,12 +422,11 @@ fn deepseek4_keeps_a_window_of_records_and_compressed_rows_of_every_position() {
 #[test]
 fn the_host_tier_gives_back_a_conversation_with_its_last_window() {
     use engine::{SlotDone, SlotOp};
-    let model = gemma();
+    let (_dir, path, model) = gemma();
     let tok = Arc::new(Tokenizer::from_gguf(&model.file.header.metadata).unwrap());
     let prose = include_str!("../../../tests/data/eval-prose.txt");
     let prompt = tok.encode(&prose[..3000], true, false).unwrap();
     let other = tok.encode(&prose[3000..6000], true, false).unwrap();
-    let (_, file, name) = MODELS[3];
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
@@ -421,7 +439,7 @@ fn the_host_tier_gives_back_a_conversation_with_its_last_window() {
             },
             false => engine_config(),
         };
-        let engine_model = Model::load(model_path(file, name)).unwrap();
+        let engine_model = Model::load(&path).unwrap();
         let handle = engine::start(engine_model, tok.clone(), cfg, None, None).unwrap();
         let (first, _) = generate(&handle, &prompt, 8);
         if tier {

@@ -240,6 +240,7 @@ fn top5_log_probabilities_match_llama_cpp() {
             }),
             delta: None,
             nextn: 0,
+            window: None,
             ty: GgmlType::F32,
             seed: shape["seed"].as_u64().unwrap(),
         };

@@ -503,6 +503,7 @@ fn recipe_shape(a: &SynthArgs) -> Result<Synthetic, CliError> {
         }),
         delta: delta_shape(a)?,
         nextn: a.nextn.unwrap_or(0),
+        window: None,
         ty: a.ty.unwrap_or(GgmlType::Q4_K),
         seed: a.seed,
     })

@@ -517,6 +517,7 @@ pub fn write_dsv4(
             experts: None,
             delta: None,
             nextn: 0,
+            window: None,
             ty: gguf::GgmlType::F32,
             seed: 7,
         }

@@ -40,6 +40,9 @@ pub struct Synthetic {
     /// embedding through and adds a small random share of the target's state, so that
     /// the head drafts well where the target's next token follows from the current one.
     pub nextn: usize,
+    /// The sliding window (`attention.sliding_window`) of an architecture that has one:
+    /// gemma3's five of every six blocks, every block of a llama (Mistral).
+    pub window: Option<usize>,
     /// Type of every matrix but the embeddings (Q8_0) and the router (F32); its block size
     /// must divide `n_embd` and the feed-forward widths. The output head is a matrix of its
     /// own (untied), so that the next token is not simply the last one.
@@ -75,6 +78,7 @@ impl Synthetic {
             experts: None,
             delta,
             nextn: 0,
+            window: None,
             ty: GgmlType::Q8_0,
             seed: 5,
         }
@@ -107,6 +111,12 @@ impl Synthetic {
                 "{} takes a Gated DeltaNet shape only for qwen35 and qwen35moe",
                 self.arch.name()
             ));
+        }
+        if self.window.is_some() && self.arch.recipe().traits().sliding.is_none() {
+            return bad(format!("{} has no sliding window", self.arch.name()));
+        }
+        if self.window == Some(0) {
+            return bad("a window of 0 positions".into());
         }
         if self.nextn > 0 && self.delta.is_none() {
             return bad(format!("{} takes no NextN blocks here", self.arch.name()));
@@ -191,6 +201,9 @@ impl Synthetic {
         if self.nextn > 0 {
             keys.push(("nextn_predict_layers", self.nextn));
         }
+        if let Some(w) = self.window {
+            keys.push(("attention.sliding_window", w));
+        }
         if let Some(x) = self.experts {
             keys.extend([
                 ("expert_count", x.n_expert),
@@ -259,6 +272,10 @@ impl Synthetic {
                     t.ones(&n("attn_k_norm.weight"), hd);
                 }
                 t.matrix(&n("attn_output.weight"), &[q, e], self.ty, scale(q))?;
+            }
+            if self.arch.name() == "gemma3" {
+                t.ones(&n("post_attention_norm.weight"), e);
+                t.ones(&n("post_ffw_norm.weight"), e);
             }
             let (ff, suffix) = match self.experts {
                 None => (self.n_ff, ""),
