@@ -1,6 +1,7 @@
-//! The prefix cache's disk tier (`--cache-dir`, `--cache-dir-max`) on SmolLM2-135M: what a
-//! server computed before a restart is read back with the same tokens, a damaged file is
-//! ignored, and a limited folder gives up the ends of its least recent conversations first.
+//! The prefix cache's disk tier (`--cache-dir`, `--cache-dir-max`) on a small synthetic
+//! llama with SmolLM2's vocabulary ([`common::write_synthetic`]): what a server computed
+//! before a restart is read back with the same tokens, a damaged file is ignored, and a
+//! limited folder gives up the ends of its least recent conversations first.
 
 #[allow(dead_code)]
 mod common;
@@ -8,16 +9,28 @@ mod common;
 use std::path::Path;
 use std::sync::Arc;
 
-use common::{engine_config, model_path, run_all, MODELS, PROMPTS};
+use common::{engine_config, run_all, PROMPTS};
 use engine::{DiskTier, EngineConfig};
 use model::Model;
 use text::Tokenizer;
 
-fn load() -> (Model, Arc<Tokenizer>) {
-    let (_, file, name) = MODELS[0];
-    let model = Model::load(model_path(file, name)).unwrap();
-    let tok = Tokenizer::from_gguf(&model.file.header.metadata).unwrap();
-    (model, Arc::new(tok))
+/// A test's model: its file in a folder of its own, and its tokenizer.
+struct Subject {
+    dir: tempfile::TempDir,
+    tok: Arc<Tokenizer>,
+}
+
+impl Subject {
+    fn new() -> Subject {
+        let dir = tempfile::tempdir().unwrap();
+        let model = Model::load(common::write_synthetic(dir.path(), "llama")).unwrap();
+        let tok = Arc::new(Tokenizer::from_gguf(&model.file.header.metadata).unwrap());
+        Subject { dir, tok }
+    }
+
+    fn load(&self) -> Model {
+        Model::load(self.dir.path().join("llama.gguf")).unwrap()
+    }
 }
 
 fn tier(dir: &Path, max_bytes: Option<u64>) -> &'static DiskTier {
@@ -27,22 +40,22 @@ fn tier(dir: &Path, max_bytes: Option<u64>) -> &'static DiskTier {
     }))
 }
 
-fn server(tok: &Arc<Tokenizer>, tier: Option<&'static DiskTier>) -> engine::EngineHandle {
+fn server(m: &Subject, tier: Option<&'static DiskTier>) -> engine::EngineHandle {
     let cfg = EngineConfig {
         cache_dir: tier,
         ..engine_config(1024, 1, true)
     };
-    engine::start(load().0, tok.clone(), cfg, None, None).unwrap()
+    engine::start(m.load(), m.tok.clone(), cfg, None, None).unwrap()
 }
 
 /// One greedy request of 8 tokens on a fresh server with `tier`: its tokens and summary,
 /// after the engine has finished the step that retired it (its blocks written).
 fn ask(
-    tok: &Arc<Tokenizer>,
+    m: &Subject,
     tier: Option<&'static DiskTier>,
     prompt: &[u32],
 ) -> (Vec<u32>, engine::Summary) {
-    let handle = server(tok, tier);
+    let handle = server(m, tier);
     let answer = run_all(&handle, &[prompt.to_vec()], 8).remove(0);
     handle.snapshot_blocking().unwrap();
     answer
@@ -71,19 +84,20 @@ fn files(root: &Path) -> (Vec<String>, u64) {
 /// (`--cache-dir`) with the same tokens, up to a block whose file was damaged.
 #[test]
 fn the_disk_tier_survives_a_restart_and_ignores_a_damaged_file() {
-    let (_, tok) = load();
+    let m = Subject::new();
+    let tok = &m.tok;
     let prompt = tok
         .encode(&PROMPTS.join(" ").repeat(3), true, false)
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = tier(dir.path(), None);
-    let (first, _) = ask(&tok, Some(path), &prompt);
+    let (first, _) = ask(&m, Some(path), &prompt);
     let mut turn2 = prompt.clone();
     turn2.extend(&first);
     turn2.extend(tok.encode(" And then", false, false).unwrap());
     let full_blocks = (prompt.len() + first.len() - 1) / 16 * 16;
-    let (want, cold) = ask(&tok, None, &turn2);
-    let (got, warm) = ask(&tok, Some(path), &turn2);
+    let (want, cold) = ask(&m, None, &turn2);
+    let (got, warm) = ask(&m, Some(path), &turn2);
     assert_eq!((cold.cache_n, warm.cache_n), (0, full_blocks));
     assert_eq!(got, want);
 
@@ -104,10 +118,10 @@ fn the_disk_tier_survives_a_restart_and_ignores_a_damaged_file() {
     let at = bytes.len() / 2;
     bytes[at] ^= 1;
     std::fs::write(&damaged, bytes).unwrap();
-    let (got, warm) = ask(&tok, Some(path), &turn2);
+    let (got, warm) = ask(&m, Some(path), &turn2);
     assert_eq!(warm.cache_n, 3 * 16, "read back up to the damaged block");
     assert_eq!(got, want);
-    let (_, warm) = ask(&tok, Some(path), &turn2);
+    let (_, warm) = ask(&m, Some(path), &turn2);
     assert_eq!(
         warm.cache_n, full_blocks,
         "the damaged file was written again"
@@ -119,7 +133,8 @@ fn the_disk_tier_survives_a_restart_and_ignores_a_damaged_file() {
 /// conversation is read back after a restart exactly as far as its files still reach.
 #[test]
 fn a_limited_disk_tier_gives_up_the_ends_of_the_least_recent_conversations() {
-    let (_, tok) = load();
+    let m = Subject::new();
+    let tok = &m.tok;
     let text = |from: usize| PROMPTS[from..from + 4].join(" ").repeat(4);
     let turns = |tokens: &[u32], answer: &[u32]| {
         let mut turn2 = tokens.to_vec();
@@ -131,7 +146,7 @@ fn a_limited_disk_tier_gives_up_the_ends_of_the_least_recent_conversations() {
     let a = tok.encode(&text(0), true, false).unwrap();
     let b = tok.encode(&text(4), true, false).unwrap();
     let unlimited = tempfile::tempdir().unwrap();
-    let (answer_a, _) = ask(&tok, Some(tier(unlimited.path(), None)), &a);
+    let (answer_a, _) = ask(&m, Some(tier(unlimited.path(), None)), &a);
     let (names, bytes) = files(unlimited.path());
     let (turn2_a, blocks_a) = turns(&a, &answer_a);
     assert_eq!(names.len(), blocks_a);
@@ -141,9 +156,9 @@ fn a_limited_disk_tier_gives_up_the_ends_of_the_least_recent_conversations() {
     let (_, blocks_b) = turns(&b, &[0; 8]);
     let max = per_block * (blocks_b + blocks_a / 2) as u64;
     let limited = tier(dir.path(), Some(max));
-    ask(&tok, Some(limited), &a);
+    ask(&m, Some(limited), &a);
     assert_eq!(files(dir.path()).0.len(), blocks_a, "a fits alone");
-    let (answer_b, _) = ask(&tok, Some(limited), &b);
+    let (answer_b, _) = ask(&m, Some(limited), &b);
     let (turn2_b, blocks_b) = turns(&b, &answer_b);
     let (names, bytes) = files(dir.path());
     assert!(bytes <= max, "{bytes} bytes kept, limit {max}");
@@ -164,8 +179,8 @@ fn a_limited_disk_tier_gives_up_the_ends_of_the_least_recent_conversations() {
         "blocks went from the end only: {kept_a:?}"
     );
 
-    let (want, cold) = ask(&tok, None, &turn2_a);
-    let (got, warm) = ask(&tok, Some(limited), &turn2_a);
+    let (want, cold) = ask(&m, None, &turn2_a);
+    let (got, warm) = ask(&m, Some(limited), &turn2_a);
     assert_eq!((cold.cache_n, warm.cache_n), (0, reach * 16));
     assert_eq!(got, want);
 }
