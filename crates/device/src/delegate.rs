@@ -53,8 +53,8 @@ macro_rules! delegate_ops {
         fn kv_write_companion(&mut self, companion: u32, data: &[u8]) {
             self.$inner.kv_write_companion(companion, data)
         }
-        fn state_restore(&mut self, slot: u32) {
-            self.$inner.state_restore(slot)
+        fn state_restore(&mut self, slot: u32, row: usize) {
+            self.$inner.state_restore(slot, row)
         }
         fn state_save(&mut self, slot: u32, snap: u32) {
             self.$inner.state_save(slot, snap)

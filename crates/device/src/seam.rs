@@ -522,9 +522,10 @@ pub trait Device: Send {
     /// Writes companion `companion` from bytes laid out as [`Device::kv_read_companion`]
     /// gives them.
     fn kv_write_companion(&mut self, companion: u32, data: &[u8]);
-    /// Puts back the checkpoint of state slot `slot` in every state layer (the pool cut
-    /// its sequence back to it: [`kv::KvPool::truncate`]).
-    fn state_restore(&mut self, slot: u32);
+    /// Puts back checkpoint row `row` of state slot `slot` in every state layer: the state
+    /// before the `row`-th row after its checkpoint's (the pool cut its sequence back to
+    /// it: [`kv::KvPool::truncate`]); `row` below [`kv::StateKv::rows`].
+    fn state_restore(&mut self, slot: u32, row: usize);
     /// Copies the state of slot `slot` (in every state layer) into snapshot `snap`
     /// ([`kv::snapshot`]), after the forward recorded last.
     fn state_save(&mut self, slot: u32, snap: u32);

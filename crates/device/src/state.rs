@@ -1,5 +1,5 @@
 //! Recurrent states in host memory, for the backends whose buffers live there (the CPU,
-//! the reference): per state layer and slot, the state and its checkpoint
+//! the reference): per state layer and slot, the state and its checkpoint rows
 //! ([`kv::state`]), and the recurrences over them: the causal convolution, Gated
 //! DeltaNet's delta rule and Mamba-2's scan.
 
@@ -9,11 +9,18 @@ use kv::StateKv;
 use crate::host::HostBufs;
 use crate::{checkpoint_row, seq_runs, ConvSpec, DeltaIo, DeltaSpec, Row, ScanIo, ScanSpec, Step};
 
+/// A run of a step's rows of one sequence, as [`HostStates`]'s recurrences walk it: its
+/// rows, the first float of its slot, and where it takes checkpoint rows (the run's row
+/// before which row 0 is taken, the first float of the slot's checkpoint rows).
+type Run = (std::ops::Range<usize>, usize, Option<(usize, usize)>);
+
 /// See the module doc.
 pub struct HostStates {
     cfg: StateKv,
     /// `[state layers, n_slots, floats]`.
     state: Vec<f32>,
+    /// `[state layers, n_slots, rows, floats]`: checkpoint row `j` of a slot is its state
+    /// before the `j`-th row after its checkpoint's.
     checkpoint: Vec<f32>,
     /// `[state layers, n_snaps, floats]`.
     snaps: Vec<f32>,
@@ -30,7 +37,7 @@ impl HostStates {
         HostStates {
             cfg,
             state: vec![0.0; n],
-            checkpoint: vec![0.0; n],
+            checkpoint: vec![0.0; n * cfg.rows.max(1)],
             snaps: vec![0.0; cfg.n_layers() * cfg.n_snaps * cfg.floats],
             slots: Vec::new(),
             checkpoints: Vec::new(),
@@ -43,6 +50,18 @@ impl HostStates {
         assert!(self.cfg.has(layer), "KV layer {layer} keeps no state");
         let rank = (self.cfg.layers & ((1u128 << layer) - 1)).count_ones() as usize;
         let at = (rank * self.cfg.n_slots + slot as usize) * self.cfg.floats;
+        at..at + self.cfg.floats
+    }
+
+    /// Checkpoints per slot.
+    fn rows(&self) -> usize {
+        self.cfg.rows.max(1)
+    }
+
+    /// The floats of checkpoint row `row` of slot `slot` of KV layer `layer`.
+    fn ck_range(&self, layer: usize, slot: u32, row: usize) -> std::ops::Range<usize> {
+        let state = self.range(layer, slot);
+        let at = state.start * self.rows() + row * self.cfg.floats;
         at..at + self.cfg.floats
     }
 
@@ -67,10 +86,10 @@ impl HostStates {
             let slot = self.slots[r.seq];
             let kept = checkpoint_row(step.checkpoints, r.seq, r.pos, 1).is_some();
             for layer in (0..128).filter(|&l| self.cfg.has(l)) {
-                let range = self.range(layer, slot);
+                let (range, ck) = (self.range(layer, slot), self.ck_range(layer, slot, 0));
                 match r.pos {
                     0 => self.state[range].fill(0.0),
-                    _ if kept => self.checkpoint[range.clone()].copy_from_slice(&self.state[range]),
+                    _ if kept => self.checkpoint[ck].copy_from_slice(&self.state[range]),
                     _ => {}
                 }
             }
@@ -78,10 +97,11 @@ impl HostStates {
     }
 
     /// [`crate::Device::state_restore`].
-    pub fn restore(&mut self, slot: u32) {
+    pub fn restore(&mut self, slot: u32, row: usize) {
+        assert!(row < self.rows(), "checkpoint row {row} of {}", self.rows());
         for layer in (0..128).filter(|&l| self.cfg.has(l)) {
-            let range = self.range(layer, slot);
-            self.state[range.clone()].copy_from_slice(&self.checkpoint[range]);
+            let (range, ck) = (self.range(layer, slot), self.ck_range(layer, slot, row));
+            self.state[range].copy_from_slice(&self.checkpoint[ck]);
         }
     }
 
@@ -116,14 +136,21 @@ impl HostStates {
     }
 
     /// The step's rows as runs of one sequence each: `(rows, first float of its slot in
-    /// layer `layer`, the run's row before which the checkpoint is taken again)`.
-    fn runs(&self, layer: usize) -> Vec<(std::ops::Range<usize>, usize, Option<usize>)> {
+    /// layer `layer`, the run's row before which checkpoint row 0 is taken, the first
+    /// float of its slot's checkpoint rows)`; the run's next rows take the next checkpoint
+    /// rows.
+    fn runs(&self, layer: usize) -> Vec<Run> {
         let runs = seq_runs(&self.rows);
         runs.map(|(rows, seq)| {
-            let at = self.range(layer, self.slots[seq]).start;
+            let slot = self.slots[seq];
+            let at = self.range(layer, slot).start;
             let first = self.rows[rows.start].pos;
-            let ck = checkpoint_row(&self.checkpoints, seq, first, rows.len()).filter(|&i| i > 0);
-            (rows, at, ck)
+            let ck = checkpoint_row(&self.checkpoints, seq, first, rows.len());
+            (
+                rows,
+                at,
+                ck.map(|i| (i, self.ck_range(layer, slot, 0).start)),
+            )
         })
         .collect()
     }
@@ -170,9 +197,12 @@ impl HostStates {
                 }
             }
             let n = rows.len();
-            if let Some(c) = ck {
-                let held = &window[c * width..(c + k - 1) * width];
-                self.checkpoint[range.clone()].copy_from_slice(held);
+            if let Some((c, ck_at)) = ck {
+                for (j, c) in (c..n).take(self.rows()).enumerate() {
+                    let held = &window[c * width..(c + k - 1) * width];
+                    let to = ck_at + j * self.cfg.floats;
+                    self.checkpoint[to..to + floats].copy_from_slice(held);
+                }
             }
             self.state[range].copy_from_slice(&window[n * width..(n + k - 1) * width]);
         }
@@ -245,7 +275,7 @@ impl HostStates {
 
     /// One task per (run of the step, head of `n_heads`): the head's state of
     /// `head_floats` (from float `at` of the run's slot in layer `layer`), its checkpoint
-    /// when the run takes one, and its rows' outputs of `width` each.
+    /// rows when the run takes them, and its rows' outputs of `width` each.
     fn head_tasks(
         &mut self,
         layer: usize,
@@ -256,10 +286,11 @@ impl HostStates {
     ) -> Vec<std::sync::Mutex<HeadTask<'_>>> {
         let n = n_heads * head_floats;
         assert!(at + n <= self.cfg.floats, "a slot holds the state");
+        let (floats, ck_floats) = (self.cfg.floats, self.rows() * self.cfg.floats);
         let runs = self.runs(layer);
         let mut tasks = Vec::new();
         let (mut rest, mut kept) = (&mut self.state[..], &mut self.checkpoint[..]);
-        let mut taken = 0;
+        let (mut taken, mut ck_taken) = (0, 0);
         let mut order: Vec<usize> = (0..runs.len()).collect();
         order.sort_by_key(|&i| runs[i].1);
         for i in order {
@@ -270,19 +301,33 @@ impl HostStates {
             );
             let start = slot_at + at - taken;
             let (state, tail) = rest.split_at_mut(start).1.split_at_mut(n);
-            let (checkpoint, ck_tail) = kept.split_at_mut(start).1.split_at_mut(n);
             taken = slot_at + at + n;
-            (rest, kept) = (tail, ck_tail);
-            let heads = state
+            rest = tail;
+            // Per head, its share of each of the slot's checkpoint rows.
+            let mut heads_ck: Vec<Vec<&mut [f32]>> = (0..n_heads).map(|_| Vec::new()).collect();
+            let ck_row = ck.map(|(row, ck_at)| {
+                let (block, tail) = std::mem::take(&mut kept)
+                    .split_at_mut(ck_at - ck_taken)
+                    .1
+                    .split_at_mut(ck_floats);
+                (ck_taken, kept) = (ck_at + ck_floats, tail);
+                for row_floats in block.chunks_exact_mut(floats) {
+                    let heads = row_floats[at..at + n].chunks_exact_mut(head_floats);
+                    heads_ck.iter_mut().zip(heads).for_each(|(v, c)| v.push(c));
+                }
+                row
+            });
+            for (h, (s, c)) in state
                 .chunks_exact_mut(head_floats)
-                .zip(checkpoint.chunks_exact_mut(head_floats));
-            for (h, (s, c)) in heads.enumerate() {
+                .zip(heads_ck)
+                .enumerate()
+            {
                 tasks.push(std::sync::Mutex::new(HeadTask {
                     out: vec![0f32; rows.len() * width],
                     rows: rows.clone(),
                     h,
                     s,
-                    ck: ck.map(|row| (row, c)),
+                    ck: ck_row.map(|row| (row, c)),
                 }));
             }
         }
@@ -290,19 +335,19 @@ impl HostStates {
     }
 }
 
-/// A head's share of a recurrence over one run of rows: its state, its checkpoint with
-/// the run's row before which it is taken, and its outputs.
+/// A head's share of a recurrence over one run of rows: its state, its checkpoint rows
+/// with the run's row before which the first is taken, and its outputs.
 struct HeadTask<'a> {
     rows: std::ops::Range<usize>,
     h: usize,
     s: &'a mut [f32],
-    ck: Option<(usize, &'a mut [f32])>,
+    ck: Option<(usize, Vec<&'a mut [f32]>)>,
     out: Vec<f32>,
 }
 
 /// Runs `row(h, r, state, out)` for each task's rows in order (`h` its head, `r` the row,
-/// `out` the row's `width` outputs), a task's checkpoint copied from its state before the
-/// row it names; the tasks through `par`.
+/// `out` the row's `width` outputs), a task's checkpoint rows copied from its state before
+/// the row the first names and the rows after it; the tasks through `par`.
 fn each_row(
     tasks: &[std::sync::Mutex<HeadTask<'_>>],
     width: usize,
@@ -319,7 +364,10 @@ fn each_row(
             out,
         } = &mut *task;
         for (i, (o, r)) in out.chunks_exact_mut(width).zip(rows.clone()).enumerate() {
-            if let Some((_, c)) = ck.as_mut().filter(|c| c.0 == i) {
+            if let Some(c) = ck
+                .as_mut()
+                .and_then(|(at, c)| c.get_mut(i.checked_sub(*at)?))
+            {
                 c.copy_from_slice(s);
             }
             row(*h, r, s, o);
@@ -382,6 +430,7 @@ mod tests {
                 floats,
                 n_slots: 1,
                 n_snaps: 0,
+                rows: 1,
             }),
             records: None,
             empty: 0,

@@ -405,6 +405,67 @@ fn a_split_state_model_with_rejected_drafts_keeps_the_text() {
     }
 }
 
+/// With a state kept before each draft row (`state_rows` 4), a cut within a forward's
+/// drafts keeps every accepted row, and the next row's logits are those of the accepted
+/// tokens computed alone (bit for bit); past the kept rows, a cut keeps the last of them;
+/// with the checkpoint alone (`state_rows` 1) it keeps only the rows before the drafts. On
+/// the CPU and, where one is, the GPU.
+#[test]
+fn a_cut_within_the_drafts_keeps_the_accepted_rows_with_their_states() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut devices = vec![engine::DeviceKind::Cpu];
+    if gpu::adapter_for_tests() {
+        devices.push(engine::DeviceKind::Gpu);
+    }
+    for path in models(dir.path()).iter().filter(|p| !keeps_records(p)) {
+        for &device in &devices {
+            let exec = |state_rows| {
+                let cfg = ContextConfig {
+                    n_ctx: 256,
+                    n_ubatch: 32,
+                    n_threads: 2,
+                    device,
+                    state_rows,
+                    ..ContextConfig::default()
+                };
+                Executor::new(Model::load(path).unwrap(), cfg).unwrap()
+            };
+            let tokens: Vec<u32> = (0..20).map(|i| (i * 37 + 11) % 300 + 50).collect();
+            let next = |e: &mut Executor, seq: &mut kv::SeqKv, toks: &[u32]| {
+                let rows: Vec<(usize, u32)> = toks.iter().map(|&t| (0, t)).collect();
+                let mut last = Vec::new();
+                let out = [toks.len() - 1];
+                e.append(std::slice::from_mut(seq), &rows, &out, &mut |_, l| {
+                    last = l.iter().map(|v| v.to_bits()).collect()
+                })
+                .unwrap();
+                last
+            };
+            let want = |cut: usize| {
+                let (mut e, mut alone) = (exec(1), kv::SeqKv::default());
+                next(&mut e, &mut alone, &tokens[..cut]);
+                next(&mut e, &mut alone, &[7])
+            };
+            for (rows, cut, kept) in [(4, 13, 13), (4, 15, 14), (1, 13, 11)] {
+                let mut e = exec(rows);
+                let mut seq = kv::SeqKv::default();
+                next(&mut e, &mut seq, &tokens[..10]);
+                seq.uncertain_from(11);
+                next(&mut e, &mut seq, &tokens[10..16]);
+                let at = format!("{path:?} {device:?} rows {rows} cut {cut}");
+                assert_eq!(e.truncate(&mut seq, cut), kept, "{at}");
+                if kept < cut {
+                    next(&mut e, &mut seq, &tokens[kept..cut]);
+                }
+                assert!(
+                    next(&mut e, &mut seq, &[7]) == want(cut),
+                    "{at}: the next row's logits"
+                );
+            }
+        }
+    }
+}
+
 /// A first stage's sequence (qwen35's blocks 0 to 2, all Gated DeltaNet) cut back keeps
 /// its state's checkpoint where the drafts were said to start and computes again only the
 /// accepted rows after it; cut back where no drafts were announced, it computes all again.

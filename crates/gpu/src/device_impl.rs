@@ -212,8 +212,8 @@ impl Device for Gpu {
         self.kv_write(true, companion, data);
     }
 
-    fn state_restore(&mut self, slot: u32) {
-        self.states_restore(slot);
+    fn state_restore(&mut self, slot: u32, row: usize) {
+        self.states_restore(slot, row);
     }
 
     fn state_save(&mut self, slot: u32, snap: u32) {

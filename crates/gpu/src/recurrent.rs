@@ -1,6 +1,6 @@
 //! Recurrent states on the GPU: per state layer a store of `[n_slots, floats]` and one of
-//! the checkpoints ([`kv::state`]), the step's zeroing and checkpointing at `begin`, the
-//! restore, and the dispatches of the convolution (conv.wgsl), the delta rule (delta.wgsl)
+//! the checkpoint rows, `[n_slots, rows, floats]` ([`kv::state`]), the step's zeroing and
+//! checkpointing at `begin`, the restore, and the dispatches of the convolution (conv.wgsl), the delta rule (delta.wgsl)
 //! and Mamba-2's scan (scan.wgsl) over the step's runs of rows of one sequence each.
 
 use device::{Buf, ConvSpec, DeltaIo, DeltaSpec, Result, ScanIo, ScanSpec, Step};
@@ -11,25 +11,29 @@ use crate::context::Bind::{Arena as A, Buf as B};
 use crate::gpu::{Gpu, LOOP_BUDGET};
 use crate::pipelines::Kernel;
 
-/// `runs` (four words each, as [`Gpu::runs`] gives them) cut into pieces of at most `most`
-/// rows each, in the order they are dispatched: the `i`-th list holds piece `i` of every
-/// run that has one, so that a run's rows are walked in order across the dispatches and an
-/// invocation's loops stay within [`LOOP_BUDGET`].
+/// Words per run in the shaders' parameters ([`Gpu::runs`]).
+const RUN_WORDS: usize = 7;
+
+/// `runs` ([`RUN_WORDS`] words each, as [`Gpu::runs`] gives them) cut into pieces of at most
+/// `most` rows each, in the order they are dispatched: the `i`-th list holds piece `i` of
+/// every run that has one, so that a run's rows are walked in order across the dispatches
+/// and an invocation's loops stay within [`LOOP_BUDGET`].
 fn pieces(runs: &[u32], most: usize) -> Vec<Vec<u32>> {
     let most = most.max(1) as u32;
     let mut out: Vec<Vec<u32>> = Vec::new();
-    for run in runs.chunks_exact(4) {
-        let [first, n, at, ck] = [run[0], run[1], run[2], run[3]];
+    for run in runs.chunks_exact(RUN_WORDS) {
+        let [first, n, at, lo, hi, ck_at, floats] = run.try_into().expect("a run's words");
         for (i, from) in (0..n).step_by(most as usize).enumerate() {
             if out.len() == i {
                 out.push(Vec::new());
             }
             let len = most.min(n - from);
-            let ck = ck
-                .checked_sub(from)
-                .filter(|&c| c < len)
-                .unwrap_or(u32::MAX);
-            out[i].extend([first + from, len, at, ck]);
+            let (a, b) = (lo.max(from), hi.min(from + len));
+            let (lo, hi, ck_at) = match a < b {
+                true => (a - from, b - from, ck_at + (a - lo) * floats),
+                false => (0, 0, 0),
+            };
+            out[i].extend([first + from, len, at, lo, hi, ck_at, floats]);
         }
     }
     out
@@ -38,6 +42,8 @@ fn pieces(runs: &[u32], most: usize) -> Vec<Vec<u32>> {
 /// The state stores of a pool's state layers (`None` for the others).
 pub(crate) struct GpuStates {
     floats: usize,
+    /// Checkpoint rows per slot ([`kv::StateKv::rows`]).
+    rows: usize,
     /// Per KV layer: the states and the checkpoints.
     stores: Vec<Option<(wgpu::Buffer, wgpu::Buffer)>>,
     /// Per KV layer: the snapshots (`[n_snaps, floats]`).
@@ -54,19 +60,23 @@ impl Gpu {
         let Some(s) = cfg.state else {
             return Ok(None);
         };
+        let rows = s.rows.max(1);
         let bytes = (s.n_slots * s.floats * 4) as u64;
-        let snap_bytes = (s.n_snaps * s.floats * 4) as u64;
-        if bytes.max(snap_bytes) > self.ctx.max_binding() {
+        let (ck_bytes, snap_bytes) = (bytes * rows as u64, (s.n_snaps * s.floats * 4) as u64);
+        if ck_bytes.max(snap_bytes) > self.ctx.max_binding() {
             return Err(self.unsupported(format!(
-                "hold a layer's recurrent states of {} MiB (it binds at most {} MiB): use fewer slots (-np)",
-                bytes >> 20,
+                "hold a layer's recurrent states of {} MiB (it binds at most {} MiB): use fewer slots (-np) or drafts (--spec-draft-n-max)",
+                ck_bytes.max(snap_bytes) >> 20,
                 self.ctx.max_binding() >> 20
             )));
         }
         let store = |l: usize| {
             s.has(l).then(|| {
-                let b = |name| self.ctx.buffer(name, bytes);
-                (b("recurrent state"), b("recurrent checkpoint"))
+                let b = |name, bytes| self.ctx.buffer(name, bytes);
+                (
+                    b("recurrent state", bytes),
+                    b("recurrent checkpoints", ck_bytes),
+                )
             })
         };
         let snap = |l: usize| {
@@ -84,6 +94,7 @@ impl Gpu {
         })?;
         Ok(Some(GpuStates {
             floats: s.floats,
+            rows,
             stores,
             snaps,
             slots: Vec::new(),
@@ -108,12 +119,12 @@ impl Gpu {
             if std::mem::replace(&mut seen[r.seq], true) || slot == NO_SLOT {
                 continue;
             }
-            let at = slot as u64 * bytes;
+            let (at, ck) = (slot as u64 * bytes, slot as u64 * st.rows as u64 * bytes);
             let kept = device::checkpoint_row(&st.checkpoints, r.seq, r.pos, 1).is_some();
             for (state, checkpoint) in st.stores.iter().flatten() {
                 match r.pos {
                     0 => enc.clear_buffer(state, at, Some(bytes)),
-                    _ if kept => enc.copy_buffer_to_buffer(state, at, checkpoint, at, bytes),
+                    _ if kept => enc.copy_buffer_to_buffer(state, at, checkpoint, ck, bytes),
                     _ => {}
                 }
             }
@@ -121,12 +132,17 @@ impl Gpu {
     }
 
     /// [`device::Device::state_restore`].
-    pub(crate) fn states_restore(&mut self, slot: u32) {
+    pub(crate) fn states_restore(&mut self, slot: u32, row: usize) {
         let st = self.states.as_ref().expect("state layers");
-        let (bytes, at) = (st.floats as u64 * 4, slot as u64 * st.floats as u64 * 4);
+        assert!(row < st.rows, "checkpoint row {row} of {}", st.rows);
+        let bytes = st.floats as u64 * 4;
+        let (at, ck) = (
+            slot as u64 * bytes,
+            (slot as u64 * st.rows as u64 + row as u64) * bytes,
+        );
         let enc = self.rec.encoder(&self.ctx);
         for (state, checkpoint) in st.stores.iter().flatten() {
-            enc.copy_buffer_to_buffer(checkpoint, at, state, at, bytes);
+            enc.copy_buffer_to_buffer(checkpoint, ck, state, at, bytes);
         }
     }
 
@@ -174,9 +190,11 @@ impl Gpu {
         }
     }
 
-    /// The step's runs of one sequence's rows as the shaders read them: (first row,
-    /// rows, the slot's first float, the run's row before which the checkpoint is taken
-    /// again or `u32::MAX`), and layer `layer`'s state and checkpoint stores.
+    /// The step's runs of one sequence's rows as the shaders read them ([`RUN_WORDS`]
+    /// each): first row, rows, the slot's first float; the run's rows `lo..hi` before each
+    /// of which a checkpoint row is taken (none: `0, 0`), the first float of the one
+    /// taken before row `lo`, and the floats of a slot (the checkpoint rows' stride); and
+    /// layer `layer`'s state and checkpoint stores.
     fn runs(&self, layer: usize) -> (Vec<u32>, wgpu::Buffer, wgpu::Buffer) {
         let st = self.states.as_ref().expect("state layers");
         let (state, checkpoint) = st.stores[layer]
@@ -186,11 +204,8 @@ impl Gpu {
             let at = st.slots[seq] as usize * st.floats;
             let first = self.rows[rows.start].pos;
             let ck = device::checkpoint_row(&st.checkpoints, seq, first, rows.len());
-            let ck = ck.filter(|&i| i > 0);
-            [rows.start, rows.len(), at]
-                .map(|v| v as u32)
-                .into_iter()
-                .chain([ck.map_or(u32::MAX, |c| c as u32)])
+            let (lo, hi) = ck.map_or((0, 0), |c| (c, (c + st.rows).min(rows.len())));
+            [rows.start, rows.len(), at, lo, hi, at * st.rows, st.floats].map(|v| v as u32)
         });
         (runs.collect(), state.clone(), checkpoint.clone())
     }
@@ -203,12 +218,13 @@ impl Gpu {
         );
         let (runs, state, checkpoint) = self.runs(layer);
         // A row: the row loop's iteration, the taps' sum and the window's shift (each with
-        // its exit test); beside the rows, the window's load, store and checkpoint.
-        let most = (LOOP_BUDGET - 4 * (spec.k + 1)) / (2 * spec.k + 2);
+        // its exit test); beside the rows, the window's load, store and checkpoint rows.
+        let rows = self.states.as_ref().map_or(1, |s| s.rows);
+        let most = LOOP_BUDGET.saturating_sub((3 + rows) * (spec.k + 1)) / (2 * spec.k + 2);
         let bias = self.buf(spec.bias.unwrap_or(w));
         let [x, w, out] = [x, w, out].map(|b| self.buf(b));
         for runs in pieces(&runs, most) {
-            let n_runs = runs.len() / 4;
+            let n_runs = runs.len() / RUN_WORDS;
             let mut p = vec![
                 spec.width as u32,
                 spec.k as u32,
@@ -234,10 +250,10 @@ impl Gpu {
 
     pub(crate) fn delta(&mut self, layer: usize, io: &DeltaIo, spec: &DeltaSpec) {
         // A row: the row loop's iteration and the invocation's state rows, each walked twice
-        // (each loop with its exit test); beside the rows, the checkpoint's copy.
+        // (each loop with its exit test); beside the rows, the checkpoint rows' copies.
         let (d, mine) = (spec.head_dim, spec.head_dim.div_ceil(64));
         let per_row = 1 + (mine + 1) + 2 * mine * (d + 1);
-        let most = (LOOP_BUDGET - 4 * (mine + 1) * (d + 1)) / per_row;
+        let most = LOOP_BUDGET.saturating_sub(self.copies() * (mine + 1) * (d + 1)) / per_row;
         let bufs = [io.q, io.k, io.v, io.g, io.beta, io.a, io.out];
         let header = [spec.n_k_heads, spec.n_v_heads, spec.head_dim, spec.at];
         self.head_runs(Kernel::DeltaNet, layer, bufs, &header, spec.n_v_heads, most);
@@ -245,14 +261,20 @@ impl Gpu {
 
     pub(crate) fn scan(&mut self, layer: usize, io: &ScanIo, spec: &ScanSpec) {
         // A row: the row loop's iteration and the invocation's state rows, each walked once
-        // (with its exit test); beside the rows, the checkpoint's copy.
+        // (with its exit test); beside the rows, the checkpoint rows' copies.
         let (n, mine) = (spec.d_state, spec.head_dim.div_ceil(64));
         let per_row = 1 + (mine + 1) * (n + 1);
-        let most = (LOOP_BUDGET - 4 * (mine + 1) * (n + 1)) / per_row;
+        let most = LOOP_BUDGET.saturating_sub(self.copies() * (mine + 1) * (n + 1)) / per_row;
         let bufs = [io.x, io.dt, io.a, io.b, io.c, io.d, io.out];
         let s = spec;
         let header = [s.n_head, s.head_dim, s.d_state, s.n_group, s.at];
         self.head_runs(Kernel::SsmScan, layer, bufs, &header, spec.n_head, most);
+    }
+
+    /// Loop-budget units a head's invocation spends beside its rows: the checkpoint rows'
+    /// copies and a margin of 3.
+    fn copies(&self) -> usize {
+        3 + self.states.as_ref().map_or(1, |s| s.rows)
     }
 
     /// Dispatches `kernel` (delta.wgsl, scan.wgsl) over the step's runs of state layer
@@ -271,7 +293,7 @@ impl Gpu {
         let (runs, state, checkpoint) = self.runs(layer);
         let bufs = bufs.map(|b| self.buf(b));
         for runs in pieces(&runs, most) {
-            let n_runs = runs.len() / 4;
+            let n_runs = runs.len() / RUN_WORDS;
             let mut p: Vec<u32> = header.iter().chain([&n_runs]).map(|&v| v as u32).collect();
             p.extend(runs);
             let p = self.rec.push(&self.ctx, bytemuck::cast_slice(&p));

@@ -497,15 +497,19 @@ impl KvPool {
     }
 
     /// Forgets positions `len..` of `seq`, and returns the positions it keeps: `len` (or
-    /// fewer when it held fewer); with state layers, the state's checkpoint when `len` is
-    /// short of what it holds but not of the checkpoint (its device must then restore the
-    /// checkpoint); or 0 when the window before position `len` lost its windowed blocks or
-    /// `len` is short of the checkpoint (cutting back further than the last forward's rows
-    /// may), in which case all of `seq` went back to the pool.
+    /// fewer when it held fewer); with state layers, when `len` is short of what it holds
+    /// but not of the checkpoint, the last kept state's position at or before `len`
+    /// (`checkpoint + min(len - checkpoint, rows - 1)`: its device must then restore
+    /// checkpoint row `kept - checkpoint`, [`state`]); or 0 when the window before position
+    /// `len` lost its windowed blocks or `len` is short of the checkpoint (cutting back
+    /// further than the last forward's rows may), in which case all of `seq` went back to
+    /// the pool.
     pub fn truncate(&mut self, seq: &mut SeqKv, len: usize) -> usize {
         let len = match self.cfg.state {
             Some(_) if len >= seq.len => len,
-            Some(_) if len >= seq.checkpoint && seq.checkpoint > 0 => seq.checkpoint,
+            Some(s) if len >= seq.checkpoint && seq.checkpoint > 0 => {
+                seq.checkpoint + (len - seq.checkpoint).min(s.rows.max(1) - 1)
+            }
             Some(_) => 0,
             None => len,
         };

@@ -3,16 +3,22 @@
 //!
 //! A sequence holding positions `0..len` holds one *slot* of state, which its device keeps
 //! as it is after position `len - 1`, and, where the last forward that computed any of its
-//! positions had drafts, a *checkpoint*: the state before its first draft row
-//! ([`crate::SeqKv::uncertain_from`]; position `checkpoint`). A state cannot be cut back to
-//! any position the way paged KV is; it can go back to its checkpoint, and the engine
-//! computes again what lies between (positions a truncation did not keep):
+//! positions had drafts, *checkpoints*: the state before its first draft row
+//! ([`crate::SeqKv::uncertain_from`]; position `checkpoint`) and before each of the
+//! [`StateKv::rows`]` - 1` rows after it (vLLM keeps a state per speculative token the same
+//! way). A state cannot be cut back to any position the way paged KV is; it can go back to
+//! the kept state at or before the cut, and the engine computes again what lies between
+//! (positions a truncation did not keep):
 //!
 //! ```text
 //! forward   rows 40..45 (a token and four drafts): checkpoint = 41, len = 45
-//! truncate  to 41 (no draft accepted)    → kept 41: the device restores the checkpoint
-//! truncate  to 43 (two drafts accepted)  → kept 41: the device restores the checkpoint,
+//! rows = 4:
+//! truncate  to 41 (no draft accepted)    → kept 41: the device restores checkpoint row 0
+//! truncate  to 43 (two drafts accepted)  → kept 43: the device restores checkpoint row 2
+//! rows = 1 (the checkpoint alone):
+//! truncate  to 43 (two drafts accepted)  → kept 41: the device restores checkpoint row 0,
 //!           the engine computes 41..43 again with its next rows
+//! either:
 //! truncate  to 38 (before the checkpoint) → kept 0: the slot goes back to the pool
 //! ```
 //!
@@ -34,6 +40,10 @@ pub struct StateKv {
     pub n_slots: usize,
     /// Snapshots of states after a block's last position (llama.cpp's context checkpoints).
     pub n_snaps: usize,
+    /// Checkpoints per slot (at least 1): the state before a forward's first draft row and
+    /// before each of the next `rows - 1` rows, so that a cut within them keeps what was
+    /// accepted.
+    pub rows: usize,
 }
 
 impl StateKv {
@@ -54,7 +64,8 @@ impl StateKv {
 
     /// Bytes of the states, their checkpoints and the snapshots (f32).
     pub fn total_bytes(&self) -> u64 {
-        4 * (self.n_layers() * self.floats * (2 * self.n_slots + self.n_snaps)) as u64
+        let states = self.n_slots * (1 + self.rows.max(1)) + self.n_snaps;
+        4 * (self.n_layers() * self.floats * states) as u64
     }
 }
 
@@ -70,6 +81,11 @@ pub(crate) mod tests {
 
     /// Layer 1 of 2 keeps a state of 24 floats; 16 blocks.
     pub(crate) fn pool(n_slots: usize, n_snaps: usize) -> KvPool {
+        pool_with_rows(n_slots, n_snaps, 1)
+    }
+
+    /// [`pool`] with `rows` checkpoints per slot.
+    fn pool_with_rows(n_slots: usize, n_snaps: usize, rows: usize) -> KvPool {
         KvPool::new(KvConfig {
             n_layer: 2,
             n_head_kv: 1,
@@ -82,6 +98,7 @@ pub(crate) mod tests {
                 floats: 24,
                 n_slots,
                 n_snaps,
+                rows,
             }),
             records: None,
             empty: 0,
@@ -110,6 +127,32 @@ pub(crate) mod tests {
         forward(&mut p, &mut a, 40, 42);
         assert_eq!(p.truncate(&mut a, 39), 0, "short of the checkpoint");
         assert_eq!((a.len(), a.state_slot(), p.free_blocks()), (0, None, 16));
+    }
+
+    #[test]
+    fn a_cut_within_the_kept_rows_keeps_what_was_accepted() {
+        let mut p = pool_with_rows(2, 0, 4);
+        let mut a = SeqKv::default();
+        forward(&mut p, &mut a, 0, 40);
+        forward(&mut p, &mut a, 40, 46);
+        assert_eq!(p.truncate(&mut a, 43), 43, "checkpoint row 3");
+        assert_eq!(p.truncate(&mut a, 41), 41, "checkpoint row 1");
+        forward(&mut p, &mut a, 41, 47);
+        assert_eq!(
+            p.truncate(&mut a, 46),
+            44,
+            "past the rows: the last of them"
+        );
+        assert_eq!(a.len(), 44);
+        assert_eq!(p.truncate(&mut a, 40), 0, "short of the checkpoint");
+        let bytes = |rows| {
+            let s = pool_with_rows(2, 3, rows).config().state.unwrap();
+            s.total_bytes()
+        };
+        assert_eq!(
+            (bytes(1), bytes(4)),
+            (4 * 24 * (2 * 2 + 3), 4 * 24 * (2 * 5 + 3))
+        );
     }
 
     #[test]

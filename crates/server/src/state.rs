@@ -518,7 +518,8 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
             }
         },
     };
-    let mut plan = MemoryPlan::new(&model, &ecfg.context_config());
+    let n_draft = spec.as_ref().map_or(0, |s| s.config.n_max);
+    let mut plan = MemoryPlan::new(&model, &ecfg.context_config().with_drafts(n_draft));
     if let Some(s) = &config.split {
         let streamed = split::head::stream_bytes(s.chunk, hp.n_embd, ecfg.n_parallel);
         plan.scratch += streamed;

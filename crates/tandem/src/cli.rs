@@ -284,6 +284,7 @@ impl ModelArgs {
             n_seq: 1,
             swa_full: self.swa_full,
             ctx_checkpoints: self.ctx_checkpoints,
+            state_rows: d.state_rows,
         }
     }
 }

@@ -161,6 +161,7 @@ pub fn recurrent_case(dev: &mut dyn Device) -> Vec<f32> {
             floats: scan.at + scan.state_floats(),
             n_slots: 3,
             n_snaps: 2,
+            rows: 3,
         }),
         records: None,
         empty: 0,
@@ -207,8 +208,9 @@ pub fn recurrent_case(dev: &mut dyn Device) -> Vec<f32> {
     // Sequence 0 in slot 2, sequence 1 in slot 0.
     // Step 3 computes step 2's rows 9 and 10 again (inputs from its third row on); step 5
     // computes step 2's rows again in slot 1, from a snapshot of slot 2 taken before step 2
-    // (read out to host bytes and written into another snapshot first).
-    let steps: [(Vec<Row>, u64, usize); 6] = [
+    // (read out to host bytes and written into another snapshot first); step 6 its row 11
+    // from checkpoint row 2.
+    let steps: [(Vec<Row>, u64, usize); 7] = [
         (
             (0..5)
                 .map(|p| row(0, p))
@@ -222,13 +224,15 @@ pub fn recurrent_case(dev: &mut dyn Device) -> Vec<f32> {
         ((9..11).map(|p| row(0, p)).collect(), 3, 2),
         ((0..2).map(|p| row(1, p)).collect(), 4, 0),
         ((7..12).map(|p| row(0, p)).collect(), 3, 0),
+        (vec![row(0, 11)], 3, 4),
     ];
     let data = |n: usize, seed: u64, skip: usize| data(n + skip, seed).split_off(skip);
     let mut result = Vec::new();
     for (i, (rows, seed, skip)) in steps.iter().enumerate() {
         match i {
             2 => dev.state_save(2, 1),
-            3 => dev.state_restore(2),
+            3 => dev.state_restore(2, 0),
+            6 => dev.state_restore(2, 2),
             5 => {
                 let mut bytes = Vec::new();
                 dev.state_read(1, &mut bytes);
@@ -309,14 +313,29 @@ pub fn recurrent_case(dev: &mut dyn Device) -> Vec<f32> {
         result[s5..s5 + 5 * per],
         "rows computed again from a snapshot loaded into another slot"
     );
+    let s6 = 25 * per;
+    let row_11 = [
+        &result[s2 + 4 * width..s2 + 5 * width],
+        &result[d2 + 4 * wv..d2 + 5 * wv],
+        &result[c2 + 4 * wv..c2 + 5 * wv],
+    ];
+    let from_row_2 = [
+        &result[s6..s6 + width],
+        &result[s6 + width..s6 + width + wv],
+        &result[s6 + width + wv..s6 + width + 2 * wv],
+    ];
+    assert_eq!(
+        row_11, from_row_2,
+        "a row computed again from checkpoint row 2"
+    );
     result
 }
 
 /// One sequence's `n` rows in one step through the convolution (64 channels, 4 taps) and
-/// the delta rule (one head of 128), checkpointed before row `n - 5`, then its last 5 rows
-/// again from the restored checkpoint (asserted equal): a run long enough for a backend to
-/// cut it (llvmpipe's loop budget). The first step's outputs, convolution's then the delta
-/// rule's.
+/// the delta rule (one head of 128), checkpointed before row `n - 5` and each row after
+/// it, then its last 5, 3 and 1 rows again from checkpoint rows 0, 2 and 4 (asserted
+/// equal): a run long enough for a backend to cut it (llvmpipe's loop budget). The first
+/// step's outputs, convolution's then the delta rule's.
 pub fn long_run_case(dev: &mut dyn Device, n: usize) -> Vec<f32> {
     let (width, k, d) = (64, 4, 128);
     let delta = DeltaSpec {
@@ -337,6 +356,7 @@ pub fn long_run_case(dev: &mut dyn Device, n: usize) -> Vec<f32> {
             floats: delta.at + delta.state_floats(),
             n_slots: 1,
             n_snaps: 0,
+            rows: 5,
         }),
         records: None,
         empty: 0,
@@ -393,14 +413,18 @@ pub fn long_run_case(dev: &mut dyn Device, n: usize) -> Vec<f32> {
         got
     };
     let first = step(dev, 0, &[cut]);
-    dev.state_restore(0);
-    let again = step(dev, cut, &[]);
     let (conv, rule) = first.split_at(n * width);
-    assert_eq!(
-        [&conv[cut * width..], &rule[cut * d..]],
-        [&again[..5 * width], &again[5 * width..]],
-        "rows computed again from the restored checkpoint"
-    );
+    for row in [0, 2, 4] {
+        dev.state_restore(0, row);
+        // Checkpoint 0: the step takes no checkpoint (its rows start past position 0).
+        let again = step(dev, cut + row, &[0]);
+        let m = 5 - row;
+        assert_eq!(
+            [&conv[(cut + row) * width..], &rule[(cut + row) * d..]],
+            [&again[..m * width], &again[m * width..]],
+            "rows computed again from checkpoint row {row}"
+        );
+    }
     first
 }
 

@@ -42,6 +42,10 @@ pub struct ContextConfig {
     /// Per sequence, snapshots of recurrent states a prefix can start from (llama.cpp's
     /// `--ctx-checkpoints`; [`kv::snapshot`]).
     pub ctx_checkpoints: usize,
+    /// Per sequence, the recurrent states kept for speculation's rollback: before its
+    /// forward's first draft row and each of the next `state_rows - 1` rows
+    /// ([`kv::StateKv::rows`]; at least 1). A speculating engine keeps one per draft.
+    pub state_rows: usize,
 }
 
 impl Default for ContextConfig {
@@ -56,11 +60,25 @@ impl Default for ContextConfig {
             n_seq: 1,
             swa_full: false,
             ctx_checkpoints: 8,
+            state_rows: 1,
         }
     }
 }
 
+/// The most recurrent states a sequence keeps for a rollback ([`ContextConfig::state_rows`]):
+/// drafts past them are computed again from the last kept one.
+pub const MAX_STATE_ROWS: usize = 16;
+
 impl ContextConfig {
+    /// This configuration for an engine whose drafts run to `n_draft` rows per sequence
+    /// (0: no speculation): a recurrent state kept before each, at most [`MAX_STATE_ROWS`].
+    pub fn with_drafts(self, n_draft: usize) -> ContextConfig {
+        ContextConfig {
+            state_rows: n_draft.clamp(1, MAX_STATE_ROWS),
+            ..self
+        }
+    }
+
     /// The KV pool of `model`'s stage (its blocks only), from what each block keeps
     /// ([`Model::memory`]). Windowed layers get room for `n_seq` windows and a forward's
     /// rows, never more than the pool's positions; state layers a state for each of `n_seq`
@@ -106,6 +124,7 @@ impl ContextConfig {
             floats,
             n_slots: self.n_seq,
             n_snaps: self.n_seq * self.ctx_checkpoints,
+            rows: self.state_rows.max(1),
         });
         KvConfig {
             n_layer: memory.len(),
@@ -301,12 +320,13 @@ impl Executor {
 
     /// Forgets positions `len..` of `seq`; returns the positions it keeps
     /// ([`KvPool::truncate`]: 0 when cut back past what its sliding window kept; with
-    /// state layers, the state's checkpoint, which the device restores, or 0).
+    /// state layers, the last kept state's position at or before `len`, which the device
+    /// restores, or 0).
     pub fn truncate(&mut self, seq: &mut SeqKv, len: usize) -> usize {
-        let (held, slot) = (seq.len(), seq.state_slot());
+        let (held, slot, checkpoint) = (seq.len(), seq.state_slot(), seq.checkpoint());
         let kept = self.kv.truncate(seq, len);
         if let Some(slot) = slot.filter(|_| kept > 0 && kept < held) {
-            self.dev.state_restore(slot);
+            self.dev.state_restore(slot, kept - checkpoint);
         }
         kept
     }

@@ -138,10 +138,11 @@ pub fn start_with(
     let queued = Arc::new(AtomicUsize::new(0));
     let front_state = Arc::new(AtomicU8::new(FrontState::Up as u8));
     let pool = Threads::new(cfg.n_threads);
-    let dev = cfg
-        .device
-        .open(pool.clone(), cfg.context_config().precision)?;
-    let exec = Executor::on(model, cfg.context_config(), dev, progress)?;
+    let context = cfg
+        .context_config()
+        .with_drafts(spec.as_ref().map_or(0, |s| s.config.n_max));
+    let dev = cfg.device.open(pool.clone(), context.precision)?;
+    let exec = Executor::on(model, context, dev, progress)?;
     eprintln!("device: {}", exec.device().describe());
     let (host, disk) = tiers(&exec, &cfg, front.is_some())?;
     let stage = exec.model().stage.layers.clone();

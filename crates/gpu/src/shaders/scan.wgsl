@@ -5,8 +5,9 @@
 // with the group g = h / (n_head / n_group), the dot product summed in index order. The
 // state of a slot is the head-major `[n_head, head_dim, d_state]` from float `at` of its
 // slot in the layer's store; each invocation copies its rows into the checkpoint store as
-// they are before the run's row `ck` when that is one of its rows. A run: its first row,
-// its rows, its slot's first float, `ck` (or u32::MAX).
+// they are before each of the run's rows `lo..hi`: before row `i`, into the slot's
+// checkpoint row from float `ck + (i - lo) · floats`. A run: its first row, its rows, its
+// slot's first float, `lo`, `hi`, `ck`, `floats`.
 
 struct P {
     n_head: u32,
@@ -38,16 +39,21 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     }
     let hd = p.head_dim;
     let n = p.d_state;
-    let first = p.runs[4u * run];
-    let rows = p.runs[4u * run + 1u];
-    let base = p.runs[4u * run + 2u] + p.at + h * hd * n;
-    let ck = p.runs[4u * run + 3u];
+    let first = p.runs[7u * run];
+    let rows = p.runs[7u * run + 1u];
+    let head = p.at + h * hd * n;
+    let base = p.runs[7u * run + 2u] + head;
+    let lo = p.runs[7u * run + 3u];
+    let hi = p.runs[7u * run + 4u];
+    let ck = p.runs[7u * run + 5u] + head;
+    let floats = p.runs[7u * run + 6u];
     let g = h / (p.n_head / p.n_group);
     for (var i = 0u; i < rows; i++) {
-        if (i == ck) {
+        if (i >= lo && i < hi) {
+            let to = ck + (i - lo) * floats;
             for (var j = t; j < hd; j += 64u) {
                 for (var e = 0u; e < n; e++) {
-                    checkpoint[base + j * n + e] = state[base + j * n + e];
+                    checkpoint[to + j * n + e] = state[base + j * n + e];
                 }
             }
         }

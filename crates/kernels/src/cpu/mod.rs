@@ -236,8 +236,11 @@ impl Device for Cpu {
         Ok(())
     }
 
-    fn state_restore(&mut self, slot: u32) {
-        self.states.as_mut().expect("state layers").restore(slot);
+    fn state_restore(&mut self, slot: u32, row: usize) {
+        self.states
+            .as_mut()
+            .expect("state layers")
+            .restore(slot, row);
     }
 
     fn state_save(&mut self, slot: u32, snap: u32) {

@@ -12,8 +12,8 @@ use kv::{KvConfig, BLOCK_SIZE};
 use super::Cpu;
 use crate::ThreadPool;
 use device::conformance::{
-    attention_case, buf, deepseek_agree, moe_agrees, norms_case, prims_agree, read, recurrent_case,
-    rel, Seeing,
+    attention_case, buf, deepseek_agree, long_run_case, moe_agrees, norms_case, prims_agree, read,
+    recurrent_case, rel, Seeing,
 };
 use device::testing::{data, source};
 use device::Precision;
@@ -211,6 +211,9 @@ fn copied_kv_blocks_attend_like_the_originals() {
 fn the_state_recurrences_agree_with_the_reference() {
     let want = recurrent_case(&mut Reference::new());
     let got = recurrent_case(&mut cpu(Precision::Int8));
+    assert!(rel(&got, &want, 1.0) < 1e-6, "{}", rel(&got, &want, 1.0));
+    let want = long_run_case(&mut Reference::new(), 40);
+    let got = long_run_case(&mut cpu(Precision::Int8), 40);
     assert!(rel(&got, &want, 1.0) < 1e-6, "{}", rel(&got, &want, 1.0));
 }
 
