@@ -534,7 +534,7 @@ pub fn load(config: &ServerConfig) -> Result<Ready, Error> {
             first.set_lazy(config.lazy);
             let cfg = engine::ContextConfig {
                 device: engine::DeviceKind::Cpu,
-                ..ecfg.context_config()
+                ..ecfg.context_config().with_drafts(n_draft)
             };
             let front_plan = MemoryPlan::new(&first, &cfg);
             eprintln!(
