@@ -162,6 +162,7 @@ impl Kernel {
         let elt = include_str!("shaders/eltwise.wgsl");
         const STORE: &str = include_str!("shaders/sparse_store.wgsl");
         let sparse = |body: &str| format!("{}\n{body}", include_str!("shaders/sparse_common.wgsl"));
+        let runs = |body: &str| format!("{}\n{body}", include_str!("shaders/runs_common.wgsl"));
         let trees = include_str!("shaders/trees.wgsl");
         let attn = format!(
             "const PART: u32 = {ATTENTION_PART}u;\n{}",
@@ -228,9 +229,9 @@ impl Kernel {
             Kernel::HyperWeights => (include_str!("shaders/hyper.wgsl").into(), "weights"),
             Kernel::HyperPre => (include_str!("shaders/hyper.wgsl").into(), "pre"),
             Kernel::HyperPost => (include_str!("shaders/hyper.wgsl").into(), "post"),
-            Kernel::Conv1d => (include_str!("shaders/conv.wgsl").into(), "main"),
-            Kernel::DeltaNet => (include_str!("shaders/delta.wgsl").into(), "main"),
-            Kernel::SsmScan => (include_str!("shaders/scan.wgsl").into(), "main"),
+            Kernel::Conv1d => (runs(include_str!("shaders/conv.wgsl")), "main"),
+            Kernel::DeltaNet => (runs(include_str!("shaders/delta.wgsl")), "main"),
+            Kernel::SsmScan => (runs(include_str!("shaders/scan.wgsl")), "main"),
             Kernel::Bandwidth => (include_str!("shaders/bandwidth.wgsl").into(), "main"),
             Kernel::Lanes => (include_str!("shaders/lanes.wgsl").into(), "main"),
             Kernel::GeluAlone => (elt.into(), "gelu_alone"),

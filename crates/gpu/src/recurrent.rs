@@ -11,7 +11,7 @@ use crate::context::Bind::{Arena as A, Buf as B};
 use crate::gpu::{Gpu, LOOP_BUDGET};
 use crate::pipelines::Kernel;
 
-/// Words per run in the shaders' parameters ([`Gpu::runs`]).
+/// Words per run in the shaders' parameters ([`Gpu::runs`]; runs_common.wgsl's `Run`).
 const RUN_WORDS: usize = 7;
 
 /// `runs` ([`RUN_WORDS`] words each, as [`Gpu::runs`] gives them) cut into pieces of at most

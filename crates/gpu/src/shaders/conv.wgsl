@@ -4,8 +4,7 @@
 // when asked. The state of a
 // slot is `[k - 1, width]` (oldest first) from float `at` of the layer's store, written back
 // after the run's last row, and into the checkpoint store as it is before each of the run's
-// rows `lo..hi`: before row `i`, at float `ck + (i - lo) · floats`. A run: its first row, its
-// rows, its slot's first float, `lo`, `hi`, `ck`, `floats`.
+// rows `lo..hi` (a `Run`, runs_common.wgsl).
 
 struct P {
     width: u32,
@@ -34,21 +33,18 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (c >= p.width || run >= p.n_runs) {
         return;
     }
-    let first = p.runs[7u * run];
-    let n = p.runs[7u * run + 1u];
-    let at = p.runs[7u * run + 2u];
-    let lo = p.runs[7u * run + 3u];
-    let hi = p.runs[7u * run + 4u];
-    let ck = p.runs[7u * run + 5u];
-    let floats = p.runs[7u * run + 6u];
+    let ru = run_at(run);
+    let first = ru.first;
+    let n = ru.n;
+    let at = ru.at;
     let held = p.k - 1u;
     var window: array<f32, K_MAX>;
     for (var j = 0u; j < held; j++) {
         window[j] = state[at + j * p.width + c];
     }
     for (var i = 0u; i < n; i++) {
-        if (i >= lo && i < hi) {
-            let to = ck + (i - lo) * floats;
+        if (i >= ru.lo && i < ru.hi) {
+            let to = checkpoint_at(ru, i);
             for (var j = 0u; j < held; j++) {
                 checkpoint[to + j * p.width + c] = window[j];
             }

@@ -5,9 +5,7 @@
 // with the key head h % n_k_heads, each dot product summed in index order. The state of a
 // slot is the head-major `[n_v_heads, d, d]` from float `at` of its slot in the layer's
 // store; each invocation copies its rows into the checkpoint store as they are before each
-// of the run's rows `lo..hi`: before row `i`, into the slot's checkpoint row from float
-// `ck + (i - lo) · floats`. A run: its first row, its rows, its slot's first float, `lo`,
-// `hi`, `ck`, `floats`.
+// of the run's rows `lo..hi` (a `Run`, runs_common.wgsl).
 
 struct P {
     n_k_heads: u32,
@@ -37,18 +35,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         return;
     }
     let d = p.d;
-    let first = p.runs[7u * run];
-    let n = p.runs[7u * run + 1u];
+    let ru = run_at(run);
+    let first = ru.first;
+    let n = ru.n;
     let head = p.at + h * d * d;
-    let base = p.runs[7u * run + 2u] + head;
-    let lo = p.runs[7u * run + 3u];
-    let hi = p.runs[7u * run + 4u];
-    let ck = p.runs[7u * run + 5u] + head;
-    let floats = p.runs[7u * run + 6u];
+    let base = ru.at + head;
     let scale = 1.0 / sqrt(f32(d));
     for (var i = 0u; i < n; i++) {
-        if (i >= lo && i < hi) {
-            let to = ck + (i - lo) * floats;
+        if (i >= ru.lo && i < ru.hi) {
+            let to = checkpoint_at(ru, i) + head;
             for (var j = t; j < d; j += 64u) {
                 for (var e = 0u; e < d; e++) {
                     checkpoint[to + j * d + e] = state[base + j * d + e];

@@ -5,9 +5,7 @@
 // with the group g = h / (n_head / n_group), the dot product summed in index order. The
 // state of a slot is the head-major `[n_head, head_dim, d_state]` from float `at` of its
 // slot in the layer's store; each invocation copies its rows into the checkpoint store as
-// they are before each of the run's rows `lo..hi`: before row `i`, into the slot's
-// checkpoint row from float `ck + (i - lo) · floats`. A run: its first row, its rows, its
-// slot's first float, `lo`, `hi`, `ck`, `floats`.
+// they are before each of the run's rows `lo..hi` (a `Run`, runs_common.wgsl).
 
 struct P {
     n_head: u32,
@@ -39,18 +37,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     }
     let hd = p.head_dim;
     let n = p.d_state;
-    let first = p.runs[7u * run];
-    let rows = p.runs[7u * run + 1u];
+    let ru = run_at(run);
+    let first = ru.first;
+    let rows = ru.n;
     let head = p.at + h * hd * n;
-    let base = p.runs[7u * run + 2u] + head;
-    let lo = p.runs[7u * run + 3u];
-    let hi = p.runs[7u * run + 4u];
-    let ck = p.runs[7u * run + 5u] + head;
-    let floats = p.runs[7u * run + 6u];
+    let base = ru.at + head;
     let g = h / (p.n_head / p.n_group);
     for (var i = 0u; i < rows; i++) {
-        if (i >= lo && i < hi) {
-            let to = ck + (i - lo) * floats;
+        if (i >= ru.lo && i < ru.hi) {
+            let to = checkpoint_at(ru, i) + head;
             for (var j = t; j < hd; j += 64u) {
                 for (var e = 0u; e < n; e++) {
                     checkpoint[to + j * n + e] = state[base + j * n + e];
