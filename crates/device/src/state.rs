@@ -37,7 +37,7 @@ impl HostStates {
         HostStates {
             cfg,
             state: vec![0.0; n],
-            checkpoint: vec![0.0; n * cfg.rows.max(1)],
+            checkpoint: vec![0.0; n * cfg.kept_rows()],
             snaps: vec![0.0; cfg.n_layers() * cfg.n_snaps * cfg.floats],
             slots: Vec::new(),
             checkpoints: Vec::new(),
@@ -53,15 +53,10 @@ impl HostStates {
         at..at + self.cfg.floats
     }
 
-    /// Checkpoints per slot.
-    fn rows(&self) -> usize {
-        self.cfg.rows.max(1)
-    }
-
     /// The floats of checkpoint row `row` of slot `slot` of KV layer `layer`.
     fn ck_range(&self, layer: usize, slot: u32, row: usize) -> std::ops::Range<usize> {
         let state = self.range(layer, slot);
-        let at = state.start * self.rows() + row * self.cfg.floats;
+        let at = state.start * self.cfg.kept_rows() + row * self.cfg.floats;
         at..at + self.cfg.floats
     }
 
@@ -98,7 +93,11 @@ impl HostStates {
 
     /// [`crate::Device::state_restore`].
     pub fn restore(&mut self, slot: u32, row: usize) {
-        assert!(row < self.rows(), "checkpoint row {row} of {}", self.rows());
+        assert!(
+            row < self.cfg.kept_rows(),
+            "checkpoint row {row} of {}",
+            self.cfg.kept_rows()
+        );
         for layer in (0..128).filter(|&l| self.cfg.has(l)) {
             let (range, ck) = (self.range(layer, slot), self.ck_range(layer, slot, row));
             self.state[range].copy_from_slice(&self.checkpoint[ck]);
@@ -198,7 +197,7 @@ impl HostStates {
             }
             let n = rows.len();
             if let Some((c, ck_at)) = ck {
-                for (j, c) in (c..n).take(self.rows()).enumerate() {
+                for (j, c) in (c..n).take(self.cfg.kept_rows()).enumerate() {
                     let held = &window[c * width..(c + k - 1) * width];
                     let to = ck_at + j * self.cfg.floats;
                     self.checkpoint[to..to + floats].copy_from_slice(held);
@@ -286,7 +285,7 @@ impl HostStates {
     ) -> Vec<std::sync::Mutex<HeadTask<'_>>> {
         let n = n_heads * head_floats;
         assert!(at + n <= self.cfg.floats, "a slot holds the state");
-        let (floats, ck_floats) = (self.cfg.floats, self.rows() * self.cfg.floats);
+        let (floats, ck_floats) = (self.cfg.floats, self.cfg.kept_rows() * self.cfg.floats);
         let runs = self.runs(layer);
         let mut tasks = Vec::new();
         let (mut rest, mut kept) = (&mut self.state[..], &mut self.checkpoint[..]);

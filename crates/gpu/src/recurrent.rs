@@ -60,7 +60,7 @@ impl Gpu {
         let Some(s) = cfg.state else {
             return Ok(None);
         };
-        let rows = s.rows.max(1);
+        let rows = s.kept_rows();
         let bytes = (s.n_slots * s.floats * 4) as u64;
         let (ck_bytes, snap_bytes) = (bytes * rows as u64, (s.n_snaps * s.floats * 4) as u64);
         if ck_bytes.max(snap_bytes) > self.ctx.max_binding() {

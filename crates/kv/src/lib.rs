@@ -508,7 +508,7 @@ impl KvPool {
         let len = match self.cfg.state {
             Some(_) if len >= seq.len => len,
             Some(s) if len >= seq.checkpoint && seq.checkpoint > 0 => {
-                seq.checkpoint + (len - seq.checkpoint).min(s.rows.max(1) - 1)
+                seq.checkpoint + (len - seq.checkpoint).min(s.kept_rows() - 1)
             }
             Some(_) => 0,
             None => len,

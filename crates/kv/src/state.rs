@@ -62,9 +62,14 @@ impl StateKv {
         4 * self.n_layers() * self.floats
     }
 
+    /// Checkpoint rows per slot: [`StateKv::rows`], at least 1.
+    pub fn kept_rows(&self) -> usize {
+        self.rows.max(1)
+    }
+
     /// Bytes of the states, their checkpoints and the snapshots (f32).
     pub fn total_bytes(&self) -> u64 {
-        let states = self.n_slots * (1 + self.rows.max(1)) + self.n_snaps;
+        let states = self.n_slots * (1 + self.kept_rows()) + self.n_snaps;
         4 * (self.n_layers() * self.floats * states) as u64
     }
 }

@@ -124,7 +124,7 @@ impl ContextConfig {
             floats,
             n_slots: self.n_seq,
             n_snaps: self.n_seq * self.ctx_checkpoints,
-            rows: self.state_rows.max(1),
+            rows: self.state_rows,
         });
         KvConfig {
             n_layer: memory.len(),
