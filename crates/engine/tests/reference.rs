@@ -113,7 +113,7 @@ fn smollm2_on_the_gpu_matches_reference() {
     }
 }
 
-/// Slow tier: the two cases more than `smollm2_on_the_gpu_matches_reference` reads.
+/// Slow tier: all three cases (CI's `smollm2_on_the_gpu_matches_reference` reads the first).
 #[test]
 #[ignore = "slow tier: scripts/test --slow"]
 fn smollm2_on_the_gpu_matches_reference_in_every_case() {
